@@ -1,0 +1,263 @@
+//! One handler per TFO transition, shared by every backend's entry points.
+//!
+//! Client (net/ipv4/tcp_input.c, tcp_rcv_synsent_state_process): tcp_ack() runs on the
+//! SYN-ACK, then tcp_finish_connect() sets ESTABLISHED, then tcp_rcv_fastopen_synack()
+//! decides the outcome from `syn_data`, `syn_fastopen`, `total_retrans` and whether the
+//! SYN's data is still at the head of the retransmit queue. At the ESTABLISHED transition
+//! all four already hold the values that function reads, so this handler reaches the same
+//! verdict the kernel is about to reach, even where tcp_rcv_fastopen_synack is inlined.
+use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns};
+use tfo_trace_common::{flags, outcome, role, ListenerKey, ProcInfo, TfoEvent, TASK_COMM_LEN};
+
+use crate::{
+    kernel::{
+        flag, layout, netns_of, read, read_bits, tuple_of, IPPROTO_TCP, TCP_CLOSE,
+        TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
+    },
+    maps::{emit, ConnState, CONNS, LISTENERS},
+};
+
+#[inline(always)]
+fn now() -> u64 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+#[inline(always)]
+fn current_process() -> (u32, [u8; TASK_COMM_LEN]) {
+    let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    (pid, bpf_get_current_comm().unwrap_or([0; TASK_COMM_LEN]))
+}
+
+/// `sock:inet_sock_set_state`: every TCP state change.
+#[inline(always)]
+pub fn on_state_change(sk: *const u8, old: i32, new: i32) {
+    if read_bits(sk, layout!(sk_protocol)) != Some(IPPROTO_TCP) {
+        return;
+    }
+    match (old, new) {
+        (TCP_CLOSE, TCP_SYN_SENT) => client_connect(sk),
+        (TCP_SYN_SENT, TCP_ESTABLISHED) => client_established(sk),
+        (TCP_SYN_SENT, TCP_CLOSE) => client_failed(sk),
+        (TCP_LISTEN, TCP_SYN_RECV) => server_child_created(sk),
+        (TCP_SYN_RECV, _) => server_child_resolved(sk),
+        (_, TCP_LISTEN) => listener_started(sk),
+        (TCP_LISTEN, TCP_CLOSE) => listener_stopped(sk),
+        _ => {}
+    }
+}
+
+/// `tcp:tcp_retransmit_skb`: counts SYN timeouts of TFO connections we follow.
+#[inline(always)]
+pub fn on_retransmit(sk: *const u8) {
+    let key = sk as u64;
+    if let Some(state) = CONNS.get_ptr_mut(&key) {
+        let sk_state: u8 = read(sk, layout!(skc_state)).unwrap_or(0);
+        if sk_state as i32 == TCP_SYN_SENT {
+            // SAFETY: pointer from a successful map lookup, valid for this program run.
+            unsafe {
+                (*state).retransmits += 1;
+                (*state).last_retrans_ns = now();
+            }
+        }
+    }
+}
+
+/// CLOSE -> SYN_SENT runs in the connecting process (tcp_v4_connect / tcp_v6_connect),
+/// before tcp_connect() sends the SYN: the one moment pid and comm are the client's.
+/// `fastopen_req` is set for sendto(MSG_FASTOPEN), `fastopen_connect` for
+/// TCP_FASTOPEN_CONNECT.
+#[inline(always)]
+fn client_connect(sk: *const u8) {
+    let fastopen_req: u64 = read(sk, layout!(fastopen_req)).unwrap_or(0);
+    if fastopen_req == 0 && !flag(sk, layout!(fastopen_connect)) {
+        return;
+    }
+    let (pid, comm) = current_process();
+    let state = ConnState {
+        start_ns: now(),
+        last_retrans_ns: 0,
+        pid,
+        retransmits: 0,
+        comm,
+    };
+    let _ = CONNS.insert(&(sk as u64), &state, 0);
+}
+
+/// Fills the parts of an event every outcome shares.
+#[inline(always)]
+fn event_for(sk: *const u8, role: u8, outcome: u8, state: Option<&ConnState>) -> TfoEvent {
+    let t = tuple_of(sk);
+    let ts = now();
+    let mut ev = TfoEvent {
+        ts_ns: ts,
+        start_ns: 0,
+        stall_ns: 0,
+        saddr: t.saddr,
+        daddr: t.daddr,
+        netns: netns_of(sk),
+        pid: 0,
+        syn_data_bytes: 0,
+        retransmits: 0,
+        sport: t.sport,
+        dport: t.dport,
+        family: t.family,
+        role,
+        outcome,
+        flags: 0,
+        cookie_len: 0,
+        _pad: [0; 7],
+        comm: [0; TASK_COMM_LEN],
+    };
+    if let Some(s) = state {
+        ev.start_ns = s.start_ns;
+        ev.flags |= flags::START_KNOWN;
+        if s.pid != 0 {
+            ev.pid = s.pid;
+            ev.comm = s.comm;
+            ev.flags |= flags::PID_KNOWN;
+        }
+        if s.last_retrans_ns > s.start_ns {
+            ev.stall_ns = s.last_retrans_ns - s.start_ns;
+        }
+    }
+    ev
+}
+
+#[inline(always)]
+fn client_established(sk: *const u8) {
+    let key = sk as u64;
+    // SAFETY: the value is copied out before any other map operation.
+    let state = unsafe { CONNS.get(&key) }.copied();
+    let syn_data = flag(sk, layout!(syn_data));
+    let syn_fastopen = flag(sk, layout!(syn_fastopen));
+    if state.is_none() && !syn_data && !syn_fastopen {
+        return; // a plain connection
+    }
+    let total_retrans: u32 = read(sk, layout!(total_retrans)).unwrap_or(0);
+    let result = if syn_data {
+        // tcp_rcv_fastopen_synack: data = tp->syn_data ? tcp_rtx_queue_head(sk) : NULL.
+        let rtx_head: u64 = read(sk, layout!(tcp_rtx_queue)).unwrap_or(0);
+        if rtx_head == 0 {
+            outcome::ACCEPTED
+        } else if total_retrans > 0 {
+            outcome::SYN_RETRANSMITTED
+        } else {
+            outcome::DATA_NOT_ACKED
+        }
+    } else if syn_fastopen {
+        if total_retrans > 0 {
+            outcome::SYN_RETRANSMITTED
+        } else {
+            outcome::COOKIE_REQUESTED
+        }
+    } else {
+        outcome::NOT_ATTEMPTED
+    };
+    let mut ev = event_for(sk, role::CLIENT, result, state.as_ref());
+    ev.retransmits = total_retrans;
+    if syn_data {
+        // Nothing but the SYN-data has been sent yet: bytes_sent is its payload length.
+        let sent: u64 = read(sk, layout!(bytes_sent)).unwrap_or(0);
+        ev.syn_data_bytes = sent as u32;
+    }
+    if flag(sk, layout!(syn_fastopen_exp)) {
+        ev.flags |= flags::EXP_OPTION;
+    }
+    emit(&ev);
+    let _ = CONNS.remove(&key);
+}
+
+/// SYN_SENT -> CLOSE: a TFO connection that never completed (timeout, reset, refused).
+#[inline(always)]
+fn client_failed(sk: *const u8) {
+    let key = sk as u64;
+    // SAFETY: copied out before any other map operation.
+    let Some(state) = (unsafe { CONNS.get(&key) }).copied() else {
+        return;
+    };
+    let total_retrans: u32 = read(sk, layout!(total_retrans)).unwrap_or(0);
+    let syn_data = flag(sk, layout!(syn_data));
+    // A deferred TCP_FASTOPEN_CONNECT socket closed before its first write sent nothing.
+    if syn_data || flag(sk, layout!(syn_fastopen)) || total_retrans > 0 {
+        let mut ev = event_for(sk, role::CLIENT, outcome::CONNECT_FAILED, Some(&state));
+        ev.retransmits = total_retrans;
+        if syn_data {
+            let sent: u64 = read(sk, layout!(bytes_sent)).unwrap_or(0);
+            ev.syn_data_bytes = sent as u32;
+        }
+        emit(&ev);
+    }
+    let _ = CONNS.remove(&key);
+}
+
+/// LISTEN -> SYN_RECV is inet_csk_clone_lock() making a child. For TFO the child is
+/// made from the SYN (tcp_fastopen_create_child); for a plain handshake from the final
+/// ACK. Which one it was is only known when the child leaves SYN_RECV.
+#[inline(always)]
+fn server_child_created(sk: *const u8) {
+    let state = ConnState {
+        start_ns: now(),
+        last_retrans_ns: 0,
+        pid: 0,
+        retransmits: 0,
+        comm: [0; TASK_COMM_LEN],
+    };
+    let _ = CONNS.insert(&(sk as u64), &state, 0);
+}
+
+/// A child leaving SYN_RECV: a TFO child has `syn_fastopen_child` (kernels that have it)
+/// or `syn_data_acked`, set by tcp_fastopen_add_skb() when the SYN's data was queued.
+#[inline(always)]
+fn server_child_resolved(sk: *const u8) {
+    let key = sk as u64;
+    // SAFETY: copied out before any other map operation.
+    let state = unsafe { CONNS.get(&key) }.copied();
+    let _ = CONNS.remove(&key);
+    let child_field = layout!(syn_fastopen_child);
+    let is_tfo_child = if child_field.present != 0 {
+        flag(sk, child_field)
+    } else {
+        flag(sk, layout!(syn_data_acked))
+    };
+    if !is_tfo_child {
+        return;
+    }
+    let mut ev = event_for(sk, role::SERVER, outcome::ACCEPTED, state.as_ref());
+    let received: u64 = read(sk, layout!(bytes_received)).unwrap_or(0);
+    ev.syn_data_bytes = received as u32;
+    let listener = ListenerKey {
+        netns: ev.netns,
+        port: ev.sport,
+        _pad: 0,
+    };
+    // SAFETY: copied out before any other map operation.
+    if let Some(owner) = unsafe { LISTENERS.get(&listener) }.copied() {
+        ev.pid = owner.pid;
+        ev.comm = owner.comm;
+        ev.flags |= flags::PID_KNOWN;
+    }
+    emit(&ev);
+}
+
+/// listen() runs in the owner's process context: remember who owns the port.
+#[inline(always)]
+fn listener_started(sk: *const u8) {
+    let key = ListenerKey {
+        netns: netns_of(sk),
+        port: read(sk, layout!(skc_num)).unwrap_or(0),
+        _pad: 0,
+    };
+    let (pid, comm) = current_process();
+    let _ = LISTENERS.insert(&key, &ProcInfo { pid, _pad: 0, comm }, 0);
+}
+
+#[inline(always)]
+fn listener_stopped(sk: *const u8) {
+    let key = ListenerKey {
+        netns: netns_of(sk),
+        port: read(sk, layout!(skc_num)).unwrap_or(0),
+        _pad: 0,
+    };
+    let _ = LISTENERS.remove(&key);
+}

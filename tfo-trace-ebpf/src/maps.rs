@@ -1,0 +1,52 @@
+//! Maps shared by every program. Sizes here are defaults; userspace may resize
+//! `EVENTS` (`--ring-buffer-size`) before load.
+use aya_ebpf::{
+    macros::map,
+    maps::{LruHashMap, PerCpuArray, RingBuf},
+};
+use tfo_trace_common::{counter, ListenerKey, ProcInfo, TfoEvent, TASK_COMM_LEN};
+
+/// Per-connection state between the SYN and its outcome, keyed by `struct sock *`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ConnState {
+    pub start_ns: u64,
+    pub last_retrans_ns: u64,
+    pub pid: u32,
+    pub retransmits: u32,
+    pub comm: [u8; TASK_COMM_LEN],
+}
+
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// LRU: a connection whose outcome we never see (e.g. lost state) must not pin an entry.
+#[map]
+pub static CONNS: LruHashMap<u64, ConnState> = LruHashMap::with_max_entries(65536, 0);
+
+/// Who called listen() on which (netns, port): softirq context cannot name the owner.
+#[map]
+pub static LISTENERS: LruHashMap<ListenerKey, ProcInfo> = LruHashMap::with_max_entries(16384, 0);
+
+#[map]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+#[inline(always)]
+pub fn bump(index: u32) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot, only this CPU writes it while this program runs.
+        unsafe { *slot += 1 };
+    }
+}
+
+/// Sends one event; a full ring buffer is counted, never silent.
+#[inline(always)]
+pub fn emit(event: &TfoEvent) {
+    match EVENTS.reserve::<TfoEvent>(0) {
+        Some(mut entry) => {
+            entry.write(*event);
+            entry.submit(0);
+        }
+        None => bump(counter::EVENTS_LOST),
+    }
+}

@@ -1,0 +1,349 @@
+//! Decoding kernel events into [`Event`], the record every view and the JSON output use.
+pub mod reader;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+use tfo_trace_common::{flags, outcome, role, TfoEvent, FAMILY_V4, FAMILY_V6};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Client,
+    Server,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    CookieRequested,
+    Accepted,
+    DataNotAcked,
+    SynRetransmitted,
+    CookieInvalid,
+    AcceptedAltKey,
+    QueueOverflow,
+    ListenerDisabled,
+    ConnectFailed,
+    NotAttempted,
+}
+
+impl Role {
+    pub fn from_wire(v: u8) -> Result<Self> {
+        Ok(match v {
+            role::CLIENT => Role::Client,
+            role::SERVER => Role::Server,
+            other => bail!("unknown role {other} in event"),
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Client => "client",
+            Role::Server => "server",
+        }
+    }
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 10] = [
+        Outcome::CookieRequested,
+        Outcome::Accepted,
+        Outcome::DataNotAcked,
+        Outcome::SynRetransmitted,
+        Outcome::CookieInvalid,
+        Outcome::AcceptedAltKey,
+        Outcome::QueueOverflow,
+        Outcome::ListenerDisabled,
+        Outcome::ConnectFailed,
+        Outcome::NotAttempted,
+    ];
+
+    pub fn from_wire(v: u8) -> Result<Self> {
+        Ok(match v {
+            outcome::COOKIE_REQUESTED => Outcome::CookieRequested,
+            outcome::ACCEPTED => Outcome::Accepted,
+            outcome::DATA_NOT_ACKED => Outcome::DataNotAcked,
+            outcome::SYN_RETRANSMITTED => Outcome::SynRetransmitted,
+            outcome::COOKIE_INVALID => Outcome::CookieInvalid,
+            outcome::ACCEPTED_ALT_KEY => Outcome::AcceptedAltKey,
+            outcome::QUEUE_OVERFLOW => Outcome::QueueOverflow,
+            outcome::LISTENER_DISABLED => Outcome::ListenerDisabled,
+            outcome::CONNECT_FAILED => Outcome::ConnectFailed,
+            outcome::NOT_ATTEMPTED => Outcome::NotAttempted,
+            other => bail!("unknown outcome {other} in event"),
+        })
+    }
+
+    pub fn to_wire(self) -> u8 {
+        match self {
+            Outcome::CookieRequested => outcome::COOKIE_REQUESTED,
+            Outcome::Accepted => outcome::ACCEPTED,
+            Outcome::DataNotAcked => outcome::DATA_NOT_ACKED,
+            Outcome::SynRetransmitted => outcome::SYN_RETRANSMITTED,
+            Outcome::CookieInvalid => outcome::COOKIE_INVALID,
+            Outcome::AcceptedAltKey => outcome::ACCEPTED_ALT_KEY,
+            Outcome::QueueOverflow => outcome::QUEUE_OVERFLOW,
+            Outcome::ListenerDisabled => outcome::LISTENER_DISABLED,
+            Outcome::ConnectFailed => outcome::CONNECT_FAILED,
+            Outcome::NotAttempted => outcome::NOT_ATTEMPTED,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::CookieRequested => "cookie_requested",
+            Outcome::Accepted => "accepted",
+            Outcome::DataNotAcked => "data_not_acked",
+            Outcome::SynRetransmitted => "syn_retransmitted",
+            Outcome::CookieInvalid => "cookie_invalid",
+            Outcome::AcceptedAltKey => "accepted_alt_key",
+            Outcome::QueueOverflow => "queue_overflow",
+            Outcome::ListenerDisabled => "listener_disabled",
+            Outcome::ConnectFailed => "connect_failed",
+            Outcome::NotAttempted => "not_attempted",
+        }
+    }
+}
+
+/// One decoded TFO event. Field names are the JSON contract users script against.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Event {
+    /// RFC 3339 wall-clock time with ns precision.
+    pub ts: String,
+    #[serde(skip)]
+    pub ts_unix_ns: u128,
+    pub role: Role,
+    pub outcome: Outcome,
+    pub family: u8,
+    pub saddr: IpAddr,
+    pub sport: u16,
+    pub daddr: IpAddr,
+    pub dport: u16,
+    pub netns: u32,
+    pub pid: u32,
+    pub comm: String,
+    pub syn_data_bytes: u32,
+    /// Length of the TFO cookie, where the backend saw it (null otherwise).
+    pub cookie_len: Option<u8>,
+    /// Server `cookie_requested` only: whether a cookie went back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cookie_issued: Option<bool>,
+    /// The SYN used the experimental option (kind 254, magic 0xF989).
+    pub exp_option: bool,
+    pub retransmits: u32,
+    /// SYN sent (client) or child created (server) to the outcome; null where unknown.
+    pub handshake_us: Option<u64>,
+    /// Time lost to SYN timeouts (0 if none).
+    pub stall_us: u64,
+}
+
+/// Converts CLOCK_MONOTONIC (what bpf_ktime_get_ns returns) to wall-clock time.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    realtime_minus_monotonic_ns: i128,
+}
+
+fn clock_ns(id: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into a valid timespec; both clocks always exist.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+}
+
+impl Clock {
+    pub fn now() -> Self {
+        let mono = clock_ns(libc::CLOCK_MONOTONIC);
+        let real = clock_ns(libc::CLOCK_REALTIME);
+        Clock { realtime_minus_monotonic_ns: real - mono }
+    }
+
+    #[cfg(test)]
+    pub fn fixed(offset_ns: i128) -> Self {
+        Clock { realtime_minus_monotonic_ns: offset_ns }
+    }
+
+    pub fn to_unix_ns(self, monotonic_ns: u64) -> u128 {
+        (monotonic_ns as i128 + self.realtime_minus_monotonic_ns).max(0) as u128
+    }
+}
+
+/// RFC 3339 in UTC with nanoseconds, e.g. `2026-11-30T08:00:00.123456789Z`.
+pub fn rfc3339(unix_ns: u128) -> String {
+    let secs = (unix_ns / 1_000_000_000) as i64;
+    let nanos = (unix_ns % 1_000_000_000) as u32;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant's algorithm), valid for the proleptic Gregorian calendar.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn comm_string(comm: &[u8]) -> String {
+    let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+fn addr(family: u8, raw: &[u8; 16]) -> IpAddr {
+    if family == FAMILY_V4 {
+        IpAddr::V4(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(*raw))
+    }
+}
+
+impl Event {
+    pub fn decode(raw: &TfoEvent, clock: Clock) -> Result<Self> {
+        if raw.family != FAMILY_V4 && raw.family != FAMILY_V6 {
+            bail!("unknown address family {} in event", raw.family);
+        }
+        let ts_unix_ns = clock.to_unix_ns(raw.ts_ns);
+        let start_known = raw.flags & flags::START_KNOWN != 0 && raw.start_ns <= raw.ts_ns;
+        let outcome = Outcome::from_wire(raw.outcome)?;
+        let role = Role::from_wire(raw.role)?;
+        Ok(Event {
+            ts: rfc3339(ts_unix_ns),
+            ts_unix_ns,
+            role,
+            outcome,
+            family: raw.family,
+            saddr: addr(raw.family, &raw.saddr),
+            sport: raw.sport,
+            daddr: addr(raw.family, &raw.daddr),
+            dport: raw.dport,
+            netns: raw.netns,
+            pid: raw.pid,
+            comm: comm_string(&raw.comm),
+            syn_data_bytes: raw.syn_data_bytes,
+            cookie_len: (raw.flags & flags::COOKIE_LEN_KNOWN != 0).then_some(raw.cookie_len),
+            cookie_issued: (role == Role::Server && outcome == Outcome::CookieRequested)
+                .then_some(raw.flags & flags::COOKIE_ISSUED != 0),
+            exp_option: raw.flags & flags::EXP_OPTION != 0,
+            retransmits: raw.retransmits,
+            handshake_us: start_known.then(|| (raw.ts_ns - raw.start_ns) / 1000),
+            stall_us: raw.stall_ns / 1000,
+        })
+    }
+
+    /// Decodes the bytes of one ring-buffer record.
+    pub fn from_bytes(bytes: &[u8], clock: Clock) -> Result<Self> {
+        if bytes.len() < std::mem::size_of::<TfoEvent>() {
+            bail!("short event record: {} bytes", bytes.len());
+        }
+        // SAFETY: length checked above; TfoEvent is plain old data (any bit pattern is
+        // valid) and read_unaligned makes no alignment assumption.
+        let raw = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const TfoEvent) };
+        Self::decode(&raw, clock)
+    }
+
+    /// The destination as users name it: `198.18.0.2:8080`, `[fd00::2]:8080`.
+    pub fn destination(&self) -> String {
+        std::net::SocketAddr::new(self.daddr, self.dport).to_string()
+    }
+
+    pub fn source(&self) -> String {
+        std::net::SocketAddr::new(self.saddr, self.sport).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tfo_trace_common::TASK_COMM_LEN;
+
+    fn raw() -> TfoEvent {
+        let mut comm = [0u8; TASK_COMM_LEN];
+        comm[..4].copy_from_slice(b"curl");
+        let mut saddr = [0u8; 16];
+        saddr[..4].copy_from_slice(&[198, 18, 0, 1]);
+        let mut daddr = [0u8; 16];
+        daddr[..4].copy_from_slice(&[198, 18, 0, 2]);
+        TfoEvent {
+            ts_ns: 5_000_000_000,
+            start_ns: 3_900_000_000,
+            stall_ns: 1_020_000_000,
+            saddr,
+            daddr,
+            netns: 4026532000,
+            pid: 4242,
+            syn_data_bytes: 100,
+            retransmits: 1,
+            sport: 40000,
+            dport: 8080,
+            family: FAMILY_V4,
+            role: role::CLIENT,
+            outcome: outcome::SYN_RETRANSMITTED,
+            flags: flags::START_KNOWN | flags::PID_KNOWN,
+            cookie_len: 0,
+            _pad: [0; 7],
+            comm,
+        }
+    }
+
+    #[test]
+    fn decodes_a_client_stall() {
+        let e = Event::decode(&raw(), Clock::fixed(1_000_000_000_000_000_000)).unwrap();
+        assert_eq!(e.outcome, Outcome::SynRetransmitted);
+        assert_eq!(e.role, Role::Client);
+        assert_eq!(e.destination(), "198.18.0.2:8080");
+        assert_eq!(e.comm, "curl");
+        assert_eq!(e.handshake_us, Some(1_100_000));
+        assert_eq!(e.stall_us, 1_020_000);
+        assert_eq!(e.cookie_len, None);
+        assert_eq!(e.cookie_issued, None);
+        assert_eq!(e.ts, "2001-09-09T01:46:45.000000000Z");
+    }
+
+    #[test]
+    fn rejects_unknown_values() {
+        let mut r = raw();
+        r.outcome = 200;
+        assert!(Event::decode(&r, Clock::fixed(0)).is_err());
+        let mut r = raw();
+        r.family = 9;
+        assert!(Event::decode(&r, Clock::fixed(0)).is_err());
+        assert!(Event::from_bytes(&[0u8; 10], Clock::fixed(0)).is_err());
+    }
+
+    #[test]
+    fn json_has_the_documented_fields() {
+        let e = Event::decode(&raw(), Clock::fixed(0)).unwrap();
+        let v = serde_json::to_value(&e).unwrap();
+        for key in [
+            "ts", "role", "outcome", "family", "saddr", "sport", "daddr", "dport", "netns", "pid",
+            "comm", "syn_data_bytes", "cookie_len", "retransmits", "handshake_us", "stall_us",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(v["outcome"], "syn_retransmitted");
+        assert_eq!(v["role"], "client");
+        assert_eq!(v["saddr"], "198.18.0.1");
+    }
+
+    #[test]
+    fn rfc3339_known_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000000000Z");
+        assert_eq!(rfc3339(1_709_251_199_000_000_001), "2024-02-29T23:59:59.000000001Z");
+    }
+
+    #[test]
+    fn wire_numbers_round_trip() {
+        for o in Outcome::ALL {
+            assert_eq!(Outcome::from_wire(o.to_wire()).unwrap(), o);
+        }
+    }
+}

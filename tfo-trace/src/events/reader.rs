@@ -1,0 +1,102 @@
+//! Reading the `EVENTS` ring buffer and the loss counters from userspace.
+use std::os::fd::{AsFd as _, AsRawFd, RawFd};
+
+use anyhow::{anyhow, Context as _, Result};
+use aya::{
+    maps::{MapData, PerCpuArray, RingBuf},
+    Ebpf,
+};
+use tfo_trace_common::counter;
+use tokio::io::unix::AsyncFd;
+
+use super::{Clock, Event, Role};
+use crate::kernel::listeners::OwnerCache;
+
+/// tokio wants AsRawFd; aya's RingBuf offers AsFd.
+struct Ring(RingBuf<MapData>);
+
+impl AsRawFd for Ring {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+pub struct EventSource {
+    ring: AsyncFd<Ring>,
+    counters: PerCpuArray<MapData, u64>,
+    clock: Clock,
+    /// Records that did not decode (a kernel/userspace mismatch): counted, never silent.
+    pub malformed: u64,
+    owners: OwnerCache,
+}
+
+/// A listener opened before we attached has no owner in the kernel map: ask /proc.
+fn name_listener_owner(owners: &mut OwnerCache, ev: &mut Event) {
+    if ev.role == Role::Server && ev.pid == 0 {
+        if let Some(owner) = owners.lookup(ev.netns, ev.sport) {
+            ev.pid = owner.pid;
+            ev.comm = owner.comm;
+        }
+    }
+}
+
+impl EventSource {
+    pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
+        let ring = RingBuf::try_from(
+            ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?,
+        )
+        .context("opening the EVENTS ring buffer")?;
+        let counters = PerCpuArray::try_from(
+            ebpf.take_map("COUNTERS").ok_or_else(|| anyhow!("COUNTERS map missing"))?,
+        )
+        .context("opening the COUNTERS map")?;
+        Ok(EventSource {
+            // SAFETY: the ring buffer's fd is owned by `Ring`, which the AsyncFd owns and
+            // deregisters on drop, so the fd stays open for as long as it is registered.
+            ring: unsafe { AsyncFd::register(Ring(ring)) }
+                .context("registering the ring buffer with tokio")?,
+            counters,
+            clock: Clock::now(),
+            malformed: 0,
+            owners: OwnerCache::default(),
+        })
+    }
+
+    /// Everything already in the ring buffer, without waiting.
+    pub fn drain(&mut self, out: &mut Vec<Event>) {
+        let ring = &mut self.ring.get_mut().0;
+        while let Some(item) = ring.next() {
+            match Event::from_bytes(&item, self.clock) {
+                Ok(mut ev) => {
+                    name_listener_owner(&mut self.owners, &mut ev);
+                    out.push(ev)
+                }
+                Err(err) => {
+                    self.malformed += 1;
+                    log::debug!("malformed event: {err:#}");
+                }
+            }
+        }
+    }
+
+    /// Waits until the kernel has written something, then drains it.
+    pub async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
+        let mut guard = self.ring.readable_mut().await.context("waiting on the ring buffer")?;
+        guard.clear_ready();
+        drop(guard);
+        self.drain(out);
+        Ok(())
+    }
+
+    fn counter(&self, index: u32) -> u64 {
+        self.counters
+            .get(&index, 0)
+            .map(|per_cpu| per_cpu.iter().sum())
+            .unwrap_or(0)
+    }
+
+    /// Events the kernel could not write because the ring buffer was full.
+    pub fn lost(&self) -> u64 {
+        self.counter(counter::EVENTS_LOST)
+    }
+}

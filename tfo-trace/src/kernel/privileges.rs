@@ -1,0 +1,252 @@
+//! Does this process hold the capabilities that loading and attaching eBPF programs needs?
+//!
+//! Kernel rules (kernel/bpf/syscall.c, include/linux/capability.h), Linux >= 5.8:
+//! - loading any program type we use: `bpf_capable()` = CAP_BPF or CAP_SYS_ADMIN;
+//! - tracing types (tracepoint, raw tracepoint, tp_btf/fentry, kprobe) and reading kernel memory:
+//!   `perfmon_capable()` = CAP_PERFMON or CAP_SYS_ADMIN;
+//! - networking types (sock_ops, cgroup_skb) and attaching to a cgroup:
+//!   `bpf_net_capable()` = CAP_NET_ADMIN or CAP_SYS_ADMIN.
+//!
+//! Before 5.8 neither CAP_BPF nor CAP_PERFMON exists and CAP_SYS_ADMIN is needed: CAP_SYS_ADMIN
+//! alone is therefore always enough. Capabilities only count in the initial user namespace.
+
+use std::io;
+
+pub const CAP_NET_ADMIN: u32 = 12;
+pub const CAP_SYS_ADMIN: u32 = 21;
+pub const CAP_PERFMON: u32 = 38;
+pub const CAP_BPF: u32 = 39;
+
+/// The capabilities tfo-trace cares about, in the order they are reported.
+pub const RELEVANT_CAPS: [u32; 4] = [CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_NET_ADMIN];
+
+/// What to tell a user who lacks capabilities.
+pub const SETCAP_HINT: &str =
+    "run it with sudo, or `sudo setcap cap_bpf,cap_perfmon,cap_net_admin+ep $(command -v tfo-trace)`";
+
+/// Kernel name of a capability we report (`CAP_<n>` for others).
+pub fn cap_name(cap: u32) -> String {
+    match cap {
+        CAP_NET_ADMIN => "CAP_NET_ADMIN".into(),
+        CAP_SYS_ADMIN => "CAP_SYS_ADMIN".into(),
+        CAP_PERFMON => "CAP_PERFMON".into(),
+        CAP_BPF => "CAP_BPF".into(),
+        n => format!("CAP_{n}"),
+    }
+}
+
+/// A capability bit set, as in the `Cap*` lines of /proc/PID/status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CapSet(pub u64);
+
+impl CapSet {
+    pub fn has(self, cap: u32) -> bool {
+        cap < 64 && self.0 & (1u64 << cap) != 0
+    }
+    /// `bpf_capable()`.
+    pub fn bpf_capable(self) -> bool {
+        self.has(CAP_BPF) || self.has(CAP_SYS_ADMIN)
+    }
+    /// `perfmon_capable()`.
+    pub fn perfmon_capable(self) -> bool {
+        self.has(CAP_PERFMON) || self.has(CAP_SYS_ADMIN)
+    }
+    /// `bpf_net_capable()`.
+    pub fn net_capable(self) -> bool {
+        self.has(CAP_NET_ADMIN) || self.has(CAP_SYS_ADMIN)
+    }
+    /// Which of [`RELEVANT_CAPS`] are held, as (name, held).
+    pub fn relevant(self) -> Vec<(String, bool)> {
+        RELEVANT_CAPS
+            .iter()
+            .map(|&c| (cap_name(c), self.has(c)))
+            .collect()
+    }
+}
+
+/// Parses the `CapEff:` line of a /proc/PID/status text (16 hex digits).
+pub fn parse_cap_eff(status: &str) -> Result<CapSet, String> {
+    parse_cap_line(status, "CapEff")
+}
+
+/// Parses any `Cap*:` line (CapPrm, CapBnd, ...) of a /proc/PID/status text.
+pub fn parse_cap_line(status: &str, field: &str) -> Result<CapSet, String> {
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':')))
+        .ok_or_else(|| format!("no {field} line in /proc/self/status"))?;
+    let hex = line.trim();
+    u64::from_str_radix(hex, 16)
+        .map(CapSet)
+        .map_err(|e| format!("{field}: cannot parse {hex:?}: {e}"))
+}
+
+/// Effective capabilities of this process.
+pub fn effective_caps() -> io::Result<CapSet> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    parse_cap_eff(&status).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Whether a /proc/PID/uid_map text is the initial user namespace's identity map.
+pub fn is_identity_uid_map(uid_map: &str) -> bool {
+    let fields: Vec<&str> = uid_map.split_whitespace().collect();
+    fields == ["0", "0", "4294967295"]
+}
+
+/// Whether we appear to run in the initial user namespace (None: cannot tell).
+/// Inside a user namespace (rootless containers) capabilities do not let us load BPF programs.
+pub fn in_initial_user_ns() -> Option<bool> {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .ok()
+        .map(|m| is_identity_uid_map(&m))
+}
+
+fn missing_message(missing: &[u32], what: &str) -> String {
+    let names: Vec<String> = missing.iter().map(|&c| cap_name(c)).collect();
+    format!(
+        "tfo-trace needs {} (or root) to {what}: {SETCAP_HINT}",
+        names.join(" and ")
+    )
+}
+
+/// The rule for tracing programs (tracepoints, raw tracepoints, tp_btf, fentry, kprobes):
+/// CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN alone. `initial_user_ns`: see [`in_initial_user_ns`].
+/// On failure, returns one actionable line.
+pub fn tracing_rule(caps: CapSet, initial_user_ns: Option<bool>) -> Result<(), String> {
+    if initial_user_ns == Some(false) {
+        return Err("tfo-trace runs inside a user namespace (a rootless container?), where capabilities \
+                    do not allow loading eBPF programs: run it on the host with sudo, or in a privileged container"
+            .into());
+    }
+    if caps.has(CAP_SYS_ADMIN) || (caps.has(CAP_BPF) && caps.has(CAP_PERFMON)) {
+        return Ok(());
+    }
+    let missing: Vec<u32> = [CAP_BPF, CAP_PERFMON]
+        .into_iter()
+        .filter(|&c| !caps.has(c))
+        .collect();
+    Err(missing_message(&missing, "load its eBPF programs"))
+}
+
+/// The rule for the sock_ops / cgroup_skb backend: CAP_BPF and CAP_NET_ADMIN, or CAP_SYS_ADMIN.
+pub fn sockops_rule(caps: CapSet, initial_user_ns: Option<bool>) -> Result<(), String> {
+    // Same user-namespace verdict as for tracing (CAP_SYS_ADMIN passes the capability part).
+    tracing_rule(CapSet(1 << CAP_SYS_ADMIN), initial_user_ns)?;
+    if caps.has(CAP_SYS_ADMIN) || (caps.has(CAP_BPF) && caps.has(CAP_NET_ADMIN)) {
+        return Ok(());
+    }
+    let missing: Vec<u32> = [CAP_BPF, CAP_NET_ADMIN]
+        .into_iter()
+        .filter(|&c| !caps.has(c))
+        .collect();
+    Err(missing_message(
+        &missing,
+        "attach its sock_ops program to a cgroup",
+    ))
+}
+
+/// Checks this process against [`tracing_rule`]; Err is one line to show the user.
+pub fn check_tracing_privileges() -> Result<(), String> {
+    let caps = effective_caps()
+        .map_err(|e| format!("cannot read capabilities from /proc/self/status: {e}"))?;
+    tracing_rule(caps, in_initial_user_ns())
+}
+
+/// Checks this process against [`sockops_rule`].
+pub fn check_sockops_privileges() -> Result<(), String> {
+    let caps = effective_caps()
+        .map_err(|e| format!("cannot read capabilities from /proc/self/status: {e}"))?;
+    sockops_rule(caps, in_initial_user_ns())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROOT_STATUS: &str = "Name:\tcat\nUmask:\t0022\nState:\tR (running)\n\
+        CapInh:\t0000000000000000\nCapPrm:\t000001fffeffffff\nCapEff:\t000001fffeffffff\n\
+        CapBnd:\t000001fffeffffff\nCapAmb:\t0000000000000000\nNoNewPrivs:\t0\n";
+    const USER_STATUS: &str = "Name:\tcat\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\n\
+        CapEff:\t0000000000000000\nCapBnd:\t000001ffffffffff\n";
+
+    fn caps(list: &[u32]) -> CapSet {
+        CapSet(list.iter().fold(0, |a, &c| a | (1u64 << c)))
+    }
+
+    #[test]
+    fn parse_cap_eff_lines() {
+        let root = parse_cap_eff(ROOT_STATUS).unwrap();
+        assert_eq!(root, CapSet(0x1fffeffffff));
+        for c in RELEVANT_CAPS {
+            assert!(root.has(c), "{}", cap_name(c));
+        }
+        assert!(!root.has(24)); // CAP_SYS_RESOURCE is missing from that mask
+        assert_eq!(parse_cap_eff(USER_STATUS).unwrap(), CapSet(0));
+        assert_eq!(
+            parse_cap_line(USER_STATUS, "CapBnd").unwrap(),
+            CapSet(0x1ffffffffff)
+        );
+        assert!(parse_cap_eff("Name:\tx\n").is_err());
+        assert!(parse_cap_eff("CapEff:\tzz\n").is_err());
+        // CapEffX must not match CapEff
+        assert!(parse_cap_eff("CapEffX:\t1\n").is_err());
+        assert!(!CapSet(u64::MAX).has(64));
+    }
+
+    #[test]
+    fn tracing_rule_fixed_inputs() {
+        assert!(tracing_rule(caps(&[CAP_BPF, CAP_PERFMON]), Some(true)).is_ok());
+        assert!(tracing_rule(caps(&[CAP_SYS_ADMIN]), Some(true)).is_ok());
+        assert!(tracing_rule(caps(&[CAP_SYS_ADMIN]), None).is_ok());
+        assert!(tracing_rule(CapSet(0x1fffeffffff), Some(true)).is_ok());
+
+        let e = tracing_rule(CapSet(0), Some(true)).unwrap_err();
+        assert!(e.starts_with("tfo-trace needs CAP_BPF and CAP_PERFMON (or root) to load its eBPF programs: run it with sudo, or `sudo setcap cap_bpf,cap_perfmon,cap_net_admin+ep $(command -v tfo-trace)`"), "{e}");
+        assert!(!e.contains('\n'));
+        let e = tracing_rule(caps(&[CAP_BPF, CAP_NET_ADMIN]), Some(true)).unwrap_err();
+        assert!(
+            e.starts_with("tfo-trace needs CAP_PERFMON (or root)"),
+            "{e}"
+        );
+        let e = tracing_rule(caps(&[CAP_PERFMON]), Some(true)).unwrap_err();
+        assert!(e.starts_with("tfo-trace needs CAP_BPF (or root)"), "{e}");
+
+        // Capabilities inside a user namespace do not count.
+        let e = tracing_rule(CapSet(u64::MAX >> 23), Some(false)).unwrap_err();
+        assert!(e.contains("user namespace"), "{e}");
+    }
+
+    #[test]
+    fn sockops_rule_fixed_inputs() {
+        assert!(sockops_rule(caps(&[CAP_BPF, CAP_NET_ADMIN]), Some(true)).is_ok());
+        assert!(sockops_rule(caps(&[CAP_SYS_ADMIN]), Some(true)).is_ok());
+        let e = sockops_rule(caps(&[CAP_BPF, CAP_PERFMON]), Some(true)).unwrap_err();
+        assert!(
+            e.starts_with("tfo-trace needs CAP_NET_ADMIN (or root) to attach"),
+            "{e}"
+        );
+        let e = sockops_rule(CapSet(0), Some(true)).unwrap_err();
+        assert!(
+            e.starts_with("tfo-trace needs CAP_BPF and CAP_NET_ADMIN (or root) to attach"),
+            "{e}"
+        );
+        assert!(sockops_rule(caps(&[CAP_SYS_ADMIN]), Some(false)).is_err());
+    }
+
+    #[test]
+    fn uid_map() {
+        assert!(is_identity_uid_map("         0          0 4294967295\n"));
+        assert!(!is_identity_uid_map("         0       1000          1\n"));
+        assert!(!is_identity_uid_map(""));
+    }
+
+    #[test]
+    fn this_process() {
+        let c = effective_caps().unwrap();
+        let verdict = check_tracing_privileges();
+        assert_eq!(
+            verdict.is_ok(),
+            tracing_rule(c, in_initial_user_ns()).is_ok()
+        );
+    }
+}

@@ -1,0 +1,434 @@
+//! The TCP Fast Open sysctls of one network namespace.
+//!
+//! `net.ipv4.tcp_fastopen`, `net.ipv4.tcp_fastopen_blackhole_timeout_sec` and
+//! `net.ipv4.tcp_fastopen_key` are all per network namespace: a read of /proc/sys/net sees the
+//! namespace of the *reading thread* (see [`crate::kernel::netns::with_netns`] to read another one).
+//!
+//! The key itself is a secret: this module never returns or prints it, only whether a primary
+//! and a backup key are set.
+
+use std::{fmt, io, path::Path};
+
+use serde::ser::{Serialize, SerializeStruct, Serializer};
+
+/// Directory of the IPv4 sysctls, as seen by the reading thread's network namespace.
+pub const PROC_SYS_IPV4: &str = "/proc/sys/net/ipv4";
+pub const TCP_FASTOPEN_PATH: &str = "/proc/sys/net/ipv4/tcp_fastopen";
+pub const TCP_FASTOPEN_BLACKHOLE_TIMEOUT_PATH: &str =
+    "/proc/sys/net/ipv4/tcp_fastopen_blackhole_timeout_sec";
+pub const TCP_FASTOPEN_KEY_PATH: &str = "/proc/sys/net/ipv4/tcp_fastopen_key";
+
+/// `TFO_CLIENT_ENABLE` (include/net/tcp.h).
+pub const TFO_CLIENT_ENABLE: u32 = 0x1;
+/// `TFO_SERVER_ENABLE`.
+pub const TFO_SERVER_ENABLE: u32 = 0x2;
+/// `TFO_CLIENT_NO_COOKIE`.
+pub const TFO_CLIENT_NO_COOKIE: u32 = 0x4;
+/// `TFO_SERVER_COOKIE_NOT_REQD`.
+pub const TFO_SERVER_COOKIE_NOT_REQD: u32 = 0x200;
+/// `TFO_SERVER_WO_SOCKOPT1`.
+pub const TFO_SERVER_WO_SOCKOPT1: u32 = 0x400;
+
+/// One documented bit of `net.ipv4.tcp_fastopen`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TfoBit {
+    pub mask: u32,
+    /// The kernel's name of the bit (include/net/tcp.h).
+    pub name: &'static str,
+    /// "client" or "server".
+    pub side: &'static str,
+    /// What the bit does when set.
+    pub meaning: &'static str,
+}
+
+/// The bits the kernel knows (Documentation/networking/ip-sysctl.rst), in mask order.
+pub const KNOWN_BITS: [TfoBit; 5] = [
+    TfoBit {
+        mask: TFO_CLIENT_ENABLE,
+        name: "TFO_CLIENT_ENABLE",
+        side: "client",
+        meaning: "send data in the opening SYN (MSG_FASTOPEN, TCP_FASTOPEN_CONNECT)",
+    },
+    TfoBit {
+        mask: TFO_SERVER_ENABLE,
+        name: "TFO_SERVER_ENABLE",
+        side: "server",
+        meaning: "accept data in a SYN on listeners that set TCP_FASTOPEN",
+    },
+    TfoBit {
+        mask: TFO_CLIENT_NO_COOKIE,
+        name: "TFO_CLIENT_NO_COOKIE",
+        side: "client",
+        meaning: "send SYN-data without a cookie, whether or not one is cached",
+    },
+    TfoBit {
+        mask: TFO_SERVER_COOKIE_NOT_REQD,
+        name: "TFO_SERVER_COOKIE_NOT_REQD",
+        side: "server",
+        meaning: "accept SYN-data that carries no cookie option",
+    },
+    TfoBit {
+        mask: TFO_SERVER_WO_SOCKOPT1,
+        name: "TFO_SERVER_WO_SOCKOPT1",
+        side: "server",
+        meaning: "every listener accepts TFO, without the TCP_FASTOPEN socket option",
+    },
+];
+
+/// Union of [`KNOWN_BITS`].
+pub const KNOWN_MASK: u32 = TFO_CLIENT_ENABLE
+    | TFO_SERVER_ENABLE
+    | TFO_CLIENT_NO_COOKIE
+    | TFO_SERVER_COOKIE_NOT_REQD
+    | TFO_SERVER_WO_SOCKOPT1;
+
+/// The kernel's default for a new namespace: client enabled only.
+pub const TCP_FASTOPEN_DEFAULT: u32 = TFO_CLIENT_ENABLE;
+
+/// One bit of a [`TcpFastopen`] value, known or not.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BitState {
+    pub mask: u32,
+    /// Kernel name, or "unknown" for a bit this tool does not know.
+    pub name: &'static str,
+    pub side: &'static str,
+    pub set: bool,
+    pub meaning: &'static str,
+}
+
+/// The value of `net.ipv4.tcp_fastopen`, decoded bit by bit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpFastopen(pub u32);
+
+impl TcpFastopen {
+    /// Parses the sysctl file's text: decimal as the kernel prints it; `0x...` hex also accepted.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let t = text.trim();
+        let parsed = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+            u32::from_str_radix(hex, 16)
+        } else {
+            t.parse::<u32>()
+        };
+        parsed
+            .map(TcpFastopen)
+            .map_err(|e| format!("net.ipv4.tcp_fastopen: cannot parse {t:?}: {e}"))
+    }
+
+    pub fn value(self) -> u32 {
+        self.0
+    }
+    pub fn client_enabled(self) -> bool {
+        self.0 & TFO_CLIENT_ENABLE != 0
+    }
+    pub fn server_enabled(self) -> bool {
+        self.0 & TFO_SERVER_ENABLE != 0
+    }
+    pub fn client_no_cookie(self) -> bool {
+        self.0 & TFO_CLIENT_NO_COOKIE != 0
+    }
+    pub fn server_cookie_not_required(self) -> bool {
+        self.0 & TFO_SERVER_COOKIE_NOT_REQD != 0
+    }
+    pub fn server_all_listeners(self) -> bool {
+        self.0 & TFO_SERVER_WO_SOCKOPT1 != 0
+    }
+    /// Set bits this tool does not know (e.g. the removed 0x800 `TFO_SERVER_WO_SOCKOPT2`).
+    pub fn unknown_bits(self) -> u32 {
+        self.0 & !KNOWN_MASK
+    }
+
+    /// Every known bit (set or not), then every set unknown bit, in mask order.
+    pub fn bits(self) -> Vec<BitState> {
+        let mut out: Vec<BitState> = KNOWN_BITS
+            .iter()
+            .map(|b| BitState {
+                mask: b.mask,
+                name: b.name,
+                side: b.side,
+                set: self.0 & b.mask != 0,
+                meaning: b.meaning,
+            })
+            .collect();
+        let unknown = self.unknown_bits();
+        for i in 0..32 {
+            let mask = 1u32 << i;
+            if unknown & mask != 0 {
+                out.push(BitState {
+                    mask,
+                    name: "unknown",
+                    side: "?",
+                    set: true,
+                    meaning: "bit not known to tfo-trace (ignored or removed in this kernel?)",
+                });
+            }
+        }
+        out.sort_by_key(|b| b.mask);
+        out
+    }
+
+    /// One line per bit, e.g. `0x001 client set   TFO_CLIENT_ENABLE: send data in ...`.
+    pub fn describe(self) -> Vec<String> {
+        self.bits()
+            .iter()
+            .map(|b| {
+                format!(
+                    "{:#05x} {:<6} {:<5} {}: {}",
+                    b.mask,
+                    b.side,
+                    if b.set { "set" } else { "unset" },
+                    b.name,
+                    b.meaning
+                )
+            })
+            .collect()
+    }
+
+    /// Bits that are set but have no effect because the base bit of their side is off.
+    pub fn ineffective_bits(self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.client_no_cookie() && !self.client_enabled() {
+            out.push(format!(
+                "{TFO_CLIENT_NO_COOKIE:#x} (client without cookie) has no effect while client bit {TFO_CLIENT_ENABLE:#x} is off"
+            ));
+        }
+        for (mask, what) in [
+            (TFO_SERVER_COOKIE_NOT_REQD, "server without cookie"),
+            (TFO_SERVER_WO_SOCKOPT1, "all listeners"),
+        ] {
+            if self.0 & mask != 0 && !self.server_enabled() {
+                out.push(format!(
+                    "{mask:#x} ({what}) has no effect while server bit {TFO_SERVER_ENABLE:#x} is off"
+                ));
+            }
+        }
+        out
+    }
+}
+
+impl fmt::Display for TcpFastopen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({:#x})", self.0, self.0)
+    }
+}
+
+impl Serialize for TcpFastopen {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("TcpFastopen", 4)?;
+        st.serialize_field("value", &self.0)?;
+        st.serialize_field("hex", &format!("{:#x}", self.0))?;
+        st.serialize_field("bits", &self.bits())?;
+        st.serialize_field("unknown_bits", &self.unknown_bits())?;
+        st.end()
+    }
+}
+
+/// Which TFO server keys a namespace has. Never holds the key material.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct FastopenKeyStatus {
+    /// A primary key exists. The kernel generates one at random the first time a listener in
+    /// the namespace enables TFO; before that (or with no context) the file reads all zeros.
+    pub primary: bool,
+    /// A backup key exists (the file shows `primary,backup`); cookies made with it are still accepted.
+    pub backup: bool,
+}
+
+impl FastopenKeyStatus {
+    /// Decodes the text of /proc/sys/net/ipv4/tcp_fastopen_key (`k1` or `k1,k2`, each key as
+    /// four dash-separated 32-bit hex words). Only the presence of each key survives.
+    pub fn parse(text: &str) -> Self {
+        fn is_set(key: &str) -> bool {
+            let k = key.trim();
+            !k.is_empty() && k.chars().any(|c| c.is_ascii_hexdigit() && c != '0')
+        }
+        let mut parts = text.trim().splitn(2, ',');
+        let primary = parts.next().map(is_set).unwrap_or(false);
+        let backup = parts.next().map(is_set).unwrap_or(false);
+        FastopenKeyStatus { primary, backup }
+    }
+}
+
+/// Reads one sysctl file and returns its contents, trimmed. The read happens in the calling
+/// thread's network namespace for /proc/sys/net files.
+pub fn read_sysctl(path: impl AsRef<Path>) -> io::Result<String> {
+    let path = path.as_ref();
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// `net.ipv4.tcp_fastopen` of the calling thread's namespace.
+pub fn read_tcp_fastopen() -> io::Result<TcpFastopen> {
+    let text = read_sysctl(TCP_FASTOPEN_PATH)?;
+    TcpFastopen::parse(&text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// `net.ipv4.tcp_fastopen_blackhole_timeout_sec` of the calling thread's namespace
+/// (0: active-side blackhole detection is off, the default since Linux 5.14).
+pub fn read_blackhole_timeout_sec() -> io::Result<u32> {
+    let text = read_sysctl(TCP_FASTOPEN_BLACKHOLE_TIMEOUT_PATH)?;
+    text.parse::<u32>().map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("tcp_fastopen_blackhole_timeout_sec: cannot parse {text:?}: {e}"),
+        )
+    })
+}
+
+/// Whether a primary and a backup TFO key are set in the calling thread's namespace.
+/// The file is mode 0600: non-root readers get PermissionDenied.
+pub fn read_fastopen_key_status() -> io::Result<FastopenKeyStatus> {
+    // Read, decode, drop: the key text never leaves this function.
+    let text = read_sysctl(TCP_FASTOPEN_KEY_PATH)?;
+    Ok(FastopenKeyStatus::parse(&text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_decimal_and_hex() {
+        assert_eq!(TcpFastopen::parse("1\n").unwrap(), TcpFastopen(1));
+        assert_eq!(TcpFastopen::parse(" 1539 ").unwrap(), TcpFastopen(0x603));
+        assert_eq!(TcpFastopen::parse("0x603").unwrap(), TcpFastopen(0x603));
+        assert!(TcpFastopen::parse("").is_err());
+        assert!(TcpFastopen::parse("-1").is_err());
+        assert!(TcpFastopen::parse("abc").is_err());
+    }
+
+    #[test]
+    fn default_is_client_only() {
+        let v = TcpFastopen(TCP_FASTOPEN_DEFAULT);
+        assert!(v.client_enabled());
+        assert!(!v.server_enabled());
+        assert!(!v.client_no_cookie());
+        assert!(!v.server_cookie_not_required());
+        assert!(!v.server_all_listeners());
+        assert_eq!(v.unknown_bits(), 0);
+        assert!(v.ineffective_bits().is_empty());
+    }
+
+    #[test]
+    fn all_known_bits() {
+        let v = TcpFastopen(0x607);
+        assert!(v.client_enabled() && v.server_enabled() && v.client_no_cookie());
+        assert!(v.server_cookie_not_required() && v.server_all_listeners());
+        assert_eq!(v.unknown_bits(), 0);
+        let bits = v.bits();
+        assert_eq!(bits.len(), 5);
+        assert!(bits.iter().all(|b| b.set));
+    }
+
+    #[test]
+    fn unknown_bits_are_reported() {
+        let v = TcpFastopen(0x803);
+        assert_eq!(v.unknown_bits(), 0x800);
+        let bits = v.bits();
+        assert_eq!(bits.len(), 6);
+        let unk = bits.iter().find(|b| b.mask == 0x800).unwrap();
+        assert_eq!(unk.name, "unknown");
+        assert!(unk.set);
+        // sorted by mask: 0x1 0x2 0x4 0x200 0x400 0x800
+        let masks: Vec<u32> = bits.iter().map(|b| b.mask).collect();
+        assert_eq!(masks, vec![0x1, 0x2, 0x4, 0x200, 0x400, 0x800]);
+    }
+
+    #[test]
+    fn describe_one_line_per_bit() {
+        let lines = TcpFastopen(3).describe();
+        assert_eq!(lines.len(), 5);
+        assert!(
+            lines[0].starts_with("0x001 client set   TFO_CLIENT_ENABLE"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[1].starts_with("0x002 server set   TFO_SERVER_ENABLE"),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].starts_with("0x004 client unset TFO_CLIENT_NO_COOKIE"),
+            "{}",
+            lines[2]
+        );
+        assert!(lines[3].starts_with("0x200 server unset TFO_SERVER_COOKIE_NOT_REQD"));
+        assert!(lines[4].starts_with("0x400 server unset TFO_SERVER_WO_SOCKOPT1"));
+        let lines = TcpFastopen(0x1000).describe();
+        assert_eq!(lines.len(), 6);
+        assert!(
+            lines[5].starts_with("0x1000 ?      set   unknown"),
+            "{}",
+            lines[5]
+        );
+    }
+
+    #[test]
+    fn ineffective_combinations() {
+        assert_eq!(TcpFastopen(0x4).ineffective_bits().len(), 1);
+        assert_eq!(TcpFastopen(0x601).ineffective_bits().len(), 2);
+        assert!(TcpFastopen(0x607).ineffective_bits().is_empty());
+    }
+
+    #[test]
+    fn display_and_json() {
+        assert_eq!(TcpFastopen(1027).to_string(), "1027 (0x403)");
+        let j = serde_json::to_value(TcpFastopen(3)).unwrap();
+        assert_eq!(j["value"], 3);
+        assert_eq!(j["hex"], "0x3");
+        assert_eq!(j["bits"][1]["name"], "TFO_SERVER_ENABLE");
+        assert_eq!(j["bits"][1]["set"], true);
+    }
+
+    #[test]
+    fn key_status() {
+        // Format checked on Linux 6.18 with `sysctl -w net.ipv4.tcp_fastopen_key=...` in a netns.
+        let none = FastopenKeyStatus::parse("00000000-00000000-00000000-00000000\n");
+        assert_eq!(
+            none,
+            FastopenKeyStatus {
+                primary: false,
+                backup: false
+            }
+        );
+        let one = FastopenKeyStatus::parse("00112233-44556677-8899aabb-ccddeeff\n");
+        assert_eq!(
+            one,
+            FastopenKeyStatus {
+                primary: true,
+                backup: false
+            }
+        );
+        let two = FastopenKeyStatus::parse(
+            "00112233-44556677-8899aabb-ccddeeff,ffeeddcc-bbaa9988-77665544-33221100\n",
+        );
+        assert_eq!(
+            two,
+            FastopenKeyStatus {
+                primary: true,
+                backup: true
+            }
+        );
+        assert_eq!(
+            FastopenKeyStatus::parse(""),
+            FastopenKeyStatus {
+                primary: false,
+                backup: false
+            }
+        );
+    }
+
+    #[test]
+    fn reads_this_namespace() {
+        // Whatever the value is, it must parse and match a direct read of the file.
+        if let Ok(text) = std::fs::read_to_string(TCP_FASTOPEN_PATH) {
+            let v = read_tcp_fastopen().unwrap();
+            assert_eq!(v.0, text.trim().parse::<u32>().unwrap());
+        }
+        if Path::new(TCP_FASTOPEN_BLACKHOLE_TIMEOUT_PATH).exists() {
+            read_blackhole_timeout_sec().unwrap();
+        }
+        let err = read_sysctl("/proc/sys/net/ipv4/does_not_exist").unwrap_err();
+        assert!(err.to_string().contains("does_not_exist"));
+    }
+}

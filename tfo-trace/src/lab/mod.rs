@@ -1,0 +1,714 @@
+//! A TCP Fast Open lab on one machine: two network namespaces (client, server) joined by
+//! a veth pair, per-namespace `net.ipv4.tcp_fastopen`, an optional nftables "middlebox"
+//! that drops SYNs carrying data, and TFO peers run as child processes of the `tfo-trace`
+//! binary (`lab-server`, `lab-client`) so the tracer sees real pids.
+//!
+//! Addresses (N = per-lab number, differs between labs of one process):
+//! client 198.18.N.1/24 and fd00:7f0:N::1/64; server 198.18.N.2 and fd00:7f0:N::2, plus
+//! 198.18.N.3 and fd00:7f0:N::3 when `server_addrs == 2`. Traffic never leaves the two
+//! namespaces: they have no other interface and no default route.
+//!
+//! Cleanup: `Drop for Lab` kills the processes it started (by pid), deletes the nft table
+//! and both namespaces, also after a failure half-way through [`Lab::create`]. Every lab
+//! is also in a process-wide registry: a CLI calls [`cleanup_all`] from its Ctrl-C handler
+//! (a normal thread or task, e.g. `tokio::signal::ctrl_c()`, not a raw signal handler:
+//! it takes a lock and runs `ip`). [`sweep_stale`] removes namespaces left by runs that
+//! died (their embedded pid is gone).
+mod cmd;
+pub mod traffic;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead as _, BufReader};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Mutex, MutexGuard, Once};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+
+use crate::kernel::netstat::Netstat;
+pub use traffic::{ClientArgs, ClientMode, ConnResult, ServerArgs};
+
+/// The arguments of one client run; the same struct the `lab-client` subcommand takes.
+pub type ClientRunSpec = ClientArgs;
+
+/// Every namespace this module creates is named `<NS_PREFIX>-<pid>-<lab number>-{cli,srv}`.
+pub const NS_PREFIX: &str = "tfolab";
+/// The nftables table (family inet) that holds the middlebox rules in the server namespace.
+pub const NFT_TABLE: &str = "tfolab";
+/// Interface names inside the namespaces. The pair is created directly in the two fresh
+/// namespaces, so fixed names never clash with the host's or another lab's.
+const VETH_CLIENT: &str = "tfo-cli";
+const VETH_SERVER: &str = "tfo-srv";
+/// How long `start_server` waits for the child's `ready` line.
+const SERVER_READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Extra time granted to a client run beyond its own worst case.
+const CLIENT_WAIT_SLACK: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Side {
+    Client,
+    Server,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabConfig {
+    /// `net.ipv4.tcp_fastopen` in the client namespace (0x1 = client enabled).
+    pub client_fastopen: u32,
+    /// `net.ipv4.tcp_fastopen` in the server namespace (0x2 = server enabled).
+    pub server_fastopen: u32,
+    /// 1 or 2 server address pairs (v4 + v6): the demo uses one clean destination and one
+    /// behind the middlebox.
+    pub server_addrs: usize,
+}
+
+impl Default for LabConfig {
+    fn default() -> Self {
+        LabConfig { client_fastopen: 0x1, server_fastopen: 0x2, server_addrs: 1 }
+    }
+}
+
+/// A live lab; dropping it tears everything down.
+#[derive(Debug)]
+pub struct Lab {
+    id: u64,
+    n: u8,
+    client_ns: String,
+    server_ns: String,
+    cfg: LabConfig,
+}
+
+// ---------------------------------------------------------------------------------------
+// Process-wide registry of what every lab created, so that cleanup_all() (Ctrl-C) and
+// Drop both know exactly which namespaces and pids are ours.
+
+#[derive(Debug, Default)]
+struct Owned {
+    /// Only namespaces whose `ip netns add` succeeded: never delete someone else's.
+    namespaces: Vec<String>,
+    /// Pids of children not yet reaped. A child is removed under the lock at the moment it
+    /// is reaped, so a pid in here can never have been reused by another process.
+    pids: BTreeSet<u32>,
+    /// The server namespace got the nft table.
+    nft_in: Option<String>,
+}
+
+static REGISTRY: Mutex<BTreeMap<u64, Owned>> = Mutex::new(BTreeMap::new());
+static NEXT_LAB: AtomicU64 = AtomicU64::new(0);
+/// Serializes `ip netns add/del` within the process: concurrent first use of /run/netns
+/// (making it a shared mount) is racy in iproute2.
+static NETNS_LOCK: Mutex<()> = Mutex::new(());
+static SWEEP_ONCE: Once = Once::new();
+
+/// Locks without ever panicking: a poisoned registry is still the best record we have.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Kills every process and deletes every namespace any lab of this process created.
+/// For a Ctrl-C handler; labs dropped afterwards find nothing left to do.
+pub fn cleanup_all() {
+    let all = std::mem::take(&mut *lock(&REGISTRY));
+    for (_, owned) in all {
+        teardown(owned);
+    }
+}
+
+fn teardown(owned: Owned) {
+    for &pid in &owned.pids {
+        // Unreaped children only (see Owned::pids): the pid is still ours.
+        // SAFETY: kill(2) with a pid we own; no memory involved.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
+    if let Some(ns) = &owned.nft_in {
+        // Best effort: deleting the namespace below removes the table anyway.
+        let _ = cmd::run(
+            cmd::in_netns(ns, "nft").args(["delete", "table", "inet", NFT_TABLE]),
+        );
+    }
+    for ns in &owned.namespaces {
+        if let Err(e) = delete_netns(ns) {
+            log::warn!("lab cleanup: {e:#}");
+        }
+    }
+}
+
+fn delete_netns(name: &str) -> Result<()> {
+    let _g = lock(&NETNS_LOCK);
+    if !Path::new("/run/netns").join(name).exists() {
+        return Ok(());
+    }
+    cmd::run(Command::new("ip").args(["netns", "delete", name])).map(drop)
+}
+
+/// Deletes namespaces named `<prefix>-<pid>-<n>-cli|srv` whose `<pid>` is no longer a
+/// live process (left behind by a run that crashed or was killed). Namespaces of live
+/// processes, of this process, or with any other name are never touched. Returns the
+/// names deleted. Processes still inside such a namespace keep it alive until they exit
+/// (lab servers exit on their own: stdin closed, or `--max-seconds`).
+pub fn sweep_stale(prefix: &str) -> Result<Vec<String>> {
+    let list = cmd::run(Command::new("ip").args(["netns", "list"]))?;
+    let me = std::process::id();
+    let mut removed = Vec::new();
+    for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
+        let Some(pid) = stale_owner(prefix, name) else { continue };
+        if pid == me || pid_alive(pid) {
+            continue;
+        }
+        delete_netns(name)?;
+        removed.push(name.to_string());
+    }
+    Ok(removed)
+}
+
+/// The owner pid embedded in a lab namespace name, if `name` is exactly one of ours.
+fn stale_owner(prefix: &str, name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(prefix)?.strip_prefix('-')?;
+    let mut parts = rest.split('-');
+    let pid = parts.next()?.parse::<u32>().ok()?;
+    parts.next()?.parse::<u64>().ok()?;
+    let side = parts.next()?;
+    (parts.next().is_none() && (side == "cli" || side == "srv")).then_some(pid)
+}
+
+fn pid_alive(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 only checks existence.
+    let rc = unsafe { libc::kill(p, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+// ---------------------------------------------------------------------------------------
+
+impl Lab {
+    /// Builds the two namespaces, the veth pair, the addresses and the TFO sysctls.
+    /// On error everything created so far is removed again.
+    pub fn create(cfg: LabConfig) -> Result<Lab> {
+        if !(1..=2).contains(&cfg.server_addrs) {
+            bail!("server_addrs must be 1 or 2, not {}", cfg.server_addrs);
+        }
+        SWEEP_ONCE.call_once(|| match sweep_stale(NS_PREFIX) {
+            Ok(v) if !v.is_empty() => log::info!("removed stale lab namespaces: {v:?}"),
+            Ok(_) => {}
+            Err(e) => log::warn!("sweeping stale lab namespaces: {e:#}"),
+        });
+        let id = NEXT_LAB.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let lab = Lab {
+            id,
+            n: (id % 256) as u8,
+            client_ns: format!("{NS_PREFIX}-{pid}-{id}-cli"),
+            server_ns: format!("{NS_PREFIX}-{pid}-{id}-srv"),
+            cfg,
+        };
+        lock(&REGISTRY).insert(id, Owned::default());
+        // From here on an early return drops `lab`, whose Drop undoes what was done.
+        lab.setup()
+            .with_context(|| format!("creating lab {} / {}", lab.client_ns, lab.server_ns))?;
+        Ok(lab)
+    }
+
+    fn setup(&self) -> Result<()> {
+        for ns in [&self.client_ns, &self.server_ns] {
+            let _g = lock(&NETNS_LOCK);
+            cmd::run(Command::new("ip").args(["netns", "add", ns]))?;
+            if let Some(o) = lock(&REGISTRY).get_mut(&self.id) {
+                o.namespaces.push(ns.clone());
+            }
+        }
+        // Create each end directly in its namespace: nothing ever appears in the host's.
+        cmd::run(cmd::ip_in(&self.client_ns).args([
+            "link", "add", VETH_CLIENT, "type", "veth", "peer", "name", VETH_SERVER, "netns",
+            &self.server_ns,
+        ]))?;
+
+        let mut plan: Vec<(&str, &str, Vec<String>)> = vec![
+            (&self.client_ns, VETH_CLIENT, vec![
+                format!("{}/24", self.client_addr(false)),
+                format!("{}/64", self.client_addr(true)),
+            ]),
+            (&self.server_ns, VETH_SERVER, Vec::new()),
+        ];
+        for i in 0..self.cfg.server_addrs {
+            plan[1].2.push(format!("{}/24", self.server_addr(i, false)?));
+            plan[1].2.push(format!("{}/64", self.server_addr(i, true)?));
+        }
+        for (ns, dev, addrs) in &plan {
+            for a in addrs {
+                let mut c = cmd::ip_in(ns);
+                c.args(["addr", "add", a, "dev", dev]);
+                if a.contains(':') {
+                    c.arg("nodad"); // usable at once, no 1-2 s duplicate detection
+                }
+                cmd::run(&mut c)?;
+            }
+            cmd::run(cmd::ip_in(ns).args(["link", "set", "lo", "up"]))?;
+            cmd::run(cmd::ip_in(ns).args(["link", "set", dev, "up"]))?;
+        }
+        for (ns, dev, _) in &plan {
+            wait_oper_up(ns, dev)?;
+        }
+        self.set_sysctl(Side::Client, "net.ipv4.tcp_fastopen", &self.cfg.client_fastopen.to_string())?;
+        self.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen", &self.cfg.server_fastopen.to_string())?;
+        Ok(())
+    }
+
+    pub fn config(&self) -> &LabConfig {
+        &self.cfg
+    }
+
+    /// The namespace name of `side`.
+    pub fn netns(&self, side: Side) -> &str {
+        match side {
+            Side::Client => &self.client_ns,
+            Side::Server => &self.server_ns,
+        }
+    }
+
+    pub fn client_addr(&self, v6: bool) -> IpAddr {
+        self.host_addr(1, v6)
+    }
+
+    /// Server address `index` (0 or, with `server_addrs == 2`, 1).
+    pub fn server_addr(&self, index: usize, v6: bool) -> Result<IpAddr> {
+        if index >= self.cfg.server_addrs {
+            bail!("server address {index} does not exist (server_addrs = {})", self.cfg.server_addrs);
+        }
+        Ok(self.host_addr(2 + index as u8, v6))
+    }
+
+    /// All server addresses of one family.
+    pub fn server_addrs(&self, v6: bool) -> Vec<IpAddr> {
+        (0..self.cfg.server_addrs).map(|i| self.host_addr(2 + i as u8, v6)).collect()
+    }
+
+    fn host_addr(&self, host: u8, v6: bool) -> IpAddr {
+        if v6 {
+            IpAddr::V6(Ipv6Addr::new(0xfd00, 0x07f0, u16::from(self.n), 0, 0, 0, 0, u16::from(host)))
+        } else {
+            IpAddr::V4(Ipv4Addr::new(198, 18, self.n, host))
+        }
+    }
+
+    /// `sysctl -w key=value` inside `side`'s namespace (e.g. turn server TFO off after
+    /// cookies were issued).
+    pub fn set_sysctl(&self, side: Side, key: &str, value: &str) -> Result<()> {
+        cmd::run(cmd::in_netns(self.netns(side), "sysctl").args(["-w", &format!("{key}={value}")]))
+            .map(drop)
+    }
+
+    /// `sysctl -n key` inside `side`'s namespace.
+    pub fn sysctl(&self, side: Side, key: &str) -> Result<String> {
+        Ok(cmd::run(cmd::in_netns(self.netns(side), "sysctl").args(["-n", key]))?.trim().to_string())
+    }
+
+    /// The kernel's counters (`/proc/net/netstat` + `/proc/net/snmp`) of `side`'s namespace.
+    pub fn netstat(&self, side: Side) -> Result<Netstat> {
+        let text = cmd::run(
+            cmd::in_netns(self.netns(side), "cat").args(["/proc/net/netstat", "/proc/net/snmp"]),
+        )?;
+        Netstat::parse(&text).with_context(|| format!("parsing counters of {}", self.netns(side)))
+    }
+
+    /// `ip tcp_metrics show` in `side`'s namespace: cached cookies (fo_cookie) and
+    /// SYN-data losses (fo_syn_drops) per destination.
+    pub fn tcp_metrics(&self, side: Side) -> Result<String> {
+        cmd::run(cmd::ip_in(self.netns(side)).args(["tcp_metrics", "show"]))
+    }
+
+    /// Forgets every cached cookie and loss record in `side`'s namespace.
+    pub fn flush_tcp_metrics(&self, side: Side) -> Result<()> {
+        cmd::run(cmd::ip_in(self.netns(side)).args(["tcp_metrics", "flush", "all"])).map(drop)
+    }
+
+    /// The middlebox: in the server namespace, drop TCP SYNs (SYN without ACK) that carry
+    /// data, optionally only those to `dst`. A SYN with a TFO cookie (8 bytes) and no data
+    /// is 72 bytes of IPv4 (total length) and 52 bytes of IPv6 payload, and passes;
+    /// anything longer carries data. Can be called again to add more destinations.
+    pub fn middlebox_drop_syn_data(&self, dst: Option<IpAddr>) -> Result<()> {
+        self.ensure_nft_table()?;
+        let syn = "tcp flags & (syn | ack) == syn";
+        let mut rules = Vec::new();
+        if !matches!(dst, Some(IpAddr::V6(_))) {
+            let d = dst.map(|a| format!("ip daddr {a} ")).unwrap_or_default();
+            rules.push(format!("{d}{syn} ip length > 72 counter drop"));
+        }
+        if !matches!(dst, Some(IpAddr::V4(_))) {
+            let d = dst.map(|a| format!("ip6 daddr {a} ")).unwrap_or_default();
+            rules.push(format!("{d}{syn} ip6 length > 52 counter drop"));
+        }
+        for r in rules {
+            self.nft(&["add", "rule", "inet", NFT_TABLE, "input", &r])?;
+        }
+        Ok(())
+    }
+
+    /// Removes the middlebox (the whole nft table), if present.
+    pub fn middlebox_clear(&self) -> Result<()> {
+        let taken = lock(&REGISTRY).get_mut(&self.id).and_then(|o| o.nft_in.take());
+        if taken.is_some() {
+            self.nft(&["delete", "table", "inet", NFT_TABLE])?;
+        }
+        Ok(())
+    }
+
+    /// Packets dropped so far by the middlebox rules (sum of their counters).
+    pub fn middlebox_dropped(&self) -> Result<u64> {
+        if lock(&REGISTRY).get(&self.id).and_then(|o| o.nft_in.as_ref()).is_none() {
+            return Ok(0);
+        }
+        let json = self.nft(&["-j", "list", "table", "inet", NFT_TABLE])?;
+        let v: serde_json::Value = serde_json::from_str(&json).context("parsing `nft -j` output")?;
+        let mut total = 0;
+        for item in v["nftables"].as_array().into_iter().flatten() {
+            for expr in item["rule"]["expr"].as_array().into_iter().flatten() {
+                total += expr["counter"]["packets"].as_u64().unwrap_or(0);
+            }
+        }
+        Ok(total)
+    }
+
+    fn ensure_nft_table(&self) -> Result<()> {
+        if lock(&REGISTRY).get(&self.id).and_then(|o| o.nft_in.as_ref()).is_some() {
+            return Ok(());
+        }
+        // Recorded before creation: Drop deletes it even if the chain step fails.
+        if let Some(o) = lock(&REGISTRY).get_mut(&self.id) {
+            o.nft_in = Some(self.server_ns.clone());
+        }
+        self.nft(&["add", "table", "inet", NFT_TABLE])?;
+        self.nft(&[
+            "add", "chain", "inet", NFT_TABLE, "input",
+            "{ type filter hook input priority 0; policy accept; }",
+        ])?;
+        Ok(())
+    }
+
+    fn nft(&self, args: &[&str]) -> Result<String> {
+        cmd::run(cmd::in_netns(&self.server_ns, "nft").args(args))
+    }
+
+    /// Starts `exe lab-server` in the server namespace on server address `addr_index`
+    /// and waits for it to listen. 64-byte replies, 300 s lifetime at most.
+    pub fn start_server(
+        &self,
+        exe: &Path,
+        addr_index: usize,
+        port: u16,
+        tfo_queue: u32,
+        v6: bool,
+    ) -> Result<ServerHandle> {
+        let listen = SocketAddr::new(self.server_addr(addr_index, v6)?, port);
+        self.start_server_with(exe, &ServerArgs { tfo_queue, ..ServerArgs::new(listen) })
+    }
+
+    /// Starts `exe lab-server <args>` in the server namespace and waits for `ready`.
+    pub fn start_server_with(&self, exe: &Path, args: &ServerArgs) -> Result<ServerHandle> {
+        let mut c = cmd::in_netns(&self.server_ns, exe);
+        c.arg("lab-server").args(args.to_cli_args());
+        let line = cmd::display(&c);
+        // stdin is a pipe we hold: if this process dies, the server sees EOF and exits.
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut proc = Proc::spawn(self.id, &mut c).with_context(|| format!("starting `{line}`"))?;
+        let stdin = proc.child.stdin.take();
+        let stderr = proc.child.stderr.take().map(|e| cmd::collect(e, 64 * 1024));
+        let stdout = proc.child.stdout.take().ok_or_else(|| anyhow!("`{line}`: no stdout pipe"))?;
+
+        // Lines go through a channel so the wait for `ready` can time out; the thread
+        // keeps draining stdout afterwards.
+        let (tx, rx) = mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stdout).lines() {
+                let Ok(l) = l else { break };
+                let _ = tx.send(l);
+            }
+        });
+        let deadline = Instant::now() + SERVER_READY_TIMEOUT;
+        let mut handle = ServerHandle { proc, addr: args.listen, _stdin: stdin, stderr };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.trim() == "ready" => return Ok(handle),
+                Ok(_) => continue,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    handle.proc.kill();
+                    bail!("`{line}` not ready after {SERVER_READY_TIMEOUT:?}: {}", handle.stderr_text());
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = handle.proc.wait_bounded(Duration::from_secs(2));
+                    bail!("`{line}` exited before ready ({status}): {}", handle.stderr_text());
+                }
+            }
+        }
+    }
+
+    /// Runs `exe lab-client` in the client namespace to completion and parses its output.
+    pub fn run_client(&self, exe: &Path, spec: &ClientRunSpec) -> Result<ClientRun> {
+        let child = self.spawn_client(exe, spec)?;
+        child.wait(spec.worst_case() + CLIENT_WAIT_SLACK)
+    }
+
+    /// Starts `exe lab-client` in the client namespace in the background. `spec.dst` must
+    /// be one of this lab's server addresses.
+    pub fn spawn_client(&self, exe: &Path, spec: &ClientRunSpec) -> Result<ClientChild> {
+        let all: Vec<IpAddr> = self.server_addrs(false).into_iter().chain(self.server_addrs(true)).collect();
+        if !all.contains(&spec.dst.ip()) {
+            bail!("client destination {} is not a server address of this lab ({all:?})", spec.dst);
+        }
+        let mut c = cmd::in_netns(&self.client_ns, exe);
+        c.arg("lab-client").args(spec.to_cli_args());
+        let line = cmd::display(&c);
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut proc = Proc::spawn(self.id, &mut c).with_context(|| format!("starting `{line}`"))?;
+        let stdout = proc.child.stdout.take().map(|o| cmd::collect(o, 64 << 20));
+        let stderr = proc.child.stderr.take().map(|e| cmd::collect(e, 64 * 1024));
+        Ok(ClientChild { proc, line, stdout, stderr })
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let owned = lock(&REGISTRY).remove(&self.id);
+        if let Some(owned) = owned {
+            teardown(owned);
+        }
+    }
+}
+
+/// Waits until `dev` in `ns` reports operstate UP: before the veth carrier is on, the
+/// device still has the noop qdisc and the first SYN would be dropped (a fake
+/// retransmission in the counters).
+fn wait_oper_up(ns: &str, dev: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = cmd::run(cmd::ip_in(ns).args(["-o", "link", "show", "dev", dev]))?;
+        if out.contains("state UP") {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("{dev} in {ns} not up after 5 s: {}", out.trim());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// A child process registered with its lab. Dropping it kills (by pid) and reaps it.
+#[derive(Debug)]
+struct Proc {
+    child: Child,
+    lab: u64,
+}
+
+impl Proc {
+    fn spawn(lab: u64, c: &mut Command) -> Result<Proc> {
+        // Spawn under the lock, so cleanup_all() never misses a just-started child.
+        let mut reg = lock(&REGISTRY);
+        let owned = reg.get_mut(&lab).ok_or_else(|| anyhow!("lab {lab} is already torn down"))?;
+        let child = c.spawn()?;
+        owned.pids.insert(child.id());
+        Ok(Proc { child, lab })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn forget(&self, reg: &mut BTreeMap<u64, Owned>) {
+        if let Some(o) = reg.get_mut(&self.lab) {
+            o.pids.remove(&self.pid());
+        }
+    }
+
+    /// try_wait, unregistering the pid in the same critical section as the reaping.
+    fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
+        let mut reg = lock(&REGISTRY);
+        let st = self.child.try_wait().with_context(|| format!("waiting for pid {}", self.pid()))?;
+        if st.is_some() {
+            self.forget(&mut reg);
+        }
+        Ok(st)
+    }
+
+    /// Polls for exit for at most `timeout`, then kills; describes how it ended.
+    fn wait_bounded(&mut self, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            match self.try_wait() {
+                Ok(Some(st)) => return st.to_string(),
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => return format!("{e:#}"),
+            }
+        }
+        self.kill();
+        "killed after timeout".into()
+    }
+
+    /// SIGKILL by pid (std skips it if the child was already reaped), then reap.
+    fn kill(&mut self) {
+        {
+            let mut reg = lock(&REGISTRY);
+            let _ = self.child.kill();
+            self.forget(&mut reg);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A running `lab-server`; dropping it kills the server (by pid) and waits for it.
+#[derive(Debug)]
+pub struct ServerHandle {
+    proc: Proc,
+    addr: SocketAddr,
+    /// Held open: the server exits when it closes.
+    _stdin: Option<ChildStdin>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl ServerHandle {
+    /// The server's pid (ip netns exec execs, so this is the lab-server process itself).
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the server and returns what it wrote to stderr.
+    pub fn stop(mut self) -> String {
+        self.proc.kill();
+        self.stderr_text()
+    }
+
+    fn stderr_text(&mut self) -> String {
+        // Only called once the process is dead, so the pipe is closed and join returns.
+        self.stderr.take().and_then(|h| h.join().ok()).unwrap_or_default().trim().to_string()
+    }
+}
+
+/// The outcome of one `lab-client` run.
+#[derive(Debug, Clone)]
+pub struct ClientRun {
+    /// The pid of the client process (the one whose sockets the tracer sees).
+    pub pid: u32,
+    pub results: Vec<ConnResult>,
+    pub stderr: String,
+}
+
+impl ClientRun {
+    pub fn ok_count(&self) -> usize {
+        self.results.iter().filter(|r| r.ok).count()
+    }
+}
+
+/// A `lab-client` running in the background; dropping it kills it (by pid).
+#[derive(Debug)]
+pub struct ClientChild {
+    proc: Proc,
+    line: String,
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl ClientChild {
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
+    /// True once the client has exited (it is then reaped).
+    pub fn has_exited(&mut self) -> Result<bool> {
+        Ok(self.proc.try_wait()?.is_some())
+    }
+
+    /// Waits at most `timeout` for the client to finish (killing it after that) and
+    /// parses its per-connection lines.
+    pub fn wait(mut self, timeout: Duration) -> Result<ClientRun> {
+        let pid = self.pid();
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(st) = self.proc.try_wait()? {
+                break st;
+            }
+            if Instant::now() >= deadline {
+                self.proc.kill();
+                let err = join_text(&mut self.stderr);
+                bail!("`{}` still running after {timeout:?}, killed: {err}", self.line);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let out = join_text(&mut self.stdout);
+        let stderr = join_text(&mut self.stderr);
+        if !status.success() {
+            bail!("`{}` failed ({status}): {}", self.line, stderr.trim());
+        }
+        let results = out
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str::<ConnResult>(l).with_context(|| format!("bad client line {l:?}")))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ClientRun { pid, results, stderr })
+    }
+
+    /// Kills the client (by pid) and reaps it.
+    pub fn kill(mut self) {
+        self.proc.kill();
+    }
+}
+
+fn join_text(h: &mut Option<JoinHandle<String>>) -> String {
+    h.take().and_then(|h| h.join().ok()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_owner_parses_only_our_names() {
+        assert_eq!(stale_owner("tfolab", "tfolab-123-0-cli"), Some(123));
+        assert_eq!(stale_owner("tfolab", "tfolab-123-17-srv"), Some(123));
+        assert_eq!(stale_owner("tfolab", "tfolab-123-0-cli-x"), None);
+        assert_eq!(stale_owner("tfolab", "tfolab-123-0-foo"), None);
+        assert_eq!(stale_owner("tfolab", "tfolab-x-0-cli"), None);
+        assert_eq!(stale_owner("tfolab", "tfolabx-1-0-cli"), None);
+        assert_eq!(stale_owner("tfolab", "other-1-0-cli"), None);
+    }
+
+    #[test]
+    fn cli_args_round_trip_through_clap() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        enum Cli {
+            LabServer(ServerArgs),
+            LabClient(ClientArgs),
+        }
+        let s = ServerArgs { tfo_queue: 16, ..ServerArgs::new("[::]:80".parse().unwrap()) };
+        let parsed = Cli::try_parse_from(
+            ["x", "lab-server"].into_iter().map(String::from).chain(s.to_cli_args()),
+        )
+        .unwrap();
+        assert!(matches!(parsed, Cli::LabServer(ref p) if *p == s));
+        let c = ClientArgs {
+            mode: ClientMode::FastopenConnect,
+            count: 5,
+            ..ClientArgs::new("198.18.0.2:80".parse().unwrap())
+        };
+        let parsed = Cli::try_parse_from(
+            ["x", "lab-client"].into_iter().map(String::from).chain(c.to_cli_args()),
+        )
+        .unwrap();
+        assert!(matches!(parsed, Cli::LabClient(ref p) if *p == c));
+    }
+}

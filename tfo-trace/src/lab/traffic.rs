@@ -1,0 +1,481 @@
+//! The lab's TFO peers: the bodies of the hidden `tfo-trace lab-server` and
+//! `tfo-trace lab-client` subcommands. They run as separate processes inside the lab's
+//! namespaces so that the tracer sees real pids, and they use the kernel's TFO for real
+//! (`TCP_FASTOPEN` on the listener, `sendto(MSG_FASTOPEN)` or `TCP_FASTOPEN_CONNECT` on the
+//! client). Every loop is bounded in count and time.
+use std::io::{self, BufRead as _, Read, Write};
+use std::mem;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+// The kernel ABI values (include/uapi/linux/tcp.h, socket.h); spelled out so a reader can
+// check them against the kernel rather than against libc.
+const TCP_FASTOPEN: libc::c_int = 23;
+const TCP_FASTOPEN_CONNECT: libc::c_int = 30;
+const MSG_FASTOPEN: libc::c_int = 0x2000_0000;
+const _: () = assert!(TCP_FASTOPEN == libc::TCP_FASTOPEN);
+const _: () = assert!(TCP_FASTOPEN_CONNECT == libc::TCP_FASTOPEN_CONNECT);
+const _: () = assert!(MSG_FASTOPEN == libc::MSG_FASTOPEN);
+
+/// How long the server gives one accepted connection (read, reply, drain) before dropping it.
+const SERVER_CONN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the accept loop wakes up to check its deadline and stop flag.
+const ACCEPT_POLL: Duration = Duration::from_millis(200);
+/// Above this many connections in flight the server handles them inline (no new threads).
+const MAX_SERVER_THREADS: usize = 64;
+
+/// Arguments of `tfo-trace lab-server`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct ServerArgs {
+    /// Address to listen on, e.g. 198.18.0.2:8080, 0.0.0.0:8080 or [::]:8080.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// TFO queue length set with setsockopt(TCP_FASTOPEN); 0 leaves TFO off on the listener.
+    #[arg(long, default_value_t = 0)]
+    pub tfo_queue: u32,
+    /// Bytes written back on every connection.
+    #[arg(long, default_value_t = 64)]
+    pub reply_bytes: usize,
+    /// The server exits after this many seconds at most.
+    #[arg(long, default_value_t = 300)]
+    pub max_seconds: u64,
+}
+
+impl ServerArgs {
+    pub fn new(listen: SocketAddr) -> Self {
+        ServerArgs { listen, tfo_queue: 0, reply_bytes: 64, max_seconds: 300 }
+    }
+
+    /// The flags of `tfo-trace lab-server` that reproduce these arguments.
+    pub fn to_cli_args(&self) -> Vec<String> {
+        vec![
+            "--listen".into(),
+            self.listen.to_string(),
+            "--tfo-queue".into(),
+            self.tfo_queue.to_string(),
+            "--reply-bytes".into(),
+            self.reply_bytes.to_string(),
+            "--max-seconds".into(),
+            self.max_seconds.to_string(),
+        ]
+    }
+}
+
+/// How the client asks the kernel for TFO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientMode {
+    /// `sendto(MSG_FASTOPEN)` on a fresh socket: connect and data in one call.
+    MsgFastopen,
+    /// `setsockopt(TCP_FASTOPEN_CONNECT)`, `connect()`, then `write()`: the kernel defers
+    /// the SYN until the first write when it has a cookie.
+    FastopenConnect,
+}
+
+impl ClientMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientMode::MsgFastopen => "msg-fastopen",
+            ClientMode::FastopenConnect => "fastopen-connect",
+        }
+    }
+}
+
+impl std::fmt::Display for ClientMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Arguments of `tfo-trace lab-client`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct ClientArgs {
+    /// Server address, e.g. 198.18.0.2:8080 or [fd00:7f0::2]:8080.
+    #[arg(long)]
+    pub dst: SocketAddr,
+    /// Number of connections, one after another.
+    #[arg(long, default_value_t = 1)]
+    pub count: u32,
+    #[arg(long, value_enum, default_value_t = ClientMode::MsgFastopen)]
+    pub mode: ClientMode,
+    /// Bytes sent on every connection (in the SYN when the kernel has a cookie).
+    #[arg(long, default_value_t = 64)]
+    pub payload_bytes: usize,
+    /// Pause between connections.
+    #[arg(long, default_value_t = 0)]
+    pub interval_ms: u64,
+    /// Upper bound for one connection (connect, send, reply); at least 1.
+    #[arg(long, default_value_t = 5000)]
+    pub timeout_ms: u64,
+}
+
+impl ClientArgs {
+    pub fn new(dst: SocketAddr) -> Self {
+        ClientArgs {
+            dst,
+            count: 1,
+            mode: ClientMode::MsgFastopen,
+            payload_bytes: 64,
+            interval_ms: 0,
+            timeout_ms: 5000,
+        }
+    }
+
+    /// The flags of `tfo-trace lab-client` that reproduce these arguments.
+    pub fn to_cli_args(&self) -> Vec<String> {
+        vec![
+            "--dst".into(),
+            self.dst.to_string(),
+            "--count".into(),
+            self.count.to_string(),
+            "--mode".into(),
+            self.mode.as_str().into(),
+            "--payload-bytes".into(),
+            self.payload_bytes.to_string(),
+            "--interval-ms".into(),
+            self.interval_ms.to_string(),
+            "--timeout-ms".into(),
+            self.timeout_ms.to_string(),
+        ]
+    }
+
+    /// The longest the whole run can take if every connection hits its timeout.
+    pub fn worst_case(&self) -> Duration {
+        let per = self.timeout_ms.saturating_add(self.interval_ms);
+        Duration::from_millis(per.saturating_mul(u64::from(self.count)))
+    }
+}
+
+/// One line of `lab-client` output: the fate of one connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnResult {
+    /// Connection number, from 0.
+    pub i: u32,
+    /// Payload sent and the reply read to its end within the timeout.
+    pub ok: bool,
+    /// Local port (0 if the socket never got one).
+    pub sport: u16,
+    /// From socket() to close().
+    pub elapsed_us: u64,
+    /// Reply bytes received.
+    #[serde(default)]
+    pub rx_bytes: u64,
+    /// What went wrong, when `ok` is false.
+    pub error: Option<String>,
+}
+
+/// `tfo-trace lab-server`: a TFO listener answering every connection with `reply_bytes`.
+///
+/// Prints `ready` once listening. Stops after `max_seconds`, on SIGTERM (default action),
+/// or when stdin is a pipe and its writer closes it (so the server dies with the lab that
+/// started it even if that process is killed).
+pub fn run_server(args: &ServerArgs) -> Result<()> {
+    if args.max_seconds == 0 {
+        bail!("--max-seconds must be at least 1");
+    }
+    let listener = listen(args)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    watch_stdin_pipe(Arc::clone(&stop));
+
+    let mut out = io::stdout().lock();
+    writeln!(out, "ready").and_then(|()| out.flush()).context("writing `ready` to stdout")?;
+    drop(out);
+
+    let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
+    let reply: Arc<[u8]> = pattern(args.reply_bytes).into();
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+        let stream = match listener.accept() {
+            Ok((s, _peer)) => s,
+            // SO_RCVTIMEO on the listener makes accept() return EAGAIN every ACCEPT_POLL.
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {
+                continue
+            }
+            Err(e) => {
+                // ECONNABORTED and the like: transient, the listener is still good.
+                eprintln!("lab-server: accept: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        if in_flight.load(Ordering::Relaxed) >= MAX_SERVER_THREADS {
+            serve_one(stream, &reply);
+            continue;
+        }
+        in_flight.fetch_add(1, Ordering::Relaxed);
+        let (reply, in_flight) = (Arc::clone(&reply), Arc::clone(&in_flight));
+        std::thread::spawn(move || {
+            serve_one(stream, &reply);
+            in_flight.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+    Ok(())
+}
+
+/// Reads what the client sent (at least one byte or EOF), replies, then closes gracefully:
+/// shutdown(WR) and drain to EOF, so unread client data never turns the close into a RST.
+fn serve_one(mut s: TcpStream, reply: &[u8]) {
+    let deadline = Instant::now() + SERVER_CONN_TIMEOUT;
+    let mut buf = vec![0u8; 64 * 1024];
+    let result = (|| -> io::Result<()> {
+        read_some(&mut s, &mut buf, deadline)?;
+        s.set_write_timeout(Some(remaining(deadline)?))?;
+        s.write_all(reply)?;
+        s.shutdown(Shutdown::Write)?;
+        while read_some(&mut s, &mut buf, deadline)? > 0 {}
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        eprintln!("lab-server: connection from {peer}: {e}");
+    }
+}
+
+/// `tfo-trace lab-client`: `count` TFO connections to `dst`, one JSON line each on stdout.
+///
+/// Failed connections are reported in their JSON line and do not fail the run; an error
+/// is returned only for bad arguments or a broken stdout.
+pub fn run_client(args: &ClientArgs) -> Result<()> {
+    if args.timeout_ms == 0 {
+        bail!("--timeout-ms must be at least 1 (0 would mean no timeout)");
+    }
+    if args.mode == ClientMode::FastopenConnect && args.payload_bytes == 0 {
+        // With a cookie the kernel defers the SYN to the first write: no write, no SYN.
+        bail!("--mode fastopen-connect needs --payload-bytes of at least 1");
+    }
+    let payload = pattern(args.payload_bytes);
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let mut out = io::stdout().lock();
+    for i in 0..args.count {
+        if i > 0 && args.interval_ms > 0 {
+            std::thread::sleep(Duration::from_millis(args.interval_ms));
+        }
+        let r = one_connection(i, args.dst, args.mode, &payload, timeout);
+        let line = serde_json::to_string(&r).context("encoding a result line")?;
+        writeln!(out, "{line}").and_then(|()| out.flush()).context("writing to stdout")?;
+    }
+    Ok(())
+}
+
+fn one_connection(
+    i: u32,
+    dst: SocketAddr,
+    mode: ClientMode,
+    payload: &[u8],
+    timeout: Duration,
+) -> ConnResult {
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let mut sport = 0;
+    let mut rx_bytes = 0u64;
+    let result = (|| -> Result<()> {
+        let s = new_socket(dst)?;
+        // Bounds connect (blocking connect and sendto(MSG_FASTOPEN) honour SO_SNDTIMEO).
+        s.set_write_timeout(Some(remaining(deadline)?))
+            .context("setsockopt(SO_SNDTIMEO)")?;
+        let sent = match mode {
+            ClientMode::MsgFastopen => {
+                let (sa, len) = sockaddr(&dst);
+                // SAFETY: valid fd, buffer and sockaddr of the given lengths.
+                let n = unsafe {
+                    libc::sendto(
+                        s.as_raw_fd(),
+                        payload.as_ptr().cast(),
+                        payload.len(),
+                        MSG_FASTOPEN | libc::MSG_NOSIGNAL,
+                        (&sa as *const libc::sockaddr_storage).cast(),
+                        len,
+                    )
+                };
+                sport = local_port(&s);
+                if n < 0 {
+                    return Err(io::Error::last_os_error()).context("sendto(MSG_FASTOPEN)");
+                }
+                n as usize // n >= 0 checked above
+            }
+            ClientMode::FastopenConnect => {
+                setsockopt_int(&s, libc::IPPROTO_TCP, TCP_FASTOPEN_CONNECT, 1)
+                    .context("setsockopt(TCP_FASTOPEN_CONNECT)")?;
+                let (sa, len) = sockaddr(&dst);
+                // SAFETY: valid fd and sockaddr of the given length.
+                let rc = unsafe {
+                    libc::connect(
+                        s.as_raw_fd(),
+                        (&sa as *const libc::sockaddr_storage).cast(),
+                        len,
+                    )
+                };
+                sport = local_port(&s);
+                if rc != 0 {
+                    return Err(io::Error::last_os_error()).context("connect");
+                }
+                0
+            }
+        };
+        let mut s = s;
+        s.set_write_timeout(Some(remaining(deadline)?))
+            .context("setsockopt(SO_SNDTIMEO)")?;
+        s.write_all(&payload[sent..]).context("write")?;
+        if payload.is_empty() {
+            // Nothing to send: say so, or the server waits for a first byte until timeout.
+            s.shutdown(Shutdown::Write).context("shutdown(SHUT_WR)")?;
+        }
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match read_some(&mut s, &mut buf, deadline).context("reading the reply")? {
+                0 => break,
+                n => rx_bytes += n as u64,
+            }
+        }
+        Ok(())
+    })();
+    ConnResult {
+        i,
+        ok: result.is_ok(),
+        sport,
+        elapsed_us: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX),
+        rx_bytes,
+        error: result.err().map(|e| format!("{e:#}")),
+    }
+}
+
+/// The listener: SO_REUSEADDR, bind, TCP_FASTOPEN (before listen, as the kernel wants),
+/// listen, and an accept timeout so the loop can check its deadline.
+fn listen(args: &ServerArgs) -> Result<TcpListener> {
+    let s = new_socket(args.listen)?;
+    setsockopt_int(&s, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).context("setsockopt(SO_REUSEADDR)")?;
+    let (sa, len) = sockaddr(&args.listen);
+    // SAFETY: valid fd and sockaddr of the given length.
+    if unsafe { libc::bind(s.as_raw_fd(), (&sa as *const libc::sockaddr_storage).cast(), len) } != 0 {
+        return Err(io::Error::last_os_error()).with_context(|| format!("bind {}", args.listen));
+    }
+    if args.tfo_queue > 0 {
+        let q = libc::c_int::try_from(args.tfo_queue).context("--tfo-queue too large")?;
+        setsockopt_int(&s, libc::IPPROTO_TCP, TCP_FASTOPEN, q)
+            .with_context(|| format!("setsockopt(TCP_FASTOPEN, {q})"))?;
+    }
+    // SAFETY: valid fd.
+    if unsafe { libc::listen(s.as_raw_fd(), 128) } != 0 {
+        return Err(io::Error::last_os_error()).with_context(|| format!("listen {}", args.listen));
+    }
+    // std's TcpStream sets SO_RCVTIMEO, which accept() honours too.
+    s.set_read_timeout(Some(ACCEPT_POLL)).context("setsockopt(SO_RCVTIMEO)")?;
+    Ok(TcpListener::from(OwnedFd::from(s)))
+}
+
+/// A fresh blocking TCP socket of `addr`'s family, wrapped for std's I/O and timeouts.
+fn new_socket(addr: SocketAddr) -> Result<TcpStream> {
+    let domain = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    // SAFETY: plain syscall; the fd is owned right away.
+    let fd = unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error()).context("socket(SOCK_STREAM)");
+    }
+    // SAFETY: fd is a new, valid descriptor that nothing else owns.
+    Ok(TcpStream::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+fn setsockopt_int(s: &impl AsRawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
+    // SAFETY: the option value is a c_int of the stated size.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
+            let sin = unsafe { &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr = libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) };
+            mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: as above.
+            let sin6 = unsafe { &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_addr = libc::in6_addr { s6_addr: a.ip().octets() };
+            sin6.sin6_scope_id = a.scope_id();
+            mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+fn local_port(s: &TcpStream) -> u16 {
+    s.local_addr().map(|a| a.port()).unwrap_or(0)
+}
+
+/// Time left before `deadline`, as an error once it has passed (a zero socket timeout
+/// would mean "wait forever").
+fn remaining(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left < Duration::from_millis(1) {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "connection timeout reached"));
+    }
+    Ok(left)
+}
+
+/// One read bounded by `deadline`; 0 means EOF.
+fn read_some(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<usize> {
+    loop {
+        s.set_read_timeout(Some(remaining(deadline)?))?;
+        match s.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "timed out waiting for data"))
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Printable filler bytes, so captures are readable.
+fn pattern(len: usize) -> Vec<u8> {
+    b"tfo-lab:0123456789abcdef\n".iter().copied().cycle().take(len).collect()
+}
+
+/// Stops the server when stdin is a pipe whose writer (the lab) closes it. A terminal or
+/// /dev/null on stdin is ignored, so running the server by hand works.
+fn watch_stdin_pipe(stop: Arc<AtomicBool>) {
+    // SAFETY: fstat on fd 0 with a zeroed out-buffer.
+    let is_pipe = unsafe {
+        let mut st: libc::stat = mem::zeroed();
+        libc::fstat(0, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFIFO
+    };
+    if !is_pipe {
+        return;
+    }
+    std::thread::spawn(move || {
+        let mut stdin = io::stdin().lock();
+        let mut line = String::new();
+        // Any input is ignored; EOF or an error means the parent is gone.
+        while matches!(stdin.read_line(&mut line), Ok(n) if n > 0) {
+            line.clear();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+}

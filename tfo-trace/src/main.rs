@@ -1,0 +1,46 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use tfo_trace::{
+    cli::{Cli, Command},
+    probes::LoadOptions,
+    views::{self, trace::PrivilegeError},
+};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse(); // usage errors: clap's message, exit 2
+    let level = match cli.verbose {
+        0 => log::LevelFilter::Warn,
+        1 => log::LevelFilter::Info,
+        _ => log::LevelFilter::Debug,
+    };
+    tfo_trace::views::logging::init(level);
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            match err.downcast_ref::<PrivilegeError>() {
+                Some(p) => eprintln!("tfo-trace: {p}"),
+                None => eprintln!("tfo-trace: error: {err:#}"),
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Trace(a) => runtime()?.block_on(views::trace::run(views::trace::TraceOptions {
+            load: LoadOptions { backend: a.probe.backend, ring_buffer_bytes: a.probe.ring_buffer_size },
+            json: a.json,
+            duration: a.duration,
+        })),
+        Command::Doctor(a) => views::doctor::run(a.json),
+        Command::Demo(_a) => anyhow::bail!("demo: not wired yet"),
+        Command::LabServer(a) => tfo_trace::lab::traffic::run_server(&a),
+        Command::LabClient(a) => tfo_trace::lab::traffic::run_client(&a),
+    }
+}

@@ -1,0 +1,177 @@
+//! The probe table: which hook serves which outcome on which backend, in one place.
+//! `doctor`, the loader and the docs all read this table.
+use std::fmt;
+
+use tfo_trace_common::outcome;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// The richest backend that loads here.
+    Auto,
+    Fentry,
+    Kprobe,
+    Tracepoint,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Fentry,
+    Kprobe,
+    Tracepoint,
+}
+
+impl Backend {
+    /// Richest first: the order `auto` tries them in.
+    pub const ALL: [Backend; 3] = [Backend::Fentry, Backend::Kprobe, Backend::Tracepoint];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Fentry => "fentry",
+            Backend::Kprobe => "kprobe",
+            Backend::Tracepoint => "tracepoint",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl BackendChoice {
+    pub fn candidates(self) -> &'static [Backend] {
+        match self {
+            BackendChoice::Auto => &Backend::ALL,
+            BackendChoice::Fentry => &[Backend::Fentry],
+            BackendChoice::Kprobe => &[Backend::Kprobe],
+            BackendChoice::Tracepoint => &[Backend::Tracepoint],
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum HookKind {
+    RawTracepoint,
+}
+
+/// One program of the eBPF object and where it attaches.
+#[derive(Clone, Copy, Debug)]
+pub struct Hook {
+    /// Program name in the eBPF object.
+    pub program: &'static str,
+    pub kind: HookKind,
+    /// Tracepoint or kernel function name.
+    pub target: &'static str,
+    /// (role, outcome) pairs this hook decides.
+    pub sees: &'static [(u8, u8)],
+    pub why: &'static str,
+}
+
+const CLIENT_FROM_STATE: &[(u8, u8)] = &[
+    (tfo_trace_common::role::CLIENT, outcome::COOKIE_REQUESTED),
+    (tfo_trace_common::role::CLIENT, outcome::ACCEPTED),
+    (tfo_trace_common::role::CLIENT, outcome::DATA_NOT_ACKED),
+    (tfo_trace_common::role::CLIENT, outcome::SYN_RETRANSMITTED),
+    (tfo_trace_common::role::CLIENT, outcome::CONNECT_FAILED),
+    (tfo_trace_common::role::CLIENT, outcome::NOT_ATTEMPTED),
+    (tfo_trace_common::role::SERVER, outcome::ACCEPTED),
+];
+
+const TRACEPOINT_HOOKS: &[Hook] = &[
+    Hook {
+        program: "tfo_state",
+        kind: HookKind::RawTracepoint,
+        target: "inet_sock_set_state",
+        sees: CLIENT_FROM_STATE,
+        why: "SYN_SENT->ESTABLISHED runs after tcp_ack() and just before the inlined \
+              tcp_rcv_fastopen_synack(): syn_data, syn_fastopen, total_retrans and the \
+              retransmit queue give its verdict; a TFO child leaving SYN_RECV has \
+              syn_fastopen_child/syn_data_acked set",
+    },
+    Hook {
+        program: "tfo_retransmit",
+        kind: HookKind::RawTracepoint,
+        target: "tcp_retransmit_skb",
+        sees: &[],
+        why: "counts SYN timeouts and times the stall of each TFO connection",
+    },
+];
+
+/// Outcomes no hook of a backend can see, with the reason: what `doctor` prints and
+/// what a test must not expect.
+pub struct Blind {
+    pub role: u8,
+    pub outcome: u8,
+    pub why: &'static str,
+}
+
+const TRACEPOINT_BLIND: &[Blind] = &[
+    Blind {
+        role: tfo_trace_common::role::SERVER,
+        outcome: outcome::COOKIE_REQUESTED,
+        why: "a cookie request makes only a request sock, which no tracepoint reports",
+    },
+    Blind {
+        role: tfo_trace_common::role::SERVER,
+        outcome: outcome::COOKIE_INVALID,
+        why: "decided inside tcp_try_fastopen(); no socket state changes",
+    },
+    Blind {
+        role: tfo_trace_common::role::SERVER,
+        outcome: outcome::ACCEPTED_ALT_KEY,
+        why: "the child looks the same for either key: counted as accepted",
+    },
+    Blind {
+        role: tfo_trace_common::role::SERVER,
+        outcome: outcome::QUEUE_OVERFLOW,
+        why: "tcp_fastopen_queue_check() is inlined and changes no socket state",
+    },
+    Blind {
+        role: tfo_trace_common::role::SERVER,
+        outcome: outcome::LISTENER_DISABLED,
+        why: "the SYN falls back to a plain handshake with no trace of the cookie",
+    },
+];
+
+/// Hooks and blind spots of one backend. fentry and kprobe are designed in (the table
+/// and the selection take them) but have no programs in this build yet.
+pub fn hooks(backend: Backend) -> &'static [Hook] {
+    match backend {
+        Backend::Tracepoint => TRACEPOINT_HOOKS,
+        Backend::Fentry | Backend::Kprobe => &[],
+    }
+}
+
+pub fn blind_spots(backend: Backend) -> &'static [Blind] {
+    match backend {
+        Backend::Tracepoint => TRACEPOINT_BLIND,
+        Backend::Fentry | Backend::Kprobe => &[],
+    }
+}
+
+/// Whether `backend` reports (role, outcome) at all.
+pub fn sees(backend: Backend, role: u8, outcome: u8) -> bool {
+    hooks(backend).iter().any(|h| h.sees.contains(&(role, outcome)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tfo_trace_common::role;
+
+    #[test]
+    fn tracepoint_sees_every_client_outcome_and_states_its_blind_spots() {
+        for o in [
+            outcome::COOKIE_REQUESTED,
+            outcome::ACCEPTED,
+            outcome::DATA_NOT_ACKED,
+            outcome::SYN_RETRANSMITTED,
+        ] {
+            assert!(sees(Backend::Tracepoint, role::CLIENT, o));
+        }
+        for b in blind_spots(Backend::Tracepoint) {
+            assert!(!sees(Backend::Tracepoint, b.role, b.outcome), "{} both seen and blind", b.why);
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! `tfo-trace trace`: one line (or one JSON object) per TFO event, as it happens.
+use std::{
+    io::{self, Write},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result};
+
+use crate::{
+    events::{reader::EventSource, Event},
+    probes::{self, LoadOptions, Tracer},
+};
+
+pub struct TraceOptions {
+    pub load: LoadOptions,
+    pub json: bool,
+    /// Stop by itself after this long (scripts, tests); None = until Ctrl-C.
+    pub duration: Option<Duration>,
+}
+
+/// Loads and attaches the programs after the privilege check, and says on stderr which
+/// backend runs and why any richer one was passed over.
+pub fn start(load: &LoadOptions) -> Result<Tracer> {
+    if let Err(line) = crate::kernel::privileges::check_tracing_privileges() {
+        anyhow::bail!(PrivilegeError(line));
+    }
+    let tracer = probes::load(load)?;
+    if !tracer.skipped.is_empty() {
+        let why: Vec<String> =
+            tracer.skipped.iter().map(|s| format!("{}: {}", s.backend, s.reason)).collect();
+        eprintln!("tfo-trace: using the {} backend ({})", tracer.backend, why.join("; "));
+    }
+    eprintln!(
+        "tfo-trace: {} programs attached with the {} backend in {} ms; Ctrl-C to stop",
+        probes::table::hooks(tracer.backend).len(),
+        tracer.backend,
+        tracer.attach_time.as_millis()
+    );
+    Ok(tracer)
+}
+
+/// Missing privileges: main prints the line alone, before any kernel error text.
+#[derive(Debug)]
+pub struct PrivilegeError(pub String);
+
+impl std::fmt::Display for PrivilegeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PrivilegeError {}
+
+const HEADER: &str = "TIME                     ROLE   OUTCOME            PID     COMM             SOURCE                 DESTINATION            NETNS       DATA RTX HANDSHAKE     STALL";
+
+fn millis(us: u64) -> String {
+    format!("{:.1}ms", us as f64 / 1000.0)
+}
+
+pub fn text_line(e: &Event) -> String {
+    let time = e.ts.get(..23).unwrap_or(&e.ts).replace('T', " ");
+    format!(
+        "{time:<24} {:<6} {:<18} {:<7} {:<16} {:<22} {:<22} {:<11} {:>4} {:>3} {:>9} {:>9}",
+        e.role.name(),
+        e.outcome.name(),
+        e.pid,
+        if e.comm.is_empty() { "-" } else { &e.comm },
+        e.source(),
+        e.destination(),
+        e.netns,
+        e.syn_data_bytes,
+        e.retransmits,
+        e.handshake_us.map(millis).unwrap_or_else(|| "-".into()),
+        millis(e.stall_us),
+    )
+}
+
+fn write_events(out: &mut impl Write, events: &[Event], json: bool) -> io::Result<()> {
+    for e in events {
+        if json {
+            serde_json::to_writer(&mut *out, e)?;
+            out.write_all(b"\n")?;
+        } else {
+            writeln!(out, "{}", text_line(e))?;
+        }
+    }
+    out.flush()
+}
+
+pub async fn run(opts: TraceOptions) -> Result<()> {
+    let mut tracer = start(&opts.load)?;
+    let mut source = EventSource::new(&mut tracer.ebpf)?;
+    let mut stdout = io::stdout().lock();
+    if !opts.json {
+        writeln!(stdout, "{HEADER}").context("writing to stdout")?;
+    }
+    let deadline = async {
+        match opts.duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let mut batch = Vec::new();
+    let mut seen = 0u64;
+    loop {
+        tokio::select! {
+            r = source.next_batch(&mut batch) => r?,
+            _ = tokio::signal::ctrl_c() => break,
+            _ = sigterm.recv() => break,
+            _ = &mut deadline => break,
+        }
+        seen += batch.len() as u64;
+        match write_events(&mut stdout, &batch, opts.json) {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+            r => r.context("writing to stdout")?,
+        }
+        batch.clear();
+    }
+    // What the kernel already wrote is still delivered after Ctrl-C.
+    source.drain(&mut batch);
+    seen += batch.len() as u64;
+    if let Err(e) = write_events(&mut stdout, &batch, opts.json) {
+        if e.kind() != io::ErrorKind::BrokenPipe {
+            return Err(e).context("writing to stdout");
+        }
+    }
+    eprintln!(
+        "tfo-trace: {seen} events, {} lost{}",
+        source.lost(),
+        if source.malformed > 0 { format!(", {} malformed", source.malformed) } else { String::new() }
+    );
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! Shared by the kernel tests: skip rules and a handle on a running `tfo-trace trace`.
+#![allow(dead_code)]
+
+use std::{
+    io::{BufRead, BufReader, Read},
+    os::unix::fs::MetadataExt,
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tfo_trace::lab::{Lab, Side};
+
+pub fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_tfo-trace"))
+}
+
+/// Kernel tests need root (namespaces, BPF). Says why when they skip.
+pub fn skip_reason() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (network namespaces and BPF); run `cargo xtask test` as root".into());
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("needs iproute2 (`ip`); run `cargo xtask setup`".into());
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("this kernel has no BTF (/sys/kernel/btf/vmlinux); see docs/kernels.md".into());
+    }
+    None
+}
+
+#[macro_export]
+macro_rules! require_kernel {
+    () => {
+        if let Some(why) = common::skip_reason() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+}
+
+/// The inode that `netns` in events refers to, for one lab namespace.
+pub fn netns_inode(lab: &Lab, side: Side) -> u32 {
+    let path = format!("/run/netns/{}", lab.netns(side));
+    std::fs::metadata(&path).unwrap_or_else(|e| panic!("stat {path}: {e}")).ino() as u32
+}
+
+/// A running `tfo-trace trace --json`, collecting its stdout.
+pub struct Tracer {
+    child: Child,
+    stdout: Option<JoinHandle<Vec<String>>>,
+    stderr_rx: mpsc::Receiver<String>,
+    stderr_seen: Vec<String>,
+}
+
+impl Tracer {
+    /// Starts the tracer and waits until its programs are attached.
+    pub fn start(extra: &[&str]) -> Tracer {
+        let mut child = Command::new(exe())
+            .args(["trace", "--json"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawning tfo-trace trace");
+        let out = child.stdout.take().unwrap();
+        let stdout = std::thread::spawn(move || {
+            BufReader::new(out).lines().map_while(Result::ok).collect::<Vec<_>>()
+        });
+        let err = child.stderr.take().unwrap();
+        let (tx, stderr_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut t = Tracer { child, stdout: Some(stdout), stderr_rx, stderr_seen: Vec::new() };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match t.stderr_rx.recv_timeout(left) {
+                Ok(line) => {
+                    let attached = line.contains("programs attached");
+                    t.stderr_seen.push(line);
+                    if attached {
+                        return t;
+                    }
+                }
+                Err(_) => {
+                    let _ = t.child.kill();
+                    panic!("tracer did not attach within 30 s; stderr: {:?}", t.stderr_seen);
+                }
+            }
+        }
+    }
+
+    /// Ctrl-C (SIGINT), then everything it printed: (events, stderr lines).
+    pub fn stop(mut self) -> (Vec<Value>, Vec<String>) {
+        // Let events of connections that just finished reach the ring buffer reader.
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("waiting for tracer") {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("tracer ignored SIGINT for 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let lines = self.stdout.take().unwrap().join().unwrap();
+        while let Ok(l) = self.stderr_rx.recv_timeout(Duration::from_millis(200)) {
+            self.stderr_seen.push(l);
+        }
+        assert!(status.success(), "tracer exited with {status}; stderr: {:?}", self.stderr_seen);
+        let events = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+            .collect();
+        (events, self.stderr_seen.clone())
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if self.stdout.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Events of one role in one namespace with one outcome.
+pub fn count(events: &[Value], netns: u32, role: &str, outcome: &str) -> u64 {
+    events
+        .iter()
+        .filter(|e| e["netns"] == netns && e["role"] == role && e["outcome"] == outcome)
+        .count() as u64
+}
+
+pub fn of_role<'a>(events: &'a [Value], netns: u32, role: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["netns"] == netns && e["role"] == role).collect()
+}
+
+#[allow(unused)]
+pub fn read_all(mut r: impl Read) -> String {
+    let mut s = String::new();
+    let _ = r.read_to_string(&mut s);
+    s
+}

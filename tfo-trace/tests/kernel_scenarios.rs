@@ -1,0 +1,204 @@
+//! The tracer against the real kernel: the lab makes real TFO connections between two
+//! network namespaces while `tfo-trace trace --json` runs, and what the tracer reports
+//! must equal the kernel's own counters (nstat, per namespace) and the packets the
+//! middlebox dropped. Needs root; skips with the reason otherwise.
+mod common;
+
+use std::{net::SocketAddr, time::Duration};
+
+use common::{count, netns_inode, of_role, Tracer};
+use tfo_trace::{
+    kernel::netstat::Netstat,
+    lab::{traffic::{ClientArgs, ClientMode}, Lab, LabConfig, Side},
+};
+
+const PORT: u16 = 8080;
+
+struct Snapshot {
+    client: Netstat,
+    server: Netstat,
+}
+
+fn snapshot(lab: &Lab) -> Snapshot {
+    Snapshot { client: lab.netstat(Side::Client).unwrap(), server: lab.netstat(Side::Server).unwrap() }
+}
+
+/// Counter deltas in each namespace since `before`.
+fn deltas(lab: &Lab, before: &Snapshot) -> (Netstat, Netstat) {
+    let after = snapshot(lab);
+    (Netstat::delta(&before.client, &after.client), Netstat::delta(&before.server, &after.server))
+}
+
+fn client(lab: &Lab, v6: bool, count: u32, mode: ClientMode) -> ClientArgs {
+    let dst = SocketAddr::new(lab.server_addr(0, v6).unwrap(), PORT);
+    ClientArgs { count, mode, payload_bytes: 100, timeout_ms: 5000, ..ClientArgs::new(dst) }
+}
+
+/// Scenario 1: first contact (one cookie request), then N accepted SYN-data connections,
+/// with both ways of asking for TFO; pid/comm checked against the real client process.
+fn first_contact_then_tfo(v6: bool) {
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let server = lab.start_server(common::exe(), 0, PORT, 16, v6).unwrap();
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    let before = snapshot(&lab);
+    let tracer = Tracer::start(&[]);
+    let n = 5;
+    let first = lab.run_client(common::exe(), &client(&lab, v6, n + 1, ClientMode::MsgFastopen)).unwrap();
+    let second = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::FastopenConnect)).unwrap();
+    let (events, _) = tracer.stop();
+    let (dc, ds) = deltas(&lab, &before);
+    assert_eq!(first.ok_count() + second.ok_count(), (2 * n + 1) as usize, "lab connections failed");
+
+    // The kernel's view first: exactly one cookie request, every other connection TFO.
+    assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 1, "server counters: {ds:?}");
+    assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(2 * n), "client counters: {dc:?}");
+    // The tracer must say the same, outcome by outcome.
+    assert_eq!(count(&events, cli_ns, "client", "cookie_requested"), ds.get("TcpExtTCPFastOpenCookieReqd"));
+    assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
+    assert_eq!(
+        count(&events, cli_ns, "client", "data_not_acked") + count(&events, cli_ns, "client", "syn_retransmitted"),
+        dc.get("TcpExtTCPFastOpenActiveFail")
+    );
+    assert_eq!(
+        count(&events, srv_ns, "server", "accepted") + count(&events, srv_ns, "server", "accepted_alt_key"),
+        ds.get("TcpExtTCPFastOpenPassive")
+    );
+    assert_eq!(of_role(&events, cli_ns, "client").len(), (2 * n + 1) as usize, "one event per connection");
+
+    // Attribution: the client events belong to the two client processes, port by port.
+    for (run, label) in [(&first, "msg-fastopen"), (&second, "fastopen-connect")] {
+        let ports: Vec<u16> = run.results.iter().map(|r| r.sport).collect();
+        let mine: Vec<_> = of_role(&events, cli_ns, "client")
+            .into_iter()
+            .filter(|e| ports.contains(&(e["sport"].as_u64().unwrap() as u16)))
+            .collect();
+        assert_eq!(mine.len(), ports.len(), "{label}: an event for every connection");
+        for e in mine {
+            assert_eq!(e["pid"], run.pid, "{label}: pid of {e}");
+            assert_eq!(e["comm"], "tfo-trace", "{label}: comm of {e}");
+            assert_eq!(e["daddr"], lab.server_addr(0, v6).unwrap().to_string());
+            assert_eq!(e["dport"], PORT);
+            assert_eq!(e["family"], if v6 { 6 } else { 4 });
+            assert!(e["handshake_us"].as_u64().is_some(), "handshake measured: {e}");
+            assert_eq!(e["stall_us"], 0);
+            if e["outcome"] == "accepted" {
+                assert_eq!(e["syn_data_bytes"], 100, "payload went in the SYN: {e}");
+            }
+        }
+    }
+    for e in of_role(&events, srv_ns, "server") {
+        assert_eq!(e["pid"], server.pid(), "listener owner: {e}");
+        assert_eq!(e["syn_data_bytes"], 100);
+        assert_eq!(e["sport"], PORT);
+    }
+}
+
+/// Scenario 2: the server issued a cookie, then stopped taking TFO (server bit cleared):
+/// the client's SYN-data is not acknowledged.
+fn server_stops_taking_tfo(v6: bool) {
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, v6).unwrap();
+    let warm = lab.run_client(common::exe(), &client(&lab, v6, 2, ClientMode::MsgFastopen)).unwrap();
+    assert_eq!(warm.ok_count(), 2);
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen", "0").unwrap();
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    let before = snapshot(&lab);
+    let tracer = Tracer::start(&[]);
+    let n = 4;
+    let run = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::MsgFastopen)).unwrap();
+    let (events, _) = tracer.stop();
+    let (dc, ds) = deltas(&lab, &before);
+    assert_eq!(run.ok_count(), n as usize, "the data still arrives, after the handshake");
+
+    assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), u64::from(n), "client counters: {dc:?}");
+    assert_eq!(count(&events, cli_ns, "client", "data_not_acked"), dc.get("TcpExtTCPFastOpenActiveFail"));
+    assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
+    assert_eq!(count(&events, srv_ns, "server", "accepted"), ds.get("TcpExtTCPFastOpenPassive"));
+    assert_eq!(ds.get("TcpExtTCPFastOpenPassive"), 0);
+    for e in of_role(&events, cli_ns, "client") {
+        assert_eq!(e["pid"], run.pid);
+        assert_eq!(e["syn_data_bytes"], 100, "the SYN carried the data: {e}");
+        assert_eq!(e["retransmits"], 0);
+    }
+}
+
+/// Scenario 3: a middlebox drops SYNs that carry data: every connection times out its
+/// SYN-data, resends a plain SYN after the 1 s initial RTO, and pays about a second.
+fn middlebox_drops_syn_data(v6: bool) {
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, v6).unwrap();
+    let warm = lab.run_client(common::exe(), &client(&lab, v6, 1, ClientMode::MsgFastopen)).unwrap();
+    assert_eq!(warm.ok_count(), 1, "cookie fetched");
+    lab.middlebox_drop_syn_data(None).unwrap();
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let before = snapshot(&lab);
+    let dropped_before = lab.middlebox_dropped().unwrap();
+    let tracer = Tracer::start(&[]);
+    let n = 3;
+    let run = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::MsgFastopen)).unwrap();
+    let (events, _) = tracer.stop();
+    let (dc, _) = deltas(&lab, &before);
+    let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
+    assert_eq!(run.ok_count(), n as usize);
+
+    // Wire and kernel agree with each other: one SYN-data dropped and one SYN
+    // retransmitted per connection.
+    assert_eq!(dropped, u64::from(n), "packets dropped by the middlebox");
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), u64::from(n), "client counters: {dc:?}");
+    // And the tracer agrees with both.
+    let stalls = count(&events, cli_ns, "client", "syn_retransmitted");
+    assert_eq!(stalls, dc.get("TcpExtTCPSynRetrans"));
+    assert_eq!(stalls, dropped);
+    assert_eq!(stalls, dc.get("TcpExtTCPFastOpenActiveFail"));
+    for e in of_role(&events, cli_ns, "client") {
+        assert_eq!(e["outcome"], "syn_retransmitted", "{e}");
+        assert_eq!(e["pid"], run.pid);
+        assert_eq!(e["retransmits"], 1);
+        assert_eq!(e["syn_data_bytes"], 100);
+        let stall = Duration::from_micros(e["stall_us"].as_u64().unwrap());
+        assert!(
+            stall >= Duration::from_millis(900) && stall <= Duration::from_millis(1500),
+            "stall {stall:?} should be the 1 s initial RTO: {e}"
+        );
+        let sport = e["sport"].as_u64().unwrap() as u16;
+        let conn = run.results.iter().find(|r| r.sport == sport).expect("event matches a connection");
+        // The client itself measured the whole connection; the stall is inside it.
+        assert!(Duration::from_micros(conn.elapsed_us) >= stall, "{conn:?} vs {e}");
+    }
+}
+
+#[test]
+fn first_contact_then_tfo_ipv4() {
+    require_kernel!();
+    first_contact_then_tfo(false);
+}
+
+#[test]
+fn first_contact_then_tfo_ipv6() {
+    require_kernel!();
+    first_contact_then_tfo(true);
+}
+
+#[test]
+fn server_stops_taking_tfo_ipv4() {
+    require_kernel!();
+    server_stops_taking_tfo(false);
+}
+
+#[test]
+fn server_stops_taking_tfo_ipv6() {
+    require_kernel!();
+    server_stops_taking_tfo(true);
+}
+
+#[test]
+fn middlebox_drops_syn_data_ipv4() {
+    require_kernel!();
+    middlebox_drops_syn_data(false);
+}
+
+#[test]
+fn middlebox_drops_syn_data_ipv6() {
+    require_kernel!();
+    middlebox_drops_syn_data(true);
+}
