@@ -39,7 +39,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             duration: a.duration,
         })),
         Command::Doctor(a) => views::doctor::run(a.json),
-        Command::Demo(_a) => anyhow::bail!("demo: not wired yet"),
+        Command::Demo(a) => runtime()?.block_on(views::demo::run(a)),
         Command::LabServer(a) => tfo_trace::lab::traffic::run_server(&a),
         Command::LabClient(a) => tfo_trace::lab::traffic::run_client(&a),
     }

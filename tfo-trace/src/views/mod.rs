@@ -1,3 +1,4 @@
 pub mod doctor;
 pub mod trace;
 pub mod logging;
+pub mod demo;

@@ -51,7 +51,7 @@ impl std::fmt::Display for PrivilegeError {
 
 impl std::error::Error for PrivilegeError {}
 
-const HEADER: &str = "TIME                     ROLE   OUTCOME            PID     COMM             SOURCE                 DESTINATION            NETNS       DATA RTX HANDSHAKE     STALL";
+pub const HEADER: &str = "TIME                     ROLE   OUTCOME            PID     COMM             SOURCE                 DESTINATION            NETNS       DATA RTX HANDSHAKE     STALL";
 
 fn millis(us: u64) -> String {
     format!("{:.1}ms", us as f64 / 1000.0)
@@ -75,7 +75,7 @@ pub fn text_line(e: &Event) -> String {
     )
 }
 
-fn write_events(out: &mut impl Write, events: &[Event], json: bool) -> io::Result<()> {
+pub fn write_events(out: &mut impl Write, events: &[Event], json: bool) -> io::Result<()> {
     for e in events {
         if json {
             serde_json::to_writer(&mut *out, e)?;
