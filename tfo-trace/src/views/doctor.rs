@@ -62,6 +62,8 @@ pub struct BackendVerdict {
     pub reason: String,
     /// Which TFO events this backend can see.
     pub sees: Vec<String>,
+    /// Outcomes this backend cannot see, each with the reason.
+    pub blind: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -721,6 +723,9 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
             if !b.sees.is_empty() {
                 s.line(format!("sees: {}", b.sees.join(", ")));
             }
+            for blind in &b.blind {
+                s.line(format!("not visible: {blind}"));
+            }
         }
         sections.push(s);
     }
@@ -946,6 +951,7 @@ mod tests {
             loads: false,
             reason: "BPF_PROG_LOAD: EPERM".into(),
             sees: vec![],
+            blind: vec![],
         });
         r.refresh_advice();
         let mut out = Vec::new();
@@ -1036,15 +1042,14 @@ fn backend_verdicts(can_load: bool) -> Vec<BackendVerdict> {
                 .map(|b| {
                     let role = if b.role == tfo_trace_common::role::CLIENT { "client" } else { "server" };
                     let name = Outcome::from_wire(b.outcome).map(Outcome::name).unwrap_or("?");
-                    format!("not visible: {role} {name} ({})", b.why)
+                    format!("{role} {name} ({})", b.why)
                 })
                 .collect();
             let (loads, reason) = match verdict {
                 Ok(()) => (true, String::from("loads and attaches here")),
                 Err(e) => (false, e),
             };
-            let reason = if blind.is_empty() { reason } else { format!("{reason}; {}", blind.join("; ")) };
-            BackendVerdict { name: backend.name().to_string(), loads, reason, sees }
+            BackendVerdict { name: backend.name().to_string(), loads, reason, sees, blind }
         })
         .collect()
 }
