@@ -89,8 +89,8 @@ pub struct TfoEvent {
 pub mod counter {
     /// Events dropped because the ring buffer was full.
     pub const EVENTS_LOST: u32 = 0;
-    /// Connections whose state was evicted from the LRU map before an outcome.
-    pub const CONN_TABLE_FULL: u32 = 1;
+    /// TFO connects whose state could not be recorded (their event lacks pid and timing).
+    pub const CONN_INSERT_FAILED: u32 = 1;
     pub const COUNT: u32 = 2;
 }
 

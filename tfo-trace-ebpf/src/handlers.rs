@@ -6,15 +6,19 @@
 //! SYN's data is still at the head of the retransmit queue. At the ESTABLISHED transition
 //! all four already hold the values that function reads, so this handler reaches the same
 //! verdict the kernel is about to reach, even where tcp_rcv_fastopen_synack is inlined.
-use aya_ebpf::helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns};
-use tfo_trace_common::{flags, outcome, role, ListenerKey, ProcInfo, TfoEvent, TASK_COMM_LEN};
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    EbpfContext,
+};
+use aya_log_ebpf::{debug, warn};
+use tfo_trace_common::{counter, flags, outcome, role, ListenerKey, ProcInfo, TfoEvent, TASK_COMM_LEN};
 
 use crate::{
     kernel::{
         flag, layout, netns_of, read, read_bits, tuple_of, IPPROTO_TCP, TCP_CLOSE,
         TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
-    maps::{emit, ConnState, CONNS, LISTENERS},
+    maps::{bump, emit, ConnState, CONNS, LISTENERS},
 };
 
 #[inline(always)]
@@ -31,13 +35,13 @@ fn current_process() -> (u32, [u8; TASK_COMM_LEN]) {
 
 /// `sock:inet_sock_set_state`: every TCP state change.
 #[inline(always)]
-pub fn on_state_change(sk: *const u8, old: i32, new: i32) {
+pub fn on_state_change<C: EbpfContext>(ctx: &C, sk: *const u8, old: i32, new: i32) {
     if read_bits(sk, layout!(sk_protocol)) != Some(IPPROTO_TCP) {
         return;
     }
     match (old, new) {
-        (TCP_CLOSE, TCP_SYN_SENT) => client_connect(sk),
-        (TCP_SYN_SENT, TCP_ESTABLISHED) => client_established(sk),
+        (TCP_CLOSE, TCP_SYN_SENT) => client_connect(ctx, sk),
+        (TCP_SYN_SENT, TCP_ESTABLISHED) => client_established(ctx, sk),
         (TCP_SYN_SENT, TCP_CLOSE) => client_failed(sk),
         (TCP_LISTEN, TCP_SYN_RECV) => server_child_created(sk),
         (TCP_SYN_RECV, _) => server_child_resolved(sk),
@@ -68,7 +72,7 @@ pub fn on_retransmit(sk: *const u8) {
 /// `fastopen_req` is set for sendto(MSG_FASTOPEN), `fastopen_connect` for
 /// TCP_FASTOPEN_CONNECT.
 #[inline(always)]
-fn client_connect(sk: *const u8) {
+fn client_connect<C: EbpfContext>(ctx: &C, sk: *const u8) {
     let fastopen_req: u64 = read(sk, layout!(fastopen_req)).unwrap_or(0);
     if fastopen_req == 0 && !flag(sk, layout!(fastopen_connect)) {
         return;
@@ -81,7 +85,11 @@ fn client_connect(sk: *const u8) {
         retransmits: 0,
         comm,
     };
-    let _ = CONNS.insert(&(sk as u64), &state, 0);
+    if CONNS.insert(&(sk as u64), &state, 0).is_err() {
+        // Rare (LRU maps evict instead): counted, and said with -v.
+        bump(counter::CONN_INSERT_FAILED);
+        warn!(ctx, "tfo-trace: could not record a TFO connect of pid {}", pid);
+    }
 }
 
 /// Fills the parts of an event every outcome shares.
@@ -125,7 +133,7 @@ fn event_for(sk: *const u8, role: u8, outcome: u8, state: Option<&ConnState>) ->
 }
 
 #[inline(always)]
-fn client_established(sk: *const u8) {
+fn client_established<C: EbpfContext>(ctx: &C, sk: *const u8) {
     let key = sk as u64;
     // SAFETY: the value is copied out before any other map operation.
     let state = unsafe { CONNS.get(&key) }.copied();
@@ -133,6 +141,10 @@ fn client_established(sk: *const u8) {
     let syn_fastopen = flag(sk, layout!(syn_fastopen));
     if state.is_none() && !syn_data && !syn_fastopen {
         return; // a plain connection
+    }
+    if state.is_none() {
+        // Started before we attached: no pid, no start time. Once per such connection.
+        debug!(ctx, "tfo-trace: TFO connection without recorded connect (started before attach?)");
     }
     let total_retrans: u32 = read(sk, layout!(total_retrans)).unwrap_or(0);
     let result = if syn_data {

@@ -10,7 +10,7 @@ pub fn tfo_state(ctx: RawTracePointContext) -> i32 {
     let sk: *const u8 = ctx.arg(0);
     let old: u64 = ctx.arg(1);
     let new: u64 = ctx.arg(2);
-    on_state_change(sk, old as i32, new as i32);
+    on_state_change(&ctx, sk, old as i32, new as i32);
     0
 }
 

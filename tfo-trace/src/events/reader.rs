@@ -100,3 +100,28 @@ impl EventSource {
         self.counter(counter::EVENTS_LOST)
     }
 }
+
+/// Kernel-side diagnostics (aya-log) shown with `-v`. The programs only log on rare paths
+/// (a connect they could not record, a connection older than the tracer).
+pub fn spawn_kernel_log_pump(ebpf: &mut Ebpf) {
+    if log::max_level() < log::LevelFilter::Info {
+        return;
+    }
+    let logger = match aya_log::EbpfLogger::init(ebpf) {
+        Ok(l) => l,
+        Err(e) => {
+            log::info!("kernel-side logs unavailable: {e}");
+            return;
+        }
+    };
+    // SAFETY: the logger owns its ring buffer fd for as long as the AsyncFd holds it.
+    let Ok(mut fd) = (unsafe { AsyncFd::register(logger) }) else {
+        return;
+    };
+    tokio::spawn(async move {
+        while let Ok(mut guard) = fd.readable_mut().await {
+            guard.get_inner_mut().flush();
+            guard.clear_ready();
+        }
+    });
+}

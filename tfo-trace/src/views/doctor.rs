@@ -831,6 +831,60 @@ pub fn render_json(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
     writeln!(w)
 }
 
+/// The backends as the loader sees them: which load here, what each one sees and
+/// what it cannot see (from the probe table), so `doctor` and the tracer never disagree.
+fn backend_verdicts(can_load: bool) -> Vec<BackendVerdict> {
+    use crate::{events::{Outcome, Role}, probes::{self, table}};
+    probes::verdicts(can_load)
+        .into_iter()
+        .map(|(backend, verdict)| {
+            let mut sees = Vec::new();
+            for role in [Role::Client, Role::Server] {
+                for outcome in Outcome::ALL {
+                    let wire_role = match role {
+                        Role::Client => tfo_trace_common::role::CLIENT,
+                        Role::Server => tfo_trace_common::role::SERVER,
+                    };
+                    if table::sees(backend, wire_role, outcome.to_wire()) {
+                        sees.push(format!("{} {}", role.name(), outcome.name()));
+                    }
+                }
+            }
+            let blind: Vec<String> = table::blind_spots(backend)
+                .iter()
+                .map(|b| {
+                    let role = if b.role == tfo_trace_common::role::CLIENT { "client" } else { "server" };
+                    let name = Outcome::from_wire(b.outcome).map(Outcome::name).unwrap_or("?");
+                    format!("{role} {name} ({})", b.why)
+                })
+                .collect();
+            let (loads, reason) = match verdict {
+                Ok(()) => (true, String::from("loads and attaches here")),
+                Err(e) => (false, e),
+            };
+            BackendVerdict { name: backend.name().to_string(), loads, reason, sees, blind }
+        })
+        .collect()
+}
+
+/// `tfo-trace doctor`: always exits 0; what is missing becomes advice.
+pub fn run(json: bool) -> anyhow::Result<()> {
+    let mut report = collect();
+    let can_load = crate::kernel::privileges::check_tracing_privileges().is_ok();
+    report.backends = backend_verdicts(can_load);
+    if let Some(chosen) = report.backends.iter().find(|b| b.loads) {
+        let line = format!("auto would choose the {} backend", chosen.name);
+        report.refresh_advice();
+        report.advice.insert(0, line);
+    } else {
+        report.refresh_advice();
+    }
+    let mut out = io::stdout().lock();
+    if json { render_json(&report, &mut out)? } else { render_text(&report, &mut out)? }
+    Ok(())
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1016,57 +1070,4 @@ mod tests {
         render_json(&r, &mut out).unwrap();
         let _: serde_json::Value = serde_json::from_slice(&out).unwrap();
     }
-}
-
-/// The backends as the loader sees them: which load here, what each one sees and
-/// what it cannot see (from the probe table), so `doctor` and the tracer never disagree.
-fn backend_verdicts(can_load: bool) -> Vec<BackendVerdict> {
-    use crate::{events::{Outcome, Role}, probes::{self, table}};
-    probes::verdicts(can_load)
-        .into_iter()
-        .map(|(backend, verdict)| {
-            let mut sees = Vec::new();
-            for role in [Role::Client, Role::Server] {
-                for outcome in Outcome::ALL {
-                    let wire_role = match role {
-                        Role::Client => tfo_trace_common::role::CLIENT,
-                        Role::Server => tfo_trace_common::role::SERVER,
-                    };
-                    if table::sees(backend, wire_role, outcome.to_wire()) {
-                        sees.push(format!("{} {}", role.name(), outcome.name()));
-                    }
-                }
-            }
-            let blind: Vec<String> = table::blind_spots(backend)
-                .iter()
-                .map(|b| {
-                    let role = if b.role == tfo_trace_common::role::CLIENT { "client" } else { "server" };
-                    let name = Outcome::from_wire(b.outcome).map(Outcome::name).unwrap_or("?");
-                    format!("{role} {name} ({})", b.why)
-                })
-                .collect();
-            let (loads, reason) = match verdict {
-                Ok(()) => (true, String::from("loads and attaches here")),
-                Err(e) => (false, e),
-            };
-            BackendVerdict { name: backend.name().to_string(), loads, reason, sees, blind }
-        })
-        .collect()
-}
-
-/// `tfo-trace doctor`: always exits 0; what is missing becomes advice.
-pub fn run(json: bool) -> anyhow::Result<()> {
-    let mut report = collect();
-    let can_load = crate::kernel::privileges::check_tracing_privileges().is_ok();
-    report.backends = backend_verdicts(can_load);
-    if let Some(chosen) = report.backends.iter().find(|b| b.loads) {
-        let line = format!("auto would choose the {} backend", chosen.name);
-        report.refresh_advice();
-        report.advice.insert(0, line);
-    } else {
-        report.refresh_advice();
-    }
-    let mut out = io::stdout().lock();
-    if json { render_json(&report, &mut out)? } else { render_text(&report, &mut out)? }
-    Ok(())
 }

@@ -90,6 +90,7 @@ pub fn write_events(out: &mut impl Write, events: &[Event], json: bool) -> io::R
 pub async fn run(opts: TraceOptions) -> Result<()> {
     let mut tracer = start(&opts.load)?;
     let mut source = EventSource::new(&mut tracer.ebpf)?;
+    crate::events::reader::spawn_kernel_log_pump(&mut tracer.ebpf);
     let mut stdout = io::stdout().lock();
     if !opts.json {
         writeln!(stdout, "{HEADER}").context("writing to stdout")?;
