@@ -1,0 +1,308 @@
+//! `cargo xtask setup`: checks each prerequisite and installs what is missing.
+//! Prints one line per item: `ok: ...` or `installing: ...`.
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::util::{capture, cargo_home, is_root, nightly, probe, run, which};
+
+/// Debian packages the tests and the demo use (ip/nstat, nft, tcpdump, sysctl, tmux).
+const DEB_REQUIRED: &[&str] = &["iproute2", "nftables", "tcpdump", "procps", "tmux"];
+/// Nice to have (inspecting loaded programs); a failed install is only a warning.
+const DEB_OPTIONAL: &[&str] = &["bpftool"];
+/// Records the LLVM major the installed bpf-linker was built for (it can't tell itself).
+const STAMP: &str = "bpf-linker.llvm-major";
+
+pub fn setup() -> Result<()> {
+    let cargo_bin = cargo_home()?.join("bin");
+    ensure_in_path(&cargo_bin)?;
+    let rustc_vv = nightly_toolchain()?;
+    rust_src()?;
+    let major = llvm_major(&rustc_vv)?;
+    bpf_linker(&major, &cargo_bin)?;
+    debian_packages()
+}
+
+/// bpf-linker lands in `$CARGO_HOME/bin`; the eBPF build (aya-build -> rustc) finds it in PATH.
+fn ensure_in_path(dir: &Path) -> Result<()> {
+    let path = env::var_os("PATH").unwrap_or_default();
+    if env::split_paths(&path).any(|p| p == dir) {
+        return Ok(());
+    }
+    let joined = env::join_paths(std::iter::once(dir.to_path_buf()).chain(env::split_paths(&path)))
+        .context("adding $CARGO_HOME/bin to PATH")?;
+    env::set_var("PATH", joined);
+    Ok(())
+}
+
+// ---- Rust toolchain -------------------------------------------------------------------
+
+/// Makes sure `nightly` is installed; returns its `rustc -vV` output.
+fn nightly_toolchain() -> Result<String> {
+    if let Some(vv) = probe(nightly("rustc").arg("-vV")) {
+        println!("ok: nightly toolchain ({})", first_line(&vv));
+        return Ok(vv);
+    }
+    println!("installing: nightly toolchain");
+    run(Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal"]))
+        .context("rustup toolchain install nightly")?;
+    capture(nightly("rustc").arg("-vV")).context("rustc +nightly -vV after installing nightly")
+}
+
+fn rust_src() -> Result<()> {
+    let installed = capture(Command::new("rustup").args([
+        "component",
+        "list",
+        "--toolchain",
+        "nightly",
+        "--installed",
+    ]))
+    .context("rustup component list --toolchain nightly")?;
+    if installed.lines().any(|l| l.trim().starts_with("rust-src")) {
+        println!("ok: rust-src (nightly)");
+        return Ok(());
+    }
+    println!("installing: rust-src (nightly)");
+    run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+        .context("rustup component add rust-src")
+}
+
+/// `LLVM version: 22.1.4` -> "22".
+fn llvm_major(rustc_vv: &str) -> Result<String> {
+    rustc_vv
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version:"))
+        .and_then(|v| v.trim().split('.').next())
+        .filter(|m| !m.is_empty() && m.chars().all(|c| c.is_ascii_digit()))
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("no `LLVM version: N.x` line in `rustc +nightly -vV`:\n{rustc_vv}"))
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("").trim()
+}
+
+// ---- bpf-linker -----------------------------------------------------------------------
+
+fn bpf_linker(major: &str, cargo_bin: &Path) -> Result<()> {
+    match bpf_linker_state(major, cargo_bin) {
+        Ok(version) => {
+            println!("ok: {version} (LLVM {major})");
+            Ok(())
+        }
+        Err(why) => {
+            println!("installing: bpf-linker for LLVM {major} ({why})");
+            install_bpf_linker(major, cargo_bin)
+        }
+    }
+}
+
+/// `Ok(version line)` if an installed bpf-linker runs and was built for LLVM `major`;
+/// `Err(reason to reinstall)` otherwise.
+fn bpf_linker_state(major: &str, cargo_bin: &Path) -> std::result::Result<String, String> {
+    let exe = which("bpf-linker").ok_or("not installed")?;
+    // A bpf-linker linked to an older nightly's libLLVM no longer starts: reinstall it.
+    let version = probe(Command::new(&exe).arg("--version")).ok_or("installed but does not run")?;
+    let built_for = reported_llvm(&exe)
+        .or_else(|| crates2_llvm(cargo_bin))
+        .or_else(|| stamp_llvm(cargo_bin))
+        .ok_or("its LLVM version is unknown")?;
+    if built_for != major {
+        return Err(format!("installed one is for LLVM {built_for}"));
+    }
+    Ok(first_line(&version).to_string())
+}
+
+/// Newer bpf-linkers may print `LLVM version ...` with `--version --verbose`.
+fn reported_llvm(exe: &Path) -> Option<String> {
+    let out = probe(Command::new(exe).args(["--version", "--verbose"]))?;
+    let rest = out
+        .lines()
+        .find_map(|l| l.split_once("LLVM").map(|(_, r)| r.to_string()))?;
+    let digits: String = rest
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    (!digits.is_empty()).then_some(digits)
+}
+
+/// cargo's own install record: the `llvm-N` feature bpf-linker was installed with.
+fn crates2_llvm(cargo_bin: &Path) -> Option<String> {
+    let text = fs::read_to_string(cargo_bin.parent()?.join(".crates2.json")).ok()?;
+    let entry = &text[text.find("\"bpf-linker ")?..];
+    let entry = &entry[..entry.find('}')?];
+    let feature = &entry[entry.find("\"llvm-")? + "\"llvm-".len()..];
+    let digits: String = feature.chars().take_while(|c| c.is_ascii_digit()).collect();
+    (!digits.is_empty()).then_some(digits)
+}
+
+fn stamp_path(cargo_bin: &Path) -> Option<PathBuf> {
+    Some(cargo_bin.parent()?.join(STAMP))
+}
+
+fn stamp_llvm(cargo_bin: &Path) -> Option<String> {
+    let text = fs::read_to_string(stamp_path(cargo_bin)?).ok()?;
+    Some(text.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// Builds bpf-linker from crates.io against the nightly's own libLLVM (no system LLVM).
+fn install_bpf_linker(major: &str, cargo_bin: &Path) -> Result<()> {
+    let rustflags = bpf_linker_rustflags(major)?;
+    let install = |locked: bool| {
+        let mut cmd = nightly("cargo");
+        cmd.args([
+            "install",
+            "bpf-linker",
+            "--force",
+            "--no-default-features",
+            "--features",
+        ])
+        .arg(format!("llvm-{major},no-llvm-linking"))
+        .env("RUSTFLAGS", &rustflags)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR");
+        if locked {
+            cmd.arg("--locked");
+        }
+        run(&mut cmd).context("cargo +nightly install bpf-linker")
+    };
+    if let Err(e) = install(true) {
+        eprintln!("warning: {e:#}; retrying without --locked");
+        install(false)?;
+    }
+    let exe = which("bpf-linker").context("bpf-linker is not in PATH after cargo install")?;
+    capture(Command::new(&exe).arg("--version")).context("bpf-linker --version after install")?;
+    let stamp = stamp_path(cargo_bin).context("no parent directory for $CARGO_HOME/bin")?;
+    fs::write(&stamp, format!("{major}\n")).with_context(|| format!("writing {}", stamp.display()))
+}
+
+/// `-L native=<sysroot>/lib -l dylib=LLVM-<major>-... -C link-arg=-Wl,-rpath,<sysroot>/lib`
+fn bpf_linker_rustflags(major: &str) -> Result<String> {
+    let sysroot = capture(nightly("rustc").args(["--print", "sysroot"]))
+        .context("rustc +nightly --print sysroot")?;
+    let lib = PathBuf::from(sysroot.trim()).join("lib");
+    let llvm = find_libllvm(&lib, major)?;
+    let lib = lib.display();
+    Ok(format!(
+        "-L native={lib} -l dylib={llvm} -C link-arg=-Wl,-rpath,{lib}"
+    ))
+}
+
+/// `<lib>/libLLVM-22-rust-1.97.0-nightly.so` -> "LLVM-22-rust-1.97.0-nightly".
+fn find_libllvm(lib: &Path, major: &str) -> Result<String> {
+    let prefix = format!("libLLVM-{major}");
+    let entries = fs::read_dir(lib).with_context(|| format!("listing {}", lib.display()))?;
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&prefix) && n.ends_with(".so"))
+        .collect();
+    names.sort();
+    let name = names
+        .into_iter()
+        .find(|n| n[prefix.len()..].starts_with(['-', '.']))
+        .with_context(|| {
+            format!(
+                "no {prefix}-*.so in {} (is the nightly complete?)",
+                lib.display()
+            )
+        })?;
+    Ok(name["lib".len()..name.len() - ".so".len()].to_string())
+}
+
+// ---- Debian packages ------------------------------------------------------------------
+
+fn debian_packages() -> Result<()> {
+    if which("dpkg-query").is_none() {
+        println!(
+            "warning: no dpkg-query (not Debian?): install by hand: {}",
+            DEB_REQUIRED.join(" ")
+        );
+        return Ok(());
+    }
+    let required = missing(DEB_REQUIRED);
+    let optional = missing(DEB_OPTIONAL);
+    if required.is_empty() && optional.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        if required.is_empty() {
+            println!(
+                "warning: optional package(s) not installed: {}",
+                optional.join(" ")
+            );
+            return Ok(());
+        }
+        bail!(
+            "missing Debian packages; as root run: apt-get install {}",
+            required.join(" ")
+        );
+    }
+    run(apt().arg("update")).context("apt-get update")?;
+    if !required.is_empty() {
+        run(&mut apt_install(&required)).context("apt-get install")?;
+    }
+    if !optional.is_empty() {
+        if let Err(e) = run(&mut apt_install(&optional)) {
+            println!("warning: optional package(s) not installed ({e:#})");
+        }
+    }
+    Ok(())
+}
+
+/// Prints one line per package; returns those not installed.
+fn missing<'a>(pkgs: &[&'a str]) -> Vec<&'a str> {
+    pkgs.iter()
+        .copied()
+        .filter(|p| {
+            let installed = deb_installed(p);
+            println!("{}: deb {p}", if installed { "ok" } else { "installing" });
+            !installed
+        })
+        .collect()
+}
+
+fn deb_installed(pkg: &str) -> bool {
+    probe(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]))
+        .is_some_and(|s| s.trim() == "install ok installed")
+}
+
+fn apt() -> Command {
+    let mut cmd = Command::new("apt-get");
+    cmd.env("DEBIAN_FRONTEND", "noninteractive");
+    cmd
+}
+
+fn apt_install(pkgs: &[&str]) -> Command {
+    let mut cmd = apt();
+    cmd.args(["install", "-y", "--no-install-recommends"])
+        .args(pkgs);
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_llvm_major() {
+        let vv = "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\nhost: x\nLLVM version: 22.1.4\n";
+        assert_eq!(llvm_major(vv).ok().as_deref(), Some("22"));
+        assert!(llvm_major("rustc 1.0\n").is_err());
+    }
+
+    #[test]
+    fn reads_crates2_feature() {
+        let dir = env::temp_dir().join(format!("xtask-crates2-{}", std::process::id()));
+        let bin = dir.join("bin");
+        let json = r#"{"installs":{"bpf-linker 0.13.0 (registry+x)":{"features":["llvm-22","no-llvm-linking"]}}}"#;
+        let written =
+            fs::create_dir_all(&bin).and_then(|()| fs::write(dir.join(".crates2.json"), json));
+        assert!(written.is_ok());
+        assert_eq!(crates2_llvm(&bin).as_deref(), Some("22"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
