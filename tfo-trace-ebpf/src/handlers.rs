@@ -252,24 +252,20 @@ fn server_child_resolved(sk: *const u8) {
     emit(&ev);
 }
 
+/// A listener is known by its namespace and local port (what a child socket shares).
+#[inline(always)]
+fn listener_key(sk: *const u8) -> ListenerKey {
+    ListenerKey { netns: netns_of(sk), port: read(sk, layout!(skc_num)).unwrap_or(0), _pad: 0 }
+}
+
 /// listen() runs in the owner's process context: remember who owns the port.
 #[inline(always)]
 fn listener_started(sk: *const u8) {
-    let key = ListenerKey {
-        netns: netns_of(sk),
-        port: read(sk, layout!(skc_num)).unwrap_or(0),
-        _pad: 0,
-    };
     let (pid, comm) = current_process();
-    let _ = LISTENERS.insert(&key, &ProcInfo { pid, _pad: 0, comm }, 0);
+    let _ = LISTENERS.insert(&listener_key(sk), &ProcInfo { pid, _pad: 0, comm }, 0);
 }
 
 #[inline(always)]
 fn listener_stopped(sk: *const u8) {
-    let key = ListenerKey {
-        netns: netns_of(sk),
-        port: read(sk, layout!(skc_num)).unwrap_or(0),
-        _pad: 0,
-    };
-    let _ = LISTENERS.remove(&key);
+    let _ = LISTENERS.remove(&listener_key(sk));
 }

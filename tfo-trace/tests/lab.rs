@@ -24,8 +24,8 @@ fn skip_reason(need_nft: bool) -> Option<String> {
         tools.push("nft");
     }
     for t in tools {
-        let found = Command::new(t).arg("--version").output().is_ok()
-            || Command::new(t).arg("-V").output().is_ok();
+        let found =
+            Command::new(t).arg("--version").output().is_ok() || Command::new(t).arg("-V").output().is_ok();
         if !found {
             return Some(format!("`{t}` not found"));
         }
@@ -36,7 +36,7 @@ fn skip_reason(need_nft: bool) -> Option<String> {
 macro_rules! skip_unless_able {
     ($need_nft:expr) => {
         if let Some(why) = skip_reason($need_nft) {
-            eprintln!("skipping {}: {why}", module_path!());
+            eprintln!("skipping (tests/lab.rs:{}): {why}; lab tests create network namespaces", line!());
             return;
         }
     };
@@ -199,10 +199,7 @@ fn middlebox_on_one_of_two_destinations() {
         let slow = lab.run_client(exe, &ClientArgs::new(filtered)).expect("filtered run");
         let (cli, _) = delta(&before, lab);
         show("two destinations client", &cli);
-        eprintln!(
-            "clean {} us, filtered {} us",
-            fast.results[0].elapsed_us, slow.results[0].elapsed_us
-        );
+        eprintln!("clean {} us, filtered {} us", fast.results[0].elapsed_us, slow.results[0].elapsed_us);
         assert!(fast.results[0].ok && fast.results[0].elapsed_us < 500_000, "{fast:?}");
         assert!(slow.results[0].ok && slow.results[0].elapsed_us >= 900_000, "{slow:?}");
         assert_eq!(cli.get("TcpExtTCPFastOpenActive"), 1);
@@ -236,5 +233,72 @@ fn client_refuses_foreign_destinations() {
     with_lab(LabConfig::default(), |lab| {
         let dst: SocketAddr = "192.0.2.1:80".parse().expect("addr");
         assert!(lab.spawn_client(Path::new(EXE), &ClientArgs::new(dst)).is_err());
+    });
+}
+
+/// A failure on the last step of create (an out-of-range sysctl value) must remove the
+/// namespaces, veth and addresses made before it.
+#[test]
+fn failed_create_leaves_nothing() {
+    skip_unless_able!(false);
+    let err = Lab::create(LabConfig { client_fastopen: u32::MAX, ..LabConfig::default() })
+        .expect_err("tcp_fastopen=4294967295 is rejected by the kernel");
+    let msg = format!("{err:#}");
+    assert!(msg.contains("sysctl") && msg.contains("Invalid argument"), "{msg}");
+    // The error names both namespaces ("creating lab <cli> / <srv>").
+    let names: std::collections::BTreeSet<&str> = msg
+        .split_whitespace()
+        .filter(|w| w.starts_with("tfolab-"))
+        .map(|w| w.trim_end_matches(':'))
+        .collect();
+    assert_eq!(names.len(), 2, "{msg}");
+    let after = netns_list();
+    assert!(names.iter().all(|n| !after.iter().any(|a| a == n)), "left behind: {names:?} in {after:?}");
+}
+
+/// `ip netns exec` execs: the pid spawn_client reports is the lab-client process itself,
+/// running the tfo-trace executable inside the client namespace.
+#[test]
+fn client_pid_is_the_client_process() {
+    skip_unless_able!(false);
+    with_lab(LabConfig::default(), |lab| {
+        let exe = Path::new(EXE);
+        let server = lab.start_server(exe, 0, PORT, 16, false).expect("server");
+        let spec = ClientArgs { count: 3, interval_ms: 300, ..ClientArgs::new(server.addr()) };
+        let mut child = lab.spawn_client(exe, &spec).expect("spawn client");
+        let pid = child.pid();
+        // Right after spawn the pid may still be running `ip`; it execs within milliseconds.
+        let want = std::fs::canonicalize(EXE).expect("canonical exe");
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while std::fs::read_link(format!("/proc/{pid}/exe")).ok().as_ref() != Some(&want) {
+            assert!(std::time::Instant::now() < deadline, "pid {pid} never became {want:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let ns_ino = std::fs::metadata(format!("/proc/{pid}/ns/net")).expect("ns").ino();
+        let run_ino =
+            std::fs::metadata(Path::new("/run/netns").join(lab.netns(Side::Client))).expect("netns").ino();
+        assert_eq!(ns_ino, run_ino, "client is not in the client namespace");
+        assert!(!child.has_exited().expect("try_wait"));
+        let run = child.wait(spec.worst_case() + Duration::from_secs(5)).expect("client run");
+        assert_eq!(run.pid, pid);
+        assert_eq!(run.ok_count(), 3, "{run:?}");
+    });
+}
+
+/// Failed connections are reported per line, and the client still exits 0.
+#[test]
+fn refused_connections_are_reported() {
+    skip_unless_able!(false);
+    with_lab(LabConfig::default(), |lab| {
+        let dst = SocketAddr::new(lab.server_addr(0, true).expect("addr"), 9); // nobody listens
+        for mode in [ClientMode::MsgFastopen, ClientMode::FastopenConnect] {
+            let spec = ClientArgs { count: 2, mode, timeout_ms: 1000, ..ClientArgs::new(dst) };
+            let run = lab.run_client(Path::new(EXE), &spec).expect("client run");
+            eprintln!("refused {mode}: {:?}", run.results);
+            assert_eq!(run.results.len(), 2);
+            for r in &run.results {
+                assert!(!r.ok && r.error.as_deref().is_some_and(|e| e.contains("refused")), "{r:?}");
+            }
+        }
     });
 }

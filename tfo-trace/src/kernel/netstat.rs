@@ -42,12 +42,7 @@ impl Netstat {
             let names: Vec<&str> = names.split_whitespace().collect();
             let values: Vec<&str> = values.split_whitespace().collect();
             if names.len() != values.len() {
-                bail!(
-                    "line {}: {tag} has {} names but {} values",
-                    j + 1,
-                    names.len(),
-                    values.len()
-                );
+                bail!("line {}: {tag} has {} names but {} values", j + 1, names.len(), values.len());
             }
             for (name, value) in names.iter().zip(values) {
                 match value.parse::<u64>() {
@@ -87,13 +82,7 @@ impl Netstat {
     /// `after - before` per key (saturating at 0: gauges such as TcpCurrEstab can fall).
     /// Keys only in `after` count from 0.
     pub fn delta(before: &Netstat, after: &Netstat) -> Netstat {
-        Netstat(
-            after
-                .0
-                .iter()
-                .map(|(k, &v)| (k.clone(), v.saturating_sub(before.get(k))))
-                .collect(),
-        )
+        Netstat(after.0.iter().map(|(k, &v)| (k.clone(), v.saturating_sub(before.get(k)))).collect())
     }
 
     /// The non-zero entries, for readable diagnostics.

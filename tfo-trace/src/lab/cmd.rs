@@ -20,15 +20,10 @@ pub(crate) fn display(cmd: &Command) -> String {
 /// command, its exit status and its stderr.
 pub(crate) fn run(cmd: &mut Command) -> Result<String> {
     let line = display(cmd);
-    let Output { status, stdout, stderr } = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run `{line}`"))?;
+    let Output { status, stdout, stderr } =
+        cmd.stdin(Stdio::null()).output().with_context(|| format!("cannot run `{line}`"))?;
     if !status.success() {
-        bail!(
-            "`{line}` failed ({status}): {}",
-            String::from_utf8_lossy(&stderr).trim()
-        );
+        bail!("`{line}` failed ({status}): {}", String::from_utf8_lossy(&stderr).trim());
     }
     Ok(String::from_utf8_lossy(&stdout).into_owned())
 }

@@ -125,9 +125,7 @@ fn teardown(owned: Owned) {
     }
     if let Some(ns) = &owned.nft_in {
         // Best effort: deleting the namespace below removes the table anyway.
-        let _ = cmd::run(
-            cmd::in_netns(ns, "nft").args(["delete", "table", "inet", NFT_TABLE]),
-        );
+        let _ = cmd::run(cmd::in_netns(ns, "nft").args(["delete", "table", "inet", NFT_TABLE]));
     }
     for ns in &owned.namespaces {
         if let Err(e) = delete_netns(ns) {
@@ -145,17 +143,25 @@ fn delete_netns(name: &str) -> Result<()> {
 }
 
 /// Deletes namespaces named `<prefix>-<pid>-<n>-cli|srv` whose `<pid>` is no longer a
-/// live process (left behind by a run that crashed or was killed). Namespaces of live
-/// processes, of this process, or with any other name are never touched. Returns the
-/// names deleted. Processes still inside such a namespace keep it alive until they exit
-/// (lab servers exit on their own: stdin closed, or `--max-seconds`).
+/// live process (left behind by a run that crashed or was killed) and that no process is
+/// in any more. Namespaces of live processes, of this process, still in use, or with any
+/// other name are never touched. Returns the names deleted. (A dead run's lab servers
+/// exit by themselves within a fraction of a second: their stdin pipe closes.)
 pub fn sweep_stale(prefix: &str) -> Result<Vec<String>> {
     let list = cmd::run(Command::new("ip").args(["netns", "list"]))?;
     let me = std::process::id();
     let mut removed = Vec::new();
     for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
-        let Some(pid) = stale_owner(prefix, name) else { continue };
+        let Some(pid) = stale_owner(prefix, name) else {
+            continue;
+        };
         if pid == me || pid_alive(pid) {
+            continue;
+        }
+        // Still in use (e.g. the owner lives in another pid namespace, so its pid meant
+        // nothing here): leave it.
+        let inside = cmd::run(Command::new("ip").args(["netns", "pids", name]))?;
+        if !inside.trim().is_empty() {
             continue;
         }
         delete_netns(name)?;
@@ -175,7 +181,9 @@ fn stale_owner(prefix: &str, name: &str) -> Option<u32> {
 }
 
 fn pid_alive(pid: u32) -> bool {
-    let Ok(p) = libc::pid_t::try_from(pid) else { return false };
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
     // SAFETY: signal 0 only checks existence.
     let rc = unsafe { libc::kill(p, 0) };
     rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
@@ -206,8 +214,7 @@ impl Lab {
         };
         lock(&REGISTRY).insert(id, Owned::default());
         // From here on an early return drops `lab`, whose Drop undoes what was done.
-        lab.setup()
-            .with_context(|| format!("creating lab {} / {}", lab.client_ns, lab.server_ns))?;
+        lab.setup().with_context(|| format!("creating lab {} / {}", lab.client_ns, lab.server_ns))?;
         Ok(lab)
     }
 
@@ -220,35 +227,26 @@ impl Lab {
             }
         }
         // Create each end directly in its namespace: nothing ever appears in the host's.
-        cmd::run(cmd::ip_in(&self.client_ns).args([
-            "link", "add", VETH_CLIENT, "type", "veth", "peer", "name", VETH_SERVER, "netns",
-            &self.server_ns,
-        ]))?;
+        let veth = ["link", "add", VETH_CLIENT, "type", "veth", "peer", "name", VETH_SERVER, "netns"];
+        cmd::run(cmd::ip_in(&self.client_ns).args(veth).arg(&self.server_ns))?;
 
-        let mut plan: Vec<(&str, &str, Vec<String>)> = vec![
-            (&self.client_ns, VETH_CLIENT, vec![
-                format!("{}/24", self.client_addr(false)),
-                format!("{}/64", self.client_addr(true)),
-            ]),
-            (&self.server_ns, VETH_SERVER, Vec::new()),
-        ];
-        for i in 0..self.cfg.server_addrs {
-            plan[1].2.push(format!("{}/24", self.server_addr(i, false)?));
-            plan[1].2.push(format!("{}/64", self.server_addr(i, true)?));
-        }
-        for (ns, dev, addrs) in &plan {
+        let client = [self.client_addr(false), self.client_addr(true)].to_vec();
+        let server = [self.server_addrs(false), self.server_addrs(true)].concat();
+        let ends = [(&self.client_ns, VETH_CLIENT, client), (&self.server_ns, VETH_SERVER, server)];
+        for (ns, dev, addrs) in &ends {
             for a in addrs {
+                let cidr = format!("{a}/{}", if a.is_ipv4() { 24 } else { 64 });
                 let mut c = cmd::ip_in(ns);
-                c.args(["addr", "add", a, "dev", dev]);
-                if a.contains(':') {
-                    c.arg("nodad"); // usable at once, no 1-2 s duplicate detection
+                c.args(["addr", "add", &cidr, "dev", dev]);
+                if a.is_ipv6() {
+                    c.arg("nodad"); // usable at once, no 1-2 s duplicate address detection
                 }
                 cmd::run(&mut c)?;
             }
             cmd::run(cmd::ip_in(ns).args(["link", "set", "lo", "up"]))?;
             cmd::run(cmd::ip_in(ns).args(["link", "set", dev, "up"]))?;
         }
-        for (ns, dev, _) in &plan {
+        for (ns, dev, _) in &ends {
             wait_oper_up(ns, dev)?;
         }
         self.set_sysctl(Side::Client, "net.ipv4.tcp_fastopen", &self.cfg.client_fastopen.to_string())?;
@@ -296,8 +294,7 @@ impl Lab {
     /// `sysctl -w key=value` inside `side`'s namespace (e.g. turn server TFO off after
     /// cookies were issued).
     pub fn set_sysctl(&self, side: Side, key: &str, value: &str) -> Result<()> {
-        cmd::run(cmd::in_netns(self.netns(side), "sysctl").args(["-w", &format!("{key}={value}")]))
-            .map(drop)
+        cmd::run(cmd::in_netns(self.netns(side), "sysctl").args(["-w", &format!("{key}={value}")])).map(drop)
     }
 
     /// `sysctl -n key` inside `side`'s namespace.
@@ -307,9 +304,8 @@ impl Lab {
 
     /// The kernel's counters (`/proc/net/netstat` + `/proc/net/snmp`) of `side`'s namespace.
     pub fn netstat(&self, side: Side) -> Result<Netstat> {
-        let text = cmd::run(
-            cmd::in_netns(self.netns(side), "cat").args(["/proc/net/netstat", "/proc/net/snmp"]),
-        )?;
+        let text =
+            cmd::run(cmd::in_netns(self.netns(side), "cat").args(["/proc/net/netstat", "/proc/net/snmp"]))?;
         Netstat::parse(&text).with_context(|| format!("parsing counters of {}", self.netns(side)))
     }
 
@@ -381,7 +377,11 @@ impl Lab {
         }
         self.nft(&["add", "table", "inet", NFT_TABLE])?;
         self.nft(&[
-            "add", "chain", "inet", NFT_TABLE, "input",
+            "add",
+            "chain",
+            "inet",
+            NFT_TABLE,
+            "input",
             "{ type filter hook input priority 0; policy accept; }",
         ])?;
         Ok(())
@@ -695,20 +695,18 @@ mod tests {
             LabClient(ClientArgs),
         }
         let s = ServerArgs { tfo_queue: 16, ..ServerArgs::new("[::]:80".parse().unwrap()) };
-        let parsed = Cli::try_parse_from(
-            ["x", "lab-server"].into_iter().map(String::from).chain(s.to_cli_args()),
-        )
-        .unwrap();
+        let parsed =
+            Cli::try_parse_from(["x", "lab-server"].into_iter().map(String::from).chain(s.to_cli_args()))
+                .unwrap();
         assert!(matches!(parsed, Cli::LabServer(ref p) if *p == s));
         let c = ClientArgs {
             mode: ClientMode::FastopenConnect,
             count: 5,
             ..ClientArgs::new("198.18.0.2:80".parse().unwrap())
         };
-        let parsed = Cli::try_parse_from(
-            ["x", "lab-client"].into_iter().map(String::from).chain(c.to_cli_args()),
-        )
-        .unwrap();
+        let parsed =
+            Cli::try_parse_from(["x", "lab-client"].into_iter().map(String::from).chain(c.to_cli_args()))
+                .unwrap();
         assert!(matches!(parsed, Cli::LabClient(ref p) if *p == c));
     }
 }

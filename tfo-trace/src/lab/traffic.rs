@@ -194,9 +194,7 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
         let stream = match listener.accept() {
             Ok((s, _peer)) => s,
             // SO_RCVTIMEO on the listener makes accept() return EAGAIN every ACCEPT_POLL.
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {
-                continue
-            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => continue,
             Err(e) => {
                 // ECONNABORTED and the like: transient, the listener is still good.
                 eprintln!("lab-server: accept: {e}");
@@ -277,8 +275,7 @@ fn one_connection(
     let result = (|| -> Result<()> {
         let s = new_socket(dst)?;
         // Bounds connect (blocking connect and sendto(MSG_FASTOPEN) honour SO_SNDTIMEO).
-        s.set_write_timeout(Some(remaining(deadline)?))
-            .context("setsockopt(SO_SNDTIMEO)")?;
+        s.set_write_timeout(Some(remaining(deadline)?)).context("setsockopt(SO_SNDTIMEO)")?;
         let sent = match mode {
             ClientMode::MsgFastopen => {
                 let (sa, len) = sockaddr(&dst);
@@ -293,9 +290,11 @@ fn one_connection(
                         len,
                     )
                 };
+                // Take errno before local_port() makes another syscall.
+                let err = (n < 0).then(io::Error::last_os_error);
                 sport = local_port(&s);
-                if n < 0 {
-                    return Err(io::Error::last_os_error()).context("sendto(MSG_FASTOPEN)");
+                if let Some(e) = err {
+                    return Err(e).context("sendto(MSG_FASTOPEN)");
                 }
                 n as usize // n >= 0 checked above
             }
@@ -305,22 +304,18 @@ fn one_connection(
                 let (sa, len) = sockaddr(&dst);
                 // SAFETY: valid fd and sockaddr of the given length.
                 let rc = unsafe {
-                    libc::connect(
-                        s.as_raw_fd(),
-                        (&sa as *const libc::sockaddr_storage).cast(),
-                        len,
-                    )
+                    libc::connect(s.as_raw_fd(), (&sa as *const libc::sockaddr_storage).cast(), len)
                 };
+                let err = (rc != 0).then(io::Error::last_os_error);
                 sport = local_port(&s);
-                if rc != 0 {
-                    return Err(io::Error::last_os_error()).context("connect");
+                if let Some(e) = err {
+                    return Err(e).context("connect");
                 }
                 0
             }
         };
         let mut s = s;
-        s.set_write_timeout(Some(remaining(deadline)?))
-            .context("setsockopt(SO_SNDTIMEO)")?;
+        s.set_write_timeout(Some(remaining(deadline)?)).context("setsockopt(SO_SNDTIMEO)")?;
         s.write_all(&payload[sent..]).context("write")?;
         if payload.is_empty() {
             // Nothing to send: say so, or the server waits for a first byte until timeout.
