@@ -15,8 +15,8 @@ use tfo_trace_common::{counter, flags, outcome, role, ListenerKey, ProcInfo, Tfo
 
 use crate::{
     kernel::{
-        flag, layout, netns_of, read, read_bits, tuple_of, IPPROTO_TCP, TCP_CLOSE,
-        TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
+        flag, layout, netns_of, read, read_bits, tuple_of, IPPROTO_TCP, TCP_CLOSE, TCP_ESTABLISHED,
+        TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
     maps::{bump, emit, ConnState, CONNS, LISTENERS},
 };
@@ -78,13 +78,7 @@ fn client_connect<C: EbpfContext>(ctx: &C, sk: *const u8) {
         return;
     }
     let (pid, comm) = current_process();
-    let state = ConnState {
-        start_ns: now(),
-        last_retrans_ns: 0,
-        pid,
-        retransmits: 0,
-        comm,
-    };
+    let state = ConnState { start_ns: now(), last_retrans_ns: 0, pid, retransmits: 0, comm };
     if CONNS.insert(&(sk as u64), &state, 0).is_err() {
         // Rare (LRU maps evict instead): counted, and said with -v.
         bump(counter::CONN_INSERT_FAILED);
@@ -208,13 +202,8 @@ fn client_failed(sk: *const u8) {
 /// ACK. Which one it was is only known when the child leaves SYN_RECV.
 #[inline(always)]
 fn server_child_created(sk: *const u8) {
-    let state = ConnState {
-        start_ns: now(),
-        last_retrans_ns: 0,
-        pid: 0,
-        retransmits: 0,
-        comm: [0; TASK_COMM_LEN],
-    };
+    let state =
+        ConnState { start_ns: now(), last_retrans_ns: 0, pid: 0, retransmits: 0, comm: [0; TASK_COMM_LEN] };
     let _ = CONNS.insert(&(sk as u64), &state, 0);
 }
 
@@ -227,22 +216,15 @@ fn server_child_resolved(sk: *const u8) {
     let state = unsafe { CONNS.get(&key) }.copied();
     let _ = CONNS.remove(&key);
     let child_field = layout!(syn_fastopen_child);
-    let is_tfo_child = if child_field.present != 0 {
-        flag(sk, child_field)
-    } else {
-        flag(sk, layout!(syn_data_acked))
-    };
+    let is_tfo_child =
+        if child_field.present != 0 { flag(sk, child_field) } else { flag(sk, layout!(syn_data_acked)) };
     if !is_tfo_child {
         return;
     }
     let mut ev = event_for(sk, role::SERVER, outcome::ACCEPTED, state.as_ref());
     let received: u64 = read(sk, layout!(bytes_received)).unwrap_or(0);
     ev.syn_data_bytes = received as u32;
-    let listener = ListenerKey {
-        netns: ev.netns,
-        port: ev.sport,
-        _pad: 0,
-    };
+    let listener = ListenerKey { netns: ev.netns, port: ev.sport, _pad: 0 };
     // SAFETY: copied out before any other map operation.
     if let Some(owner) = unsafe { LISTENERS.get(&listener) }.copied() {
         ev.pid = owner.pid;

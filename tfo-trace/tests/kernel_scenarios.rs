@@ -9,7 +9,10 @@ use std::{net::SocketAddr, time::Duration};
 use common::{count, netns_inode, of_role, Tracer};
 use tfo_trace::{
     kernel::netstat::Netstat,
-    lab::{traffic::{ClientArgs, ClientMode}, Lab, LabConfig, Side},
+    lab::{
+        traffic::{ClientArgs, ClientMode},
+        Lab, LabConfig, Side,
+    },
 };
 
 const PORT: u16 = 8080;
@@ -56,7 +59,8 @@ fn first_contact_then_tfo(v6: bool) {
     assert_eq!(count(&events, cli_ns, "client", "cookie_requested"), ds.get("TcpExtTCPFastOpenCookieReqd"));
     assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
     assert_eq!(
-        count(&events, cli_ns, "client", "data_not_acked") + count(&events, cli_ns, "client", "syn_retransmitted"),
+        count(&events, cli_ns, "client", "data_not_acked")
+            + count(&events, cli_ns, "client", "syn_retransmitted"),
         dc.get("TcpExtTCPFastOpenActiveFail")
     );
     assert_eq!(

@@ -18,11 +18,7 @@ use clap::{Parser, Subcommand};
 use util::{cargo, is_root, run, which, workspace_root};
 
 #[derive(Parser)]
-#[command(
-    name = "xtask",
-    bin_name = "cargo xtask",
-    about = "Developer tasks for tfo-trace"
-)]
+#[command(name = "xtask", bin_name = "cargo xtask", about = "Developer tasks for tfo-trace")]
 struct Cli {
     #[command(subcommand)]
     task: Task,
@@ -75,8 +71,7 @@ fn build() -> Result<()> {
 
 fn build_release() -> Result<()> {
     let mut cmd = cargo();
-    cmd.current_dir(workspace_root())
-        .args(["build", "--release", "-p", "tfo-trace"]);
+    cmd.current_dir(workspace_root()).args(["build", "--release", "-p", "tfo-trace"]);
     run(&mut cmd)
 }
 
@@ -89,14 +84,10 @@ fn test(args: &[String]) -> Result<()> {
 
 fn run_tests(args: &[String]) -> Result<()> {
     if !is_root() {
-        eprintln!(
-            "warning: not root: the kernel integration tests (network namespaces, eBPF) will skip"
-        );
+        eprintln!("warning: not root: the kernel integration tests (network namespaces, eBPF) will skip");
     }
     let mut cmd = cargo();
-    cmd.current_dir(workspace_root())
-        .args(["test", "--workspace", "--exclude", "tfo-trace-ebpf"])
-        .args(args);
+    cmd.current_dir(workspace_root()).args(["test", "--workspace", "--exclude", "tfo-trace-ebpf"]).args(args);
     run(&mut cmd)
 }
 

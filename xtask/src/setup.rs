@@ -53,14 +53,9 @@ fn nightly_toolchain() -> Result<String> {
 }
 
 fn rust_src() -> Result<()> {
-    let installed = capture(Command::new("rustup").args([
-        "component",
-        "list",
-        "--toolchain",
-        "nightly",
-        "--installed",
-    ]))
-    .context("rustup component list --toolchain nightly")?;
+    let installed =
+        capture(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
+            .context("rustup component list --toolchain nightly")?;
     if installed.lines().any(|l| l.trim().starts_with("rust-src")) {
         println!("ok: rust-src (nightly)");
         return Ok(());
@@ -119,14 +114,9 @@ fn bpf_linker_state(major: &str, cargo_bin: &Path) -> std::result::Result<String
 /// Newer bpf-linkers may print `LLVM version ...` with `--version --verbose`.
 fn reported_llvm(exe: &Path) -> Option<String> {
     let out = probe(Command::new(exe).args(["--version", "--verbose"]))?;
-    let rest = out
-        .lines()
-        .find_map(|l| l.split_once("LLVM").map(|(_, r)| r.to_string()))?;
-    let digits: String = rest
-        .chars()
-        .skip_while(|c| !c.is_ascii_digit())
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
+    let rest = out.lines().find_map(|l| l.split_once("LLVM").map(|(_, r)| r.to_string()))?;
+    let digits: String =
+        rest.chars().skip_while(|c| !c.is_ascii_digit()).take_while(|c| c.is_ascii_digit()).collect();
     (!digits.is_empty()).then_some(digits)
 }
 
@@ -154,17 +144,11 @@ fn install_bpf_linker(major: &str, cargo_bin: &Path) -> Result<()> {
     let rustflags = bpf_linker_rustflags(major)?;
     let install = |locked: bool| {
         let mut cmd = nightly("cargo");
-        cmd.args([
-            "install",
-            "bpf-linker",
-            "--force",
-            "--no-default-features",
-            "--features",
-        ])
-        .arg(format!("llvm-{major},no-llvm-linking"))
-        .env("RUSTFLAGS", &rustflags)
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("CARGO_TARGET_DIR");
+        cmd.args(["install", "bpf-linker", "--force", "--no-default-features", "--features"])
+            .arg(format!("llvm-{major},no-llvm-linking"))
+            .env("RUSTFLAGS", &rustflags)
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR");
         if locked {
             cmd.arg("--locked");
         }
@@ -182,14 +166,12 @@ fn install_bpf_linker(major: &str, cargo_bin: &Path) -> Result<()> {
 
 /// `-L native=<sysroot>/lib -l dylib=LLVM-<major>-... -C link-arg=-Wl,-rpath,<sysroot>/lib`
 fn bpf_linker_rustflags(major: &str) -> Result<String> {
-    let sysroot = capture(nightly("rustc").args(["--print", "sysroot"]))
-        .context("rustc +nightly --print sysroot")?;
+    let sysroot =
+        capture(nightly("rustc").args(["--print", "sysroot"])).context("rustc +nightly --print sysroot")?;
     let lib = PathBuf::from(sysroot.trim()).join("lib");
     let llvm = find_libllvm(&lib, major)?;
     let lib = lib.display();
-    Ok(format!(
-        "-L native={lib} -l dylib={llvm} -C link-arg=-Wl,-rpath,{lib}"
-    ))
+    Ok(format!("-L native={lib} -l dylib={llvm} -C link-arg=-Wl,-rpath,{lib}"))
 }
 
 /// `<lib>/libLLVM-22-rust-1.97.0-nightly.so` -> "LLVM-22-rust-1.97.0-nightly".
@@ -204,12 +186,7 @@ fn find_libllvm(lib: &Path, major: &str) -> Result<String> {
     let name = names
         .into_iter()
         .find(|n| n[prefix.len()..].starts_with(['-', '.']))
-        .with_context(|| {
-            format!(
-                "no {prefix}-*.so in {} (is the nightly complete?)",
-                lib.display()
-            )
-        })?;
+        .with_context(|| format!("no {prefix}-*.so in {} (is the nightly complete?)", lib.display()))?;
     Ok(name["lib".len()..name.len() - ".so".len()].to_string())
 }
 
@@ -217,10 +194,7 @@ fn find_libllvm(lib: &Path, major: &str) -> Result<String> {
 
 fn debian_packages() -> Result<()> {
     if which("dpkg-query").is_none() {
-        println!(
-            "warning: no dpkg-query (not Debian?): install by hand: {}",
-            DEB_REQUIRED.join(" ")
-        );
+        println!("warning: no dpkg-query (not Debian?): install by hand: {}", DEB_REQUIRED.join(" "));
         return Ok(());
     }
     let required = missing(DEB_REQUIRED);
@@ -230,16 +204,10 @@ fn debian_packages() -> Result<()> {
     }
     if !is_root() {
         if required.is_empty() {
-            println!(
-                "warning: optional package(s) not installed: {}",
-                optional.join(" ")
-            );
+            println!("warning: optional package(s) not installed: {}", optional.join(" "));
             return Ok(());
         }
-        bail!(
-            "missing Debian packages; as root run: apt-get install {}",
-            required.join(" ")
-        );
+        bail!("missing Debian packages; as root run: apt-get install {}", required.join(" "));
     }
     run(apt().arg("update")).context("apt-get update")?;
     if !required.is_empty() {
@@ -278,8 +246,7 @@ fn apt() -> Command {
 
 fn apt_install(pkgs: &[&str]) -> Command {
     let mut cmd = apt();
-    cmd.args(["install", "-y", "--no-install-recommends"])
-        .args(pkgs);
+    cmd.args(["install", "-y", "--no-install-recommends"]).args(pkgs);
     cmd
 }
 
@@ -298,9 +265,9 @@ mod tests {
     fn reads_crates2_feature() {
         let dir = env::temp_dir().join(format!("xtask-crates2-{}", std::process::id()));
         let bin = dir.join("bin");
-        let json = r#"{"installs":{"bpf-linker 0.13.0 (registry+x)":{"features":["llvm-22","no-llvm-linking"]}}}"#;
-        let written =
-            fs::create_dir_all(&bin).and_then(|()| fs::write(dir.join(".crates2.json"), json));
+        let json =
+            r#"{"installs":{"bpf-linker 0.13.0 (registry+x)":{"features":["llvm-22","no-llvm-linking"]}}}"#;
+        let written = fs::create_dir_all(&bin).and_then(|()| fs::write(dir.join(".crates2.json"), json));
         assert!(written.is_ok());
         assert_eq!(crates2_llvm(&bin).as_deref(), Some("22"));
         let _ = fs::remove_dir_all(&dir);

@@ -11,9 +11,7 @@ use anyhow::{bail, Context, Result};
 pub fn run(cmd: &mut Command) -> Result<()> {
     let line = display(cmd);
     println!("+ {line}");
-    let status = cmd
-        .status()
-        .with_context(|| format!("failed to start `{line}`"))?;
+    let status = cmd.status().with_context(|| format!("failed to start `{line}`"))?;
     if !status.success() {
         bail!("`{line}` failed: {status}");
     }
@@ -23,17 +21,13 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 /// Runs a query command quietly; `Some(stdout)` if it started and exited 0.
 pub fn probe(cmd: &mut Command) -> Option<String> {
     let out = cmd.output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Runs a query command quietly and returns its stdout; errors if it fails.
 pub fn capture(cmd: &mut Command) -> Result<String> {
     let line = display(cmd);
-    let out = cmd
-        .output()
-        .with_context(|| format!("failed to start `{line}`"))?;
+    let out = cmd.output().with_context(|| format!("failed to start `{line}`"))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         bail!("`{line}` failed: {}: {}", out.status, stderr.trim());
@@ -43,9 +37,9 @@ pub fn capture(cmd: &mut Command) -> Result<String> {
 
 /// The command line as a shell would show it, with the env vars set on it.
 pub fn display(cmd: &Command) -> String {
-    let envs = cmd.get_envs().filter_map(|(k, v)| {
-        v.map(|v| format!("{}={}", k.to_string_lossy(), quote(&v.to_string_lossy())))
-    });
+    let envs = cmd
+        .get_envs()
+        .filter_map(|(k, v)| v.map(|v| format!("{}={}", k.to_string_lossy(), quote(&v.to_string_lossy()))));
     let prog = std::iter::once(cmd.get_program().to_string_lossy().into_owned());
     let args = cmd.get_args().map(|a| quote(&a.to_string_lossy()));
     envs.chain(prog).chain(args).collect::<Vec<_>>().join(" ")
@@ -74,8 +68,7 @@ pub fn cargo() -> Command {
 /// `rustup run nightly <tool>`, never auto-installing the toolchain behind our back.
 pub fn nightly(tool: &str) -> Command {
     let mut cmd = Command::new("rustup");
-    cmd.env("RUSTUP_AUTO_INSTALL", "0")
-        .args(["run", "nightly", tool]);
+    cmd.env("RUSTUP_AUTO_INSTALL", "0").args(["run", "nightly", tool]);
     cmd
 }
 
@@ -93,9 +86,7 @@ pub fn which(name: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = env::var_os("PATH")?;
     env::split_paths(&path).map(|d| d.join(name)).find(|p| {
-        fs::metadata(p)
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
+        fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
     })
 }
 

@@ -324,8 +324,22 @@ mod tests {
         let e = Event::decode(&raw(), Clock::fixed(0)).unwrap();
         let v = serde_json::to_value(&e).unwrap();
         for key in [
-            "ts", "role", "outcome", "family", "saddr", "sport", "daddr", "dport", "netns", "pid",
-            "comm", "syn_data_bytes", "cookie_len", "retransmits", "handshake_us", "stall_us",
+            "ts",
+            "role",
+            "outcome",
+            "family",
+            "saddr",
+            "sport",
+            "daddr",
+            "dport",
+            "netns",
+            "pid",
+            "comm",
+            "syn_data_bytes",
+            "cookie_len",
+            "retransmits",
+            "handshake_us",
+            "stall_us",
         ] {
             assert!(v.get(key).is_some(), "missing {key}");
         }

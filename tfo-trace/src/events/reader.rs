@@ -42,14 +42,11 @@ fn name_listener_owner(owners: &mut OwnerCache, ev: &mut Event) {
 
 impl EventSource {
     pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
-        let ring = RingBuf::try_from(
-            ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?,
-        )
-        .context("opening the EVENTS ring buffer")?;
-        let counters = PerCpuArray::try_from(
-            ebpf.take_map("COUNTERS").ok_or_else(|| anyhow!("COUNTERS map missing"))?,
-        )
-        .context("opening the COUNTERS map")?;
+        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
+            .context("opening the EVENTS ring buffer")?;
+        let counters =
+            PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or_else(|| anyhow!("COUNTERS map missing"))?)
+                .context("opening the COUNTERS map")?;
         Ok(EventSource {
             // SAFETY: the ring buffer's fd is owned by `Ring`, which the AsyncFd owns and
             // deregisters on drop, so the fd stays open for as long as it is registered.
@@ -89,10 +86,7 @@ impl EventSource {
     }
 
     fn counter(&self, index: u32) -> u64 {
-        self.counters
-            .get(&index, 0)
-            .map(|per_cpu| per_cpu.iter().sum())
-            .unwrap_or(0)
+        self.counters.get(&index, 0).map(|per_cpu| per_cpu.iter().sum()).unwrap_or(0)
     }
 
     /// Events the kernel could not write because the ring buffer was full.

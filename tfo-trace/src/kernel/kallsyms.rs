@@ -115,10 +115,8 @@ pub fn scan_kallsyms(text: &str, names: &[&str]) -> Vec<HookPoint> {
 /// Marks which hook points ftrace can patch, from the text of tracefs `available_filter_functions`
 /// (lines `name` or `name [module]`).
 pub fn mark_ftrace_able(points: &mut [HookPoint], available_filter_functions: &str) {
-    let listed: std::collections::HashSet<&str> = available_filter_functions
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
+    let listed: std::collections::HashSet<&str> =
+        available_filter_functions.lines().filter_map(|l| l.split_whitespace().next()).collect();
     for p in points {
         p.ftrace_able = Some(listed.contains(p.name.as_str()));
     }
@@ -166,10 +164,7 @@ fn unescape_mount(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
             out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
             i += 4;
         } else {
@@ -189,11 +184,7 @@ fn first_mount_of_type(fstype: &str) -> Option<PathBuf> {
         "bpf" => ["/sys/fs/bpf"].as_slice(),
         _ => [].as_slice(),
     };
-    preferred
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| all.contains(p))
-        .or_else(|| all.into_iter().next())
+    preferred.iter().map(PathBuf::from).find(|p| all.contains(p)).or_else(|| all.into_iter().next())
 }
 
 /// Where tracefs is mounted (None: not mounted).
@@ -283,16 +274,10 @@ garbage
                  cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n";
         assert_eq!(
             mounts_of_type(m, "tracefs"),
-            vec![
-                PathBuf::from("/sys/kernel/tracing"),
-                PathBuf::from("/tmp/with space")
-            ]
+            vec![PathBuf::from("/sys/kernel/tracing"), PathBuf::from("/tmp/with space")]
         );
         assert_eq!(mounts_of_type(m, "bpf"), vec![PathBuf::from("/sys/fs/bpf")]);
-        assert_eq!(
-            mounts_of_type(m, "cgroup2"),
-            vec![PathBuf::from("/sys/fs/cgroup/unified")]
-        );
+        assert_eq!(mounts_of_type(m, "cgroup2"), vec![PathBuf::from("/sys/fs/cgroup/unified")]);
         assert!(mounts_of_type(m, "debugfs").is_empty());
     }
 

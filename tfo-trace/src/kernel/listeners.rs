@@ -34,10 +34,7 @@ pub fn listening_inodes(proc_net_tcp: &str, port: u16) -> Vec<u64> {
 }
 
 fn pids() -> impl Iterator<Item = u32> {
-    fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+    fs::read_dir("/proc").into_iter().flatten().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
 }
 
 fn netns_of_pid(pid: u32) -> Option<u32> {

@@ -1,6 +1,6 @@
-pub mod netstat;
 pub mod kallsyms;
+pub mod listeners;
 pub mod netns;
+pub mod netstat;
 pub mod privileges;
 pub mod sysctl;
-pub mod listeners;

@@ -71,10 +71,8 @@ pub fn named_netns_in(dir: impl AsRef<Path>) -> io::Result<Vec<NamedNetns>> {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
-        let inode = std::fs::metadata(&path)
-            .ok()
-            .filter(|m| dev.is_none_or(|d| d == m.dev()))
-            .map(|m| m.ino());
+        let inode =
+            std::fs::metadata(&path).ok().filter(|m| dev.is_none_or(|d| d == m.dev())).map(|m| m.ino());
         out.push(NamedNetns { name, path, inode });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -108,10 +106,7 @@ pub fn names_by_inode(named: &[NamedNetns]) -> BTreeMap<u64, String> {
 /// /proc/sys/net and new sockets inside `f` then belong to that namespace; the calling thread
 /// is left alone. Inside `f`, use /proc/thread-self/net rather than /proc/self/net (or /proc/net),
 /// which follow the thread-group leader. Needs CAP_SYS_ADMIN.
-pub fn with_netns<T: Send>(
-    path: impl AsRef<Path>,
-    f: impl FnOnce() -> T + Send,
-) -> anyhow::Result<T> {
+pub fn with_netns<T: Send>(path: impl AsRef<Path>, f: impl FnOnce() -> T + Send) -> anyhow::Result<T> {
     let path = path.as_ref();
     let file = File::open(path).with_context(|| format!("open {}", path.display()))?;
     std::thread::scope(|scope| {
@@ -175,12 +170,7 @@ mod tests {
             path: PathBuf::from(format!("/run/netns/{name}")),
             inode: ino,
         };
-        let map = names_by_inode(&[
-            n("a", Some(7)),
-            n("b", Some(7)),
-            n("c", Some(9)),
-            n("d", None),
-        ]);
+        let map = names_by_inode(&[n("a", Some(7)), n("b", Some(7)), n("c", Some(9)), n("d", None)]);
         assert_eq!(map.len(), 2);
         assert_eq!(map[&7], "a,b");
         assert_eq!(map[&9], "c");
@@ -201,9 +191,7 @@ mod tests {
     struct TempNetns(String);
     impl Drop for TempNetns {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("ip")
-                .args(["netns", "del", &self.0])
-                .status();
+            let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).status();
         }
     }
 
@@ -215,9 +203,7 @@ mod tests {
             return;
         }
         let name = format!("tfo-netns-t{}", std::process::id());
-        let ok = std::process::Command::new("ip")
-            .args(["netns", "add", &name])
-            .status();
+        let ok = std::process::Command::new("ip").args(["netns", "add", &name]).status();
         if !matches!(ok, Ok(s) if s.success()) {
             eprintln!("skipped: ip netns add failed");
             return;
@@ -225,14 +211,7 @@ mod tests {
         let _guard = TempNetns(name.clone());
         let path = Path::new(NAMED_NETNS_DIR).join(&name);
         let st = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &name,
-                "sysctl",
-                "-qw",
-                "net.ipv4.tcp_fastopen=1543",
-            ])
+            .args(["netns", "exec", &name, "sysctl", "-qw", "net.ipv4.tcp_fastopen=1543"])
             .status()
             .unwrap();
         assert!(st.success());

@@ -57,10 +57,7 @@ impl CapSet {
     }
     /// Which of [`RELEVANT_CAPS`] are held, as (name, held).
     pub fn relevant(self) -> Vec<(String, bool)> {
-        RELEVANT_CAPS
-            .iter()
-            .map(|&c| (cap_name(c), self.has(c)))
-            .collect()
+        RELEVANT_CAPS.iter().map(|&c| (cap_name(c), self.has(c))).collect()
     }
 }
 
@@ -76,9 +73,7 @@ pub fn parse_cap_line(status: &str, field: &str) -> Result<CapSet, String> {
         .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':')))
         .ok_or_else(|| format!("no {field} line in /proc/self/status"))?;
     let hex = line.trim();
-    u64::from_str_radix(hex, 16)
-        .map(CapSet)
-        .map_err(|e| format!("{field}: cannot parse {hex:?}: {e}"))
+    u64::from_str_radix(hex, 16).map(CapSet).map_err(|e| format!("{field}: cannot parse {hex:?}: {e}"))
 }
 
 /// Effective capabilities of this process.
@@ -96,17 +91,12 @@ pub fn is_identity_uid_map(uid_map: &str) -> bool {
 /// Whether we appear to run in the initial user namespace (None: cannot tell).
 /// Inside a user namespace (rootless containers) capabilities do not let us load BPF programs.
 pub fn in_initial_user_ns() -> Option<bool> {
-    std::fs::read_to_string("/proc/self/uid_map")
-        .ok()
-        .map(|m| is_identity_uid_map(&m))
+    std::fs::read_to_string("/proc/self/uid_map").ok().map(|m| is_identity_uid_map(&m))
 }
 
 fn missing_message(missing: &[u32], what: &str) -> String {
     let names: Vec<String> = missing.iter().map(|&c| cap_name(c)).collect();
-    format!(
-        "tfo-trace needs {} (or root) to {what}: {SETCAP_HINT}",
-        names.join(" and ")
-    )
+    format!("tfo-trace needs {} (or root) to {what}: {SETCAP_HINT}", names.join(" and "))
 }
 
 /// The rule for tracing programs (tracepoints, raw tracepoints, tp_btf, fentry, kprobes):
@@ -121,10 +111,7 @@ pub fn tracing_rule(caps: CapSet, initial_user_ns: Option<bool>) -> Result<(), S
     if caps.has(CAP_SYS_ADMIN) || (caps.has(CAP_BPF) && caps.has(CAP_PERFMON)) {
         return Ok(());
     }
-    let missing: Vec<u32> = [CAP_BPF, CAP_PERFMON]
-        .into_iter()
-        .filter(|&c| !caps.has(c))
-        .collect();
+    let missing: Vec<u32> = [CAP_BPF, CAP_PERFMON].into_iter().filter(|&c| !caps.has(c)).collect();
     Err(missing_message(&missing, "load its eBPF programs"))
 }
 
@@ -135,27 +122,21 @@ pub fn sockops_rule(caps: CapSet, initial_user_ns: Option<bool>) -> Result<(), S
     if caps.has(CAP_SYS_ADMIN) || (caps.has(CAP_BPF) && caps.has(CAP_NET_ADMIN)) {
         return Ok(());
     }
-    let missing: Vec<u32> = [CAP_BPF, CAP_NET_ADMIN]
-        .into_iter()
-        .filter(|&c| !caps.has(c))
-        .collect();
-    Err(missing_message(
-        &missing,
-        "attach its sock_ops program to a cgroup",
-    ))
+    let missing: Vec<u32> = [CAP_BPF, CAP_NET_ADMIN].into_iter().filter(|&c| !caps.has(c)).collect();
+    Err(missing_message(&missing, "attach its sock_ops program to a cgroup"))
 }
 
 /// Checks this process against [`tracing_rule`]; Err is one line to show the user.
 pub fn check_tracing_privileges() -> Result<(), String> {
-    let caps = effective_caps()
-        .map_err(|e| format!("cannot read capabilities from /proc/self/status: {e}"))?;
+    let caps =
+        effective_caps().map_err(|e| format!("cannot read capabilities from /proc/self/status: {e}"))?;
     tracing_rule(caps, in_initial_user_ns())
 }
 
 /// Checks this process against [`sockops_rule`].
 pub fn check_sockops_privileges() -> Result<(), String> {
-    let caps = effective_caps()
-        .map_err(|e| format!("cannot read capabilities from /proc/self/status: {e}"))?;
+    let caps =
+        effective_caps().map_err(|e| format!("cannot read capabilities from /proc/self/status: {e}"))?;
     sockops_rule(caps, in_initial_user_ns())
 }
 
@@ -182,10 +163,7 @@ mod tests {
         }
         assert!(!root.has(24)); // CAP_SYS_RESOURCE is missing from that mask
         assert_eq!(parse_cap_eff(USER_STATUS).unwrap(), CapSet(0));
-        assert_eq!(
-            parse_cap_line(USER_STATUS, "CapBnd").unwrap(),
-            CapSet(0x1ffffffffff)
-        );
+        assert_eq!(parse_cap_line(USER_STATUS, "CapBnd").unwrap(), CapSet(0x1ffffffffff));
         assert!(parse_cap_eff("Name:\tx\n").is_err());
         assert!(parse_cap_eff("CapEff:\tzz\n").is_err());
         // CapEffX must not match CapEff
@@ -204,10 +182,7 @@ mod tests {
         assert!(e.starts_with("tfo-trace needs CAP_BPF and CAP_PERFMON (or root) to load its eBPF programs: run it with sudo, or `sudo setcap cap_bpf,cap_perfmon,cap_net_admin+ep $(command -v tfo-trace)`"), "{e}");
         assert!(!e.contains('\n'));
         let e = tracing_rule(caps(&[CAP_BPF, CAP_NET_ADMIN]), Some(true)).unwrap_err();
-        assert!(
-            e.starts_with("tfo-trace needs CAP_PERFMON (or root)"),
-            "{e}"
-        );
+        assert!(e.starts_with("tfo-trace needs CAP_PERFMON (or root)"), "{e}");
         let e = tracing_rule(caps(&[CAP_PERFMON]), Some(true)).unwrap_err();
         assert!(e.starts_with("tfo-trace needs CAP_BPF (or root)"), "{e}");
 
@@ -221,15 +196,9 @@ mod tests {
         assert!(sockops_rule(caps(&[CAP_BPF, CAP_NET_ADMIN]), Some(true)).is_ok());
         assert!(sockops_rule(caps(&[CAP_SYS_ADMIN]), Some(true)).is_ok());
         let e = sockops_rule(caps(&[CAP_BPF, CAP_PERFMON]), Some(true)).unwrap_err();
-        assert!(
-            e.starts_with("tfo-trace needs CAP_NET_ADMIN (or root) to attach"),
-            "{e}"
-        );
+        assert!(e.starts_with("tfo-trace needs CAP_NET_ADMIN (or root) to attach"), "{e}");
         let e = sockops_rule(CapSet(0), Some(true)).unwrap_err();
-        assert!(
-            e.starts_with("tfo-trace needs CAP_BPF and CAP_NET_ADMIN (or root) to attach"),
-            "{e}"
-        );
+        assert!(e.starts_with("tfo-trace needs CAP_BPF and CAP_NET_ADMIN (or root) to attach"), "{e}");
         assert!(sockops_rule(caps(&[CAP_SYS_ADMIN]), Some(false)).is_err());
     }
 
@@ -244,9 +213,6 @@ mod tests {
     fn this_process() {
         let c = effective_caps().unwrap();
         let verdict = check_tracing_privileges();
-        assert_eq!(
-            verdict.is_ok(),
-            tracing_rule(c, in_initial_user_ns()).is_ok()
-        );
+        assert_eq!(verdict.is_ok(), tracing_rule(c, in_initial_user_ns()).is_ok());
     }
 }

@@ -14,8 +14,7 @@ use serde::ser::{Serialize, SerializeStruct, Serializer};
 /// Directory of the IPv4 sysctls, as seen by the reading thread's network namespace.
 pub const PROC_SYS_IPV4: &str = "/proc/sys/net/ipv4";
 pub const TCP_FASTOPEN_PATH: &str = "/proc/sys/net/ipv4/tcp_fastopen";
-pub const TCP_FASTOPEN_BLACKHOLE_TIMEOUT_PATH: &str =
-    "/proc/sys/net/ipv4/tcp_fastopen_blackhole_timeout_sec";
+pub const TCP_FASTOPEN_BLACKHOLE_TIMEOUT_PATH: &str = "/proc/sys/net/ipv4/tcp_fastopen_blackhole_timeout_sec";
 pub const TCP_FASTOPEN_KEY_PATH: &str = "/proc/sys/net/ipv4/tcp_fastopen_key";
 
 /// `TFO_CLIENT_ENABLE` (include/net/tcp.h).
@@ -109,9 +108,7 @@ impl TcpFastopen {
         } else {
             t.parse::<u32>()
         };
-        parsed
-            .map(TcpFastopen)
-            .map_err(|e| format!("net.ipv4.tcp_fastopen: cannot parse {t:?}: {e}"))
+        parsed.map(TcpFastopen).map_err(|e| format!("net.ipv4.tcp_fastopen: cannot parse {t:?}: {e}"))
     }
 
     pub fn value(self) -> u32 {
@@ -191,10 +188,9 @@ impl TcpFastopen {
                 "{TFO_CLIENT_NO_COOKIE:#x} (client without cookie) has no effect while client bit {TFO_CLIENT_ENABLE:#x} is off"
             ));
         }
-        for (mask, what) in [
-            (TFO_SERVER_COOKIE_NOT_REQD, "server without cookie"),
-            (TFO_SERVER_WO_SOCKOPT1, "all listeners"),
-        ] {
+        for (mask, what) in
+            [(TFO_SERVER_COOKIE_NOT_REQD, "server without cookie"), (TFO_SERVER_WO_SOCKOPT1, "all listeners")]
+        {
             if self.0 & mask != 0 && !self.server_enabled() {
                 out.push(format!(
                     "{mask:#x} ({what}) has no effect while server bit {TFO_SERVER_ENABLE:#x} is off"
@@ -337,30 +333,14 @@ mod tests {
     fn describe_one_line_per_bit() {
         let lines = TcpFastopen(3).describe();
         assert_eq!(lines.len(), 5);
-        assert!(
-            lines[0].starts_with("0x001 client set   TFO_CLIENT_ENABLE"),
-            "{}",
-            lines[0]
-        );
-        assert!(
-            lines[1].starts_with("0x002 server set   TFO_SERVER_ENABLE"),
-            "{}",
-            lines[1]
-        );
-        assert!(
-            lines[2].starts_with("0x004 client unset TFO_CLIENT_NO_COOKIE"),
-            "{}",
-            lines[2]
-        );
+        assert!(lines[0].starts_with("0x001 client set   TFO_CLIENT_ENABLE"), "{}", lines[0]);
+        assert!(lines[1].starts_with("0x002 server set   TFO_SERVER_ENABLE"), "{}", lines[1]);
+        assert!(lines[2].starts_with("0x004 client unset TFO_CLIENT_NO_COOKIE"), "{}", lines[2]);
         assert!(lines[3].starts_with("0x200 server unset TFO_SERVER_COOKIE_NOT_REQD"));
         assert!(lines[4].starts_with("0x400 server unset TFO_SERVER_WO_SOCKOPT1"));
         let lines = TcpFastopen(0x1000).describe();
         assert_eq!(lines.len(), 6);
-        assert!(
-            lines[5].starts_with("0x1000 ?      set   unknown"),
-            "{}",
-            lines[5]
-        );
+        assert!(lines[5].starts_with("0x1000 ?      set   unknown"), "{}", lines[5]);
     }
 
     #[test]
@@ -384,38 +364,14 @@ mod tests {
     fn key_status() {
         // Format checked on Linux 6.18 with `sysctl -w net.ipv4.tcp_fastopen_key=...` in a netns.
         let none = FastopenKeyStatus::parse("00000000-00000000-00000000-00000000\n");
-        assert_eq!(
-            none,
-            FastopenKeyStatus {
-                primary: false,
-                backup: false
-            }
-        );
+        assert_eq!(none, FastopenKeyStatus { primary: false, backup: false });
         let one = FastopenKeyStatus::parse("00112233-44556677-8899aabb-ccddeeff\n");
-        assert_eq!(
-            one,
-            FastopenKeyStatus {
-                primary: true,
-                backup: false
-            }
-        );
+        assert_eq!(one, FastopenKeyStatus { primary: true, backup: false });
         let two = FastopenKeyStatus::parse(
             "00112233-44556677-8899aabb-ccddeeff,ffeeddcc-bbaa9988-77665544-33221100\n",
         );
-        assert_eq!(
-            two,
-            FastopenKeyStatus {
-                primary: true,
-                backup: true
-            }
-        );
-        assert_eq!(
-            FastopenKeyStatus::parse(""),
-            FastopenKeyStatus {
-                primary: false,
-                backup: false
-            }
-        );
+        assert_eq!(two, FastopenKeyStatus { primary: true, backup: true });
+        assert_eq!(FastopenKeyStatus::parse(""), FastopenKeyStatus { primary: false, backup: false });
     }
 
     #[test]

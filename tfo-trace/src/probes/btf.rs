@@ -39,9 +39,13 @@ struct Member {
 
 #[derive(Debug, Clone)]
 enum Type {
-    Composite { members: Vec<Member> },
+    Composite {
+        members: Vec<Member>,
+    },
     /// typedef, const, volatile, restrict, type tag: look through to `to`.
-    Alias { to: u32 },
+    Alias {
+        to: u32,
+    },
     Other,
 }
 
@@ -116,11 +120,8 @@ impl Btf {
                     for i in 0..vlen {
                         let m = pos + i * 12;
                         let offset = u32_at(types_sec, m + 8)?;
-                        let (bit_offset, bitfield_size) = if kind_flag {
-                            (offset & 0xff_ffff, offset >> 24)
-                        } else {
-                            (offset, 0)
-                        };
+                        let (bit_offset, bitfield_size) =
+                            if kind_flag { (offset & 0xff_ffff, offset >> 24) } else { (offset, 0) };
                         members.push(Member {
                             name: str_at(strings, u32_at(types_sec, m)?),
                             type_id: u32_at(types_sec, m + 4)?,
@@ -201,10 +202,7 @@ impl Btf {
             return None;
         };
         if let Some(m) = members.iter().find(|m| m.name == name) {
-            let loc = MemberLocation {
-                bit_offset: base_bits + m.bit_offset,
-                bitfield_size: m.bitfield_size,
-            };
+            let loc = MemberLocation { bit_offset: base_bits + m.bit_offset, bitfield_size: m.bitfield_size };
             return Some((loc, m.type_id));
         }
         members
@@ -228,11 +226,7 @@ mod tests {
         let strings = b"\0inner\0a\0b\0c\0outer\0x\0in\0y\0u32\0".to_vec();
         let s = |name: &str| -> u32 {
             let needle = format!("\0{name}\0");
-            strings
-                .windows(needle.len())
-                .position(|w| w == needle.as_bytes())
-                .unwrap() as u32
-                + 1
+            strings.windows(needle.len()).position(|w| w == needle.as_bytes()).unwrap() as u32 + 1
         };
         let mut t = Vec::new();
         let mut push = |words: &[u32]| {

@@ -3,13 +3,16 @@ pub mod btf;
 pub mod layout;
 pub mod table;
 
-use std::{path::Path, time::{Duration, Instant}};
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{programs::RawTracePoint, Ebpf, EbpfLoader};
 
-pub use table::{Backend, BackendChoice};
 use table::HookKind;
+pub use table::{Backend, BackendChoice};
 
 /// The eBPF object, built by build.rs and embedded: one binary is all a host needs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tfo-trace"));
@@ -67,8 +70,7 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
             Err(err) => return Err(err),
         }
     }
-    let reasons: Vec<String> =
-        skipped.iter().map(|s| format!("{}: {}", s.backend, s.reason)).collect();
+    let reasons: Vec<String> = skipped.iter().map(|s| format!("{}: {}", s.backend, s.reason)).collect();
     bail!("no tracing backend could be loaded ({})", reasons.join("; "))
 }
 
@@ -95,9 +97,8 @@ fn load_backend(backend: Backend, opts: &LoadOptions) -> Result<Ebpf> {
         match hook.kind {
             HookKind::RawTracepoint => {
                 let tp: &mut RawTracePoint = program.try_into()?;
-                tp.load().with_context(|| {
-                    format!("loading {} (raw tracepoint {})", hook.program, hook.target)
-                })?;
+                tp.load()
+                    .with_context(|| format!("loading {} (raw tracepoint {})", hook.program, hook.target))?;
                 tp.attach(hook.target).with_context(|| {
                     format!("attaching {} to raw tracepoint {}", hook.program, hook.target)
                 })?;

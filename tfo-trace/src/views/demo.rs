@@ -47,8 +47,7 @@ fn start_traffic(lab: &Lab, exe: &std::path::Path, duration: Duration) -> Result
         // Each of these takes about a second: the SYN-data is dropped, the SYN resent.
         ClientArgs { count: secs.saturating_sub(1).max(1), interval_ms: 0, ..ClientArgs::new(dropped) },
     ];
-    let clients =
-        specs.iter().map(|s| lab.spawn_client(exe, s)).collect::<Result<Vec<_>>>()?;
+    let clients = specs.iter().map(|s| lab.spawn_client(exe, s)).collect::<Result<Vec<_>>>()?;
     Ok(Traffic { clients })
 }
 

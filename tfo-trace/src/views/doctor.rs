@@ -209,11 +209,7 @@ fn collect_privileges() -> PrivilegeInfo {
         // SAFETY: geteuid cannot fail.
         euid: unsafe { libc::geteuid() },
         cap_eff: caps.map(|c| format!("{:016x}", c.0)),
-        capabilities: c
-            .relevant()
-            .into_iter()
-            .map(|(name, held)| CapHeld { name, held })
-            .collect(),
+        capabilities: c.relevant().into_iter().map(|(name, held)| CapHeld { name, held }).collect(),
         initial_user_ns: userns,
         tracing_problem: match caps {
             Some(c) => privileges::tracing_rule(c, userns).err(),
@@ -242,11 +238,7 @@ fn collect_facilities() -> TracingFacilities {
 fn collect_program_types(facilities: &TracingFacilities) -> Vec<ProgramTypeProbe> {
     use aya::programs::ProgramType as P;
     let list: [(P, &str, &str); 6] = [
-        (
-            P::TracePoint,
-            "tracepoint",
-            "tracepoint backend (tcp:*, sock:inet_sock_set_state)",
-        ),
+        (P::TracePoint, "tracepoint", "tracepoint backend (tcp:*, sock:inet_sock_set_state)"),
         (P::RawTracePoint, "raw_tracepoint", "raw tracepoints"),
         (P::Tracing, "tracing", "fentry/fexit, tp_btf"),
         (P::KProbe, "kprobe", "kprobe/kretprobe backend"),
@@ -265,10 +257,9 @@ fn collect_program_types(facilities: &TracingFacilities) -> Vec<ProgramTypeProbe
                      when this fails, see Backends"
                         .to_string(),
                 ),
-                "kprobe" if !facilities.kprobes => Some(
-                    "no kprobe PMU on this kernel (CONFIG_KPROBES off): nothing to attach to"
-                        .into(),
-                ),
+                "kprobe" if !facilities.kprobes => {
+                    Some("no kprobe PMU on this kernel (CONFIG_KPROBES off): nothing to attach to".into())
+                }
                 "tracepoint" if facilities.tracefs.is_none() => {
                     Some("attaching needs tracefs for event ids (not mounted now)".into())
                 }
@@ -277,23 +268,14 @@ fn collect_program_types(facilities: &TracingFacilities) -> Vec<ProgramTypeProbe
                 }
                 _ => None,
             };
-            ProgramTypeProbe {
-                name: name.into(),
-                used_for: used_for.into(),
-                supported,
-                error,
-                note,
-            }
+            ProgramTypeProbe { name: name.into(), used_for: used_for.into(), supported, error, note }
         })
         .collect()
 }
 
 /// The three TFO sysctls of the calling thread's namespace.
-fn read_tfo_sysctls() -> (
-    Result<TcpFastopen, String>,
-    Result<u32, String>,
-    Result<FastopenKeyStatus, String>,
-) {
+fn read_tfo_sysctls() -> (Result<TcpFastopen, String>, Result<u32, String>, Result<FastopenKeyStatus, String>)
+{
     (
         sysctl::read_tcp_fastopen().map_err(|e| e.to_string()),
         sysctl::read_blackhole_timeout_sec().map_err(|e| e.to_string()),
@@ -326,10 +308,9 @@ fn collect_namespaces() -> Vec<NamespaceReport> {
             continue; // already shown as the current namespace, under its name
         }
         let read = match n.inode {
-            None => Err(format!(
-                "stale entry {path}: no namespace is mounted on it (`ip netns del {}`)",
-                n.name
-            )),
+            None => {
+                Err(format!("stale entry {path}: no namespace is mounted on it (`ip netns del {}`)", n.name))
+            }
             Some(_) => netns::with_netns(&n.path, read_tfo_sysctls).map_err(|e| format!("{e:#}")),
         };
         let (tcp_fastopen, blackhole_timeout_sec, key) = match read {
@@ -337,10 +318,7 @@ fn collect_namespaces() -> Vec<NamespaceReport> {
             Err(e) => (Err(e.clone()), Err(e.clone()), Err(e)),
         };
         out.push(NamespaceReport {
-            name: n
-                .inode
-                .and_then(|i| names.get(&i).cloned())
-                .or(Some(n.name.clone())),
+            name: n.inode.and_then(|i| names.get(&i).cloned()).or(Some(n.name.clone())),
             path,
             inode: n.inode,
             current: false,
@@ -363,8 +341,7 @@ pub fn collect() -> DoctorReport {
     let privileges = collect_privileges();
     let facilities = collect_facilities();
     let program_types = collect_program_types(&facilities);
-    let hook_points =
-        kallsyms::tfo_hook_points().map_err(|e| format!("{}: {e}", kallsyms::KALLSYMS_PATH));
+    let hook_points = kallsyms::tfo_hook_points().map_err(|e| format!("{}: {e}", kallsyms::KALLSYMS_PATH));
     let namespaces = collect_namespaces();
     let mut report = DoctorReport {
         kernel,
@@ -418,14 +395,14 @@ pub fn advice(r: &DoctorReport) -> Vec<String> {
         );
     }
     if r.facilities.bpffs.is_none() {
-        a.push("bpffs is not mounted: only needed to pin maps or programs (`mount -t bpf bpf /sys/fs/bpf`)".into());
+        a.push(
+            "bpffs is not mounted: only needed to pin maps or programs (`mount -t bpf bpf /sys/fs/bpf`)"
+                .into(),
+        );
     }
     if let Ok(points) = &r.hook_points {
-        let absent: Vec<&str> = points
-            .iter()
-            .filter(|p| p.presence == SymbolPresence::Absent)
-            .map(|p| p.name.as_str())
-            .collect();
+        let absent: Vec<&str> =
+            points.iter().filter(|p| p.presence == SymbolPresence::Absent).map(|p| p.name.as_str()).collect();
         if !absent.is_empty() {
             a.push(format!(
                 "{} not in kallsyms (static, inlined): no probe can attach there; their effect is seen \
@@ -489,10 +466,7 @@ pub fn advice(r: &DoctorReport) -> Vec<String> {
                 )),
                 &label,
             ),
-            Err(e) => add(
-                Finding::Other(format!("cannot read tcp_fastopen: {e}")),
-                &label,
-            ),
+            Err(e) => add(Finding::Other(format!("cannot read tcp_fastopen: {e}")), &label),
         }
         if let Ok(0) = &ns.blackhole_timeout_sec {
             add(Finding::BlackholeOff, &label);
@@ -523,16 +497,13 @@ pub fn advice(r: &DoctorReport) -> Vec<String> {
                  since 5.14): if a middlebox drops SYN-data, every TFO connect pays a SYN retransmit \
                  (~1 s) instead of the kernel pausing active TFO"
             ),
-            Finding::NoKeyYet => format!(
-                "no TFO key yet in {ns}: the kernel generates one when the first TFO listener starts"
-            ),
+            Finding::NoKeyYet => {
+                format!("no TFO key yet in {ns}: the kernel generates one when the first TFO listener starts")
+            }
             Finding::Other(msg) => format!("{ns}: {msg}"),
         });
     }
-    if r.namespaces
-        .iter()
-        .any(|n| matches!(&n.key, Err(e) if e.contains("denied")))
-    {
+    if r.namespaces.iter().any(|n| matches!(&n.key, Err(e) if e.contains("denied"))) {
         a.push("tcp_fastopen_key is readable by root only: key presence not shown".into());
     }
     a.push(
@@ -560,10 +531,7 @@ struct Section {
 
 impl Section {
     fn new(title: impl Into<String>) -> Self {
-        Section {
-            title: title.into(),
-            rows: Vec::new(),
-        }
+        Section { title: title.into(), rows: Vec::new() }
     }
     fn kv(&mut self, k: impl Into<String>, v: impl Into<String>) {
         self.rows.push(Row::Kv(k.into(), v.into()));
@@ -628,34 +596,21 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
     let p = &r.privileges;
     let mut s = Section::new("Privileges");
     s.kv("euid", p.euid.to_string());
-    s.kv(
-        "CapEff",
-        p.cap_eff.clone().unwrap_or_else(|| "unreadable".into()),
-    );
+    s.kv("CapEff", p.cap_eff.clone().unwrap_or_else(|| "unreadable".into()));
     for c in &p.capabilities {
         s.kv(&c.name, yes_no(c.held));
     }
-    s.kv(
-        "initial user namespace",
-        p.initial_user_ns.map_or("unknown", yes_no),
-    );
+    s.kv("initial user namespace", p.initial_user_ns.map_or("unknown", yes_no));
     s.kv(
         "tracing programs",
-        p.tracing_problem
-            .as_deref()
-            .map_or("allowed".to_string(), |_| "NOT allowed (see advice)".into()),
+        p.tracing_problem.as_deref().map_or("allowed".to_string(), |_| "NOT allowed (see advice)".into()),
     );
     s.kv(
         "sock_ops programs",
-        p.sockops_problem
-            .as_deref()
-            .map_or("allowed".to_string(), |_| "NOT allowed (see advice)".into()),
+        p.sockops_problem.as_deref().map_or("allowed".to_string(), |_| "NOT allowed (see advice)".into()),
     );
     s.kv("perf_event_paranoid", opt_i32(p.perf_event_paranoid));
-    s.kv(
-        "unprivileged_bpf_disabled",
-        opt_i32(p.unprivileged_bpf_disabled),
-    );
+    s.kv("unprivileged_bpf_disabled", opt_i32(p.unprivileged_bpf_disabled));
     sections.push(s);
 
     let f = &r.facilities;
@@ -665,24 +620,12 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
         if f.kprobes {
             format!("yes ({})", kallsyms::KPROBE_PMU_PATH)
         } else {
-            format!(
-                "no ({} missing: CONFIG_KPROBES off)",
-                kallsyms::KPROBE_PMU_PATH
-            )
+            format!("no ({} missing: CONFIG_KPROBES off)", kallsyms::KPROBE_PMU_PATH)
         },
     );
-    s.kv(
-        "tracefs",
-        f.tracefs.clone().unwrap_or_else(|| "not mounted".into()),
-    );
-    s.kv(
-        "bpffs",
-        f.bpffs.clone().unwrap_or_else(|| "not mounted".into()),
-    );
-    s.kv(
-        "cgroup v2",
-        f.cgroup2.clone().unwrap_or_else(|| "not mounted".into()),
-    );
+    s.kv("tracefs", f.tracefs.clone().unwrap_or_else(|| "not mounted".into()));
+    s.kv("bpffs", f.bpffs.clone().unwrap_or_else(|| "not mounted".into()));
+    s.kv("cgroup v2", f.cgroup2.clone().unwrap_or_else(|| "not mounted".into()));
     s.kv(
         "ftrace function list",
         match &f.ftrace_functions_problem {
@@ -746,9 +689,7 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
                 }
                 match hp.ftrace_able {
                     Some(true) => v.push_str(", ftrace-able"),
-                    Some(false) if hp.presence != SymbolPresence::Absent => {
-                        v.push_str(", NOT ftrace-able")
-                    }
+                    Some(false) if hp.presence != SymbolPresence::Absent => v.push_str(", NOT ftrace-able"),
                     _ => {}
                 }
                 s.kv(&hp.name, v);
@@ -800,11 +741,7 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
             match &ns.key {
                 Ok(k) => format!(
                     "primary: {}, backup: {}",
-                    if k.primary {
-                        "set"
-                    } else {
-                        "none (generated at the first TFO listen)"
-                    },
+                    if k.primary { "set" } else { "none (generated at the first TFO listen)" },
                     if k.backup { "set" } else { "none" }
                 ),
                 Err(e) => format!("unreadable: {e}"),
@@ -834,7 +771,10 @@ pub fn render_json(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
 /// The backends as the loader sees them: which load here, what each one sees and
 /// what it cannot see (from the probe table), so `doctor` and the tracer never disagree.
 fn backend_verdicts(can_load: bool) -> Vec<BackendVerdict> {
-    use crate::{events::{Outcome, Role}, probes::{self, table}};
+    use crate::{
+        events::{Outcome, Role},
+        probes::{self, table},
+    };
     probes::verdicts(can_load)
         .into_iter()
         .map(|(backend, verdict)| {
@@ -880,10 +820,13 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         report.refresh_advice();
     }
     let mut out = io::stdout().lock();
-    if json { render_json(&report, &mut out)? } else { render_text(&report, &mut out)? }
+    if json {
+        render_json(&report, &mut out)?
+    } else {
+        render_text(&report, &mut out)?
+    }
     Ok(())
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -931,10 +874,7 @@ mod tests {
                     init: Some(true),
                     tcp_fastopen: Ok(TcpFastopen(1)),
                     blackhole_timeout_sec: Ok(0),
-                    key: Ok(FastopenKeyStatus {
-                        primary: false,
-                        backup: false,
-                    }),
+                    key: Ok(FastopenKeyStatus { primary: false, backup: false }),
                 },
                 NamespaceReport {
                     name: Some("srv".into()),
@@ -944,10 +884,7 @@ mod tests {
                     init: Some(false),
                     tcp_fastopen: Ok(TcpFastopen(0x403)),
                     blackhole_timeout_sec: Ok(3600),
-                    key: Ok(FastopenKeyStatus {
-                        primary: true,
-                        backup: true,
-                    }),
+                    key: Ok(FastopenKeyStatus { primary: true, backup: true }),
                 },
             ],
             advice: vec![],
@@ -959,27 +896,12 @@ mod tests {
         let mut r = sample_report();
         r.refresh_advice();
         let all = r.advice.join("\n");
-        assert!(
-            all.contains("server bit 0x2 is off in namespace current"),
-            "{all}"
-        );
-        assert!(
-            !all.contains("server bit 0x2 is off in namespace srv"),
-            "{all}"
-        );
+        assert!(all.contains("server bit 0x2 is off in namespace current"), "{all}");
+        assert!(!all.contains("server bit 0x2 is off in namespace srv"), "{all}");
         assert!(!all.contains("client bit 0x1 is off"), "{all}");
-        assert!(
-            all.contains("kprobes are not available on this kernel (CONFIG_KPROBES off)"),
-            "{all}"
-        );
-        assert!(
-            all.contains("blackhole detection is off in namespace current"),
-            "{all}"
-        );
-        assert!(
-            !all.contains("blackhole detection is off in namespace srv"),
-            "{all}"
-        );
+        assert!(all.contains("kprobes are not available on this kernel (CONFIG_KPROBES off)"), "{all}");
+        assert!(all.contains("blackhole detection is off in namespace current"), "{all}");
+        assert!(!all.contains("blackhole detection is off in namespace srv"), "{all}");
         assert!(all.contains("tcp_send_syn_data not in kallsyms"), "{all}");
         assert!(all.contains("per network namespace"), "{all}");
         assert!(r.advice.iter().all(|l| !l.contains('\n')));
@@ -987,14 +909,8 @@ mod tests {
         r.namespaces[1].tcp_fastopen = Ok(TcpFastopen(0x600));
         r.refresh_advice();
         let all = r.advice.join("\n");
-        assert!(
-            all.contains("client bit 0x1 is off in namespace srv"),
-            "{all}"
-        );
-        assert!(
-            all.contains("namespace srv: 0x200 (server without cookie) has no effect"),
-            "{all}"
-        );
+        assert!(all.contains("client bit 0x1 is off in namespace srv"), "{all}");
+        assert!(all.contains("namespace srv: 0x200 (server without cookie) has no effect"), "{all}");
     }
 
     #[test]
@@ -1012,15 +928,14 @@ mod tests {
         render_text(&r, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("Kernel\n  release: "), "{text}");
-        assert!(text.contains("\nBackends (load + attach, from the loader)\n  fentry: refused: BPF_PROG_LOAD: EPERM\n"), "{text}");
         assert!(
-            text.contains("Network namespace srv (inode 2, /run/netns/srv)"),
+            text.contains(
+                "\nBackends (load + attach, from the loader)\n  fentry: refused: BPF_PROG_LOAD: EPERM\n"
+            ),
             "{text}"
         );
-        assert!(
-            text.contains("    0x400 server set   TFO_SERVER_WO_SOCKOPT1"),
-            "{text}"
-        );
+        assert!(text.contains("Network namespace srv (inode 2, /run/netns/srv)"), "{text}");
+        assert!(text.contains("    0x400 server set   TFO_SERVER_WO_SOCKOPT1"), "{text}");
         assert!(text.contains("primary: set, backup: set"), "{text}");
         assert!(!text.contains('\x1b'));
 
@@ -1054,17 +969,11 @@ mod tests {
         let cur = &r.namespaces[0];
         assert!(cur.current);
         let direct = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fastopen").unwrap();
-        assert_eq!(
-            cur.tcp_fastopen.as_ref().unwrap().0,
-            direct.trim().parse::<u32>().unwrap()
-        );
+        assert_eq!(cur.tcp_fastopen.as_ref().unwrap().0, direct.trim().parse::<u32>().unwrap());
         assert!(text.contains("net.ipv4.tcp_fastopen:"));
         // Every named namespace is either the current one or listed.
         for n in netns::named_netns() {
-            assert!(r
-                .namespaces
-                .iter()
-                .any(|x| x.inode == n.inode || x.name.as_deref() == Some(&n.name)));
+            assert!(r.namespaces.iter().any(|x| x.inode == n.inode || x.name.as_deref() == Some(&n.name)));
         }
         let mut out = Vec::new();
         render_json(&r, &mut out).unwrap();

@@ -1,4 +1,4 @@
-pub mod doctor;
-pub mod trace;
-pub mod logging;
 pub mod demo;
+pub mod doctor;
+pub mod logging;
+pub mod trace;

@@ -69,9 +69,8 @@ impl Tracer {
             .spawn()
             .expect("spawning tfo-trace trace");
         let out = child.stdout.take().unwrap();
-        let stdout = std::thread::spawn(move || {
-            BufReader::new(out).lines().map_while(Result::ok).collect::<Vec<_>>()
-        });
+        let stdout =
+            std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect::<Vec<_>>());
         let err = child.stderr.take().unwrap();
         let (tx, stderr_rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -140,10 +139,8 @@ impl Drop for Tracer {
 
 /// Events of one role in one namespace with one outcome.
 pub fn count(events: &[Value], netns: u32, role: &str, outcome: &str) -> u64 {
-    events
-        .iter()
-        .filter(|e| e["netns"] == netns && e["role"] == role && e["outcome"] == outcome)
-        .count() as u64
+    events.iter().filter(|e| e["netns"] == netns && e["role"] == role && e["outcome"] == outcome).count()
+        as u64
 }
 
 pub fn of_role<'a>(events: &'a [Value], netns: u32, role: &str) -> Vec<&'a Value> {
