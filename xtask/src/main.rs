@@ -9,7 +9,8 @@
 mod setup;
 mod util;
 
-use std::process::{Command, ExitCode};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -77,18 +78,63 @@ fn build_release() -> Result<()> {
 
 fn test(args: &[String]) -> Result<()> {
     let start = Instant::now();
-    let result = setup::setup().and_then(|()| run_tests(args));
-    println!("test: total elapsed {:.1} s", start.elapsed().as_secs_f64());
-    result
+    setup::setup()?;
+    run_tests(args, start)
 }
 
-fn run_tests(args: &[String]) -> Result<()> {
+/// Runs cargo test; the closing line is a tally of the whole suite, printed last.
+fn run_tests(args: &[String], start: Instant) -> Result<()> {
     if !is_root() {
         eprintln!("warning: not root: the kernel integration tests (network namespaces, eBPF) will skip");
     }
     let mut cmd = cargo();
     cmd.current_dir(workspace_root()).args(["test", "--workspace", "--exclude", "tfo-trace-ebpf"]).args(args);
-    run(&mut cmd)
+    println!("+ {}", util::display(&cmd));
+    // libtest prints one `test result:` line per test binary; the last one is often a
+    // binary with no tests. Sum them all, so the closing line speaks for the whole suite.
+    let mut child = cmd.stdout(Stdio::piped()).spawn().context("starting cargo test")?;
+    let stdout = child.stdout.take().context("cargo test stdout")?;
+    let mut tally = Tally::default();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("reading cargo test output")?;
+        println!("{line}");
+        tally.add(&line);
+    }
+    let status = child.wait().context("waiting for cargo test")?;
+    println!("test: total elapsed {:.1} s", start.elapsed().as_secs_f64());
+    println!("summary: {} passed, {} failed, {} skipped", tally.passed, tally.failed, tally.ignored);
+    if !status.success() {
+        bail!("cargo test failed: {status}");
+    }
+    if tally.passed == 0 {
+        bail!("cargo test ran no test");
+    }
+    Ok(())
+}
+
+/// Totals of libtest's `test result: ok. 5 passed; 0 failed; 1 ignored; ...` lines.
+#[derive(Default, Debug, PartialEq)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl Tally {
+    fn add(&mut self, line: &str) {
+        let Some(rest) = line.strip_prefix("test result: ") else { return };
+        for part in rest.split(';') {
+            let mut words = part.split_whitespace().rev();
+            let (Some(what), Some(n)) = (words.next(), words.next()) else { continue };
+            let Ok(n) = n.parse::<u64>() else { continue };
+            match what {
+                "passed" => self.passed += n,
+                "failed" => self.failed += n,
+                "ignored" => self.ignored += n,
+                _ => {}
+            }
+        }
+    }
 }
 
 fn demo(args: &[String]) -> Result<()> {
@@ -114,4 +160,23 @@ fn exec(cmd: &mut Command) -> Result<()> {
     println!("+ {}", util::display(cmd));
     let err = cmd.exec();
     Err(err).with_context(|| format!("exec {}", cmd.get_program().to_string_lossy()))
+}
+
+#[cfg(test)]
+mod tally_tests {
+    use super::Tally;
+
+    #[test]
+    fn sums_every_test_binary() {
+        let mut t = Tally::default();
+        for line in [
+            "test result: ok. 47 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.31s",
+            "running 6 tests",
+            "test result: FAILED. 5 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 5.5s",
+            "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s",
+        ] {
+            t.add(line);
+        }
+        assert_eq!(t, Tally { passed: 52, failed: 1, ignored: 1 });
+    }
 }

@@ -106,6 +106,8 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         writeln!(stdout, "{}", trace::HEADER)?;
     }
     let deadline = Instant::now() + args.duration + Duration::from_secs(2);
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
     let mut all = Vec::new();
     let mut batch = Vec::new();
     loop {
@@ -113,6 +115,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         tokio::select! {
             r = source.next_batch(&mut batch) => r?,
             _ = tokio::signal::ctrl_c() => break,
+            _ = sigterm.recv() => break,
             _ = tokio::time::sleep(left) => break,
         }
         trace::write_events(&mut stdout, &batch, args.json)?;
