@@ -19,6 +19,9 @@ pub struct Cli {
 pub enum Command {
     /// Print one line per TFO connection outcome as it happens.
     Trace(TraceArgs),
+    /// Only the connections that lost time to TFO (SYN timeouts, data resent), with a
+    /// summary by destination at exit.
+    Stalls(TraceArgs),
     /// Check this kernel and host for TFO tracing: hooks, backends, sysctls, advice.
     Doctor(DoctorArgs),
     /// Run the built-in lab (namespaces, TFO server, clients, a middlebox) and trace it.

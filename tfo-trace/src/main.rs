@@ -38,6 +38,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json: a.json,
             duration: a.duration,
         })),
+        Command::Stalls(a) => runtime()?.block_on(views::stalls::run(views::stalls::StallsOptions {
+            load: LoadOptions { backend: a.probe.backend, ring_buffer_bytes: a.probe.ring_buffer_size },
+            json: a.json,
+            duration: a.duration,
+        })),
         Command::Doctor(a) => views::doctor::run(a.json),
         Command::Demo(a) => runtime()?.block_on(views::demo::run(a)),
         Command::LabServer(a) => tfo_trace::lab::traffic::run_server(&a),

@@ -1,4 +1,5 @@
 pub mod demo;
 pub mod doctor;
 pub mod logging;
+pub mod stalls;
 pub mod trace;

@@ -58,11 +58,16 @@ pub struct Tracer {
 }
 
 impl Tracer {
-    /// Starts the tracer and waits until its programs are attached.
+    /// Starts `tfo-trace trace --json` and waits until its programs are attached.
     pub fn start(extra: &[&str]) -> Tracer {
+        let args: Vec<&str> = ["trace", "--json"].iter().chain(extra).copied().collect();
+        Self::start_command(&args)
+    }
+
+    /// Starts `tfo-trace <args>` and waits until its programs are attached.
+    pub fn start_command(args: &[&str]) -> Tracer {
         let mut child = Command::new(exe())
-            .args(["trace", "--json"])
-            .args(extra)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .stdin(Stdio::null())
