@@ -24,6 +24,13 @@ pub enum Command {
     Stalls(TraceArgs),
     /// Check this kernel and host for TFO tracing: hooks, backends, sysctls, advice.
     Doctor(DoctorArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) for tfo-trace.
+    Man,
     /// Run the built-in lab (namespaces, TFO server, clients, a middlebox) and trace it.
     Demo(DemoArgs),
     #[command(hide = true)]

@@ -75,3 +75,20 @@ fn trace_stops_by_itself_and_reports_counts() {
     assert!(err.contains(" lost"), "events and lost counted: {err}");
     assert!(err.contains("tracepoint backend"), "backend named: {err}");
 }
+
+#[test]
+fn completions_and_man_page_name_the_subcommands() {
+    let out = tfo_trace(&["completions", "bash"]);
+    assert_eq!(out.status.code(), Some(0));
+    let script = String::from_utf8_lossy(&out.stdout);
+    for sub in ["trace", "stalls", "doctor", "demo"] {
+        assert!(script.contains(sub), "bash completion lacks {sub}");
+    }
+    let out = tfo_trace(&["man"]);
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(page.starts_with(".ie") || page.contains(".TH"), "roff output");
+    assert!(page.contains("tfo\\-trace"));
+    assert!(!page.contains("lab\\-client"), "hidden subcommands stay out of the man page");
+    assert_eq!(tfo_trace(&["completions", "tcsh"]).status.code(), Some(2));
+}

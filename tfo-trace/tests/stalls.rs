@@ -39,7 +39,11 @@ fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
     let mine: Vec<_> = lines.iter().filter(|l| l["netns"] == cli_ns).collect();
     assert_eq!(delta.get("TcpExtTCPSynRetrans"), u64::from(n), "kernel: {delta:?}");
     assert_eq!(dropped, u64::from(n), "packets the middlebox dropped");
-    assert_eq!(mine.len() as u64, delta.get("TcpExtTCPSynRetrans"), "one line per stalled connection: {mine:?}");
+    assert_eq!(
+        mine.len() as u64,
+        delta.get("TcpExtTCPSynRetrans"),
+        "one line per stalled connection: {mine:?}"
+    );
     for l in &mine {
         assert_eq!(l["cause"], "syn_data_dropped", "{l}");
         assert_eq!(l["pid"], run.pid, "the stalled process: {l}");
