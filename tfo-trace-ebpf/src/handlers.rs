@@ -62,6 +62,7 @@ pub fn on_retransmit(sk: *const u8) {
             unsafe {
                 (*state).retransmits += 1;
                 (*state).last_retrans_ns = now();
+                (*state).sport = read(sk, layout!(skc_num)).unwrap_or(0);
             }
         }
     }
@@ -78,7 +79,7 @@ fn client_connect<C: EbpfContext>(ctx: &C, sk: *const u8) {
         return;
     }
     let (pid, comm) = current_process();
-    let state = ConnState { start_ns: now(), last_retrans_ns: 0, pid, retransmits: 0, comm };
+    let state = ConnState::new(pid, comm);
     if CONNS.insert(&(sk as u64), &state, 0).is_err() {
         // Rare (LRU maps evict instead): counted, and said with -v.
         bump(counter::CONN_INSERT_FAILED);
@@ -188,6 +189,9 @@ fn client_failed(sk: *const u8) {
     if syn_data || flag(sk, layout!(syn_fastopen)) || total_retrans > 0 {
         let mut ev = event_for(sk, role::CLIENT, outcome::CONNECT_FAILED, Some(&state));
         ev.retransmits = total_retrans;
+        if ev.sport == 0 {
+            ev.sport = state.sport;
+        }
         if syn_data {
             let sent: u64 = read(sk, layout!(bytes_sent)).unwrap_or(0);
             ev.syn_data_bytes = sent as u32;
@@ -202,8 +206,7 @@ fn client_failed(sk: *const u8) {
 /// ACK. Which one it was is only known when the child leaves SYN_RECV.
 #[inline(always)]
 fn server_child_created(sk: *const u8) {
-    let state =
-        ConnState { start_ns: now(), last_retrans_ns: 0, pid: 0, retransmits: 0, comm: [0; TASK_COMM_LEN] };
+    let state = ConnState::new(0, [0; TASK_COMM_LEN]);
     let _ = CONNS.insert(&(sk as u64), &state, 0);
 }
 

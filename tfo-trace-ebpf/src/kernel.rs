@@ -8,10 +8,12 @@ pub static LAYOUT: KernelLayout = KernelLayout::zeroed();
 
 /// Reads one field description; volatile so the compiler cannot fold the zero initializer.
 macro_rules! layout {
-    ($field:ident) => {
+    ($field:ident) => {{
         // SAFETY: LAYOUT is a valid static; volatile only defeats constant folding.
-        unsafe { core::ptr::read_volatile(&$crate::kernel::LAYOUT.$field) }
-    };
+        #[allow(unused_unsafe)] // the macro is also used inside unsafe blocks
+        let field = unsafe { core::ptr::read_volatile(&$crate::kernel::LAYOUT.$field) };
+        field
+    }};
 }
 pub(crate) use layout;
 

@@ -15,6 +15,20 @@ pub struct ConnState {
     pub pid: u32,
     pub retransmits: u32,
     pub comm: [u8; TASK_COMM_LEN],
+    /// Source port seen while the SYN was outstanding: a socket that fails is unhashed
+    /// (port 0) by the time it reaches CLOSE.
+    pub sport: u16,
+    pub _pad: [u8; 6],
+}
+
+impl ConnState {
+    /// A connection starting now.
+    #[inline(always)]
+    pub fn new(pid: u32, comm: [u8; TASK_COMM_LEN]) -> Self {
+        // SAFETY: helper without preconditions.
+        let start_ns = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
+        ConnState { start_ns, last_retrans_ns: 0, pid, retransmits: 0, comm, sport: 0, _pad: [0; 6] }
+    }
 }
 
 #[map]
