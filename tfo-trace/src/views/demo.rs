@@ -5,7 +5,7 @@
 use std::{
     io::{self, Write},
     net::SocketAddr,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, Result};
@@ -105,18 +105,14 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     if !args.json {
         writeln!(stdout, "{}", trace::HEADER)?;
     }
-    let deadline = Instant::now() + args.duration + Duration::from_secs(2);
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
+    // Two seconds past the traffic, so the last stalled connections are seen.
+    let mut stop = crate::views::stop::Stop::new(Some(args.duration + Duration::from_secs(2)))?;
     let mut all = Vec::new();
     let mut batch = Vec::new();
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
         tokio::select! {
             r = source.next_batch(&mut batch) => r?,
-            _ = tokio::signal::ctrl_c() => break,
-            _ = sigterm.recv() => break,
-            _ = tokio::time::sleep(left) => break,
+            _ = stop.requested() => break,
         }
         trace::write_events(&mut stdout, &batch, args.json)?;
         all.append(&mut batch);

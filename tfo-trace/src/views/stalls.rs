@@ -139,24 +139,14 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
             "TIME", "PID", "COMM", "DESTINATION", "CAUSE", "LOST", "RTX"
         )?;
     }
-    let deadline = async {
-        match opts.duration {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(deadline);
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
+    let mut stop = crate::views::stop::Stop::new(opts.duration)?;
     let mut per_dst: BTreeMap<String, PerDestination> = BTreeMap::new();
     let mut batch = Vec::new();
     let mut done = false;
     while !done {
         tokio::select! {
             r = source.next_batch(&mut batch) => r?,
-            _ = tokio::signal::ctrl_c() => done = true,
-            _ = sigterm.recv() => done = true,
-            _ = &mut deadline => done = true,
+            _ = stop.requested() => done = true,
         }
         if done {
             source.drain(&mut batch);

@@ -95,23 +95,13 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
     if !opts.json {
         writeln!(stdout, "{HEADER}").context("writing to stdout")?;
     }
-    let deadline = async {
-        match opts.duration {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(deadline);
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
+    let mut stop = crate::views::stop::Stop::new(opts.duration)?;
     let mut batch = Vec::new();
     let mut seen = 0u64;
     loop {
         tokio::select! {
             r = source.next_batch(&mut batch) => r?,
-            _ = tokio::signal::ctrl_c() => break,
-            _ = sigterm.recv() => break,
-            _ = &mut deadline => break,
+            _ = stop.requested() => break,
         }
         seen += batch.len() as u64;
         match write_events(&mut stdout, &batch, opts.json) {

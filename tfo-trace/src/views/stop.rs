@@ -1,0 +1,41 @@
+//! When a live view stops: Ctrl-C (SIGINT), SIGTERM, or its `--duration` running out.
+use std::{pin::Pin, time::Duration};
+
+use anyhow::{Context as _, Result};
+use tokio::{
+    signal::unix::{signal, Signal, SignalKind},
+    time::Sleep,
+};
+
+pub struct Stop {
+    deadline: Option<Pin<Box<Sleep>>>,
+    // Registered once, so a signal that arrives while events are being written is kept.
+    sigint: Signal,
+    sigterm: Signal,
+}
+
+impl Stop {
+    /// `duration`: stop by itself after this long; None = only on a signal.
+    pub fn new(duration: Option<Duration>) -> Result<Stop> {
+        Ok(Stop {
+            deadline: duration.map(|d| Box::pin(tokio::time::sleep(d))),
+            sigint: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            sigterm: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+        })
+    }
+
+    /// Resolves once one of the stop conditions happens.
+    pub async fn requested(&mut self) {
+        let deadline = async {
+            match self.deadline.as_mut() {
+                Some(d) => d.await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.sigint.recv() => {}
+            _ = self.sigterm.recv() => {}
+            _ = deadline => {}
+        }
+    }
+}
