@@ -164,15 +164,21 @@ fn client_established<C: EbpfContext>(ctx: &C, sk: *const u8) {
     let mut ev = event_for(sk, role::CLIENT, result, state.as_ref());
     ev.retransmits = total_retrans;
     if syn_data {
-        // Nothing but the SYN-data has been sent yet: bytes_sent is its payload length.
-        let sent: u64 = read(sk, layout!(bytes_sent)).unwrap_or(0);
-        ev.syn_data_bytes = sent as u32;
+        ev.syn_data_bytes = syn_data_bytes(sk);
     }
     if flag(sk, layout!(syn_fastopen_exp)) {
         ev.flags |= flags::EXP_OPTION;
     }
     emit(&ev);
     let _ = CONNS.remove(&key);
+}
+
+/// Payload bytes of the SYN-data: nothing but the SYN-data has been sent before the
+/// handshake resolves, so bytes_sent is its length (retransmitted SYNs carry none).
+#[inline(always)]
+fn syn_data_bytes(sk: *const u8) -> u32 {
+    let sent: u64 = read(sk, layout!(bytes_sent)).unwrap_or(0);
+    sent as u32
 }
 
 /// SYN_SENT -> CLOSE: a TFO connection that never completed (timeout, reset, refused).
@@ -193,8 +199,7 @@ fn client_failed(sk: *const u8) {
             ev.sport = state.sport;
         }
         if syn_data {
-            let sent: u64 = read(sk, layout!(bytes_sent)).unwrap_or(0);
-            ev.syn_data_bytes = sent as u32;
+            ev.syn_data_bytes = syn_data_bytes(sk);
         }
         emit(&ev);
     }

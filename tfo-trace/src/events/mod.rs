@@ -38,6 +38,13 @@ impl Role {
         })
     }
 
+    pub fn to_wire(self) -> u8 {
+        match self {
+            Role::Client => role::CLIENT,
+            Role::Server => role::SERVER,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Role::Client => "client",

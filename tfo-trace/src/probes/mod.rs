@@ -118,14 +118,7 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
                 Some(reason) => Err(reason),
                 None if !try_load => Err("not tried: loading needs CAP_BPF and CAP_PERFMON".into()),
                 None => {
-                    let opts = LoadOptions {
-                        backend: match backend {
-                            Backend::Fentry => BackendChoice::Fentry,
-                            Backend::Kprobe => BackendChoice::Kprobe,
-                            Backend::Tracepoint => BackendChoice::Tracepoint,
-                        },
-                        ring_buffer_bytes: 4096,
-                    };
+                    let opts = LoadOptions { backend: backend.into(), ring_buffer_bytes: 4096 };
                     load_backend(backend, &opts).map(drop).map_err(|e| format!("{e:#}"))
                 }
             };

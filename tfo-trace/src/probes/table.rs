@@ -39,6 +39,16 @@ impl fmt::Display for Backend {
     }
 }
 
+impl From<Backend> for BackendChoice {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Fentry => BackendChoice::Fentry,
+            Backend::Kprobe => BackendChoice::Kprobe,
+            Backend::Tracepoint => BackendChoice::Tracepoint,
+        }
+    }
+}
+
 impl BackendChoice {
     pub fn candidates(self) -> &'static [Backend] {
         match self {

@@ -24,14 +24,10 @@ use crate::{
 
 const PORT: u16 = 8080;
 
-struct Traffic {
-    clients: Vec<ClientChild>,
-}
-
 /// Clients that stop by themselves within `duration`: a paced stream to the clean
 /// destination (both ways of asking for TFO) and back-to-back connections to the one
 /// behind the middlebox, each of which pays the 1 s SYN timeout.
-fn start_traffic(lab: &Lab, exe: &std::path::Path, duration: Duration) -> Result<Traffic> {
+fn start_traffic(lab: &Lab, exe: &std::path::Path, duration: Duration) -> Result<Vec<ClientChild>> {
     let secs = duration.as_secs().max(2) as u32;
     let clean = SocketAddr::new(lab.server_addr(0, false)?, PORT);
     let dropped = SocketAddr::new(lab.server_addr(1, false)?, PORT);
@@ -47,8 +43,7 @@ fn start_traffic(lab: &Lab, exe: &std::path::Path, duration: Duration) -> Result
         // Each of these takes about a second: the SYN-data is dropped, the SYN resent.
         ClientArgs { count: secs.saturating_sub(1).max(1), interval_ms: 0, ..ClientArgs::new(dropped) },
     ];
-    let clients = specs.iter().map(|s| lab.spawn_client(exe, s)).collect::<Result<Vec<_>>>()?;
-    Ok(Traffic { clients })
+    specs.iter().map(|s| lab.spawn_client(exe, s)).collect()
 }
 
 fn summary(out: &mut impl Write, events: &[Event]) -> io::Result<()> {
@@ -99,7 +94,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         dropped,
         args.duration
     );
-    let traffic = start_traffic(&lab, &exe, args.duration)?;
+    let clients = start_traffic(&lab, &exe, args.duration)?;
 
     let mut stdout = io::stdout().lock();
     if !args.json {
@@ -117,7 +112,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         trace::write_events(&mut stdout, &batch, args.json)?;
         all.append(&mut batch);
     }
-    for c in traffic.clients {
+    for c in clients {
         c.kill();
     }
     source.drain(&mut batch);

@@ -781,11 +781,7 @@ fn backend_verdicts(can_load: bool) -> Vec<BackendVerdict> {
             let mut sees = Vec::new();
             for role in [Role::Client, Role::Server] {
                 for outcome in Outcome::ALL {
-                    let wire_role = match role {
-                        Role::Client => tfo_trace_common::role::CLIENT,
-                        Role::Server => tfo_trace_common::role::SERVER,
-                    };
-                    if table::sees(backend, wire_role, outcome.to_wire()) {
+                    if table::sees(backend, role.to_wire(), outcome.to_wire()) {
                         sees.push(format!("{} {}", role.name(), outcome.name()));
                     }
                 }
@@ -793,7 +789,7 @@ fn backend_verdicts(can_load: bool) -> Vec<BackendVerdict> {
             let blind: Vec<String> = table::blind_spots(backend)
                 .iter()
                 .map(|b| {
-                    let role = if b.role == tfo_trace_common::role::CLIENT { "client" } else { "server" };
+                    let role = Role::from_wire(b.role).map(Role::name).unwrap_or("?");
                     let name = Outcome::from_wire(b.outcome).map(Outcome::name).unwrap_or("?");
                     format!("{role} {name} ({})", b.why)
                 })
