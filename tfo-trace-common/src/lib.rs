@@ -49,6 +49,8 @@ pub mod flags {
     pub const PID_KNOWN: u8 = 1 << 3;
     /// `start_ns` is known, so `handshake` can be computed.
     pub const START_KNOWN: u8 = 1 << 4;
+    /// `queue_len`/`queue_max` hold the listener's TFO queue as the probe saw it.
+    pub const QUEUE_KNOWN: u8 = 1 << 5;
 }
 
 pub const FAMILY_V4: u8 = 4;
@@ -83,6 +85,10 @@ pub struct TfoEvent {
     pub cookie_len: u8,
     pub _pad: [u8; 7],
     pub comm: [u8; TASK_COMM_LEN],
+    /// Server: the listener's TFO queue (fastopenq.qlen / max_qlen) when the SYN arrived;
+    /// 0/0 where the backend does not see it.
+    pub queue_len: u32,
+    pub queue_max: u32,
 }
 
 /// Indexes of the per-CPU `COUNTERS` array.
@@ -139,6 +145,26 @@ pub struct KernelLayout {
     pub syn_fastopen_exp: Field,
     pub syn_data_acked: Field,
     pub syn_fastopen_child: Field,
+    // Server hooks on tcp_try_fastopen (fentry/kprobe backends)
+    /// struct tcp_fastopen_cookie: len (s8), exp (bool)
+    pub foc_len: Field,
+    pub foc_exp: Field,
+    /// struct sk_buff: cb[], where struct tcp_skb_cb { seq, end_seq, ... } lives
+    pub skb_cb: Field,
+    pub tcb_seq: Field,
+    pub tcb_end_seq: Field,
+    /// Listener's icsk_accept_queue.fastopenq.{qlen, max_qlen}
+    pub fastopenq_qlen: Field,
+    pub fastopenq_max_qlen: Field,
+    /// struct net: ipv4.sysctl_tcp_fastopen (the namespace's bits, read at the SYN)
+    pub net_sysctl_tcp_fastopen: Field,
+}
+
+/// Global flags userspace sets before load.
+pub mod config {
+    /// The state-change hook reports server `accepted` (tracepoint backend only: the richer
+    /// backends report every server outcome from tcp_try_fastopen instead).
+    pub const SERVER_FROM_STATE: u32 = 1 << 0;
 }
 
 /// Key of the kernel-side listener table: who called listen() on which port.
@@ -177,7 +203,7 @@ mod tests {
 
     #[test]
     fn wire_sizes_have_no_hidden_padding() {
-        assert_eq!(size_of::<TfoEvent>(), 104);
+        assert_eq!(size_of::<TfoEvent>(), 112);
         assert_eq!(size_of::<Field>(), 8);
         assert_eq!(size_of::<ListenerKey>(), 8);
         assert_eq!(size_of::<ProcInfo>(), 24);

@@ -11,12 +11,14 @@ use aya_ebpf::{
     EbpfContext,
 };
 use aya_log_ebpf::{debug, warn};
-use tfo_trace_common::{counter, flags, outcome, role, ListenerKey, ProcInfo, TfoEvent, TASK_COMM_LEN};
+use tfo_trace_common::{
+    config, counter, flags, outcome, role, ListenerKey, ProcInfo, TfoEvent, TASK_COMM_LEN,
+};
 
 use crate::{
     kernel::{
-        flag, layout, netns_of, read, read_bits, tuple_of, IPPROTO_TCP, TCP_CLOSE, TCP_ESTABLISHED,
-        TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
+        config_has, flag, layout, netns_of, read, read_bits, tuple_of, IPPROTO_TCP, TCP_CLOSE,
+        TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
     maps::{bump, emit, ConnState, CONNS, LISTENERS},
 };
@@ -43,7 +45,7 @@ pub fn on_state_change<C: EbpfContext>(ctx: &C, sk: *const u8, old: i32, new: i3
         (TCP_CLOSE, TCP_SYN_SENT) => client_connect(ctx, sk),
         (TCP_SYN_SENT, TCP_ESTABLISHED) => client_established(ctx, sk),
         (TCP_SYN_SENT, TCP_CLOSE) => client_failed(sk),
-        (TCP_LISTEN, TCP_SYN_RECV) => server_child_created(sk),
+        (TCP_LISTEN, TCP_SYN_RECV) if config_has(config::SERVER_FROM_STATE) => server_child_created(sk),
         (TCP_SYN_RECV, _) => server_child_resolved(sk),
         (_, TCP_LISTEN) => listener_started(sk),
         (TCP_LISTEN, TCP_CLOSE) => listener_stopped(sk),
@@ -89,7 +91,7 @@ fn client_connect<C: EbpfContext>(ctx: &C, sk: *const u8) {
 
 /// Fills the parts of an event every outcome shares.
 #[inline(always)]
-fn event_for(sk: *const u8, role: u8, outcome: u8, state: Option<&ConnState>) -> TfoEvent {
+pub(crate) fn event_for(sk: *const u8, role: u8, outcome: u8, state: Option<&ConnState>) -> TfoEvent {
     let t = tuple_of(sk);
     let ts = now();
     let mut ev = TfoEvent {
@@ -111,6 +113,8 @@ fn event_for(sk: *const u8, role: u8, outcome: u8, state: Option<&ConnState>) ->
         cookie_len: 0,
         _pad: [0; 7],
         comm: [0; TASK_COMM_LEN],
+        queue_len: 0,
+        queue_max: 0,
     };
     if let Some(s) = state {
         ev.start_ns = s.start_ns;
@@ -223,6 +227,9 @@ fn server_child_resolved(sk: *const u8) {
     // SAFETY: copied out before any other map operation.
     let state = unsafe { CONNS.get(&key) }.copied();
     let _ = CONNS.remove(&key);
+    if !config_has(config::SERVER_FROM_STATE) {
+        return; // the backend reports server outcomes from tcp_try_fastopen
+    }
     let child_field = layout!(syn_fastopen_child);
     let is_tfo_child =
         if child_field.present != 0 { flag(sk, child_field) } else { flag(sk, layout!(syn_data_acked)) };
@@ -233,19 +240,25 @@ fn server_child_resolved(sk: *const u8) {
     let received: u64 = read(sk, layout!(bytes_received)).unwrap_or(0);
     ev.syn_data_bytes = received as u32;
     let listener = ListenerKey { netns: ev.netns, port: ev.sport, _pad: 0 };
-    // SAFETY: copied out before any other map operation.
-    if let Some(owner) = unsafe { LISTENERS.get(&listener) }.copied() {
-        ev.pid = owner.pid;
-        ev.comm = owner.comm;
-        ev.flags |= flags::PID_KNOWN;
-    }
+    name_listener_owner(&mut ev, &listener);
     emit(&ev);
 }
 
 /// A listener is known by its namespace and local port (what a child socket shares).
 #[inline(always)]
-fn listener_key(sk: *const u8) -> ListenerKey {
+pub(crate) fn listener_key(sk: *const u8) -> ListenerKey {
     ListenerKey { netns: netns_of(sk), port: read(sk, layout!(skc_num)).unwrap_or(0), _pad: 0 }
+}
+
+/// Server events name the process that called listen() on that port.
+#[inline(always)]
+pub(crate) fn name_listener_owner(ev: &mut TfoEvent, listener: &ListenerKey) {
+    // SAFETY: copied out before any other map operation.
+    if let Some(owner) = unsafe { LISTENERS.get(listener) }.copied() {
+        ev.pid = owner.pid;
+        ev.comm = owner.comm;
+        ev.flags |= flags::PID_KNOWN;
+    }
 }
 
 /// listen() runs in the owner's process context: remember who owns the port.

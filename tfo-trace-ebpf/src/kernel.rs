@@ -6,6 +6,16 @@ use tfo_trace_common::{Field, KernelLayout, FAMILY_V4, FAMILY_V6};
 #[no_mangle]
 pub static LAYOUT: KernelLayout = KernelLayout::zeroed();
 
+/// Bits of `tfo_trace_common::config`, set by userspace before load.
+#[no_mangle]
+pub static CONFIG: u32 = 0;
+
+#[inline(always)]
+pub fn config_has(bit: u32) -> bool {
+    // SAFETY: CONFIG is a valid static; volatile only defeats constant folding.
+    unsafe { core::ptr::read_volatile(&CONFIG) & bit != 0 }
+}
+
 /// Reads one field description; volatile so the compiler cannot fold the zero initializer.
 macro_rules! layout {
     ($field:ident) => {{

@@ -4,9 +4,12 @@
 #![no_std]
 #![no_main]
 
+mod fentry;
 mod handlers;
 mod kernel;
+mod kprobes;
 mod maps;
+mod server;
 mod tracepoints;
 
 #[cfg(not(test))]

@@ -8,6 +8,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use common::{count, netns_inode, of_role, Tracer};
 use tfo_trace::{
+    events::{Outcome, Role},
     kernel::netstat::Netstat,
     lab::{
         traffic::{ClientArgs, ClientMode},
@@ -48,9 +49,19 @@ fn first_contact_then_tfo(v6: bool) {
     let n = 5;
     let first = lab.run_client(common::exe(), &client(&lab, v6, n + 1, ClientMode::MsgFastopen)).unwrap();
     let second = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::FastopenConnect)).unwrap();
-    let (events, _) = tracer.stop();
+    let (events, stderr) = tracer.stop();
     let (dc, ds) = deltas(&lab, &before);
     assert_eq!(first.ok_count() + second.ok_count(), (2 * n + 1) as usize, "lab connections failed");
+    if common::visible(&stderr, Role::Server, Outcome::CookieRequested) {
+        assert_eq!(
+            count(&events, srv_ns, "server", "cookie_requested"),
+            ds.get("TcpExtTCPFastOpenCookieReqd")
+        );
+        for e in events.iter().filter(|e| e["netns"] == srv_ns && e["outcome"] == "cookie_requested") {
+            assert_eq!(e["cookie_issued"], true, "the server answered with a cookie: {e}");
+            assert_eq!(e["pid"], server.pid());
+        }
+    }
 
     // The kernel's view first: exactly one cookie request, every other connection TFO.
     assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 1, "server counters: {ds:?}");

@@ -298,6 +298,8 @@ mod tests {
             cookie_len: 0,
             _pad: [0; 7],
             comm,
+            queue_len: 0,
+            queue_max: 0,
         }
     }
 

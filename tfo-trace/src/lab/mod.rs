@@ -342,6 +342,30 @@ impl Lab {
         Ok(())
     }
 
+    /// Drops every SYN-ACK arriving in the client namespace, so handshakes stay unfinished
+    /// (RFC 7413 section 5.1). The table dies with the namespace.
+    pub fn client_drop_synack(&self) -> Result<()> {
+        let nft = |args: &[&str]| cmd::run(cmd::in_netns(&self.client_ns, "nft").args(args));
+        nft(&["add", "table", "inet", NFT_TABLE])?;
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            NFT_TABLE,
+            "input",
+            "{ type filter hook input priority 0; policy accept; }",
+        ])?;
+        nft(&[
+            "add",
+            "rule",
+            "inet",
+            NFT_TABLE,
+            "input",
+            "tcp flags & (syn | ack) == syn | ack counter drop",
+        ])?;
+        Ok(())
+    }
+
     /// Removes the middlebox (the whole nft table), if present.
     pub fn middlebox_clear(&self) -> Result<()> {
         let taken = lock(&REGISTRY).get_mut(&self.id).and_then(|o| o.nft_in.take());

@@ -69,6 +69,18 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         syn_data_acked: required(btf, "tcp_sock", &["syn_data_acked"])?,
         // Added in 6.x; older kernels fall back to syn_data_acked (see handlers.rs).
         syn_fastopen_child: optional(btf, "tcp_sock", &["syn_fastopen_child"]).unwrap_or_default(),
+        // Read only by the tcp_try_fastopen hooks of the fentry/kprobe backends; a kernel
+        // without one of them loses that detail, not the tracer.
+        foc_len: optional(btf, "tcp_fastopen_cookie", &["len"]).unwrap_or_default(),
+        foc_exp: optional(btf, "tcp_fastopen_cookie", &["exp"]).unwrap_or_default(),
+        skb_cb: optional(btf, "sk_buff", &["cb"]).unwrap_or_default(),
+        tcb_seq: optional(btf, "tcp_skb_cb", &["seq"]).unwrap_or_default(),
+        tcb_end_seq: optional(btf, "tcp_skb_cb", &["end_seq"]).unwrap_or_default(),
+        fastopenq_qlen: optional(btf, "tcp_sock", &["icsk_accept_queue", "fastopenq", "qlen"])
+            .unwrap_or_default(),
+        fastopenq_max_qlen: optional(btf, "tcp_sock", &["icsk_accept_queue", "fastopenq", "max_qlen"])
+            .unwrap_or_default(),
+        net_sysctl_tcp_fastopen: optional(btf, "net", &["ipv4", "sysctl_tcp_fastopen"]).unwrap_or_default(),
     })
 }
 
@@ -92,5 +104,11 @@ mod tests {
         assert_eq!(l.skc_num.off, 14);
         assert!(l.syn_data.bits == 1 && l.syn_fastopen.bits == 1);
         assert!(l.fastopen_req.off > l.skc_net.off);
+        // include/net/tcp.h: struct tcp_skb_cb { __u32 seq; __u32 end_seq; ... }
+        assert_eq!((l.tcb_seq.off, l.tcb_end_seq.off), (0, 4));
+        for f in [l.foc_len, l.skb_cb, l.fastopenq_qlen, l.fastopenq_max_qlen, l.net_sysctl_tcp_fastopen] {
+            assert_eq!(f.present, 1, "{f:?}");
+        }
+        assert_eq!(l.fastopenq_max_qlen.off, l.fastopenq_qlen.off + 4, "int qlen; int max_qlen;");
     }
 }

@@ -60,9 +60,13 @@ impl BackendChoice {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HookKind {
     RawTracepoint,
+    FEntry,
+    FExit,
+    KProbe,
+    KRetProbe,
 }
 
 /// One program of the eBPF object and where it attaches.
@@ -88,16 +92,29 @@ const CLIENT_FROM_STATE: &[(u8, u8)] = &[
     (tfo_trace_common::role::SERVER, outcome::ACCEPTED),
 ];
 
-const TRACEPOINT_HOOKS: &[Hook] = &[
+const SERVER_FROM_TRY_FASTOPEN: &[(u8, u8)] = &[
+    (tfo_trace_common::role::SERVER, outcome::COOKIE_REQUESTED),
+    (tfo_trace_common::role::SERVER, outcome::ACCEPTED),
+    (tfo_trace_common::role::SERVER, outcome::ACCEPTED_ALT_KEY),
+    (tfo_trace_common::role::SERVER, outcome::COOKIE_INVALID),
+    (tfo_trace_common::role::SERVER, outcome::QUEUE_OVERFLOW),
+    (tfo_trace_common::role::SERVER, outcome::LISTENER_DISABLED),
+];
+
+const TRY_FASTOPEN_WHY: &str = "every SYN at a listener passes tcp_try_fastopen(): the cookie it \
+    carried (foc->len at entry), the child it returns and the cookie it sends back (foc at exit) \
+    tell every server outcome, with the listener's TFO queue";
+
+/// The client-side hooks every backend loads (the client's TFO functions are inlined).
+const CLIENT_STATE_HOOKS: [Hook; 2] = [
     Hook {
         program: "tfo_state",
         kind: HookKind::RawTracepoint,
         target: "inet_sock_set_state",
-        sees: CLIENT_FROM_STATE,
+        sees: CLIENT_FROM_STATE_ONLY,
         why: "SYN_SENT->ESTABLISHED runs after tcp_ack() and just before the inlined \
               tcp_rcv_fastopen_synack(): syn_data, syn_fastopen, total_retrans and the \
-              retransmit queue give its verdict; a TFO child leaving SYN_RECV has \
-              syn_fastopen_child/syn_data_acked set",
+              retransmit queue give its verdict",
     },
     Hook {
         program: "tfo_retransmit",
@@ -106,6 +123,67 @@ const TRACEPOINT_HOOKS: &[Hook] = &[
         sees: &[],
         why: "counts SYN timeouts and times the stall of each TFO connection",
     },
+];
+
+const CLIENT_FROM_STATE_ONLY: &[(u8, u8)] = &[
+    (tfo_trace_common::role::CLIENT, outcome::COOKIE_REQUESTED),
+    (tfo_trace_common::role::CLIENT, outcome::ACCEPTED),
+    (tfo_trace_common::role::CLIENT, outcome::DATA_NOT_ACKED),
+    (tfo_trace_common::role::CLIENT, outcome::SYN_RETRANSMITTED),
+    (tfo_trace_common::role::CLIENT, outcome::CONNECT_FAILED),
+    (tfo_trace_common::role::CLIENT, outcome::NOT_ATTEMPTED),
+];
+
+const FENTRY_HOOKS: &[Hook] = &[
+    CLIENT_STATE_HOOKS[0],
+    CLIENT_STATE_HOOKS[1],
+    Hook {
+        program: "tfo_try_fastopen_fentry",
+        kind: HookKind::FEntry,
+        target: "tcp_try_fastopen",
+        sees: &[],
+        why: "remembers the cookie the SYN carried",
+    },
+    Hook {
+        program: "tfo_try_fastopen_fexit",
+        kind: HookKind::FExit,
+        target: "tcp_try_fastopen",
+        sees: SERVER_FROM_TRY_FASTOPEN,
+        why: TRY_FASTOPEN_WHY,
+    },
+];
+
+const KPROBE_HOOKS: &[Hook] = &[
+    CLIENT_STATE_HOOKS[0],
+    CLIENT_STATE_HOOKS[1],
+    Hook {
+        program: "tfo_try_fastopen_kprobe",
+        kind: HookKind::KProbe,
+        target: "tcp_try_fastopen",
+        sees: &[],
+        why: "remembers the cookie the SYN carried",
+    },
+    Hook {
+        program: "tfo_try_fastopen_kretprobe",
+        kind: HookKind::KRetProbe,
+        target: "tcp_try_fastopen",
+        sees: SERVER_FROM_TRY_FASTOPEN,
+        why: TRY_FASTOPEN_WHY,
+    },
+];
+
+/// Without richer hooks the state-change hook also reports server `accepted`: a TFO
+/// child leaving SYN_RECV has syn_fastopen_child (or syn_data_acked) set.
+const TRACEPOINT_HOOKS: &[Hook] = &[
+    Hook {
+        sees: CLIENT_FROM_STATE,
+        why: "SYN_SENT->ESTABLISHED runs after tcp_ack() and just before the inlined \
+              tcp_rcv_fastopen_synack(): syn_data, syn_fastopen, total_retrans and the \
+              retransmit queue give its verdict; a TFO child leaving SYN_RECV has \
+              syn_fastopen_child/syn_data_acked set",
+        ..CLIENT_STATE_HOOKS[0]
+    },
+    CLIENT_STATE_HOOKS[1],
 ];
 
 /// Outcomes no hook of a backend can see, with the reason: what `doctor` prints and
@@ -144,13 +222,18 @@ const TRACEPOINT_BLIND: &[Blind] = &[
     },
 ];
 
-/// Hooks and blind spots of one backend. fentry and kprobe are designed in (the table
-/// and the selection take them) but have no programs in this build yet.
+/// Hooks of one backend: what the loader attaches, in order.
 pub fn hooks(backend: Backend) -> &'static [Hook] {
     match backend {
         Backend::Tracepoint => TRACEPOINT_HOOKS,
-        Backend::Fentry | Backend::Kprobe => &[],
+        Backend::Fentry => FENTRY_HOOKS,
+        Backend::Kprobe => KPROBE_HOOKS,
     }
+}
+
+/// Whether the state-change hook reports server `accepted` (only where nothing richer does).
+pub fn server_from_state(backend: Backend) -> bool {
+    backend == Backend::Tracepoint
 }
 
 pub fn blind_spots(backend: Backend) -> &'static [Blind] {
@@ -182,6 +265,23 @@ mod tests {
         }
         for b in blind_spots(Backend::Tracepoint) {
             assert!(!sees(Backend::Tracepoint, b.role, b.outcome), "{} both seen and blind", b.why);
+        }
+    }
+
+    #[test]
+    fn richer_backends_see_every_outcome_the_tracepoint_backend_sees_and_more() {
+        for backend in [Backend::Fentry, Backend::Kprobe] {
+            for role in [role::CLIENT, role::SERVER] {
+                for o in 1..=10u8 {
+                    if sees(Backend::Tracepoint, role, o) {
+                        assert!(sees(backend, role, o), "{backend} misses {role}/{o}");
+                    }
+                }
+            }
+            for b in blind_spots(Backend::Tracepoint) {
+                assert!(sees(backend, b.role, b.outcome), "{backend} should see {}", b.why);
+            }
+            assert!(blind_spots(backend).is_empty());
         }
     }
 }

@@ -64,10 +64,16 @@ impl Tracer {
         Self::start_command(&args)
     }
 
-    /// Starts `tfo-trace <args>` and waits until its programs are attached.
+    /// Starts `tfo-trace <args>` and waits until its programs are attached. With
+    /// TFO_TRACE_BACKEND set (the VM matrix runs each backend), `--backend` is added.
     pub fn start_command(args: &[&str]) -> Tracer {
+        let backend: Vec<String> = match std::env::var("TFO_TRACE_BACKEND") {
+            Ok(b) if !b.is_empty() => vec!["--backend".into(), b],
+            _ => vec![],
+        };
         let mut child = Command::new(exe())
             .args(args)
+            .args(&backend)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .stdin(Stdio::null())
@@ -140,6 +146,31 @@ impl Drop for Tracer {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The backend a tracer ran with, from its "attached with the X backend" line.
+pub fn backend_of(stderr: &[String]) -> tfo_trace::probes::Backend {
+    use tfo_trace::probes::Backend;
+    let line = stderr.iter().find(|l| l.contains("programs attached")).expect("attach line");
+    Backend::ALL
+        .into_iter()
+        .find(|b| line.contains(&format!("with the {b} backend")))
+        .unwrap_or_else(|| panic!("no backend named in {line:?}"))
+}
+
+/// Whether that backend reports (role, outcome): tests assert only what it can see,
+/// and say what they skipped.
+pub fn visible(
+    stderr: &[String],
+    role: tfo_trace::events::Role,
+    outcome: tfo_trace::events::Outcome,
+) -> bool {
+    let backend = backend_of(stderr);
+    let seen = tfo_trace::probes::table::sees(backend, role.to_wire(), outcome.to_wire());
+    if !seen {
+        eprintln!("not checked: {} {} is not visible to the {backend} backend", role.name(), outcome.name());
+    }
+    seen
 }
 
 /// Events of one role in one namespace with one outcome.

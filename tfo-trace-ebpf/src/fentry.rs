@@ -1,0 +1,23 @@
+//! fentry/fexit backend entry points (BPF trampolines, 5.5+; refused on some kernels, see
+//! `doctor`). The client side still comes from the tracepoint hooks, which every backend loads.
+use aya_ebpf::{
+    macros::{fentry, fexit},
+    programs::{FEntryContext, FExitContext},
+};
+
+use crate::server::{try_fastopen_enter, try_fastopen_exit};
+
+/// struct sock *tcp_try_fastopen(struct sock *sk, struct sk_buff *skb,
+///     struct request_sock *req, struct tcp_fastopen_cookie *foc, const struct dst_entry *dst)
+#[fentry(function = "tcp_try_fastopen")]
+pub fn tfo_try_fastopen_fentry(ctx: FEntryContext) -> u32 {
+    try_fastopen_enter(ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3));
+    0
+}
+
+#[fexit(function = "tcp_try_fastopen")]
+pub fn tfo_try_fastopen_fexit(ctx: FExitContext) -> u32 {
+    // fexit sees the arguments, then the return value.
+    try_fastopen_exit(ctx.arg(5));
+    0
+}

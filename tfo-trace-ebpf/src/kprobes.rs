@@ -1,0 +1,23 @@
+//! kprobe/kretprobe backend entry points: the twins of fentry.rs where trampolines are
+//! refused but kprobes exist.
+use aya_ebpf::{
+    macros::{kprobe, kretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+
+use crate::server::{try_fastopen_enter, try_fastopen_exit};
+
+#[kprobe]
+pub fn tfo_try_fastopen_kprobe(ctx: ProbeContext) -> u32 {
+    let (Some(sk), Some(skb), Some(req), Some(foc)) = (ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3)) else {
+        return 0;
+    };
+    try_fastopen_enter(sk, skb, req, foc);
+    0
+}
+
+#[kretprobe]
+pub fn tfo_try_fastopen_kretprobe(ctx: RetProbeContext) -> u32 {
+    try_fastopen_exit(ctx.ret());
+    0
+}

@@ -1,0 +1,160 @@
+//! Server-side TFO outcomes against the kernel's counters: key rotation without and with
+//! a backup key, a listener without TCP_FASTOPEN, and a TFO queue that overflows. The
+//! client side is checked on every backend; server outcomes where the backend sees them
+//! (fentry/kprobe: the VM matrix), and the test says which it could not check.
+mod common;
+
+use std::net::SocketAddr;
+
+use common::{count, netns_inode, visible, Tracer};
+use tfo_trace::{
+    events::{Outcome, Role},
+    kernel::netstat::Netstat,
+    lab::{traffic::ClientArgs, Lab, LabConfig, Side},
+};
+
+const KEY_A: &str = "00000000-00000000-00000000-0000000a";
+const KEY_B: &str = "00000000-00000000-00000000-0000000b";
+
+fn deltas(lab: &Lab, before: &(Netstat, Netstat)) -> (Netstat, Netstat) {
+    let c = lab.netstat(Side::Client).unwrap();
+    let s = lab.netstat(Side::Server).unwrap();
+    (Netstat::delta(&before.0, &c), Netstat::delta(&before.1, &s))
+}
+
+fn snapshot(lab: &Lab) -> (Netstat, Netstat) {
+    (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap())
+}
+
+fn args(dst: SocketAddr, count: u32) -> ClientArgs {
+    ClientArgs { count, payload_bytes: 100, ..ClientArgs::new(dst) }
+}
+
+/// The server's key changes after the client cached a cookie: without a backup key the old
+/// cookie is invalid (PassiveFail; the client's data is not acked and it gets a new cookie);
+/// with the old key kept as backup it still works (PassiveAltKey).
+fn key_rotation(with_backup: bool) {
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen_key", KEY_A).unwrap();
+    let _server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    assert_eq!(lab.run_client(common::exe(), &args(dst, 2)).unwrap().ok_count(), 2, "cookie cached");
+    let rotated = if with_backup { format!("{KEY_B},{KEY_A}") } else { KEY_B.to_string() };
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen_key", &rotated).unwrap();
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    let before = snapshot(&lab);
+    let tracer = Tracer::start(&[]);
+    let run = lab.run_client(common::exe(), &args(dst, 1)).unwrap();
+    let (events, stderr) = tracer.stop();
+    let (dc, ds) = deltas(&lab, &before);
+    assert_eq!(run.ok_count(), 1);
+
+    if with_backup {
+        assert_eq!(ds.get("TcpExtTCPFastOpenPassiveAltKey"), 1, "server counters: {ds:?}");
+        assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
+        assert_eq!(dc.get("TcpExtTCPFastOpenActive"), 1);
+        if visible(&stderr, Role::Server, Outcome::AcceptedAltKey) {
+            assert_eq!(
+                count(&events, srv_ns, "server", "accepted_alt_key"),
+                ds.get("TcpExtTCPFastOpenPassiveAltKey")
+            );
+            assert_eq!(
+                count(&events, srv_ns, "server", "accepted")
+                    + count(&events, srv_ns, "server", "accepted_alt_key"),
+                ds.get("TcpExtTCPFastOpenPassive")
+            );
+        }
+    } else {
+        assert_eq!(ds.get("TcpExtTCPFastOpenPassiveFail"), 1, "server counters: {ds:?}");
+        assert_eq!(count(&events, cli_ns, "client", "data_not_acked"), dc.get("TcpExtTCPFastOpenActiveFail"));
+        assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), 1);
+        if visible(&stderr, Role::Server, Outcome::CookieInvalid) {
+            assert_eq!(
+                count(&events, srv_ns, "server", "cookie_invalid"),
+                ds.get("TcpExtTCPFastOpenPassiveFail")
+            );
+        }
+    }
+}
+
+#[test]
+fn key_rotation_without_backup_invalidates_cookies() {
+    require_kernel!();
+    key_rotation(false);
+}
+
+#[test]
+fn key_rotation_with_backup_accepts_on_the_old_key() {
+    require_kernel!();
+    key_rotation(true);
+}
+
+/// A cookie for the address, then SYN-data to a listener on the same address that did not
+/// set TCP_FASTOPEN: the data is not acked (ActiveFail), and the server sees a disabled listener.
+#[test]
+fn listener_without_tcp_fastopen() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _tfo = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let _plain = lab.start_server(common::exe(), 0, 8081, 0, false).unwrap();
+    let addr = lab.server_addr(0, false).unwrap();
+    assert_eq!(lab.run_client(common::exe(), &args(SocketAddr::new(addr, 8080), 1)).unwrap().ok_count(), 1);
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    let before = snapshot(&lab);
+    let tracer = Tracer::start(&[]);
+    let n = 3;
+    let run = lab.run_client(common::exe(), &args(SocketAddr::new(addr, 8081), n)).unwrap();
+    let (events, stderr) = tracer.stop();
+    let (dc, ds) = deltas(&lab, &before);
+    assert_eq!(run.ok_count(), n as usize);
+    assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), u64::from(n), "client counters: {dc:?}");
+    assert_eq!(count(&events, cli_ns, "client", "data_not_acked"), dc.get("TcpExtTCPFastOpenActiveFail"));
+    assert_eq!(ds.get("TcpExtTCPFastOpenPassive") + ds.get("TcpExtTCPFastOpenPassiveFail"), 0);
+    if visible(&stderr, Role::Server, Outcome::ListenerDisabled) {
+        // No server counter moves for this: the client's ActiveFail is the kernel's witness.
+        assert_eq!(
+            count(&events, srv_ns, "server", "listener_disabled"),
+            dc.get("TcpExtTCPFastOpenActiveFail")
+        );
+    }
+}
+
+/// RFC 7413 section 5.1: handshakes left unfinished hold the TFO queue. The client drops
+/// every SYN-ACK, so TFO children stay in SYN_RECV; with fastopen=2 the third SYN-data
+/// overflows the queue (TcpExtTCPFastOpenListenOverflow).
+#[test]
+fn tfo_queue_overflows_when_handshakes_stay_unfinished() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, 8080, 2, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    assert_eq!(lab.run_client(common::exe(), &args(dst, 1)).unwrap().ok_count(), 1, "cookie cached");
+    lab.client_drop_synack().unwrap();
+    let srv_ns = netns_inode(&lab, Side::Server);
+    let before = snapshot(&lab);
+    let tracer = Tracer::start(&[]);
+    let n = 4;
+    let stuck = ClientArgs { timeout_ms: 700, ..args(dst, n) };
+    let run = lab.run_client(common::exe(), &stuck).unwrap();
+    let (events, stderr) = tracer.stop();
+    let (_, ds) = deltas(&lab, &before);
+    assert_eq!(run.ok_count(), 0, "no handshake can finish");
+    assert_eq!(ds.get("TcpExtTCPFastOpenPassive"), 2, "server counters: {ds:?}");
+    assert!(ds.get("TcpExtTCPFastOpenListenOverflow") >= 2, "server counters: {ds:?}");
+    if visible(&stderr, Role::Server, Outcome::QueueOverflow) {
+        assert_eq!(
+            count(&events, srv_ns, "server", "queue_overflow"),
+            ds.get("TcpExtTCPFastOpenListenOverflow")
+        );
+        for e in events.iter().filter(|e| e["netns"] == srv_ns && e["outcome"] == "queue_overflow") {
+            assert_eq!((e["queue_len"].as_u64(), e["queue_max"].as_u64()), (Some(2), Some(2)), "{e}");
+        }
+    }
+    if visible(&stderr, Role::Server, Outcome::Accepted) {
+        // Children that never leave SYN_RECV are only seen by backends that hook their creation.
+        let tb = common::backend_of(&stderr);
+        if tb != tfo_trace::probes::Backend::Tracepoint {
+            assert_eq!(count(&events, srv_ns, "server", "accepted"), ds.get("TcpExtTCPFastOpenPassive"));
+        }
+    }
+}
