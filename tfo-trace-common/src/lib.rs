@@ -35,6 +35,9 @@ pub mod outcome {
     /// Client: TFO was asked for but the SYN carried no TFO option (e.g. active TFO disabled
     /// after a blackhole was detected, `tcp_fastopen_active_should_disable`).
     pub const NOT_ATTEMPTED: u8 = 10;
+    /// Client: blackhole detection paused active TFO in this namespace
+    /// (tcp_fastopen_active_disable, TcpExtTCPFastOpenBlackhole).
+    pub const ACTIVE_DISABLED: u8 = 11;
 }
 
 /// Bits of [`TfoEvent::flags`].
@@ -158,6 +161,8 @@ pub struct KernelLayout {
     pub fastopenq_max_qlen: Field,
     /// struct net: ipv4.sysctl_tcp_fastopen (the namespace's bits, read at the SYN)
     pub net_sysctl_tcp_fastopen: Field,
+    /// struct net: ipv4.sysctl_tcp_fastopen_blackhole_timeout (0: detection off)
+    pub net_blackhole_timeout: Field,
 }
 
 /// Global flags userspace sets before load.

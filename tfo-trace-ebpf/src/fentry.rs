@@ -5,7 +5,10 @@ use aya_ebpf::{
     programs::{FEntryContext, FExitContext},
 };
 
-use crate::server::{try_fastopen_enter, try_fastopen_exit};
+use crate::{
+    handlers::on_active_disable,
+    server::{try_fastopen_enter, try_fastopen_exit},
+};
 
 /// struct sock *tcp_try_fastopen(struct sock *sk, struct sk_buff *skb,
 ///     struct request_sock *req, struct tcp_fastopen_cookie *foc, const struct dst_entry *dst)
@@ -19,5 +22,12 @@ pub fn tfo_try_fastopen_fentry(ctx: FEntryContext) -> u32 {
 pub fn tfo_try_fastopen_fexit(ctx: FExitContext) -> u32 {
     // fexit sees the arguments, then the return value.
     try_fastopen_exit(ctx.arg(5));
+    0
+}
+
+/// void tcp_fastopen_active_disable(struct sock *sk)
+#[fentry(function = "tcp_fastopen_active_disable")]
+pub fn tfo_active_disable_fentry(ctx: FEntryContext) -> u32 {
+    on_active_disable(ctx.arg(0));
     0
 }

@@ -185,6 +185,26 @@ fn syn_data_bytes(sk: *const u8) -> u32 {
     sent as u32
 }
 
+/// tcp_fastopen_active_disable(sk): blackhole detection pauses active TFO for the whole
+/// namespace. The kernel counts it (TcpExtTCPFastOpenBlackhole) only when
+/// tcp_fastopen_blackhole_timeout_sec is set; so do we.
+#[inline(always)]
+pub fn on_active_disable(sk: *const u8) {
+    let net: u64 = read(sk, layout!(skc_net)).unwrap_or(0);
+    let timeout: u32 = read(net as *const u8, layout!(net_blackhole_timeout)).unwrap_or(0);
+    if net == 0 || timeout == 0 {
+        return;
+    }
+    // SAFETY: copied out before any other map operation.
+    let state = unsafe { CONNS.get(&(sk as u64)) }.copied();
+    let mut ev = event_for(sk, role::CLIENT, outcome::ACTIVE_DISABLED, state.as_ref());
+    ev.retransmits = read(sk, layout!(total_retrans)).unwrap_or(0);
+    if flag(sk, layout!(syn_data)) {
+        ev.syn_data_bytes = syn_data_bytes(sk);
+    }
+    emit(&ev);
+}
+
 /// SYN_SENT -> CLOSE: a TFO connection that never completed (timeout, reset, refused).
 #[inline(always)]
 fn client_failed(sk: *const u8) {

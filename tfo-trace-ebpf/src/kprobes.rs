@@ -5,7 +5,10 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 
-use crate::server::{try_fastopen_enter, try_fastopen_exit};
+use crate::{
+    handlers::on_active_disable,
+    server::{try_fastopen_enter, try_fastopen_exit},
+};
 
 #[kprobe]
 pub fn tfo_try_fastopen_kprobe(ctx: ProbeContext) -> u32 {
@@ -19,5 +22,13 @@ pub fn tfo_try_fastopen_kprobe(ctx: ProbeContext) -> u32 {
 #[kretprobe]
 pub fn tfo_try_fastopen_kretprobe(ctx: RetProbeContext) -> u32 {
     try_fastopen_exit(ctx.ret());
+    0
+}
+
+#[kprobe]
+pub fn tfo_active_disable_kprobe(ctx: ProbeContext) -> u32 {
+    if let Some(sk) = ctx.arg(0) {
+        on_active_disable(sk);
+    }
     0
 }

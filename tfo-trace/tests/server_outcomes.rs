@@ -158,3 +158,37 @@ fn tfo_queue_overflows_when_handshakes_stay_unfinished() {
         }
     }
 }
+
+/// Blackhole detection (tcp_fastopen_blackhole_timeout_sec > 0): a TFO connect that times
+/// out pauses active TFO in the namespace (TcpExtTCPFastOpenBlackhole); the next connect
+/// sends a plain SYN although a cookie is cached (`not_attempted`).
+#[test]
+fn blackhole_detection_pauses_active_tfo() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    lab.set_sysctl(Side::Client, "net.ipv4.tcp_fastopen_blackhole_timeout_sec", "3600").unwrap();
+    lab.set_sysctl(Side::Client, "net.ipv4.tcp_syn_retries", "1").unwrap();
+    let _server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    assert_eq!(lab.run_client(common::exe(), &args(dst, 2)).unwrap().ok_count(), 2, "cookie cached");
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let before = snapshot(&lab);
+    let tracer = Tracer::start(&[]);
+    lab.middlebox_drop_all_syns().unwrap();
+    let failed = lab.run_client(common::exe(), &ClientArgs { timeout_ms: 10_000, ..args(dst, 1) }).unwrap();
+    lab.middlebox_clear().unwrap();
+    let after = lab.run_client(common::exe(), &args(dst, 1)).unwrap();
+    let (events, stderr) = tracer.stop();
+    let (dc, _) = deltas(&lab, &before);
+    assert_eq!(failed.ok_count(), 0, "every SYN was dropped");
+    assert_eq!(after.ok_count(), 1, "a plain handshake works");
+
+    assert_eq!(dc.get("TcpExtTCPFastOpenBlackhole"), 1, "client counters: {dc:?}");
+    assert_eq!(dc.get("TcpExtTCPFastOpenActive"), 0, "TFO paused: {dc:?}");
+    assert_eq!(count(&events, cli_ns, "client", "connect_failed"), 1);
+    assert_eq!(count(&events, cli_ns, "client", "not_attempted"), 1, "the next connect sent a plain SYN");
+    assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
+    if visible(&stderr, Role::Client, Outcome::ActiveDisabled) {
+        assert_eq!(count(&events, cli_ns, "client", "active_disabled"), dc.get("TcpExtTCPFastOpenBlackhole"));
+    }
+}

@@ -27,6 +27,7 @@ pub enum Outcome {
     ListenerDisabled,
     ConnectFailed,
     NotAttempted,
+    ActiveDisabled,
 }
 
 impl Role {
@@ -54,7 +55,7 @@ impl Role {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::CookieRequested,
         Outcome::Accepted,
         Outcome::DataNotAcked,
@@ -65,6 +66,7 @@ impl Outcome {
         Outcome::ListenerDisabled,
         Outcome::ConnectFailed,
         Outcome::NotAttempted,
+        Outcome::ActiveDisabled,
     ];
 
     pub fn from_wire(v: u8) -> Result<Self> {
@@ -79,6 +81,7 @@ impl Outcome {
             outcome::LISTENER_DISABLED => Outcome::ListenerDisabled,
             outcome::CONNECT_FAILED => Outcome::ConnectFailed,
             outcome::NOT_ATTEMPTED => Outcome::NotAttempted,
+            outcome::ACTIVE_DISABLED => Outcome::ActiveDisabled,
             other => bail!("unknown outcome {other} in event"),
         })
     }
@@ -95,6 +98,7 @@ impl Outcome {
             Outcome::ListenerDisabled => outcome::LISTENER_DISABLED,
             Outcome::ConnectFailed => outcome::CONNECT_FAILED,
             Outcome::NotAttempted => outcome::NOT_ATTEMPTED,
+            Outcome::ActiveDisabled => outcome::ACTIVE_DISABLED,
         }
     }
 
@@ -110,6 +114,7 @@ impl Outcome {
             Outcome::ListenerDisabled => "listener_disabled",
             Outcome::ConnectFailed => "connect_failed",
             Outcome::NotAttempted => "not_attempted",
+            Outcome::ActiveDisabled => "active_disabled",
         }
     }
 }

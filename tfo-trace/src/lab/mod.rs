@@ -342,6 +342,20 @@ impl Lab {
         Ok(())
     }
 
+    /// A middlebox that drops every SYN (with or without TFO): connections never complete.
+    pub fn middlebox_drop_all_syns(&self) -> Result<()> {
+        self.ensure_nft_table()?;
+        self.nft(&[
+            "add",
+            "rule",
+            "inet",
+            NFT_TABLE,
+            "input",
+            "tcp flags & (syn | ack) == syn counter drop",
+        ])?;
+        Ok(())
+    }
+
     /// Drops every SYN-ACK arriving in the client namespace, so handshakes stay unfinished
     /// (RFC 7413 section 5.1). The table dies with the namespace.
     pub fn client_drop_synack(&self) -> Result<()> {

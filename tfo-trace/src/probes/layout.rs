@@ -81,6 +81,8 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         fastopenq_max_qlen: optional(btf, "tcp_sock", &["icsk_accept_queue", "fastopenq", "max_qlen"])
             .unwrap_or_default(),
         net_sysctl_tcp_fastopen: optional(btf, "net", &["ipv4", "sysctl_tcp_fastopen"]).unwrap_or_default(),
+        net_blackhole_timeout: optional(btf, "net", &["ipv4", "sysctl_tcp_fastopen_blackhole_timeout"])
+            .unwrap_or_default(),
     })
 }
 
@@ -106,7 +108,14 @@ mod tests {
         assert!(l.fastopen_req.off > l.skc_net.off);
         // include/net/tcp.h: struct tcp_skb_cb { __u32 seq; __u32 end_seq; ... }
         assert_eq!((l.tcb_seq.off, l.tcb_end_seq.off), (0, 4));
-        for f in [l.foc_len, l.skb_cb, l.fastopenq_qlen, l.fastopenq_max_qlen, l.net_sysctl_tcp_fastopen] {
+        for f in [
+            l.foc_len,
+            l.skb_cb,
+            l.fastopenq_qlen,
+            l.fastopenq_max_qlen,
+            l.net_sysctl_tcp_fastopen,
+            l.net_blackhole_timeout,
+        ] {
             assert_eq!(f.present, 1, "{f:?}");
         }
         assert_eq!(l.fastopenq_max_qlen.off, l.fastopenq_qlen.off + 4, "int qlen; int max_qlen;");

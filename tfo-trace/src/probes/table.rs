@@ -134,6 +134,10 @@ const CLIENT_FROM_STATE_ONLY: &[(u8, u8)] = &[
     (tfo_trace_common::role::CLIENT, outcome::NOT_ATTEMPTED),
 ];
 
+const BLACKHOLE_WHY: &str = "tcp_fastopen_active_disable() is blackhole detection pausing active \
+    TFO in the namespace (TcpExtTCPFastOpenBlackhole)";
+const BLACKHOLE_SEES: &[(u8, u8)] = &[(tfo_trace_common::role::CLIENT, outcome::ACTIVE_DISABLED)];
+
 const FENTRY_HOOKS: &[Hook] = &[
     CLIENT_STATE_HOOKS[0],
     CLIENT_STATE_HOOKS[1],
@@ -150,6 +154,13 @@ const FENTRY_HOOKS: &[Hook] = &[
         target: "tcp_try_fastopen",
         sees: SERVER_FROM_TRY_FASTOPEN,
         why: TRY_FASTOPEN_WHY,
+    },
+    Hook {
+        program: "tfo_active_disable_fentry",
+        kind: HookKind::FEntry,
+        target: "tcp_fastopen_active_disable",
+        sees: BLACKHOLE_SEES,
+        why: BLACKHOLE_WHY,
     },
 ];
 
@@ -169,6 +180,13 @@ const KPROBE_HOOKS: &[Hook] = &[
         target: "tcp_try_fastopen",
         sees: SERVER_FROM_TRY_FASTOPEN,
         why: TRY_FASTOPEN_WHY,
+    },
+    Hook {
+        program: "tfo_active_disable_kprobe",
+        kind: HookKind::KProbe,
+        target: "tcp_fastopen_active_disable",
+        sees: BLACKHOLE_SEES,
+        why: BLACKHOLE_WHY,
     },
 ];
 
@@ -195,6 +213,12 @@ pub struct Blind {
 }
 
 const TRACEPOINT_BLIND: &[Blind] = &[
+    Blind {
+        role: tfo_trace_common::role::CLIENT,
+        outcome: outcome::ACTIVE_DISABLED,
+        why: "tcp_fastopen_active_disable() changes no socket state; its effect shows as \
+              not_attempted on the next connections",
+    },
     Blind {
         role: tfo_trace_common::role::SERVER,
         outcome: outcome::COOKIE_REQUESTED,
@@ -272,7 +296,7 @@ mod tests {
     fn richer_backends_see_every_outcome_the_tracepoint_backend_sees_and_more() {
         for backend in [Backend::Fentry, Backend::Kprobe] {
             for role in [role::CLIENT, role::SERVER] {
-                for o in 1..=10u8 {
+                for o in 1..=11u8 {
                     if sees(Backend::Tracepoint, role, o) {
                         assert!(sees(backend, role, o), "{backend} misses {role}/{o}");
                     }
