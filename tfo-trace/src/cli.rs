@@ -22,8 +22,17 @@ pub enum Command {
     /// Only the connections that lost time to TFO (SYN timeouts, data resent), with a
     /// summary by destination at exit.
     Stalls(TraceArgs),
+    /// Live tables per destination, listener and process (a terminal UI; plain rows or
+    /// JSON lines when stdout is not a terminal or with --batch / --json).
+    Top(TopArgs),
+    /// Per destination and per listener: counts by outcome, time lost, and a verdict with
+    /// its evidence; live (`--duration`) or from a recording (`--from FILE`).
+    Report(ReportArgs),
     /// Check this kernel and host for TFO tracing: hooks, backends, sysctls, advice.
     Doctor(DoctorArgs),
+    /// Serve TFO metrics for Prometheus on /metrics, and/or write them for node_exporter's
+    /// textfile collector.
+    Export(ExportArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         #[arg(value_enum)]
@@ -59,6 +68,75 @@ pub struct TraceArgs {
     /// Stop after this long (e.g. 30s, 5m); default: until Ctrl-C.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
+    /// Also write every event to FILE (JSON lines after a header, mode 0600) for
+    /// `tfo-trace report --from FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<std::path::PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Trace live for this long (e.g. 30s), then report; default: until Ctrl-C.
+    #[arg(long, value_parser = parse_duration, conflicts_with = "from")]
+    pub duration: Option<Duration>,
+    /// Report on a recording made with `--record FILE` instead of tracing live.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<std::path::PathBuf>,
+    /// Output: aligned text, JSON (the scripting contract), or Markdown for a ticket.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportFormat {
+    Text,
+    Json,
+    Markdown,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Refresh interval, like top's -d (e.g. 1, 0.5, 2s).
+    #[arg(short = 'd', long = "delay", value_name = "SECS", default_value = "1", value_parser = parse_duration)]
+    pub delay: Duration,
+    /// Stop after N refreshes.
+    #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+    /// Stop after this long (e.g. 30s, 5m).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Plain rows every interval, even on a terminal (the default when stdout is not one).
+    #[arg(short = 'b', long)]
+    pub batch: bool,
+    /// One JSON snapshot per interval, one line each.
+    #[arg(long)]
+    pub json: bool,
+    /// Initial sort (the `s` key cycles it).
+    #[arg(long, value_enum, default_value_t = crate::aggregation::table::Sort::Attempts)]
+    pub sort: crate::aggregation::table::Sort,
+    /// Only rows whose address, port, netns, pid or process name contains TEXT (the `/` key).
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    pub filter: String,
+    /// Groups kept per table; beyond it the least recently seen is evicted (and counted).
+    #[arg(long, value_name = "N", default_value_t = crate::aggregation::table::DEFAULT_CAPACITY, value_parser = parse_max_groups)]
+    pub max_groups: usize,
+    /// Also write every event to FILE (JSON lines, mode 0600) for `top --from` / `report --from`.
+    #[arg(long, value_name = "FILE", conflicts_with = "from")]
+    pub record: Option<std::path::PathBuf>,
+    /// Show the tables of a recording instead of tracing live.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<std::path::PathBuf>,
+}
+
+fn parse_max_groups(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=10_000_000).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` must be a number from 1 to 10000000")),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -66,6 +144,36 @@ pub struct DoctorArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Address to serve /metrics on; binding beyond loopback is your explicit choice.
+    #[arg(long = "web.listen-address", value_name = "ADDR:PORT", default_value = crate::views::export::DEFAULT_LISTEN)]
+    pub web_listen_address: std::net::SocketAddr,
+    /// Do not serve HTTP (with --textfile: only write the file).
+    #[arg(long = "web.disable", requires = "textfile")]
+    pub web_disable: bool,
+    /// Also write the metrics to this file for node_exporter's textfile collector
+    /// (e.g. /var/lib/prometheus/node-exporter/tfo_trace.prom), replaced atomically.
+    #[arg(long, value_name = "PATH")]
+    pub textfile: Option<std::path::PathBuf>,
+    /// How often --textfile is rewritten.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Add a `destination` label (server address:port) for at most K destinations, the
+    /// first K seen; all later ones are counted under destination="other".
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub top_destinations: Option<u16>,
+    /// Count only events from this network namespace (inode, as in `stat -L -c %i
+    /// /proc/PID/ns/net`); repeat for more. Default: every namespace.
+    #[arg(long, value_name = "INODE")]
+    pub netns: Vec<u32>,
+    /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
 }
 
 #[derive(Args, Debug)]

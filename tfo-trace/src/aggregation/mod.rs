@@ -1,4 +1,9 @@
 //! Pure counting over decoded events: no I/O, so every view and test can share it.
+pub mod metrics;
+pub mod quantiles;
+pub mod table;
+pub mod verdict;
+
 use std::collections::BTreeMap;
 
 use crate::events::{Event, Outcome, Role};
@@ -97,6 +102,8 @@ mod tests {
             retransmits: u32::from(stall_us > 0),
             handshake_us: Some(100),
             stall_us,
+            queue_len: None,
+            queue_max: None,
         }
     }
 

@@ -1,20 +1,21 @@
 //! Decoding kernel events into [`Event`], the record every view and the JSON output use.
 pub mod reader;
+pub mod record;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::{bail, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tfo_trace_common::{flags, outcome, role, TfoEvent, FAMILY_V4, FAMILY_V6};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     Client,
     Server,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     CookieRequested,
@@ -120,7 +121,9 @@ impl Outcome {
 }
 
 /// One decoded TFO event. Field names are the JSON contract users script against.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// Deserialize (recordings): `ts_unix_ns` is not in the JSON; `events::record` computes it
+/// from `ts` when it reads a line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     /// RFC 3339 wall-clock time with ns precision.
     pub ts: String,
@@ -149,6 +152,12 @@ pub struct Event {
     pub handshake_us: Option<u64>,
     /// Time lost to SYN timeouts (0 if none).
     pub stall_us: u64,
+    /// Server: the listener's TFO queue length and its limit (fastopen=) when the SYN
+    /// arrived, where the backend sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_len: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_max: Option<u32>,
 }
 
 /// Converts CLOCK_MONOTONIC (what bpf_ktime_get_ns returns) to wall-clock time.
@@ -248,6 +257,8 @@ impl Event {
             retransmits: raw.retransmits,
             handshake_us: start_known.then(|| (raw.ts_ns - raw.start_ns) / 1000),
             stall_us: raw.stall_ns / 1000,
+            queue_len: (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_len),
+            queue_max: (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_max),
         })
     }
 

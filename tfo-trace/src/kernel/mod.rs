@@ -4,3 +4,4 @@ pub mod netns;
 pub mod netstat;
 pub mod privileges;
 pub mod sysctl;
+pub mod tcp_metrics;

@@ -20,9 +20,17 @@ pub const CAP_BPF: u32 = 39;
 /// The capabilities tfo-trace cares about, in the order they are reported.
 pub const RELEVANT_CAPS: [u32; 4] = [CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_NET_ADMIN];
 
-/// What to tell a user who lacks capabilities.
+/// What to tell a user who lacks the capabilities of the tracing backends. CAP_NET_ADMIN
+/// is not among them: raw tracepoints and ring buffers need only CAP_BPF and CAP_PERFMON
+/// (checked by tests/capabilities.rs, which runs the tracer as an unprivileged user).
 pub const SETCAP_HINT: &str =
-    "run it with sudo, or `sudo setcap cap_bpf,cap_perfmon,cap_net_admin+ep $(command -v tfo-trace)`";
+    "run it with sudo, or `sudo setcap cap_bpf,cap_perfmon+ep $(command -v tfo-trace)`";
+
+/// The setcap line that grants exactly `caps`.
+fn setcap_hint(caps: &[u32]) -> String {
+    let names: Vec<String> = caps.iter().map(|&c| cap_name(c).to_lowercase()).collect();
+    format!("run it with sudo, or `sudo setcap {}+ep $(command -v tfo-trace)`", names.join(","))
+}
 
 /// Kernel name of a capability we report (`CAP_<n>` for others).
 pub fn cap_name(cap: u32) -> String {
@@ -94,9 +102,10 @@ pub fn in_initial_user_ns() -> Option<bool> {
     std::fs::read_to_string("/proc/self/uid_map").ok().map(|m| is_identity_uid_map(&m))
 }
 
-fn missing_message(missing: &[u32], what: &str) -> String {
+/// `missing`: what this process lacks; `needed`: what the rule asks for (the setcap line).
+fn missing_message(missing: &[u32], needed: &[u32], what: &str) -> String {
     let names: Vec<String> = missing.iter().map(|&c| cap_name(c)).collect();
-    format!("tfo-trace needs {} (or root) to {what}: {SETCAP_HINT}", names.join(" and "))
+    format!("tfo-trace needs {} (or root) to {what}: {}", names.join(" and "), setcap_hint(needed))
 }
 
 /// The rule for tracing programs (tracepoints, raw tracepoints, tp_btf, fentry, kprobes):
@@ -112,7 +121,7 @@ pub fn tracing_rule(caps: CapSet, initial_user_ns: Option<bool>) -> Result<(), S
         return Ok(());
     }
     let missing: Vec<u32> = [CAP_BPF, CAP_PERFMON].into_iter().filter(|&c| !caps.has(c)).collect();
-    Err(missing_message(&missing, "load its eBPF programs"))
+    Err(missing_message(&missing, &[CAP_BPF, CAP_PERFMON], "load its eBPF programs"))
 }
 
 /// The rule for the sock_ops / cgroup_skb backend: CAP_BPF and CAP_NET_ADMIN, or CAP_SYS_ADMIN.
@@ -123,7 +132,7 @@ pub fn sockops_rule(caps: CapSet, initial_user_ns: Option<bool>) -> Result<(), S
         return Ok(());
     }
     let missing: Vec<u32> = [CAP_BPF, CAP_NET_ADMIN].into_iter().filter(|&c| !caps.has(c)).collect();
-    Err(missing_message(&missing, "attach its sock_ops program to a cgroup"))
+    Err(missing_message(&missing, &[CAP_BPF, CAP_NET_ADMIN], "attach its sock_ops program to a cgroup"))
 }
 
 /// Checks this process against [`tracing_rule`]; Err is one line to show the user.
@@ -179,7 +188,8 @@ mod tests {
         assert!(tracing_rule(CapSet(0x1fffeffffff), Some(true)).is_ok());
 
         let e = tracing_rule(CapSet(0), Some(true)).unwrap_err();
-        assert!(e.starts_with("tfo-trace needs CAP_BPF and CAP_PERFMON (or root) to load its eBPF programs: run it with sudo, or `sudo setcap cap_bpf,cap_perfmon,cap_net_admin+ep $(command -v tfo-trace)`"), "{e}");
+        assert!(e.starts_with("tfo-trace needs CAP_BPF and CAP_PERFMON (or root) to load its eBPF programs: run it with sudo, or `sudo setcap cap_bpf,cap_perfmon+ep $(command -v tfo-trace)`"), "{e}");
+        assert!(e.ends_with(SETCAP_HINT), "{e}");
         assert!(!e.contains('\n'));
         let e = tracing_rule(caps(&[CAP_BPF, CAP_NET_ADMIN]), Some(true)).unwrap_err();
         assert!(e.starts_with("tfo-trace needs CAP_PERFMON (or root)"), "{e}");
@@ -197,6 +207,7 @@ mod tests {
         assert!(sockops_rule(caps(&[CAP_SYS_ADMIN]), Some(true)).is_ok());
         let e = sockops_rule(caps(&[CAP_BPF, CAP_PERFMON]), Some(true)).unwrap_err();
         assert!(e.starts_with("tfo-trace needs CAP_NET_ADMIN (or root) to attach"), "{e}");
+        assert!(e.contains("setcap cap_bpf,cap_net_admin+ep"), "{e}");
         let e = sockops_rule(CapSet(0), Some(true)).unwrap_err();
         assert!(e.starts_with("tfo-trace needs CAP_BPF and CAP_NET_ADMIN (or root) to attach"), "{e}");
         assert!(sockops_rule(caps(&[CAP_SYS_ADMIN]), Some(false)).is_err());

@@ -13,11 +13,14 @@ use std::{
 
 use serde::{Serialize, Serializer};
 
+use std::collections::BTreeSet;
+
 use crate::kernel::{
     kallsyms::{self, HookPoint, SymbolPresence},
     netns,
     privileges::{self, CapSet},
     sysctl::{self, FastopenKeyStatus, TcpFastopen},
+    tcp_metrics::{self, TcpMetric},
 };
 
 pub const BTF_VMLINUX_PATH: &str = "/sys/kernel/btf/vmlinux";
@@ -48,6 +51,12 @@ pub struct DoctorReport {
     pub hook_points: Result<Vec<HookPoint>, String>,
     /// The current namespace first, then every named (`ip netns`) one.
     pub namespaces: Vec<NamespaceReport>,
+    /// Per-destination TFO state (`ip tcp_metrics`) per namespace; cookies redacted.
+    pub tcp_metrics: Vec<NamespaceTcpMetrics>,
+    /// Listening TCP sockets per namespace with their TFO queue size.
+    pub listeners: Vec<TfoListener>,
+    /// The lessons users keep learning the hard way, each checked here with its advice.
+    pub checks: Vec<Check>,
     pub advice: Vec<String>,
 }
 
@@ -283,7 +292,7 @@ fn read_tfo_sysctls() -> (Result<TcpFastopen, String>, Result<u32, String>, Resu
     )
 }
 
-fn collect_namespaces() -> Vec<NamespaceReport> {
+pub fn collect_namespaces() -> Vec<NamespaceReport> {
     let current_ino = netns::current_netns_inode().ok();
     let init_ino = netns::netns_inode_of(netns::INIT_NETNS).ok();
     let named = netns::named_netns();
@@ -334,6 +343,402 @@ fn collect_namespaces() -> Vec<NamespaceReport> {
     out
 }
 
+// ---------------------------------------------------------------- TFO state per namespace
+
+/// `ip tcp_metrics` of one namespace.
+#[derive(Debug, Clone, Serialize)]
+pub struct NamespaceTcpMetrics {
+    /// The namespace label as in the namespace sections ("current", "NAME", ...).
+    pub namespace: String,
+    pub inode: Option<u64>,
+    /// Entries with TFO state only (a cookie, fo_mss or fo_syn_drops); cookies redacted.
+    #[serde(serialize_with = "ser_result")]
+    pub entries: Result<Vec<TcpMetric>, String>,
+}
+
+/// A listening TCP socket and its TFO queue.
+#[derive(Debug, Clone, Serialize)]
+pub struct TfoListener {
+    pub namespace: String,
+    pub netns: Option<u64>,
+    pub addr: std::net::SocketAddr,
+    pub inode: u64,
+    /// The process holding it, when found in /proc.
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    /// fastopenq.max_qlen, read with getsockopt(TCP_FASTOPEN) on a copy of the owner's socket
+    /// (pidfd_getfd): the only place the kernel shows it (not in /proc/net/tcp, not in
+    /// `ss -ltnie`, not in inet_diag). 0 = TFO off on this listener.
+    #[serde(serialize_with = "ser_result")]
+    pub max_qlen: Result<u32, String>,
+    /// net.core.somaxconn of its namespace (the kernel clamps max_qlen to it).
+    pub somaxconn: Option<u32>,
+}
+
+/// One lesson, checked: `ok` false means the advice applies here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    /// What was found on this host.
+    pub detail: String,
+    /// One line: what to do (or remember).
+    pub advice: String,
+}
+
+fn has_tfo_state(m: &TcpMetric) -> bool {
+    m.cookie_len.is_some() || m.fo_mss.is_some() || m.fo_syn_drops > 0
+}
+
+fn collect_tcp_metrics(namespaces: &[NamespaceReport]) -> Vec<NamespaceTcpMetrics> {
+    namespaces
+        .iter()
+        .map(|ns| {
+            let name =
+                if ns.current { None } else { ns.name.as_deref().map(|n| n.split(',').next().unwrap_or(n)) };
+            let entries = if !ns.current && name.is_none() {
+                Err("not a named namespace".to_string())
+            } else {
+                tcp_metrics::read(name)
+                    .map(|v| v.into_iter().filter(has_tfo_state).collect())
+                    .map_err(|e| format!("{e:#}"))
+            };
+            NamespaceTcpMetrics { namespace: ns.label(), inode: ns.inode, entries }
+        })
+        .collect()
+}
+
+/// Listening sockets in a /proc/net/tcp or tcp6 text: (local address, socket inode).
+/// Addresses are printed as 32-bit words in host byte order (`%08X` of the raw word).
+pub fn parse_proc_listeners(text: &str) -> Vec<(std::net::SocketAddr, u64)> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.get(3) != Some(&"0A") {
+                return None; // not TCP_LISTEN
+            }
+            let (addr, port) = cols.get(1)?.split_once(':')?;
+            let port = u16::from_str_radix(port, 16).ok()?;
+            let mut bytes = Vec::with_capacity(16);
+            for i in (0..addr.len()).step_by(8) {
+                bytes.extend(u32::from_str_radix(addr.get(i..i + 8)?, 16).ok()?.to_ne_bytes());
+            }
+            let ip: std::net::IpAddr = match bytes.len() {
+                4 => std::net::Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]).into(),
+                16 => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(bytes).ok()?).into(),
+                _ => return None,
+            };
+            Some((std::net::SocketAddr::new(ip, port), cols.get(9)?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The calling thread's listeners and somaxconn (run inside `netns::with_netns`).
+fn listeners_here() -> (Vec<(std::net::SocketAddr, u64)>, Option<u32>) {
+    let mut out = Vec::new();
+    for f in ["tcp", "tcp6"] {
+        if let Ok(t) = std::fs::read_to_string(format!("/proc/thread-self/net/{f}")) {
+            out.extend(parse_proc_listeners(&t));
+        }
+    }
+    let somaxconn = sysctl::read_sysctl("/proc/sys/net/core/somaxconn").ok().and_then(|v| v.parse().ok());
+    (out, somaxconn)
+}
+
+/// socket inode -> (pid, fd), from every process's /proc/PID/fd (as `ss -p` does).
+fn socket_owners() -> std::collections::HashMap<u64, (u32, i32)> {
+    let mut map = std::collections::HashMap::new();
+    let pids = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    for pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        for fd in fds.flatten() {
+            let Some(num) = fd.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            let Ok(target) = std::fs::read_link(fd.path()) else { continue };
+            let inode = target
+                .to_str()
+                .and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok());
+            if let Some(i) = inode {
+                map.entry(i).or_insert((pid, num));
+            }
+        }
+    }
+    map
+}
+
+/// getsockopt(TCP_FASTOPEN) on a copy of `fd` of process `pid`: the listener's max_qlen.
+/// Needs ptrace rights over the owner (root) and Linux 5.6 (pidfd_getfd).
+fn listener_max_qlen(pid: u32, fd: i32) -> Result<u32, String> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: plain syscalls; every fd they return is owned (and closed) by an OwnedFd.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) as i32;
+        if pidfd < 0 {
+            return Err(format!("pidfd_open({pid}): {}", io::Error::last_os_error()));
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd);
+        let dup = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) as i32;
+        if dup < 0 {
+            return Err(format!("pidfd_getfd(pid {pid}, fd {fd}): {}", io::Error::last_os_error()));
+        }
+        let sock = OwnedFd::from_raw_fd(dup);
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_FASTOPEN,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        );
+        if rc != 0 {
+            return Err(format!("getsockopt(TCP_FASTOPEN): {}", io::Error::last_os_error()));
+        }
+        Ok(v.max(0) as u32)
+    }
+}
+
+/// Every listening TCP socket of the current and the named namespaces, with its TFO queue
+/// size. `report` uses it too, for its listener verdicts.
+pub fn tfo_listeners(namespaces: &[NamespaceReport]) -> Vec<TfoListener> {
+    let owners = socket_owners();
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let found = if ns.current {
+            Ok(listeners_here())
+        } else if ns.inode.is_some() {
+            netns::with_netns(&ns.path, listeners_here).map_err(|e| format!("{e:#}"))
+        } else {
+            continue;
+        };
+        let Ok((socks, somaxconn)) = found else { continue };
+        for (addr, inode) in socks {
+            let owner = owners.get(&inode).copied();
+            let max_qlen = match owner {
+                Some((pid, fd)) => listener_max_qlen(pid, fd),
+                None => Err("no process found holding it".into()),
+            };
+            let comm = owner.and_then(|(pid, _)| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|c| c.trim().to_string())
+            });
+            out.push(TfoListener {
+                namespace: ns.label(),
+                netns: ns.inode,
+                addr,
+                inode,
+                pid: owner.map(|o| o.0),
+                comm,
+                max_qlen,
+                somaxconn,
+            });
+        }
+    }
+    out
+}
+
+/// sysctl configuration files that set net.ipv4.tcp_fastopen_key (what systemd-sysctl and
+/// `sysctl --system` read at boot).
+fn persisted_key_files() -> Vec<String> {
+    let mut files = vec![std::path::PathBuf::from("/etc/sysctl.conf")];
+    for dir in
+        ["/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d"]
+    {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            files.extend(
+                rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "conf")),
+            );
+        }
+    }
+    files
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(p).is_ok_and(|t| {
+                t.lines().map(str::trim).any(|l| {
+                    !l.starts_with('#')
+                        && !l.starts_with(';')
+                        && l.split('=').next().is_some_and(|k| {
+                            let k = k.trim().trim_start_matches('-').replace('/', ".");
+                            k == "net.ipv4.tcp_fastopen_key"
+                        })
+                })
+            })
+        })
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+/// The five lessons, checked against this host (pure).
+pub fn checks(namespaces: &[NamespaceReport], listeners: &[TfoListener], key_files: &[String]) -> Vec<Check> {
+    let mut out = Vec::new();
+
+    // 1. The sysctl is per network namespace.
+    let values: Vec<String> = namespaces
+        .iter()
+        .filter_map(|n| n.tcp_fastopen.as_ref().ok().map(|v| format!("{:#x} in {}", v.0, n.label())))
+        .collect();
+    let distinct: BTreeSet<u32> =
+        namespaces.iter().filter_map(|n| n.tcp_fastopen.as_ref().ok().map(|v| v.0)).collect();
+    out.push(Check {
+        name: "sysctl per namespace".into(),
+        ok: distinct.len() <= 1,
+        detail: format!("net.ipv4.tcp_fastopen is {}", if values.is_empty() { "unreadable".into() } else { values.join(", ") }),
+        advice: "tcp_fastopen (and its key) is per network namespace, containers do not inherit the host's: \
+                 set it where the client or listener runs (`ip netns exec NAME sysctl -w net.ipv4.tcp_fastopen=3`)"
+            .into(),
+    });
+
+    // 2. 0x400 is read only at listen().
+    let missed: Vec<String> = listeners
+        .iter()
+        .filter(|l| {
+            matches!(l.max_qlen, Ok(0))
+                && namespaces.iter().any(|n| {
+                    n.inode == l.netns
+                        && n.tcp_fastopen
+                            .as_ref()
+                            .is_ok_and(|v| v.server_all_listeners() && v.server_enabled())
+                })
+        })
+        .map(|l| format!("{} in {}", l.addr, l.namespace))
+        .collect();
+    out.push(Check {
+        name: "0x400 read only at listen()".into(),
+        ok: missed.is_empty(),
+        detail: if missed.is_empty() {
+            "no listener missed bit 0x400".into()
+        } else {
+            format!("TFO off (max_qlen 0) although 0x400 is set: {}", missed.join(", "))
+        },
+        advice:
+            "bit 0x400 (TFO on every listener) is applied at listen() only: restart listeners that started \
+                 before it was set"
+                .into(),
+    });
+
+    // 3. fastopen= above somaxconn is clamped.
+    let clamped: Vec<String> = listeners
+        .iter()
+        .filter_map(|l| match (&l.max_qlen, l.somaxconn) {
+            (Ok(q), Some(s)) if *q > 0 && *q >= s => {
+                Some(format!("{} in {} (max_qlen {q} = somaxconn)", l.addr, l.namespace))
+            }
+            _ => None,
+        })
+        .collect();
+    out.push(Check {
+        name: "fastopen= clamped to somaxconn".into(),
+        ok: clamped.is_empty(),
+        detail: if clamped.is_empty() {
+            let n = listeners.iter().filter(|l| matches!(l.max_qlen, Ok(q) if q > 0)).count();
+            format!("{n} TFO listener(s), none at the somaxconn limit")
+        } else {
+            format!("probably clamped: {}", clamped.join(", "))
+        },
+        advice: "the kernel silently caps a listener's TFO queue (fastopen=, TCP_FASTOPEN) at net.core.somaxconn: \
+                 raise somaxconn first"
+            .into(),
+    });
+
+    // 4. A key not persisted is regenerated at reboot.
+    let servers: Vec<String> = namespaces
+        .iter()
+        .filter(|n| {
+            n.tcp_fastopen.as_ref().is_ok_and(|v| v.server_enabled()) || matches!(&n.key, Ok(k) if k.primary)
+        })
+        .map(|n| n.label())
+        .collect();
+    let init_persisted = !key_files.is_empty();
+    let unpersisted: Vec<String> = namespaces
+        .iter()
+        .filter(|n| servers.contains(&n.label()) && !(n.init == Some(true) && init_persisted))
+        .map(|n| n.label())
+        .collect();
+    out.push(Check {
+        name: "key persisted".into(),
+        ok: unpersisted.is_empty(),
+        detail: match (unpersisted.is_empty(), init_persisted) {
+            (true, true) => format!("set at boot by {}", key_files.join(", ")),
+            (true, false) => "no TFO server namespace".into(),
+            (false, _) => format!("TFO server key not persisted in {}", unpersisted.join(", ")),
+        },
+        advice: "a key not persisted is regenerated at reboot (and is random per namespace): every cookie issued \
+                 before is refused once; persist net.ipv4.tcp_fastopen_key in /etc/sysctl.d/, the same on every \
+                 server behind one address"
+            .into(),
+    });
+
+    // 5. Blackhole detection is off by default since 5.14.
+    let off: Vec<String> =
+        namespaces.iter().filter(|n| matches!(n.blackhole_timeout_sec, Ok(0))).map(|n| n.label()).collect();
+    out.push(Check {
+        name: "blackhole detection".into(),
+        ok: off.is_empty(),
+        detail: if off.is_empty() { "on in every namespace".into() } else { format!("off in {}", off.join(", ")) },
+        advice: "off by default since 5.14 (tcp_fastopen_blackhole_timeout_sec=0): behind a middlebox that drops \
+                 SYN-data every TFO connect pays ~1 s; set it (e.g. 3600) on clients, or use `tfo-trace report`"
+            .into(),
+    });
+    out
+}
+
+fn render_tfo_state(r: &DoctorReport, sections: &mut Vec<Section>) {
+    let mut s = Section::new("TFO state per destination (ip tcp_metrics; cookies redacted)");
+    for ns in &r.tcp_metrics {
+        match &ns.entries {
+            Ok(v) if v.is_empty() => s.kv(&ns.namespace, "no TFO state cached"),
+            Ok(v) => {
+                s.kv(&ns.namespace, format!("{} destination(s)", v.len()));
+                for m in v {
+                    let mut l = format!("{}: cookie {}", m.dst, m.cookie_redacted());
+                    if let Some(mss) = m.fo_mss {
+                        l.push_str(&format!(", fo_mss {mss}"));
+                    }
+                    l.push_str(&format!(", fo_syn_drops {}", m.fo_syn_drops));
+                    if let Some(a) = m.fo_syn_drop_age_s.filter(|_| m.fo_syn_drops > 0) {
+                        l.push_str(&format!(" (last {a:.0} s ago)"));
+                    }
+                    if let Some(a) = m.age_s {
+                        l.push_str(&format!(", updated {a:.0} s ago"));
+                    }
+                    s.line(l);
+                }
+            }
+            Err(e) => s.kv(&ns.namespace, format!("unreadable: {e}")),
+        }
+    }
+    sections.push(s);
+
+    let mut s = Section::new("Listeners (TFO queue max_qlen via getsockopt(TCP_FASTOPEN))");
+    if r.listeners.is_empty() {
+        s.item("no listening TCP sockets found");
+    }
+    for l in &r.listeners {
+        let owner = match (&l.pid, &l.comm) {
+            (Some(p), Some(c)) => format!("{c}[{p}]"),
+            (Some(p), None) => format!("pid {p}"),
+            _ => "owner unknown".into(),
+        };
+        let q = match &l.max_qlen {
+            Ok(0) => "TFO off (max_qlen 0)".to_string(),
+            Ok(q) => format!("TFO on, max_qlen {q}"),
+            Err(e) => format!("max_qlen unknown ({e})"),
+        };
+        let smc = l.somaxconn.map(|s| format!(", somaxconn {s}")).unwrap_or_default();
+        s.kv(format!("{} {}", l.namespace, l.addr), format!("{q}{smc}, {owner}"));
+    }
+    sections.push(s);
+
+    let mut s = Section::new("Checks");
+    for c in &r.checks {
+        s.item(format!("[{}] {}: {}", if c.ok { "ok" } else { "!!" }, c.name, c.detail));
+        s.line(c.advice.clone());
+    }
+    sections.push(s);
+}
+
 /// Gathers the report. Needs no BPF privileges (the program-type probes then report errors);
 /// reading other namespaces needs CAP_SYS_ADMIN, the TFO key needs root.
 pub fn collect() -> DoctorReport {
@@ -343,6 +748,9 @@ pub fn collect() -> DoctorReport {
     let program_types = collect_program_types(&facilities);
     let hook_points = kallsyms::tfo_hook_points().map_err(|e| format!("{}: {e}", kallsyms::KALLSYMS_PATH));
     let namespaces = collect_namespaces();
+    let tcp_metrics = collect_tcp_metrics(&namespaces);
+    let listeners = tfo_listeners(&namespaces);
+    let checks = checks(&namespaces, &listeners, &persisted_key_files());
     let mut report = DoctorReport {
         kernel,
         privileges,
@@ -351,6 +759,9 @@ pub fn collect() -> DoctorReport {
         backends: Vec::new(),
         hook_points,
         namespaces,
+        tcp_metrics,
+        listeners,
+        checks,
         advice: Vec::new(),
     };
     report.refresh_advice();
@@ -750,6 +1161,8 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
         sections.push(s);
     }
 
+    render_tfo_state(r, &mut sections);
+
     let mut s = Section::new("Advice");
     for a in &r.advice {
         s.item(format!("- {a}"));
@@ -883,6 +1296,9 @@ mod tests {
                     key: Ok(FastopenKeyStatus { primary: true, backup: true }),
                 },
             ],
+            tcp_metrics: vec![],
+            listeners: vec![],
+            checks: vec![],
             advice: vec![],
         }
     }

@@ -1,6 +1,9 @@
 pub mod demo;
 pub mod doctor;
+pub mod export;
 pub mod logging;
+pub mod report;
 pub mod stalls;
 pub mod stop;
+pub mod top;
 pub mod trace;

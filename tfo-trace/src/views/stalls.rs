@@ -19,6 +19,8 @@ pub struct StallsOptions {
     pub load: LoadOptions,
     pub json: bool,
     pub duration: Option<Duration>,
+    /// `--record FILE`: every event (not only the stalls) also goes there.
+    pub record: Option<std::path::PathBuf>,
 }
 
 /// Why a connection lost time.
@@ -130,6 +132,7 @@ fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, PerDestination
 
 pub async fn run(opts: StallsOptions) -> Result<()> {
     let mut tracer = trace::start(&opts.load)?;
+    let mut recorder = trace::recorder(opts.record.as_deref(), &tracer)?;
     let mut source = EventSource::new(&mut tracer.ebpf)?;
     let mut out = io::stdout().lock();
     if !opts.json {
@@ -151,6 +154,7 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
         if done {
             source.drain(&mut batch);
         }
+        trace::record(&mut recorder, &batch)?;
         for e in batch.drain(..) {
             let Some((cause, lost_us)) = classify(&e) else { continue };
             let d = per_dst.entry(e.destination()).or_default();
@@ -198,6 +202,8 @@ mod tests {
             retransmits: u32::from(stall_us > 0),
             handshake_us: Some(1_100),
             stall_us,
+            queue_len: None,
+            queue_max: None,
         }
     }
 

@@ -7,7 +7,11 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    events::{reader::EventSource, Event},
+    events::{
+        reader::EventSource,
+        record::{Header, Recorder},
+        Event,
+    },
     probes::{self, LoadOptions, Tracer},
 };
 
@@ -16,6 +20,21 @@ pub struct TraceOptions {
     pub json: bool,
     /// Stop by itself after this long (scripts, tests); None = until Ctrl-C.
     pub duration: Option<Duration>,
+    /// `--record FILE`: every event also goes there (see `events::record`).
+    pub record: Option<std::path::PathBuf>,
+}
+
+/// Opens the `--record` file, if any, with a header naming the backend that runs.
+pub fn recorder(path: Option<&std::path::Path>, tracer: &Tracer) -> Result<Option<Recorder>> {
+    path.map(|p| Recorder::create(p, &Header::now(tracer.backend.name()))).transpose()
+}
+
+/// Appends a batch to the recording, if one is being made.
+pub fn record(recorder: &mut Option<Recorder>, events: &[Event]) -> Result<()> {
+    match recorder {
+        Some(r) if !events.is_empty() => r.write_batch(events),
+        _ => Ok(()),
+    }
 }
 
 /// Loads and attaches the programs after the privilege check, and says on stderr which
@@ -89,6 +108,7 @@ pub fn write_events(out: &mut impl Write, events: &[Event], json: bool) -> io::R
 
 pub async fn run(opts: TraceOptions) -> Result<()> {
     let mut tracer = start(&opts.load)?;
+    let mut recorder = recorder(opts.record.as_deref(), &tracer)?;
     let mut source = EventSource::new(&mut tracer.ebpf)?;
     crate::events::reader::spawn_kernel_log_pump(&mut tracer.ebpf);
     let mut stdout = io::stdout().lock();
@@ -104,6 +124,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
             _ = stop.requested() => break,
         }
         seen += batch.len() as u64;
+        record(&mut recorder, &batch)?;
         match write_events(&mut stdout, &batch, opts.json) {
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
             r => r.context("writing to stdout")?,
@@ -113,15 +134,17 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
     // What the kernel already wrote is still delivered after Ctrl-C.
     source.drain(&mut batch);
     seen += batch.len() as u64;
+    record(&mut recorder, &batch)?;
     if let Err(e) = write_events(&mut stdout, &batch, opts.json) {
         if e.kind() != io::ErrorKind::BrokenPipe {
             return Err(e).context("writing to stdout");
         }
     }
     eprintln!(
-        "tfo-trace: {seen} events, {} lost{}",
+        "tfo-trace: {seen} events, {} lost{}{}",
         source.lost(),
-        if source.malformed > 0 { format!(", {} malformed", source.malformed) } else { String::new() }
+        if source.malformed > 0 { format!(", {} malformed", source.malformed) } else { String::new() },
+        recorder.map(|r| format!(", recorded to {}", r.path().display())).unwrap_or_default()
     );
     Ok(())
 }

@@ -1,0 +1,568 @@
+//! The model behind `tfo-trace top`: per-group tallies (per destination, per listener, per
+//! process), bounded in memory, with the sort and the filter the views apply. Pure: no I/O,
+//! no clock, no terminal.
+//!
+//! A busy host can talk to a million destinations, so each table keeps at most
+//! `capacity` groups: a new group beyond that evicts the least recently seen one, and
+//! the number evicted is kept (the header shows it; totals still count every event).
+use std::{
+    collections::{BTreeMap, HashMap},
+    hash::Hash,
+    net::SocketAddr,
+};
+
+use serde::Serialize;
+
+use super::quantiles::{Decades, LogHistogram};
+use crate::events::{Event, Outcome, Role};
+
+/// Groups kept per table by default.
+pub const DEFAULT_CAPACITY: usize = 10_000;
+
+/// The three tables of `top`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum View {
+    /// Client events, by destination address:port.
+    Destinations,
+    /// Server events, by listener address:port and network namespace.
+    Listeners,
+    /// All events, by process (pid, comm).
+    Processes,
+}
+
+impl View {
+    pub const ALL: [View; 3] = [View::Destinations, View::Listeners, View::Processes];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            View::Destinations => "destinations",
+            View::Listeners => "listeners",
+            View::Processes => "processes",
+        }
+    }
+
+    pub fn next(self) -> View {
+        match self {
+            View::Destinations => View::Listeners,
+            View::Listeners => View::Processes,
+            View::Processes => View::Destinations,
+        }
+    }
+}
+
+/// What a row is about.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GroupKey {
+    Destination(SocketAddr),
+    Listener { addr: SocketAddr, netns: u32 },
+    Process { pid: u32, comm: String },
+}
+
+impl GroupKey {
+    /// The key cells as the tables print them, one per key column of the view.
+    pub fn cells(&self) -> Vec<String> {
+        match self {
+            GroupKey::Destination(a) => vec![a.to_string()],
+            GroupKey::Listener { addr, netns } => vec![addr.to_string(), netns.to_string()],
+            GroupKey::Process { pid, comm } => vec![
+                if *pid == 0 { "-".into() } else { pid.to_string() },
+                if comm.is_empty() { "-".into() } else { comm.clone() },
+            ],
+        }
+    }
+
+    /// `/` filter: a case-insensitive substring of the address:port, the port, the netns,
+    /// the pid or the process name. `needle` is already lower case.
+    pub fn matches(&self, needle: &str) -> bool {
+        needle.is_empty() || self.cells().iter().any(|c| c.to_lowercase().contains(needle))
+    }
+}
+
+/// Tallies of one group: the columns of `top`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Events by outcome, indexed like [`Outcome::ALL`].
+    pub outcomes: [u64; Outcome::ALL.len()],
+    /// Connections that lost time to a SYN timeout (outcome syn_retransmitted, or any
+    /// outcome with a stall).
+    pub stalls: u64,
+    pub stall_us: u64,
+    /// SYN retransmissions in all (what TcpExtTCPSynRetrans counts on the client).
+    pub retransmits: u64,
+    pub handshake: LogHistogram,
+}
+
+fn outcome_index(o: Outcome) -> usize {
+    Outcome::ALL.iter().position(|&x| x == o).unwrap_or(0)
+}
+
+impl GroupStats {
+    pub fn add(&mut self, e: &Event) {
+        self.outcomes[outcome_index(e.outcome)] += 1;
+        if e.outcome == Outcome::SynRetransmitted || e.stall_us > 0 {
+            self.stalls += 1;
+            self.stall_us += e.stall_us;
+        }
+        if e.role == Role::Client {
+            self.retransmits += u64::from(e.retransmits);
+        }
+        if let Some(us) = e.handshake_us {
+            self.handshake.record(us);
+        }
+    }
+
+    pub fn count(&self, o: Outcome) -> u64 {
+        self.outcomes[outcome_index(o)]
+    }
+
+    /// One event is one connection's outcome: every event is an attempt.
+    pub fn attempts(&self) -> u64 {
+        self.outcomes.iter().sum()
+    }
+
+    /// Data taken in the SYN; server children made with the backup key count too.
+    pub fn accepted(&self) -> u64 {
+        self.count(Outcome::Accepted) + self.count(Outcome::AcceptedAltKey)
+    }
+
+    pub fn row(&self) -> RowStats {
+        RowStats {
+            attempts: self.attempts(),
+            cookie_requests: self.count(Outcome::CookieRequested),
+            accepted: self.accepted(),
+            data_not_acked: self.count(Outcome::DataNotAcked),
+            stalls: self.stalls,
+            stall_us: self.stall_us,
+            syn_retransmits: self.retransmits,
+            queue_overflows: self.count(Outcome::QueueOverflow),
+            invalid_cookies: self.count(Outcome::CookieInvalid),
+            backup_key_hits: self.count(Outcome::AcceptedAltKey),
+            connect_failed: self.count(Outcome::ConnectFailed),
+            p50_us: self.handshake.quantile(0.50),
+            p99_us: self.handshake.quantile(0.99),
+        }
+    }
+}
+
+/// The numbers of one row, frozen for display (and the JSON snapshot's fields).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RowStats {
+    pub attempts: u64,
+    pub cookie_requests: u64,
+    pub accepted: u64,
+    pub data_not_acked: u64,
+    pub stalls: u64,
+    pub stall_us: u64,
+    pub syn_retransmits: u64,
+    pub queue_overflows: u64,
+    pub invalid_cookies: u64,
+    pub backup_key_hits: u64,
+    pub connect_failed: u64,
+    pub p50_us: Option<u64>,
+    pub p99_us: Option<u64>,
+}
+
+struct Entry {
+    stats: GroupStats,
+    /// Sequence number of the last event: the eviction order.
+    seen: u64,
+}
+
+/// Groups of one table, at most `capacity`, least recently seen evicted first.
+pub struct BoundedTable {
+    capacity: usize,
+    groups: HashMap<GroupKey, Entry>,
+    /// seen -> key, oldest first.
+    order: BTreeMap<u64, GroupKey>,
+    next_seen: u64,
+    pub evicted: u64,
+}
+
+impl BoundedTable {
+    pub fn new(capacity: usize) -> Self {
+        BoundedTable {
+            capacity: capacity.max(1),
+            groups: HashMap::new(),
+            order: BTreeMap::new(),
+            next_seen: 0,
+            evicted: 0,
+        }
+    }
+
+    pub fn add(&mut self, key: GroupKey, e: &Event) {
+        let seen = self.next_seen;
+        self.next_seen += 1;
+        if let Some(entry) = self.groups.get_mut(&key) {
+            self.order.remove(&entry.seen);
+            entry.seen = seen;
+            entry.stats.add(e);
+            self.order.insert(seen, key);
+            return;
+        }
+        if self.groups.len() >= self.capacity {
+            if let Some((_, oldest)) = self.order.pop_first() {
+                self.groups.remove(&oldest);
+                self.evicted += 1;
+            }
+        }
+        let mut stats = GroupStats::default();
+        stats.add(e);
+        self.order.insert(seen, key.clone());
+        self.groups.insert(key, Entry { stats, seen });
+    }
+
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    pub fn get(&self, key: &GroupKey) -> Option<&GroupStats> {
+        self.groups.get(key).map(|e| &e.stats)
+    }
+
+    fn rows(&self) -> Vec<Row> {
+        self.groups.iter().map(|(k, e)| Row { key: k.clone(), stats: e.stats.row() }).collect()
+    }
+}
+
+/// Every event `top` has seen, grouped three ways, plus the totals.
+pub struct TopModel {
+    pub destinations: BoundedTable,
+    pub listeners: BoundedTable,
+    pub processes: BoundedTable,
+    /// Every event, including those of evicted groups.
+    pub total: GroupStats,
+    pub client_total: GroupStats,
+    pub server_total: GroupStats,
+    pub decades: Decades,
+    pub events: u64,
+}
+
+impl Default for TopModel {
+    fn default() -> Self {
+        Self::new(DEFAULT_CAPACITY)
+    }
+}
+
+impl TopModel {
+    pub fn new(capacity: usize) -> Self {
+        TopModel {
+            destinations: BoundedTable::new(capacity),
+            listeners: BoundedTable::new(capacity),
+            processes: BoundedTable::new(capacity),
+            total: GroupStats::default(),
+            client_total: GroupStats::default(),
+            server_total: GroupStats::default(),
+            decades: Decades::default(),
+            events: 0,
+        }
+    }
+
+    pub fn add(&mut self, e: &Event) {
+        self.events += 1;
+        self.total.add(e);
+        match e.role {
+            Role::Client => {
+                self.client_total.add(e);
+                self.destinations.add(GroupKey::Destination(SocketAddr::new(e.daddr, e.dport)), e);
+            }
+            Role::Server => {
+                self.server_total.add(e);
+                let addr = SocketAddr::new(e.saddr, e.sport);
+                self.listeners.add(GroupKey::Listener { addr, netns: e.netns }, e);
+            }
+        }
+        self.processes.add(GroupKey::Process { pid: e.pid, comm: e.comm.clone() }, e);
+        if let Some(us) = e.handshake_us {
+            self.decades.record(us);
+        }
+    }
+
+    pub fn table(&self, view: View) -> &BoundedTable {
+        match view {
+            View::Destinations => &self.destinations,
+            View::Listeners => &self.listeners,
+            View::Processes => &self.processes,
+        }
+    }
+
+    /// A frozen copy for display: all rows of all tables, unsorted.
+    pub fn snapshot(&self) -> Snapshot {
+        let table = |v: View| {
+            let t = self.table(v);
+            TableSnapshot { rows: t.rows(), evicted: t.evicted }
+        };
+        Snapshot {
+            events: self.events,
+            total: self.total.row(),
+            client: self.client_total.row(),
+            server: self.server_total.row(),
+            decades: self.decades,
+            destinations: table(View::Destinations),
+            listeners: table(View::Listeners),
+            processes: table(View::Processes),
+        }
+    }
+}
+
+/// The model fed with a batch of events (replay, tests).
+pub fn model_of<'a>(events: impl IntoIterator<Item = &'a Event>) -> TopModel {
+    let mut m = TopModel::default();
+    for e in events {
+        m.add(e);
+    }
+    m
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub key: GroupKey,
+    pub stats: RowStats,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableSnapshot {
+    pub rows: Vec<Row>,
+    pub evicted: u64,
+}
+
+/// What one refresh shows: taken from the model once per interval (and kept while paused).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub events: u64,
+    pub total: RowStats,
+    pub client: RowStats,
+    pub server: RowStats,
+    pub decades: Decades,
+    pub destinations: TableSnapshot,
+    pub listeners: TableSnapshot,
+    pub processes: TableSnapshot,
+}
+
+impl Snapshot {
+    pub fn table(&self, view: View) -> &TableSnapshot {
+        match view {
+            View::Destinations => &self.destinations,
+            View::Listeners => &self.listeners,
+            View::Processes => &self.processes,
+        }
+    }
+
+    /// The rows of one table that pass `filter`, in `sort` order.
+    pub fn rows(&self, view: View, sort: Sort, filter: &str) -> Vec<&Row> {
+        let needle = filter.trim().to_lowercase();
+        let mut rows: Vec<&Row> = self.table(view).rows.iter().filter(|r| r.key.matches(&needle)).collect();
+        rows.sort_by(|a, b| sort.compare(a, b));
+        rows
+    }
+
+    pub fn evicted(&self) -> u64 {
+        self.destinations.evicted + self.listeners.evicted + self.processes.evicted
+    }
+}
+
+/// Sort orders `s` cycles through: biggest first, then by key so the order is stable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sort {
+    Attempts,
+    Stalls,
+    Lost,
+    P99,
+    Accepted,
+    Name,
+}
+
+impl Sort {
+    pub const ALL: [Sort; 6] =
+        [Sort::Attempts, Sort::Stalls, Sort::Lost, Sort::P99, Sort::Accepted, Sort::Name];
+
+    pub fn next(self) -> Sort {
+        let i = Self::ALL.iter().position(|&s| s == self).unwrap_or(0);
+        Self::ALL[(i + 1) % Self::ALL.len()]
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Sort::Attempts => "attempts",
+            Sort::Stalls => "stalls",
+            Sort::Lost => "lost",
+            Sort::P99 => "p99",
+            Sort::Accepted => "accepted",
+            Sort::Name => "name",
+        }
+    }
+
+    fn compare(self, a: &Row, b: &Row) -> std::cmp::Ordering {
+        let (x, y) = (&a.stats, &b.stats);
+        let by = match self {
+            Sort::Attempts => y.attempts.cmp(&x.attempts),
+            Sort::Stalls => (y.stalls, y.stall_us).cmp(&(x.stalls, x.stall_us)),
+            Sort::Lost => (y.stall_us, y.stalls).cmp(&(x.stall_us, x.stalls)),
+            Sort::P99 => y.p99_us.cmp(&x.p99_us),
+            Sort::Accepted => y.accepted.cmp(&x.accepted),
+            Sort::Name => std::cmp::Ordering::Equal,
+        };
+        by.then_with(|| a.key.cmp(&b.key))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// A client event towards 198.18.0.`host`:`port` by pid 100 "curl".
+    pub(crate) fn client(outcome: Outcome, host: u8, port: u16, handshake_us: u64, stall_us: u64) -> Event {
+        Event {
+            ts: String::new(),
+            ts_unix_ns: 0,
+            role: Role::Client,
+            outcome,
+            family: 4,
+            saddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
+            sport: 40000,
+            daddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, host)),
+            dport: port,
+            netns: 4026532177,
+            pid: 100,
+            comm: "curl".into(),
+            syn_data_bytes: if outcome == Outcome::CookieRequested { 0 } else { 64 },
+            cookie_len: None,
+            cookie_issued: None,
+            exp_option: false,
+            retransmits: u32::from(stall_us > 0),
+            handshake_us: Some(handshake_us),
+            stall_us,
+            queue_len: None,
+            queue_max: None,
+        }
+    }
+
+    pub(crate) fn server(outcome: Outcome, port: u16, netns: u32) -> Event {
+        let mut e = client(outcome, 2, 40000, 50, 0);
+        e.role = Role::Server;
+        e.saddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2));
+        e.sport = port;
+        e.daddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1));
+        e.netns = netns;
+        e.pid = 200;
+        e.comm = "nginx".into();
+        e
+    }
+
+    /// The demo's traffic: a clean destination and one behind the middlebox.
+    pub(crate) fn demo_events() -> Vec<Event> {
+        let mut v = vec![client(Outcome::CookieRequested, 2, 8080, 120, 0)];
+        for _ in 0..7 {
+            v.push(client(Outcome::Accepted, 2, 8080, 100, 0));
+            v.push(server(Outcome::Accepted, 8080, 4026532246));
+        }
+        v.push(client(Outcome::CookieRequested, 3, 8080, 150, 0));
+        v.push(client(Outcome::SynRetransmitted, 3, 8080, 1_006_800, 1_005_900));
+        v.push(client(Outcome::SynRetransmitted, 3, 8080, 1_024_000, 1_023_000));
+        v.push(server(Outcome::QueueOverflow, 8081, 4026532246));
+        v.push(server(Outcome::AcceptedAltKey, 8081, 4026532246));
+        v.push(server(Outcome::CookieInvalid, 8081, 4026532246));
+        v
+    }
+
+    fn dst(host: u8, port: u16) -> GroupKey {
+        GroupKey::Destination(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(198, 18, 0, host)), port))
+    }
+
+    #[test]
+    fn tallies_per_destination_listener_and_process() {
+        let m = model_of(&demo_events());
+        let clean = m.destinations.get(&dst(2, 8080)).unwrap().row();
+        assert_eq!((clean.attempts, clean.cookie_requests, clean.accepted, clean.stalls), (8, 1, 7, 0));
+        let bad = m.destinations.get(&dst(3, 8080)).unwrap().row();
+        assert_eq!((bad.attempts, bad.cookie_requests, bad.accepted, bad.stalls), (3, 1, 0, 2));
+        assert_eq!(bad.stall_us, 2_028_900);
+        assert_eq!(bad.syn_retransmits, 2);
+        assert!(bad.p99_us.unwrap() >= 1_000_000, "{bad:?}");
+
+        assert_eq!(m.listeners.len(), 2);
+        let l81 = GroupKey::Listener { addr: "198.18.0.2:8081".parse().unwrap(), netns: 4026532246 };
+        let l81 = m.listeners.get(&l81).unwrap().row();
+        assert_eq!(
+            (l81.queue_overflows, l81.backup_key_hits, l81.invalid_cookies, l81.accepted),
+            (1, 1, 1, 1)
+        );
+
+        assert_eq!(m.processes.len(), 2);
+        let curl = m.processes.get(&GroupKey::Process { pid: 100, comm: "curl".into() }).unwrap();
+        assert_eq!(curl.attempts(), 11);
+        assert_eq!(m.total.attempts(), 21);
+        assert_eq!(m.client_total.stalls, 2);
+        assert_eq!(m.server_total.accepted(), 8);
+        assert_eq!(m.decades.mode(), Some(0));
+        assert_eq!(m.decades.counts[4], 2, "the two stalls are in the >=1s bucket");
+    }
+
+    #[test]
+    fn tables_are_bounded_and_evict_the_least_recently_seen() {
+        let mut m = TopModel::new(3);
+        for host in 1..=3 {
+            m.add(&client(Outcome::Accepted, host, 80, 100, 0));
+        }
+        // Touch host 1 again: host 2 is now the oldest.
+        m.add(&client(Outcome::Accepted, 1, 80, 100, 0));
+        m.add(&client(Outcome::Accepted, 4, 80, 100, 0));
+        assert_eq!(m.destinations.len(), 3);
+        assert_eq!(m.destinations.evicted, 1);
+        assert!(m.destinations.get(&dst(2, 80)).is_none(), "least recently seen evicted");
+        assert_eq!(m.destinations.get(&dst(1, 80)).unwrap().attempts(), 2);
+        assert!(m.destinations.get(&dst(4, 80)).is_some());
+        assert_eq!(m.total.attempts(), 5, "totals keep evicted groups' events");
+        assert_eq!(m.snapshot().evicted(), 1);
+
+        // A million destinations stay within the bound.
+        let mut big = TopModel::new(1000);
+        for i in 0..20_000u32 {
+            let mut e = client(Outcome::Accepted, 1, 80, 100, 0);
+            e.daddr = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i));
+            big.add(&e);
+        }
+        assert_eq!(big.destinations.len(), 1000);
+        assert_eq!(big.destinations.evicted, 19_000);
+        assert_eq!(big.destinations.order.len(), 1000, "the eviction index stays in step");
+    }
+
+    #[test]
+    fn sort_and_filter() {
+        let s = model_of(&demo_events()).snapshot();
+        let by_attempts = s.rows(View::Destinations, Sort::Attempts, "");
+        assert_eq!(by_attempts[0].key, dst(2, 8080));
+        let by_stalls = s.rows(View::Destinations, Sort::Stalls, "");
+        assert_eq!(by_stalls[0].key, dst(3, 8080));
+        assert_eq!(s.rows(View::Destinations, Sort::Lost, "")[0].key, dst(3, 8080));
+        assert_eq!(s.rows(View::Destinations, Sort::P99, "")[0].key, dst(3, 8080));
+        let by_name = s.rows(View::Destinations, Sort::Name, "");
+        assert_eq!(by_name[0].key, dst(2, 8080));
+
+        assert_eq!(s.rows(View::Destinations, Sort::Attempts, "0.3:").len(), 1);
+        assert_eq!(s.rows(View::Destinations, Sort::Attempts, "8080").len(), 2, "by port");
+        assert_eq!(s.rows(View::Listeners, Sort::Attempts, "8081").len(), 1);
+        assert_eq!(s.rows(View::Listeners, Sort::Attempts, "4026532246").len(), 2, "by netns");
+        assert_eq!(s.rows(View::Processes, Sort::Attempts, "NGINX").len(), 1, "by name, any case");
+        assert_eq!(s.rows(View::Processes, Sort::Attempts, "100").len(), 1, "by pid");
+        assert!(s.rows(View::Processes, Sort::Attempts, "nothing").is_empty());
+
+        let mut sort = Sort::Attempts;
+        for _ in 0..Sort::ALL.len() {
+            sort = sort.next();
+        }
+        assert_eq!(sort, Sort::Attempts, "s cycles back");
+        assert_eq!(View::Processes.next(), View::Destinations);
+    }
+
+    #[test]
+    fn unknown_process_shows_a_dash() {
+        assert_eq!(GroupKey::Process { pid: 0, comm: String::new() }.cells(), vec!["-", "-"]);
+    }
+}

@@ -1,0 +1,395 @@
+//! Recordings: `--record FILE` writes JSON lines, `report --from FILE` reads them back.
+//!
+//! The format, version 1:
+//!
+//! ```text
+//! {"tfo_trace_recording":1,"host":"web-1","kernel":"6.18.44","backend":"tracepoint","start":"2026-11-30T08:14:42.549000000Z","version":"0.1.0"}
+//! {"ts":"2026-11-30T08:14:42.549123456Z","role":"client","outcome":"accepted",...}
+//! ```
+//!
+//! The first line is the [`Header`]; every following line is one [`Event`] in the JSON of
+//! `trace --json`. The file is created mode 0600 (it names hosts, ports and processes) and
+//! flushed after every batch, so a crash loses at most the batch being written. Reading
+//! keeps every good line before the first bad one and says which line was bad.
+use std::{
+    fs::{File, OpenOptions},
+    io::{self, BufRead, BufReader, BufWriter, Write},
+    os::unix::fs::{OpenOptionsExt, PermissionsExt},
+    path::{Path, PathBuf},
+};
+
+use anyhow::{bail, Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+use super::Event;
+
+/// The value of `tfo_trace_recording` this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The first line of a recording.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// Format version ([`FORMAT_VERSION`]).
+    pub tfo_trace_recording: u32,
+    /// Host name (uname nodename) where it was recorded.
+    pub host: String,
+    /// Kernel release where it was recorded.
+    pub kernel: String,
+    /// The backend that produced the events: what it could not see is not in the file.
+    pub backend: String,
+    /// RFC 3339 time the recording started.
+    pub start: String,
+    /// tfo-trace version that wrote it.
+    pub version: String,
+}
+
+impl Header {
+    /// A header for a recording starting now on this host.
+    pub fn now(backend: &str) -> Header {
+        let (host, kernel) = uname_host_kernel();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        Header {
+            tfo_trace_recording: FORMAT_VERSION,
+            host,
+            kernel,
+            backend: backend.to_string(),
+            start: super::rfc3339(now),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+fn uname_host_kernel() -> (String, String) {
+    // SAFETY: uname fills a zeroed struct; its fields are NUL-terminated C strings.
+    unsafe {
+        let mut u: libc::utsname = std::mem::zeroed();
+        if libc::uname(&mut u) != 0 {
+            return (String::new(), String::new());
+        }
+        let f = |p: &[libc::c_char]| std::ffi::CStr::from_ptr(p.as_ptr()).to_string_lossy().into_owned();
+        (f(&u.nodename), f(&u.release))
+    }
+}
+
+/// Writes a recording. Every [`Recorder::write_batch`] ends with a flush to the kernel.
+pub struct Recorder {
+    out: BufWriter<File>,
+    path: PathBuf,
+    /// Events written so far.
+    pub events: u64,
+}
+
+impl Recorder {
+    /// Creates (or truncates) `path` with mode 0600 and writes the header line.
+    pub fn create(path: &Path, header: &Header) -> Result<Recorder> {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .with_context(|| format!("creating the recording {}", path.display()))?;
+        // `mode` applies only to a file this call created: an existing regular file keeps its
+        // old permissions unless we set them. Devices and pipes (/dev/stdout) are left alone.
+        let meta = file.metadata().with_context(|| format!("stat {}", path.display()))?;
+        if meta.is_file() && meta.permissions().mode() & 0o777 != 0o600 {
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .with_context(|| format!("chmod 0600 {}", path.display()))?;
+        }
+        let mut r = Recorder { out: BufWriter::new(file), path: path.to_path_buf(), events: 0 };
+        serde_json::to_writer(&mut r.out, header)
+            .map_err(io::Error::from)
+            .and_then(|()| {
+                r.out.write_all(b"\n")?;
+                r.out.flush()
+            })
+            .with_context(|| format!("writing to the recording {}", path.display()))?;
+        Ok(r)
+    }
+
+    /// Appends one line per event and flushes.
+    pub fn write_batch(&mut self, events: &[Event]) -> Result<()> {
+        let r: io::Result<()> = (|| {
+            for e in events {
+                serde_json::to_writer(&mut self.out, e)?;
+                self.out.write_all(b"\n")?;
+            }
+            self.out.flush()
+        })();
+        r.with_context(|| format!("writing to the recording {}", self.path.display()))?;
+        self.events += events.len() as u64;
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The first bad line of a recording; everything before it was used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayError {
+    pub path: PathBuf,
+    /// 1-based line number.
+    pub line: usize,
+    pub reason: String,
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: line {}: {}", self.path.display(), self.line, self.reason)
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+/// Reads a recording. `Err` when the file cannot be read or its header (line 1) is not a
+/// recording this build understands; otherwise the header, every event up to the first bad
+/// line, and that line's error (a truncated last line, a corrupt line, a non-UTF-8 line).
+pub fn read_recording(path: &Path) -> Result<(Header, Vec<Event>, Option<ReplayError>)> {
+    let file = File::open(path).with_context(|| format!("opening the recording {}", path.display()))?;
+    read_from(BufReader::new(file), path)
+}
+
+/// [`read_recording`] on any reader; `path` is only used in messages.
+pub fn read_from(mut reader: impl BufRead, path: &Path) -> Result<(Header, Vec<Event>, Option<ReplayError>)> {
+    let bad = |line: usize, reason: String| ReplayError { path: path.to_path_buf(), line, reason };
+    let mut buf = Vec::new();
+    let n = reader.read_until(b'\n', &mut buf).with_context(|| format!("reading {}", path.display()))?;
+    if n == 0 {
+        bail!(bad(1, "empty file: not a tfo-trace recording".into()));
+    }
+    let header = parse_header(&buf).map_err(|reason| bad(1, reason))?;
+    let mut events = Vec::new();
+    let mut line_no = 1;
+    loop {
+        buf.clear();
+        line_no += 1;
+        let n = match reader.read_until(b'\n', &mut buf) {
+            Ok(n) => n,
+            Err(e) => return Ok((header, events, Some(bad(line_no, format!("read error: {e}"))))),
+        };
+        if n == 0 {
+            return Ok((header, events, None));
+        }
+        let complete = buf.last() == Some(&b'\n');
+        let text = match std::str::from_utf8(&buf) {
+            Ok(t) => t.trim(),
+            Err(_) => return Ok((header, events, Some(bad(line_no, "not UTF-8 text: corrupt".into())))),
+        };
+        if text.is_empty() {
+            continue;
+        }
+        match parse_event(text) {
+            Ok(e) => events.push(e),
+            Err(reason) => {
+                let reason = if complete {
+                    format!("corrupt event: {reason}")
+                } else {
+                    format!("truncated: the last line ends mid-record ({reason})")
+                };
+                return Ok((header, events, Some(bad(line_no, reason))));
+            }
+        }
+    }
+}
+
+fn parse_header(line: &[u8]) -> std::result::Result<Header, String> {
+    let v: serde_json::Value = serde_json::from_slice(line)
+        .map_err(|e| format!("not a tfo-trace recording (the header line is not JSON: {e})"))?;
+    match v.get("tfo_trace_recording").and_then(|v| v.as_u64()) {
+        None => return Err("not a tfo-trace recording (no `tfo_trace_recording` header)".into()),
+        Some(n) if n != u64::from(FORMAT_VERSION) => {
+            return Err(format!(
+                "recording format {n}, this tfo-trace reads format {FORMAT_VERSION} (version {})",
+                env!("CARGO_PKG_VERSION")
+            ))
+        }
+        Some(_) => {}
+    }
+    serde_json::from_value(v).map_err(|e| format!("bad header: {e}"))
+}
+
+fn parse_event(text: &str) -> std::result::Result<Event, String> {
+    let mut e: Event = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    e.ts_unix_ns = parse_rfc3339(&e.ts).ok_or_else(|| format!("bad time {:?}", e.ts))?;
+    Ok(e)
+}
+
+/// Inverse of [`super::rfc3339`]: `YYYY-MM-DDTHH:MM:SS[.fraction]Z` to ns since the epoch.
+pub fn parse_rfc3339(s: &str) -> Option<u128> {
+    let s = s.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.splitn(3, '-');
+    let year: i64 = d.next()?.parse().ok()?;
+    let month: i64 = d.next()?.parse().ok()?;
+    let day: i64 = d.next()?.parse().ok()?;
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.splitn(3, ':');
+    let h: i64 = t.next()?.parse().ok()?;
+    let m: i64 = t.next()?.parse().ok()?;
+    let sec: i64 = t.next()?.parse().ok()?;
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 {
+        return None;
+    }
+    if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let nanos: u128 = if frac.is_empty() { 0 } else { format!("{frac:0<9}").parse().ok()? };
+    // Days from civil (Howard Hinnant), the inverse of the algorithm in rfc3339().
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + m * 60 + sec;
+    u128::try_from(secs).ok().map(|s| s * 1_000_000_000 + nanos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{rfc3339, Outcome};
+
+    /// Built from JSON, so fields other work adds to Event (as Options) need no edit here.
+    fn ev(i: u32) -> Event {
+        let ts_unix_ns = 1_764_490_482_549_000_000 + u128::from(i) * 1_000_000;
+        let mut e: Event = serde_json::from_value(serde_json::json!({
+            "ts": rfc3339(ts_unix_ns),
+            "role": if i.is_multiple_of(2) { "client" } else { "server" },
+            "outcome": Outcome::ALL[i as usize % Outcome::ALL.len()].name(),
+            "family": if i.is_multiple_of(3) { 6 } else { 4 },
+            "saddr": if i.is_multiple_of(3) { "fd00:7f0::1" } else { "198.18.0.1" },
+            "sport": 40000 + i,
+            "daddr": "198.18.0.3",
+            "dport": 8080,
+            "netns": 4026532177u32,
+            "pid": 1225,
+            "comm": "curl \"x\"",
+            "syn_data_bytes": 64,
+            "cookie_len": if i.is_multiple_of(2) { Some(8) } else { None },
+            "cookie_issued": if i == 1 { Some(true) } else { None },
+            "exp_option": false,
+            "retransmits": i % 2,
+            "handshake_us": if i != 3 { Some(1006) } else { None },
+            "stall_us": 1_005_900,
+        }))
+        .unwrap();
+        e.ts_unix_ns = ts_unix_ns;
+        e
+    }
+
+    fn tmp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("tfo-record-{}-{name}", std::process::id()))
+    }
+
+    fn write_sample(path: &Path, n: u32) -> Vec<Event> {
+        let events: Vec<Event> = (0..n).map(ev).collect();
+        let mut r = Recorder::create(path, &Header::now("tracepoint")).unwrap();
+        r.write_batch(&events[..n as usize / 2]).unwrap();
+        r.write_batch(&events[n as usize / 2..]).unwrap();
+        assert_eq!(r.events, u64::from(n));
+        events
+    }
+
+    #[test]
+    fn round_trip_and_mode() {
+        let p = tmp("rt");
+        std::fs::write(&p, "old contents\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let events = write_sample(&p, 10);
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        let (h, back, err) = read_recording(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(mode, 0o600, "an existing file is made 0600 too");
+        assert_eq!(err, None);
+        assert_eq!(h.tfo_trace_recording, 1);
+        assert_eq!(h.backend, "tracepoint");
+        assert!(parse_rfc3339(&h.start).is_some(), "{}", h.start);
+        assert_eq!(back, events, "every field, ts_unix_ns included, survives");
+
+        let fresh = tmp("fresh");
+        write_sample(&fresh, 1);
+        let mode = std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777;
+        std::fs::remove_file(&fresh).unwrap();
+        assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn truncated_last_line_keeps_the_good_ones() {
+        let p = tmp("trunc");
+        write_sample(&p, 6);
+        let full = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &full[..full.len() - 20]).unwrap(); // cut inside event 6 (line 7)
+        let (_, back, err) = read_recording(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(back.len(), 5);
+        let err = err.expect("truncation is reported");
+        assert_eq!(err.line, 7);
+        assert!(err.to_string().contains("line 7: truncated"), "{err}");
+        assert!(!err.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn corrupt_middle_line_stops_there() {
+        let p = tmp("corrupt");
+        write_sample(&p, 6);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let mut lines: Vec<String> = text.lines().map(String::from).collect();
+        lines[3] = lines[3].replace("\"outcome\":", "\"outcome\":7,\"x\":"); // line 4
+        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+        let (_, back, err) = read_recording(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(back.len(), 2, "lines 2 and 3");
+        let err = err.unwrap();
+        assert_eq!(err.line, 4);
+        assert!(err.reason.starts_with("corrupt event"), "{err}");
+    }
+
+    #[test]
+    fn bad_headers_are_errors() {
+        let p = Path::new("x.jsonl");
+        let e = read_from(&b""[..], p).unwrap_err().to_string();
+        assert!(e.contains("line 1: empty file"), "{e}");
+        let e = read_from(&b"{\"ts\":1}\n"[..], p).unwrap_err().to_string();
+        assert!(e.contains("line 1: not a tfo-trace recording"), "{e}");
+        let e = read_from(&b"{\"tfo_trace_recording\":2}\n"[..], p).unwrap_err().to_string();
+        assert!(e.contains("recording format 2"), "{e}");
+        let e = read_from(&b"\x00\x01garbage\n"[..], p).unwrap_err().to_string();
+        assert!(e.contains("line 1"), "{e}");
+        assert!(read_recording(Path::new("/nonexistent/rec.jsonl")).is_err());
+    }
+
+    #[test]
+    fn invalid_utf8_and_bad_time() {
+        let h = serde_json::to_string(&Header::now("tracepoint")).unwrap();
+        let good = serde_json::to_string(&ev(0)).unwrap();
+        let mut data = format!("{h}\n{good}\n").into_bytes();
+        data.extend_from_slice(b"\xff\xfe\n");
+        let (_, back, err) = read_from(&data[..], Path::new("r")).unwrap();
+        assert_eq!(back.len(), 1);
+        assert_eq!(err.unwrap().line, 3);
+        let bad_ts = good.replace("\"ts\":\"20", "\"ts\":\"x0");
+        let data = format!("{h}\n{bad_ts}\n");
+        let (_, back, err) = read_from(data.as_bytes(), Path::new("r")).unwrap();
+        assert!(back.is_empty());
+        assert!(err.unwrap().reason.contains("bad time"));
+    }
+
+    #[test]
+    fn rfc3339_parses_what_it_prints() {
+        for ns in [0u128, 1_709_251_199_000_000_001, 951_782_400_123_456_789, 4_102_444_799_999_999_999] {
+            assert_eq!(parse_rfc3339(&rfc3339(ns)), Some(ns), "{}", rfc3339(ns));
+        }
+        assert_eq!(parse_rfc3339("2024-02-29T23:59:59Z"), Some(1_709_251_199_000_000_000));
+        assert_eq!(parse_rfc3339("2024-02-29T23:59:59.5Z"), Some(1_709_251_199_500_000_000));
+        assert_eq!(parse_rfc3339("2024-13-01T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2024-02-29 23:59:59Z"), None);
+        assert_eq!(parse_rfc3339("2024-02-29T23:59:59"), None);
+    }
+}

@@ -1,0 +1,156 @@
+//! `top` without a terminal (`--batch`, or stdout not a TTY): the same three tables as
+//! plain rows every interval, or one JSON object per interval with `--json`.
+use std::io::{self, Write};
+
+use serde_json::{json, Map, Value};
+
+use super::{
+    columns::{key_json, Layout},
+    HeaderInfo,
+};
+use crate::aggregation::table::{RowStats, Snapshot, Sort, View};
+
+fn stats_json(s: &RowStats) -> Map<String, Value> {
+    match serde_json::to_value(s) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    }
+}
+
+/// One snapshot as text: a summary line, then each table (its header, then its rows).
+pub fn write_text(
+    out: &mut impl Write,
+    ts: &str,
+    snap: &Snapshot,
+    info: &HeaderInfo,
+    sort: Sort,
+    filter: &str,
+) -> io::Result<()> {
+    let (c, s) = (&snap.client, &snap.server);
+    writeln!(
+        out,
+        "tfo-trace top {ts} backend={} tcp_fastopen={} events={} lost={} evicted={} client_attempts={} \
+         client_stalls={} client_lost_us={} server_attempts={} server_accepted={}",
+        info.backend,
+        info.tcp_fastopen.map(|t| format!("{:#x}", t.value())).unwrap_or_else(|| "unknown".into()),
+        snap.events,
+        info.lost,
+        snap.evicted(),
+        c.attempts,
+        c.stalls,
+        c.stall_us,
+        s.attempts,
+        s.accepted,
+    )?;
+    for view in View::ALL {
+        let rows = snap.rows(view, sort, filter);
+        let layout = Layout::full(view, &rows);
+        writeln!(out)?;
+        writeln!(out, "{}", layout.header(view))?;
+        for r in rows {
+            writeln!(out, "{}", layout.row(r))?;
+        }
+    }
+    writeln!(out)?;
+    out.flush()
+}
+
+/// One snapshot as one JSON line.
+pub fn write_json(
+    out: &mut impl Write,
+    ts: &str,
+    snap: &Snapshot,
+    info: &HeaderInfo,
+    sort: Sort,
+    filter: &str,
+) -> io::Result<()> {
+    let table = |view: View| -> Value {
+        snap.rows(view, sort, filter)
+            .into_iter()
+            .map(|r| {
+                let mut m = key_json(&r.key);
+                m.extend(stats_json(&r.stats));
+                Value::Object(m)
+            })
+            .collect()
+    };
+    let v = json!({
+        "ts": ts,
+        "interval_s": info.interval.as_secs_f64(),
+        "backend": info.backend,
+        "tcp_fastopen": info.tcp_fastopen.map(|t| t.value()),
+        "events": snap.events,
+        "lost": info.lost,
+        "evicted": {
+            "destinations": snap.destinations.evicted,
+            "listeners": snap.listeners.evicted,
+            "processes": snap.processes.evicted,
+        },
+        "totals": { "client": stats_json(&snap.client), "server": stats_json(&snap.server) },
+        "handshake_histogram": snap.decades.as_map(),
+        "destinations": table(View::Destinations),
+        "listeners": table(View::Listeners),
+        "processes": table(View::Processes),
+    });
+    serde_json::to_writer(&mut *out, &v)?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregation::table::{model_of, tests::demo_events};
+    use std::time::Duration;
+
+    fn info() -> HeaderInfo {
+        HeaderInfo {
+            backend: "tracepoint".into(),
+            tcp_fastopen: Some(crate::kernel::sysctl::TcpFastopen(0x1)),
+            interval: Duration::from_secs(1),
+            lost: 3,
+            color: false,
+        }
+    }
+
+    #[test]
+    fn text_has_the_three_tables() {
+        let snap = model_of(&demo_events()).snapshot();
+        let mut out = Vec::new();
+        write_text(&mut out, "T", &snap, &info(), Sort::Stalls, "").unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("tfo-trace top T backend=tracepoint tcp_fastopen=0x1 events=21 lost=3"));
+        assert!(lines[0].contains("client_stalls=2"));
+        assert_eq!(lines[2].split_whitespace().next(), Some("DESTINATION"));
+        // Sorted by stalls: the middlebox destination first.
+        let bad: Vec<&str> = lines[3].split_whitespace().collect();
+        assert_eq!(bad[..7], ["198.18.0.3:8080", "3", "1", "0", "0", "2", "2.03s"]);
+        assert_eq!(bad.len(), 12, "every column in plain output");
+        assert!(text.contains("\nLISTENER"));
+        assert!(text.contains("\nPID"));
+        assert!(lines.iter().any(|l| l.starts_with("200 ") && l.contains("nginx")));
+    }
+
+    #[test]
+    fn json_is_one_line_with_all_tables() {
+        let snap = model_of(&demo_events()).snapshot();
+        let mut out = Vec::new();
+        write_json(&mut out, "T", &snap, &info(), Sort::Attempts, "").unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().count(), 1);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["events"], 21);
+        assert_eq!(v["tcp_fastopen"], 1);
+        assert_eq!(v["lost"], 3);
+        assert_eq!(v["handshake_histogram"]["ge_1s"], 2);
+        assert_eq!(v["totals"]["client"]["stalls"], 2);
+        let d = &v["destinations"][1];
+        assert_eq!(d["destination"], "198.18.0.3:8080");
+        assert_eq!(d["stalls"], 2);
+        assert_eq!(d["stall_us"], 2_028_900);
+        assert_eq!(v["listeners"][0]["netns"], 4026532246u32);
+        assert_eq!(v["processes"].as_array().unwrap().len(), 2);
+        assert_eq!(v["evicted"]["destinations"], 0);
+    }
+}

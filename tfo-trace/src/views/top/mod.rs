@@ -1,0 +1,358 @@
+//! `tfo-trace top`: live tables of TFO outcomes per destination, per listener and per
+//! process, refreshed every interval. A terminal UI when stdout is a terminal; plain rows
+//! (`--batch`, or not a terminal) or JSON lines (`--json`) otherwise.
+//!
+//! The loop takes its events from an [`EventFeed`]: the live ring buffer, or recorded
+//! events ([`run_model_on`]) for replay.
+pub mod batch;
+pub mod columns;
+pub mod render;
+pub mod state;
+pub mod terminal;
+
+use std::{
+    io::{self, IsTerminal as _},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context as _, Result};
+use crossterm::event::{self as term_event, Event as TermEvent};
+
+use crate::{
+    aggregation::table::{Snapshot, Sort, TopModel, View},
+    events::{reader::EventSource, rfc3339, Event},
+    kernel::sysctl::TcpFastopen,
+    probes::LoadOptions,
+};
+use state::{Action, UiState};
+
+pub struct TopOptions {
+    pub load: LoadOptions,
+    /// Refresh interval (`-d`).
+    pub interval: Duration,
+    /// Stop after this many refreshes (`--count`).
+    pub count: Option<u64>,
+    pub duration: Option<Duration>,
+    /// Plain rows even on a terminal.
+    pub batch: bool,
+    /// One JSON snapshot per interval (implies no terminal UI).
+    pub json: bool,
+    pub sort: Sort,
+    pub filter: String,
+    pub view: View,
+    /// Groups kept per table (least recently seen evicted beyond it).
+    pub max_groups: usize,
+    /// `--record FILE`: every live event also goes there.
+    pub record: Option<std::path::PathBuf>,
+    /// `--from FILE`: the tables of a recording instead of live events.
+    pub from: Option<std::path::PathBuf>,
+}
+
+/// The facts the header shows besides the tables.
+#[derive(Clone, Debug)]
+pub struct HeaderInfo {
+    pub backend: String,
+    /// `net.ipv4.tcp_fastopen` of the namespace tfo-trace runs in; None if unreadable.
+    pub tcp_fastopen: Option<TcpFastopen>,
+    pub interval: Duration,
+    /// Events the kernel could not write (ring buffer full).
+    pub lost: u64,
+    /// Colors unless NO_COLOR is set.
+    pub color: bool,
+}
+
+impl HeaderInfo {
+    pub fn new(backend: impl Into<String>, interval: Duration) -> Self {
+        HeaderInfo {
+            backend: backend.into(),
+            tcp_fastopen: crate::kernel::sysctl::read_tcp_fastopen().ok(),
+            interval,
+            lost: 0,
+            color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        }
+    }
+
+    /// `0x3 (client+server)`: the value and what it turns on.
+    pub fn fastopen_text(&self) -> String {
+        let Some(t) = self.tcp_fastopen else { return "unknown".into() };
+        let mut on = Vec::new();
+        if t.client_enabled() {
+            on.push("client");
+        }
+        if t.server_enabled() {
+            on.push("server");
+        }
+        if t.client_no_cookie() {
+            on.push("no_cookie");
+        }
+        if t.server_cookie_not_required() {
+            on.push("cookie_not_reqd");
+        }
+        if t.server_all_listeners() {
+            on.push("all_listeners");
+        }
+        if t.unknown_bits() != 0 {
+            on.push("unknown_bits");
+        }
+        if on.is_empty() {
+            on.push("off");
+        }
+        format!("{:#x} ({})", t.value(), on.join("+"))
+    }
+}
+
+/// Where `top` gets its events: the live ring buffer or a recording.
+#[allow(async_fn_in_trait)] // used generically only, never as `dyn`
+pub trait EventFeed {
+    /// Waits for more events and appends them to `out`.
+    async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()>;
+    /// Appends what is already there, without waiting.
+    fn drain(&mut self, out: &mut Vec<Event>);
+    /// Events lost before they reached us.
+    fn lost(&self) -> u64;
+    /// No event will ever come again (the end of a recording).
+    fn exhausted(&self) -> bool {
+        false
+    }
+}
+
+impl EventFeed for EventSource {
+    async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
+        EventSource::next_batch(self, out).await
+    }
+    fn drain(&mut self, out: &mut Vec<Event>) {
+        EventSource::drain(self, out)
+    }
+    fn lost(&self) -> u64 {
+        EventSource::lost(self)
+    }
+}
+
+/// Recorded events, all delivered in the first batch.
+pub struct Replay {
+    events: Option<Vec<Event>>,
+}
+
+impl Replay {
+    pub fn new(events: Vec<Event>) -> Self {
+        Replay { events: Some(events) }
+    }
+}
+
+impl EventFeed for Replay {
+    async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
+        match self.events.take() {
+            Some(v) => out.extend(v),
+            None => std::future::pending::<()>().await,
+        }
+        Ok(())
+    }
+    fn drain(&mut self, out: &mut Vec<Event>) {
+        if let Some(v) = self.events.take() {
+            out.extend(v);
+        }
+    }
+    fn lost(&self) -> u64 {
+        0
+    }
+    fn exhausted(&self) -> bool {
+        self.events.is_none()
+    }
+}
+
+/// A live feed whose every batch is also written to a recording.
+struct Recording<'a> {
+    inner: &'a mut EventSource,
+    recorder: crate::events::record::Recorder,
+}
+
+impl EventFeed for Recording<'_> {
+    async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
+        let from = out.len();
+        self.inner.next_batch(out).await?;
+        self.recorder.write_batch(&out[from..])
+    }
+    fn drain(&mut self, out: &mut Vec<Event>) {
+        let from = out.len();
+        self.inner.drain(out);
+        if let Err(e) = self.recorder.write_batch(&out[from..]) {
+            log::warn!("recording: {e:#}");
+        }
+    }
+    fn lost(&self) -> u64 {
+        self.inner.lost()
+    }
+}
+
+/// `top --from FILE`: every good line of the recording, then its first bad line as the error.
+async fn run_from(path: &std::path::Path, opts: &TopOptions) -> Result<()> {
+    let (header, events, bad_line) = crate::events::record::read_recording(path)?;
+    let info = HeaderInfo::new(format!("{} (recorded on {})", header.backend, header.host), opts.interval);
+    let seen = run_model_on(events, opts, info).await?;
+    eprintln!("tfo-trace: {seen} events from {}", path.display());
+    match bad_line {
+        Some(e) => Err(anyhow::anyhow!("{e}")),
+        None => Ok(()),
+    }
+}
+
+/// `tfo-trace top`, live: load and attach, then run the loop on the ring buffer.
+pub async fn run(opts: TopOptions) -> Result<()> {
+    if let Some(path) = &opts.from {
+        return run_from(path, &opts).await;
+    }
+    let mut tracer = crate::views::trace::start(&opts.load)?;
+    let mut source = EventSource::new(&mut tracer.ebpf)?;
+    crate::events::reader::spawn_kernel_log_pump(&mut tracer.ebpf);
+    let info = HeaderInfo::new(tracer.backend.to_string(), opts.interval);
+    let seen = match crate::views::trace::recorder(opts.record.as_deref(), &tracer)? {
+        Some(recorder) => run_on(&mut Recording { inner: &mut source, recorder }, &opts, info).await?,
+        None => run_on(&mut source, &opts, info).await?,
+    };
+    eprintln!(
+        "tfo-trace: {seen} events, {} lost{}",
+        source.lost(),
+        if source.malformed > 0 { format!(", {} malformed", source.malformed) } else { String::new() }
+    );
+    Ok(())
+}
+
+/// `top` over recorded events (for `top --from FILE`): the same tables, UI and output.
+/// With a terminal the UI stays until `q`; in batch/JSON mode one snapshot is printed.
+/// `info.backend` names where the events came from (the recording's backend).
+pub async fn run_model_on(events: Vec<Event>, opts: &TopOptions, info: HeaderInfo) -> Result<u64> {
+    run_on(&mut Replay::new(events), opts, info).await
+}
+
+fn now_rfc3339() -> String {
+    let ns = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    rfc3339(ns)
+}
+
+/// The loop, whatever the feed; returns how many events it saw.
+pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: HeaderInfo) -> Result<u64> {
+    let tui = !opts.batch && !opts.json && io::stdout().is_terminal();
+    let mut model = TopModel::new(opts.max_groups);
+    let mut stop = crate::views::stop::Stop::new(opts.duration)?;
+    let start = tokio::time::Instant::now();
+    let mut ticker = tokio::time::interval_at(start + opts.interval, opts.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut batch = Vec::new();
+    let mut refreshes = 0u64;
+
+    if !tui {
+        let mut out = io::stdout().lock();
+        let mut printed_events = None;
+        loop {
+            let mut done = false;
+            tokio::select! {
+                r = feed.next_batch(&mut batch) => r?,
+                _ = ticker.tick() => {
+                    feed.drain(&mut batch);
+                    ingest(&mut model, &mut batch);
+                    refreshes += 1;
+                    done = opts.count.is_some_and(|n| refreshes >= n);
+                    info.lost = feed.lost();
+                    printed_events = Some(model.events);
+                    if !print(&mut out, &model.snapshot(), &info, opts)? {
+                        return Ok(model.events);
+                    }
+                }
+                _ = stop.requested() => done = true,
+            }
+            ingest(&mut model, &mut batch);
+            if feed.exhausted() && printed_events.is_none() {
+                // A recording: everything is in; one snapshot says it all.
+                info.lost = feed.lost();
+                print(&mut out, &model.snapshot(), &info, opts)?;
+                return Ok(model.events);
+            }
+            if done {
+                break;
+            }
+        }
+        // Stopped between two refreshes: what came since the last one is not lost.
+        feed.drain(&mut batch);
+        ingest(&mut model, &mut batch);
+        if printed_events != Some(model.events) && opts.count.is_none_or(|n| refreshes < n) {
+            info.lost = feed.lost();
+            print(&mut out, &model.snapshot(), &info, opts)?;
+        }
+        return Ok(model.events);
+    }
+
+    let mut ui = UiState::new(opts.view, opts.sort, opts.filter.clone());
+    let mut guard = terminal::TerminalGuard::enter()?;
+    let mut snap = Snapshot::default();
+    // Keys are polled, not awaited: crossterm's reader is blocking, and 50 ms is quicker
+    // than anyone types.
+    let mut key_poll = tokio::time::interval(Duration::from_millis(50));
+    let mut redraw = true;
+    loop {
+        if redraw {
+            info.lost = feed.lost();
+            if !ui.paused {
+                snap = model.snapshot();
+            }
+            guard.terminal.draw(|f| render::draw(f, &snap, &ui, &info)).context("drawing the screen")?;
+            redraw = false;
+        }
+        tokio::select! {
+            r = feed.next_batch(&mut batch) => {
+                r?;
+                ingest(&mut model, &mut batch);
+                // A recording shows as soon as it is read; live events wait for the tick.
+                redraw = feed.exhausted();
+            }
+            _ = ticker.tick() => {
+                feed.drain(&mut batch);
+                ingest(&mut model, &mut batch);
+                refreshes += 1;
+                if opts.count.is_some_and(|n| refreshes >= n) {
+                    break;
+                }
+                redraw = true;
+            }
+            _ = key_poll.tick() => {
+                while term_event::poll(Duration::ZERO).context("reading the keyboard")? {
+                    match term_event::read().context("reading the keyboard")? {
+                        TermEvent::Key(k) => match ui.on_key(k) {
+                            Action::Quit => return finish(guard, model.events),
+                            Action::Redraw => redraw = true,
+                            Action::None => {}
+                        },
+                        TermEvent::Resize(..) => redraw = true,
+                        _ => {}
+                    }
+                }
+            }
+            _ = stop.requested() => break,
+        }
+    }
+    finish(guard, model.events)
+}
+
+fn finish(guard: terminal::TerminalGuard, events: u64) -> Result<u64> {
+    drop(guard);
+    Ok(events)
+}
+
+fn ingest(model: &mut TopModel, batch: &mut Vec<Event>) {
+    for e in batch.drain(..) {
+        model.add(&e);
+    }
+}
+
+/// Prints one snapshot; false when stdout is gone (a closed pipe ends `top` quietly).
+fn print(out: &mut impl io::Write, snap: &Snapshot, info: &HeaderInfo, opts: &TopOptions) -> Result<bool> {
+    let ts = now_rfc3339();
+    let r = if opts.json {
+        batch::write_json(out, &ts, snap, info, opts.sort, &opts.filter)
+    } else {
+        batch::write_text(out, &ts, snap, info, opts.sort, &opts.filter)
+    };
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
+        r => r.context("writing to stdout").map(|()| true),
+    }
+}

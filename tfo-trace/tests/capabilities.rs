@@ -1,0 +1,280 @@
+//! Running without root: a copy of the tracer with file capabilities (`setcap
+//! cap_bpf,cap_perfmon+ep`), started as the unprivileged user nobody (uid 65534), must see
+//! the lab's TFO connections exactly as the kernel counts them; the same copy without
+//! those capabilities must stop with one line naming what is missing. And `export` run the
+//! way deploy/tfo-trace-exporter.service runs it (ambient CAP_BPF + CAP_PERFMON, bounding
+//! set of just those, no_new_privs, as nobody) must serve the kernel's counts.
+mod common;
+
+use std::{
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use common::{count, netns_inode};
+use serde_json::Value;
+use tfo_trace::{
+    kernel::netstat::Netstat,
+    lab::{traffic::ClientArgs, Lab, LabConfig, Side},
+};
+
+const NOBODY: u32 = 65534;
+
+/// Why file capabilities cannot be tried here, if they cannot.
+fn setcap_missing() -> Option<String> {
+    match Command::new("setcap").arg("-v").output() {
+        Ok(_) => None,
+        Err(e) => Some(format!("needs setcap ({e}); `apt-get install libcap2-bin`")),
+    }
+}
+
+/// A copy of the tracer in a fresh directory that nobody can enter, with `caps` as its
+/// file capabilities ("" for none). Removed on drop.
+struct Copy {
+    dir: PathBuf,
+    exe: PathBuf,
+}
+
+impl Copy {
+    fn new(tag: &str, caps: &str) -> Copy {
+        let dir = std::env::temp_dir().join(format!("tfo-trace-caps-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let exe = dir.join("tfo-trace");
+        std::fs::copy(common::exe(), &exe).unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if !caps.is_empty() {
+            let out = Command::new("setcap").arg(caps).arg(&exe).output().unwrap();
+            assert!(out.status.success(), "setcap {caps}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Copy { dir, exe }
+    }
+
+    /// The command, to run as nobody (uid and gid 65534, no supplementary groups).
+    fn as_nobody(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.exe);
+        c.args(args).current_dir(&self.dir).uid(NOBODY).gid(NOBODY).stdin(Stdio::null());
+        c
+    }
+}
+
+impl Drop for Copy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `tfo-trace trace --json` running as nobody.
+struct Running {
+    child: Child,
+    stdout: Option<std::thread::JoinHandle<Vec<String>>>,
+    stderr: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn start(mut cmd: Command) -> Running {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("starting the copy");
+        let out = child.stdout.take().unwrap();
+        let stdout = std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
+        let err = child.stderr.take().unwrap();
+        let (tx, stderr) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let mut r = Running { child, stdout: Some(stdout), stderr, seen: Vec::new() };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match r.stderr.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(l) => {
+                    let attached = l.contains("programs attached");
+                    r.seen.push(l);
+                    if attached {
+                        return r;
+                    }
+                }
+                Err(_) => panic!("the unprivileged tracer did not attach within 30 s: {:?}", r.seen),
+            }
+        }
+    }
+
+    /// SIGINT (by pid: our child), then the JSON events it printed.
+    fn stop(mut self) -> Vec<Value> {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill on our own child's pid, which has not been reaped yet.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "the tracer ignored SIGINT for 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let lines = self.stdout.take().unwrap().join().unwrap();
+        self.seen.extend(self.stderr.try_iter());
+        assert!(status.success(), "exited with {status}: {:?}", self.seen);
+        lines.iter().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}"))).collect()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.stdout.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn nobody_with_cap_bpf_and_cap_perfmon_sees_the_kernels_connections() {
+    require_kernel!();
+    if let Some(why) = setcap_missing() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let copy = Copy::new("granted", "cap_bpf,cap_perfmon+ep");
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    let before = (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap());
+
+    let tracer = Running::start(copy.as_nobody(&["trace", "--json"]));
+    // The tracer really runs as nobody, with no capability beyond the two granted.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", tracer.child.id())).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
+    };
+    assert_eq!(field("Uid:").as_deref(), Some("65534"), "{status}");
+    assert_eq!(field("CapEff:").as_deref(), Some("000000c000000000"), "CAP_PERFMON (38) + CAP_BPF (39) only");
+
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    let n = 4;
+    let run = lab.run_client(common::exe(), &ClientArgs { count: n + 1, ..ClientArgs::new(dst) }).unwrap();
+    let events = tracer.stop();
+    let dc = Netstat::delta(&before.0, &lab.netstat(Side::Client).unwrap());
+    let ds = Netstat::delta(&before.1, &lab.netstat(Side::Server).unwrap());
+    assert_eq!(run.ok_count(), (n + 1) as usize);
+
+    assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n), "client counters: {dc:?}");
+    assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 1, "server counters: {ds:?}");
+    assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
+    assert_eq!(count(&events, cli_ns, "client", "cookie_requested"), ds.get("TcpExtTCPFastOpenCookieReqd"));
+    assert_eq!(count(&events, srv_ns, "server", "accepted"), ds.get("TcpExtTCPFastOpenPassive"));
+    // The client's pid is captured in the kernel, so it is right without root too.
+    for e in events.iter().filter(|e| e["netns"] == cli_ns) {
+        assert_eq!(e["pid"], run.pid, "{e}");
+    }
+}
+
+/// Runs the copy as nobody; must fail with exactly one stderr line.
+fn refused_line(tag: usize, exe_caps: &str) -> String {
+    let copy = Copy::new(&format!("refused-{tag}"), exe_caps);
+    let out = copy.as_nobody(&["trace", "--duration", "1s"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "caps {exe_caps:?}: {stderr}");
+    assert!(out.stdout.is_empty(), "caps {exe_caps:?}: nothing on stdout");
+    assert_eq!(stderr.lines().count(), 1, "caps {exe_caps:?}: one line: {stderr}");
+    stderr.trim_end().to_string()
+}
+
+#[test]
+fn nobody_without_them_gets_one_line_naming_what_is_missing() {
+    require_kernel!();
+    if let Some(why) = setcap_missing() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let hint = "run it with sudo, or `sudo setcap cap_bpf,cap_perfmon+ep $(command -v tfo-trace)`";
+    let cases =
+        [("", "CAP_BPF and CAP_PERFMON"), ("cap_bpf+ep", "CAP_PERFMON"), ("cap_perfmon+ep", "CAP_BPF")];
+    for (i, (caps, missing)) in cases.into_iter().enumerate() {
+        let line = refused_line(i, caps);
+        assert_eq!(
+            line,
+            format!("tfo-trace: tfo-trace needs {missing} (or root) to load its eBPF programs: {hint}"),
+            "with file capabilities {caps:?}"
+        );
+    }
+}
+
+/// The value of one sample line (`name{labels}`, exactly) in a text exposition.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn scrape(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    text
+}
+
+#[test]
+fn exporter_with_ambient_capabilities_as_in_the_systemd_unit() {
+    require_kernel!();
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: needs setpriv (util-linux) to hand over ambient capabilities");
+        return;
+    }
+    // No file capabilities here: the capabilities come from the parent, as systemd's
+    // AmbientCapabilities= gives them, and no_new_privs is set as NoNewPrivileges= does.
+    let copy = Copy::new("ambient", "");
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all,+bpf,+perfmon",
+        "--ambient-caps=+bpf,+perfmon",
+        "--bounding-set=-all,+bpf,+perfmon",
+        "--no-new-privs",
+    ])
+    .arg(&copy.exe)
+    .args(["export", "--web.listen-address", &listen.to_string()])
+    .args(["--netns", &cli_ns.to_string(), "--netns", &srv_ns.to_string()])
+    .current_dir(&copy.dir)
+    .stdin(Stdio::null());
+    let exporter = Running::start(cmd);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", exporter.child.id())).unwrap();
+    assert!(status.contains("CapEff:\t000000c000000000") && status.contains("NoNewPrivs:\t1"), "{status}");
+
+    let series = |role: &str, outcome: &str| {
+        format!(r#"tfo_trace_connections_total{{role="{role}",outcome="{outcome}"}}"#)
+    };
+    let before = scrape(listen);
+    let (bc, bs) = (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap());
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    let run = lab.run_client(common::exe(), &ClientArgs { count: 4, ..ClientArgs::new(dst) }).unwrap();
+    assert_eq!(run.ok_count(), 4);
+    std::thread::sleep(Duration::from_millis(300));
+    let after = scrape(listen);
+    let dc = Netstat::delta(&bc, &lab.netstat(Side::Client).unwrap());
+    let ds = Netstat::delta(&bs, &lab.netstat(Side::Server).unwrap());
+    let delta = |s: String| sample(&after, &s).unwrap() - sample(&before, &s).unwrap();
+    assert_eq!(dc.get("TcpExtTCPFastOpenActive"), 3, "client counters: {dc:?}");
+    assert_eq!(delta(series("client", "accepted")), dc.get("TcpExtTCPFastOpenActive") as f64, "{after}");
+    assert_eq!(delta(series("client", "cookie_requested")), ds.get("TcpExtTCPFastOpenCookieReqd") as f64);
+    assert_eq!(delta(series("server", "accepted")), ds.get("TcpExtTCPFastOpenPassive") as f64);
+    exporter.stop();
+}

@@ -1,0 +1,353 @@
+//! `tfo-trace export` against a real Prometheus: the lab makes accepted and stalled TFO
+//! connections while a Prometheus server (Debian's `prometheus` package, on loopback, with
+//! its own config and data directory) scrapes the exporter every second; the values
+//! Prometheus then returns from its HTTP API must equal the kernel's counter deltas in the
+//! lab's namespaces. `promtool check metrics` must pass on the exposition and on the
+//! textfile. One test only: tests in one binary run in parallel, and this one counts
+//! kernel events.
+mod common;
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use common::{netns_inode, Tracer};
+use serde_json::Value;
+use tfo_trace::{
+    kernel::netstat::Netstat,
+    lab::{traffic::ClientArgs, Lab, LabConfig, Side},
+};
+
+const PORT: u16 = 8080;
+const PAYLOAD: usize = 100;
+
+/// Prometheus and promtool, installing Debian's package if they are missing; Err = why not.
+fn prometheus_binaries() -> Result<(PathBuf, PathBuf), String> {
+    let find = || {
+        let p = Path::new("/usr/bin/prometheus");
+        let t = Path::new("/usr/bin/promtool");
+        (p.exists() && t.exists()).then(|| (p.to_path_buf(), t.to_path_buf()))
+    };
+    if let Some(found) = find() {
+        return Ok(found);
+    }
+    eprintln!("installing Debian's prometheus package (apt-get, up to 4 minutes)");
+    let mut child = Command::new("apt-get")
+        .args(["-o", "DPkg::Lock::Timeout=120", "install", "-y", "--no-install-recommends", "prometheus"])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!("prometheus is not installed and apt-get cannot run ({e}); `apt-get install prometheus`")
+        })?;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill(); // by pid: our own child
+            let _ = child.wait();
+            return Err("installing prometheus took over 4 minutes; `apt-get install prometheus`".into());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut err = String::new();
+    let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+    find().ok_or_else(|| format!("`apt-get install prometheus` failed ({status}): {}", err.trim()))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// HTTP/1.0 GET (so no chunked answer): (status, body).
+fn http_get(addr: SocketAddr, target: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((status, body.to_string()))
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A Prometheus server on loopback with its own config and data directory; killed (by
+/// pid, it is our child) when dropped.
+struct Prometheus {
+    child: Child,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    fn start(bin: &Path, dir: &Path, target: SocketAddr) -> Prometheus {
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: tfo-trace\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+            .spawn()
+            .expect("starting prometheus");
+        let mut p = Prometheus { child, addr, dir: dir.to_path_buf() };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !matches!(http_get(addr, "/-/ready"), Ok((200, _))) {
+            if let Ok(Some(status)) = p.child.try_wait() {
+                panic!("prometheus exited ({status}): {}", p.log());
+            }
+            assert!(Instant::now() < deadline, "prometheus not ready after 30 s: {}", p.log());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// An instant query that must return one sample: its value.
+    fn query(&self, promql: &str) -> Option<f64> {
+        let (status, body) =
+            http_get(self.addr, &format!("/api/v1/query?query={}", url_encode(promql))).ok()?;
+        assert_eq!(status, 200, "query {promql}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("query {promql}: {e}: {body}"));
+        let result = v["data"]["result"].as_array()?;
+        assert!(result.len() <= 1, "query {promql} returned {} series: {body}", result.len());
+        result.first()?["value"][1].as_str()?.parse().ok()
+    }
+
+    fn value(&self, promql: &str) -> f64 {
+        self.query(promql).unwrap_or_else(|| panic!("no value for {promql}; prometheus log: {}", self.log()))
+    }
+
+    /// Waits for a scrape that started after `t` (unix seconds), so every later query sees
+    /// what the exporter counted up to `t`.
+    fn wait_for_scrape_after(&self, t: f64) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if self.query(r#"timestamp(up{job="tfo-trace"})"#).is_some_and(|ts| ts > t) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no scrape after {t} within 15 s: {}", self.log());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn now_unix() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+/// `promtool check metrics` on `text`; panics with its output if it complains.
+fn promtool_check(promtool: &Path, text: &str, what: &str) {
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running promtool");
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics on {what}: {said}\n{text}"
+    );
+}
+
+struct Counters {
+    client: Netstat,
+    server: Netstat,
+}
+
+fn counters(lab: &Lab) -> Counters {
+    Counters { client: lab.netstat(Side::Client).unwrap(), server: lab.netstat(Side::Server).unwrap() }
+}
+
+#[test]
+fn prometheus_scrapes_what_the_kernel_counted() {
+    require_kernel!();
+    let (prometheus, promtool) = match prometheus_binaries() {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("tfo-trace-export-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // Two destinations: a clean one and one behind a middlebox that drops SYN-data. Both
+    // hand out a cookie first (a cookie request passes the middlebox).
+    let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() }).unwrap();
+    let clean = SocketAddr::new(lab.server_addr(0, false).unwrap(), PORT);
+    let blocked = SocketAddr::new(lab.server_addr(1, false).unwrap(), PORT);
+    let _s0 = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
+    let _s1 = lab.start_server(common::exe(), 1, PORT, 16, false).unwrap();
+    let client =
+        |dst, count| ClientArgs { count, payload_bytes: PAYLOAD, timeout_ms: 5000, ..ClientArgs::new(dst) };
+    for dst in [clean, blocked] {
+        assert_eq!(
+            lab.run_client(common::exe(), &client(dst, 1)).unwrap().ok_count(),
+            1,
+            "cookie from {dst}"
+        );
+    }
+    lab.middlebox_drop_syn_data(Some(blocked.ip())).unwrap();
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+
+    // The exporter counts the whole host; --netns keeps other TFO traffic on this machine
+    // (another test run, say) out of the comparison. --top-destinations 1: the first
+    // destination seen (the clean one, below) gets its own series, the other goes to "other".
+    let exporter: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let textfile = dir.join("tfo_trace.prom");
+    let tracer = Tracer::start_command(&[
+        "export",
+        "--web.listen-address",
+        &exporter.to_string(),
+        "--netns",
+        &cli_ns.to_string(),
+        "--netns",
+        &srv_ns.to_string(),
+        "--top-destinations",
+        "1",
+        "--textfile",
+        textfile.to_str().unwrap(),
+        "--interval",
+        "1s",
+    ]);
+    let prom = Prometheus::start(&prometheus, &dir, exporter);
+    prom.wait_for_scrape_after(now_unix());
+    assert_eq!(prom.value(r#"up{job="tfo-trace"}"#), 1.0, "prometheus scrapes the exporter");
+
+    let q = |role: &str, outcome: &str| {
+        format!(r#"sum(tfo_trace_connections_total{{role="{role}",outcome="{outcome}"}})"#)
+    };
+    let queries = [
+        q("client", "accepted"),
+        q("client", "syn_retransmitted"),
+        q("client", "cookie_requested"),
+        q("server", "accepted"),
+        format!(r#"tfo_trace_connections_total{{role="client",outcome="accepted",destination="{clean}"}}"#),
+        r#"tfo_trace_connections_total{role="client",outcome="syn_retransmitted",destination="other"}"#
+            .into(),
+        r#"tfo_trace_syn_data_bytes_total{role="client"}"#.into(),
+        r#"tfo_trace_syn_data_bytes_total{role="server"}"#.into(),
+        "sum(tfo_trace_stall_seconds_total)".into(),
+        r#"tfo_trace_handshake_seconds_bucket{role="client",le="0.9"}"#.into(),
+        r#"tfo_trace_handshake_seconds_bucket{role="client",le="1.5"}"#.into(),
+        r#"tfo_trace_handshake_seconds_count{role="client"}"#.into(),
+    ];
+    // Series that do not exist yet (a destination not seen yet) count as 0.
+    let read_all = || queries.iter().map(|q| prom.query(q).unwrap_or(0.0)).collect::<Vec<f64>>();
+    let before_prom = read_all();
+    let before = counters(&lab);
+    let dropped_before = lab.middlebox_dropped().unwrap();
+
+    let n_ok = 6;
+    let n_stalled = 2;
+    let ok = lab.run_client(common::exe(), &client(clean, n_ok)).unwrap();
+    let stalled = lab.run_client(common::exe(), &client(blocked, n_stalled)).unwrap();
+    assert_eq!(ok.ok_count() + stalled.ok_count(), (n_ok + n_stalled) as usize, "lab connections failed");
+    // Events of connections that just closed reach the exporter within milliseconds.
+    std::thread::sleep(Duration::from_millis(300));
+    let after = counters(&lab);
+    let t_end = now_unix();
+    let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
+    prom.wait_for_scrape_after(t_end);
+    let after_prom = read_all();
+    let d: Vec<f64> = after_prom.iter().zip(&before_prom).map(|(a, b)| a - b).collect();
+    let dc = Netstat::delta(&before.client, &after.client);
+    let ds = Netstat::delta(&before.server, &after.server);
+    fn tfo(n: &Netstat) -> Vec<(&str, u64)> {
+        n.nonzero().filter(|(k, _)| k.contains("FastOpen") || k.contains("SynRetrans")).collect()
+    }
+    eprintln!("kernel client: {:?}; server: {:?}", tfo(&dc), tfo(&ds));
+    eprintln!("prometheus deltas: {:?}", queries.iter().zip(&d).collect::<Vec<_>>());
+
+    // The kernel agrees with the lab first (else the comparison below proves nothing).
+    assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n_ok), "client counters: {dc:?}");
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), u64::from(n_stalled), "client counters: {dc:?}");
+    assert_eq!(dropped, u64::from(n_stalled), "SYN-data the middlebox dropped");
+
+    // What Prometheus stored equals the kernel's counter deltas.
+    let k = |v: u64| v as f64;
+    assert_eq!(d[0], k(dc.get("TcpExtTCPFastOpenActive")), "client accepted");
+    assert_eq!(d[1], k(dc.get("TcpExtTCPSynRetrans")), "client syn_retransmitted (stalls)");
+    assert_eq!(d[1], k(dc.get("TcpExtTCPFastOpenActiveFail")), "stalled SYN-data is ActiveFail too");
+    assert_eq!(d[2], k(ds.get("TcpExtTCPFastOpenCookieReqd")), "cookie requests (none: cookies cached)");
+    assert_eq!(d[3], k(ds.get("TcpExtTCPFastOpenPassive")), "server accepted");
+    // The top-1 destination is the clean one; the blocked one is counted under "other".
+    assert_eq!(d[4], k(dc.get("TcpExtTCPFastOpenActive")), "destination={clean}");
+    assert_eq!(d[5], k(dc.get("TcpExtTCPSynRetrans")), "destination=other");
+    // Every SYN carried the payload: accepted ones and the ones the middlebox dropped.
+    let syns_with_data = dc.get("TcpExtTCPFastOpenActive") + dc.get("TcpExtTCPSynRetrans");
+    assert_eq!(d[6], k(syns_with_data * PAYLOAD as u64), "client SYN-data bytes");
+    assert_eq!(d[7], k(ds.get("TcpExtTCPFastOpenPassive") * PAYLOAD as u64), "server SYN-data bytes");
+    // Each stall is the kernel's 1 s initial SYN RTO: 0.9-1.5 s each, in the 0.9-1.5 s buckets.
+    let stalls = k(dc.get("TcpExtTCPSynRetrans"));
+    assert!(d[8] >= 0.9 * stalls && d[8] <= 1.5 * stalls, "stall seconds {} for {stalls} stalls", d[8]);
+    assert_eq!(d[10] - d[9], stalls, "handshakes between 0.9 s and 1.5 s");
+    assert_eq!(d[11], k(syns_with_data), "one handshake observation per client connection");
+    assert_eq!(prom.value(r#"count(tfo_trace_build_info{backend="tracepoint"} == 1)"#), 1.0);
+
+    // The exposition, from HTTP and from the textfile, passes promtool's checks.
+    let (status, exposition) = http_get(exporter, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    promtool_check(&promtool, &exposition, "/metrics");
+    assert_eq!(http_get(exporter, "/nope").unwrap().0, 404);
+    let (_, stderr) = tracer.stop();
+    let text = std::fs::read_to_string(&textfile)
+        .unwrap_or_else(|e| panic!("{}: {e}; {stderr:?}", textfile.display()));
+    promtool_check(&promtool, &text, "the textfile");
+    let accepted_line =
+        format!(r#"tfo_trace_connections_total{{role="client",outcome="accepted",destination="{clean}"}} "#);
+    let in_file: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&accepted_line))
+        .unwrap_or_else(|| panic!("no accepted series in the textfile:\n{text}"))
+        .parse()
+        .unwrap();
+    assert_eq!(in_file, after_prom[4], "the final textfile holds what Prometheus scraped last");
+    drop(prom);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,208 @@
+//! `trace --record` then `report --from` against the real kernel: the lab makes real TFO
+//! connections, the recording is replayed, and the report's verdict numbers must equal the
+//! kernel's own counter deltas (TcpExtTCPSynRetrans, TcpExtTCPFastOpenActiveFail) and the
+//! packets the middlebox dropped. A truncated or corrupt recording must still give the
+//! report of its good lines, then one error line naming the bad line, and exit 1.
+//! Needs root; skips with the reason otherwise.
+mod common;
+
+use std::{
+    net::SocketAddr,
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use common::{netns_inode, Tracer};
+use serde_json::Value;
+use tfo_trace::{
+    kernel::netstat::Netstat,
+    lab::{
+        traffic::{ClientArgs, ClientMode},
+        Lab, LabConfig, Side,
+    },
+};
+
+const PORT: u16 = 8080;
+
+/// Deleted on drop, also when the test fails.
+struct TempFile(PathBuf);
+impl TempFile {
+    fn new(name: &str) -> TempFile {
+        TempFile(std::env::temp_dir().join(format!("tfo-report-test-{}-{name}.jsonl", std::process::id())))
+    }
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+struct Out {
+    code: Option<i32>,
+    json: Value,
+    stderr: String,
+}
+
+fn report_from(path: &Path) -> Out {
+    let out = Command::new(common::exe())
+        .args(["report", "--format", "json", "--from"])
+        .arg(path)
+        .output()
+        .expect("running tfo-trace report");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    Out {
+        code: out.status.code(),
+        json: serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("report JSON: {e}: {stdout}")),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn destination<'a>(report: &'a Value, dst: &str, netns: u32) -> &'a Value {
+    report["destinations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["destination"] == dst && d["netns"] == netns)
+        .unwrap_or_else(|| panic!("no destination {dst} in netns {netns}: {report:#}"))
+}
+
+fn client(lab: &Lab, count: u32) -> ClientArgs {
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), PORT);
+    ClientArgs { count, mode: ClientMode::MsgFastopen, payload_bytes: 100, ..ClientArgs::new(dst) }
+}
+
+/// Records `n` connections with `tfo-trace trace --json --record FILE`; returns the events
+/// printed on stdout and the client counter deltas over the recording.
+fn record(lab: &Lab, file: &TempFile, n: u32) -> (Vec<Value>, Netstat, u32) {
+    let before = lab.netstat(Side::Client).unwrap();
+    let tracer = Tracer::start_command(&["trace", "--json", "--record", file.path()]);
+    let run = lab.run_client(common::exe(), &client(lab, n)).unwrap();
+    let (events, stderr) = tracer.stop();
+    let delta = Netstat::delta(&before, &lab.netstat(Side::Client).unwrap());
+    assert_eq!(run.ok_count(), n as usize, "lab connections failed: {run:?}");
+    assert!(stderr.iter().any(|l| l.contains("recorded to")), "{stderr:?}");
+    let mode = std::fs::metadata(&file.0).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "recordings are private");
+    (events, delta, run.pid)
+}
+
+#[test]
+fn report_on_a_recorded_middlebox_drop() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
+    let warm = lab.run_client(common::exe(), &client(&lab, 1)).unwrap();
+    assert_eq!(warm.ok_count(), 1, "cookie fetched");
+    lab.middlebox_drop_syn_data(None).unwrap();
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let dropped_before = lab.middlebox_dropped().unwrap();
+    let file = TempFile::new("drop");
+    let n = 3;
+    let (events, delta, _) = record(&lab, &file, n);
+    let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
+
+    // The kernel and the wire agree first.
+    assert_eq!(delta.get("TcpExtTCPSynRetrans"), u64::from(n), "client counters: {delta:?}");
+    assert_eq!(dropped, u64::from(n), "packets dropped by the middlebox");
+
+    let out = report_from(&file.0);
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(out.json["source"]["events"], events.len(), "every printed event was recorded");
+    assert_eq!(out.json["source"]["backend"], "tracepoint");
+    let dst = format!("{}:{PORT}", lab.server_addr(0, false).unwrap());
+    let d = destination(&out.json, &dst, cli_ns);
+    assert_eq!(d["verdict"]["kind"], "syn_data_dropped", "{d:#}");
+    assert_eq!(d["syn_data_dropped"], delta.get("TcpExtTCPSynRetrans"));
+    assert_eq!(d["syn_data_dropped"], dropped);
+    assert_eq!(d["syn_data_dropped"], delta.get("TcpExtTCPFastOpenActiveFail"));
+    assert_eq!(d["syn_data_sent"], u64::from(n));
+    let sentence = d["verdict"]["sentence"].as_str().unwrap();
+    assert!(
+        sentence.starts_with(&format!(
+            "SYN-data to {dst} was dropped on the path in {n} of {n} connections, +1.0"
+        )),
+        "{sentence}"
+    );
+    assert!(sentence.ends_with("disable TFO towards it or fix the path"), "{sentence}");
+    let per = Duration::from_micros(d["lost_us_per_stalled"].as_u64().unwrap());
+    assert!(per >= Duration::from_millis(900) && per <= Duration::from_millis(1500), "{per:?}");
+
+    // Truncated: the last event cut in half. The good lines are still reported.
+    let full = std::fs::read(&file.0).unwrap();
+    let lines = full.iter().filter(|&&b| b == b'\n').count(); // header + events
+    let cut = TempFile::new("drop-truncated");
+    std::fs::write(&cut.0, &full[..full.len() - 30]).unwrap();
+    let out = report_from(&cut.0);
+    assert_eq!(out.code, Some(1), "a truncated recording fails");
+    assert_eq!(out.json["source"]["events"], events.len() - 1, "every good line is used");
+    let err: Vec<&str> = out.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(err.len(), 1, "one error line: {:?}", out.stderr);
+    assert!(err[0].contains(&format!("line {lines}: truncated")), "{}", err[0]);
+    assert!(!out.stderr.contains("panicked"));
+
+    // Corrupt: line 3 (the second event) overwritten; only the first event survives.
+    let text = String::from_utf8(full).unwrap();
+    let mut l: Vec<&str> = text.lines().collect();
+    l[2] = "{\"ts\": \"garbage";
+    let bad = TempFile::new("drop-corrupt");
+    std::fs::write(&bad.0, l.join("\n") + "\n").unwrap();
+    let out = report_from(&bad.0);
+    assert_eq!(out.code, Some(1));
+    assert_eq!(out.json["source"]["events"], 1);
+    assert!(out.stderr.contains("line 3: corrupt event"), "{}", out.stderr);
+}
+
+#[test]
+fn report_on_a_recorded_server_that_stopped_taking_tfo() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
+    let warm = lab.run_client(common::exe(), &client(&lab, 2)).unwrap();
+    assert_eq!(warm.ok_count(), 2);
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen", "0").unwrap();
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let file = TempFile::new("stopped");
+    let n = 4;
+    let (_, delta, _) = record(&lab, &file, n);
+    assert_eq!(delta.get("TcpExtTCPFastOpenActiveFail"), u64::from(n), "client counters: {delta:?}");
+
+    let out = report_from(&file.0);
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let dst = format!("{}:{PORT}", lab.server_addr(0, false).unwrap());
+    let d = destination(&out.json, &dst, cli_ns);
+    assert_eq!(d["verdict"]["kind"], "server_stopped_tfo", "{d:#}");
+    assert_eq!(d["data_not_acked"], delta.get("TcpExtTCPFastOpenActiveFail"));
+    assert_eq!(d["accepted"], delta.get("TcpExtTCPFastOpenActive"));
+    assert_eq!(d["syn_data_dropped"], delta.get("TcpExtTCPSynRetrans"));
+    let sentence = d["verdict"]["sentence"].as_str().unwrap();
+    assert!(
+        sentence.starts_with(&format!(
+            "server {dst} no longer accepts TFO: {n} of {n} SYN-data not acknowledged"
+        )),
+        "{sentence}"
+    );
+}
+
+/// Bad input without a kernel: not a recording at all, and a missing file.
+#[test]
+fn report_rejects_what_is_not_a_recording() {
+    let f = TempFile::new("not-a-recording");
+    std::fs::write(&f.0, "hello\n").unwrap();
+    let out = Command::new(common::exe()).args(["report", "--from", f.path()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("line 1: not a tfo-trace recording"), "{err}");
+    let out =
+        Command::new(common::exe()).args(["report", "--from", "/nonexistent/r.jsonl"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("opening the recording /nonexistent/r.jsonl"));
+    let out =
+        Command::new(common::exe()).args(["report", "--from", "x", "--duration", "5s"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "--from and --duration conflict");
+}

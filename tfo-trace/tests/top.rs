@@ -1,0 +1,341 @@
+//! `tfo-trace top` against the real kernel. The lab makes real TFO connections (one
+//! destination clean, one behind a middlebox that drops SYN-data) and what `top` shows,
+//! in its plain rows and in its terminal UI (run in a real terminal: tmux), must equal the
+//! kernel's own counters (nstat deltas per namespace) and the middlebox's drop counter.
+//! Needs root; the terminal test also needs tmux. Each skips with the reason otherwise.
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Read},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use common::netns_inode;
+use tfo_trace::{
+    kernel::netstat::Netstat,
+    lab::{traffic::ClientArgs, Lab, LabConfig, Side},
+};
+
+/// The cells of the row whose first cell is `key`, by column title, from a block of text
+/// whose header line starts with `first_title`. Cells never contain spaces.
+fn row(text: &str, first_title: &str, key: &str) -> Option<BTreeMap<String, String>> {
+    let mut header: Option<Vec<&str>> = None;
+    for line in text.lines() {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        if cells.first() == Some(&first_title) {
+            header = Some(cells);
+        } else if let (Some(h), Some(&first)) = (&header, cells.first()) {
+            if first == key {
+                return Some(
+                    h.iter().map(|t| t.to_string()).zip(cells.iter().map(|c| c.to_string())).collect(),
+                );
+            }
+        }
+    }
+    None
+}
+
+fn num(r: &BTreeMap<String, String>, col: &str) -> u64 {
+    r.get(col)
+        .unwrap_or_else(|| panic!("no {col} column in {r:?}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("{col}: {r:?}"))
+}
+
+/// `1.02s`, `980.9ms`, `0.12ms` -> seconds.
+fn secs(r: &BTreeMap<String, String>, col: &str) -> f64 {
+    let v = &r[col];
+    if let Some(ms) = v.strip_suffix("ms") {
+        ms.parse::<f64>().unwrap() / 1e3
+    } else {
+        v.strip_suffix('s').unwrap_or_else(|| panic!("{col}={v}")).parse().unwrap()
+    }
+}
+
+struct Counters {
+    client: Netstat,
+    server: Netstat,
+    dropped: u64,
+}
+
+fn counters(lab: &Lab) -> Counters {
+    Counters {
+        client: lab.netstat(Side::Client).unwrap(),
+        server: lab.netstat(Side::Server).unwrap(),
+        dropped: lab.middlebox_dropped().unwrap(),
+    }
+}
+
+fn delta(lab: &Lab, before: &Counters) -> (Netstat, Netstat, u64) {
+    let after = counters(lab);
+    (
+        Netstat::delta(&before.client, &after.client),
+        Netstat::delta(&before.server, &after.server),
+        after.dropped - before.dropped,
+    )
+}
+
+/// `top --batch --count 2 -d 1`: two snapshots, then it exits by itself. Meanwhile a clean
+/// destination gets a cookie request and two TFO connections, and the middlebox
+/// destination a cookie request (small SYN, passes) and one SYN-data that is dropped.
+#[test]
+fn batch_rows_match_the_kernel_counters() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() }).unwrap();
+    let port = 8090;
+    let _clean_srv = lab.start_server(common::exe(), 0, port, 16, false).unwrap();
+    let _bad_srv = lab.start_server(common::exe(), 1, port, 16, false).unwrap();
+    let clean = SocketAddr::new(lab.server_addr(0, false).unwrap(), port);
+    let bad = SocketAddr::new(lab.server_addr(1, false).unwrap(), port);
+    lab.middlebox_drop_syn_data(Some(bad.ip())).unwrap();
+    let srv_ns = netns_inode(&lab, Side::Server);
+    let before = counters(&lab);
+    let recording = std::env::temp_dir().join(format!("tfo-top-{}.jsonl", std::process::id()));
+
+    let mut child = Command::new(common::exe())
+        .args(["top", "--batch", "--count", "2", "-d", "1", "--record"])
+        .arg(&recording)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let out = std::thread::spawn(move || common::read_all(stdout));
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut err_lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !err_lines.iter().any(|l: &String| l.contains("programs attached")) {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) => err_lines.push(l),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("top did not attach: {err_lines:?}");
+            }
+        }
+    }
+    // Both clients at once: everything is over about 1.1 s after attaching, well inside
+    // the two one-second intervals.
+    let c1 = lab.spawn_client(common::exe(), &ClientArgs { count: 3, ..ClientArgs::new(clean) }).unwrap();
+    let c2 = lab.spawn_client(common::exe(), &ClientArgs { count: 2, ..ClientArgs::new(bad) }).unwrap();
+    let (r1, r2) = (c1.wait(Duration::from_secs(15)).unwrap(), c2.wait(Duration::from_secs(15)).unwrap());
+    assert_eq!((r1.ok_count(), r2.ok_count()), (3, 2), "lab connections");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("top --count 2 -d 1 did not exit by itself");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = out.join().unwrap();
+    err_lines.extend(rx.try_iter());
+    assert!(status.success(), "exit {status}; stderr {err_lines:?}");
+    let (dc, ds, dropped) = delta(&lab, &before);
+
+    let snapshots: Vec<&str> = text.split("tfo-trace top ").filter(|s| !s.trim().is_empty()).collect();
+    assert_eq!(snapshots.len(), 2, "--count 2: two snapshots\n{text}");
+    let last = snapshots[1];
+
+    // The kernel's view first.
+    assert_eq!(dropped, 1, "one SYN-data dropped by the middlebox");
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), 1, "client counters: {dc:?}");
+    assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 2, "one cookie request per destination: {ds:?}");
+    // And top's rows.
+    let b = row(last, "DESTINATION", &bad.to_string()).unwrap_or_else(|| panic!("no row for {bad}:\n{last}"));
+    let c =
+        row(last, "DESTINATION", &clean.to_string()).unwrap_or_else(|| panic!("no row for {clean}:\n{last}"));
+    assert_eq!(num(&b, "STALLS"), dc.get("TcpExtTCPSynRetrans"), "{b:?}");
+    assert_eq!(num(&b, "STALLS"), dropped);
+    assert_eq!(num(&c, "STALLS"), 0, "{c:?}");
+    assert_eq!(num(&b, "ATTEMPTS") + num(&c, "ATTEMPTS"), 5, "one event per connection");
+    assert_eq!(num(&b, "COOKIE") + num(&c, "COOKIE"), ds.get("TcpExtTCPFastOpenCookieReqd"));
+    assert_eq!(num(&b, "ACCEPTED") + num(&c, "ACCEPTED"), dc.get("TcpExtTCPFastOpenActive"));
+    assert_eq!(num(&b, "NOT_ACKED") + num(&c, "NOT_ACKED"), 0);
+    let lost = secs(&b, "LOST");
+    assert!((0.9..1.5).contains(&lost), "one 1 s SYN timeout lost: {b:?}");
+    assert!(secs(&b, "P99") >= 0.9, "the stall is the tail: {b:?}");
+    // The server side: one listener row per address, in the server namespace.
+    let l =
+        row(last, "LISTENER", &clean.to_string()).unwrap_or_else(|| panic!("no listener {clean}:\n{last}"));
+    assert_eq!(l["NETNS"], srv_ns.to_string());
+    let lb = row(last, "LISTENER", &bad.to_string()).map(|r| num(&r, "ACCEPTED")).unwrap_or(0);
+    assert_eq!(num(&l, "ACCEPTED") + lb, ds.get("TcpExtTCPFastOpenPassive"), "{ds:?}");
+    // The process table: the middlebox client is the one that stalled.
+    let p = row(last, "PID", &r2.pid.to_string()).unwrap_or_else(|| panic!("no process {}:\n{last}", r2.pid));
+    assert_eq!(p["COMM"], "tfo-trace");
+    assert_eq!(num(&p, "STALLS"), 1);
+    assert_eq!(num(&p, "ATTEMPTS"), 2);
+
+    // The recording replays into the same rows: `top --from` against the same kernel deltas.
+    let replay =
+        Command::new(common::exe()).args(["top", "--batch", "--from"]).arg(&recording).output().unwrap();
+    let _ = std::fs::remove_file(&recording);
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+    let text = String::from_utf8_lossy(&replay.stdout);
+    let b =
+        row(&text, "DESTINATION", &bad.to_string()).unwrap_or_else(|| panic!("replay lacks {bad}:\n{text}"));
+    let c = row(&text, "DESTINATION", &clean.to_string())
+        .unwrap_or_else(|| panic!("replay lacks {clean}:\n{text}"));
+    assert_eq!(num(&b, "STALLS"), dc.get("TcpExtTCPSynRetrans"), "replayed {b:?}");
+    assert_eq!(num(&b, "ACCEPTED") + num(&c, "ACCEPTED"), dc.get("TcpExtTCPFastOpenActive"));
+    assert_eq!(num(&b, "COOKIE") + num(&c, "COOKIE"), ds.get("TcpExtTCPFastOpenCookieReqd"));
+}
+
+/// A tmux server of our own (its own socket), killed with the test.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> String {
+        let out =
+            Command::new("tmux").args(["-L", &self.socket, "-f", "/dev/null"]).args(args).output().unwrap();
+        assert!(out.status.success(), "tmux {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn screen(&self) -> String {
+        self.cmd(&["capture-pane", "-p", "-t", "top"])
+    }
+
+    /// Polls the screen until `ok` holds (at most `secs`).
+    fn wait_for(&self, secs: u64, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting for {what}; screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["-L", &self.socket, "kill-server"]).output();
+    }
+}
+
+fn wait_file(path: &Path, secs: u64) -> Option<String> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if let Ok(mut f) = std::fs::File::open(path) {
+            let mut s = String::new();
+            let _ = f.read_to_string(&mut s);
+            if s.ends_with('\n') {
+                return Some(s);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+/// The terminal UI in a real terminal (tmux, 120x30): the middlebox destination's row
+/// shows the stalls the kernel counted; keys switch tables; `q` exits 0 and gives the
+/// terminal back (normal screen, cooked mode, held-back stderr printed).
+#[test]
+fn tui_in_a_real_terminal_matches_the_kernel() {
+    require_kernel!();
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("skipped: needs tmux (`apt-get install tmux`) to run top in a real terminal");
+        return;
+    }
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let port = 8091;
+    let _server = lab.start_server(common::exe(), 0, port, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), port);
+    let warm = lab.run_client(common::exe(), &ClientArgs::new(dst)).unwrap();
+    assert_eq!(warm.ok_count(), 1, "cookie fetched before the middlebox");
+    lab.middlebox_drop_syn_data(None).unwrap();
+    let before = counters(&lab);
+
+    let dir: PathBuf = std::env::temp_dir().join(format!("tfotest-top-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let status_file = dir.join("status");
+    let stty_file = dir.join("stty");
+    let _ = std::fs::remove_file(&status_file);
+    let script = format!(
+        "'{}' top -d 1; echo \"exit=$?\" > '{}'; stty -a > '{}'; exec sleep 120",
+        common::exe().display(),
+        status_file.display(),
+        stty_file.display()
+    );
+    let tmux = Tmux { socket: format!("tfotest-{}", std::process::id()) };
+    tmux.cmd(&["new-session", "-d", "-x", "120", "-y", "30", "-s", "top", "sh", "-c", &script]);
+
+    // The header only shows once the programs are attached.
+    tmux.wait_for(30, "the top screen", |s| s.contains("tfo-trace top") && s.contains("DESTINATION"));
+    let n = 2;
+    let run = lab.run_client(common::exe(), &ClientArgs { count: n, ..ClientArgs::new(dst) }).unwrap();
+    assert_eq!(run.ok_count(), n as usize);
+    let (dc, _, dropped) = delta(&lab, &before);
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), u64::from(n), "kernel: {dc:?}");
+    assert_eq!(dropped, u64::from(n), "middlebox drops");
+
+    let key = dst.to_string();
+    let screen = tmux.wait_for(5, "the stalled destination's row", |s| {
+        row(s, "DESTINATION", &key).is_some_and(|r| num(&r, "STALLS") == u64::from(n))
+    });
+    let r = row(&screen, "DESTINATION", &key).unwrap();
+    assert_eq!(num(&r, "STALLS"), dc.get("TcpExtTCPSynRetrans"), "{r:?}");
+    assert_eq!(num(&r, "STALLS"), dropped);
+    assert_eq!(num(&r, "ATTEMPTS"), u64::from(n), "{r:?}");
+    assert_eq!(num(&r, "ACCEPTED"), dc.get("TcpExtTCPFastOpenActive"), "{r:?}");
+    let lost = secs(&r, "LOST");
+    assert!(lost >= 0.9 * f64::from(n) && lost < 1.5 * f64::from(n), "{r:?}");
+    assert!(r.contains_key("ALT_KEY") && r.contains_key("P99"), "all columns at 120 wide: {r:?}");
+    assert!(screen.contains("tcp_fastopen 0x"), "{screen}");
+    assert!(screen.lines().last().is_some_and(|l| l.contains("q quit")), "footer:\n{screen}");
+
+    // `3`: the process table, the client process with its stalls.
+    tmux.cmd(&["send-keys", "-t", "top", "3"]);
+    let pid = run.pid.to_string();
+    let screen = tmux.wait_for(5, "the process table", |s| row(s, "PID", &pid).is_some());
+    let p = row(&screen, "PID", &pid).unwrap();
+    assert_eq!((p["COMM"].as_str(), num(&p, "STALLS")), ("tfo-trace", u64::from(n)), "{p:?}");
+    // `/` filter on another address: the row goes away.
+    tmux.cmd(&["send-keys", "-t", "top", "1"]);
+    tmux.cmd(&["send-keys", "-t", "top", "/"]);
+    tmux.cmd(&["send-keys", "-t", "top", "-l", "203.0.113.9"]);
+    tmux.cmd(&["send-keys", "-t", "top", "Enter"]);
+    tmux.wait_for(5, "the filter", |s| {
+        s.contains("filter: 203.0.113.9") && row(s, "DESTINATION", &key).is_none()
+    });
+
+    tmux.cmd(&["send-keys", "-t", "top", "q"]);
+    let status = wait_file(&status_file, 10).expect("top did not exit after q");
+    assert_eq!(status.trim(), "exit=0");
+    let stty = wait_file(&stty_file, 5).expect("stty after top");
+    let raw = stty.split_whitespace().any(|w| w == "-icanon" || w == "-echo");
+    assert!(!raw, "terminal left in raw mode: {stty}");
+    assert_eq!(tmux.cmd(&["display-message", "-p", "-t", "top", "#{alternate_on}"]).trim(), "0");
+    let after = tmux.screen();
+    assert!(!after.contains("DESTINATION"), "the UI is gone from the normal screen:\n{after}");
+    assert!(after.contains("programs attached"), "{after}");
+    assert!(
+        after.contains(" events, ") && after.contains(" lost"),
+        "the exit summary, after the UI:\n{after}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
