@@ -1,9 +1,9 @@
 //! `tfo-trace demo`: the built-in lab, traced. Two destinations on one TFO server
 //! namespace, one clean and one behind a middlebox that drops SYNs carrying data, and
-//! clients in a second namespace: a newcomer sees accepted connections and one-second
-//! stalls within seconds, then a per-destination summary.
+//! clients in a second namespace, all shown by `top`: a newcomer sees accepted
+//! connections and one-second stalls within seconds.
 use std::{
-    io::{self, Write},
+    io::{self, IsTerminal},
     net::SocketAddr,
     time::Duration,
 };
@@ -11,15 +11,18 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    aggregation,
+    aggregation::table::{Sort, View, DEFAULT_CAPACITY},
     cli::DemoArgs,
-    events::{reader::EventSource, Event, Outcome, Role},
+    events::reader::EventSource,
     lab::{
         traffic::{ClientArgs, ClientMode},
         ClientChild, Lab, LabConfig,
     },
     probes::LoadOptions,
-    views::trace,
+    views::{
+        top::{self, HeaderInfo, TopOptions},
+        trace,
+    },
 };
 
 const PORT: u16 = 8080;
@@ -46,32 +49,6 @@ fn start_traffic(lab: &Lab, exe: &std::path::Path, duration: Duration) -> Result
     specs.iter().map(|s| lab.spawn_client(exe, s)).collect()
 }
 
-fn summary(out: &mut impl Write, events: &[Event]) -> io::Result<()> {
-    let by_dst = aggregation::by_destination(events);
-    writeln!(out)?;
-    writeln!(
-        out,
-        "{:<28} {:>8} {:>8} {:>9} {:>9} {:>7} {:>10}",
-        "DESTINATION", "CONNS", "COOKIE", "ACCEPTED", "NOT_ACKED", "STALLS", "TIME_LOST"
-    )?;
-    for (dst, t) in &by_dst.groups {
-        writeln!(
-            out,
-            "{:<28} {:>8} {:>8} {:>9} {:>9} {:>7} {:>9.2}s",
-            dst,
-            t.total(),
-            t.count(Role::Client, Outcome::CookieRequested),
-            t.count(Role::Client, Outcome::Accepted),
-            t.count(Role::Client, Outcome::DataNotAcked),
-            t.count(Role::Client, Outcome::SynRetransmitted),
-            t.stall_us_total as f64 / 1e6,
-        )?;
-    }
-    let servers = events.iter().filter(|e| e.role == Role::Server).count();
-    writeln!(out, "server side: {servers} TFO children accepted")?;
-    out.flush()
-}
-
 pub async fn run(args: DemoArgs) -> Result<()> {
     let exe = std::env::current_exe().context("locating the tfo-trace executable")?;
     let load = LoadOptions { backend: args.probe.backend, ring_buffer_bytes: args.probe.ring_buffer_size };
@@ -96,32 +73,29 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     );
     let clients = start_traffic(&lab, &exe, args.duration)?;
 
-    let mut stdout = io::stdout().lock();
-    if !args.json {
-        writeln!(stdout, "{}", trace::HEADER)?;
-    }
-    // Two seconds past the traffic, so the last stalled connections are seen.
-    let mut stop = crate::views::stop::Stop::new(Some(args.duration + Duration::from_secs(2)))?;
-    let mut all = Vec::new();
-    let mut batch = Vec::new();
-    loop {
-        tokio::select! {
-            r = source.next_batch(&mut batch) => r?,
-            _ = stop.requested() => break,
-        }
-        trace::write_events(&mut stdout, &batch, args.json)?;
-        all.append(&mut batch);
-    }
+    // `top` shows the lab: the live UI on a terminal, table snapshots otherwise. It stops
+    // two seconds after the traffic, so the last stalled connections are in.
+    let tty = io::stdout().is_terminal() && !args.json;
+    let interval = if tty { Duration::from_secs(1) } else { Duration::from_secs(5) };
+    let opts = TopOptions {
+        load,
+        interval,
+        count: None,
+        duration: Some(args.duration + Duration::from_secs(2)),
+        batch: false,
+        json: args.json,
+        sort: Sort::Stalls,
+        filter: String::new(),
+        view: View::Destinations,
+        max_groups: DEFAULT_CAPACITY,
+        record: None,
+        from: None,
+    };
+    let seen = top::run_on(&mut source, &opts, HeaderInfo::new(tracer.backend.to_string(), interval)).await?;
     for c in clients {
         c.kill();
     }
-    source.drain(&mut batch);
-    trace::write_events(&mut stdout, &batch, args.json)?;
-    all.append(&mut batch);
-    if !args.json {
-        summary(&mut stdout, &all)?;
-    }
-    eprintln!("tfo-trace demo: {} events, {} lost; lab removed", all.len(), source.lost());
+    eprintln!("tfo-trace demo: {seen} events, {} lost; lab removed", source.lost());
     drop(lab);
     Ok(())
 }
