@@ -227,6 +227,7 @@ fn destination_only(destination: Option<String>) -> Labels {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::sample_event;
     use std::net::{IpAddr, Ipv4Addr};
 
     fn build() -> BuildInfo {
@@ -234,34 +235,20 @@ mod tests {
     }
 
     fn ev(role: Role, outcome: Outcome, dst: u8, data: u32, handshake_us: u64, stall_us: u64) -> Event {
-        let (client, server) =
-            (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)), IpAddr::V4(Ipv4Addr::new(198, 18, 0, dst)));
-        let (saddr, sport, daddr, dport) = match role {
-            Role::Client => (client, 40000, server, 8080),
-            Role::Server => (server, 8080, client, 40000),
+        let e = sample_event(role, outcome);
+        let server = IpAddr::V4(Ipv4Addr::new(198, 18, 0, dst));
+        let (saddr, daddr) = match role {
+            Role::Client => (e.saddr, server),
+            Role::Server => (server, e.daddr),
         };
         Event {
-            ts: String::new(),
-            ts_unix_ns: 0,
-            role,
-            outcome,
-            family: 4,
             saddr,
-            sport,
             daddr,
-            dport,
-            netns: 1,
-            pid: 1,
-            comm: "c".into(),
             syn_data_bytes: data,
-            cookie_len: None,
-            cookie_issued: None,
-            exp_option: false,
             retransmits: u32::from(stall_us > 0),
             handshake_us: Some(handshake_us),
             stall_us,
-            queue_len: None,
-            queue_max: None,
+            ..e
         }
     }
 

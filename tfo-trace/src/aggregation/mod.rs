@@ -79,31 +79,19 @@ pub fn by_destination<'a>(events: impl IntoIterator<Item = &'a Event>) -> Groupe
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::sample_event;
     use std::net::{IpAddr, Ipv4Addr};
 
     fn ev(role: Role, outcome: Outcome, netns: u32, dport: u16, stall_us: u64, data: u32) -> Event {
         Event {
-            ts: String::new(),
-            ts_unix_ns: 0,
-            role,
-            outcome,
-            family: 4,
-            saddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
             sport: 1000,
             daddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
             dport,
             netns,
-            pid: 1,
-            comm: "c".into(),
             syn_data_bytes: data,
-            cookie_len: None,
-            cookie_issued: None,
-            exp_option: false,
             retransmits: u32::from(stall_us > 0),
-            handshake_us: Some(100),
             stall_us,
-            queue_len: None,
-            queue_max: None,
+            ..sample_event(role, outcome)
         }
     }
 

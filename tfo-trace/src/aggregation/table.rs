@@ -414,32 +414,22 @@ impl Sort {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::events::sample_event;
     use std::net::{IpAddr, Ipv4Addr};
 
     /// A client event towards 198.18.0.`host`:`port` by pid 100 "curl".
     pub(crate) fn client(outcome: Outcome, host: u8, port: u16, handshake_us: u64, stall_us: u64) -> Event {
         Event {
-            ts: String::new(),
-            ts_unix_ns: 0,
-            role: Role::Client,
-            outcome,
-            family: 4,
-            saddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
-            sport: 40000,
             daddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, host)),
             dport: port,
             netns: 4026532177,
             pid: 100,
             comm: "curl".into(),
             syn_data_bytes: if outcome == Outcome::CookieRequested { 0 } else { 64 },
-            cookie_len: None,
-            cookie_issued: None,
-            exp_option: false,
             retransmits: u32::from(stall_us > 0),
             handshake_us: Some(handshake_us),
             stall_us,
-            queue_len: None,
-            queue_max: None,
+            ..sample_event(Role::Client, outcome)
         }
     }
 

@@ -283,6 +283,41 @@ impl Event {
     }
 }
 
+/// An event with plain values, for unit tests to adjust with struct update syntax:
+/// client 198.18.0.1:40000 -> 198.18.0.2:8080 (reversed for a server), netns 1, pid 1.
+#[cfg(test)]
+pub(crate) fn sample_event(role: Role, outcome: Outcome) -> Event {
+    let (client, server) =
+        (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)), IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)));
+    let (saddr, sport, daddr, dport) = match role {
+        Role::Client => (client, 40000, server, 8080),
+        Role::Server => (server, 8080, client, 40000),
+    };
+    Event {
+        ts: String::new(),
+        ts_unix_ns: 0,
+        role,
+        outcome,
+        family: 4,
+        saddr,
+        sport,
+        daddr,
+        dport,
+        netns: 1,
+        pid: 1,
+        comm: "c".into(),
+        syn_data_bytes: 0,
+        cookie_len: None,
+        cookie_issued: None,
+        exp_option: false,
+        retransmits: 0,
+        handshake_us: Some(100),
+        stall_us: 0,
+        queue_len: None,
+        queue_max: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -179,31 +179,22 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::sample_event;
     use std::net::{IpAddr, Ipv4Addr};
 
     fn ev(outcome: Outcome, data: u32, stall_us: u64) -> Event {
         Event {
             ts: "2026-11-30T08:00:00.000000000Z".into(),
-            ts_unix_ns: 0,
-            role: Role::Client,
-            outcome,
-            family: 4,
-            saddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
             sport: 1,
             daddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 3)),
             dport: 443,
-            netns: 1,
             pid: 7,
             comm: "curl".into(),
             syn_data_bytes: data,
-            cookie_len: None,
-            cookie_issued: None,
-            exp_option: false,
             retransmits: u32::from(stall_us > 0),
             handshake_us: Some(1_100),
             stall_us,
-            queue_len: None,
-            queue_max: None,
+            ..sample_event(Role::Client, outcome)
         }
     }
 
