@@ -38,7 +38,13 @@ fn current_process() -> (u32, [u8; TASK_COMM_LEN]) {
 /// `sock:inet_sock_set_state`: every TCP state change.
 #[inline(always)]
 pub fn on_state_change<C: EbpfContext>(ctx: &C, sk: *const u8, old: i32, new: i32) {
-    if read_bits(sk, layout!(sk_protocol)) != Some(IPPROTO_TCP) {
+    // The transition costs nothing to test; the protocol costs a kernel read. Most state
+    // changes of a connection (FIN_WAIT*, CLOSE_WAIT, ...) matter to no handler below.
+    let interesting = matches!(
+        (old, new),
+        (TCP_CLOSE, TCP_SYN_SENT) | (TCP_SYN_SENT, _) | (TCP_LISTEN, _) | (TCP_SYN_RECV, _) | (_, TCP_LISTEN)
+    );
+    if !interesting || read_bits(sk, layout!(sk_protocol)) != Some(IPPROTO_TCP) {
         return;
     }
     match (old, new) {

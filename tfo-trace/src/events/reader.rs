@@ -21,6 +21,9 @@ impl AsRawFd for Ring {
     }
 }
 
+/// The longest a quietly submitted event waits before userspace reads it.
+const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 pub struct EventSource {
     ring: AsyncFd<Ring>,
     counters: PerCpuArray<MapData, u64>,
@@ -76,11 +79,12 @@ impl EventSource {
         }
     }
 
-    /// Waits until the kernel has written something, then drains it.
+    /// Waits until the kernel wakes us (it does so once the ring is 1/16 full, see
+    /// `emit` in the eBPF maps) or 100 ms pass, then drains what is there.
     pub async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
-        let mut guard = self.ring.readable_mut().await.context("waiting on the ring buffer")?;
-        guard.clear_ready();
-        drop(guard);
+        if let Ok(ready) = tokio::time::timeout(POLL_INTERVAL, self.ring.readable_mut()).await {
+            ready.context("waiting on the ring buffer")?.clear_ready();
+        }
         self.drain(out);
         Ok(())
     }

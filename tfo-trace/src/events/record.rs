@@ -155,45 +155,83 @@ pub fn read_recording(path: &Path) -> Result<(Header, Vec<Event>, Option<ReplayE
 }
 
 /// [`read_recording`] on any reader; `path` is only used in messages.
-pub fn read_from(mut reader: impl BufRead, path: &Path) -> Result<(Header, Vec<Event>, Option<ReplayError>)> {
-    let bad = |line: usize, reason: String| ReplayError { path: path.to_path_buf(), line, reason };
-    let mut buf = Vec::new();
-    let n = reader.read_until(b'\n', &mut buf).with_context(|| format!("reading {}", path.display()))?;
-    if n == 0 {
-        bail!(bad(1, "empty file: not a tfo-trace recording".into()));
-    }
-    let header = parse_header(&buf).map_err(|reason| bad(1, reason))?;
+pub fn read_from(reader: impl BufRead, path: &Path) -> Result<(Header, Vec<Event>, Option<ReplayError>)> {
+    let (header, mut events_in) = Events::start(reader, path)?;
     let mut events = Vec::new();
-    let mut line_no = 1;
-    loop {
-        buf.clear();
-        line_no += 1;
-        let n = match reader.read_until(b'\n', &mut buf) {
-            Ok(n) => n,
-            Err(e) => return Ok((header, events, Some(bad(line_no, format!("read error: {e}"))))),
-        };
-        if n == 0 {
-            return Ok((header, events, None));
-        }
-        let complete = buf.last() == Some(&b'\n');
-        let text = match std::str::from_utf8(&buf) {
-            Ok(t) => t.trim(),
-            Err(_) => return Ok((header, events, Some(bad(line_no, "not UTF-8 text: corrupt".into())))),
-        };
-        if text.is_empty() {
-            continue;
-        }
-        match parse_event(text) {
+    for e in &mut events_in {
+        match e {
             Ok(e) => events.push(e),
-            Err(reason) => {
-                let reason = if complete {
-                    format!("corrupt event: {reason}")
-                } else {
-                    format!("truncated: the last line ends mid-record ({reason})")
-                };
-                return Ok((header, events, Some(bad(line_no, reason))));
-            }
+            Err(bad) => return Ok((header, events, Some(bad))),
         }
+    }
+    Ok((header, events, None))
+}
+
+/// The events of a recording one at a time, so a replay of millions of events needs no
+/// more memory than the tables it fills. Ends after the first bad line, which it yields
+/// as the error.
+pub struct Events<R> {
+    reader: R,
+    path: PathBuf,
+    line_no: usize,
+    buf: Vec<u8>,
+    done: bool,
+}
+
+impl Events<BufReader<File>> {
+    pub fn open(path: &Path) -> Result<(Header, Self)> {
+        let file = File::open(path).with_context(|| format!("opening the recording {}", path.display()))?;
+        Events::start(BufReader::new(file), path)
+    }
+}
+
+impl<R: BufRead> Events<R> {
+    /// Reads and checks the header line; `path` is only used in messages.
+    pub fn start(mut reader: R, path: &Path) -> Result<(Header, Self)> {
+        let bad = |reason: String| ReplayError { path: path.to_path_buf(), line: 1, reason };
+        let mut buf = Vec::new();
+        let n = reader.read_until(b'\n', &mut buf).with_context(|| format!("reading {}", path.display()))?;
+        if n == 0 {
+            bail!(bad("empty file: not a tfo-trace recording".into()));
+        }
+        let header = parse_header(&buf).map_err(bad)?;
+        Ok((header, Events { reader, path: path.to_path_buf(), line_no: 1, buf, done: false }))
+    }
+
+    fn bad(&mut self, reason: String) -> Option<std::result::Result<Event, ReplayError>> {
+        self.done = true;
+        Some(Err(ReplayError { path: self.path.clone(), line: self.line_no, reason }))
+    }
+}
+
+impl<R: BufRead> Iterator for Events<R> {
+    type Item = std::result::Result<Event, ReplayError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            self.buf.clear();
+            self.line_no += 1;
+            let n = match self.reader.read_until(b'\n', &mut self.buf) {
+                Ok(n) => n,
+                Err(e) => return self.bad(format!("read error: {e}")),
+            };
+            if n == 0 {
+                self.done = true;
+                return None;
+            }
+            let complete = self.buf.last() == Some(&b'\n');
+            let parsed = match std::str::from_utf8(&self.buf) {
+                Ok(t) if t.trim().is_empty() => continue,
+                Ok(t) => parse_event(t.trim()),
+                Err(_) => return self.bad("not UTF-8 text: corrupt".into()),
+            };
+            return match parsed {
+                Ok(e) => Some(Ok(e)),
+                Err(reason) if complete => self.bad(format!("corrupt event: {reason}")),
+                Err(reason) => self.bad(format!("truncated: the last line ends mid-record ({reason})")),
+            };
+        }
+        None
     }
 }
 

@@ -128,35 +128,54 @@ impl EventFeed for EventSource {
     }
 }
 
-/// Recorded events, all delivered in the first batch.
-pub struct Replay {
-    events: Option<Vec<Event>>,
+/// Recorded events, delivered a chunk at a time (a recording may hold millions).
+pub struct Replay<I> {
+    events: I,
+    done: bool,
+    /// The first bad line of the recording, if any: reported after the tables.
+    pub error: Option<crate::events::record::ReplayError>,
 }
 
-impl Replay {
-    pub fn new(events: Vec<Event>) -> Self {
-        Replay { events: Some(events) }
+/// Events handed to the model per batch when replaying.
+const REPLAY_CHUNK: usize = 4096;
+
+impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::ReplayError>>> Replay<I> {
+    pub fn new(events: I) -> Self {
+        Replay { events, done: false, error: None }
     }
 }
 
-impl EventFeed for Replay {
+impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::ReplayError>>> EventFeed
+    for Replay<I>
+{
     async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
-        match self.events.take() {
-            Some(v) => out.extend(v),
-            None => std::future::pending::<()>().await,
+        if self.done {
+            std::future::pending::<()>().await;
         }
+        self.drain(out);
         Ok(())
     }
     fn drain(&mut self, out: &mut Vec<Event>) {
-        if let Some(v) = self.events.take() {
-            out.extend(v);
+        for _ in 0..REPLAY_CHUNK {
+            match self.events.next() {
+                Some(Ok(e)) => out.push(e),
+                Some(Err(bad)) => {
+                    self.error = Some(bad);
+                    self.done = true;
+                    return;
+                }
+                None => {
+                    self.done = true;
+                    return;
+                }
+            }
         }
     }
     fn lost(&self) -> u64 {
         0
     }
     fn exhausted(&self) -> bool {
-        self.events.is_none()
+        self.done
     }
 }
 
@@ -186,11 +205,12 @@ impl EventFeed for Recording<'_> {
 
 /// `top --from FILE`: every good line of the recording, then its first bad line as the error.
 async fn run_from(path: &std::path::Path, opts: &TopOptions) -> Result<()> {
-    let (header, events, bad_line) = crate::events::record::read_recording(path)?;
+    let (header, events) = crate::events::record::Events::open(path)?;
     let info = HeaderInfo::new(format!("{} (recorded on {})", header.backend, header.host), opts.interval);
-    let seen = run_model_on(events, opts, info).await?;
+    let mut replay = Replay::new(events);
+    let seen = run_on(&mut replay, opts, info).await?;
     eprintln!("tfo-trace: {seen} events from {}", path.display());
-    match bad_line {
+    match replay.error {
         Some(e) => Err(anyhow::anyhow!("{e}")),
         None => Ok(()),
     }
@@ -221,7 +241,7 @@ pub async fn run(opts: TopOptions) -> Result<()> {
 /// With a terminal the UI stays until `q`; in batch/JSON mode one snapshot is printed.
 /// `info.backend` names where the events came from (the recording's backend).
 pub async fn run_model_on(events: Vec<Event>, opts: &TopOptions, info: HeaderInfo) -> Result<u64> {
-    run_on(&mut Replay::new(events), opts, info).await
+    run_on(&mut Replay::new(events.into_iter().map(Ok)), opts, info).await
 }
 
 fn now_rfc3339() -> String {
