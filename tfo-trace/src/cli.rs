@@ -46,6 +46,9 @@ pub enum Command {
     LabServer(crate::lab::traffic::ServerArgs),
     #[command(hide = true)]
     LabClient(crate::lab::traffic::ClientArgs),
+    /// TFO connection-rate generator for `cargo xtask bench` (listener + clients, loopback).
+    #[command(hide = true)]
+    LabLoad(crate::lab::load::LoadArgs),
 }
 
 #[derive(Args, Debug, Clone)]

@@ -83,5 +83,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo(a) => runtime()?.block_on(views::demo::run(a)),
         Command::LabServer(a) => tfo_trace::lab::traffic::run_server(&a),
         Command::LabClient(a) => tfo_trace::lab::traffic::run_client(&a),
+        Command::LabLoad(a) => tfo_trace::lab::load::run(&a),
     }
 }

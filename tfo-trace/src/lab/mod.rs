@@ -15,6 +15,7 @@
 //! it takes a lock and runs `ip`). [`sweep_stale`] removes namespaces left by runs that
 //! died (their embedded pid is gone).
 mod cmd;
+pub mod load;
 pub mod traffic;
 
 use std::collections::{BTreeMap, BTreeSet};
