@@ -161,8 +161,8 @@ pub struct KernelLayout {
     pub fastopenq_max_qlen: Field,
     /// struct net: ipv4.sysctl_tcp_fastopen (the namespace's bits, read at the SYN)
     pub net_sysctl_tcp_fastopen: Field,
-    /// struct net: ipv4.sysctl_tcp_fastopen_blackhole_timeout (0: detection off)
-    pub net_blackhole_timeout: Field,
+    /// struct net: ipv4.tfo_active_disable_times (bumped when active TFO is paused)
+    pub net_tfo_active_disable_times: Field,
 }
 
 /// Global flags userspace sets before load.
@@ -201,6 +201,15 @@ mod pod {
     unsafe impl aya::Pod for super::ProcInfo {}
 }
 
+
+impl KernelLayout {
+    /// All fields absent; userspace overwrites this before load.
+    pub const fn zeroed() -> Self {
+        // SAFETY: KernelLayout is plain integers, for which all-zero is a valid value.
+        unsafe { core::mem::zeroed() }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,13 +221,5 @@ mod tests {
         assert_eq!(size_of::<Field>(), 8);
         assert_eq!(size_of::<ListenerKey>(), 8);
         assert_eq!(size_of::<ProcInfo>(), 24);
-    }
-}
-
-impl KernelLayout {
-    /// All fields absent; userspace overwrites this before load.
-    pub const fn zeroed() -> Self {
-        // SAFETY: KernelLayout is plain integers, for which all-zero is a valid value.
-        unsafe { core::mem::zeroed() }
     }
 }

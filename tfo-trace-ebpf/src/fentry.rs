@@ -6,7 +6,7 @@ use aya_ebpf::{
 };
 
 use crate::{
-    handlers::on_active_disable,
+    handlers::{detect_blackhole_enter, detect_blackhole_exit},
     server::{try_fastopen_enter, try_fastopen_exit},
 };
 
@@ -25,9 +25,15 @@ pub fn tfo_try_fastopen_fexit(ctx: FExitContext) -> u32 {
     0
 }
 
-/// void tcp_fastopen_active_disable(struct sock *sk)
-#[fentry(function = "tcp_fastopen_active_disable")]
-pub fn tfo_active_disable_fentry(ctx: FEntryContext) -> u32 {
-    on_active_disable(ctx.arg(0));
+/// void tcp_fastopen_active_detect_blackhole(struct sock *sk, bool expired)
+#[fentry(function = "tcp_fastopen_active_detect_blackhole")]
+pub fn tfo_blackhole_fentry(ctx: FEntryContext) -> u32 {
+    detect_blackhole_enter(ctx.arg(0));
+    0
+}
+
+#[fexit(function = "tcp_fastopen_active_detect_blackhole")]
+pub fn tfo_blackhole_fexit(_ctx: FExitContext) -> u32 {
+    detect_blackhole_exit();
     0
 }

@@ -8,6 +8,8 @@
 //! verdict the kernel is about to reach, even where tcp_rcv_fastopen_synack is inlined.
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::map,
+    maps::PerCpuArray,
     EbpfContext,
 };
 use aya_log_ebpf::{debug, warn};
@@ -20,7 +22,7 @@ use crate::{
         config_has, flag, layout, netns_of, read, read_bits, tuple_of, IPPROTO_TCP, TCP_CLOSE,
         TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
-    maps::{bump, emit, ConnState, CONNS, LISTENERS},
+    maps::{bump, emit_with, ConnState, CONNS, LISTENERS},
 };
 
 #[inline(always)]
@@ -95,33 +97,20 @@ fn client_connect<C: EbpfContext>(ctx: &C, sk: *const u8) {
     }
 }
 
-/// Fills the parts of an event every outcome shares.
+/// Fills the parts of an event every outcome shares, in place (`ev` is the reserved
+/// ring-buffer slot, zeroed): no event-sized copy on the 512-byte BPF stack.
 #[inline(always)]
-pub(crate) fn event_for(sk: *const u8, role: u8, outcome: u8, state: Option<&ConnState>) -> TfoEvent {
+pub(crate) fn fill_event(ev: &mut TfoEvent, sk: *const u8, role: u8, outcome: u8, state: Option<&ConnState>) {
     let t = tuple_of(sk);
-    let ts = now();
-    let mut ev = TfoEvent {
-        ts_ns: ts,
-        start_ns: 0,
-        stall_ns: 0,
-        saddr: t.saddr,
-        daddr: t.daddr,
-        netns: netns_of(sk),
-        pid: 0,
-        syn_data_bytes: 0,
-        retransmits: 0,
-        sport: t.sport,
-        dport: t.dport,
-        family: t.family,
-        role,
-        outcome,
-        flags: 0,
-        cookie_len: 0,
-        _pad: [0; 7],
-        comm: [0; TASK_COMM_LEN],
-        queue_len: 0,
-        queue_max: 0,
-    };
+    ev.ts_ns = now();
+    ev.saddr = t.saddr;
+    ev.daddr = t.daddr;
+    ev.netns = netns_of(sk);
+    ev.sport = t.sport;
+    ev.dport = t.dport;
+    ev.family = t.family;
+    ev.role = role;
+    ev.outcome = outcome;
     if let Some(s) = state {
         ev.start_ns = s.start_ns;
         ev.flags |= flags::START_KNOWN;
@@ -134,7 +123,6 @@ pub(crate) fn event_for(sk: *const u8, role: u8, outcome: u8, state: Option<&Con
             ev.stall_ns = s.last_retrans_ns - s.start_ns;
         }
     }
-    ev
 }
 
 #[inline(always)]
@@ -171,15 +159,16 @@ fn client_established<C: EbpfContext>(ctx: &C, sk: *const u8) {
     } else {
         outcome::NOT_ATTEMPTED
     };
-    let mut ev = event_for(sk, role::CLIENT, result, state.as_ref());
-    ev.retransmits = total_retrans;
-    if syn_data {
-        ev.syn_data_bytes = syn_data_bytes(sk);
-    }
-    if flag(sk, layout!(syn_fastopen_exp)) {
-        ev.flags |= flags::EXP_OPTION;
-    }
-    emit(&ev);
+    emit_with(|ev| {
+        fill_event(ev, sk, role::CLIENT, result, state.as_ref());
+        ev.retransmits = total_retrans;
+        if syn_data {
+            ev.syn_data_bytes = syn_data_bytes(sk);
+        }
+        if flag(sk, layout!(syn_fastopen_exp)) {
+            ev.flags |= flags::EXP_OPTION;
+        }
+    });
     let _ = CONNS.remove(&key);
 }
 
@@ -191,24 +180,50 @@ fn syn_data_bytes(sk: *const u8) -> u32 {
     sent as u32
 }
 
-/// tcp_fastopen_active_disable(sk): blackhole detection pauses active TFO for the whole
-/// namespace. The kernel counts it (TcpExtTCPFastOpenBlackhole) only when
-/// tcp_fastopen_blackhole_timeout_sec is set; so do we.
+/// What entry to tcp_fastopen_active_detect_blackhole() saw, per CPU: the socket and the
+/// namespace's tfo_active_disable_times (the kernel bumps it, with
+/// TcpExtTCPFastOpenBlackhole, exactly when it pauses active TFO).
+#[map]
+static BLACKHOLE_SEEN: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
+
 #[inline(always)]
-pub fn on_active_disable(sk: *const u8) {
+fn active_disable_times(sk: *const u8) -> u64 {
     let net: u64 = read(sk, layout!(skc_net)).unwrap_or(0);
-    let timeout: u32 = read(net as *const u8, layout!(net_blackhole_timeout)).unwrap_or(0);
-    if net == 0 || timeout == 0 {
+    if net == 0 {
+        return 0;
+    }
+    read::<u32>(net as *const u8, layout!(net_tfo_active_disable_times)).unwrap_or(0) as u64
+}
+
+/// Entry of tcp_fastopen_active_detect_blackhole(sk, expired), called on every SYN or
+/// retransmission timeout. tcp_fastopen_active_disable() is inlined into it on some
+/// kernels, so the pause is seen as its effect: the counter moving during the call.
+#[inline(always)]
+pub fn detect_blackhole_enter(sk: *const u8) {
+    if let Some(slot) = BLACKHOLE_SEEN.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot, used from entry to exit of one call on this CPU.
+        unsafe { *slot = [sk as u64, active_disable_times(sk)] };
+    }
+}
+
+#[inline(always)]
+pub fn detect_blackhole_exit() {
+    let Some(slot) = BLACKHOLE_SEEN.get_ptr_mut(0) else { return };
+    // SAFETY: as above; cleared so one entry is used once.
+    let [sk, before] = unsafe { core::mem::replace(&mut *slot, [0, 0]) };
+    let sk = sk as *const u8;
+    if sk.is_null() || active_disable_times(sk) <= before {
         return;
     }
     // SAFETY: copied out before any other map operation.
     let state = unsafe { CONNS.get(&(sk as u64)) }.copied();
-    let mut ev = event_for(sk, role::CLIENT, outcome::ACTIVE_DISABLED, state.as_ref());
-    ev.retransmits = read(sk, layout!(total_retrans)).unwrap_or(0);
-    if flag(sk, layout!(syn_data)) {
-        ev.syn_data_bytes = syn_data_bytes(sk);
-    }
-    emit(&ev);
+    emit_with(|ev| {
+        fill_event(ev, sk, role::CLIENT, outcome::ACTIVE_DISABLED, state.as_ref());
+        ev.retransmits = read(sk, layout!(total_retrans)).unwrap_or(0);
+        if flag(sk, layout!(syn_data)) {
+            ev.syn_data_bytes = syn_data_bytes(sk);
+        }
+    });
 }
 
 /// SYN_SENT -> CLOSE: a TFO connection that never completed (timeout, reset, refused).
@@ -223,15 +238,16 @@ fn client_failed(sk: *const u8) {
     let syn_data = flag(sk, layout!(syn_data));
     // A deferred TCP_FASTOPEN_CONNECT socket closed before its first write sent nothing.
     if syn_data || flag(sk, layout!(syn_fastopen)) || total_retrans > 0 {
-        let mut ev = event_for(sk, role::CLIENT, outcome::CONNECT_FAILED, Some(&state));
-        ev.retransmits = total_retrans;
-        if ev.sport == 0 {
-            ev.sport = state.sport;
-        }
-        if syn_data {
-            ev.syn_data_bytes = syn_data_bytes(sk);
-        }
-        emit(&ev);
+        emit_with(|ev| {
+            fill_event(ev, sk, role::CLIENT, outcome::CONNECT_FAILED, Some(&state));
+            ev.retransmits = total_retrans;
+            if ev.sport == 0 {
+                ev.sport = state.sport;
+            }
+            if syn_data {
+                ev.syn_data_bytes = syn_data_bytes(sk);
+            }
+        });
     }
     let _ = CONNS.remove(&key);
 }
@@ -262,12 +278,13 @@ fn server_child_resolved(sk: *const u8) {
     if !is_tfo_child {
         return;
     }
-    let mut ev = event_for(sk, role::SERVER, outcome::ACCEPTED, state.as_ref());
-    let received: u64 = read(sk, layout!(bytes_received)).unwrap_or(0);
-    ev.syn_data_bytes = received as u32;
-    let listener = ListenerKey { netns: ev.netns, port: ev.sport, _pad: 0 };
-    name_listener_owner(&mut ev, &listener);
-    emit(&ev);
+    emit_with(|ev| {
+        fill_event(ev, sk, role::SERVER, outcome::ACCEPTED, state.as_ref());
+        let received: u64 = read(sk, layout!(bytes_received)).unwrap_or(0);
+        ev.syn_data_bytes = received as u32;
+        let listener = ListenerKey { netns: ev.netns, port: ev.sport, _pad: 0 };
+        name_listener_owner(ev, &listener);
+    });
 }
 
 /// A listener is known by its namespace and local port (what a child socket shares).

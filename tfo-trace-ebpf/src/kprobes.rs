@@ -6,7 +6,7 @@ use aya_ebpf::{
 };
 
 use crate::{
-    handlers::on_active_disable,
+    handlers::{detect_blackhole_enter, detect_blackhole_exit},
     server::{try_fastopen_enter, try_fastopen_exit},
 };
 
@@ -26,9 +26,15 @@ pub fn tfo_try_fastopen_kretprobe(ctx: RetProbeContext) -> u32 {
 }
 
 #[kprobe]
-pub fn tfo_active_disable_kprobe(ctx: ProbeContext) -> u32 {
+pub fn tfo_blackhole_kprobe(ctx: ProbeContext) -> u32 {
     if let Some(sk) = ctx.arg(0) {
-        on_active_disable(sk);
+        detect_blackhole_enter(sk);
     }
+    0
+}
+
+#[kretprobe]
+pub fn tfo_blackhole_kretprobe(_ctx: RetProbeContext) -> u32 {
+    detect_blackhole_exit();
     0
 }

@@ -54,17 +54,23 @@ pub fn bump(index: u32) {
     }
 }
 
-/// Sends one event; a full ring buffer is counted, never silent.
+/// Sends one event, filled in place by `fill`; a full ring buffer is counted, never silent.
 ///
 /// Waking the reader on every event costs a self-IPI per event (irq_work), measured as
 /// most of our per-connection cost under load; so events are submitted quietly and the
 /// reader is woken once 1/16 of the ring has filled. Userspace also polls every 100 ms,
 /// which bounds the delay of a lone event.
 #[inline(always)]
-pub fn emit(event: &TfoEvent) {
+pub fn emit_with(fill: impl FnOnce(&mut TfoEvent)) {
     match EVENTS.reserve::<TfoEvent>(0) {
         Some(mut entry) => {
-            entry.write(*event);
+            let ev = entry.as_mut_ptr();
+            // SAFETY: the reservation is a TfoEvent-sized slot we own until submit; zeroed
+            // bytes are a valid TfoEvent (plain integers), so the reference is sound.
+            unsafe {
+                core::ptr::write_bytes(ev, 0, 1);
+                fill(&mut *ev);
+            }
             let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
             let size = EVENTS.query(BPF_RB_RING_SIZE as u64);
             let flags = if pending >= size / 16 { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP };

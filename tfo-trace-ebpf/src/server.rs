@@ -7,9 +7,9 @@ use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray};
 use tfo_trace_common::{flags, outcome, role, ListenerKey};
 
 use crate::{
-    handlers::{event_for, name_listener_owner},
+    handlers::{fill_event, name_listener_owner},
     kernel::{layout, netns_of, read},
-    maps::emit,
+    maps::emit_with,
 };
 
 /// What entry saw, per CPU: the SYN is processed in softirq on one CPU from entry to exit.
@@ -85,50 +85,44 @@ pub fn try_fastopen_exit(child: *const u8) {
     let listener =
         ListenerKey { netns: netns_of(sk), port: read(sk, layout!(skc_num)).unwrap_or(0), _pad: 0 };
 
-    // The request sock starts with a sock_common holding the SYN's addresses and ports
-    // (tcp_v4_init_req / tcp_openreq_init ran before tcp_try_fastopen).
-    let new_event = |what: u8| {
-        let mut ev = event_for(req, role::SERVER, what, None);
-        ev.netns = listener.netns;
-        ev.syn_data_bytes = seen.syn_data_bytes;
-        ev.start_ns = seen.start_ns;
-        ev.queue_len = read(sk, layout!(fastopenq_qlen)).unwrap_or(0);
-        ev.queue_max = read(sk, layout!(fastopenq_max_qlen)).unwrap_or(0);
-        ev.flags |= flags::QUEUE_KNOWN;
-        if read::<u8>(foc, layout!(foc_exp)).unwrap_or(0) != 0 {
-            ev.flags |= flags::EXP_OPTION;
-        }
-        name_listener_owner(&mut ev, &listener);
-        ev
+    let emit_server = |what: u8, cookie_len: i32, extra_flags: u8| {
+        emit_with(|ev| {
+            // The request sock starts with a sock_common holding the SYN's addresses and
+            // ports (tcp_v4_init_req / tcp_openreq_init ran before tcp_try_fastopen).
+            fill_event(ev, req, role::SERVER, what, None);
+            ev.netns = listener.netns;
+            ev.syn_data_bytes = seen.syn_data_bytes;
+            ev.start_ns = seen.start_ns;
+            ev.queue_len = read(sk, layout!(fastopenq_qlen)).unwrap_or(0);
+            ev.queue_max = read(sk, layout!(fastopenq_max_qlen)).unwrap_or(0);
+            ev.flags |= flags::QUEUE_KNOWN | extra_flags;
+            if cookie_len > 0 {
+                ev.cookie_len = cookie_len as u8;
+                ev.flags |= flags::COOKIE_LEN_KNOWN;
+            }
+            if read::<u8>(foc, layout!(foc_exp)).unwrap_or(0) != 0 {
+                ev.flags |= flags::EXP_OPTION;
+            }
+            name_listener_owner(ev, &listener);
+        })
     };
 
     if seen.in_len == 0 {
-        // Every SYN with an empty option counts as TcpExtTCPFastOpenCookieReqd.
-        let mut ev = new_event(outcome::COOKIE_REQUESTED);
-        if out_len > 0 {
-            ev.flags |= flags::COOKIE_ISSUED | flags::COOKIE_LEN_KNOWN;
-            ev.cookie_len = out_len as u8;
-        }
-        emit(&ev);
+        // Every SYN with an empty option counts as TcpExtTCPFastOpenCookieReqd; the
+        // cookie going back (if any) is foc after the call.
+        let issued = if out_len > 0 { flags::COOKIE_ISSUED } else { 0 };
+        emit_server(outcome::COOKIE_REQUESTED, out_len, issued);
     }
     if !child.is_null() {
         // foc stays a valid cookie only when the backup key matched (ret == 2).
         let what = if out_len > 0 && seen.in_len > 0 { outcome::ACCEPTED_ALT_KEY } else { outcome::ACCEPTED };
-        let mut ev = new_event(what);
-        if seen.in_len > 0 {
-            ev.cookie_len = seen.in_len as u8;
-            ev.flags |= flags::COOKIE_LEN_KNOWN;
-        }
-        emit(&ev);
+        emit_server(what, seen.in_len, 0);
         return;
     }
     if seen.in_len > 0 && out_len > 0 {
         // A cookie came in, no child came out, and a fresh cookie goes back:
         // TcpExtTCPFastOpenPassiveFail (invalid cookie, or the child could not be made).
-        let mut ev = new_event(outcome::COOKIE_INVALID);
-        ev.cookie_len = seen.in_len as u8;
-        ev.flags |= flags::COOKIE_LEN_KNOWN;
-        emit(&ev);
+        emit_server(outcome::COOKIE_INVALID, seen.in_len, 0);
         return;
     }
     if seen.in_len > 0 || (seen.in_len < 0 && seen.syn_data_bytes > 0) {
@@ -137,14 +131,12 @@ pub fn try_fastopen_exit(child: *const u8) {
         // TcpExtTCPFastOpenListenOverflow).
         let net: u64 = read(sk, layout!(skc_net)).unwrap_or(0);
         let bits: u32 = read(net as *const u8, layout!(net_sysctl_tcp_fastopen)).unwrap_or(0);
-        let ev = new_event(outcome::LISTENER_DISABLED);
-        let full = ev.queue_max > 0 && ev.queue_len >= ev.queue_max;
-        if bits & TFO_SERVER_ENABLE != 0 && full {
-            let mut ev = ev;
-            ev.outcome = outcome::QUEUE_OVERFLOW;
-            emit(&ev);
+        let qlen: i32 = read(sk, layout!(fastopenq_qlen)).unwrap_or(0);
+        let max_qlen: i32 = read(sk, layout!(fastopenq_max_qlen)).unwrap_or(0);
+        if bits & TFO_SERVER_ENABLE != 0 && max_qlen > 0 && qlen >= max_qlen {
+            emit_server(outcome::QUEUE_OVERFLOW, seen.in_len, 0);
         } else if seen.in_len > 0 {
-            emit(&ev);
+            emit_server(outcome::LISTENER_DISABLED, seen.in_len, 0);
         }
     }
 }

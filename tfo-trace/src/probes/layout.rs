@@ -81,7 +81,7 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         fastopenq_max_qlen: optional(btf, "tcp_sock", &["icsk_accept_queue", "fastopenq", "max_qlen"])
             .unwrap_or_default(),
         net_sysctl_tcp_fastopen: optional(btf, "net", &["ipv4", "sysctl_tcp_fastopen"]).unwrap_or_default(),
-        net_blackhole_timeout: optional(btf, "net", &["ipv4", "sysctl_tcp_fastopen_blackhole_timeout"])
+        net_tfo_active_disable_times: optional(btf, "net", &["ipv4", "tfo_active_disable_times"])
             .unwrap_or_default(),
     })
 }
@@ -114,7 +114,7 @@ mod tests {
             l.fastopenq_qlen,
             l.fastopenq_max_qlen,
             l.net_sysctl_tcp_fastopen,
-            l.net_blackhole_timeout,
+            l.net_tfo_active_disable_times,
         ] {
             assert_eq!(f.present, 1, "{f:?}");
         }

@@ -134,8 +134,9 @@ const CLIENT_FROM_STATE_ONLY: &[(u8, u8)] = &[
     (tfo_trace_common::role::CLIENT, outcome::NOT_ATTEMPTED),
 ];
 
-const BLACKHOLE_WHY: &str = "tcp_fastopen_active_disable() is blackhole detection pausing active \
-    TFO in the namespace (TcpExtTCPFastOpenBlackhole)";
+const BLACKHOLE_WHY: &str = "tcp_fastopen_active_detect_blackhole() runs on every SYN timeout; \
+    the namespace's tfo_active_disable_times moving during the call is active TFO being paused \
+    (TcpExtTCPFastOpenBlackhole; tcp_fastopen_active_disable() is inlined into it on some kernels)";
 const BLACKHOLE_SEES: &[(u8, u8)] = &[(tfo_trace_common::role::CLIENT, outcome::ACTIVE_DISABLED)];
 
 const FENTRY_HOOKS: &[Hook] = &[
@@ -156,9 +157,16 @@ const FENTRY_HOOKS: &[Hook] = &[
         why: TRY_FASTOPEN_WHY,
     },
     Hook {
-        program: "tfo_active_disable_fentry",
+        program: "tfo_blackhole_fentry",
         kind: HookKind::FEntry,
-        target: "tcp_fastopen_active_disable",
+        target: "tcp_fastopen_active_detect_blackhole",
+        sees: &[],
+        why: "remembers the namespace's active-TFO pause count",
+    },
+    Hook {
+        program: "tfo_blackhole_fexit",
+        kind: HookKind::FExit,
+        target: "tcp_fastopen_active_detect_blackhole",
         sees: BLACKHOLE_SEES,
         why: BLACKHOLE_WHY,
     },
@@ -182,9 +190,16 @@ const KPROBE_HOOKS: &[Hook] = &[
         why: TRY_FASTOPEN_WHY,
     },
     Hook {
-        program: "tfo_active_disable_kprobe",
+        program: "tfo_blackhole_kprobe",
         kind: HookKind::KProbe,
-        target: "tcp_fastopen_active_disable",
+        target: "tcp_fastopen_active_detect_blackhole",
+        sees: &[],
+        why: "remembers the namespace's active-TFO pause count",
+    },
+    Hook {
+        program: "tfo_blackhole_kretprobe",
+        kind: HookKind::KRetProbe,
+        target: "tcp_fastopen_active_detect_blackhole",
         sees: BLACKHOLE_SEES,
         why: BLACKHOLE_WHY,
     },
@@ -216,7 +231,7 @@ const TRACEPOINT_BLIND: &[Blind] = &[
     Blind {
         role: tfo_trace_common::role::CLIENT,
         outcome: outcome::ACTIVE_DISABLED,
-        why: "tcp_fastopen_active_disable() changes no socket state; its effect shows as \
+        why: "pausing active TFO changes no socket state; its effect shows as \
               not_attempted on the next connections",
     },
     Blind {
