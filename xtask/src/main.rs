@@ -4,10 +4,17 @@
 //!   built against the nightly's LLVM, Debian packages); fast when all is present.
 //! - `build`: setup, then a release build of tfo-trace (its build.rs builds and embeds
 //!   the eBPF object).
-//! - `test`: setup, then the whole test suite (unit + root-only kernel tests).
+//! - `test`: setup, then the whole test suite (unit + root-only kernel tests), then the
+//!   VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
+//! - `vm`: boots Debian's 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
+//!   once per tracer backend (see docs/vm.md).
 //! - `demo`: setup, release build, then runs `tfo-trace demo` as root.
+//! - `bench`: release build, then measures tfo-trace against no tracer and bpftrace
+//!   (issue 5) and writes BENCHMARKS.md.
+mod bench;
 mod setup;
 mod util;
+mod vm;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};
@@ -31,12 +38,20 @@ enum Task {
     Setup,
     /// Setup, then `cargo build --release -p tfo-trace`
     Build,
-    /// Setup, then run the whole test suite (kernel tests need root)
+    /// Setup, then run the whole test suite (kernel tests need root), then the VM matrix
     Test {
+        /// Skip the VM kernel matrix (also: env TFO_NO_VM=1)
+        #[arg(long)]
+        no_vm: bool,
         /// Extra arguments for `cargo test` (after `--`; use a second `--` for the test binaries)
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Boot Debian's 6.1 / 6.12 kernels under qemu and run the kernel tests inside, per backend
+    Vm(vm::VmArgs),
+    /// Benchmark as root: connection rate, BPF cost, loss, CPU/RSS and start-up of tfo-trace
+    /// vs no tracer and bpftrace; prints a table and writes BENCHMARKS.md
+    Bench(bench::BenchArgs),
     /// Setup, release build, then run `tfo-trace demo` as root
     Demo {
         /// Extra arguments for `tfo-trace demo` (after `--`)
@@ -60,8 +75,14 @@ fn dispatch(task: Task) -> Result<()> {
     match task {
         Task::Setup => setup::setup(),
         Task::Build => build(),
-        Task::Test { args } => test(&args),
+        Task::Test { no_vm, args } => test(&args, no_vm || env_flag("TFO_NO_VM")),
+        Task::Vm(args) => {
+            args.check()?;
+            setup::setup()?;
+            vm::vm(&args)
+        }
         Task::Demo { args } => demo(&args),
+        Task::Bench(args) => bench::bench(&args),
     }
 }
 
@@ -76,14 +97,48 @@ fn build_release() -> Result<()> {
     run(&mut cmd)
 }
 
-fn test(args: &[String]) -> Result<()> {
-    let start = Instant::now();
-    setup::setup()?;
-    run_tests(args, start)
+/// `NAME` set to something other than empty, `0` or `false`.
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
-/// Runs cargo test; the closing line is a tally of the whole suite, printed last.
-fn run_tests(args: &[String], start: Instant) -> Result<()> {
+/// Host tests, then the VM matrix (even when host tests failed: both verdicts in one run);
+/// the closing line is one tally of everything, printed last.
+fn test(args: &[String], no_vm: bool) -> Result<()> {
+    let start = Instant::now();
+    setup::setup()?;
+    let (mut tally, mut problems) = run_tests(args)?;
+    let host_s = start.elapsed().as_secs_f64();
+    if no_vm {
+        println!("vm: skipped (--no-vm / TFO_NO_VM)");
+    } else {
+        match vm::matrix(&vm::VmArgs::default()) {
+            Ok(r) => {
+                tally.passed += r.passed;
+                tally.failed += r.failed;
+                tally.ignored += r.ignored;
+                problems.extend(r.problems.into_iter().map(|p| format!("vm: {p}")));
+            }
+            Err(e) => {
+                tally.failed += 1;
+                problems.push(format!("vm: {e:#}"));
+            }
+        }
+    }
+    println!(
+        "test: host {host_s:.1} s, VM {:.1} s, total elapsed {:.1} s",
+        start.elapsed().as_secs_f64() - host_s,
+        start.elapsed().as_secs_f64()
+    );
+    println!("summary: {} passed, {} failed, {} skipped", tally.passed, tally.failed, tally.ignored);
+    if !problems.is_empty() {
+        bail!("{}", problems.join("\n"));
+    }
+    Ok(())
+}
+
+/// Runs cargo test on the host; returns the tally of every test binary and what went wrong.
+fn run_tests(args: &[String]) -> Result<(Tally, Vec<String>)> {
     if !is_root() {
         eprintln!("warning: not root: the kernel integration tests (network namespaces, eBPF) will skip");
     }
@@ -101,15 +156,14 @@ fn run_tests(args: &[String], start: Instant) -> Result<()> {
         tally.add(&line);
     }
     let status = child.wait().context("waiting for cargo test")?;
-    println!("test: total elapsed {:.1} s", start.elapsed().as_secs_f64());
-    println!("summary: {} passed, {} failed, {} skipped", tally.passed, tally.failed, tally.ignored);
+    let mut problems = Vec::new();
     if !status.success() {
-        bail!("cargo test failed: {status}");
+        problems.push(format!("cargo test failed: {status}"));
     }
     if tally.passed == 0 {
-        bail!("cargo test ran no test");
+        problems.push("cargo test ran no test".to_string());
     }
-    Ok(())
+    Ok((tally, problems))
 }
 
 /// Totals of libtest's `test result: ok. 5 passed; 0 failed; 1 ignored; ...` lines.
