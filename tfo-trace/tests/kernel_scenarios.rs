@@ -219,3 +219,89 @@ fn middlebox_drops_syn_data_ipv6() {
     require_kernel!();
     middlebox_drops_syn_data(true);
 }
+
+/// A middlebox drops every SYN carrying option 34, so cookie requests never get through:
+/// each connection times out its cookie-request SYN and falls back to a plain SYN. Only
+/// TcpExtTCPSynRetrans moves (no data was in flight, so no ActiveFail).
+fn middlebox_drops_tfo_option(v6: bool) {
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, v6).unwrap();
+    lab.middlebox_drop_tfo_option().unwrap();
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let before = snapshot(&lab);
+    let dropped_before = lab.middlebox_dropped().unwrap();
+    let tracer = Tracer::start(&[]);
+    let n = 2;
+    let run = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::MsgFastopen)).unwrap();
+    let (events, _) = tracer.stop();
+    let (dc, ds) = deltas(&lab, &before);
+    let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
+    assert_eq!(run.ok_count(), n as usize, "plain handshakes after the timeout");
+
+    assert_eq!(dropped, u64::from(n), "one cookie-request SYN dropped per connection");
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), u64::from(n), "client counters: {dc:?}");
+    for counter in ["TcpExtTCPFastOpenActive", "TcpExtTCPFastOpenActiveFail"] {
+        assert_eq!(dc.get(counter), 0, "{counter}: {dc:?}");
+    }
+    assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 0, "no cookie request reached the server");
+    assert_eq!(count(&events, cli_ns, "client", "syn_retransmitted"), dc.get("TcpExtTCPSynRetrans"));
+    for e in of_role(&events, cli_ns, "client") {
+        assert_eq!(e["outcome"], "syn_retransmitted", "{e}");
+        assert_eq!(e["syn_data_bytes"], 0, "a cookie request carries no data: {e}");
+        let stall = Duration::from_micros(e["stall_us"].as_u64().unwrap());
+        assert!(stall >= Duration::from_millis(900) && stall <= Duration::from_millis(1500), "{e}");
+    }
+}
+
+#[test]
+fn middlebox_drops_tfo_option_ipv4() {
+    require_kernel!();
+    middlebox_drops_tfo_option(false);
+}
+
+#[test]
+fn middlebox_drops_tfo_option_ipv6() {
+    require_kernel!();
+    middlebox_drops_tfo_option(true);
+}
+
+/// Two labs at once, one tracer: every event lands in its own lab's namespace with its own
+/// processes, and each lab's counts equal that namespace's counters.
+#[test]
+fn two_namespaces_at_once_are_told_apart() {
+    require_kernel!();
+    let labs = [Lab::create(LabConfig::default()).unwrap(), Lab::create(LabConfig::default()).unwrap()];
+    let servers: Vec<_> =
+        labs.iter().map(|l| l.start_server(common::exe(), 0, PORT, 16, false).unwrap()).collect();
+    let befores: Vec<_> = labs.iter().map(snapshot).collect();
+    let tracer = Tracer::start(&[]);
+    let (n0, n1) = (3, 5);
+    let c0 =
+        labs[0].spawn_client(common::exe(), &client(&labs[0], false, n0, ClientMode::MsgFastopen)).unwrap();
+    let c1 = labs[1]
+        .spawn_client(common::exe(), &client(&labs[1], false, n1, ClientMode::FastopenConnect))
+        .unwrap();
+    let runs = [c0.wait(Duration::from_secs(30)).unwrap(), c1.wait(Duration::from_secs(30)).unwrap()];
+    let (events, _) = tracer.stop();
+    for (i, lab) in labs.iter().enumerate() {
+        let (dc, ds) = deltas(lab, &befores[i]);
+        let (cli_ns, srv_ns) = (netns_inode(lab, Side::Client), netns_inode(lab, Side::Server));
+        let clients = of_role(&events, cli_ns, "client");
+        assert_eq!(clients.len(), runs[i].results.len(), "lab {i}: one event per connection");
+        assert!(clients.iter().all(|e| e["pid"] == runs[i].pid), "lab {i}: its own client process");
+        assert_eq!(
+            count(&events, cli_ns, "client", "accepted"),
+            dc.get("TcpExtTCPFastOpenActive"),
+            "lab {i}"
+        );
+        let server_pid = servers[i].pid();
+        let accepted = of_role(&events, srv_ns, "server");
+        assert!(accepted.iter().all(|e| e["pid"] == server_pid), "lab {i}: its own server");
+        assert_eq!(
+            count(&events, srv_ns, "server", "accepted"),
+            ds.get("TcpExtTCPFastOpenPassive"),
+            "lab {i}: {ds:?}"
+        );
+    }
+    assert_ne!(netns_inode(&labs[0], Side::Client), netns_inode(&labs[1], Side::Client));
+}

@@ -343,6 +343,15 @@ impl Lab {
         Ok(())
     }
 
+    /// A middlebox that drops every SYN carrying a TFO option (kind 34): cookie requests,
+    /// cookies and SYN-data alike; the plain SYN the client falls back to passes.
+    pub fn middlebox_drop_tfo_option(&self) -> Result<()> {
+        self.ensure_nft_table()?;
+        let rule = "tcp flags & (syn | ack) == syn tcp option fastopen exists counter drop";
+        self.nft(&["add", "rule", "inet", NFT_TABLE, "input", rule])?;
+        Ok(())
+    }
+
     /// A middlebox that drops every SYN (with or without TFO): connections never complete.
     pub fn middlebox_drop_all_syns(&self) -> Result<()> {
         self.ensure_nft_table()?;
