@@ -38,6 +38,8 @@ pub mod outcome {
     /// Client: blackhole detection paused active TFO in this namespace
     /// (tcp_fastopen_active_disable, TcpExtTCPFastOpenBlackhole).
     pub const ACTIVE_DISABLED: u8 = 11;
+    /// Server: a TFO child (in SYN_RECV) retransmitted its SYN-ACK (tcp:tcp_retransmit_synack).
+    pub const SYNACK_RETRANSMITTED: u8 = 12;
 }
 
 /// Bits of [`TfoEvent::flags`].
@@ -163,6 +165,8 @@ pub struct KernelLayout {
     pub net_sysctl_tcp_fastopen: Field,
     /// struct net: ipv4.tfo_active_disable_times (bumped when active TFO is paused)
     pub net_tfo_active_disable_times: Field,
+    /// struct request_sock: num_retrans (u8), SYN-ACKs retransmitted so far
+    pub req_num_retrans: Field,
 }
 
 /// Global flags userspace sets before load.
@@ -200,7 +204,6 @@ mod pod {
     unsafe impl aya::Pod for super::ListenerKey {}
     unsafe impl aya::Pod for super::ProcInfo {}
 }
-
 
 impl KernelLayout {
     /// All fields absent; userspace overwrites this before load.

@@ -287,6 +287,27 @@ fn server_child_resolved(sk: *const u8) {
     });
 }
 
+/// tcp_rtx_synack(sk, req): for a plain handshake `sk` is the listener; for TFO it is the
+/// child made from the SYN-data, still in SYN_RECV (tcp_fastopen_synack_timer, or the
+/// client's SYN retransmitted into tcp_check_req). Each call also counts as
+/// TcpExtTCPSynRetrans in the server's namespace.
+#[inline(always)]
+pub fn on_synack_retransmit(sk: *const u8, req: *const u8) {
+    let state: u8 = read(sk, layout!(skc_state)).unwrap_or(0);
+    if state as i32 != TCP_SYN_RECV {
+        return;
+    }
+    emit_with(|ev| {
+        fill_event(ev, sk, role::SERVER, outcome::SYNACK_RETRANSMITTED, None);
+        let before: u8 = read(req, layout!(req_num_retrans)).unwrap_or(0);
+        ev.retransmits = before as u32 + 1; // inet_rtx_syn_ack() counts it after the send
+        let received: u64 = read(sk, layout!(bytes_received)).unwrap_or(0);
+        ev.syn_data_bytes = received as u32;
+        let listener = ListenerKey { netns: ev.netns, port: ev.sport, _pad: 0 };
+        name_listener_owner(ev, &listener);
+    });
+}
+
 /// A listener is known by its namespace and local port (what a child socket shares).
 #[inline(always)]
 pub(crate) fn listener_key(sk: *const u8) -> ListenerKey {

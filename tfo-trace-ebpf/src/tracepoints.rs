@@ -2,7 +2,7 @@
 //! directly, which are stable across kernels, and need no tracefs mount.
 use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
 
-use crate::handlers::{on_retransmit, on_state_change};
+use crate::handlers::{on_retransmit, on_state_change, on_synack_retransmit};
 
 /// TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)
 #[raw_tracepoint(tracepoint = "inet_sock_set_state")]
@@ -19,5 +19,12 @@ pub fn tfo_state(ctx: RawTracePointContext) -> i32 {
 pub fn tfo_retransmit(ctx: RawTracePointContext) -> i32 {
     let sk: *const u8 = ctx.arg(0);
     on_retransmit(sk);
+    0
+}
+
+/// TP_PROTO(const struct sock *sk, const struct request_sock *req)
+#[raw_tracepoint(tracepoint = "tcp_retransmit_synack")]
+pub fn tfo_synack_retransmit(ctx: RawTracePointContext) -> i32 {
+    on_synack_retransmit(ctx.arg(0), ctx.arg(1));
     0
 }

@@ -192,3 +192,37 @@ fn blackhole_detection_pauses_active_tfo() {
         assert_eq!(count(&events, cli_ns, "client", "active_disabled"), dc.get("TcpExtTCPFastOpenBlackhole"));
     }
 }
+
+/// TFO children whose SYN-ACK gets no answer resend it (tcp_fastopen_synack_timer), and each
+/// resend counts as TcpExtTCPSynRetrans in the server's namespace. The client drops SYN-ACKs
+/// and gives up; later it lets them through, its kernel answers RST, and the children go.
+#[test]
+fn synack_retransmits_of_tfo_children() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    assert_eq!(lab.run_client(common::exe(), &args(dst, 1)).unwrap().ok_count(), 1, "cookie cached");
+    lab.client_drop_synack().unwrap();
+    let srv_ns = netns_inode(&lab, Side::Server);
+    let before = snapshot(&lab);
+    let tracer = Tracer::start(&[]);
+    let stuck = ClientArgs { timeout_ms: 700, ..args(dst, 2) };
+    assert_eq!(lab.run_client(common::exe(), &stuck).unwrap().ok_count(), 0);
+    // Each child resends after 1 s (dropped), then 2 s later (answered with RST).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    lab.client_allow_synack().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    let (dc, ds) = deltas(&lab, &before);
+    let (events, _) = tracer.stop();
+
+    assert_eq!(ds.get("TcpExtTCPFastOpenPassive"), 2, "two children: {ds:?}");
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), 0, "the client never resent its SYN: {dc:?}");
+    assert!(ds.get("TcpExtTCPSynRetrans") >= 2, "each child resent its SYN-ACK: {ds:?}");
+    assert_eq!(count(&events, srv_ns, "server", "synack_retransmitted"), ds.get("TcpExtTCPSynRetrans"));
+    for e in events.iter().filter(|e| e["netns"] == srv_ns && e["outcome"] == "synack_retransmitted") {
+        assert_eq!(e["pid"], server.pid(), "{e}");
+        assert_eq!(e["syn_data_bytes"], 100, "the child holds the SYN's data: {e}");
+        assert!(e["retransmits"].as_u64().unwrap() >= 1, "{e}");
+    }
+}

@@ -332,9 +332,21 @@ mod tests {
         assert_eq!(sample(&t, r#"tfo_trace_stall_seconds_total{destination="other"}"#), Some(1.0));
         assert!(!t.contains("198.18.0.4") && !t.contains("198.18.0.9") && !t.contains(":40000"), "{t}");
         let series = t.lines().filter(|l| l.starts_with("tfo_trace_connections_total{")).count();
-        // client: 6 outcomes seen by the backend at "other" + 2 admitted destinations;
-        // server: 1 at "other" + 1 admitted.
-        assert_eq!(series, 6 + 2 + 1 + 1, "{t}");
+        // Every outcome the backend sees has an "other" series per role, plus one series
+        // per admitted destination (2 on the client, 1 on the server).
+        let seen = |role: Role| {
+            Outcome::ALL
+                .iter()
+                .filter(|o| {
+                    crate::probes::table::sees(
+                        crate::probes::Backend::Tracepoint,
+                        role.to_wire(),
+                        o.to_wire(),
+                    )
+                })
+                .count()
+        };
+        assert_eq!(series, seen(Role::Client) + 2 + seen(Role::Server) + 1, "{t}");
     }
 
     #[test]

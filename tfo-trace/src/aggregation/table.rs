@@ -116,9 +116,9 @@ impl GroupStats {
         self.outcomes[outcome_index(o)]
     }
 
-    /// One event is one connection's outcome: every event is an attempt.
+    /// One outcome event per connection: those events are the attempts.
     pub fn attempts(&self) -> u64 {
-        self.outcomes.iter().sum()
+        Outcome::ALL.iter().filter(|o| o.ends_connection()).map(|&o| self.count(o)).sum()
     }
 
     /// Data taken in the SYN; server children made with the backup key count too.

@@ -29,6 +29,7 @@ pub enum Outcome {
     ConnectFailed,
     NotAttempted,
     ActiveDisabled,
+    SynackRetransmitted,
 }
 
 impl Role {
@@ -56,7 +57,7 @@ impl Role {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 12] = [
         Outcome::CookieRequested,
         Outcome::Accepted,
         Outcome::DataNotAcked,
@@ -68,7 +69,14 @@ impl Outcome {
         Outcome::ConnectFailed,
         Outcome::NotAttempted,
         Outcome::ActiveDisabled,
+        Outcome::SynackRetransmitted,
     ];
+
+    /// Whether the event closes one connection's TFO story (every outcome but the
+    /// per-retransmission `synack_retransmitted`), so that counting them counts connections.
+    pub fn ends_connection(self) -> bool {
+        self != Outcome::SynackRetransmitted
+    }
 
     pub fn from_wire(v: u8) -> Result<Self> {
         Ok(match v {
@@ -83,6 +91,7 @@ impl Outcome {
             outcome::CONNECT_FAILED => Outcome::ConnectFailed,
             outcome::NOT_ATTEMPTED => Outcome::NotAttempted,
             outcome::ACTIVE_DISABLED => Outcome::ActiveDisabled,
+            outcome::SYNACK_RETRANSMITTED => Outcome::SynackRetransmitted,
             other => bail!("unknown outcome {other} in event"),
         })
     }
@@ -100,6 +109,7 @@ impl Outcome {
             Outcome::ConnectFailed => outcome::CONNECT_FAILED,
             Outcome::NotAttempted => outcome::NOT_ATTEMPTED,
             Outcome::ActiveDisabled => outcome::ACTIVE_DISABLED,
+            Outcome::SynackRetransmitted => outcome::SYNACK_RETRANSMITTED,
         }
     }
 
@@ -116,6 +126,7 @@ impl Outcome {
             Outcome::ConnectFailed => "connect_failed",
             Outcome::NotAttempted => "not_attempted",
             Outcome::ActiveDisabled => "active_disabled",
+            Outcome::SynackRetransmitted => "synack_retransmitted",
         }
     }
 }

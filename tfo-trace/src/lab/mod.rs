@@ -343,6 +343,12 @@ impl Lab {
         Ok(())
     }
 
+    /// Undoes [`Lab::client_drop_synack`].
+    pub fn client_allow_synack(&self) -> Result<()> {
+        cmd::run(cmd::in_netns(&self.client_ns, "nft").args(["delete", "table", "inet", NFT_TABLE]))?;
+        Ok(())
+    }
+
     /// A middlebox that drops every SYN carrying a TFO option (kind 34): cookie requests,
     /// cookies and SYN-data alike; the plain SYN the client falls back to passes.
     pub fn middlebox_drop_tfo_option(&self) -> Result<()> {

@@ -83,6 +83,7 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         net_sysctl_tcp_fastopen: optional(btf, "net", &["ipv4", "sysctl_tcp_fastopen"]).unwrap_or_default(),
         net_tfo_active_disable_times: optional(btf, "net", &["ipv4", "tfo_active_disable_times"])
             .unwrap_or_default(),
+        req_num_retrans: optional(btf, "request_sock", &["num_retrans"]).unwrap_or_default(),
     })
 }
 

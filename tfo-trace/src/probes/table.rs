@@ -105,8 +105,9 @@ const TRY_FASTOPEN_WHY: &str = "every SYN at a listener passes tcp_try_fastopen(
     carried (foc->len at entry), the child it returns and the cookie it sends back (foc at exit) \
     tell every server outcome, with the listener's TFO queue";
 
-/// The client-side hooks every backend loads (the client's TFO functions are inlined).
-const CLIENT_STATE_HOOKS: [Hook; 2] = [
+/// The hooks every backend loads: the client's TFO functions are inlined, and SYN-ACK
+/// retransmits have a tracepoint everywhere.
+const CLIENT_STATE_HOOKS: [Hook; 3] = [
     Hook {
         program: "tfo_state",
         kind: HookKind::RawTracepoint,
@@ -122,6 +123,14 @@ const CLIENT_STATE_HOOKS: [Hook; 2] = [
         target: "tcp_retransmit_skb",
         sees: &[],
         why: "counts SYN timeouts and times the stall of each TFO connection",
+    },
+    Hook {
+        program: "tfo_synack_retransmit",
+        kind: HookKind::RawTracepoint,
+        target: "tcp_retransmit_synack",
+        sees: &[(tfo_trace_common::role::SERVER, outcome::SYNACK_RETRANSMITTED)],
+        why: "a TFO child is the socket in SYN_RECV whose SYN-ACK is resent (a plain \
+              handshake resends from its listener)",
     },
 ];
 
@@ -142,6 +151,7 @@ const BLACKHOLE_SEES: &[(u8, u8)] = &[(tfo_trace_common::role::CLIENT, outcome::
 const FENTRY_HOOKS: &[Hook] = &[
     CLIENT_STATE_HOOKS[0],
     CLIENT_STATE_HOOKS[1],
+    CLIENT_STATE_HOOKS[2],
     Hook {
         program: "tfo_try_fastopen_fentry",
         kind: HookKind::FEntry,
@@ -175,6 +185,7 @@ const FENTRY_HOOKS: &[Hook] = &[
 const KPROBE_HOOKS: &[Hook] = &[
     CLIENT_STATE_HOOKS[0],
     CLIENT_STATE_HOOKS[1],
+    CLIENT_STATE_HOOKS[2],
     Hook {
         program: "tfo_try_fastopen_kprobe",
         kind: HookKind::KProbe,
@@ -217,6 +228,7 @@ const TRACEPOINT_HOOKS: &[Hook] = &[
         ..CLIENT_STATE_HOOKS[0]
     },
     CLIENT_STATE_HOOKS[1],
+    CLIENT_STATE_HOOKS[2],
 ];
 
 /// Outcomes no hook of a backend can see, with the reason: what `doctor` prints and
@@ -311,7 +323,7 @@ mod tests {
     fn richer_backends_see_every_outcome_the_tracepoint_backend_sees_and_more() {
         for backend in [Backend::Fentry, Backend::Kprobe] {
             for role in [role::CLIENT, role::SERVER] {
-                for o in 1..=11u8 {
+                for o in 1..=12u8 {
                     if sees(Backend::Tracepoint, role, o) {
                         assert!(sees(backend, role, o), "{backend} misses {role}/{o}");
                     }
