@@ -150,10 +150,12 @@ fn middlebox_drops_syn_data(v6: bool) {
     let cli_ns = netns_inode(&lab, Side::Client);
     let before = snapshot(&lab);
     let dropped_before = lab.middlebox_dropped().unwrap();
+    let wire = lab.capture_client_syns().unwrap();
     let tracer = Tracer::start(&[]);
     let n = 3;
     let run = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::MsgFastopen)).unwrap();
     let (events, _) = tracer.stop();
+    let syns = wire.stop();
     let (dc, _) = deltas(&lab, &before);
     let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
     assert_eq!(run.ok_count(), n as usize);
@@ -181,6 +183,17 @@ fn middlebox_drops_syn_data(v6: bool) {
         let conn = run.results.iter().find(|r| r.sport == sport).expect("event matches a connection");
         // The client itself measured the whole connection; the stall is inside it.
         assert!(Duration::from_micros(conn.elapsed_us) >= stall, "{conn:?} vs {e}");
+        // On the wire: the SYN with the data, then the plain SYN resent after the timeout.
+        let mine: Vec<_> = syns.iter().filter(|s| s.sport == sport).collect();
+        assert_eq!(mine.len(), 2, "two SYNs left port {sport}: {mine:?}; all: {syns:?}");
+        assert_eq!(mine[0].payload, 100, "the first SYN carried the data: {mine:?}");
+        assert_eq!(mine[1].payload, 0, "the resent SYN is plain: {mine:?}");
+        let on_wire = mine[1].time_s - mine[0].time_s;
+        let traced = stall.as_secs_f64();
+        assert!(
+            (traced - on_wire).abs() <= 0.1 * on_wire,
+            "stall {traced:.4} s vs {on_wire:.4} s on the wire"
+        );
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! The way there (docs/vm.md says more):
 //! 1. Debian packages on the host: qemu, a static busybox, cpio, xz, and the userspace the
-//!    tests call (`ip`, `tc`, `nstat`, `nft`, `sysctl`), copied into the VM with their
+//!    tests call (`ip`, `tc`, `nstat`, `nft`, `sysctl`, `tcpdump`), copied into the VM with their
 //!    shared libraries as `ldd` lists them.
 //! 2. The newest `linux-image-6.1.0-N-cloud-amd64-unsigned` and
 //!    `linux-image-6.12.N+deb12-cloud-amd64-unsigned` that apt knows, downloaded once into
@@ -41,10 +41,18 @@ const DEB_HOST: &[(&str, &str)] = &[
     ("nftables", "/usr/sbin/nft"),
     ("procps", "/usr/sbin/sysctl"),
     ("binutils", "/usr/bin/objcopy"),
+    ("tcpdump", "/usr/bin/tcpdump"),
 ];
 /// Host programs copied into the VM (by their path on the host, with their libraries).
-const VM_PROGRAMS: &[&str] =
-    &["/usr/sbin/ip", "/usr/sbin/tc", "/usr/bin/nstat", "/usr/sbin/nft", "/usr/sbin/sysctl"];
+const VM_PROGRAMS: &[&str] = &[
+    "/usr/sbin/ip",
+    "/usr/sbin/tc",
+    "/usr/bin/nstat",
+    "/usr/sbin/nft",
+    "/usr/sbin/sysctl",
+    // The middlebox scenario checks stalls against the SYNs on the wire.
+    "/usr/bin/tcpdump",
+];
 /// Host configuration the programs above read, copied when present.
 const VM_ETC: &[&str] = &["/etc/iproute2", "/usr/share/iproute2", "/etc/protocols", "/etc/services"];
 /// Kernel modules the lab needs; their dependencies are added from `.modinfo`.

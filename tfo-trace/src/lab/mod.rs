@@ -343,6 +343,37 @@ impl Lab {
         Ok(())
     }
 
+    /// Starts tcpdump on the client's veth for SYNs without ACK (IPv4 and IPv6), and waits
+    /// until it listens.
+    pub fn capture_client_syns(&self) -> Result<SynCapture> {
+        let filter =
+            "(ip and tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn) or (ip6 and ip6[53] & 0x12 == 0x02)";
+        let mut c = cmd::in_netns(&self.client_ns, "tcpdump");
+        // -Z root: stay root rather than switch to a `tcpdump` user a minimal system (the
+        // test VMs) may not have.
+        c.args(["-i", VETH_CLIENT, "-nn", "-tt", "-l", "-Z", "root", filter]);
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut proc =
+            Proc::spawn(self.id, &mut c).context("starting tcpdump (cargo xtask setup installs it)")?;
+        let stdout = proc.child.stdout.take().map(|o| cmd::collect(o, 16 << 20));
+        let stderr = proc.child.stderr.take().ok_or_else(|| anyhow!("tcpdump: no stderr pipe"))?;
+        let (tx, rx) = mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+                let _ = tx.send(l);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut said = Vec::new();
+        loop {
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(l) if l.contains("listening on") => return Ok(SynCapture { proc, stdout }),
+                Ok(l) => said.push(l),
+                Err(_) => bail!("tcpdump did not start listening on {VETH_CLIENT}: {}", said.join(" / ")),
+            }
+        }
+    }
+
     /// Undoes [`Lab::client_drop_synack`].
     pub fn client_allow_synack(&self) -> Result<()> {
         cmd::run(cmd::in_netns(&self.client_ns, "nft").args(["delete", "table", "inet", NFT_TABLE]))?;
@@ -619,6 +650,45 @@ impl Drop for Proc {
     }
 }
 
+/// One SYN (without ACK) seen leaving the client: when, from which port, payload length.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WireSyn {
+    pub time_s: f64,
+    pub sport: u16,
+    pub payload: u32,
+}
+
+/// tcpdump on the client's veth, capturing SYNs: the wire's own account of each handshake.
+#[derive(Debug)]
+pub struct SynCapture {
+    proc: Proc,
+    stdout: Option<JoinHandle<String>>,
+}
+
+/// `1764491234.123456 IP 198.18.0.1.40000 > 198.18.0.2.8080: Flags [S], ..., length 100`
+/// (IPv6: `IP6 fd00:7f0::1.40000 > ...`).
+pub fn parse_tcpdump_syn(line: &str) -> Option<WireSyn> {
+    let mut words = line.split_whitespace();
+    let time_s = words.next()?.parse().ok()?;
+    let _proto = words.next()?;
+    let src = words.next()?;
+    let sport = src.rsplit('.').next()?.parse().ok()?;
+    // tcpdump may decode the payload after the length ("length 100: HTTP"): digits only.
+    let after = line.split("length ").nth(1)?;
+    let payload = after.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
+    Some(WireSyn { time_s, sport, payload })
+}
+
+impl SynCapture {
+    /// Stops tcpdump (SIGINT, so it flushes) and returns the SYNs it saw.
+    pub fn stop(mut self) -> Vec<WireSyn> {
+        // SAFETY: kill() on the pid of a child we own and have not reaped.
+        unsafe { libc::kill(self.proc.pid() as i32, libc::SIGINT) };
+        self.proc.wait_bounded(Duration::from_secs(5));
+        join_text(&mut self.stdout).lines().filter_map(parse_tcpdump_syn).collect()
+    }
+}
+
 /// A running `lab-server`; dropping it kills the server (by pid) and waits for it.
 #[derive(Debug)]
 pub struct ServerHandle {
@@ -728,6 +798,24 @@ fn join_text(h: &mut Option<JoinHandle<String>>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_tcpdump_syn_lines() {
+        let v4 = "1764491234.123456 IP 198.18.0.1.40000 > 198.18.0.2.8080: Flags [S], seq 1, win 64240, options [mss 1460,tfo cookie 0011223344556677], length 100";
+        assert_eq!(
+            parse_tcpdump_syn(v4),
+            Some(WireSyn { time_s: 1764491234.123456, sport: 40000, payload: 100 })
+        );
+        let v6 = "1764491235.000001 IP6 fd00:7f0::1.41000 > fd00:7f0::2.8080: Flags [S], seq 2, win 64800, length 0";
+        assert_eq!(
+            parse_tcpdump_syn(v6),
+            Some(WireSyn { time_s: 1764491235.000001, sport: 41000, payload: 0 })
+        );
+        assert_eq!(parse_tcpdump_syn("tcpdump: verbose output suppressed"), None);
+        let http =
+            "1764491236.5 IP 198.18.0.1.40002 > 198.18.0.2.8080: Flags [S], seq 3:103, length 100: HTTP";
+        assert_eq!(parse_tcpdump_syn(http).map(|s| s.payload), Some(100));
+    }
 
     #[test]
     fn stale_owner_parses_only_our_names() {
