@@ -184,7 +184,7 @@ fn middlebox_drops_syn_data(v6: bool) {
         // The client itself measured the whole connection; the stall is inside it.
         assert!(Duration::from_micros(conn.elapsed_us) >= stall, "{conn:?} vs {e}");
         // On the wire: the SYN with the data, then the plain SYN resent after the timeout.
-        let mine: Vec<_> = syns.iter().filter(|s| s.sport == sport).collect();
+        let mine: Vec<_> = syns.iter().filter(|s| s.sport == sport && !s.syn_ack).collect();
         assert_eq!(mine.len(), 2, "two SYNs left port {sport}: {mine:?}; all: {syns:?}");
         assert_eq!(mine[0].payload, 100, "the first SYN carried the data: {mine:?}");
         assert_eq!(mine[1].payload, 0, "the resent SYN is plain: {mine:?}");
@@ -317,4 +317,39 @@ fn two_namespaces_at_once_are_told_apart() {
         );
     }
     assert_ne!(netns_inode(&labs[0], Side::Client), netns_inode(&labs[1], Side::Client));
+}
+
+/// A server that answers cookie requests without a cookie: the client tries the
+/// experimental option (kind 254) next time, then RFC 7413's again (tcp_rcv_fastopen_synack's
+/// try_exp). The tracer's `exp_option` must match the option on the wire, SYN by SYN.
+#[test]
+fn cookie_request_without_answer_falls_back_to_the_experimental_option() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen", "0").unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let before = snapshot(&lab);
+    let wire = lab.capture_client_syns().unwrap();
+    let tracer = Tracer::start(&[]);
+    let run = lab.run_client(common::exe(), &client(&lab, false, 3, ClientMode::MsgFastopen)).unwrap();
+    let (events, _) = tracer.stop();
+    let syns = wire.stop();
+    let (_, ds) = deltas(&lab, &before);
+    assert_eq!(run.ok_count(), 3);
+
+    assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 3, "every SYN asked for a cookie: {ds:?}");
+    assert_eq!(count(&events, cli_ns, "client", "cookie_requested"), ds.get("TcpExtTCPFastOpenCookieReqd"));
+    let mut exp_seen = Vec::new();
+    for r in &run.results {
+        let e = of_role(&events, cli_ns, "client")
+            .into_iter()
+            .find(|e| e["sport"] == r.sport)
+            .unwrap_or_else(|| panic!("no event for port {}", r.sport));
+        let syn =
+            syns.iter().find(|s| s.sport == r.sport).unwrap_or_else(|| panic!("no SYN from {}", r.sport));
+        assert_eq!(e["exp_option"], syn.exp_tfo, "tracer vs wire for port {}: {e}", r.sport);
+        exp_seen.push(syn.exp_tfo);
+    }
+    assert_eq!(exp_seen, [false, true, false], "RFC option, then the experimental one, then back");
 }

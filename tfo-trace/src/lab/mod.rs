@@ -343,7 +343,7 @@ impl Lab {
         Ok(())
     }
 
-    /// Starts tcpdump on the client's veth for SYNs without ACK (IPv4 and IPv6), and waits
+    /// Starts tcpdump on the client's veth for SYNs and SYN-ACKs (IPv4 and IPv6), and waits
     /// until it listens.
     pub fn capture_client_syns(&self) -> Result<SynCapture> {
         let filter =
@@ -650,12 +650,17 @@ impl Drop for Proc {
     }
 }
 
-/// One SYN (without ACK) seen leaving the client: when, from which port, payload length.
+/// One SYN or SYN-ACK seen on the client's veth: when, which ports, payload length.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WireSyn {
     pub time_s: f64,
     pub sport: u16,
+    pub dport: u16,
+    /// A SYN-ACK (tcpdump's `Flags [S.]`), coming back to the client.
+    pub syn_ack: bool,
     pub payload: u32,
+    /// The TFO option was the experimental one (kind 254, tcpdump's `exp-tfo`).
+    pub exp_tfo: bool,
 }
 
 /// tcpdump on the client's veth, capturing SYNs: the wire's own account of each handshake.
@@ -673,10 +678,14 @@ pub fn parse_tcpdump_syn(line: &str) -> Option<WireSyn> {
     let _proto = words.next()?;
     let src = words.next()?;
     let sport = src.rsplit('.').next()?.parse().ok()?;
+    let _arrow = words.next()?;
+    let dst = words.next()?.trim_end_matches(':');
+    let dport = dst.rsplit('.').next()?.parse().ok()?;
     // tcpdump may decode the payload after the length ("length 100: HTTP"): digits only.
     let after = line.split("length ").nth(1)?;
     let payload = after.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
-    Some(WireSyn { time_s, sport, payload })
+    let syn_ack = line.contains("Flags [S.]");
+    Some(WireSyn { time_s, sport, dport, syn_ack, payload, exp_tfo: line.contains("exp-tfo") })
 }
 
 impl SynCapture {
@@ -804,17 +813,38 @@ mod tests {
         let v4 = "1764491234.123456 IP 198.18.0.1.40000 > 198.18.0.2.8080: Flags [S], seq 1, win 64240, options [mss 1460,tfo cookie 0011223344556677], length 100";
         assert_eq!(
             parse_tcpdump_syn(v4),
-            Some(WireSyn { time_s: 1764491234.123456, sport: 40000, payload: 100 })
+            Some(WireSyn {
+                time_s: 1764491234.123456,
+                sport: 40000,
+                dport: 8080,
+                syn_ack: false,
+                payload: 100,
+                exp_tfo: false
+            })
         );
         let v6 = "1764491235.000001 IP6 fd00:7f0::1.41000 > fd00:7f0::2.8080: Flags [S], seq 2, win 64800, length 0";
         assert_eq!(
             parse_tcpdump_syn(v6),
-            Some(WireSyn { time_s: 1764491235.000001, sport: 41000, payload: 0 })
+            Some(WireSyn {
+                time_s: 1764491235.000001,
+                sport: 41000,
+                dport: 8080,
+                syn_ack: false,
+                payload: 0,
+                exp_tfo: false
+            })
         );
         assert_eq!(parse_tcpdump_syn("tcpdump: verbose output suppressed"), None);
         let http =
             "1764491236.5 IP 198.18.0.1.40002 > 198.18.0.2.8080: Flags [S], seq 3:103, length 100: HTTP";
         assert_eq!(parse_tcpdump_syn(http).map(|s| s.payload), Some(100));
+        let exp = "1.5 IP 198.19.7.1.46764 > 198.19.7.2.7001: Flags [S], options [mss 1460,exp-tfo cookiereq], length 0";
+        assert_eq!(parse_tcpdump_syn(exp).map(|s| s.exp_tfo), Some(true));
+        let synack = "2.5 IP 198.19.7.2.7001 > 198.19.7.1.46764: Flags [S.], seq 9, ack 10, length 0";
+        assert_eq!(
+            parse_tcpdump_syn(synack).map(|s| (s.syn_ack, s.sport, s.dport)),
+            Some((true, 7001, 46764))
+        );
     }
 
     #[test]
