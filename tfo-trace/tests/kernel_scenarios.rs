@@ -150,7 +150,7 @@ fn middlebox_drops_syn_data(v6: bool) {
     let cli_ns = netns_inode(&lab, Side::Client);
     let before = snapshot(&lab);
     let dropped_before = lab.middlebox_dropped().unwrap();
-    let wire = lab.capture_client_syns().unwrap();
+    let wire = lab.capture_syns(Side::Client).unwrap();
     let tracer = Tracer::start(&[]);
     let n = 3;
     let run = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::MsgFastopen)).unwrap();
@@ -330,7 +330,7 @@ fn cookie_request_without_answer_falls_back_to_the_experimental_option() {
     let _server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
     let cli_ns = netns_inode(&lab, Side::Client);
     let before = snapshot(&lab);
-    let wire = lab.capture_client_syns().unwrap();
+    let wire = lab.capture_syns(Side::Client).unwrap();
     let tracer = Tracer::start(&[]);
     let run = lab.run_client(common::exe(), &client(&lab, false, 3, ClientMode::MsgFastopen)).unwrap();
     let (events, _) = tracer.stop();

@@ -343,15 +343,20 @@ impl Lab {
         Ok(())
     }
 
-    /// Starts tcpdump on the client's veth for SYNs and SYN-ACKs (IPv4 and IPv6), and waits
+    /// Starts tcpdump on one side's veth for SYNs and SYN-ACKs (IPv4 and IPv6), and waits
     /// until it listens.
-    pub fn capture_client_syns(&self) -> Result<SynCapture> {
+    pub fn capture_syns(&self, side: Side) -> Result<SynCapture> {
+        let (ns, dev) = match side {
+            Side::Client => (&self.client_ns, VETH_CLIENT),
+            Side::Server => (&self.server_ns, VETH_SERVER),
+        };
         let filter =
             "(ip and tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn) or (ip6 and ip6[53] & 0x12 == 0x02)";
         let mut c = cmd::in_netns(&self.client_ns, "tcpdump");
         // -Z root: stay root rather than switch to a `tcpdump` user a minimal system (the
         // test VMs) may not have.
-        c.args(["-i", VETH_CLIENT, "-nn", "-tt", "-l", "-Z", "root", filter]);
+        // --immediate-mode: hand each packet over at once (no buffering until SIGINT).
+        c.args(["-i", VETH_CLIENT, "-nn", "-tt", "-l", "--immediate-mode", "-Z", "root", filter]);
         c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut proc =
             Proc::spawn(self.id, &mut c).context("starting tcpdump (cargo xtask setup installs it)")?;
@@ -369,7 +374,7 @@ impl Lab {
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(l) if l.contains("listening on") => return Ok(SynCapture { proc, stdout }),
                 Ok(l) => said.push(l),
-                Err(_) => bail!("tcpdump did not start listening on {VETH_CLIENT}: {}", said.join(" / ")),
+                Err(_) => bail!("tcpdump did not start listening on {dev}: {}", said.join(" / ")),
             }
         }
     }
@@ -663,7 +668,7 @@ pub struct WireSyn {
     pub exp_tfo: bool,
 }
 
-/// tcpdump on the client's veth, capturing SYNs: the wire's own account of each handshake.
+/// tcpdump on a lab veth, capturing SYNs and SYN-ACKs: the wire's own account of handshakes.
 #[derive(Debug)]
 pub struct SynCapture {
     proc: Proc,
