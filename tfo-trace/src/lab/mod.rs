@@ -352,11 +352,11 @@ impl Lab {
         };
         let filter =
             "(ip and tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn) or (ip6 and ip6[53] & 0x12 == 0x02)";
-        let mut c = cmd::in_netns(&self.client_ns, "tcpdump");
+        let mut c = cmd::in_netns(ns, "tcpdump");
         // -Z root: stay root rather than switch to a `tcpdump` user a minimal system (the
         // test VMs) may not have.
         // --immediate-mode: hand each packet over at once (no buffering until SIGINT).
-        c.args(["-i", VETH_CLIENT, "-nn", "-tt", "-l", "--immediate-mode", "-Z", "root", filter]);
+        c.args(["-i", dev, "-nn", "-tt", "-l", "--immediate-mode", "-Z", "root", filter]);
         c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut proc =
             Proc::spawn(self.id, &mut c).context("starting tcpdump (cargo xtask setup installs it)")?;
