@@ -94,6 +94,7 @@ fn first_contact_then_tfo(v6: bool) {
             assert_eq!(e["daddr"], lab.server_addr(0, v6).unwrap().to_string());
             assert_eq!(e["dport"], PORT);
             assert_eq!(e["family"], if v6 { 6 } else { 4 });
+            assert_eq!(e["netns_name"], lab.netns(Side::Client), "the `ip netns` name: {e}");
             assert!(e["handshake_us"].as_u64().is_some(), "handshake measured: {e}");
             assert_eq!(e["stall_us"], 0);
             if e["outcome"] == "accepted" {

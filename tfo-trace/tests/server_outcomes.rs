@@ -226,3 +226,36 @@ fn synack_retransmits_of_tfo_children() {
         assert!(e["retransmits"].as_u64().unwrap() >= 1, "{e}");
     }
 }
+
+/// Cookieless TFO: the client sends data without a cookie (0x4) and the server takes it
+/// without one (0x200): accepted on both sides from the first SYN, no cookie request.
+#[test]
+fn cookieless_mode_accepts_data_without_a_cookie() {
+    require_kernel!();
+    let cfg = LabConfig { client_fastopen: 0x1 | 0x4, server_fastopen: 0x2 | 0x200, ..LabConfig::default() };
+    let lab = Lab::create(cfg).unwrap();
+    let server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    let before = snapshot(&lab);
+    let tracer = Tracer::start(&[]);
+    let n = 3;
+    let run = lab.run_client(common::exe(), &args(dst, n)).unwrap();
+    let (events, _) = tracer.stop();
+    let (dc, ds) = deltas(&lab, &before);
+    assert_eq!(run.ok_count(), n as usize);
+
+    assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n), "data in the very first SYN: {dc:?}");
+    assert_eq!(ds.get("TcpExtTCPFastOpenPassive"), u64::from(n), "{ds:?}");
+    assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 0, "no cookie asked for: {ds:?}");
+    assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
+    assert_eq!(count(&events, cli_ns, "client", "cookie_requested"), 0);
+    assert_eq!(count(&events, srv_ns, "server", "accepted"), ds.get("TcpExtTCPFastOpenPassive"));
+    for e in events.iter().filter(|e| e["netns"] == cli_ns) {
+        assert_eq!(e["syn_data_bytes"], 100, "{e}");
+        assert_eq!(e["pid"], run.pid);
+    }
+    for e in events.iter().filter(|e| e["netns"] == srv_ns) {
+        assert_eq!(e["pid"], server.pid());
+    }
+}

@@ -148,6 +148,9 @@ pub struct Event {
     pub daddr: IpAddr,
     pub dport: u16,
     pub netns: u32,
+    /// The namespace's `ip netns` name, where it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns_name: Option<String>,
     pub pid: u32,
     pub comm: String,
     pub syn_data_bytes: u32,
@@ -258,6 +261,7 @@ impl Event {
             daddr: addr(raw.family, &raw.daddr),
             dport: raw.dport,
             netns: raw.netns,
+            netns_name: None,
             pid: raw.pid,
             comm: comm_string(&raw.comm),
             syn_data_bytes: raw.syn_data_bytes,
@@ -315,6 +319,7 @@ pub(crate) fn sample_event(role: Role, outcome: Outcome) -> Event {
         daddr,
         dport,
         netns: 1,
+        netns_name: None,
         pid: 1,
         comm: "c".into(),
         syn_data_bytes: 0,

@@ -31,6 +31,35 @@ pub struct EventSource {
     /// Records that did not decode (a kernel/userspace mismatch): counted, never silent.
     pub malformed: u64,
     owners: OwnerCache,
+    netns_names: NetnsNames,
+}
+
+/// `ip netns` names by namespace inode, re-read (at most every few seconds) when an event
+/// comes from a namespace not seen yet: namespaces come and go while we trace.
+#[derive(Default)]
+struct NetnsNames {
+    names: std::collections::BTreeMap<u64, String>,
+    unknown: std::collections::BTreeSet<u32>,
+    read_at: Option<std::time::Instant>,
+}
+
+impl NetnsNames {
+    fn name(&mut self, inode: u32) -> Option<String> {
+        if let Some(n) = self.names.get(&u64::from(inode)) {
+            return Some(n.clone());
+        }
+        let stale = self.read_at.is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(2));
+        if !self.unknown.contains(&inode) || stale {
+            self.names = crate::kernel::netns::netns_names();
+            self.read_at = Some(std::time::Instant::now());
+            self.unknown.clear();
+        }
+        let found = self.names.get(&u64::from(inode)).cloned();
+        if found.is_none() {
+            self.unknown.insert(inode);
+        }
+        found
+    }
 }
 
 /// A listener opened before we attached has no owner in the kernel map: ask /proc.
@@ -59,6 +88,7 @@ impl EventSource {
             clock: Clock::now(),
             malformed: 0,
             owners: OwnerCache::default(),
+            netns_names: NetnsNames::default(),
         })
     }
 
@@ -69,6 +99,7 @@ impl EventSource {
             match Event::from_bytes(&item, self.clock) {
                 Ok(mut ev) => {
                     name_listener_owner(&mut self.owners, &mut ev);
+                    ev.netns_name = self.netns_names.name(ev.netns);
                     out.push(ev)
                 }
                 Err(err) => {
