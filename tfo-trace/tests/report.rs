@@ -17,6 +17,7 @@ use std::{
 use common::{netns_inode, Tracer};
 use serde_json::Value;
 use tfo_trace::{
+    events::{Outcome, Role},
     kernel::netstat::Netstat,
     lab::{
         traffic::{ClientArgs, ClientMode},
@@ -78,7 +79,7 @@ fn client(lab: &Lab, count: u32) -> ClientArgs {
 
 /// Records `n` connections with `tfo-trace trace --json --record FILE`; returns the events
 /// printed on stdout and the client counter deltas over the recording.
-fn record(lab: &Lab, file: &TempFile, n: u32) -> (Vec<Value>, Netstat, u32) {
+fn record(lab: &Lab, file: &TempFile, n: u32) -> (Vec<Value>, Netstat, u32, String) {
     let before = lab.netstat(Side::Client).unwrap();
     let tracer = Tracer::start_command(&["trace", "--json", "--record", file.path()]);
     let run = lab.run_client(common::exe(), &client(lab, n)).unwrap();
@@ -88,7 +89,7 @@ fn record(lab: &Lab, file: &TempFile, n: u32) -> (Vec<Value>, Netstat, u32) {
     assert!(stderr.iter().any(|l| l.contains("recorded to")), "{stderr:?}");
     let mode = std::fs::metadata(&file.0).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "recordings are private");
-    (events, delta, run.pid)
+    (events, delta, run.pid, common::backend_of(&stderr).to_string())
 }
 
 #[test]
@@ -103,7 +104,7 @@ fn report_on_a_recorded_middlebox_drop() {
     let dropped_before = lab.middlebox_dropped().unwrap();
     let file = TempFile::new("drop");
     let n = 3;
-    let (events, delta, _) = record(&lab, &file, n);
+    let (events, delta, _, backend) = record(&lab, &file, n);
     let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
 
     // The kernel and the wire agree first.
@@ -113,7 +114,7 @@ fn report_on_a_recorded_middlebox_drop() {
     let out = report_from(&file.0);
     assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
     assert_eq!(out.json["source"]["events"], events.len(), "every printed event was recorded");
-    assert_eq!(out.json["source"]["backend"], "tracepoint");
+    assert_eq!(out.json["source"]["backend"], backend.as_str(), "the recording names its backend");
     let dst = format!("{}:{PORT}", lab.server_addr(0, false).unwrap());
     let d = destination(&out.json, &dst, cli_ns);
     assert_eq!(d["verdict"]["kind"], "syn_data_dropped", "{d:#}");
@@ -168,7 +169,7 @@ fn report_on_a_recorded_server_that_stopped_taking_tfo() {
     let cli_ns = netns_inode(&lab, Side::Client);
     let file = TempFile::new("stopped");
     let n = 4;
-    let (_, delta, _) = record(&lab, &file, n);
+    let (_, delta, _, _) = record(&lab, &file, n);
     assert_eq!(delta.get("TcpExtTCPFastOpenActiveFail"), u64::from(n), "client counters: {delta:?}");
 
     let out = report_from(&file.0);
@@ -205,4 +206,68 @@ fn report_rejects_what_is_not_a_recording() {
     let out =
         Command::new(common::exe()).args(["report", "--from", "x", "--duration", "5s"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "--from and --duration conflict");
+}
+
+fn listener<'a>(report: &'a Value, port: u16, netns: u32) -> &'a Value {
+    report["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| {
+            l["listener"].as_str().is_some_and(|a| a.ends_with(&format!(":{port}"))) && l["netns"] == netns
+        })
+        .unwrap_or_else(|| panic!("no listener :{port} in netns {netns}: {report:#}"))
+}
+
+/// Server-side verdicts from lab recordings: key rotation without a backup key, and a TFO
+/// queue that overflows. They need a backend that sees server outcomes (fentry/kprobe, the
+/// VM matrix); on the tracepoint backend the test says so and checks the report still runs.
+#[test]
+fn report_on_recorded_key_rotation_and_queue_overflow() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen_key", "00000000-00000000-00000000-0000000a").unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 2, false).unwrap();
+    assert_eq!(lab.run_client(common::exe(), &client(&lab, 1)).unwrap().ok_count(), 1, "cookie cached");
+    let srv_ns = netns_inode(&lab, Side::Server);
+
+    // Key rotation without backup: the next SYN-data's cookie is invalid.
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen_key", "00000000-00000000-00000000-0000000b").unwrap();
+    let rotation = TempFile::new("rotation");
+    let before = lab.netstat(Side::Server).unwrap();
+    let tracer = Tracer::start_command(&["trace", "--json", "--record", rotation.path()]);
+    assert_eq!(lab.run_client(common::exe(), &client(&lab, 1)).unwrap().ok_count(), 1);
+    let (_, stderr) = tracer.stop();
+    let rotated = Netstat::delta(&before, &lab.netstat(Side::Server).unwrap());
+    assert_eq!(rotated.get("TcpExtTCPFastOpenPassiveFail"), 1, "{rotated:?}");
+
+    // Overflow: the client drops SYN-ACKs, children pile up in SYN_RECV (fastopen=2).
+    lab.client_drop_synack().unwrap();
+    let overflow = TempFile::new("overflow");
+    let before = lab.netstat(Side::Server).unwrap();
+    let tracer = Tracer::start_command(&["trace", "--json", "--record", overflow.path()]);
+    let stuck = ClientArgs { timeout_ms: 700, ..client(&lab, 4) };
+    assert_eq!(lab.run_client(common::exe(), &stuck).unwrap().ok_count(), 0);
+    let _ = tracer.stop();
+    let overflowed = Netstat::delta(&before, &lab.netstat(Side::Server).unwrap());
+    assert!(overflowed.get("TcpExtTCPFastOpenListenOverflow") >= 2, "{overflowed:?}");
+
+    let r = report_from(&rotation.0);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    if common::visible(&stderr, Role::Server, Outcome::CookieInvalid) {
+        let l = listener(&r.json, PORT, srv_ns);
+        assert_eq!(l["verdict"]["kind"], "cookie_invalid", "{l:#}");
+        assert_eq!(l["outcomes"]["cookie_invalid"], rotated.get("TcpExtTCPFastOpenPassiveFail"), "{l:#}");
+    }
+    let r = report_from(&overflow.0);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    if common::visible(&stderr, Role::Server, Outcome::QueueOverflow) {
+        let l = listener(&r.json, PORT, srv_ns);
+        assert_eq!(l["verdict"]["kind"], "queue_overflow", "{l:#}");
+        assert_eq!(
+            l["outcomes"]["queue_overflow"],
+            overflowed.get("TcpExtTCPFastOpenListenOverflow"),
+            "{l:#}"
+        );
+    }
 }

@@ -59,7 +59,7 @@ const VM_ETC: &[&str] = &["/etc/iproute2", "/usr/share/iproute2", "/etc/protocol
 const VM_MODULES: &[&str] = &["veth", "sch_netem", "nf_tables"];
 /// The scenario tests (tracer against the kernel's counters): run once per backend, with
 /// TFO_TRACE_BACKEND set (tests/common passes it as `--backend`).
-const VM_PER_BACKEND: &[&str] = &["kernel_scenarios", "server_outcomes", "stalls"];
+const VM_PER_BACKEND: &[&str] = &["kernel_scenarios", "server_outcomes", "stalls", "report"];
 /// Run once per kernel, without a backend: the lab itself (veth, netem, nft on this kernel).
 const VM_ONCE: &[&str] = &["lab"];
 // Every other tests/*.rs is host-only by default (views, formats, CLI, capabilities, the
