@@ -208,7 +208,7 @@ fn report_rejects_what_is_not_a_recording() {
     assert_eq!(out.status.code(), Some(2), "--from and --duration conflict");
 }
 
-fn listener<'a>(report: &'a Value, port: u16, netns: u32) -> &'a Value {
+fn listener(report: &Value, port: u16, netns: u32) -> &Value {
     report["listeners"]
         .as_array()
         .unwrap()
