@@ -40,6 +40,9 @@ pub mod outcome {
     pub const ACTIVE_DISABLED: u8 = 11;
     /// Server: a TFO child (in SYN_RECV) retransmitted its SYN-ACK (tcp:tcp_retransmit_synack).
     pub const SYNACK_RETRANSMITTED: u8 = 12;
+    /// Client: a SYN-ACK brought a cookie, now cached for this destination
+    /// (tcp_fastopen_cache_set, as `ip tcp_metrics` then shows it).
+    pub const COOKIE_RECEIVED: u8 = 13;
 }
 
 /// Bits of [`TfoEvent::flags`].
@@ -174,6 +177,9 @@ pub mod config {
     /// The state-change hook reports server `accepted` (tracepoint backend only: the richer
     /// backends report every server outcome from tcp_try_fastopen instead).
     pub const SERVER_FROM_STATE: u32 = 1 << 0;
+    /// tcp_fastopen_cache_set is hooked: a client connection's state is kept past
+    /// ESTABLISHED until the SYN-ACK's cookie is cached, so `cookie_received` names its process.
+    pub const COOKIE_FROM_CACHE_SET: u32 = 1 << 1;
 }
 
 /// Key of the kernel-side listener table: who called listen() on which port.

@@ -6,7 +6,7 @@ use aya_ebpf::{
 };
 
 use crate::{
-    handlers::{detect_blackhole_enter, detect_blackhole_exit},
+    handlers::{detect_blackhole_enter, detect_blackhole_exit, on_cookie_cached},
     server::{try_fastopen_enter, try_fastopen_exit},
 };
 
@@ -35,5 +35,13 @@ pub fn tfo_blackhole_fentry(ctx: FEntryContext) -> u32 {
 #[fexit(function = "tcp_fastopen_active_detect_blackhole")]
 pub fn tfo_blackhole_fexit(_ctx: FExitContext) -> u32 {
     detect_blackhole_exit();
+    0
+}
+
+/// void tcp_fastopen_cache_set(struct sock *sk, u16 mss, struct tcp_fastopen_cookie *cookie,
+///     bool syn_lost, u16 try_exp)
+#[fentry(function = "tcp_fastopen_cache_set")]
+pub fn tfo_cookie_cached_fentry(ctx: FEntryContext) -> u32 {
+    on_cookie_cached(ctx.arg(0), ctx.arg(2));
     0
 }

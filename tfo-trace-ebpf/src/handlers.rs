@@ -169,7 +169,11 @@ fn client_established<C: EbpfContext>(ctx: &C, sk: *const u8) {
             ev.flags |= flags::EXP_OPTION;
         }
     });
-    let _ = CONNS.remove(&key);
+    // tcp_rcv_fastopen_synack() runs next and caches the SYN-ACK's cookie; where that is
+    // hooked, on_cookie_cached() still needs the process and drops the state itself.
+    if !((syn_data || syn_fastopen) && config_has(config::COOKIE_FROM_CACHE_SET)) {
+        let _ = CONNS.remove(&key);
+    }
 }
 
 /// Payload bytes of the SYN-data: nothing but the SYN-data has been sent before the
@@ -223,6 +227,33 @@ pub fn detect_blackhole_exit() {
         if flag(sk, layout!(syn_data)) {
             ev.syn_data_bytes = syn_data_bytes(sk);
         }
+    });
+}
+
+/// tcp_fastopen_cache_set(sk, mss, cookie, syn_lost, try_exp): the SYN-ACK's cookie going
+/// into the destination's cache. A NULL cookie (the SYN timer) or len <= 0 (no cookie in
+/// the SYN-ACK) caches nothing new.
+#[inline(always)]
+pub fn on_cookie_cached(sk: *const u8, cookie: *const u8) {
+    if cookie.is_null() {
+        return; // the SYN timer recording a loss: the connection is still in SYN_SENT
+    }
+    // SAFETY: copied out before any other map operation.
+    let state = unsafe { CONNS.get(&(sk as u64)) }.copied();
+    // The last use of this connection's state (client_established kept it for us).
+    let _ = CONNS.remove(&(sk as u64));
+    let len = read::<i8>(cookie, layout!(foc_len)).unwrap_or(-1);
+    if len <= 0 {
+        return;
+    }
+    emit_with(|ev| {
+        fill_event(ev, sk, role::CLIENT, outcome::COOKIE_RECEIVED, state.as_ref());
+        ev.cookie_len = len as u8;
+        ev.flags |= flags::COOKIE_LEN_KNOWN;
+        if read::<u8>(cookie, layout!(foc_exp)).unwrap_or(0) != 0 {
+            ev.flags |= flags::EXP_OPTION;
+        }
+        ev.retransmits = read(sk, layout!(total_retrans)).unwrap_or(0);
     });
 }
 

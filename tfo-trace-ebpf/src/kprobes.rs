@@ -6,7 +6,7 @@ use aya_ebpf::{
 };
 
 use crate::{
-    handlers::{detect_blackhole_enter, detect_blackhole_exit},
+    handlers::{detect_blackhole_enter, detect_blackhole_exit, on_cookie_cached},
     server::{try_fastopen_enter, try_fastopen_exit},
 };
 
@@ -36,5 +36,13 @@ pub fn tfo_blackhole_kprobe(ctx: ProbeContext) -> u32 {
 #[kretprobe]
 pub fn tfo_blackhole_kretprobe(_ctx: RetProbeContext) -> u32 {
     detect_blackhole_exit();
+    0
+}
+
+#[kprobe]
+pub fn tfo_cookie_cached_kprobe(ctx: ProbeContext) -> u32 {
+    if let (Some(sk), Some(cookie)) = (ctx.arg(0), ctx.arg(2)) {
+        on_cookie_cached(sk, cookie);
+    }
     0
 }

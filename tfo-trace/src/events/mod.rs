@@ -30,6 +30,7 @@ pub enum Outcome {
     NotAttempted,
     ActiveDisabled,
     SynackRetransmitted,
+    CookieReceived,
 }
 
 impl Role {
@@ -57,7 +58,7 @@ impl Role {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [Outcome; 13] = [
         Outcome::CookieRequested,
         Outcome::Accepted,
         Outcome::DataNotAcked,
@@ -70,12 +71,14 @@ impl Outcome {
         Outcome::NotAttempted,
         Outcome::ActiveDisabled,
         Outcome::SynackRetransmitted,
+        Outcome::CookieReceived,
     ];
 
     /// Whether the event closes one connection's TFO story (every outcome but the
-    /// per-retransmission `synack_retransmitted`), so that counting them counts connections.
+    /// per-retransmission `synack_retransmitted` and the per-SYN-ACK `cookie_received`), so
+    /// that counting them counts connections.
     pub fn ends_connection(self) -> bool {
-        self != Outcome::SynackRetransmitted
+        !matches!(self, Outcome::SynackRetransmitted | Outcome::CookieReceived)
     }
 
     pub fn from_wire(v: u8) -> Result<Self> {
@@ -92,6 +95,7 @@ impl Outcome {
             outcome::NOT_ATTEMPTED => Outcome::NotAttempted,
             outcome::ACTIVE_DISABLED => Outcome::ActiveDisabled,
             outcome::SYNACK_RETRANSMITTED => Outcome::SynackRetransmitted,
+            outcome::COOKIE_RECEIVED => Outcome::CookieReceived,
             other => bail!("unknown outcome {other} in event"),
         })
     }
@@ -110,6 +114,7 @@ impl Outcome {
             Outcome::NotAttempted => outcome::NOT_ATTEMPTED,
             Outcome::ActiveDisabled => outcome::ACTIVE_DISABLED,
             Outcome::SynackRetransmitted => outcome::SYNACK_RETRANSMITTED,
+            Outcome::CookieReceived => outcome::COOKIE_RECEIVED,
         }
     }
 
@@ -127,6 +132,7 @@ impl Outcome {
             Outcome::NotAttempted => "not_attempted",
             Outcome::ActiveDisabled => "active_disabled",
             Outcome::SynackRetransmitted => "synack_retransmitted",
+            Outcome::CookieReceived => "cookie_received",
         }
     }
 }

@@ -119,7 +119,13 @@ fn load_backend(
     opts: &LoadOptions,
     kernel_layout: &tfo_trace_common::KernelLayout,
 ) -> Result<Ebpf> {
-    let flags = if table::server_from_state(backend) { config::SERVER_FROM_STATE } else { 0 };
+    let mut flags = 0;
+    if table::server_from_state(backend) {
+        flags |= config::SERVER_FROM_STATE;
+    }
+    if table::hooks(backend).iter().any(|h| h.target == "tcp_fastopen_cache_set") {
+        flags |= config::COOKIE_FROM_CACHE_SET;
+    }
     let mut ebpf = EbpfLoader::new()
         .override_global("LAYOUT", kernel_layout, true)
         .override_global("CONFIG", &flags, true)

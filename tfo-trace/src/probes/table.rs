@@ -148,6 +148,10 @@ const BLACKHOLE_WHY: &str = "tcp_fastopen_active_detect_blackhole() runs on ever
     (TcpExtTCPFastOpenBlackhole; tcp_fastopen_active_disable() is inlined into it on some kernels)";
 const BLACKHOLE_SEES: &[(u8, u8)] = &[(tfo_trace_common::role::CLIENT, outcome::ACTIVE_DISABLED)];
 
+const COOKIE_CACHED_WHY: &str = "tcp_fastopen_cache_set() is where a SYN-ACK's cookie enters the \
+    destination's cache (what `ip tcp_metrics` shows as fo_cookie)";
+const COOKIE_CACHED_SEES: &[(u8, u8)] = &[(tfo_trace_common::role::CLIENT, outcome::COOKIE_RECEIVED)];
+
 const FENTRY_HOOKS: &[Hook] = &[
     CLIENT_STATE_HOOKS[0],
     CLIENT_STATE_HOOKS[1],
@@ -172,6 +176,13 @@ const FENTRY_HOOKS: &[Hook] = &[
         target: "tcp_fastopen_active_detect_blackhole",
         sees: &[],
         why: "remembers the namespace's active-TFO pause count",
+    },
+    Hook {
+        program: "tfo_cookie_cached_fentry",
+        kind: HookKind::FEntry,
+        target: "tcp_fastopen_cache_set",
+        sees: COOKIE_CACHED_SEES,
+        why: COOKIE_CACHED_WHY,
     },
     Hook {
         program: "tfo_blackhole_fexit",
@@ -208,6 +219,13 @@ const KPROBE_HOOKS: &[Hook] = &[
         why: "remembers the namespace's active-TFO pause count",
     },
     Hook {
+        program: "tfo_cookie_cached_kprobe",
+        kind: HookKind::KProbe,
+        target: "tcp_fastopen_cache_set",
+        sees: COOKIE_CACHED_SEES,
+        why: COOKIE_CACHED_WHY,
+    },
+    Hook {
         program: "tfo_blackhole_kretprobe",
         kind: HookKind::KRetProbe,
         target: "tcp_fastopen_active_detect_blackhole",
@@ -240,6 +258,12 @@ pub struct Blind {
 }
 
 const TRACEPOINT_BLIND: &[Blind] = &[
+    Blind {
+        role: tfo_trace_common::role::CLIENT,
+        outcome: outcome::COOKIE_RECEIVED,
+        why: "the SYN-ACK's cookie goes to the metrics cache without a socket state change \
+              (`ip tcp_metrics` shows it)",
+    },
     Blind {
         role: tfo_trace_common::role::CLIENT,
         outcome: outcome::ACTIVE_DISABLED,
@@ -323,7 +347,7 @@ mod tests {
     fn richer_backends_see_every_outcome_the_tracepoint_backend_sees_and_more() {
         for backend in [Backend::Fentry, Backend::Kprobe] {
             for role in [role::CLIENT, role::SERVER] {
-                for o in 1..=12u8 {
+                for o in 1..=13u8 {
                     if sees(Backend::Tracepoint, role, o) {
                         assert!(sees(backend, role, o), "{backend} misses {role}/{o}");
                     }
