@@ -32,6 +32,17 @@ pub const OTHER_DESTINATION: &str = "other";
 /// Label pairs of one series; a Vec so that `destination` exists only when asked for.
 type Labels = Vec<(&'static str, String)>;
 
+/// The series `tfo-trace export` serves, as `doctor` lists them (a test checks each one
+/// against the real exposition).
+pub const EXPOSED: &[(&str, &str)] = &[
+    ("tfo_trace_connections_total", "{role,outcome[,destination]} counter"),
+    ("tfo_trace_syn_data_bytes_total", "{role} counter"),
+    ("tfo_trace_stall_seconds_total", "[{destination}] counter"),
+    ("tfo_trace_handshake_seconds", "{role} histogram, buckets resolving the 1 s SYN timeout"),
+    ("tfo_trace_events_lost_total", "counter"),
+    ("tfo_trace_build_info", "{version,backend,kernel} gauge = 1"),
+];
+
 /// What `tfo_trace_build_info` says.
 #[derive(Clone, Debug)]
 pub struct BuildInfo {
@@ -305,6 +316,16 @@ mod tests {
         assert!(t.contains("# TYPE tfo_trace_connections_total counter"), "{t}");
         assert!(t.contains("# TYPE tfo_trace_handshake_seconds histogram"), "{t}");
         assert!(!t.contains("# EOF"), "Prometheus text format, not OpenMetrics: {t}");
+    }
+
+    #[test]
+    fn doctor_lists_what_export_serves() {
+        let mut m = Metrics::new(&build(), None);
+        m.observe(&ev(Role::Client, Outcome::Accepted, 2, 64, 120, 0));
+        let t = m.encode();
+        for (name, _) in EXPOSED {
+            assert!(t.lines().any(|l| l.starts_with(name)), "{name} not in the exposition:\n{t}");
+        }
     }
 
     #[test]

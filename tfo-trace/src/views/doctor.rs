@@ -1163,6 +1163,15 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
 
     render_tfo_state(r, &mut sections);
 
+    let mut s = Section::new(format!(
+        "Prometheus export (`tfo-trace export`, default {})",
+        crate::views::export::DEFAULT_LISTEN
+    ));
+    for (name, what) in crate::aggregation::metrics::EXPOSED {
+        s.kv(*name, *what);
+    }
+    sections.push(s);
+
     let mut s = Section::new("Advice");
     for a in &r.advice {
         s.item(format!("- {a}"));
