@@ -15,12 +15,13 @@
 //! `tcp_max_tw_buckets`), and the client's ephemeral ports never run out.
 use std::io::{self, Read as _, Write as _};
 use std::mem;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::sock::{new_socket, sockaddr, tfo_listener};
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
@@ -105,7 +106,7 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
              ip netns exec x sysctl -w net.ipv4.tcp_fastopen=3; ip netns exec x tfo-trace lab-load`"
         );
     }
-    let listener = listen(args)?;
+    let listener = tfo_listener(args.listen, args.tfo_queue, 4096, ACCEPT_POLL)?;
     let before = Netstat::read_current().context("reading /proc/net/netstat")?;
     let stop = Arc::new(AtomicBool::new(false));
     let payload: Arc<[u8]> = vec![b'q'; args.payload_bytes as usize].into();
@@ -218,7 +219,7 @@ fn one_connection(
     payload: &[u8],
     buf: &mut [u8],
 ) -> Result<()> {
-    let mut s = new_socket(sa.ss_family)?;
+    let mut s = new_socket(libc::c_int::from(sa.ss_family))?;
     s.set_read_timeout(Some(IO_TIMEOUT)).context("setsockopt(SO_RCVTIMEO)")?;
     s.set_write_timeout(Some(IO_TIMEOUT)).context("setsockopt(SO_SNDTIMEO)")?;
     // SAFETY: valid fd, buffer and sockaddr of the given lengths.
@@ -278,76 +279,4 @@ fn serve(listener: &TcpListener, reply: &[u8], stop: &AtomicBool) {
         })();
         // Dropping closes: FIN after the reply; the client's RST then frees the socket.
     }
-}
-
-/// SO_REUSEADDR, bind, TCP_FASTOPEN (before listen), listen, and an accept timeout.
-fn listen(args: &LoadArgs) -> Result<TcpListener> {
-    let domain = if args.listen.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
-    let s = new_socket(domain as libc::sa_family_t)?;
-    setsockopt_int(&s, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).context("setsockopt(SO_REUSEADDR)")?;
-    let (sa, len) = sockaddr(&args.listen);
-    // SAFETY: valid fd and sockaddr of the given length.
-    if unsafe { libc::bind(s.as_raw_fd(), (&sa as *const libc::sockaddr_storage).cast(), len) } != 0 {
-        return Err(io::Error::last_os_error()).with_context(|| format!("bind {}", args.listen));
-    }
-    let q = libc::c_int::try_from(args.tfo_queue).context("--tfo-queue too large")?;
-    setsockopt_int(&s, libc::IPPROTO_TCP, libc::TCP_FASTOPEN, q).context("setsockopt(TCP_FASTOPEN)")?;
-    // SAFETY: valid fd.
-    if unsafe { libc::listen(s.as_raw_fd(), 4096) } != 0 {
-        return Err(io::Error::last_os_error()).with_context(|| format!("listen {}", args.listen));
-    }
-    s.set_read_timeout(Some(ACCEPT_POLL)).context("setsockopt(SO_RCVTIMEO)")?;
-    Ok(TcpListener::from(OwnedFd::from(s)))
-}
-
-fn new_socket(family: libc::sa_family_t) -> Result<TcpStream> {
-    // SAFETY: plain syscall; the fd is owned right away.
-    let fd = unsafe { libc::socket(libc::c_int::from(family), libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error()).context("socket(SOCK_STREAM)");
-    }
-    // SAFETY: fd is a new, valid descriptor that nothing else owns.
-    Ok(TcpStream::from(unsafe { OwnedFd::from_raw_fd(fd) }))
-}
-
-fn setsockopt_int(s: &impl AsRawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
-    // SAFETY: the option value is a c_int of the stated size.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            level,
-            name,
-            (&v as *const libc::c_int).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
-    let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
-            let sin = unsafe { &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr = libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) };
-            mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: as above.
-            let sin6 = unsafe { &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr = libc::in6_addr { s6_addr: a.ip().octets() };
-            mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
 }

@@ -16,6 +16,7 @@
 //! died (their embedded pid is gone).
 mod cmd;
 pub mod load;
+mod sock;
 pub mod traffic;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -5,12 +5,13 @@
 //! client). Every loop is bounded in count and time.
 use std::io::{self, BufRead as _, Read, Write};
 use std::mem;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::sock::{family_of, new_socket, setsockopt_int, sockaddr, tfo_listener};
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
@@ -179,7 +180,7 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
     if args.max_seconds == 0 {
         bail!("--max-seconds must be at least 1");
     }
-    let listener = listen(args)?;
+    let listener = tfo_listener(args.listen, args.tfo_queue, 128, ACCEPT_POLL)?;
     let stop = Arc::new(AtomicBool::new(false));
     watch_stdin_pipe(Arc::clone(&stop));
 
@@ -273,7 +274,7 @@ fn one_connection(
     let mut sport = 0;
     let mut rx_bytes = 0u64;
     let result = (|| -> Result<()> {
-        let s = new_socket(dst)?;
+        let s = new_socket(family_of(&dst))?;
         // Bounds connect (blocking connect and sendto(MSG_FASTOPEN) honour SO_SNDTIMEO).
         s.set_write_timeout(Some(remaining(deadline)?)).context("setsockopt(SO_SNDTIMEO)")?;
         let sent = match mode {
@@ -338,86 +339,6 @@ fn one_connection(
         rx_bytes,
         error: result.err().map(|e| format!("{e:#}")),
     }
-}
-
-/// The listener: SO_REUSEADDR, bind, TCP_FASTOPEN (before listen, as the kernel wants),
-/// listen, and an accept timeout so the loop can check its deadline.
-fn listen(args: &ServerArgs) -> Result<TcpListener> {
-    let s = new_socket(args.listen)?;
-    setsockopt_int(&s, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).context("setsockopt(SO_REUSEADDR)")?;
-    let (sa, len) = sockaddr(&args.listen);
-    // SAFETY: valid fd and sockaddr of the given length.
-    if unsafe { libc::bind(s.as_raw_fd(), (&sa as *const libc::sockaddr_storage).cast(), len) } != 0 {
-        return Err(io::Error::last_os_error()).with_context(|| format!("bind {}", args.listen));
-    }
-    if args.tfo_queue > 0 {
-        let q = libc::c_int::try_from(args.tfo_queue).context("--tfo-queue too large")?;
-        setsockopt_int(&s, libc::IPPROTO_TCP, TCP_FASTOPEN, q)
-            .with_context(|| format!("setsockopt(TCP_FASTOPEN, {q})"))?;
-    }
-    // SAFETY: valid fd.
-    if unsafe { libc::listen(s.as_raw_fd(), 128) } != 0 {
-        return Err(io::Error::last_os_error()).with_context(|| format!("listen {}", args.listen));
-    }
-    // std's TcpStream sets SO_RCVTIMEO, which accept() honours too.
-    s.set_read_timeout(Some(ACCEPT_POLL)).context("setsockopt(SO_RCVTIMEO)")?;
-    Ok(TcpListener::from(OwnedFd::from(s)))
-}
-
-/// A fresh blocking TCP socket of `addr`'s family, wrapped for std's I/O and timeouts.
-fn new_socket(addr: SocketAddr) -> Result<TcpStream> {
-    let domain = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
-    // SAFETY: plain syscall; the fd is owned right away.
-    let fd = unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error()).context("socket(SOCK_STREAM)");
-    }
-    // SAFETY: fd is a new, valid descriptor that nothing else owns.
-    Ok(TcpStream::from(unsafe { OwnedFd::from_raw_fd(fd) }))
-}
-
-fn setsockopt_int(s: &impl AsRawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
-    // SAFETY: the option value is a c_int of the stated size.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            level,
-            name,
-            (&v as *const libc::c_int).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
-    let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
-            let sin = unsafe { &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr = libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) };
-            mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: as above.
-            let sin6 = unsafe { &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_flowinfo = a.flowinfo();
-            sin6.sin6_addr = libc::in6_addr { s6_addr: a.ip().octets() };
-            sin6.sin6_scope_id = a.scope_id();
-            mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
 }
 
 fn local_port(s: &TcpStream) -> u16 {
