@@ -135,12 +135,10 @@ impl Drop for Running {
     }
 }
 
-#[test]
 fn nobody_with_cap_bpf_and_cap_perfmon_sees_the_kernels_connections() {
     require_kernel!();
     if let Some(why) = setcap_missing() {
-        eprintln!("skipped: {why}");
-        return;
+        common::skip(why);
     }
     let copy = Copy::new("granted", "cap_bpf,cap_perfmon+ep");
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -190,12 +188,10 @@ fn refused_line(tag: usize, exe_caps: &str) -> String {
     stderr.trim_end().to_string()
 }
 
-#[test]
 fn nobody_without_them_gets_one_line_naming_what_is_missing() {
     require_kernel!();
     if let Some(why) = setcap_missing() {
-        eprintln!("skipped: {why}");
-        return;
+        common::skip(why);
     }
     let hint = "run it with sudo, or `sudo setcap cap_bpf,cap_perfmon+ep $(command -v tfo-trace)`";
     let cases =
@@ -225,12 +221,10 @@ fn scrape(addr: SocketAddr) -> String {
     text
 }
 
-#[test]
 fn exporter_with_ambient_capabilities_as_in_the_systemd_unit() {
     require_kernel!();
     if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("skipped: needs setpriv (util-linux) to hand over ambient capabilities");
-        return;
+        common::skip("needs setpriv (util-linux) to hand over ambient capabilities");
     }
     // No file capabilities here: the capabilities come from the parent, as systemd's
     // AmbientCapabilities= gives them, and no_new_privs is set as NoNewPrivileges= does.
@@ -278,3 +272,9 @@ fn exporter_with_ambient_capabilities_as_in_the_systemd_unit() {
     assert_eq!(delta(series("server", "accepted")), ds.get("TcpExtTCPFastOpenPassive") as f64);
     exporter.stop();
 }
+
+tests_main!(
+    nobody_with_cap_bpf_and_cap_perfmon_sees_the_kernels_connections,
+    nobody_without_them_gets_one_line_naming_what_is_missing,
+    exporter_with_ambient_capabilities_as_in_the_systemd_unit,
+);

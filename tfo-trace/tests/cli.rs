@@ -7,14 +7,12 @@ fn tfo_trace(args: &[&str]) -> std::process::Output {
     Command::new(common::exe()).args(args).output().expect("running tfo-trace")
 }
 
-#[test]
 fn unknown_flag_is_a_usage_error() {
     let out = tfo_trace(&["trace", "--no-such-flag"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-flag"));
 }
 
-#[test]
 fn bad_values_are_usage_errors_with_one_clear_line() {
     for args in [
         &["trace", "--duration", "soon"][..],
@@ -29,12 +27,10 @@ fn bad_values_are_usage_errors_with_one_clear_line() {
     }
 }
 
-#[test]
 fn without_capabilities_one_line_names_what_is_missing() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to drop to an unprivileged user");
-        return;
+        common::skip("needs root to drop to an unprivileged user");
     }
     // nobody (65534) with no capabilities at all.
     let out = Command::new(common::exe())
@@ -50,7 +46,6 @@ fn without_capabilities_one_line_names_what_is_missing() {
     assert!(out.stdout.is_empty());
 }
 
-#[test]
 fn doctor_reports_this_kernel_and_exits_zero() {
     let out = tfo_trace(&["doctor"]);
     assert_eq!(out.status.code(), Some(0));
@@ -63,12 +58,8 @@ fn doctor_reports_this_kernel_and_exits_zero() {
     assert!(text.contains("tcp_try_fastopen"), "hook points listed");
 }
 
-#[test]
 fn trace_stops_by_itself_and_reports_counts() {
-    if let Some(why) = common::skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    require_kernel!();
     let out = tfo_trace(&["trace", "--duration", "1s"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -76,7 +67,6 @@ fn trace_stops_by_itself_and_reports_counts() {
     assert!(err.contains("tracepoint backend"), "backend named: {err}");
 }
 
-#[test]
 fn completions_and_man_page_name_the_subcommands() {
     let out = tfo_trace(&["completions", "bash"]);
     assert_eq!(out.status.code(), Some(0));
@@ -92,3 +82,12 @@ fn completions_and_man_page_name_the_subcommands() {
     assert!(!page.contains("lab\\-client"), "hidden subcommands stay out of the man page");
     assert_eq!(tfo_trace(&["completions", "tcsh"]).status.code(), Some(2));
 }
+
+tests_main!(
+    unknown_flag_is_a_usage_error,
+    bad_values_are_usage_errors_with_one_clear_line,
+    without_capabilities_one_line_names_what_is_missing,
+    doctor_reports_this_kernel_and_exits_zero,
+    trace_stops_by_itself_and_reports_counts,
+    completions_and_man_page_name_the_subcommands,
+);

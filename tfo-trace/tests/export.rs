@@ -202,15 +202,11 @@ fn counters(lab: &Lab) -> Counters {
     Counters { client: lab.netstat(Side::Client).unwrap(), server: lab.netstat(Side::Server).unwrap() }
 }
 
-#[test]
 fn prometheus_scrapes_what_the_kernel_counted() {
     require_kernel!();
     let (prometheus, promtool) = match prometheus_binaries() {
         Ok(b) => b,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+        Err(why) => common::skip(why),
     };
     let dir = std::env::temp_dir().join(format!("tfo-trace-export-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -351,3 +347,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     drop(prom);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+tests_main!(
+    prometheus_scrapes_what_the_kernel_counted,
+);

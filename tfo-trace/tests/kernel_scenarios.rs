@@ -217,37 +217,31 @@ fn middlebox_drops_syn_data(v6: bool) {
     }
 }
 
-#[test]
 fn first_contact_then_tfo_ipv4() {
     require_kernel!();
     first_contact_then_tfo(false);
 }
 
-#[test]
 fn first_contact_then_tfo_ipv6() {
     require_kernel!();
     first_contact_then_tfo(true);
 }
 
-#[test]
 fn server_stops_taking_tfo_ipv4() {
     require_kernel!();
     server_stops_taking_tfo(false);
 }
 
-#[test]
 fn server_stops_taking_tfo_ipv6() {
     require_kernel!();
     server_stops_taking_tfo(true);
 }
 
-#[test]
 fn middlebox_drops_syn_data_ipv4() {
     require_kernel!();
     middlebox_drops_syn_data(false);
 }
 
-#[test]
 fn middlebox_drops_syn_data_ipv6() {
     require_kernel!();
     middlebox_drops_syn_data(true);
@@ -286,13 +280,11 @@ fn middlebox_drops_tfo_option(v6: bool) {
     }
 }
 
-#[test]
 fn middlebox_drops_tfo_option_ipv4() {
     require_kernel!();
     middlebox_drops_tfo_option(false);
 }
 
-#[test]
 fn middlebox_drops_tfo_option_ipv6() {
     require_kernel!();
     middlebox_drops_tfo_option(true);
@@ -300,7 +292,6 @@ fn middlebox_drops_tfo_option_ipv6() {
 
 /// Two labs at once, one tracer: every event lands in its own lab's namespace with its own
 /// processes, and each lab's counts equal that namespace's counters.
-#[test]
 fn two_namespaces_at_once_are_told_apart() {
     require_kernel!();
     let labs = [Lab::create(LabConfig::default()).unwrap(), Lab::create(LabConfig::default()).unwrap()];
@@ -343,7 +334,6 @@ fn two_namespaces_at_once_are_told_apart() {
 /// A server that answers cookie requests without a cookie: the client tries the
 /// experimental option (kind 254) next time, then RFC 7413's again (tcp_rcv_fastopen_synack's
 /// try_exp). The tracer's `exp_option` must match the option on the wire, SYN by SYN.
-#[test]
 fn cookie_request_without_answer_falls_back_to_the_experimental_option() {
     require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -374,3 +364,16 @@ fn cookie_request_without_answer_falls_back_to_the_experimental_option() {
     }
     assert_eq!(exp_seen, [false, true, false], "RFC option, then the experimental one, then back");
 }
+
+tests_main!(
+    first_contact_then_tfo_ipv4,
+    first_contact_then_tfo_ipv6,
+    server_stops_taking_tfo_ipv4,
+    server_stops_taking_tfo_ipv6,
+    middlebox_drops_syn_data_ipv4,
+    middlebox_drops_syn_data_ipv6,
+    middlebox_drops_tfo_option_ipv4,
+    middlebox_drops_tfo_option_ipv6,
+    two_namespaces_at_once_are_told_apart,
+    cookie_request_without_answer_falls_back_to_the_experimental_option,
+);

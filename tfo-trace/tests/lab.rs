@@ -7,6 +7,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+mod common;
+
 use tfo_trace::kernel::netstat::Netstat;
 use tfo_trace::lab::{ClientArgs, ClientMode, Lab, LabConfig, ServerArgs, Side};
 
@@ -36,8 +38,7 @@ fn skip_reason(need_nft: bool) -> Option<String> {
 macro_rules! skip_unless_able {
     ($need_nft:expr) => {
         if let Some(why) = skip_reason($need_nft) {
-            eprintln!("skipping (tests/lab.rs:{}): {why}; lab tests create network namespaces", line!());
-            return;
+            common::skip(format!("{why}; lab tests create network namespaces"));
         }
     };
 }
@@ -110,19 +111,16 @@ fn five_tfo_connections(v6: bool, mode: ClientMode) {
     });
 }
 
-#[test]
 fn tfo_ipv4_msg_fastopen() {
     skip_unless_able!(false);
     five_tfo_connections(false, ClientMode::MsgFastopen);
 }
 
-#[test]
 fn tfo_ipv4_fastopen_connect() {
     skip_unless_able!(false);
     five_tfo_connections(false, ClientMode::FastopenConnect);
 }
 
-#[test]
 fn tfo_ipv6_msg_fastopen() {
     skip_unless_able!(false);
     five_tfo_connections(true, ClientMode::MsgFastopen);
@@ -130,7 +128,6 @@ fn tfo_ipv6_msg_fastopen() {
 
 /// With a cookie cached, a middlebox that drops SYN-data costs each connection one SYN
 /// RTO (1 s): the plain SYN retransmission gets through, the data follows the handshake.
-#[test]
 fn middlebox_drops_syn_data() {
     skip_unless_able!(true);
     with_lab(LabConfig::default(), |lab| {
@@ -166,7 +163,6 @@ fn middlebox_drops_syn_data() {
 
 /// The demo's layout: two destinations on one server, the middlebox only in front of the
 /// second. Also checks that the cookie-only SYN (no data) passes the filter.
-#[test]
 fn middlebox_on_one_of_two_destinations() {
     skip_unless_able!(true);
     let cfg = LabConfig { client_fastopen: 0x3, server_fastopen: 0x3, server_addrs: 2 };
@@ -218,7 +214,6 @@ fn middlebox_on_one_of_two_destinations() {
     });
 }
 
-#[test]
 fn bad_config_is_rejected() {
     skip_unless_able!(false);
     // Validated before anything is created (other tests' labs run in parallel, so a
@@ -227,7 +222,6 @@ fn bad_config_is_rejected() {
     assert!(err.to_string().contains("server_addrs"), "{err:#}");
 }
 
-#[test]
 fn client_refuses_foreign_destinations() {
     skip_unless_able!(false);
     with_lab(LabConfig::default(), |lab| {
@@ -238,7 +232,6 @@ fn client_refuses_foreign_destinations() {
 
 /// A failure on the last step of create (an out-of-range sysctl value) must remove the
 /// namespaces, veth and addresses made before it.
-#[test]
 fn failed_create_leaves_nothing() {
     skip_unless_able!(false);
     let err = Lab::create(LabConfig { client_fastopen: u32::MAX, ..LabConfig::default() })
@@ -258,7 +251,6 @@ fn failed_create_leaves_nothing() {
 
 /// `ip netns exec` execs: the pid spawn_client reports is the lab-client process itself,
 /// running the tfo-trace executable inside the client namespace.
-#[test]
 fn client_pid_is_the_client_process() {
     skip_unless_able!(false);
     with_lab(LabConfig::default(), |lab| {
@@ -286,7 +278,6 @@ fn client_pid_is_the_client_process() {
 }
 
 /// Failed connections are reported per line, and the client still exits 0.
-#[test]
 fn refused_connections_are_reported() {
     skip_unless_able!(false);
     with_lab(LabConfig::default(), |lab| {
@@ -302,3 +293,16 @@ fn refused_connections_are_reported() {
         }
     });
 }
+
+tests_main!(
+    tfo_ipv4_msg_fastopen,
+    tfo_ipv4_fastopen_connect,
+    tfo_ipv6_msg_fastopen,
+    middlebox_drops_syn_data,
+    middlebox_on_one_of_two_destinations,
+    bad_config_is_rejected,
+    client_refuses_foreign_destinations,
+    failed_create_leaves_nothing,
+    client_pid_is_the_client_process,
+    refused_connections_are_reported,
+);

@@ -92,7 +92,6 @@ fn record(lab: &Lab, file: &TempFile, n: u32) -> (Vec<Value>, Netstat, u32, Stri
     (events, delta, run.pid, common::backend_of(&stderr).to_string())
 }
 
-#[test]
 fn report_on_a_recorded_middlebox_drop() {
     require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -158,7 +157,6 @@ fn report_on_a_recorded_middlebox_drop() {
     assert!(out.stderr.contains("line 3: corrupt event"), "{}", out.stderr);
 }
 
-#[test]
 fn report_on_a_recorded_server_that_stopped_taking_tfo() {
     require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -190,7 +188,6 @@ fn report_on_a_recorded_server_that_stopped_taking_tfo() {
 }
 
 /// Bad input without a kernel: not a recording at all, and a missing file.
-#[test]
 fn report_rejects_what_is_not_a_recording() {
     let f = TempFile::new("not-a-recording");
     std::fs::write(&f.0, "hello\n").unwrap();
@@ -222,7 +219,6 @@ fn listener(report: &Value, port: u16, netns: u32) -> &Value {
 /// Server-side verdicts from lab recordings: key rotation without a backup key, and a TFO
 /// queue that overflows. They need a backend that sees server outcomes (fentry/kprobe, the
 /// VM matrix); on the tracepoint backend the test says so and checks the report still runs.
-#[test]
 fn report_on_recorded_key_rotation_and_queue_overflow() {
     require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -271,3 +267,10 @@ fn report_on_recorded_key_rotation_and_queue_overflow() {
         );
     }
 }
+
+tests_main!(
+    report_on_a_recorded_middlebox_drop,
+    report_on_a_recorded_server_that_stopped_taking_tfo,
+    report_rejects_what_is_not_a_recording,
+    report_on_recorded_key_rotation_and_queue_overflow,
+);

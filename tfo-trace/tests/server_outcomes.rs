@@ -77,13 +77,11 @@ fn key_rotation(with_backup: bool) {
     }
 }
 
-#[test]
 fn key_rotation_without_backup_invalidates_cookies() {
     require_kernel!();
     key_rotation(false);
 }
 
-#[test]
 fn key_rotation_with_backup_accepts_on_the_old_key() {
     require_kernel!();
     key_rotation(true);
@@ -91,7 +89,6 @@ fn key_rotation_with_backup_accepts_on_the_old_key() {
 
 /// A cookie for the address, then SYN-data to a listener on the same address that did not
 /// set TCP_FASTOPEN: the data is not acked (ActiveFail), and the server sees a disabled listener.
-#[test]
 fn listener_without_tcp_fastopen() {
     require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -122,7 +119,6 @@ fn listener_without_tcp_fastopen() {
 /// RFC 7413 section 5.1: handshakes left unfinished hold the TFO queue. The client drops
 /// every SYN-ACK, so TFO children stay in SYN_RECV; with fastopen=2 the third SYN-data
 /// overflows the queue (TcpExtTCPFastOpenListenOverflow).
-#[test]
 fn tfo_queue_overflows_when_handshakes_stay_unfinished() {
     require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -162,7 +158,6 @@ fn tfo_queue_overflows_when_handshakes_stay_unfinished() {
 /// Blackhole detection (tcp_fastopen_blackhole_timeout_sec > 0): a TFO connect that times
 /// out pauses active TFO in the namespace (TcpExtTCPFastOpenBlackhole); the next connect
 /// sends a plain SYN although a cookie is cached (`not_attempted`).
-#[test]
 fn blackhole_detection_pauses_active_tfo() {
     require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -196,7 +191,6 @@ fn blackhole_detection_pauses_active_tfo() {
 /// TFO children whose SYN-ACK gets no answer resend it (tcp_fastopen_synack_timer), and each
 /// resend counts as TcpExtTCPSynRetrans in the server's namespace. The client drops SYN-ACKs
 /// and gives up; later it lets them through, its kernel answers RST, and the children go.
-#[test]
 fn synack_retransmits_of_tfo_children() {
     require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -229,7 +223,6 @@ fn synack_retransmits_of_tfo_children() {
 
 /// Cookieless TFO: the client sends data without a cookie (0x4) and the server takes it
 /// without one (0x200): accepted on both sides from the first SYN, no cookie request.
-#[test]
 fn cookieless_mode_accepts_data_without_a_cookie() {
     require_kernel!();
     let cfg = LabConfig { client_fastopen: 0x1 | 0x4, server_fastopen: 0x2 | 0x200, ..LabConfig::default() };
@@ -259,3 +252,13 @@ fn cookieless_mode_accepts_data_without_a_cookie() {
         assert_eq!(e["pid"], server.pid());
     }
 }
+
+tests_main!(
+    key_rotation_without_backup_invalidates_cookies,
+    key_rotation_with_backup_accepts_on_the_old_key,
+    listener_without_tcp_fastopen,
+    tfo_queue_overflows_when_handshakes_stay_unfinished,
+    blackhole_detection_pauses_active_tfo,
+    synack_retransmits_of_tfo_children,
+    cookieless_mode_accepts_data_without_a_cookie,
+);

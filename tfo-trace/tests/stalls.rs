@@ -11,7 +11,6 @@ use tfo_trace::{
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
 };
 
-#[test]
 fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
     require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -54,3 +53,7 @@ fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
     }
     assert!(stderr.iter().any(|l| l.contains("stalled connections")), "{stderr:?}");
 }
+
+tests_main!(
+    stalls_lists_every_connection_that_paid_a_syn_timeout,
+);

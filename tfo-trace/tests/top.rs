@@ -83,7 +83,6 @@ fn delta(lab: &Lab, before: &Counters) -> (Netstat, Netstat, u64) {
 /// `top --batch --count 2 -d 1`: two snapshots, then it exits by itself. Meanwhile a clean
 /// destination gets a cookie request and two TFO connections, and the middlebox
 /// destination a cookie request (small SYN, passes) and one SYN-data that is dropped.
-#[test]
 fn batch_rows_match_the_kernel_counters() {
     require_kernel!();
     let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() }).unwrap();
@@ -254,12 +253,10 @@ fn wait_file(path: &Path, secs: u64) -> Option<String> {
 /// The terminal UI in a real terminal (tmux, 120x30): the middlebox destination's row
 /// shows the stalls the kernel counted; keys switch tables; `q` exits 0 and gives the
 /// terminal back (normal screen, cooked mode, held-back stderr printed).
-#[test]
 fn tui_in_a_real_terminal_matches_the_kernel() {
     require_kernel!();
     if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("skipped: needs tmux (`apt-get install tmux`) to run top in a real terminal");
-        return;
+        common::skip("needs tmux (`apt-get install tmux`) to run top in a real terminal");
     }
     let lab = Lab::create(LabConfig::default()).unwrap();
     let port = 8091;
@@ -339,3 +336,8 @@ fn tui_in_a_real_terminal_matches_the_kernel() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+tests_main!(
+    batch_rows_match_the_kernel_counters,
+    tui_in_a_real_terminal_matches_the_kernel,
+);

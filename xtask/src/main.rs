@@ -103,12 +103,15 @@ fn env_flag(name: &str) -> bool {
 }
 
 /// Host tests, then the VM matrix (even when host tests failed: both verdicts in one run);
-/// the closing line is one tally of everything, printed last.
+/// then where the time went, the tests that could not run here with their reasons, and
+/// the closing tally of everything, printed last.
 fn test(args: &[String], no_vm: bool) -> Result<()> {
     let start = Instant::now();
     setup::setup()?;
-    let (mut tally, mut problems) = run_tests(args)?;
-    let host_s = start.elapsed().as_secs_f64();
+    let setup_s = start.elapsed().as_secs_f64();
+    let host = run_tests(args)?;
+    let host_s = start.elapsed().as_secs_f64() - setup_s;
+    let (mut tally, mut problems, mut skipped) = (host.tally, host.problems, host.skipped);
     if no_vm {
         println!("vm: skipped (--no-vm / TFO_NO_VM)");
     } else {
@@ -118,6 +121,7 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
                 tally.failed += r.failed;
                 tally.ignored += r.ignored;
                 problems.extend(r.problems.into_iter().map(|p| format!("vm: {p}")));
+                skipped.extend(r.skipped.into_iter().map(|s| format!("vm {s}")));
             }
             Err(e) => {
                 tally.failed += 1;
@@ -125,11 +129,23 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
             }
         }
     }
-    println!(
-        "test: host {host_s:.1} s, VM {:.1} s, total elapsed {:.1} s",
-        start.elapsed().as_secs_f64() - host_s,
-        start.elapsed().as_secs_f64()
-    );
+    let total_s = start.elapsed().as_secs_f64();
+    println!();
+    println!("time: setup {setup_s:.1} s, host build and tests {host_s:.1} s, VM {:.1} s, total {total_s:.1} s", total_s - setup_s - host_s);
+    if let Some(build_s) = host.build_s {
+        println!("time: host build {build_s:.1} s; slowest host test binaries:");
+    }
+    let mut bins = host.binary_s;
+    bins.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (name, s) in bins.iter().take(5) {
+        println!("time:   {s:>7.1} s  {name}");
+    }
+    if !skipped.is_empty() {
+        println!("skipped ({}), each with the reason it cannot run here:", skipped.len());
+        for s in &skipped {
+            println!("  {s}");
+        }
+    }
     println!("summary: {} passed, {} failed, {} skipped", tally.passed, tally.failed, tally.ignored);
     if !problems.is_empty() {
         bail!("{}", problems.join("\n"));
@@ -137,8 +153,20 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     Ok(())
 }
 
+/// What the host run of `cargo test` gave.
+struct HostRun {
+    tally: Tally,
+    problems: Vec<String>,
+    /// `binary test: reason` for each test that said it cannot run here.
+    skipped: Vec<String>,
+    /// cargo's `Finished` time for the build.
+    build_s: Option<f64>,
+    /// Seconds per test binary, from libtest's `finished in` lines.
+    binary_s: Vec<(String, f64)>,
+}
+
 /// Runs cargo test on the host; returns the tally of every test binary and what went wrong.
-fn run_tests(args: &[String]) -> Result<(Tally, Vec<String>)> {
+fn run_tests(args: &[String]) -> Result<HostRun> {
     if !is_root() {
         eprintln!("warning: not root: the kernel integration tests (network namespaces, eBPF) will skip");
     }
@@ -147,23 +175,76 @@ fn run_tests(args: &[String]) -> Result<(Tally, Vec<String>)> {
     println!("+ {}", util::display(&cmd));
     // libtest prints one `test result:` line per test binary; the last one is often a
     // binary with no tests. Sum them all, so the closing line speaks for the whole suite.
-    let mut child = cmd.stdout(Stdio::piped()).spawn().context("starting cargo test")?;
-    let stdout = child.stdout.take().context("cargo test stdout")?;
-    let mut tally = Tally::default();
-    for line in BufReader::new(stdout).lines() {
-        let line = line.context("reading cargo test output")?;
+    // cargo's own lines (`Finished`, `Running`) come on stderr: read both.
+    let mut child =
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().context("starting cargo test")?;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let pumps: Vec<_> = [
+        Box::new(child.stdout.take().context("cargo test stdout")?) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().context("cargo test stderr")?),
+    ]
+    .into_iter()
+    .map(|r| {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        })
+    })
+    .collect();
+    drop(tx);
+    let mut run = HostRun { tally: Tally::default(), problems: Vec::new(), skipped: Vec::new(), build_s: None, binary_s: Vec::new() };
+    let mut binary = String::new();
+    for line in rx {
         println!("{line}");
-        tally.add(&line);
+        run.tally.add(&line);
+        let l = line.trim();
+        if let Some(rest) = l.strip_prefix("Running ") {
+            // `Running tests/lab.rs (target/debug/deps/lab-0123)` or `Running unittests src/lib.rs (...)`
+            binary = rest.split(" (").next().unwrap_or(rest).to_string();
+        } else if let Some((name, reason)) = vm::skipped_test(l) {
+            run.skipped.push(format!("{binary} {name}: {reason}"));
+        } else if l.starts_with("test result:") {
+            if let Some(s) = seconds_after(l, "finished in ") {
+                run.binary_s.push((binary.clone(), s));
+            }
+        } else if l.starts_with("Finished ") && run.build_s.is_none() {
+            run.build_s = seconds_after(l, " in ");
+        }
+    }
+    for p in pumps {
+        let _ = p.join();
     }
     let status = child.wait().context("waiting for cargo test")?;
-    let mut problems = Vec::new();
     if !status.success() {
-        problems.push(format!("cargo test failed: {status}"));
+        run.problems.push(format!("cargo test failed: {status}"));
     }
-    if tally.passed == 0 {
-        problems.push("cargo test ran no test".to_string());
+    if run.tally.passed == 0 {
+        run.problems.push("cargo test ran no test".to_string());
     }
-    Ok((tally, problems))
+    Ok(run)
+}
+
+/// `... finished in 9.87s` -> 9.87; `... in 1m 26s` -> 86.
+fn seconds_after(line: &str, marker: &str) -> Option<f64> {
+    let rest = &line[line.rfind(marker)? + marker.len()..];
+    let mut total = 0.0;
+    let mut any = false;
+    for word in rest.split_whitespace() {
+        if let Some(m) = word.strip_suffix('m').and_then(|m| m.parse::<f64>().ok()) {
+            total += 60.0 * m;
+            any = true;
+        } else if let Some(s) = word.strip_suffix('s').and_then(|s| s.parse::<f64>().ok()) {
+            total += s;
+            any = true;
+        } else {
+            break;
+        }
+    }
+    any.then_some(total)
 }
 
 /// Totals of libtest's `test result: ok. 5 passed; 0 failed; 1 ignored; ...` lines.
@@ -232,5 +313,13 @@ mod tally_tests {
             t.add(line);
         }
         assert_eq!(t, Tally { passed: 52, failed: 1, ignored: 1 });
+    }
+
+    #[test]
+    fn durations_of_cargo_and_libtest() {
+        use super::seconds_after;
+        assert_eq!(seconds_after("test result: ok. 1 passed; finished in 9.87s", "finished in "), Some(9.87));
+        assert_eq!(seconds_after("Finished `test` profile [unoptimized] target(s) in 1m 26s", " in "), Some(86.0));
+        assert_eq!(seconds_after("Finished in soon", " in "), None);
     }
 }

@@ -9,20 +9,27 @@
 //!    `linux-image-6.12.N+deb12-cloud-amd64-unsigned` that apt knows, downloaded once into
 //!    `target/vm/debs/` and unpacked (vmlinuz + the modules the lab needs: veth, sch_netem,
 //!    nf_tables, with their dependencies from each module's `.modinfo`).
-//! 3. The test executables, built on the host. `env!("CARGO_BIN_EXE_tfo-trace")` is fixed at
-//!    compile time, so every binary goes into the initramfs at its host path.
-//! 4. A busybox `/init` that mounts the pseudo file systems, loads the modules, runs each
-//!    test binary with `--test-threads=1` and prints `TFO-VM-RESULT` markers on ttyS0.
-//! 5. qemu, no network device, a hard timeout per kernel (qemu killed by its pid).
-//! 6. The console parsed into a kernel x backend x binary table; any failure fails the task.
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+//! 3. The test executables, built on the host, and their tests (`--list`). 
+//!    `env!("CARGO_BIN_EXE_tfo-trace")` is fixed at compile time, so every binary goes into
+//!    the initramfs at its host path.
+//! 4. One initramfs per kernel: a busybox `/init` that mounts the pseudo file systems, loads
+//!    the modules, and runs the cell the kernel command line names (`tfo_cell=`).
+//! 5. One qemu boot per cell, a cell being (kernel, backend) or (kernel, lab). No fixed
+//!    wall-clock limit for a whole kernel: every test runs as its own process under a limit
+//!    of its own inside the guest (a hung test is killed and named, the next one runs); the
+//!    host kills a guest that stays silent longer than one test's limit (a hung kernel).
+//!    Cells run `--jobs` at a time, by default as many as the host has cores for their
+//!    vCPUs, so guests never compete for a core.
+//! 6. The console parsed into a kernel x backend x binary table and a time table; any
+//!    failure fails the task.
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -61,11 +68,19 @@ const VM_MODULES: &[&str] = &["veth", "sch_netem", "nf_tables"];
 /// TFO_TRACE_BACKEND set (tests/common passes it as `--backend`).
 const VM_PER_BACKEND: &[&str] = &["kernel_scenarios", "server_outcomes", "stalls", "report"];
 /// Run once per kernel, without a backend: the lab itself (veth, netem, nft on this kernel).
-const VM_ONCE: &[&str] = &["lab"];
+const VM_ONCE: &[&str] = &["lab", "kernel_facts"];
 // Every other tests/*.rs is host-only by default (views, formats, CLI, capabilities, the
 // Prometheus exporter: nothing there depends on the kernel's hooks); `--bins` runs any.
-/// A test binary that runs longer than this inside the VM is killed (busybox `timeout`).
-const PER_BINARY_TIMEOUT_S: u64 = 900;
+/// The cell that runs `VM_ONCE` (and `doctor`) on each kernel.
+const ONCE_CELL: &str = "lab";
+
+/// Default limit of one test inside the guest. The longest scenario takes about 30 s under
+/// TCG on a busy 2-core machine of this project's kind: ten times that before a test is
+/// called hung.
+const TEST_LIMIT_S: u64 = 300;
+/// From qemu's start to /init running the tests: boot, modules, the backend probe (about
+/// 10 s under TCG; `doctor` adds 5 s in the lab cell).
+const BOOT_LIMIT_S: u64 = 300;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum KernelChoice {
@@ -93,24 +108,27 @@ pub struct VmArgs {
     /// Tracer backends to run the backend-dependent tests with (TFO_TRACE_BACKEND in the VM)
     #[arg(long, value_delimiter = ',', default_value = "tracepoint,fentry,kprobe")]
     pub backend: Vec<String>,
-    /// Integration test binaries to run (default: kernel_scenarios,server_outcomes,stalls per
-    /// backend, lab once)
+    /// Integration test binaries to run (default: kernel_scenarios,server_outcomes,stalls,
+    /// report per backend; lab and kernel_facts once per kernel)
     #[arg(long, value_delimiter = ',')]
     pub bins: Vec<String>,
     /// qemu accelerator; CI's budget is planned for TCG
     #[arg(long, value_enum, default_value = "tcg")]
     pub accel: Accel,
-    /// Hard limit for one kernel's boot and tests, in minutes (qemu is killed past it)
-    #[arg(long, default_value_t = 15)]
-    pub timeout_min: u64,
+    /// Limit of one test inside the guest, in seconds (the test is killed and named past
+    /// it; the host kills a guest silent for this long plus two minutes)
+    #[arg(long, default_value_t = TEST_LIMIT_S)]
+    pub test_limit_s: u64,
     /// Guest memory in MiB
     #[arg(long, default_value_t = 1024)]
     pub memory_mb: u32,
-    /// Boot the kernels one after the other (default: both at once; same verdicts and cell
-    /// times measured on 2 cores, 4.5 min instead of 7)
+    /// vCPUs per guest
+    #[arg(long, default_value_t = 1)]
+    pub smp: u32,
+    /// Guests at once (default: host cores / vCPUs per guest, at least 1)
     #[arg(long)]
-    pub sequential: bool,
-    /// Arguments for each test binary inside the VM (a filter, `--exact`, ...), after `--`
+    pub jobs: Option<usize>,
+    /// Arguments for each test binary inside the VM (a name filter, `--exact`, ...), after `--`
     #[arg(last = true)]
     pub filter: Vec<String>,
 }
@@ -122,22 +140,13 @@ impl Default for VmArgs {
             backend: ["tracepoint", "fentry", "kprobe"].map(String::from).to_vec(),
             bins: Vec::new(),
             accel: Accel::Tcg,
-            timeout_min: 15,
+            test_limit_s: TEST_LIMIT_S,
             memory_mb: 1024,
-            sequential: false,
+            smp: 1,
+            jobs: None,
             filter: Vec::new(),
         }
     }
-}
-
-/// What the matrix ran, for `cargo xtask test`'s closing tally.
-#[derive(Default, Debug)]
-pub struct Report {
-    pub passed: u64,
-    pub failed: u64,
-    pub ignored: u64,
-    /// Cells that failed or did not run, one line each.
-    pub problems: Vec<String>,
 }
 
 impl VmArgs {
@@ -148,9 +157,32 @@ impl VmArgs {
                 ["tracepoint", "fentry", "kprobe", "auto"].contains(&b.as_str()),
                 "unknown backend `{b}` (tracepoint, fentry, kprobe, auto)"
             );
+            ensure!(b != ONCE_CELL, "`{ONCE_CELL}` names the per-kernel cell, not a backend");
         }
+        ensure!(self.smp >= 1, "--smp must be at least 1");
+        ensure!(self.jobs != Some(0), "--jobs must be at least 1");
+        ensure!(self.test_limit_s >= 10, "--test-limit-s below 10 s would call every test hung");
         Ok(())
     }
+
+    fn jobs(&self) -> usize {
+        self.jobs.unwrap_or_else(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (cores / self.smp as usize).max(1)
+        })
+    }
+}
+
+/// What the matrix ran, for `cargo xtask test`'s closing tally.
+#[derive(Default, Debug)]
+pub struct Report {
+    pub passed: u64,
+    pub failed: u64,
+    pub ignored: u64,
+    /// Cells and tests that failed or did not run, one line each.
+    pub problems: Vec<String>,
+    /// Tests that reported themselves as unable to run here: `cell test: reason`.
+    pub skipped: Vec<String>,
 }
 
 /// `cargo xtask vm`: errors when any cell failed.
@@ -162,7 +194,7 @@ pub fn vm(args: &VmArgs) -> Result<()> {
     Ok(())
 }
 
-/// Builds, boots and runs every selected kernel; prints the table; returns the tally.
+/// Builds, boots and runs every cell; prints the tables; returns the tally.
 pub fn matrix(args: &VmArgs) -> Result<Report> {
     let start = Instant::now();
     args.check()?;
@@ -171,90 +203,36 @@ pub fn matrix(args: &VmArgs) -> Result<Report> {
     fs::create_dir_all(work.join("debs")).context("creating target/vm/debs")?;
     host_packages()?;
     let kernels = kernels(args.kernel, &work)?;
+    for k in &kernels {
+        println!("vm: kernel {} is {} ({})", k.short, k.release, k.package);
+    }
     let build = build_tests(&root)?;
-    let bins: Vec<&TestBin> = if args.bins.is_empty() {
-        let (vm, host): (Vec<&TestBin>, Vec<&TestBin>) = build
-            .tests
-            .iter()
-            .partition(|t| VM_PER_BACKEND.contains(&t.name.as_str()) || VM_ONCE.contains(&t.name.as_str()));
-        let host: Vec<&str> = host.iter().map(|t| t.name.as_str()).collect();
-        println!("vm: host-only test binaries (not run in the VM): {}", host.join(", "));
-        vm
-    } else {
-        let mut v = Vec::new();
-        for name in &args.bins {
-            let b = build.tests.iter().find(|t| &t.name == name).with_context(|| {
-                let all: Vec<_> = build.tests.iter().map(|t| t.name.as_str()).collect();
-                format!("no integration test binary `{name}` (there are: {})", all.join(", "))
-            })?;
-            v.push(b);
-        }
-        v
-    };
-    let plan = plan(&bins, &args.backend);
-    let accel = accel(args.accel);
-    let mut report = Report::default();
-    let mut table = Vec::new();
+    let bins = select_bins(&build, &args.bins)?;
+    let listed = bins
+        .iter()
+        .map(|b| Ok(((*b).clone(), list_tests(b, &args.filter)?)))
+        .collect::<Result<Vec<(TestBin, Vec<String>)>>>()?;
+    let cells = plan(&kernels, &listed, &args.backend);
+    ensure!(!cells.is_empty(), "no test matches {:?}", args.filter);
     let initrds = kernels
         .iter()
-        .map(|k| initramfs(&work, k, &build, &plan, &args.filter))
+        .map(|k| {
+            let mine: Vec<&Cell> = cells.iter().filter(|c| c.kernel == k.short).collect();
+            initramfs(&work, k, &build, &mine, &args.filter, args.test_limit_s)
+        })
         .collect::<Result<Vec<_>>>()?;
-    let boots: Vec<Boot> = if !args.sequential {
-        // One qemu per kernel at once: the tests mostly wait (RTOs, netem), so two guests
-        // on two cores take little more than one.
-        std::thread::scope(|s| {
-            let running: Vec<_> =
-                kernels.iter().zip(&initrds).map(|(k, i)| s.spawn(move || boot(k, i, accel, args))).collect();
-            running.into_iter().map(|h| h.join().expect("qemu thread panicked")).collect::<Result<Vec<_>>>()
-        })?
-    } else {
-        kernels.iter().zip(&initrds).map(|(k, i)| boot(k, i, accel, args)).collect::<Result<Vec<_>>>()?
-    };
-    for (k, boot) in kernels.iter().zip(&boots) {
-        for cell in &plan {
-            let res = boot.results.get(&(cell.bin.name.clone(), cell.backend.clone()));
-            match res {
-                Some(r) => {
-                    report.passed += r.passed;
-                    report.failed += r.failed;
-                    report.ignored += r.ignored;
-                    if r.exit != 0 {
-                        // A binary that died before its `test result:` line still counts once.
-                        if r.failed == 0 {
-                            report.failed += 1;
-                        }
-                        report.problems.push(format!(
-                            "{} {} {}: exit {}{}",
-                            k.short,
-                            cell.backend,
-                            cell.bin.name,
-                            r.exit,
-                            if r.failed_tests.is_empty() {
-                                String::new()
-                            } else {
-                                format!(" ({})", r.failed_tests.join(", "))
-                            }
-                        ));
-                    }
-                }
-                None => {
-                    report.failed += 1;
-                    let why = match boot.unloadable.get(&cell.backend) {
-                        Some(e) => format!("backend does not load: {e}"),
-                        None => boot.end.clone().unwrap_or_else(|| "no result marker".into()),
-                    };
-                    report
-                        .problems
-                        .push(format!("{} {} {}: did not run ({why})", k.short, cell.backend, cell.bin.name));
-                    table.push((k.short.clone(), cell.clone(), None, why));
-                    continue;
-                }
-            }
-            table.push((k.short.clone(), cell.clone(), res.cloned(), String::new()));
-        }
-        table_boot_line(k, boot, accel);
-    }
-    print_table(&table);
+    let prepared_s = start.elapsed().as_secs_f64();
+    let jobs = args.jobs().min(cells.len());
+    println!(
+        "vm: {} cell(s) on {} kernel(s), {jobs} guest(s) at once, {} vCPU(s) each, {} s per test at most",
+        cells.len(),
+        kernels.len(),
+        args.smp,
+        args.test_limit_s
+    );
+    let boots = run_cells(&cells, &kernels, &initrds, args, jobs);
+    let report = summarize(&cells, &boots);
+    print_time_table(&cells, &boots, prepared_s, start.elapsed().as_secs_f64(), jobs);
     println!(
         "vm: {} kernel(s), {} passed, {} failed, {} ignored, total {:.1} s",
         kernels.len(),
@@ -473,42 +451,146 @@ fn build_tests(root: &Path) -> Result<Build> {
     Ok(Build { tests, tfo_trace })
 }
 
-/// One run inside the VM: a binary with a backend (`auto` for backend-independent ones).
-#[derive(Clone, Debug)]
-struct Cell {
-    bin: TestBin,
-    backend: String,
+/// The binaries `--bins` names, or the default VM selection.
+fn select_bins<'a>(build: &'a Build, wanted: &[String]) -> Result<Vec<&'a TestBin>> {
+    if wanted.is_empty() {
+        let (vm, host): (Vec<&TestBin>, Vec<&TestBin>) = build
+            .tests
+            .iter()
+            .partition(|t| VM_PER_BACKEND.contains(&t.name.as_str()) || VM_ONCE.contains(&t.name.as_str()));
+        let host: Vec<&str> = host.iter().map(|t| t.name.as_str()).collect();
+        println!("vm: host-only test binaries (not run in the VM): {}", host.join(", "));
+        return Ok(vm);
+    }
+    wanted
+        .iter()
+        .map(|name| {
+            build.tests.iter().find(|t| &t.name == name).with_context(|| {
+                let all: Vec<_> = build.tests.iter().map(|t| t.name.as_str()).collect();
+                format!("no integration test binary `{name}` (there are: {})", all.join(", "))
+            })
+        })
+        .collect()
 }
 
-fn plan(bins: &[&TestBin], backends: &[String]) -> Vec<Cell> {
-    let mut cells = Vec::new();
-    for b in bins {
-        if VM_ONCE.contains(&b.name.as_str()) {
-            cells.push(Cell { bin: (*b).clone(), backend: "auto".into() });
-        } else {
-            for be in backends {
-                cells.push(Cell { bin: (*b).clone(), backend: be.clone() });
+/// The tests of one binary that `filter` selects, as the binary itself lists them
+/// (`--list`: `name: test` lines).
+fn list_tests(bin: &TestBin, filter: &[String]) -> Result<Vec<String>> {
+    let out = capture(Command::new(&bin.path).arg("--list").args(list_args(filter)))
+        .with_context(|| format!("listing the tests of {}", bin.name))?;
+    Ok(out.lines().filter_map(|l| l.strip_suffix(": test")).map(str::to_string).collect())
+}
+
+/// What of the user's `-- ARGS` selects tests (the filter, `--exact`, `--skip X`); the rest
+/// (`--nocapture`, ...) only changes how each test runs.
+fn list_args(filter: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = filter.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--exact" | "--ignored" | "--include-ignored" => out.push(a.clone()),
+            "--skip" => {
+                out.push(a.clone());
+                out.extend(it.next().cloned());
             }
+            s if !s.starts_with('-') => out.push(a.clone()),
+            _ => {}
         }
     }
-    // Backend-major order: one backend's whole suite, then the next.
-    cells.sort_by_key(|c| {
-        (backends.iter().position(|b| *b == c.backend).unwrap_or(usize::MAX), c.bin.name.clone())
-    });
+    out
+}
+
+/// Flags of the user's `-- ARGS` that go to every test run (not the selection).
+fn run_args(filter: &[String]) -> Vec<String> {
+    let selecting = list_args(filter);
+    let mut out = Vec::new();
+    let mut it = filter.iter();
+    while let Some(a) = it.next() {
+        if a == "--skip" {
+            it.next();
+        } else if !selecting.contains(a) {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+/// One qemu boot: a kernel with a backend (the scenario binaries) or with `lab`.
+#[derive(Clone, Debug)]
+struct Cell {
+    kernel: String,
+    /// A backend name, or [`ONCE_CELL`].
+    name: String,
+    /// The binaries and the tests of each this cell runs.
+    runs: Vec<(TestBin, Vec<String>)>,
+}
+
+impl Cell {
+    fn backend(&self) -> Option<&str> {
+        (self.name != ONCE_CELL).then_some(self.name.as_str())
+    }
+
+    fn test_count(&self) -> usize {
+        self.runs.iter().map(|(_, t)| t.len()).sum()
+    }
+
+    fn label(&self) -> String {
+        format!("{} {}", self.kernel, self.name)
+    }
+}
+
+fn plan(kernels: &[Kernel], listed: &[(TestBin, Vec<String>)], backends: &[String]) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for k in kernels {
+        let pick = |once: bool| -> Vec<(TestBin, Vec<String>)> {
+            listed
+                .iter()
+                .filter(|(b, t)| !t.is_empty() && VM_ONCE.contains(&b.name.as_str()) == once)
+                .cloned()
+                .collect()
+        };
+        for be in backends {
+            cells.push(Cell { kernel: k.short.clone(), name: be.clone(), runs: pick(false) });
+        }
+        cells.push(Cell { kernel: k.short.clone(), name: ONCE_CELL.into(), runs: pick(true) });
+    }
+    cells.retain(|c| c.test_count() > 0);
+    // Longest first, so the last guest to finish is a short one.
+    cells.sort_by_key(|c| std::cmp::Reverse(c.test_count()));
     cells
 }
 
 // ---- 4. the initramfs ---------------------------------------------------------------------
 
-fn initramfs(work: &Path, k: &Kernel, build: &Build, plan: &[Cell], filter: &[String]) -> Result<PathBuf> {
+/// One initramfs per kernel, holding every cell of that kernel (`/cells/<name>.sh`); the
+/// kernel command line picks the cell.
+fn initramfs(
+    work: &Path,
+    k: &Kernel,
+    build: &Build,
+    cells: &[&Cell],
+    filter: &[String],
+    test_limit_s: u64,
+) -> Result<PathBuf> {
     let dir = work.join(&k.short);
     let root = dir.join("root");
     let _ = fs::remove_dir_all(&root);
     fs::create_dir_all(&root)?;
     // A merged-/usr layout like the host's, so host paths and ldd's paths both resolve.
-    for d in
-        ["usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "etc", "proc", "sys", "dev", "run", "tmp", "root"]
-    {
+    for d in [
+        "usr/bin",
+        "usr/sbin",
+        "usr/lib",
+        "usr/lib64",
+        "etc",
+        "proc",
+        "sys",
+        "dev",
+        "run",
+        "tmp",
+        "root",
+        "cells",
+    ] {
         fs::create_dir_all(root.join(d))?;
     }
     for (link, to) in [("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")] {
@@ -531,31 +613,35 @@ fn initramfs(work: &Path, k: &Kernel, build: &Build, plan: &[Cell], filter: &[St
     )?;
     fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n")?;
     // The tests and tfo-trace at their host paths, without debug info (a fifth of the size).
-    let mut exes: Vec<&Path> = plan.iter().map(|c| c.bin.path.as_path()).collect();
+    let mut exes: Vec<&Path> =
+        cells.iter().flat_map(|c| c.runs.iter().map(|(b, _)| b.path.as_path())).collect();
     exes.push(&build.tfo_trace);
     exes.sort();
     exes.dedup();
     for exe in exes {
         let dst = root.join(exe.strip_prefix("/").context("test binary path is not absolute")?);
-        fs::create_dir_all(dst.parent().unwrap())?;
+        fs::create_dir_all(dst.parent().context("a binary path without a parent")?)?;
         run(Command::new("objcopy").arg("--strip-debug").arg(exe).arg(&dst))?;
         libs.extend(shared_libs(exe)?);
     }
     for lib in &libs {
-        copy_file(lib, &root.join(lib.strip_prefix("/").unwrap()))?;
+        copy_file(lib, &root.join(lib.strip_prefix("/")?))?;
         // ldd names /lib/x86_64-linux-gnu/...; the file itself may be behind symlinks.
         let real = fs::canonicalize(lib)?;
         if real != *lib {
-            let dst = root.join(real.strip_prefix("/").unwrap());
+            let dst = root.join(real.strip_prefix("/")?);
             if !dst.exists() {
                 copy_file(&real, &dst)?;
             }
         }
     }
     let modules = modules(k, &root)?;
-    let script = init_script(k, build, plan, filter, &modules);
-    fs::write(root.join("init"), script)?;
-    fs::set_permissions(root.join("init"), fs::Permissions::from_mode(0o755))?;
+    let init = root.join("init");
+    fs::write(&init, init_script(k, build, &modules))?;
+    fs::set_permissions(&init, fs::Permissions::from_mode(0o755))?;
+    for c in cells {
+        fs::write(root.join("cells").join(format!("{}.sh", c.name)), cell_script(c, filter, test_limit_s))?;
+    }
     let cpio = dir.join("initrd.cpio");
     let mut sh = Command::new("sh");
     sh.current_dir(&root)
@@ -681,13 +767,15 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-fn init_script(k: &Kernel, build: &Build, plan: &[Cell], filter: &[String], modules: &[String]) -> String {
+/// `/init`: what every cell shares (mounts, modules), then the cell `tfo_cell=` names.
+fn init_script(k: &Kernel, build: &Build, modules: &[String]) -> String {
     let mut s = String::new();
     let tfo = build.tfo_trace.display();
     let _ = write!(
         s,
         r#"#!/bin/busybox sh
-# Generated by `cargo xtask vm` for {package}: runs tfo-trace's tests, prints markers, powers off.
+# Generated by `cargo xtask vm` for {package}: runs one cell of tfo-trace's tests, prints
+# markers on the console, powers off.
 /bin/busybox mkdir -p /bb
 /bin/busybox --install -s /bb
 export PATH=/usr/sbin:/usr/bin:/bb HOME=/root RUST_BACKTRACE=1
@@ -711,11 +799,14 @@ ip link set lo up
     }
     let _ = write!(
         s,
-        r#"read up _ < /proc/uptime
-echo "TFO-VM-BOOT $(uname -r) uptime=$up"
-echo "TFO-VM-DOCTOR begin"
-{tfo} doctor 2>&1
-echo "TFO-VM-DOCTOR end"
+        r#"cell=$(sed -n 's/.*tfo_cell=\([^ ]*\).*/\1/p' /proc/cmdline)
+read up _ < /proc/uptime
+echo "TFO-VM-BOOT $(uname -r) cell=$cell uptime=$up"
+if [ "$cell" = {once} ]; then
+    echo "TFO-VM-DOCTOR begin"
+    {tfo} doctor 2>&1
+    echo "TFO-VM-DOCTOR end"
+fi
 # Loads one backend for a second; on failure prints the end of the -v log (the verifier's
 # words) and the one-line reason. The backend's tests run only when it loads.
 probe() {{
@@ -725,37 +816,55 @@ probe() {{
     echo "TFO-VM-BACKEND $1 $rc $(grep -m1 'tfo-trace: error' /tmp/probe-$1.log)"
     return $rc
 }}
-"#
-    );
-    let args: String = filter.iter().map(|a| format!(" {}", sh_quote(a))).collect();
-    let mut probed = BTreeSet::new();
-    for c in plan {
-        let b = &c.backend;
-        if b != "auto" && probed.insert(b.clone()) {
-            let _ = writeln!(s, "probe {b}; loads_{b}=$?");
-        }
-        let (env, guard) = if b == "auto" {
-            (String::new(), "0".to_string())
-        } else {
-            (format!("TFO_TRACE_BACKEND={b} "), format!("$loads_{b}"))
-        };
-        let _ = write!(
-            s,
-            r#"if [ {guard} -eq 0 ]; then
-echo "TFO-VM-START {name} {b}"
-t0=$(date +%s)
-cd /tmp
-{env}timeout {limit} {path} --test-threads=1{args}
-rc=$?
-echo "TFO-VM-RESULT {name} {b} $rc $(( $(date +%s) - t0 ))"
+# One test, as its own process under its own limit: a hung test is killed and named.
+# Usage: one_test LIMIT_S BINARY_NAME TEST_NAME COMMAND...
+one_test() {{
+    limit=$1 bin=$2 name=$3
+    shift 3
+    echo "TFO-VM-TEST $bin $name"
+    t0=$(date +%s)
+    cd /tmp
+    timeout "$limit" "$@"
+    rc=$?
+    echo "TFO-VM-END $bin $name $rc $(( $(date +%s) - t0 ))"
+}}
+if [ -f "/cells/$cell.sh" ]; then
+    . "/cells/$cell.sh"
+else
+    echo "TFO-VM-WARN no cell named '$cell'"
 fi
+echo TFO-VM-DONE
+sync
+poweroff -f
 "#,
-            name = c.bin.name,
-            path = c.bin.path.display(),
-            limit = PER_BINARY_TIMEOUT_S,
-        );
+        once = sh_quote(ONCE_CELL),
+    );
+    s
+}
+
+/// The part of /init one cell runs: the backend probe, then each test under its limit.
+fn cell_script(cell: &Cell, filter: &[String], test_limit_s: u64) -> String {
+    let mut s = String::new();
+    let extra: String = run_args(filter).iter().map(|a| format!(" {}", sh_quote(a))).collect();
+    match cell.backend() {
+        Some(b) => {
+            let _ = writeln!(s, "probe {b}\nloads=$?\nexport TFO_TRACE_BACKEND={b}");
+        }
+        None => s.push_str("loads=0\n"),
     }
-    s.push_str("echo TFO-VM-DONE\nsync\npoweroff -f\n");
+    s.push_str("if [ $loads -eq 0 ]; then\n");
+    for (bin, tests) in &cell.runs {
+        for t in tests {
+            let _ = writeln!(
+                s,
+                "one_test {test_limit_s} {name} {t} {path} --exact {t} --test-threads=1{extra}",
+                name = bin.name,
+                t = sh_quote(t),
+                path = bin.path.display(),
+            );
+        }
+    }
+    s.push_str("fi\n");
     s
 }
 
@@ -768,32 +877,62 @@ fn accel(a: Accel) -> &'static str {
     }
 }
 
+/// One test's run inside the guest.
 #[derive(Clone, Debug, Default)]
-struct RunResult {
+struct TestRun {
     exit: i32,
     seconds: u64,
     passed: u64,
     failed: u64,
     ignored: u64,
-    failed_tests: Vec<String>,
+    /// Why the test said it cannot run here.
+    skip_reason: Option<String>,
 }
 
+/// What one boot of one cell gave.
+#[derive(Default)]
 struct Boot {
     /// Host seconds from qemu's start to the `TFO-VM-BOOT` marker.
     boot_s: Option<f64>,
     total_s: f64,
-    results: BTreeMap<(String, String), RunResult>,
-    /// Backends that did not load in this kernel, with the tracer's reason.
-    unloadable: BTreeMap<String, String>,
-    /// Why the run ended early, when it did (timeout, panic, no DONE marker).
+    /// (binary, test) -> its run.
+    results: BTreeMap<(String, String), TestRun>,
+    /// The backend did not load in this kernel: the tracer's reason.
+    unloadable: Option<String>,
+    /// Why the run ended early, when it did (hung, panic, no DONE marker).
     end: Option<String>,
 }
 
-fn boot(k: &Kernel, initrd: &Path, accel: &str, args: &VmArgs) -> Result<Boot> {
-    let log_path = initrd.with_file_name("console.log");
+/// Runs every cell, `jobs` guests at once; results in the order of `cells`.
+fn run_cells(cells: &[Cell], kernels: &[Kernel], initrds: &[PathBuf], args: &VmArgs, jobs: usize) -> Vec<Boot> {
+    let queue = Mutex::new((0..cells.len()).collect::<VecDeque<usize>>());
+    let done = Mutex::new(BTreeMap::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let Some(i) = queue.lock().map(|mut q| q.pop_front()).unwrap_or(None) else { return };
+                let c = &cells[i];
+                let k = kernels.iter().position(|k| k.short == c.kernel).expect("a planned kernel");
+                let boot = boot(&kernels[k], c, &initrds[k], args).unwrap_or_else(|e| Boot {
+                    end: Some(format!("qemu did not run: {e:#}")),
+                    ..Boot::default()
+                });
+                if let Ok(mut d) = done.lock() {
+                    d.insert(i, boot);
+                }
+            });
+        }
+    });
+    let mut done = done.into_inner().unwrap_or_default();
+    (0..cells.len()).map(|i| done.remove(&i).unwrap_or_default()).collect()
+}
+
+fn boot(k: &Kernel, cell: &Cell, initrd: &Path, args: &VmArgs) -> Result<Boot> {
+    let accel = accel(args.accel);
+    let log_path = initrd.with_file_name(format!("console-{}.log", cell.name));
     let mut log = fs::File::create(&log_path)?;
     let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(["-accel", accel, "-m", &args.memory_mb.to_string(), "-smp", "2"])
+    cmd.args(["-accel", accel, "-m", &args.memory_mb.to_string(), "-smp", &args.smp.to_string()])
         // TCG: every CPU feature qemu can emulate (the kernels' BPF JIT uses what it finds).
         .args(if accel == "tcg" { &["-cpu", "max"][..] } else { &[] })
         .args(["-nographic", "-no-reboot", "-nic", "none", "-serial", "mon:stdio"])
@@ -801,7 +940,7 @@ fn boot(k: &Kernel, initrd: &Path, accel: &str, args: &VmArgs) -> Result<Boot> {
         .arg(&k.vmlinuz)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .args(["-append", &format!("console=ttyS0 panic=-1 quiet tfo_cell={}", cell.name)])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -810,20 +949,28 @@ fn boot(k: &Kernel, initrd: &Path, accel: &str, args: &VmArgs) -> Result<Boot> {
     let mut child = cmd.spawn().context("starting qemu-system-x86_64")?;
     let pid = child.id();
     let (tx, rx) = mpsc::channel::<String>();
-    let stdout = child.stdout.take().unwrap();
+    let stdout = child.stdout.take().context("qemu stdout")?;
     let tx2 = tx.clone();
     std::thread::spawn(move || read_lines(stdout, tx));
-    let stderr = child.stderr.take().unwrap();
+    let stderr = child.stderr.take().context("qemu stderr")?;
     std::thread::spawn(move || read_lines(stderr, tx2));
-    let deadline = start + Duration::from_secs(args.timeout_min * 60);
+    // Limits sized from the cell's own work: a boot, then each test under its own limit
+    // (enforced in the guest). The host steps in only when the guest itself is stuck: no
+    // line for longer than one test may take, or more time than all its tests may take.
+    let silence_limit = Duration::from_secs(args.test_limit_s + 120);
+    let boot_limit = Duration::from_secs(BOOT_LIMIT_S);
+    let whole_limit =
+        Duration::from_secs(BOOT_LIMIT_S + 60 + (cell.test_count() as u64 + 1) * (args.test_limit_s + 5));
+    let prefix = format!("[{}]", cell.label());
     let mut parser = Console::default();
     let mut boot_s = None;
     let mut end = None;
     let mut done_at: Option<Instant> = None;
+    let mut last_line = Instant::now();
     let mut on_line = |line: String, parser: &mut Console| {
         use std::io::Write;
         let _ = writeln!(log, "{line}");
-        println!("[{}] {line}", k.short);
+        println!("{prefix} {line}");
         parser.line(&line);
     };
     loop {
@@ -833,8 +980,21 @@ fn boot(k: &Kernel, initrd: &Path, accel: &str, args: &VmArgs) -> Result<Boot> {
         if parser.done && done_at.is_none() {
             done_at = Some(Instant::now());
         }
-        if Instant::now() >= deadline {
-            end = Some(format!("timeout: killed qemu (pid {pid}) after {} min", args.timeout_min));
+        let hung = if !parser.booted && start.elapsed() > boot_limit {
+            Some(format!("did not boot within {} s", boot_limit.as_secs()))
+        } else if last_line.elapsed() > silence_limit {
+            Some(format!(
+                "silent for {} s{}",
+                silence_limit.as_secs(),
+                parser.current.as_ref().map_or(String::new(), |(b, t)| format!(" during {b} {t}"))
+            ))
+        } else if start.elapsed() > whole_limit {
+            Some(format!("still running after {} s, the sum of its tests' limits", whole_limit.as_secs()))
+        } else {
+            None
+        };
+        if let Some(why) = hung {
+            end = Some(format!("hung guest ({}): {why}; killed qemu (pid {pid})", cell.label()));
             let _ = child.kill();
             break;
         }
@@ -844,7 +1004,10 @@ fn boot(k: &Kernel, initrd: &Path, accel: &str, args: &VmArgs) -> Result<Boot> {
             break;
         }
         match rx.recv_timeout(Duration::from_millis(500)) {
-            Ok(line) => on_line(line, &mut parser),
+            Ok(line) => {
+                last_line = Instant::now();
+                on_line(line, &mut parser)
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             // Both pipes closed: qemu is gone.
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -916,19 +1079,20 @@ fn strip_escapes(line: &str) -> String {
 
 // ---- 6. the console -----------------------------------------------------------------------
 
-/// Reads the serial console line by line.
+/// Reads the serial console of one cell, line by line.
 #[derive(Default)]
 struct Console {
+    /// The test running now: (binary, test).
     current: Option<(String, String)>,
-    cur: RunResult,
-    results: BTreeMap<(String, String), RunResult>,
+    cur: TestRun,
+    results: BTreeMap<(String, String), TestRun>,
     panic: Option<String>,
     /// `TFO-VM-BOOT` seen: /init runs.
     booted: bool,
-    /// `TFO-VM-DONE` seen: every test binary ran.
+    /// `TFO-VM-DONE` seen: every test ran.
     done: bool,
-    /// Backends that failed to load: backend -> the tracer's error line.
-    unloadable: BTreeMap<String, String>,
+    /// The backend failed to load: the tracer's error line.
+    unloadable: Option<String>,
 }
 
 impl Console {
@@ -945,27 +1109,27 @@ impl Console {
         } else if let Some(rest) = l.strip_prefix("TFO-VM-BACKEND ") {
             // `TFO-VM-BACKEND fentry 1 tfo-trace: error: the fentry backend cannot load here: ...`
             let mut w = rest.splitn(3, ' ');
-            if let (Some(b), Some(rc)) = (w.next(), w.next()) {
+            if let (Some(_), Some(rc)) = (w.next(), w.next()) {
                 if rc != "0" {
                     let why = w.next().unwrap_or("").trim();
                     let why = why.strip_prefix("tfo-trace: error: ").unwrap_or(why);
                     let why = if why.is_empty() { format!("tfo-trace exited {rc}") } else { why.to_string() };
-                    self.unloadable.insert(b.to_string(), why);
+                    self.unloadable = Some(why);
                 }
             }
-        } else if let Some(rest) = l.strip_prefix("TFO-VM-START ") {
+        } else if let Some(rest) = l.strip_prefix("TFO-VM-TEST ") {
             let mut w = rest.split_whitespace();
-            if let (Some(bin), Some(backend)) = (w.next(), w.next()) {
-                self.current = Some((bin.to_string(), backend.to_string()));
-                self.cur = RunResult::default();
+            if let (Some(bin), Some(test)) = (w.next(), w.next()) {
+                self.current = Some((bin.to_string(), test.to_string()));
+                self.cur = TestRun::default();
             }
-        } else if let Some(rest) = l.strip_prefix("TFO-VM-RESULT ") {
+        } else if let Some(rest) = l.strip_prefix("TFO-VM-END ") {
             let w: Vec<&str> = rest.split_whitespace().collect();
-            if let [bin, backend, rc, secs, ..] = w[..] {
+            if let [bin, test, rc, secs, ..] = w[..] {
                 let mut r = std::mem::take(&mut self.cur);
                 r.exit = rc.parse().unwrap_or(-1);
                 r.seconds = secs.parse().unwrap_or(0);
-                self.results.insert((bin.to_string(), backend.to_string()), r);
+                self.results.insert((bin.to_string(), test.to_string()), r);
                 self.current = None;
             }
         } else if let Some(rest) = l.strip_prefix("test result: ") {
@@ -980,56 +1144,149 @@ impl Console {
                     _ => {}
                 }
             }
-        } else if let Some(name) = l.strip_prefix("test ").and_then(|r| r.strip_suffix(" ... FAILED")) {
-            self.cur.failed_tests.push(name.to_string());
+        } else if let Some((_, reason)) = skipped_test(l) {
+            self.cur.skip_reason = Some(reason);
         } else if l.contains("Kernel panic") && self.panic.is_none() {
             self.panic = Some(l.to_string());
         }
     }
 }
 
-fn table_boot_line(k: &Kernel, b: &Boot, accel: &str) {
-    println!(
-        "vm: {} ({}, {accel}): boot {} s, whole run {:.1} s{}",
-        k.short,
-        k.release,
-        b.boot_s.map_or("?".into(), |s| format!("{s:.1}")),
-        b.total_s,
-        b.end.as_deref().map_or(String::new(), |e| format!(" — {e}"))
-    );
+/// `test NAME   ... ignored (REASON)` (libtest-mimic pads the name): (name, reason).
+pub fn skipped_test(line: &str) -> Option<(String, String)> {
+    let rest = line.strip_prefix("test ")?;
+    let (name, verdict) = rest.split_once(" ... ")?;
+    let reason = verdict.strip_prefix("ignored (")?.strip_suffix(')')?;
+    Some((name.trim().to_string(), reason.to_string()))
 }
 
-/// One row: kernel, cell, its result if it ran, else why not.
-type Row = (String, Cell, Option<RunResult>, String);
+/// Per cell and test: the tally, and every problem in one line.
+fn summarize(cells: &[Cell], boots: &[Boot]) -> Report {
+    let mut report = Report::default();
+    for (cell, boot) in cells.iter().zip(boots) {
+        for (bin, tests) in &cell.runs {
+            for t in tests {
+                let what = format!("{} {}::{t}", cell.label(), bin.name);
+                let Some(r) = boot.results.get(&(bin.name.clone(), t.clone())) else {
+                    report.failed += 1;
+                    let why = match (&boot.unloadable, &boot.end) {
+                        (Some(e), _) => format!("backend does not load: {e}"),
+                        (None, Some(end)) => end.clone(),
+                        (None, None) => "no result marker".into(),
+                    };
+                    report.problems.push(format!("{what}: did not run ({why})"));
+                    continue;
+                };
+                report.passed += r.passed;
+                report.failed += r.failed;
+                report.ignored += r.ignored;
+                if let Some(reason) = &r.skip_reason {
+                    report.skipped.push(format!("{what}: {reason}"));
+                }
+                let ran_nothing = r.exit == 0 && r.passed + r.ignored == 0;
+                if r.exit != 0 || ran_nothing {
+                    // A test that died before its `test result:` line still counts once.
+                    if r.failed == 0 {
+                        report.failed += 1;
+                    }
+                    report.problems.push(format!("{what}: {}", verdict(r)));
+                }
+            }
+        }
+        if let Some(end) = &boot.end {
+            if boot.results.len() == cell.test_count() {
+                report.problems.push(end.clone());
+                report.failed += 1;
+            }
+        }
+    }
+    print_result_table(cells, boots);
+    report
+}
 
-fn print_table(rows: &[Row]) {
+/// `pass`, `FAIL(101)`, `timeout (300 s)` ...
+fn verdict(r: &TestRun) -> String {
+    match r.exit {
+        0 if r.passed + r.ignored == 0 => "ran no test".into(),
+        0 if r.passed == 0 => "skipped".into(),
+        0 => "pass".into(),
+        // busybox timeout: 124 past the limit, 143 when it had to SIGTERM.
+        124 | 143 => format!("timeout ({} s)", r.seconds),
+        rc => format!("FAIL({rc})"),
+    }
+}
+
+fn print_result_table(cells: &[Cell], boots: &[Boot]) {
     println!();
     println!(
-        "{:<7} {:<11} {:<18} {:<8} {:>6} {:>6} {:>7} {:>6}  FAILED TESTS",
-        "KERNEL", "BACKEND", "BINARY", "RESULT", "PASSED", "FAILED", "IGNORED", "TIME"
+        "{:<7} {:<11} {:<18} {:<16} {:>6} {:>6} {:>7} {:>6}  PROBLEMS",
+        "KERNEL", "CELL", "BINARY", "RESULT", "PASSED", "FAILED", "IGNORED", "TIME"
     );
-    for (k, c, r, why) in rows {
-        match r {
-            Some(r) => println!(
-                "{:<7} {:<11} {:<18} {:<8} {:>6} {:>6} {:>7} {:>5}s  {}",
-                k,
-                c.backend,
-                c.bin.name,
-                match r.exit {
-                    0 => "pass".to_string(),
-                    124 | 143 => "timeout".to_string(),
-                    rc => format!("FAIL({rc})"),
-                },
-                r.passed,
-                r.failed,
-                r.ignored,
-                r.seconds,
-                r.failed_tests.join(", ")
-            ),
-            None => println!("{:<7} {:<11} {:<18} {:<8} {why}", k, c.backend, c.bin.name, "not run"),
+    for (cell, boot) in cells.iter().zip(boots) {
+        for (bin, tests) in &cell.runs {
+            let runs: Vec<(&String, Option<&TestRun>)> =
+                tests.iter().map(|t| (t, boot.results.get(&(bin.name.clone(), t.clone())))).collect();
+            let ran: Vec<&TestRun> = runs.iter().filter_map(|(_, r)| *r).collect();
+            let bad: Vec<String> = runs
+                .iter()
+                .filter_map(|(t, r)| match r {
+                    None => Some(format!("{t}: not run")),
+                    Some(r) if r.exit != 0 || r.passed + r.ignored == 0 => Some(format!("{t}: {}", verdict(r))),
+                    Some(_) => None,
+                })
+                .collect();
+            let result = if ran.is_empty() {
+                "not run".to_string()
+            } else if bad.is_empty() {
+                "pass".to_string()
+            } else {
+                format!("FAIL ({} of {})", bad.len(), tests.len())
+            };
+            println!(
+                "{:<7} {:<11} {:<18} {:<16} {:>6} {:>6} {:>7} {:>5}s  {}",
+                cell.kernel,
+                cell.name,
+                bin.name,
+                result,
+                ran.iter().map(|r| r.passed).sum::<u64>(),
+                ran.iter().map(|r| r.failed).sum::<u64>(),
+                ran.iter().map(|r| r.ignored).sum::<u64>(),
+                ran.iter().map(|r| r.seconds).sum::<u64>(),
+                if ran.is_empty() {
+                    boot.unloadable.clone().or(boot.end.clone()).unwrap_or_default()
+                } else {
+                    bad.join(", ")
+                }
+            );
         }
     }
     println!();
+}
+
+/// Where the VM time went: per cell, boot and tests; then the whole.
+fn print_time_table(cells: &[Cell], boots: &[Boot], prepared_s: f64, total_s: f64, jobs: usize) {
+    println!("{:<7} {:<11} {:>6} {:>7} {:>7} {:>7}  SLOWEST TEST", "KERNEL", "CELL", "TESTS", "BOOT", "TESTS_S", "WHOLE");
+    let mut guest_s = 0.0;
+    for (cell, boot) in cells.iter().zip(boots) {
+        let tests_s: u64 = boot.results.values().map(|r| r.seconds).sum();
+        let slowest = boot.results.iter().max_by_key(|(_, r)| r.seconds);
+        guest_s += boot.total_s;
+        println!(
+            "{:<7} {:<11} {:>6} {:>6.1}s {:>6}s {:>6.1}s  {}",
+            cell.kernel,
+            cell.name,
+            cell.test_count(),
+            boot.boot_s.unwrap_or(0.0),
+            tests_s,
+            boot.total_s,
+            slowest.map_or(String::new(), |((b, t), r)| format!("{b}::{t} {} s", r.seconds))
+        );
+    }
+    println!(
+        "vm: time: {prepared_s:.1} s preparing (packages, kernels, test build, initramfs), \
+         {guest_s:.1} s of guest time in {:.1} s with {jobs} guest(s) at once",
+        total_s - prepared_s
+    );
 }
 
 #[cfg(test)]
@@ -1062,28 +1319,51 @@ mod tests {
     }
 
     #[test]
-    fn console_results_and_counts() {
+    fn console_results_skips_and_counts() {
         let mut c = Console::default();
         for l in [
-            "TFO-VM-START stalls tracepoint",
+            "TFO-VM-BACKEND fentry 1 tfo-trace: error: the fentry backend cannot load here: EACCES",
+            "TFO-VM-TEST stalls stalls_lists_every_connection",
             "running 1 test",
             "test stalls_lists_every_connection ... FAILED",
             "test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 9.1s",
-            "TFO-VM-RESULT stalls tracepoint 101 12",
-            "TFO-VM-START lab auto",
-            "test result: ok. 11 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 30s",
-            "TFO-VM-RESULT lab auto 0 31",
-            "TFO-VM-BACKEND fentry 1 tfo-trace: error: the fentry backend cannot load here: EACCES",
-            "TFO-VM-BACKEND kprobe 0 ",
+            "TFO-VM-END stalls stalls_lists_every_connection 101 12",
+            "TFO-VM-TEST lab tfo_ipv4",
+            "test tfo_ipv4      ... ignored (not root; lab tests create network namespaces)",
+            "test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 9 filtered out; finished in 0s",
+            "TFO-VM-END lab tfo_ipv4 0 1",
+            "TFO-VM-TEST lab hangs",
         ] {
             c.line(l);
         }
-        let r = &c.results[&("stalls".into(), "tracepoint".into())];
+        let r = &c.results[&("stalls".into(), "stalls_lists_every_connection".into())];
         assert_eq!((r.exit, r.failed, r.seconds), (101, 1, 12));
-        assert_eq!(r.failed_tests, ["stalls_lists_every_connection"]);
-        let r = &c.results[&("lab".into(), "auto".into())];
-        assert_eq!((r.exit, r.passed), (0, 11));
-        assert_eq!(c.unloadable.len(), 1);
-        assert_eq!(c.unloadable["fentry"], "the fentry backend cannot load here: EACCES");
+        let r = &c.results[&("lab".into(), "tfo_ipv4".into())];
+        assert_eq!((r.exit, r.passed, r.ignored), (0, 0, 1));
+        assert_eq!(r.skip_reason.as_deref(), Some("not root; lab tests create network namespaces"));
+        assert_eq!(verdict(r), "skipped");
+        assert_eq!(c.unloadable.as_deref(), Some("the fentry backend cannot load here: EACCES"));
+        assert_eq!(c.current, Some(("lab".into(), "hangs".into())), "the test a hung guest was running");
+    }
+
+    #[test]
+    fn user_arguments_split_into_selection_and_run_flags() {
+        let args: Vec<String> =
+            ["stalls_", "--exact", "--nocapture", "--skip", "slow"].map(String::from).to_vec();
+        assert_eq!(list_args(&args), ["stalls_", "--exact", "--skip", "slow"]);
+        assert_eq!(run_args(&args), ["--nocapture"]);
+    }
+
+    #[test]
+    fn a_test_that_runs_nothing_or_times_out_is_a_problem() {
+        let bin = TestBin { name: "stalls".into(), path: "/x/stalls".into() };
+        let cell = Cell { kernel: "6.1".into(), name: "tracepoint".into(), runs: vec![(bin, vec!["a".into(), "b".into(), "c".into()])] };
+        let mut boot = Boot::default();
+        boot.results.insert(("stalls".into(), "a".into()), TestRun { exit: 0, passed: 1, ..TestRun::default() });
+        boot.results.insert(("stalls".into(), "b".into()), TestRun { exit: 124, seconds: 300, ..TestRun::default() });
+        let r = summarize(&[cell], &[boot]);
+        assert_eq!((r.passed, r.failed), (1, 2));
+        assert!(r.problems.iter().any(|p| p.contains("stalls::b: timeout (300 s)")), "{:?}", r.problems);
+        assert!(r.problems.iter().any(|p| p.contains("stalls::c: did not run")), "{:?}", r.problems);
     }
 }

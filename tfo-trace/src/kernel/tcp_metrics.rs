@@ -201,14 +201,4 @@ fd00:77::1 age 2.084sec cwnd 12 rtt 27us rttvar 27us source fd00:77::2
         let e = parse("10.0.0.1 age 1sec\nError: something\n").unwrap_err().to_string();
         assert!(e.contains("line 2"), "{e}");
     }
-
-    #[test]
-    fn reads_this_namespace() {
-        // The current namespace may have no entries; the command must still run and parse.
-        match read(None) {
-            Ok(_) => {}
-            Err(e) => eprintln!("skipped: {e:#}"),
-        }
-        assert!(read(Some("tfo-trace-no-such-netns")).is_err());
-    }
 }

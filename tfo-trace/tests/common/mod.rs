@@ -1,5 +1,9 @@
-//! Shared by the kernel tests: skip rules and a handle on a running `tfo-trace trace`.
+//! Shared by the kernel tests: the harness (skips reported as skips), skip rules and a
+//! handle on a running `tfo-trace trace`.
 #![allow(dead_code)]
+
+pub mod harness;
+pub use harness::skip;
 
 use std::{
     io::{BufRead, BufReader, Read},
@@ -33,12 +37,12 @@ pub fn skip_reason() -> Option<String> {
     None
 }
 
+/// Skips the calling test when the kernel tests cannot run here, with the reason.
 #[macro_export]
 macro_rules! require_kernel {
     () => {
         if let Some(why) = common::skip_reason() {
-            eprintln!("skipped: {why}");
-            return;
+            common::skip(why);
         }
     };
 }

@@ -1,0 +1,106 @@
+//! The host facts tfo-trace reads from the running kernel (BTF layout, namespaces,
+//! tcp_metrics), checked where they need a kernel feature or root: skipped with the
+//! reason otherwise.
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use tfo_trace::kernel::{netns, tcp_metrics};
+use tfo_trace::probes::{btf::Btf, layout};
+
+/// On the machine the tests run on: the layout resolves, and the fields we know from
+/// include/net/sock.h and include/linux/tcp.h land where those headers put them.
+fn btf_layout_resolves_on_the_running_kernel() {
+    let btf = Btf::from_sys_fs().unwrap_or_else(|e| common::skip(format!("no readable kernel BTF: {e:#}")));
+    let l = layout::from_btf(&btf).expect("layout");
+    // struct sock starts with struct sock_common, which starts with the addresses.
+    assert_eq!(l.skc_daddr.off, 0);
+    assert_eq!(l.skc_rcv_saddr.off, 4);
+    assert_eq!(l.skc_dport.off, 12);
+    assert_eq!(l.skc_num.off, 14);
+    assert!(l.syn_data.bits == 1 && l.syn_fastopen.bits == 1);
+    assert!(l.fastopen_req.off > l.skc_net.off);
+    // include/net/tcp.h: struct tcp_skb_cb { __u32 seq; __u32 end_seq; ... }
+    assert_eq!((l.tcb_seq.off, l.tcb_end_seq.off), (0, 4));
+    for f in [
+        l.foc_len,
+        l.skb_cb,
+        l.fastopenq_qlen,
+        l.fastopenq_max_qlen,
+        l.net_sysctl_tcp_fastopen,
+        l.net_tfo_active_disable_times,
+    ] {
+        assert_eq!(f.present, 1, "{f:?}");
+    }
+    assert_eq!(l.fastopenq_max_qlen.off, l.fastopenq_qlen.off + 4, "int qlen; int max_qlen;");
+}
+
+fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::skip("needs root (setns, ip netns add)");
+    }
+}
+
+/// Joining our own namespace (needs CAP_SYS_ADMIN) lands where we are.
+fn with_netns_own_namespace() {
+    require_root();
+    let here = netns::current_netns_inode().unwrap();
+    let there = netns::with_netns(netns::SELF_NETNS, || netns::current_netns_inode().unwrap()).unwrap();
+    assert_eq!(here, there);
+    assert!(netns::with_netns("/nonexistent/ns", || ()).is_err());
+}
+
+/// Deletes the throwaway namespace even when the test fails.
+struct TempNetns(String);
+
+impl Drop for TempNetns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn with_netns_sees_other_namespace_sysctl() {
+    require_root();
+    let name = format!("tfo-netns-t{}", std::process::id());
+    let ok = Command::new("ip").args(["netns", "add", &name]).status();
+    assert!(matches!(ok, Ok(s) if s.success()), "ip netns add {name}: {ok:?}");
+    let _guard = TempNetns(name.clone());
+    let path = Path::new(netns::NAMED_NETNS_DIR).join(&name);
+    let st = Command::new("ip")
+        .args(["netns", "exec", &name, "sysctl", "-qw", "net.ipv4.tcp_fastopen=1543"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (ino, value) = netns::with_netns(&path, || {
+        (
+            netns::current_netns_inode().unwrap(),
+            std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fastopen").unwrap(),
+        )
+    })
+    .unwrap();
+    assert_eq!(value.trim(), "1543");
+    assert_eq!(Some(ino), netns::netns_inode_of(&path).ok());
+    assert_ne!(ino, netns::current_netns_inode().unwrap());
+    assert_eq!(netns::netns_names().get(&ino), Some(&name));
+    // The calling thread still sees its own namespace.
+    let here = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_fastopen").unwrap();
+    assert_ne!(here.trim(), "1543");
+}
+
+/// `ip tcp_metrics` of this namespace runs and parses (it may have no entries).
+fn tcp_metrics_reads_this_namespace() {
+    if Command::new("ip").arg("-V").output().is_err() {
+        common::skip("needs iproute2 (`ip`)");
+    }
+    tcp_metrics::read(None).expect("ip tcp_metrics show");
+    assert!(tcp_metrics::read(Some("tfo-trace-no-such-netns")).is_err());
+}
+
+tests_main!(
+    btf_layout_resolves_on_the_running_kernel,
+    with_netns_own_namespace,
+    with_netns_sees_other_namespace_sysctl,
+    tcp_metrics_reads_this_namespace,
+);
