@@ -49,6 +49,20 @@ pub enum Command {
     /// TFO connection-rate generator for `cargo xtask bench` (listener + clients, loopback).
     #[command(hide = true)]
     LabLoad(crate::lab::load::LoadArgs),
+    /// Empty programs on a backend's tracepoints, for `cargo xtask bench`: the cost of the
+    /// attach points themselves, which the real programs are measured against.
+    #[command(hide = true)]
+    Floor(FloorArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FloorArgs {
+    /// `tracepoint` (tp_btf) or `raw-tracepoint` attach points.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Tracepoint)]
+    pub backend: BackendChoice,
+    /// Stop after this long; default: until SIGINT/SIGTERM.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -59,6 +73,17 @@ pub struct ProbeArgs {
     /// Size of the event ring buffer in bytes (a power of two, at least one page).
     #[arg(long, default_value_t = DEFAULT_RING_BUFFER_BYTES, value_parser = parse_ring_size)]
     pub ring_buffer_size: u32,
+}
+
+impl ProbeArgs {
+    /// What the loader needs from these flags (every view builds it here, not by hand).
+    pub fn load_options(&self) -> crate::probes::LoadOptions {
+        crate::probes::LoadOptions {
+            backend: self.backend,
+            ring_buffer_bytes: self.ring_buffer_size,
+            counts_only: false,
+        }
+    }
 }
 
 #[derive(Args, Debug)]

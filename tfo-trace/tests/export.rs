@@ -9,13 +9,13 @@ mod common;
 
 use std::{
     io::{Read as _, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::{SocketAddr, TcpListener},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use common::{netns_inode, Tracer};
+use common::{http_get, netns_inode, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     kernel::netstat::Netstat,
@@ -65,19 +65,6 @@ fn prometheus_binaries() -> Result<(PathBuf, PathBuf), String> {
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// HTTP/1.0 GET (so no chunked answer): (status, body).
-fn http_get(addr: SocketAddr, target: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    Ok((status, body.to_string()))
 }
 
 fn url_encode(s: &str) -> String {

@@ -2,6 +2,7 @@
 pub mod metrics;
 pub mod quantiles;
 pub mod table;
+pub mod totals;
 pub mod verdict;
 
 use std::collections::BTreeMap;

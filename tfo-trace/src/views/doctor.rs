@@ -1203,7 +1203,7 @@ fn backend_verdicts(can_load: bool) -> Vec<BackendVerdict> {
             let mut sees = Vec::new();
             for role in [Role::Client, Role::Server] {
                 for outcome in Outcome::ALL {
-                    if table::sees(backend, role.to_wire(), outcome.to_wire()) {
+                    if table::sees(backend, role, outcome) {
                         sees.push(format!("{} {}", role.name(), outcome.name()));
                     }
                 }
@@ -1211,9 +1211,7 @@ fn backend_verdicts(can_load: bool) -> Vec<BackendVerdict> {
             let blind: Vec<String> = table::blind_spots(backend)
                 .iter()
                 .map(|b| {
-                    let role = Role::from_wire(b.role).map(Role::name).unwrap_or("?");
-                    let name = Outcome::from_wire(b.outcome).map(Outcome::name).unwrap_or("?");
-                    format!("{role} {name} ({})", b.why)
+                    format!("{} {} ({})", b.role.name(), b.outcome.name(), b.why)
                 })
                 .collect();
             let (loads, reason) = match verdict {

@@ -19,7 +19,6 @@ use crate::{
     cli::{ReportArgs, ReportFormat},
     events::{reader::EventSource, record, Event},
     kernel::{netns, netstat::Netstat, tcp_metrics},
-    probes::LoadOptions,
     views::{doctor, stop::Stop, trace},
 };
 
@@ -113,7 +112,7 @@ fn counters_now(namespaces: &[doctor::NamespaceReport]) -> BTreeMap<u32, Netstat
 }
 
 async fn live(args: &ReportArgs) -> Result<(Source, Report)> {
-    let load = LoadOptions { backend: args.probe.backend, ring_buffer_bytes: args.probe.ring_buffer_size };
+    let load = args.probe.load_options();
     let mut tracer = trace::start(&load)?;
     let mut source = EventSource::new(&mut tracer.ebpf)?;
     let namespaces = doctor::collect_namespaces();

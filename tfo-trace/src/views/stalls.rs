@@ -134,7 +134,8 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
     let mut tracer = trace::start(&opts.load)?;
     let mut recorder = trace::recorder(opts.record.as_deref(), &tracer)?;
     let mut source = EventSource::new(&mut tracer.ebpf)?;
-    let mut out = io::stdout().lock();
+    // One write per batch, not per line (stdout alone is line-buffered).
+    let mut out = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
     if !opts.json {
         writeln!(
             out,

@@ -113,6 +113,36 @@ impl Tracer {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits (up to `timeout`) for a stderr line containing `needle`; returns it.
+    pub fn wait_stderr(&mut self, needle: &str, timeout: Duration) -> String {
+        if let Some(l) = self.stderr_seen.iter().find(|l| l.contains(needle)) {
+            return l.clone();
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.stderr_seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no stderr line with {needle:?} within {timeout:?}: {:?}", self.stderr_seen),
+            }
+        }
+    }
+
+    /// Sends `signal` to the tracer (our own child, by pid).
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
     /// Ctrl-C (SIGINT), then everything it printed: (events, stderr lines).
     pub fn stop(mut self) -> (Vec<Value>, Vec<String>) {
         // Let events of connections that just finished reach the ring buffer reader.
@@ -170,7 +200,7 @@ pub fn visible(
     outcome: tfo_trace::events::Outcome,
 ) -> bool {
     let backend = backend_of(stderr);
-    let seen = tfo_trace::probes::table::sees(backend, role.to_wire(), outcome.to_wire());
+    let seen = tfo_trace::probes::table::sees(backend, role, outcome);
     if !seen {
         eprintln!("not checked: {} {} is not visible to the {backend} backend", role.name(), outcome.name());
     }
@@ -192,4 +222,31 @@ pub fn read_all(mut r: impl Read) -> String {
     let mut s = String::new();
     let _ = r.read_to_string(&mut s);
     s
+}
+
+/// HTTP/1.0 GET (so no chunked answer): (status, body).
+pub fn http_get(addr: std::net::SocketAddr, target: &str) -> std::io::Result<(u16, String)> {
+    use std::io::Write as _;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((status, body.to_string()))
+}
+
+/// The sum of every sample of `metric` whose labels contain all of `labels` (`k="v"`).
+pub fn metric_sum(exposition: &str, metric: &str, labels: &[&str]) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
+            (name == metric && labels.iter().all(|w| rest.contains(w))).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
 }
