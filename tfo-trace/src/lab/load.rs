@@ -21,14 +21,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::sock::{new_socket, sockaddr, tfo_listener};
+use super::sock::{new_socket, sendto_fastopen, sockaddr, tfo_listener};
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
 use crate::kernel::netstat::Netstat;
 
-const MSG_FASTOPEN: libc::c_int = 0x2000_0000; // include/uapi/linux/socket.h
-const _: () = assert!(MSG_FASTOPEN == libc::MSG_FASTOPEN);
 /// Upper bound for one connection's reads and writes: a stuck peer cannot hang the run.
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a blocked accept() wakes up to check the stop flag.
@@ -62,6 +60,10 @@ pub struct LoadArgs {
     /// TFO queue length of the listener (setsockopt TCP_FASTOPEN).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub tfo_queue: u32,
+    /// Plain TCP connections (connect, write, read, close) instead of TFO ones: what
+    /// almost every connection on a busy host is.
+    #[arg(long)]
+    pub plain: bool,
 }
 
 /// The JSON line `lab-load` prints.
@@ -83,6 +85,20 @@ pub struct LoadReport {
     /// The first error a client hit, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+    /// CPU time of this process (clients and server, with the kernel work done in their
+    /// context: the TCP stack and the tracer's programs) over the run.
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+}
+
+/// (user, system) CPU seconds of this process so far.
+fn cpu_seconds() -> (f64, f64) {
+    // SAFETY: getrusage fills a zeroed struct it is given.
+    let mut u: libc::rusage = unsafe { mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (s(u.ru_utime), s(u.ru_stime))
 }
 
 pub fn run(args: &LoadArgs) -> Result<()> {
@@ -121,6 +137,7 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
         .collect::<Result<_>>()?;
 
     let claimed = Arc::new(AtomicU64::new(0));
+    let cpu_before = cpu_seconds();
     let start = Instant::now();
     let deadline = start + args.duration;
     // Each thread paces itself at rate / threads, so the total is `rate`.
@@ -129,11 +146,11 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
     let clients: Vec<_> = (0..args.threads)
         .map(|i| {
             let (claimed, payload) = (Arc::clone(&claimed), Arc::clone(&payload));
-            let (dst, count) = (args.listen, args.count);
+            let (dst, count, plain) = (args.listen, args.count, args.plain);
             // Stagger the paced threads so their connections do not start in bursts.
             let first = start
                 + interval.map(|d| d.mul_f64(f64::from(i) / f64::from(args.threads))).unwrap_or_default();
-            std::thread::spawn(move || client(dst, &payload, &claimed, count, first, interval, deadline))
+            std::thread::spawn(move || client(dst, plain, &payload, &claimed, count, first, interval, deadline))
         })
         .collect();
 
@@ -149,6 +166,7 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
     for s in servers {
         let _ = s.join();
     }
+    let cpu_after = cpu_seconds();
     let after = Netstat::read_current().context("reading /proc/net/netstat")?;
     let d = Netstat::delta(&before, &after);
     Ok(LoadReport {
@@ -162,6 +180,8 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
         tfo_active: d.get("TcpExtTCPFastOpenActive"),
         tfo_active_fail: d.get("TcpExtTCPFastOpenActiveFail"),
         first_error,
+        cpu_user_s: cpu_after.0 - cpu_before.0,
+        cpu_sys_s: cpu_after.1 - cpu_before.1,
     })
 }
 
@@ -172,8 +192,10 @@ struct ClientTally {
     first_error: Option<String>,
 }
 
+#[allow(clippy::too_many_arguments)] // one thread's whole job, spelled out
 fn client(
     dst: SocketAddr,
+    plain: bool,
     payload: &[u8],
     claimed: &AtomicU64,
     count: u64,
@@ -200,7 +222,7 @@ fn client(
                 break;
             }
         }
-        match one_connection(&sa, len, payload, &mut buf) {
+        match one_connection(&sa, len, plain, payload, &mut buf) {
             Ok(()) => t.ok += 1,
             Err(e) => {
                 t.failed += 1;
@@ -211,32 +233,29 @@ fn client(
     t
 }
 
-/// socket, sendto(MSG_FASTOPEN) (connect + data in the SYN when a cookie is cached),
-/// read the reply to EOF, close with a RST (see the module comment).
+/// socket, sendto(MSG_FASTOPEN) (connect + data in the SYN when a cookie is cached) or,
+/// `plain`, connect() then write(), read the reply to EOF, close with a RST (see the
+/// module comment).
 fn one_connection(
     sa: &libc::sockaddr_storage,
     len: libc::socklen_t,
+    plain: bool,
     payload: &[u8],
     buf: &mut [u8],
 ) -> Result<()> {
     let mut s = new_socket(libc::c_int::from(sa.ss_family))?;
     s.set_read_timeout(Some(IO_TIMEOUT)).context("setsockopt(SO_RCVTIMEO)")?;
     s.set_write_timeout(Some(IO_TIMEOUT)).context("setsockopt(SO_SNDTIMEO)")?;
-    // SAFETY: valid fd, buffer and sockaddr of the given lengths.
-    let n = unsafe {
-        libc::sendto(
-            s.as_raw_fd(),
-            payload.as_ptr().cast(),
-            payload.len(),
-            MSG_FASTOPEN | libc::MSG_NOSIGNAL,
-            (sa as *const libc::sockaddr_storage).cast(),
-            len,
-        )
+    let sent = if plain {
+        // SAFETY: valid fd and sockaddr of the given length.
+        if unsafe { libc::connect(s.as_raw_fd(), (sa as *const libc::sockaddr_storage).cast(), len) } != 0 {
+            return Err(io::Error::last_os_error()).context("connect");
+        }
+        0
+    } else {
+        sendto_fastopen(&s, payload, sa, len).context("sendto(MSG_FASTOPEN)")?
     };
-    if n < 0 {
-        return Err(io::Error::last_os_error()).context("sendto(MSG_FASTOPEN)");
-    }
-    s.write_all(&payload[n as usize..]).context("write")?;
+    s.write_all(&payload[sent..]).context("write")?;
     loop {
         match s.read(buf) {
             Ok(0) => break,
