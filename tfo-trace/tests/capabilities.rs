@@ -107,7 +107,7 @@ impl Running {
             }
         });
         let mut r = Running { child, stdout: Some(stdout), stderr, seen: Vec::new() };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + common::HANG_LIMIT;
         loop {
             match r.stderr.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(l) => {
@@ -117,7 +117,7 @@ impl Running {
                         return r;
                     }
                 }
-                Err(_) => panic!("the unprivileged tracer did not attach within 30 s: {:?}", r.seen),
+                Err(_) => panic!("the unprivileged tracer did not attach within {:?}: {:?}", common::HANG_LIMIT, r.seen),
             }
         }
     }
@@ -127,12 +127,12 @@ impl Running {
         std::thread::sleep(Duration::from_millis(300));
         // SAFETY: kill on our own child's pid, which has not been reaped yet.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + common::HANG_LIMIT;
         let status = loop {
             if let Some(s) = self.child.try_wait().unwrap() {
                 break s;
             }
-            assert!(Instant::now() < deadline, "the tracer ignored SIGINT for 10 s");
+            assert!(Instant::now() < deadline, "the tracer ignored SIGINT for {:?}", common::HANG_LIMIT);
             std::thread::sleep(Duration::from_millis(20));
         };
         let lines = self.stdout.take().unwrap().join().unwrap();

@@ -40,7 +40,7 @@ fn export_counts_stay_exact_while_the_reader_is_stopped() {
         "--netns",
         &s,
     ]);
-    let line = tracer.wait_stderr("serving metrics on http://", Duration::from_secs(10));
+    let line = tracer.wait_stderr("serving metrics on http://", common::HANG_LIMIT);
     let addr: SocketAddr = line
         .split("http://")
         .nth(1)

@@ -18,6 +18,11 @@ use std::{
 use serde_json::Value;
 use tfo_trace::lab::{Lab, Side};
 
+/// How long a test waits for something that normally takes a second (a tracer attaching,
+/// stopping, a line appearing) before calling it hung. Not a performance bound: under TCG
+/// on a busy two-core machine the verifier alone has taken over 30 s, so the margin is wide.
+pub const HANG_LIMIT: Duration = Duration::from_secs(240);
+
 pub fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_tfo-trace"))
 }
@@ -94,7 +99,7 @@ impl Tracer {
             }
         });
         let mut t = Tracer { child, stdout: Some(stdout), stderr_rx, stderr_seen: Vec::new() };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + HANG_LIMIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match t.stderr_rx.recv_timeout(left) {
@@ -107,7 +112,7 @@ impl Tracer {
                 }
                 Err(_) => {
                     let _ = t.child.kill();
-                    panic!("tracer did not attach within 30 s; stderr: {:?}", t.stderr_seen);
+                    panic!("tracer did not attach within {HANG_LIMIT:?}; stderr: {:?}", t.stderr_seen);
                 }
             }
         }
@@ -149,14 +154,14 @@ impl Tracer {
         std::thread::sleep(Duration::from_millis(300));
         // SAFETY: kill on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + HANG_LIMIT;
         let status = loop {
             if let Some(s) = self.child.try_wait().expect("waiting for tracer") {
                 break s;
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("tracer ignored SIGINT for 10 s");
+                panic!("tracer ignored SIGINT for {HANG_LIMIT:?}");
             }
             std::thread::sleep(Duration::from_millis(20));
         };
