@@ -73,6 +73,11 @@ pub struct ProbeArgs {
     /// Size of the event ring buffer in bytes (a power of two, at least one page).
     #[arg(long, default_value_t = DEFAULT_RING_BUFFER_BYTES, value_parser = parse_ring_size)]
     pub ring_buffer_size: u32,
+    /// Struct layouts from this BTF file instead of the kernel's own (a kernel without
+    /// /sys/kernel/btf/vmlinux: BTFHub or `pahole -J`; only the raw-tracepoint and kprobe
+    /// backends can run there).
+    #[arg(long, value_name = "FILE")]
+    pub btf: Option<std::path::PathBuf>,
 }
 
 impl ProbeArgs {
@@ -82,6 +87,7 @@ impl ProbeArgs {
             backend: self.backend,
             ring_buffer_bytes: self.ring_buffer_size,
             counts_only: false,
+            btf: self.btf.clone(),
         }
     }
 }

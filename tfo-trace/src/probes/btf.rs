@@ -90,13 +90,25 @@ fn str_at(strings: &[u8], off: u32) -> String {
     String::from_utf8_lossy(&rest[..end]).into_owned()
 }
 
+/// The running kernel's own BTF.
+pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+
 impl Btf {
     pub fn from_sys_fs() -> Result<Self> {
-        let path = "/sys/kernel/btf/vmlinux";
+        Self::from_file(std::path::Path::new(KERNEL_BTF))
+    }
+
+    /// BTF from a file: the kernel's own, or one made for it (BTFHub, `pahole -J`) where the
+    /// kernel carries none.
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
         let bytes = std::fs::read(path).with_context(|| {
-            format!("reading {path}: this kernel has no BTF (CONFIG_DEBUG_INFO_BTF=y is required)")
+            if path == std::path::Path::new(KERNEL_BTF) {
+                format!("reading {KERNEL_BTF}: this kernel has no BTF (CONFIG_DEBUG_INFO_BTF=y is required, or --btf FILE)")
+            } else {
+                format!("reading --btf {}", path.display())
+            }
         })?;
-        Self::parse(&bytes).with_context(|| format!("parsing {path}"))
+        Self::parse(&bytes).with_context(|| format!("parsing {} as BTF", path.display()))
     }
 
     pub fn parse(b: &[u8]) -> Result<Self> {

@@ -24,18 +24,25 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 
 pub const DEFAULT_RING_BUFFER_BYTES: u32 = 1 << 20;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct LoadOptions {
     pub backend: BackendChoice,
     pub ring_buffer_bytes: u32,
     /// Count outcomes in the kernel only; send no events (an exporter without
     /// per-destination series reads nothing else).
     pub counts_only: bool,
+    /// Where the kernel's struct layouts come from: its own BTF by default.
+    pub btf: Option<std::path::PathBuf>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { backend: BackendChoice::Auto, ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES, counts_only: false }
+        LoadOptions {
+            backend: BackendChoice::Auto,
+            ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES,
+            counts_only: false,
+            btf: None,
+        }
     }
 }
 
@@ -121,10 +128,13 @@ fn unavailable(backend: Backend) -> Option<String> {
 pub fn load(opts: &LoadOptions) -> Result<Tracer> {
     let started = Instant::now();
     raise_memlock_rlimit();
-    let kernel_layout = kernel_layout()?;
+    let kernel_layout = kernel_layout(opts.btf.as_deref())?;
     let mut skipped = Vec::new();
     for &backend in opts.backend.candidates() {
         if let Some(reason) = unavailable(backend) {
+            if opts.backend != BackendChoice::Auto {
+                bail!("the {backend} backend cannot load here: {reason}");
+            }
             skipped.push(Skipped { backend, reason });
             continue;
         }
@@ -152,9 +162,14 @@ fn raise_memlock_rlimit() {
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
 }
 
-/// Where this kernel keeps the fields the programs read (parsed once per start).
-fn kernel_layout() -> Result<tfo_trace_common::KernelLayout> {
-    layout::from_btf(&btf::Btf::from_sys_fs()?)
+/// Where this kernel keeps the fields the programs read (parsed once per start), from its
+/// own BTF or from `--btf FILE`.
+fn kernel_layout(file: Option<&Path>) -> Result<tfo_trace_common::KernelLayout> {
+    let btf = match file {
+        Some(f) => btf::Btf::from_file(f)?,
+        None => btf::Btf::from_sys_fs()?,
+    };
+    layout::from_btf(&btf)
 }
 
 /// The step that failed and the kernel's errno, without aya's verifier-log noise:
@@ -268,7 +283,7 @@ pub fn load_floor(backend: Backend) -> Result<Ebpf> {
 /// For `doctor`: whether each backend loads and attaches here, and what it sees.
 /// Loads each one for real (then detaches it) when `try_load`, else only the static facts.
 pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
-    let layout = kernel_layout().map_err(|e| format!("{e:#}"));
+    let layout = kernel_layout(None).map_err(|e| format!("{e:#}"));
     Backend::ALL
         .iter()
         .map(|&backend| {
@@ -276,7 +291,12 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
                 Some(reason) => Err(reason),
                 None if !try_load => Err("not tried: loading needs CAP_BPF and CAP_PERFMON".into()),
                 None => {
-                    let opts = LoadOptions { backend: backend.into(), ring_buffer_bytes: 4096, counts_only: true };
+                    let opts = LoadOptions {
+                        backend: backend.into(),
+                        ring_buffer_bytes: 4096,
+                        counts_only: true,
+                        btf: None,
+                    };
                     layout.clone().and_then(|l| {
                         load_backend(backend, &opts, &l).map(drop).map_err(|e| short_reason(&e))
                     })
