@@ -19,7 +19,7 @@ pub struct Cli {
 pub enum Command {
     /// Print one line per TFO connection outcome as it happens.
     Trace(TraceArgs),
-    /// Only the connections that lost time to TFO (SYN timeouts, data resent), with a
+    /// Only the connections that stalled (lost time to a SYN timeout), with the cause and a
     /// summary by destination at exit.
     Stalls(TraceArgs),
     /// Live tables per destination, listener and process (a terminal UI; plain rows or

@@ -12,6 +12,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use super::stall;
 use crate::{
     events::{Event, Outcome, Role},
     probes::{table, Backend},
@@ -195,8 +196,8 @@ impl Metrics {
                 .get_or_create(&labels(e.role, None, None))
                 .inc_by(u64::from(e.syn_data_bytes));
         }
-        if e.stall_us > 0 {
-            self.stall_seconds.get_or_create(&destination_only(dst)).inc_by(e.stall_us as f64 / 1e6);
+        if let Some(s) = stall::of(e).filter(|s| s.lost_us > 0) {
+            self.stall_seconds.get_or_create(&destination_only(dst)).inc_by(s.lost_us as f64 / 1e6);
         }
         if let Some(us) = e.handshake_us {
             self.handshake.get_or_create(&labels(e.role, None, None)).observe(us as f64 / 1e6);
@@ -368,6 +369,17 @@ mod tests {
                 .count()
         };
         assert_eq!(series, seen(Role::Client) + 2 + seen(Role::Server) + 1, "{t}");
+    }
+
+    #[test]
+    fn stall_seconds_count_stalls_only() {
+        let mut m = Metrics::new(&build(), None);
+        m.observe(&ev(Role::Client, Outcome::SynRetransmitted, 3, 64, 1_030_000, 1_020_000));
+        // Not stalls: the extra round trip of data not acked, and a second event of the
+        // stalled connection (blackhole detection) that carries its stall_us again.
+        m.observe(&ev(Role::Client, Outcome::DataNotAcked, 2, 64, 900, 0));
+        m.observe(&ev(Role::Client, Outcome::ActiveDisabled, 3, 64, 1_000_000, 1_020_000));
+        assert_eq!(sample(&m.encode(), "tfo_trace_stall_seconds_total"), Some(1.02));
     }
 
     #[test]

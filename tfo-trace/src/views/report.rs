@@ -234,16 +234,26 @@ fn source_line(s: &Source) -> String {
 }
 
 fn lost_line(d: &DestinationReport) -> String {
-    if d.stalled == 0 {
-        return "no time lost".into();
+    let mut line = match (d.stalled, d.extra_round_trips) {
+        (0, 0) => return "no time lost".into(),
+        (0, _) => "no time lost to SYN timeouts".to_string(),
+        _ => format!(
+            "{} lost in total: {} per stalled connection ({}), {} per connection",
+            human_us(d.lost_us_total),
+            human_us(d.lost_us_per_stalled),
+            d.stalled,
+            human_us(d.lost_us_per_connection)
+        ),
+    };
+    if d.extra_round_trips > 0 {
+        // Not a stall: the data not acked went again after the handshake.
+        line.push_str(&format!(
+            "; {} extra round trip(s) for data not acked, ~{} estimated",
+            d.extra_round_trips,
+            human_us(d.extra_round_trip_us)
+        ));
     }
-    format!(
-        "{} lost in total: {} per stalled connection ({}), {} per connection",
-        human_us(d.lost_us_total),
-        human_us(d.lost_us_per_stalled),
-        d.stalled,
-        human_us(d.lost_us_per_connection)
-    )
+    line
 }
 
 fn write_verdict_text(w: &mut impl Write, v: &Verdict) -> io::Result<()> {
@@ -425,6 +435,31 @@ mod tests {
         let m = String::from_utf8(out).unwrap();
         assert!(m.starts_with("# tfo-trace report\n"), "{m}");
         assert!(m.contains("| 198.18.0.3:8080 | 7 | 3 | 0 | 3 | 0 | 3.06 s | 1.02 s | SYN-data to"), "{m}");
+    }
+
+    #[test]
+    fn data_not_acked_is_told_apart_from_time_lost() {
+        let (s, mut r) = sample();
+        let d = &mut r.destinations[0];
+        (d.extra_round_trips, d.extra_round_trip_us) = (2, 400);
+        let mut out = Vec::new();
+        render(&mut out, ReportFormat::Text, &s, &r, None).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains(
+                "added latency: 3.06 s lost in total: 1.02 s per stalled connection (3), 1.02 s per \
+                 connection; 2 extra round trip(s) for data not acked, ~400 us estimated\n"
+            ),
+            "{text}"
+        );
+        let d = &mut r.destinations[0];
+        (d.stalled, d.lost_us_total) = (0, 0);
+        assert_eq!(
+            lost_line(d),
+            "no time lost to SYN timeouts; 2 extra round trip(s) for data not acked, ~400 us estimated"
+        );
+        d.extra_round_trips = 0;
+        assert_eq!(lost_line(d), "no time lost");
     }
 
     #[test]
