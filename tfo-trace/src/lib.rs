@@ -4,9 +4,11 @@
 //! `probes` (BTF layout, load, attach, fallbacks) -> `events` (ring buffer reader, decoding)
 //! -> `aggregation` (pure counting, no I/O) -> `views` (trace, doctor, ...).
 //! `lab` builds the network namespaces that the demo and the tests trace; `kernel` reads
-//! the kernel's own state (sysctls, namespaces, counters).
+//! the kernel's own state (sysctls, namespaces, counters). `cli` is the command line;
+//! `duration` parses the durations it and the lab's helpers take.
 pub mod aggregation;
 pub mod cli;
+pub mod duration;
 pub mod events;
 pub mod kernel;
 pub mod lab;
