@@ -8,6 +8,9 @@ use crate::{
     probes::{BackendChoice, DEFAULT_RING_BUFFER_BYTES},
 };
 
+/// Where `tfo-trace export` serves /metrics unless told otherwise.
+pub const DEFAULT_EXPORT_LISTEN: &str = "127.0.0.1:9435";
+
 #[derive(Parser, Debug)]
 #[command(name = "tfo-trace", version, about = "eBPF tracer for TCP Fast Open (RFC 7413)")]
 pub struct Cli {
@@ -157,7 +160,7 @@ pub struct ExportArgs {
     #[command(flatten)]
     pub probe: ProbeArgs,
     /// Address to serve /metrics on; binding beyond loopback is your explicit choice.
-    #[arg(long = "web.listen-address", value_name = "ADDR:PORT", default_value = crate::views::export::DEFAULT_LISTEN)]
+    #[arg(long = "web.listen-address", value_name = "ADDR:PORT", default_value = DEFAULT_EXPORT_LISTEN)]
     pub web_listen_address: std::net::SocketAddr,
     /// Do not serve HTTP (with --textfile: only write the file).
     #[arg(long = "web.disable", requires = "textfile")]

@@ -1165,7 +1165,7 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
 
     let mut s = Section::new(format!(
         "Prometheus export (`tfo-trace export`, default {})",
-        crate::views::export::DEFAULT_LISTEN
+        crate::cli::DEFAULT_EXPORT_LISTEN
     ));
     for (name, what) in crate::aggregation::metrics::EXPOSED {
         s.kv(*name, *what);
