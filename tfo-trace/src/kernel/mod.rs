@@ -5,3 +5,4 @@ pub mod netstat;
 pub mod privileges;
 pub mod sysctl;
 pub mod tcp_metrics;
+pub mod uname;

@@ -6,10 +6,7 @@
 //! [`DoctorReport::backends`] and calls [`DoctorReport::refresh_advice`]. [`render_text`] and
 //! [`render_json`] print it. Doctor never fails on missing things: it reports them and advises.
 
-use std::{
-    ffi::CStr,
-    io::{self, Write},
-};
+use std::io::{self, Write};
 
 use serde::{Serialize, Serializer};
 
@@ -21,9 +18,8 @@ use crate::kernel::{
     privileges::{self, CapSet},
     sysctl::{self, FastopenKeyStatus, TcpFastopen},
     tcp_metrics::{self, TcpMetric},
+    uname::{KernelInfo, BTF_VMLINUX_PATH},
 };
-
-pub const BTF_VMLINUX_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 /// Serializes `Ok(v)` as `v` and `Err(e)` as `{"error": e}`.
 fn ser_result<T: Serialize, S: Serializer>(r: &Result<T, String>, s: S) -> Result<S::Ok, S::Error> {
@@ -73,16 +69,6 @@ pub struct BackendVerdict {
     pub sees: Vec<String>,
     /// Outcomes this backend cannot see, each with the reason.
     pub blind: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct KernelInfo {
-    pub sysname: String,
-    pub release: String,
-    pub version: String,
-    pub machine: String,
-    pub btf_vmlinux: bool,
-    pub btf_size: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -167,18 +153,6 @@ impl DoctorReport {
     }
 }
 
-fn uname() -> (String, String, String, String) {
-    // SAFETY: uname fills a zeroed struct; the fields are NUL-terminated.
-    unsafe {
-        let mut u: libc::utsname = std::mem::zeroed();
-        if libc::uname(&mut u) != 0 {
-            return Default::default();
-        }
-        let f = |p: &[libc::c_char]| CStr::from_ptr(p.as_ptr()).to_string_lossy().into_owned();
-        (f(&u.sysname), f(&u.release), f(&u.version), f(&u.machine))
-    }
-}
-
 fn read_i32(path: &str) -> Option<i32> {
     sysctl::read_sysctl(path).ok()?.parse().ok()
 }
@@ -195,19 +169,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         src = x.source();
     }
     s
-}
-
-fn collect_kernel() -> KernelInfo {
-    let (sysname, release, version, machine) = uname();
-    let btf = std::fs::metadata(BTF_VMLINUX_PATH).ok();
-    KernelInfo {
-        sysname,
-        release,
-        version,
-        machine,
-        btf_vmlinux: btf.is_some(),
-        btf_size: btf.map(|m| m.len()),
-    }
 }
 
 fn collect_privileges() -> PrivilegeInfo {
@@ -742,7 +703,7 @@ fn render_tfo_state(r: &DoctorReport, sections: &mut Vec<Section>) {
 /// Gathers the report. Needs no BPF privileges (the program-type probes then report errors);
 /// reading other namespaces needs CAP_SYS_ADMIN, the TFO key needs root.
 pub fn collect() -> DoctorReport {
-    let kernel = collect_kernel();
+    let kernel = KernelInfo::collect();
     let privileges = collect_privileges();
     let facilities = collect_facilities();
     let program_types = collect_program_types(&facilities);
