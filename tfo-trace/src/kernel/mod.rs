@@ -1,3 +1,6 @@
+//! Host facts: what the running kernel and this host say, each read by one collector
+//! (kernel release and BTF, privileges, kallsyms, TFO sysctls per namespace, counters,
+//! tcp_metrics, listeners and their owners).
 pub mod kallsyms;
 pub mod listeners;
 pub mod netns;
@@ -6,3 +9,18 @@ pub mod privileges;
 pub mod sysctl;
 pub mod tcp_metrics;
 pub mod uname;
+
+use serde::{Serialize, Serializer};
+
+/// Serializes `Ok(v)` as `v` and `Err(e)` as `{"error": e}`: a fact that could not be read
+/// says why in place (doctor's JSON).
+pub fn ser_result<T: Serialize, S: Serializer>(r: &Result<T, String>, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct ErrorObj<'a> {
+        error: &'a str,
+    }
+    match r {
+        Ok(v) => v.serialize(s),
+        Err(e) => ErrorObj { error: e }.serialize(s),
+    }
+}

@@ -8,30 +8,19 @@
 
 use std::io::{self, Write};
 
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
 use std::collections::BTreeSet;
 
 use crate::kernel::{
     kallsyms::{self, HookPoint, SymbolPresence},
-    netns,
+    listeners::{self, TfoListener},
     privileges::{self, CapSet},
-    sysctl::{self, FastopenKeyStatus, TcpFastopen},
-    tcp_metrics::{self, TcpMetric},
+    ser_result,
+    sysctl::{self, TfoNamespace},
+    tcp_metrics::{self, NamespaceTcpMetrics},
     uname::{KernelInfo, BTF_VMLINUX_PATH},
 };
-
-/// Serializes `Ok(v)` as `v` and `Err(e)` as `{"error": e}`.
-fn ser_result<T: Serialize, S: Serializer>(r: &Result<T, String>, s: S) -> Result<S::Ok, S::Error> {
-    #[derive(Serialize)]
-    struct ErrorObj<'a> {
-        error: &'a str,
-    }
-    match r {
-        Ok(v) => v.serialize(s),
-        Err(e) => ErrorObj { error: e }.serialize(s),
-    }
-}
 
 /// The whole report. Every field is public so the loader (and tests) can add to it.
 #[derive(Debug, Clone, Serialize)]
@@ -46,7 +35,7 @@ pub struct DoctorReport {
     #[serde(serialize_with = "ser_result")]
     pub hook_points: Result<Vec<HookPoint>, String>,
     /// The current namespace first, then every named (`ip netns`) one.
-    pub namespaces: Vec<NamespaceReport>,
+    pub namespaces: Vec<TfoNamespace>,
     /// Per-destination TFO state (`ip tcp_metrics`) per namespace; cookies redacted.
     pub tcp_metrics: Vec<NamespaceTcpMetrics>,
     /// Listening TCP sockets per namespace with their TFO queue size.
@@ -114,36 +103,6 @@ pub struct ProgramTypeProbe {
     pub supported: Option<bool>,
     pub error: Option<String>,
     pub note: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct NamespaceReport {
-    /// `ip netns` name(s), if any.
-    pub name: Option<String>,
-    pub path: String,
-    pub inode: Option<u64>,
-    /// The namespace this process runs in.
-    pub current: bool,
-    /// The same as pid 1's (the host's, outside containers); None when pid 1's is not readable.
-    pub init: Option<bool>,
-    #[serde(serialize_with = "ser_result")]
-    pub tcp_fastopen: Result<TcpFastopen, String>,
-    #[serde(serialize_with = "ser_result")]
-    pub blackhole_timeout_sec: Result<u32, String>,
-    #[serde(serialize_with = "ser_result")]
-    pub key: Result<FastopenKeyStatus, String>,
-}
-
-impl NamespaceReport {
-    /// "current", "NAME", or "current (NAME)"; used in advice.
-    pub fn label(&self) -> String {
-        match (&self.name, self.current) {
-            (Some(n), true) => format!("current ({n})"),
-            (Some(n), false) => n.clone(),
-            (None, true) => "current".into(),
-            (None, false) => self.path.clone(),
-        }
-    }
 }
 
 impl DoctorReport {
@@ -243,99 +202,6 @@ fn collect_program_types(facilities: &TracingFacilities) -> Vec<ProgramTypeProbe
         .collect()
 }
 
-/// The three TFO sysctls of the calling thread's namespace.
-fn read_tfo_sysctls() -> (Result<TcpFastopen, String>, Result<u32, String>, Result<FastopenKeyStatus, String>)
-{
-    (
-        sysctl::read_tcp_fastopen().map_err(|e| e.to_string()),
-        sysctl::read_blackhole_timeout_sec().map_err(|e| e.to_string()),
-        sysctl::read_fastopen_key_status().map_err(|e| e.to_string()),
-    )
-}
-
-pub fn collect_namespaces() -> Vec<NamespaceReport> {
-    let current_ino = netns::current_netns_inode().ok();
-    let init_ino = netns::netns_inode_of(netns::INIT_NETNS).ok();
-    let named = netns::named_netns();
-    let names = netns::names_by_inode(&named);
-    let mut out = Vec::new();
-
-    let (tcp_fastopen, blackhole_timeout_sec, key) = read_tfo_sysctls();
-    out.push(NamespaceReport {
-        name: current_ino.and_then(|i| names.get(&i).cloned()),
-        path: netns::SELF_NETNS.into(),
-        inode: current_ino,
-        current: true,
-        init: init_ino.map(|i| current_ino == Some(i)),
-        tcp_fastopen,
-        blackhole_timeout_sec,
-        key,
-    });
-
-    for n in named {
-        let path = n.path.display().to_string();
-        if n.inode.is_some() && n.inode == current_ino {
-            continue; // already shown as the current namespace, under its name
-        }
-        let read = match n.inode {
-            None => {
-                Err(format!("stale entry {path}: no namespace is mounted on it (`ip netns del {}`)", n.name))
-            }
-            Some(_) => netns::with_netns(&n.path, read_tfo_sysctls).map_err(|e| format!("{e:#}")),
-        };
-        let (tcp_fastopen, blackhole_timeout_sec, key) = match read {
-            Ok(t) => t,
-            Err(e) => (Err(e.clone()), Err(e.clone()), Err(e)),
-        };
-        out.push(NamespaceReport {
-            name: n.inode.and_then(|i| names.get(&i).cloned()).or(Some(n.name.clone())),
-            path,
-            inode: n.inode,
-            current: false,
-            init: init_ino.map(|i| n.inode == Some(i)),
-            tcp_fastopen,
-            blackhole_timeout_sec,
-            key,
-        });
-    }
-    // Two names of one namespace appear once.
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|n| n.inode.is_none() || seen.insert(n.inode));
-    out
-}
-
-// ---------------------------------------------------------------- TFO state per namespace
-
-/// `ip tcp_metrics` of one namespace.
-#[derive(Debug, Clone, Serialize)]
-pub struct NamespaceTcpMetrics {
-    /// The namespace label as in the namespace sections ("current", "NAME", ...).
-    pub namespace: String,
-    pub inode: Option<u64>,
-    /// Entries with TFO state only (a cookie, fo_mss or fo_syn_drops); cookies redacted.
-    #[serde(serialize_with = "ser_result")]
-    pub entries: Result<Vec<TcpMetric>, String>,
-}
-
-/// A listening TCP socket and its TFO queue.
-#[derive(Debug, Clone, Serialize)]
-pub struct TfoListener {
-    pub namespace: String,
-    pub netns: Option<u64>,
-    pub addr: std::net::SocketAddr,
-    pub inode: u64,
-    /// The process holding it, when found in /proc.
-    pub pid: Option<u32>,
-    pub comm: Option<String>,
-    /// fastopenq.max_qlen, read with getsockopt(TCP_FASTOPEN) on a copy of the owner's socket
-    /// (pidfd_getfd): the only place the kernel shows it (not in /proc/net/tcp, not in
-    /// `ss -ltnie`, not in inet_diag). 0 = TFO off on this listener.
-    #[serde(serialize_with = "ser_result")]
-    pub max_qlen: Result<u32, String>,
-    /// net.core.somaxconn of its namespace (the kernel clamps max_qlen to it).
-    pub somaxconn: Option<u32>,
-}
-
 /// One lesson, checked: `ok` false means the advice applies here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {
@@ -347,192 +213,8 @@ pub struct Check {
     pub advice: String,
 }
 
-fn has_tfo_state(m: &TcpMetric) -> bool {
-    m.cookie_len.is_some() || m.fo_mss.is_some() || m.fo_syn_drops > 0
-}
-
-fn collect_tcp_metrics(namespaces: &[NamespaceReport]) -> Vec<NamespaceTcpMetrics> {
-    namespaces
-        .iter()
-        .map(|ns| {
-            let name =
-                if ns.current { None } else { ns.name.as_deref().map(|n| n.split(',').next().unwrap_or(n)) };
-            let entries = if !ns.current && name.is_none() {
-                Err("not a named namespace".to_string())
-            } else {
-                tcp_metrics::read(name)
-                    .map(|v| v.into_iter().filter(has_tfo_state).collect())
-                    .map_err(|e| format!("{e:#}"))
-            };
-            NamespaceTcpMetrics { namespace: ns.label(), inode: ns.inode, entries }
-        })
-        .collect()
-}
-
-/// Listening sockets in a /proc/net/tcp or tcp6 text: (local address, socket inode).
-/// Addresses are printed as 32-bit words in host byte order (`%08X` of the raw word).
-pub fn parse_proc_listeners(text: &str) -> Vec<(std::net::SocketAddr, u64)> {
-    text.lines()
-        .skip(1)
-        .filter_map(|line| {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            if cols.get(3) != Some(&"0A") {
-                return None; // not TCP_LISTEN
-            }
-            let (addr, port) = cols.get(1)?.split_once(':')?;
-            let port = u16::from_str_radix(port, 16).ok()?;
-            let mut bytes = Vec::with_capacity(16);
-            for i in (0..addr.len()).step_by(8) {
-                bytes.extend(u32::from_str_radix(addr.get(i..i + 8)?, 16).ok()?.to_ne_bytes());
-            }
-            let ip: std::net::IpAddr = match bytes.len() {
-                4 => std::net::Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]).into(),
-                16 => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(bytes).ok()?).into(),
-                _ => return None,
-            };
-            Some((std::net::SocketAddr::new(ip, port), cols.get(9)?.parse().ok()?))
-        })
-        .collect()
-}
-
-/// The calling thread's listeners and somaxconn (run inside `netns::with_netns`).
-fn listeners_here() -> (Vec<(std::net::SocketAddr, u64)>, Option<u32>) {
-    let mut out = Vec::new();
-    for f in ["tcp", "tcp6"] {
-        if let Ok(t) = std::fs::read_to_string(format!("/proc/thread-self/net/{f}")) {
-            out.extend(parse_proc_listeners(&t));
-        }
-    }
-    let somaxconn = sysctl::read_sysctl("/proc/sys/net/core/somaxconn").ok().and_then(|v| v.parse().ok());
-    (out, somaxconn)
-}
-
-/// socket inode -> (pid, fd), from every process's /proc/PID/fd (as `ss -p` does).
-fn socket_owners() -> std::collections::HashMap<u64, (u32, i32)> {
-    let mut map = std::collections::HashMap::new();
-    let pids = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
-    for pid in pids {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
-        for fd in fds.flatten() {
-            let Some(num) = fd.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-            let Ok(target) = std::fs::read_link(fd.path()) else { continue };
-            let inode = target
-                .to_str()
-                .and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok());
-            if let Some(i) = inode {
-                map.entry(i).or_insert((pid, num));
-            }
-        }
-    }
-    map
-}
-
-/// getsockopt(TCP_FASTOPEN) on a copy of `fd` of process `pid`: the listener's max_qlen.
-/// Needs ptrace rights over the owner (root) and Linux 5.6 (pidfd_getfd).
-fn listener_max_qlen(pid: u32, fd: i32) -> Result<u32, String> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: plain syscalls; every fd they return is owned (and closed) by an OwnedFd.
-    unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) as i32;
-        if pidfd < 0 {
-            return Err(format!("pidfd_open({pid}): {}", io::Error::last_os_error()));
-        }
-        let pidfd = OwnedFd::from_raw_fd(pidfd);
-        let dup = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) as i32;
-        if dup < 0 {
-            return Err(format!("pidfd_getfd(pid {pid}, fd {fd}): {}", io::Error::last_os_error()));
-        }
-        let sock = OwnedFd::from_raw_fd(dup);
-        let mut v: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        let rc = libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_FASTOPEN,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        );
-        if rc != 0 {
-            return Err(format!("getsockopt(TCP_FASTOPEN): {}", io::Error::last_os_error()));
-        }
-        Ok(v.max(0) as u32)
-    }
-}
-
-/// Every listening TCP socket of the current and the named namespaces, with its TFO queue
-/// size. `report` uses it too, for its listener verdicts.
-pub fn tfo_listeners(namespaces: &[NamespaceReport]) -> Vec<TfoListener> {
-    let owners = socket_owners();
-    let mut out = Vec::new();
-    for ns in namespaces {
-        let found = if ns.current {
-            Ok(listeners_here())
-        } else if ns.inode.is_some() {
-            netns::with_netns(&ns.path, listeners_here).map_err(|e| format!("{e:#}"))
-        } else {
-            continue;
-        };
-        let Ok((socks, somaxconn)) = found else { continue };
-        for (addr, inode) in socks {
-            let owner = owners.get(&inode).copied();
-            let max_qlen = match owner {
-                Some((pid, fd)) => listener_max_qlen(pid, fd),
-                None => Err("no process found holding it".into()),
-            };
-            let comm = owner.and_then(|(pid, _)| {
-                std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|c| c.trim().to_string())
-            });
-            out.push(TfoListener {
-                namespace: ns.label(),
-                netns: ns.inode,
-                addr,
-                inode,
-                pid: owner.map(|o| o.0),
-                comm,
-                max_qlen,
-                somaxconn,
-            });
-        }
-    }
-    out
-}
-
-/// sysctl configuration files that set net.ipv4.tcp_fastopen_key (what systemd-sysctl and
-/// `sysctl --system` read at boot).
-fn persisted_key_files() -> Vec<String> {
-    let mut files = vec![std::path::PathBuf::from("/etc/sysctl.conf")];
-    for dir in
-        ["/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d"]
-    {
-        if let Ok(rd) = std::fs::read_dir(dir) {
-            files.extend(
-                rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "conf")),
-            );
-        }
-    }
-    files
-        .into_iter()
-        .filter(|p| {
-            std::fs::read_to_string(p).is_ok_and(|t| {
-                t.lines().map(str::trim).any(|l| {
-                    !l.starts_with('#')
-                        && !l.starts_with(';')
-                        && l.split('=').next().is_some_and(|k| {
-                            let k = k.trim().trim_start_matches('-').replace('/', ".");
-                            k == "net.ipv4.tcp_fastopen_key"
-                        })
-                })
-            })
-        })
-        .map(|p| p.display().to_string())
-        .collect()
-}
-
 /// The five lessons, checked against this host (pure).
-pub fn checks(namespaces: &[NamespaceReport], listeners: &[TfoListener], key_files: &[String]) -> Vec<Check> {
+pub fn checks(namespaces: &[TfoNamespace], listeners: &[TfoListener], key_files: &[String]) -> Vec<Check> {
     let mut out = Vec::new();
 
     // 1. The sysctl is per network namespace.
@@ -708,10 +390,10 @@ pub fn collect() -> DoctorReport {
     let facilities = collect_facilities();
     let program_types = collect_program_types(&facilities);
     let hook_points = kallsyms::tfo_hook_points().map_err(|e| format!("{}: {e}", kallsyms::KALLSYMS_PATH));
-    let namespaces = collect_namespaces();
-    let tcp_metrics = collect_tcp_metrics(&namespaces);
-    let listeners = tfo_listeners(&namespaces);
-    let checks = checks(&namespaces, &listeners, &persisted_key_files());
+    let namespaces = sysctl::tfo_namespaces();
+    let tcp_metrics = tcp_metrics::per_namespace(&namespaces);
+    let listeners = listeners::tfo_listeners(&namespaces);
+    let checks = checks(&namespaces, &listeners, &sysctl::persisted_key_files());
     let mut report = DoctorReport {
         kernel,
         privileges,
@@ -1210,6 +892,10 @@ pub fn run(json: bool) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::{
+        netns,
+        sysctl::{FastopenKeyStatus, TcpFastopen},
+    };
 
     fn sample_report() -> DoctorReport {
         DoctorReport {
@@ -1245,7 +931,7 @@ mod tests {
                 &["tcp_connect", "tcp_send_syn_data"],
             )),
             namespaces: vec![
-                NamespaceReport {
+                TfoNamespace {
                     name: None,
                     path: netns::SELF_NETNS.into(),
                     inode: Some(1),
@@ -1255,7 +941,7 @@ mod tests {
                     blackhole_timeout_sec: Ok(0),
                     key: Ok(FastopenKeyStatus { primary: false, backup: false }),
                 },
-                NamespaceReport {
+                TfoNamespace {
                     name: Some("srv".into()),
                     path: "/run/netns/srv".into(),
                     inode: Some(2),

@@ -17,10 +17,15 @@ use serde::Serialize;
 use crate::{
     aggregation::verdict::{self, human_us, DestinationReport, Facts, ListenerFact, Report, Verdict},
     cli::{ReportArgs, ReportFormat},
-    events::{reader::EventSource, record, Event},
-    kernel::{netns, netstat::Netstat, tcp_metrics},
+    events::{reader::EventSource, record, Event, Role},
+    kernel::{
+        listeners,
+        netstat::Netstat,
+        sysctl::{self, TfoNamespace},
+        tcp_metrics,
+    },
     probes::LoadOptions,
-    views::{doctor, stop::Stop, trace},
+    views::{stop::Stop, trace},
 };
 
 /// Where the events came from.
@@ -90,34 +95,12 @@ fn from_recording(path: &Path) -> Result<(Source, Report, Option<record::ReplayE
     Ok((source, report, err))
 }
 
-/// Counters of every namespace we can read (current + named), by inode.
-fn counters_now(namespaces: &[doctor::NamespaceReport]) -> BTreeMap<u32, Netstat> {
-    let mut out = BTreeMap::new();
-    for ns in namespaces {
-        let Some(inode) = ns.inode else { continue };
-        let read = || {
-            Netstat::read_files(&[
-                Path::new("/proc/thread-self/net/netstat"),
-                Path::new("/proc/thread-self/net/snmp"),
-            ])
-        };
-        let n = if ns.current { read() } else { netns::with_netns(&ns.path, read).and_then(|r| r) };
-        match n {
-            Ok(n) => {
-                out.insert(inode as u32, n);
-            }
-            Err(e) => log::info!("counters of {}: {e:#}", ns.label()),
-        }
-    }
-    out
-}
-
 async fn live(args: &ReportArgs) -> Result<(Source, Report)> {
     let load = LoadOptions { backend: args.probe.backend, ring_buffer_bytes: args.probe.ring_buffer_size };
     let mut tracer = trace::start(&load)?;
     let mut source = EventSource::new(&mut tracer.ebpf)?;
-    let namespaces = doctor::collect_namespaces();
-    let before = counters_now(&namespaces);
+    let namespaces = sysctl::tfo_namespaces();
+    let before = Netstat::per_namespace(&namespaces);
     let started = std::time::Instant::now();
     let start = record::Header::now(tracer.backend.name()).start;
     let mut stop = Stop::new(args.duration)?;
@@ -131,8 +114,8 @@ async fn live(args: &ReportArgs) -> Result<(Source, Report)> {
     source.drain(&mut events);
     let window_s = started.elapsed().as_secs_f64();
     // Namespaces created during the window (a lab, a container) are read too.
-    let namespaces = doctor::collect_namespaces();
-    let after = counters_now(&namespaces);
+    let namespaces = sysctl::tfo_namespaces();
+    let after = Netstat::per_namespace(&namespaces);
     let facts = gather_facts(&events, &namespaces, &before, &after, tracer.backend.name());
     let report = verdict::report(&events, &facts);
     let (host, kernel) = {
@@ -155,7 +138,7 @@ async fn live(args: &ReportArgs) -> Result<(Source, Report)> {
 
 fn gather_facts(
     events: &[Event],
-    namespaces: &[doctor::NamespaceReport],
+    namespaces: &[TfoNamespace],
     before: &BTreeMap<u32, Netstat>,
     after: &BTreeMap<u32, Netstat>,
     backend: &str,
@@ -178,22 +161,17 @@ fn gather_facts(
     // tcp_metrics of the namespaces the clients ran in: the current one directly, a named
     // one with `ip -n NAME`; a namespace with no name cannot be entered by name: skipped.
     let client_ns: std::collections::BTreeSet<u32> =
-        events.iter().filter(|e| e.role == crate::events::Role::Client).map(|e| e.netns).collect();
+        events.iter().filter(|e| e.role == Role::Client).map(|e| e.netns).collect();
     for inode in client_ns {
         let Some(ns) = namespaces.iter().find(|n| n.inode == Some(u64::from(inode))) else { continue };
-        let name =
-            if ns.current { None } else { ns.name.as_deref().map(|n| n.split(',').next().unwrap_or(n)) };
-        if !ns.current && name.is_none() {
-            continue;
-        }
-        match tcp_metrics::read(name) {
+        match tcp_metrics::read_in(ns) {
             Ok(m) => {
                 facts.tcp_metrics.insert(inode, m);
             }
-            Err(e) => log::info!("tcp_metrics of {}: {e:#}", ns.label()),
+            Err(e) => log::info!("tcp_metrics of {}: {e}", ns.label()),
         }
     }
-    for l in doctor::tfo_listeners(namespaces) {
+    for l in listeners::tfo_listeners(namespaces) {
         let Some(inode) = l.netns.map(|i| i as u32) else { continue };
         if let Some(s) = l.somaxconn {
             facts.somaxconn.insert(inode, s);
