@@ -1,11 +1,14 @@
 //! Host facts: what the running kernel and this host say, each read by one collector
-//! (kernel release and BTF, privileges, kallsyms, TFO sysctls per namespace, counters,
-//! tcp_metrics, listeners and their owners).
+//! (kernel release and BTF, privileges, tracing facilities and BPF program types, kallsyms,
+//! TFO sysctls per namespace, counters, tcp_metrics, listeners and their owners).
+//! `host` gathers the ones `doctor` judges.
+pub mod host;
 pub mod kallsyms;
 pub mod listeners;
 pub mod netns;
 pub mod netstat;
 pub mod privileges;
+pub mod program_types;
 pub mod sysctl;
 pub mod tcp_metrics;
 pub mod uname;

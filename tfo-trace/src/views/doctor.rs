@@ -13,12 +13,14 @@ use serde::Serialize;
 use std::collections::BTreeSet;
 
 use crate::kernel::{
-    kallsyms::{self, HookPoint, SymbolPresence},
-    listeners::{self, TfoListener},
-    privileges::{self, CapSet},
+    host::HostFacts,
+    kallsyms::{self, HookPoint, SymbolPresence, TracingFacilities},
+    listeners::TfoListener,
+    privileges::PrivilegeInfo,
+    program_types::ProgramTypeSupport,
     ser_result,
     sysctl::{self, TfoNamespace},
-    tcp_metrics::{self, NamespaceTcpMetrics},
+    tcp_metrics::NamespaceTcpMetrics,
     uname::{KernelInfo, BTF_VMLINUX_PATH},
 };
 
@@ -60,48 +62,11 @@ pub struct BackendVerdict {
     pub blind: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct CapHeld {
-    pub name: String,
-    pub held: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PrivilegeInfo {
-    pub euid: u32,
-    /// CapEff as hex, None when /proc/self/status could not be read.
-    pub cap_eff: Option<String>,
-    pub capabilities: Vec<CapHeld>,
-    pub initial_user_ns: Option<bool>,
-    /// Result of [`privileges::tracing_rule`]: None when allowed, else the one-line hint.
-    pub tracing_problem: Option<String>,
-    /// Result of [`privileges::sockops_rule`].
-    pub sockops_problem: Option<String>,
-    pub perf_event_paranoid: Option<i32>,
-    pub unprivileged_bpf_disabled: Option<i32>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct TracingFacilities {
-    /// The kprobe PMU exists (CONFIG_KPROBES).
-    pub kprobes: bool,
-    pub tracefs: Option<String>,
-    pub bpffs: Option<String>,
-    pub cgroup2: Option<String>,
-    /// None when tracefs `available_filter_functions` was read (hook points then carry
-    /// `ftrace_able`); else why not.
-    pub ftrace_functions_problem: Option<String>,
-}
-
+/// A program type's probe, with a note on what it means here.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProgramTypeProbe {
-    /// Short name as in bpftool (tracepoint, raw_tracepoint, tracing, kprobe, sock_ops, cgroup_skb).
-    pub name: String,
-    /// Backends that use it.
-    pub used_for: String,
-    /// Some(true/false) from the probe, None when the probe itself failed (see `error`).
-    pub supported: Option<bool>,
-    pub error: Option<String>,
+    #[serde(flatten)]
+    pub support: ProgramTypeSupport,
     pub note: Option<String>,
 }
 
@@ -112,94 +77,25 @@ impl DoctorReport {
     }
 }
 
-fn read_i32(path: &str) -> Option<i32> {
-    sysctl::read_sysctl(path).ok()?.parse().ok()
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        let t = x.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
+/// What a program type's probe means on this host.
+fn program_type_note(name: &str, facilities: &TracingFacilities) -> Option<String> {
+    match name {
+        "tracing" => Some(
+            "aya loads and attaches an fentry on bpf_fentry_test1; tp_btf may still work \
+             when this fails, see Backends"
+                .to_string(),
+        ),
+        "kprobe" if !facilities.kprobes => {
+            Some("no kprobe PMU on this kernel (CONFIG_KPROBES off): nothing to attach to".into())
         }
-        src = x.source();
+        "tracepoint" if facilities.tracefs.is_none() => {
+            Some("attaching needs tracefs for event ids (not mounted now)".into())
+        }
+        "sock_ops" | "cgroup_skb" if facilities.cgroup2.is_none() => {
+            Some("no cgroup v2 mounted to attach to".into())
+        }
+        _ => None,
     }
-    s
-}
-
-fn collect_privileges() -> PrivilegeInfo {
-    let caps = privileges::effective_caps().ok();
-    let userns = privileges::in_initial_user_ns();
-    let c = caps.unwrap_or(CapSet(0));
-    PrivilegeInfo {
-        // SAFETY: geteuid cannot fail.
-        euid: unsafe { libc::geteuid() },
-        cap_eff: caps.map(|c| format!("{:016x}", c.0)),
-        capabilities: c.relevant().into_iter().map(|(name, held)| CapHeld { name, held }).collect(),
-        initial_user_ns: userns,
-        tracing_problem: match caps {
-            Some(c) => privileges::tracing_rule(c, userns).err(),
-            None => privileges::check_tracing_privileges().err(),
-        },
-        sockops_problem: match caps {
-            Some(c) => privileges::sockops_rule(c, userns).err(),
-            None => privileges::check_sockops_privileges().err(),
-        },
-        perf_event_paranoid: read_i32("/proc/sys/kernel/perf_event_paranoid"),
-        unprivileged_bpf_disabled: read_i32("/proc/sys/kernel/unprivileged_bpf_disabled"),
-    }
-}
-
-fn collect_facilities() -> TracingFacilities {
-    let s = |p: Option<std::path::PathBuf>| p.map(|p| p.display().to_string());
-    TracingFacilities {
-        kprobes: kallsyms::kprobes_available(),
-        tracefs: s(kallsyms::tracefs_mount()),
-        bpffs: s(kallsyms::bpffs_mount()),
-        cgroup2: s(kallsyms::cgroup2_mount()),
-        ftrace_functions_problem: kallsyms::available_filter_functions().err(),
-    }
-}
-
-fn collect_program_types(facilities: &TracingFacilities) -> Vec<ProgramTypeProbe> {
-    use aya::programs::ProgramType as P;
-    let list: [(P, &str, &str); 6] = [
-        (P::TracePoint, "tracepoint", "tracepoint backend (tcp:*, sock:inet_sock_set_state)"),
-        (P::RawTracePoint, "raw_tracepoint", "raw tracepoints"),
-        (P::Tracing, "tracing", "fentry/fexit, tp_btf"),
-        (P::KProbe, "kprobe", "kprobe/kretprobe backend"),
-        (P::SockOps, "sock_ops", "sock_ops backend (cgroup v2)"),
-        (P::CgroupSkb, "cgroup_skb", "cgroup_skb (cgroup v2)"),
-    ];
-    list.into_iter()
-        .map(|(pt, name, used_for)| {
-            let (supported, error) = match aya::sys::is_program_supported(pt) {
-                Ok(b) => (Some(b), None),
-                Err(e) => (None, Some(error_chain(&e))),
-            };
-            let note = match name {
-                "tracing" => Some(
-                    "aya loads and attaches an fentry on bpf_fentry_test1; tp_btf may still work \
-                     when this fails, see Backends"
-                        .to_string(),
-                ),
-                "kprobe" if !facilities.kprobes => {
-                    Some("no kprobe PMU on this kernel (CONFIG_KPROBES off): nothing to attach to".into())
-                }
-                "tracepoint" if facilities.tracefs.is_none() => {
-                    Some("attaching needs tracefs for event ids (not mounted now)".into())
-                }
-                "sock_ops" | "cgroup_skb" if facilities.cgroup2.is_none() => {
-                    Some("no cgroup v2 mounted to attach to".into())
-                }
-                _ => None,
-            };
-            ProgramTypeProbe { name: name.into(), used_for: used_for.into(), supported, error, note }
-        })
-        .collect()
 }
 
 /// One lesson, checked: `ok` false means the advice applies here.
@@ -382,28 +278,25 @@ fn render_tfo_state(r: &DoctorReport, sections: &mut Vec<Section>) {
     sections.push(s);
 }
 
-/// Gathers the report. Needs no BPF privileges (the program-type probes then report errors);
-/// reading other namespaces needs CAP_SYS_ADMIN, the TFO key needs root.
+/// Gathers the report from the host's facts (see `kernel::host`).
 pub fn collect() -> DoctorReport {
-    let kernel = KernelInfo::collect();
-    let privileges = collect_privileges();
-    let facilities = collect_facilities();
-    let program_types = collect_program_types(&facilities);
-    let hook_points = kallsyms::tfo_hook_points().map_err(|e| format!("{}: {e}", kallsyms::KALLSYMS_PATH));
-    let namespaces = sysctl::tfo_namespaces();
-    let tcp_metrics = tcp_metrics::per_namespace(&namespaces);
-    let listeners = listeners::tfo_listeners(&namespaces);
-    let checks = checks(&namespaces, &listeners, &sysctl::persisted_key_files());
+    let facts = HostFacts::collect();
+    let checks = checks(&facts.namespaces, &facts.listeners, &facts.key_files);
+    let program_types = facts
+        .program_types
+        .into_iter()
+        .map(|support| ProgramTypeProbe { note: program_type_note(&support.name, &facts.facilities), support })
+        .collect();
     let mut report = DoctorReport {
-        kernel,
-        privileges,
-        facilities,
+        kernel: facts.kernel,
+        privileges: facts.privileges,
+        facilities: facts.facilities,
         program_types,
         backends: Vec::new(),
-        hook_points,
-        namespaces,
-        tcp_metrics,
-        listeners,
+        hook_points: facts.hook_points,
+        namespaces: facts.namespaces,
+        tcp_metrics: facts.tcp_metrics,
+        listeners: facts.listeners,
         checks,
         advice: Vec::new(),
     };
@@ -432,7 +325,7 @@ pub fn advice(r: &DoctorReport) -> Vec<String> {
                 .into(),
         );
     }
-    if let Some(t) = r.program_types.iter().find(|p| p.name == "tracing") {
+    if let Some(t) = r.program_types.iter().map(|p| &p.support).find(|p| p.name == "tracing") {
         if t.supported != Some(true) && r.privileges.tracing_problem.is_none() {
             let why = t.error.clone().unwrap_or_else(|| "not supported".into());
             a.push(format!(
@@ -691,13 +584,14 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
 
     let mut s = Section::new("Program types (aya feature probe: load only, except tracing)");
     for t in &r.program_types {
-        let mut v = match (t.supported, &t.error) {
+        let p = &t.support;
+        let mut v = match (p.supported, &p.error) {
             (Some(b), _) => yes_no(b).to_string(),
             (None, Some(e)) => format!("error: {e}"),
             (None, None) => "unknown".into(),
         };
-        v.push_str(&format!("  [{}]", t.used_for));
-        s.kv(&t.name, v);
+        v.push_str(&format!("  [{}]", p.used_for));
+        s.kv(&p.name, v);
         if let Some(n) = &t.note {
             s.line(format!("note: {n}"));
         }
