@@ -3,10 +3,7 @@ pub mod btf;
 pub mod layout;
 pub mod table;
 
-use std::{
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
@@ -45,7 +42,7 @@ pub struct Tracer {
 /// Why `backend` cannot be used here, before trying to load anything; None if it may.
 fn unavailable(backend: Backend) -> Option<String> {
     match backend {
-        Backend::Kprobe if !Path::new("/sys/bus/event_source/devices/kprobe").exists() => {
+        Backend::Kprobe if !crate::kernel::kallsyms::kprobes_available() => {
             Some("this kernel has no kprobes (CONFIG_KPROBES off)".into())
         }
         _ => None,
