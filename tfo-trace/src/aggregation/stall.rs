@@ -1,9 +1,9 @@
 //! What a stall is, said once: `top`, `stalls`, `report` and `export` all count with [`of`].
 //!
 //! A stall is a client connection that lost time to a SYN timeout: the kernel
-//! retransmitted its SYN before the connection resolved (`retransmits` > 0, so `stall_us`
-//! > 0 where the connection's start is known). Its time lost is `stall_us`, the last SYN
-//! retransmission minus the first SYN (0 when the connection started before tfo-trace
+//! retransmitted its SYN before the connection resolved (`retransmits` above 0, and so
+//! `stall_us` where the connection's start is known). Its time lost is `stall_us`, the last
+//! SYN retransmission minus the first SYN (0 when the connection started before tfo-trace
 //! attached). Its [`Cause`] follows from the outcome and whether the SYN carried data.
 //!
 //! Only the event that ends a connection's story counts: `active_disabled` and
