@@ -236,7 +236,7 @@ pub struct Counts {
     pub events: u64,
     /// Sum of `stall_ns` (time lost to SYN timeouts).
     pub stall_ns: u64,
-    /// Events with `stall_ns > 0`.
+    /// Events whose SYN (or SYN-ACK) timed out: `stall_ns` or `retransmits` above 0.
     pub stalls: u64,
     pub syn_data_bytes: u64,
     /// Sum of the events' SYN (client) or SYN-ACK (server) retransmissions.

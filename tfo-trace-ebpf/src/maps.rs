@@ -139,7 +139,8 @@ fn add(row: *mut Counts, m: &Measure) {
     // SAFETY: a per-CPU row of COUNTS (or of COUNTS_ZERO), written only by this CPU.
     let row = unsafe { &mut *row };
     row.events += 1;
-    if m.stall_ns > 0 {
+    // A SYN timed out (aggregation/stall.rs: which rows' stalls userspace counts).
+    if m.stall_ns > 0 || m.retransmits > 0 {
         row.stalls += 1;
         row.stall_ns += m.stall_ns;
     }

@@ -3,7 +3,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::probes::{BackendChoice, DEFAULT_RING_BUFFER_BYTES};
+use crate::{
+    duration::parse_duration,
+    probes::{BackendChoice, DEFAULT_RING_BUFFER_BYTES},
+};
+
+/// Where `tfo-trace export` serves /metrics unless told otherwise.
+pub const DEFAULT_EXPORT_LISTEN: &str = "127.0.0.1:9435";
 
 #[derive(Parser, Debug)]
 #[command(name = "tfo-trace", version, about = "eBPF tracer for TCP Fast Open (RFC 7413)")]
@@ -19,7 +25,7 @@ pub struct Cli {
 pub enum Command {
     /// Print one line per TFO connection outcome as it happens.
     Trace(TraceArgs),
-    /// Only the connections that lost time to TFO (SYN timeouts, data resent), with a
+    /// Only the connections that stalled (lost time to a SYN timeout), with the cause and a
     /// summary by destination at exit.
     Stalls(TraceArgs),
     /// Live tables per destination, listener and process (a terminal UI; plain rows or
@@ -185,7 +191,7 @@ pub struct ExportArgs {
     #[command(flatten)]
     pub probe: ProbeArgs,
     /// Address to serve /metrics on; binding beyond loopback is your explicit choice.
-    #[arg(long = "web.listen-address", value_name = "ADDR:PORT", default_value = crate::views::export::DEFAULT_LISTEN)]
+    #[arg(long = "web.listen-address", value_name = "ADDR:PORT", default_value = DEFAULT_EXPORT_LISTEN)]
     pub web_listen_address: std::net::SocketAddr,
     /// Do not serve HTTP (with --textfile: only write the file).
     #[arg(long = "web.disable", requires = "textfile")]
@@ -222,25 +228,6 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
-/// `30s`, `5m`, `1h`, `250ms`, or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration like 30s or 5m"))?;
-    let secs = match unit {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return Err(format!("unknown unit `{unit}` in `{s}` (use ms, s, m or h)")),
-    };
-    if !secs.is_finite() || secs <= 0.0 || secs > 366.0 * 86400.0 {
-        return Err(format!("`{s}` is out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 fn parse_ring_size(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|_| format!("`{s}` is not a number of bytes"))?;
     if v < 4096 || !v.is_power_of_two() {
@@ -257,17 +244,6 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
-        assert!(parse_duration("0").is_err());
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
     }
 
     #[test]

@@ -21,6 +21,7 @@ use prometheus_client::{
 };
 use tfo_trace_common::HANDSHAKE_BOUNDS_NS;
 
+use super::stall;
 use crate::{
     events::{counts::KernelCounts, Event, Outcome, Role},
     probes::{table, Backend},
@@ -80,8 +81,8 @@ impl Destinations {
             }
             self.admitted.insert(dst.clone());
         }
-        if e.stall_us > 0 {
-            *self.stall_ns.entry(dst.clone()).or_default() += e.stall_us * 1000;
+        if let Some(s) = stall::of(e).filter(|s| s.lost_us > 0) {
+            *self.stall_ns.entry(dst.clone()).or_default() += s.lost_us * 1000;
         }
         *self.connections.entry((e.role, e.outcome, dst)).or_default() += 1;
     }
@@ -234,7 +235,9 @@ impl Collector for ModelCollector {
             None,
             MetricType::Counter,
         )?;
-        let stall_ns: u64 = m.kernel.iter().map(|(_, _, _, c)| c.stall_ns).sum();
+        // Stalls as aggregation::stall says: client connections' own outcomes only.
+        let stall_ns: u64 =
+            m.kernel.iter().filter(|(_, r, o, _)| stall::row_counts(*r, *o)).map(|(_, _, _, c)| c.stall_ns).sum();
         match &m.destinations {
             None => e.encode_counter::<Labels, _, f64>(&(stall_ns as f64 / 1e9), None)?,
             Some(d) => {
@@ -429,6 +432,22 @@ mod tests {
                 .count()
         };
         assert_eq!(series, seen(Role::Client) + 2 + seen(Role::Server) + 1, "{t}");
+    }
+
+    #[test]
+    fn stall_seconds_count_stalls_only() {
+        let m = Metrics::new(&build(), None);
+        m.set_kernel(
+            counted(&[
+                ev(Role::Client, Outcome::SynRetransmitted, 3, 64, 1_030_000, 1_020_000),
+                // Not stalls: the extra round trip of data not acked, and a second event of
+                // the stalled connection (blackhole detection) that carries its stall_us again.
+                ev(Role::Client, Outcome::DataNotAcked, 2, 64, 900, 0),
+                ev(Role::Client, Outcome::ActiveDisabled, 3, 64, 1_000_000, 1_020_000),
+            ]),
+            0,
+        );
+        assert_eq!(sample(&m.encode(), "tfo_trace_stall_seconds_total"), Some(1.02));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Pure counting over decoded events: no I/O, so every view and test can share it.
 pub mod metrics;
 pub mod quantiles;
+pub mod stall;
 pub mod table;
 pub mod totals;
 pub mod verdict;
@@ -14,6 +15,7 @@ use crate::events::{Event, Outcome, Role};
 pub struct Tally {
     pub by_outcome: BTreeMap<(Role, Outcome), u64>,
     pub syn_data_bytes: u64,
+    /// Stalled connections and the time they lost ([`stall`]).
     pub stalls: u64,
     pub stall_us_total: u64,
     /// Client SYN-data that was not acknowledged, with or without a SYN timeout first: the
@@ -25,9 +27,9 @@ impl Tally {
     pub fn add(&mut self, e: &Event) {
         *self.by_outcome.entry((e.role, e.outcome)).or_default() += 1;
         self.syn_data_bytes += u64::from(e.syn_data_bytes);
-        if e.stall_us > 0 {
+        if let Some(s) = stall::of(e) {
             self.stalls += 1;
-            self.stall_us_total += e.stall_us;
+            self.stall_us_total += s.lost_us;
         }
         let data_unacked = e.outcome == Outcome::DataNotAcked
             || (e.outcome == Outcome::SynRetransmitted && e.syn_data_bytes > 0);

@@ -14,8 +14,10 @@ pub fn row(counts: &KernelCounts, role: Option<Role>, from_events: &RowStats) ->
         }
         // GroupStats indexes outcomes like Outcome::ALL: by wire number - 1.
         g.outcomes[o as usize - 1] += c.events;
-        g.stalls += c.stalls;
-        g.stall_us += c.stall_ns / 1000;
+        if super::stall::row_counts(r, o) {
+            g.stalls += c.stalls;
+            g.stall_us += c.stall_ns / 1000;
+        }
         if r == Role::Client {
             g.retransmits += c.retransmits;
         }

@@ -57,7 +57,7 @@ impl KernelCounts {
         let key = CountKey { netns: e.netns, role: e.role as u8, outcome: e.outcome as u8, _pad: 0 };
         let row = self.rows.entry(key).or_insert_with(Counts::zeroed);
         row.events += 1;
-        if e.stall_us > 0 {
+        if e.stall_us > 0 || e.retransmits > 0 {
             row.stalls += 1;
             row.stall_ns += e.stall_us * 1000;
         }

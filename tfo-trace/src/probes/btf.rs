@@ -91,7 +91,7 @@ fn str_at(strings: &[u8], off: u32) -> String {
 }
 
 /// The running kernel's own BTF.
-pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+pub const KERNEL_BTF: &str = crate::kernel::uname::BTF_VMLINUX_PATH;
 
 impl Btf {
     pub fn from_sys_fs() -> Result<Self> {

@@ -115,10 +115,10 @@ fn prog_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<aya_obj::generated::bpf_
 /// Why `backend` cannot be used here, before trying to load anything; None if it may.
 fn unavailable(backend: Backend) -> Option<String> {
     match backend {
-        Backend::Fentry | Backend::Tracepoint if !Path::new("/sys/kernel/btf/vmlinux").exists() => {
-            Some("BTF-typed hooks need kernel BTF (/sys/kernel/btf/vmlinux)".into())
+        Backend::Fentry | Backend::Tracepoint if !Path::new(btf::KERNEL_BTF).exists() => {
+            Some(format!("BTF-typed hooks need kernel BTF ({})", btf::KERNEL_BTF))
         }
-        Backend::Kprobe if !Path::new("/sys/bus/event_source/devices/kprobe").exists() => {
+        Backend::Kprobe if !crate::kernel::kallsyms::kprobes_available() => {
             Some("this kernel has no kprobes (CONFIG_KPROBES off)".into())
         }
         _ => None,

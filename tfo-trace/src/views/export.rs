@@ -29,7 +29,6 @@ use crate::{
     views::{stop::Stop, trace},
 };
 
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9435";
 /// A request line plus headers larger than this is refused (431).
 const MAX_REQUEST_BYTES: usize = 8192;
 /// Time a client has to send its request head.
