@@ -178,6 +178,9 @@ pub struct TfoEvent {
     /// 0/0 where the backend does not see it.
     pub queue_len: u32,
     pub queue_max: u32,
+    /// cgroup v2 id (the cgroup directory's inode) of `pid` when it connected (client) or
+    /// called listen() (server); 0 when unknown.
+    pub cgroup_id: u64,
 }
 
 /// Indexes of the per-CPU `COUNTERS` array: the tracer's own health.
@@ -392,8 +395,69 @@ pub struct ListenerKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcInfo {
     pub pid: u32,
-    pub _pad: u32,
+    /// 1 when the owner passed the process filters (pid, comm, cgroup) at listen().
+    pub selected: u32,
     pub comm: [u8; TASK_COMM_LEN],
+    pub cgroup_id: u64,
+}
+
+/// How many values each kind of filter takes (`--pid` given more often is a usage error).
+pub const FILTER_SLOTS: usize = 8;
+
+/// An address prefix, for `--daddr` / `--saddr`: `addr` masked to `bits`, IPv4 in the
+/// first four bytes as events hold it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: [u8; 16],
+    pub family: u8,
+    pub bits: u8,
+    pub _pad: [u8; 6],
+}
+
+/// What to trace, decided in the kernel (userspace sets it before load, in read-only data,
+/// so the verifier drops the checks of every kind of filter that is empty). Values of one
+/// kind OR together, kinds AND together. Process filters (pid, comm, cgroup) are decided
+/// where the process is known: at connect() for a client, at listen() for a server;
+/// connection filters (namespace, server port, addresses) and role and outcome at the
+/// outcome. A connection filtered out gets no state, no event and no count.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Filter {
+    pub pids: [u32; FILTER_SLOTS],
+    pub comms: [[u8; TASK_COMM_LEN]; FILTER_SLOTS],
+    pub netns: [u32; FILTER_SLOTS],
+    /// The server's port (where the connection goes), host order.
+    pub ports: [u16; FILTER_SLOTS],
+    /// The server's address (where the connection goes).
+    pub daddrs: [Cidr; FILTER_SLOTS],
+    /// The client's address.
+    pub saddrs: [Cidr; FILTER_SLOTS],
+    pub n_pids: u8,
+    pub n_comms: u8,
+    /// cgroups (and their subtrees) in the `CGROUP_FILTER` map, slots 0..n.
+    pub n_cgroups: u8,
+    pub n_netns: u8,
+    pub n_ports: u8,
+    pub n_daddrs: u8,
+    pub n_saddrs: u8,
+    /// Bit `1 << role`; 0: every role.
+    pub roles: u8,
+    /// Bit `1 << outcome`; 0: every outcome.
+    pub outcomes: u32,
+    pub _pad: u32,
+}
+
+impl Filter {
+    pub const fn none() -> Filter {
+        // SAFETY: Filter is plain integers; all zero is "no filter".
+        unsafe { core::mem::zeroed() }
+    }
+
+    /// Whether any process filter is set (pid, comm, cgroup).
+    pub const fn by_process(&self) -> bool {
+        self.n_pids > 0 || self.n_comms > 0 || self.n_cgroups > 0
+    }
 }
 
 #[cfg(feature = "user")]
@@ -407,6 +471,8 @@ mod pod {
     unsafe impl aya::Pod for super::ProcInfo {}
     unsafe impl aya::Pod for super::CountKey {}
     unsafe impl aya::Pod for super::Counts {}
+    unsafe impl aya::Pod for super::Filter {}
+    unsafe impl aya::Pod for super::Cidr {}
 }
 
 impl KernelLayout {
@@ -424,10 +490,12 @@ mod tests {
 
     #[test]
     fn wire_sizes_have_no_hidden_padding() {
-        assert_eq!(size_of::<TfoEvent>(), 112);
+        assert_eq!(size_of::<TfoEvent>(), 120);
         assert_eq!(size_of::<Field>(), 8);
         assert_eq!(size_of::<ListenerKey>(), 8);
-        assert_eq!(size_of::<ProcInfo>(), 24);
+        assert_eq!(size_of::<ProcInfo>(), 32);
+        assert_eq!(size_of::<Cidr>(), 24);
+        assert_eq!(size_of::<Filter>(), 32 + 128 + 32 + 16 + 192 + 192 + 8 + 8);
         assert_eq!(size_of::<CountKey>(), 8);
         assert_eq!(size_of::<Counts>(), 8 * (7 + HANDSHAKE_BUCKETS));
     }

@@ -13,7 +13,10 @@
 //! a connection that asked for TFO, and only the client's (the server child is judged by
 //! its own flags when it leaves SYN_RECV).
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, generated::bpf_get_current_comm},
+    helpers::{
+        bpf_get_current_pid_tgid,
+        generated::{bpf_get_current_cgroup_id, bpf_get_current_comm},
+    },
     macros::map,
     maps::PerCpuArray,
 };
@@ -24,23 +27,27 @@ use crate::{
         config_has, flag, int, layout, net_of, netns_of, ptr, state_of, tuple_of, Access, TCP_CLOSE,
         TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
-    maps::{bump, count, emit_with, get16, now, put16, ConnState, Measure, LISTENERS},
+    filter,
+    maps::{bump, count, emit_with, get16, now, put16, ConnState, Measure, Process, LISTENERS},
 };
 
-/// The process we run in: tgid and comm (as two words, see `maps::put16`).
+/// The process we run in: tgid, comm (as two words, see `maps::put16`) and cgroup.
 #[inline(always)]
-fn current_process() -> (u32, [u64; 2]) {
+fn current_process() -> Process {
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let mut comm = core::mem::MaybeUninit::<[u64; 2]>::uninit();
     let p = comm.as_mut_ptr() as *mut u64;
     // SAFETY: 16 writable bytes, zeroed word by word first (volatile: not a memset call),
     // so a failed helper call leaves an empty name; then the helper fills them.
-    unsafe {
+    let comm = unsafe {
         p.write_volatile(0);
         p.add(1).write_volatile(0);
         bpf_get_current_comm(p as *mut _, TASK_COMM_LEN as u32);
-        (pid, comm.assume_init())
-    }
+        comm.assume_init()
+    };
+    // SAFETY: helper without preconditions.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    Process { pid, comm, cgroup_id }
 }
 
 /// `sock:inet_sock_set_state`: every TCP state change (and SCTP's, which never pass
@@ -71,10 +78,12 @@ pub(crate) struct Known {
     pub pid: u32,
     pub comm: [u64; 2],
     pub sport: u16,
+    pub cgroup_id: u64,
 }
 
 impl Known {
-    pub const NONE: Known = Known { known: false, start_ns: 0, last_retrans_ns: 0, pid: 0, comm: [0; 2], sport: 0 };
+    pub const NONE: Known =
+        Known { known: false, start_ns: 0, last_retrans_ns: 0, pid: 0, comm: [0; 2], sport: 0, cgroup_id: 0 };
 
     /// Copies the state at `p` (null: none).
     #[inline(always)]
@@ -91,6 +100,7 @@ impl Known {
             pid: s.pid,
             comm: s.comm,
             sport: s.sport,
+            cgroup_id: s.cgroup_id,
         }
     }
 
@@ -128,6 +138,9 @@ pub(crate) fn record<A: Access>(
     measure: Measure,
     extra: impl FnOnce(&mut TfoEvent),
 ) {
+    if !filter::outcome_selected(role, outcome) {
+        return;
+    }
     let key = CountKey { netns, role: role as u8, outcome: outcome as u8, _pad: 0 };
     count(key, &measure);
     emit_with(|ev| {
@@ -150,6 +163,7 @@ pub(crate) fn record<A: Access>(
             if conn.pid != 0 {
                 ev.pid = conn.pid;
                 put16(&mut ev.comm, conn.comm);
+                ev.cgroup_id = conn.cgroup_id;
                 ev.flags |= flags::PID_KNOWN;
             }
         }
@@ -187,8 +201,19 @@ fn client_connect<A: Access>(sk: *const u8) {
     if ptr::<A>(tp, layout!(fastopen_req)).is_null() && !flag::<A>(tp, layout!(fastopen_connect)) {
         return; // a plain connect
     }
-    let (pid, comm) = current_process();
-    let mut state = ConnState::new(pid, comm);
+    let process = current_process();
+    if !filter::process_selected(process.pid, &process.comm) {
+        return;
+    }
+    // Where it goes is known at connect() (tcp_v4_connect sets the destination and the
+    // route's source before SYN_SENT); only the source port comes later.
+    if filter::needs_state() {
+        let t = tuple_of::<A>(sk);
+        if !filter::connection_selected(netns_of::<A>(sk), t.family, &t.daddr, t.dport, &t.saddr) {
+            return;
+        }
+    }
+    let mut state = ConnState::new(&process);
     if !A::conn_start(sk, &mut state) {
         bump(counter::CONN_STATE_FAILED);
     }
@@ -228,8 +253,8 @@ fn client_established<A: Access>(sk: *const u8) {
     // only a plain one has neither state nor flags. Socket storage answers "none" from
     // the socket itself; the hash of the probe backends needs a lookup.
     let state = A::conn(sk);
-    if state.is_null() && !f.syn_data && !f.syn_fastopen {
-        return;
+    if state.is_null() && (!f.syn_data && !f.syn_fastopen || filter::needs_state()) {
+        return; // plain, or filtered out at connect (or older than the tracer, with filters)
     }
     let conn = Known::of(state);
     let total_retrans = int::<A>(tp, layout!(total_retrans)) as u32;
@@ -349,6 +374,9 @@ pub fn detect_blackhole_exit<A: Access>(sk: *const u8) {
         return;
     }
     let conn = Known::of(A::conn(sk));
+    if !conn.known && filter::needs_state() {
+        return;
+    }
     let tp = A::tcp_sock(sk);
     if tp.is_null() {
         return;
@@ -372,6 +400,8 @@ pub fn on_cookie_cached<A: Access>(sk: *const u8, cookie: *const u8) {
     // The last use of this connection's state (client_established kept it for us).
     if conn.known {
         A::conn_end(sk);
+    } else if filter::needs_state() {
+        return;
     }
     let len = int::<A>(cookie, layout!(foc_len)) as u8 as i8; // 0 where absent: no event
     if len <= 0 {
@@ -414,6 +444,9 @@ fn server_child_resolved<A: Access>(sk: *const u8) {
     let handshake_ns = (int::<A>(tp, layout!(srtt_us)) >> 3) * 1000;
     let data = int::<A>(tp, layout!(bytes_received)) as u32;
     let netns = netns_of::<A>(sk);
+    if !server_selected::<A>(sk, netns, &listener_key::<A>(sk)) {
+        return;
+    }
     let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: 0, handshake_ns };
     record::<A>(sk, Role::Server, Outcome::Accepted, netns, &Known::NONE, measure, |ev| {
         if handshake_ns > 0 {
@@ -440,6 +473,9 @@ pub fn on_synack_retransmit<A: Access>(sk: *const u8, req: *const u8) {
     let before = int::<A>(req, layout!(req_num_retrans)) as u32;
     let data = int::<A>(tp, layout!(bytes_received)) as u32;
     let netns = netns_of::<A>(sk);
+    if !server_selected::<A>(sk, netns, &listener_key::<A>(sk)) {
+        return;
+    }
     // inet_rtx_syn_ack() counts this one after the send: the event counts it already.
     let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: before + 1, handshake_ns: 0 };
     record::<A>(sk, Role::Server, Outcome::SynackRetransmitted, netns, &Known::NONE, measure, |ev| {
@@ -456,14 +492,34 @@ pub(crate) fn listener_key<A: Access>(sk: *const u8) -> ListenerKey {
 /// Server events name the process that called listen() on that port.
 #[inline(always)]
 pub(crate) fn name_listener_owner(ev: &mut TfoEvent, listener: &ListenerKey) {
-    // SAFETY: copied out before any other map operation.
     if let Some(owner) = LISTENERS.get_ptr(listener) {
         // SAFETY: a value of LISTENERS, read at once.
         let owner = unsafe { &*owner };
         ev.pid = owner.pid;
         put16(&mut ev.comm, get16(&owner.comm));
+        ev.cgroup_id = owner.cgroup_id;
         ev.flags |= flags::PID_KNOWN;
     }
+}
+
+/// The filters for a server-side connection: `sk` (a child, or a request sock) holds the
+/// server's address and port as its source, the client's as its destination; the
+/// process is the listener's owner, judged at listen() (unknown: a listener older than the
+/// tracer, which process filters cannot select).
+#[inline(always)]
+pub(crate) fn server_selected<A: Access>(sk: *const u8, netns: u32, listener: &ListenerKey) -> bool {
+    if !filter::needs_state() {
+        return true;
+    }
+    let t = tuple_of::<A>(sk);
+    if !filter::connection_selected(netns, t.family, &t.saddr, t.sport, &t.daddr) {
+        return false;
+    }
+    if !filter::by_process() {
+        return true;
+    }
+    // SAFETY: a value of LISTENERS, read at once.
+    LISTENERS.get_ptr(listener).is_some_and(|o| unsafe { (*o).selected } != 0)
 }
 
 /// listen() runs in the owner's process context: remember who owns the port.
@@ -472,15 +528,17 @@ fn listener_started<A: Access>(sk: *const u8) {
     if A::tcp_sock(sk).is_null() {
         return; // an SCTP listener
     }
-    let (pid, comm) = current_process();
+    let process = current_process();
+    let selected = filter::process_selected(process.pid, &process.comm) as u32;
     let mut owner = core::mem::MaybeUninit::<ProcInfo>::uninit();
     let p = owner.as_mut_ptr();
     // SAFETY: every field of the ProcInfo is written before assume_init, the comm by
     // words (a `[0; 16]` initializer would be a memset call).
     let owner = unsafe {
-        core::ptr::addr_of_mut!((*p).pid).write(pid);
-        core::ptr::addr_of_mut!((*p)._pad).write(0);
-        put16(&mut *core::ptr::addr_of_mut!((*p).comm), comm);
+        core::ptr::addr_of_mut!((*p).pid).write(process.pid);
+        core::ptr::addr_of_mut!((*p).selected).write(selected);
+        core::ptr::addr_of_mut!((*p).cgroup_id).write(process.cgroup_id);
+        put16(&mut *core::ptr::addr_of_mut!((*p).comm), process.comm);
         owner.assume_init()
     };
     let _ = LISTENERS.insert(&listener_key::<A>(sk), &owner, 0);

@@ -8,6 +8,7 @@
 
 mod btf_tracepoints;
 mod fentry;
+mod filter;
 mod floor;
 mod handlers;
 mod kernel;

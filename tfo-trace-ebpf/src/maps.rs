@@ -26,23 +26,33 @@ pub struct ConnState {
     pub sport: u16,
     pub _pad16: u16,
     pub _pad32: u32,
+    /// cgroup v2 id of the connecting process.
+    pub cgroup_id: u64,
 }
 
 impl ConnState {
-    /// A connection starting now.
+    /// A connection starting now, in process `p`.
     #[inline(always)]
-    pub fn new(pid: u32, comm: [u64; 2]) -> Self {
+    pub fn new(p: &Process) -> Self {
         ConnState {
             start_ns: now(),
             last_retrans_ns: 0,
-            pid,
+            pid: p.pid,
             retransmits: 0,
-            comm,
+            comm: p.comm,
             sport: 0,
             _pad16: 0,
             _pad32: 0,
+            cgroup_id: p.cgroup_id,
         }
     }
+}
+
+/// The process a program runs in (connect(), listen()).
+pub struct Process {
+    pub pid: u32,
+    pub comm: [u64; 2],
+    pub cgroup_id: u64,
 }
 
 /// Writes two u64 words into a 16-byte field (an address, a comm) of a map value or a
@@ -69,7 +79,7 @@ pub fn get16(src: &[u8; 16]) -> [u64; 2] {
 /// Zeroes a reserved event word by word (no memset call).
 #[inline(always)]
 fn zero_event(ev: *mut TfoEvent) {
-    const _: () = assert!(core::mem::size_of::<TfoEvent>() == 14 * 8);
+    const _: () = assert!(core::mem::size_of::<TfoEvent>() == 15 * 8);
     let w = ev as *mut u64;
     macro_rules! zero {
         ($($i:literal)*) => {
@@ -78,7 +88,7 @@ fn zero_event(ev: *mut TfoEvent) {
             unsafe { $( w.add($i).write_volatile(0); )* }
         };
     }
-    zero!(0 1 2 3 4 5 6 7 8 9 10 11 12 13);
+    zero!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14);
 }
 
 #[inline(always)]

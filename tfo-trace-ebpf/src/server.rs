@@ -7,7 +7,7 @@ use aya_ebpf::{macros::map, maps::PerCpuArray};
 use tfo_trace_common::{flags, ListenerKey, Outcome, Role};
 
 use crate::{
-    handlers::{name_listener_owner, record, Known},
+    handlers::{name_listener_owner, record, server_selected, Known},
     kernel::{flag, int, layout, net_of, netns_of, Access},
     maps::{now, Measure},
 };
@@ -105,6 +105,10 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs, child: *const u8) {
     let out_len = foc_len::<A>(foc);
     let netns = netns_of::<A>(sk);
     let listener = ListenerKey { netns, port: int::<A>(sk, layout!(skc_num)) as u16, _pad: 0 };
+    // The request sock holds the SYN's addresses: the server's as source.
+    if !server_selected::<A>(req, netns, &listener) {
+        return;
+    }
     let qlen = int::<A>(tp, layout!(fastopenq_qlen)) as u32;
     let max_qlen = int::<A>(tp, layout!(fastopenq_max_qlen)) as u32;
     let exp = flag::<A>(foc, layout!(foc_exp));

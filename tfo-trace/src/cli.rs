@@ -71,6 +71,31 @@ pub struct FloorArgs {
     pub duration: Option<Duration>,
 }
 
+impl Cli {
+    /// The probe flags of the subcommand, where it traces.
+    pub fn probe_args(&self) -> Option<&ProbeArgs> {
+        match &self.command {
+            Command::Trace(a) | Command::Stalls(a) => Some(&a.probe),
+            Command::Top(a) => Some(&a.probe),
+            Command::Report(a) => Some(&a.probe),
+            Command::Export(a) => Some(&a.probe),
+            Command::Demo(a) => Some(&a.probe),
+            _ => None,
+        }
+    }
+
+    /// What clap cannot check value by value (how often a filter is given), as clap's own
+    /// usage error: its message format, exit 2.
+    pub fn parse_checked() -> Cli {
+        use clap::CommandFactory as _;
+        let cli = Cli::parse();
+        if let Some(msg) = cli.probe_args().and_then(|p| p.filter.too_many()) {
+            Cli::command().error(clap::error::ErrorKind::TooManyValues, msg).exit();
+        }
+        cli
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct ProbeArgs {
     /// Which kernel hooks to use; `auto` picks the richest that loads and says why.
@@ -84,6 +109,8 @@ pub struct ProbeArgs {
     /// backends can run there).
     #[arg(long, value_name = "FILE")]
     pub btf: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub filter: crate::filter::FilterArgs,
 }
 
 impl ProbeArgs {
@@ -94,6 +121,8 @@ impl ProbeArgs {
             ring_buffer_bytes: self.ring_buffer_size,
             counts_only: false,
             btf: self.btf.clone(),
+            filter: self.filter.kernel_filter(),
+            cgroups: self.filter.cgroups().to_vec(),
         }
     }
 }
@@ -207,10 +236,6 @@ pub struct ExportArgs {
     /// first K seen; all later ones are counted under destination="other".
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub top_destinations: Option<u16>,
-    /// Count only events from this network namespace (inode, as in `stat -L -c %i
-    /// /proc/PID/ns/net`); repeat for more. Default: every namespace.
-    #[arg(long, value_name = "INODE")]
-    pub netns: Vec<u32>,
     /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,

@@ -6,12 +6,14 @@
 //! `kernel` reads the host's facts (sysctls, namespaces, counters, listeners, ...), each
 //! once; `diagnosis` judges them for `doctor` (pure). `lab` builds the network namespaces
 //! that the demo and the tests trace. `cli` is the command line; `duration` parses the
-//! durations it and the lab's helpers take.
+//! durations it and the lab's helpers take; `filter` turns its filter flags into what the
+//! kernel programs decide with.
 pub mod aggregation;
 pub mod cli;
 pub mod diagnosis;
 pub mod duration;
 pub mod events;
+pub mod filter;
 pub mod kernel;
 pub mod lab;
 pub mod probes;

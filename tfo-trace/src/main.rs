@@ -1,13 +1,12 @@
 use std::process::ExitCode;
 
-use clap::Parser;
 use tfo_trace::{
     cli::{Cli, Command},
     views::{self, trace::PrivilegeError},
 };
 
 fn main() -> ExitCode {
-    let cli = Cli::parse(); // usage errors: clap's message, exit 2
+    let cli = Cli::parse_checked(); // usage errors: clap's message, exit 2
     let level = match cli.verbose {
         0 => log::LevelFilter::Warn,
         1 => log::LevelFilter::Info,
@@ -66,7 +65,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             textfile: a.textfile,
             interval: a.interval,
             top_destinations: a.top_destinations.map(usize::from),
-            netns: a.netns,
+            netns: a.probe.filter.netns.clone(),
             duration: a.duration,
         })),
         Command::Completions { shell } => {

@@ -36,10 +36,27 @@ fn maps_of(pid: u32) -> Vec<(u64, String, String)> {
         .collect()
 }
 
-/// Entries of a map that can be walked (hashes; socket storage cannot be, by design).
-fn entries(id: u64) -> usize {
+/// Keys of a map that can be walked (hashes; socket storage cannot be, by design), as bytes.
+fn keys(id: u64) -> Vec<Vec<u8>> {
     let out = Command::new("bpftool").args(["map", "dump", "id", &id.to_string(), "-j"]).output().unwrap();
-    serde_json::from_slice::<Value>(&out.stdout).ok().and_then(|v| v.as_array().map(Vec::len)).unwrap_or(0)
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            e["key"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|b| u8::from_str_radix(b.as_str()?.trim_start_matches("0x"), 16).ok())
+                .collect()
+        })
+        .collect()
+}
+
+/// Keys that start with this namespace's inode (ListenerKey, CountKey: `netns` first).
+fn of_netns(keys: &[Vec<u8>], netns: u32) -> usize {
+    keys.iter().filter(|k| k.get(..4) == Some(&netns.to_le_bytes()[..])).count()
 }
 
 fn rss_kib(pid: u32, key: &str) -> u64 {
@@ -59,7 +76,8 @@ fn a_million_connections_leave_nothing_behind_and_miss_no_count() {
     let ns = lab.netns(Side::Client).to_string();
     let route = Command::new("ip").args(["-n", &ns, "route", "add", "local", "10.0.0.0/8", "dev", "lo"]).status();
     assert!(matches!(route, Ok(s) if s.success()), "ip route add local 10.0.0.0/8: {route:?}");
-    let inode = common::netns_inode(&lab, Side::Client).to_string();
+    let netns = common::netns_inode(&lab, Side::Client);
+    let inode = netns.to_string();
 
     let mut export = Tracer::start_command(&["export", "--web.listen-address", "127.0.0.1:0", "--netns", &inode]);
     let line = export.wait_stderr("serving metrics on http://", common::HANG_LIMIT);
@@ -77,7 +95,10 @@ fn a_million_connections_leave_nothing_behind_and_miss_no_count() {
         .expect("running lab-load");
     let report: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("lab-load: {e}: {}", String::from_utf8_lossy(&out.stderr)));
-    assert_eq!(report["connections"], CONNECTIONS, "{report}");
+    // The load generator's own timeouts (2 s per connection) may fail a few on a busy
+    // machine; the counts below are checked against the kernel's either way.
+    let made = report["connections"].as_u64().unwrap();
+    assert!(made >= CONNECTIONS * 99 / 100, "{report}");
     let d = Netstat::delta(&before, &lab.netstat(Side::Client).unwrap());
 
     // The counts against the kernel's (the listeners are gone now, with lab-load).
@@ -99,10 +120,11 @@ fn a_million_connections_leave_nothing_behind_and_miss_no_count() {
         match name.as_str() {
             // Raw backends keep connection state in this hash; typed ones in socket
             // storage, freed with each socket (and not walkable: nothing to count).
-            "CONNS" => assert_eq!(entries(*id), 0, "connection state left behind"),
-            "LISTENERS" => assert_eq!(entries(*id), 0, "{LISTENERS} listeners closed, entries left"),
-            // One row per namespace, role and outcome: two namespaces here at most.
-            "COUNTS" => assert!(entries(*id) <= 52, "COUNTS grew to {} rows", entries(*id)),
+            "CONNS" => assert_eq!(keys(*id).len(), 0, "connection state left behind"),
+            // Listeners elsewhere on the host stay known; the lab's closed ones must not.
+            "LISTENERS" => assert_eq!(of_netns(&keys(*id), netns), 0, "{LISTENERS} listeners closed, entries left"),
+            // One row per role and outcome in the lab's namespace.
+            "COUNTS" => assert!(of_netns(&keys(*id), netns) <= 26, "COUNTS grew to {} rows", keys(*id).len()),
             _ => eprintln!("map {name} ({kind}) not checked"),
         }
     }

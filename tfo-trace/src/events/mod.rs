@@ -53,6 +53,20 @@ pub struct Event {
     pub queue_len: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_max: Option<u32>,
+    /// cgroup v2 of `pid` when it connected (client) or called listen() (server): its id
+    /// (the directory's inode), its path below the v2 root, and the container that path
+    /// names, where it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_id: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// `docker`, `containerd`, `crio`, `podman`, or a systemd unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_runtime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
 }
 
 /// Converts CLOCK_MONOTONIC (what bpf_ktime_get_ns returns) to wall-clock time.
@@ -157,6 +171,11 @@ impl Event {
             stall_us: raw.stall_ns / 1000,
             queue_len: (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_len),
             queue_max: (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_max),
+            cgroup_id: (raw.cgroup_id != 0).then_some(raw.cgroup_id),
+            cgroup: None,
+            container_id: None,
+            container_runtime: None,
+            pod_uid: None,
         })
     }
 
@@ -169,6 +188,16 @@ impl Event {
         // valid) and read_unaligned makes no alignment assumption.
         let raw = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const TfoEvent) };
         Self::decode(&raw, clock)
+    }
+
+    /// What users call the container (or unit) of the process: its id shortened as
+    /// `docker ps` does, else the runtime's unit, else the cgroup path.
+    pub fn container_name(&self) -> Option<String> {
+        match (&self.container_id, &self.container_runtime) {
+            (Some(id), _) => Some(id.chars().take(12).collect()),
+            (None, Some(unit)) => Some(unit.clone()),
+            (None, None) => self.cgroup.clone().filter(|p| p != "/"),
+        }
     }
 
     /// The destination as users name it: `198.18.0.2:8080`, `[fd00::2]:8080`.
@@ -214,6 +243,11 @@ pub(crate) fn sample_event(role: Role, outcome: Outcome) -> Event {
         stall_us: 0,
         queue_len: None,
         queue_max: None,
+        cgroup_id: None,
+        cgroup: None,
+        container_id: None,
+        container_runtime: None,
+        pod_uid: None,
     }
 }
 
@@ -250,6 +284,7 @@ mod tests {
             comm,
             queue_len: 0,
             queue_max: 0,
+            cgroup_id: 0,
         }
     }
 

@@ -33,6 +33,7 @@ pub struct EventSource {
     pub malformed: u64,
     owners: OwnerCache,
     netns_names: NetnsNames,
+    cgroups: crate::kernel::cgroup::CgroupNames,
 }
 
 /// `ip netns` names by namespace inode, re-read (at most every few seconds) when an event
@@ -73,6 +74,16 @@ fn name_listener_owner(owners: &mut OwnerCache, ev: &mut Event) {
     }
 }
 
+/// The cgroup path of the event's process, and the container it names.
+fn name_cgroup(cgroups: &mut crate::kernel::cgroup::CgroupNames, ev: &mut Event) {
+    let Some(path) = ev.cgroup_id.and_then(|id| cgroups.path(id)) else { return };
+    let c = crate::kernel::cgroup::container_of(&path);
+    ev.container_id = c.id;
+    ev.container_runtime = c.runtime;
+    ev.pod_uid = c.pod_uid;
+    ev.cgroup = Some(path);
+}
+
 impl EventSource {
     pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
@@ -94,6 +105,7 @@ impl EventSource {
             malformed: 0,
             owners: OwnerCache::default(),
             netns_names: NetnsNames::default(),
+            cgroups: crate::kernel::cgroup::CgroupNames::new(),
         })
     }
 
@@ -105,6 +117,7 @@ impl EventSource {
                 Ok(mut ev) => {
                     name_listener_owner(&mut self.owners, &mut ev);
                     ev.netns_name = self.netns_names.name(ev.netns);
+                    name_cgroup(&mut self.cgroups, &mut ev);
                     out.push(ev)
                 }
                 Err(err) => {

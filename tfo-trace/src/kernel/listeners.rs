@@ -98,6 +98,52 @@ pub fn find_owner(netns: u32, port: u16) -> Option<Owner> {
     Some(Owner { pid, comm: comm_of(pid)? })
 }
 
+/// A listener and the process that holds it, in any network namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerOwner {
+    pub netns: u32,
+    pub port: u16,
+    pub pid: u32,
+    pub comm: String,
+    /// Its cgroup v2 path below the root (`0::` in /proc/PID/cgroup).
+    pub cgroup: Option<String>,
+}
+
+/// Every listening TCP socket on this host with its owner: one /proc scan, for the
+/// listeners opened before the tracer attached (the kernel side learns the rest at
+/// listen()).
+pub fn every_listener_owner() -> Vec<ListenerOwner> {
+    let owners = socket_owners();
+    let mut seen_ns = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for pid in pids() {
+        let Some(ns) = netns_of_pid(pid) else { continue };
+        if !seen_ns.insert(ns) {
+            continue; // /proc/PID/net shows the namespace's sockets: once per namespace
+        }
+        for file in ["tcp", "tcp6"] {
+            let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{file}")) else { continue };
+            for (addr, inode) in parse_proc_listeners(&text) {
+                let Some(&(owner, _)) = owners.get(&inode) else { continue };
+                out.push(ListenerOwner {
+                    netns: ns,
+                    port: addr.port(),
+                    pid: owner,
+                    comm: comm_of(owner).unwrap_or_default(),
+                    cgroup: cgroup_of(owner),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A process's cgroup v2 path (the `0::PATH` line of /proc/PID/cgroup).
+pub fn cgroup_of(pid: u32) -> Option<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_string)
+}
+
 /// Remembers owners so /proc is scanned once per listener, not once per event.
 #[derive(Default)]
 pub struct OwnerCache {

@@ -2,6 +2,7 @@
 //! (kernel release and BTF, privileges, tracing facilities and BPF program types, kallsyms,
 //! TFO sysctls per namespace, counters, tcp_metrics, listeners and their owners).
 //! `host` gathers the ones `doctor` judges.
+pub mod cgroup;
 pub mod host;
 pub mod kallsyms;
 pub mod listeners;

@@ -36,6 +36,35 @@ pub(crate) fn in_netns(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Comman
     c
 }
 
+/// Starts the child in a cgroup v2 directory: it joins between fork and exec, before
+/// `ip netns exec` remounts /sys (where the cgroup mount would be out of its sight), and
+/// what it execs stays there. For tests of container attribution.
+pub(crate) fn join_cgroup_at_spawn(c: &mut Command, dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use std::os::unix::{ffi::OsStrExt as _, process::CommandExt as _};
+    let Some(dir) = dir else { return Ok(()) };
+    let procs = std::ffi::CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())?;
+    // SAFETY: between fork and exec only async-signal-safe calls are made (open, write,
+    // close), on a path made before the fork.
+    unsafe {
+        c.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // "0": the writing process itself.
+            let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+            let err = std::io::Error::last_os_error();
+            libc::close(fd);
+            if ok {
+                Ok(())
+            } else {
+                Err(err)
+            }
+        });
+    }
+    Ok(())
+}
+
 /// `ip -n <ns> ...`: iproute2 enters the namespace itself, no exec needed.
 pub(crate) fn ip_in(ns: &str) -> Command {
     let mut c = Command::new("ip");

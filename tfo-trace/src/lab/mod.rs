@@ -500,6 +500,7 @@ impl Lab {
     pub fn start_server_with(&self, exe: &Path, args: &ServerArgs) -> Result<ServerHandle> {
         let mut c = cmd::in_netns(&self.server_ns, exe);
         c.arg("lab-server").args(args.to_cli_args());
+        cmd::join_cgroup_at_spawn(&mut c, args.cgroup.as_deref())?;
         let line = cmd::display(&c);
         // stdin is a pipe we hold: if this process dies, the server sees EOF and exits.
         c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -551,6 +552,7 @@ impl Lab {
         }
         let mut c = cmd::in_netns(&self.client_ns, exe);
         c.arg("lab-client").args(spec.to_cli_args());
+        cmd::join_cgroup_at_spawn(&mut c, spec.cgroup.as_deref())?;
         let line = cmd::display(&c);
         c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut proc = Proc::spawn(self.id, &mut c).with_context(|| format!("starting `{line}`"))?;

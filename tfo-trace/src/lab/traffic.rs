@@ -3,6 +3,7 @@
 //! namespaces so that the tracer sees real pids, and they use the kernel's TFO for real
 //! (`TCP_FASTOPEN` on the listener, `sendto(MSG_FASTOPEN)` or `TCP_FASTOPEN_CONNECT` on the
 //! client). Every loop is bounded in count and time.
+use std::path::PathBuf;
 use std::io::{self, BufRead as _, Read, Write};
 use std::mem;
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -44,11 +45,14 @@ pub struct ServerArgs {
     /// The server exits after this many seconds at most.
     #[arg(long, default_value_t = 300)]
     pub max_seconds: u64,
+    /// A cgroup v2 directory the lab starts the server in (tests of container attribution).
+    #[arg(skip)]
+    pub cgroup: Option<PathBuf>,
 }
 
 impl ServerArgs {
     pub fn new(listen: SocketAddr) -> Self {
-        ServerArgs { listen, tfo_queue: 0, reply_bytes: 64, max_seconds: 300 }
+        ServerArgs { listen, tfo_queue: 0, reply_bytes: 64, max_seconds: 300, cgroup: None }
     }
 
     /// The flags of `tfo-trace lab-server` that reproduce these arguments.
@@ -65,6 +69,8 @@ impl ServerArgs {
         ]
     }
 }
+
+
 
 /// How the client asks the kernel for TFO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -112,6 +118,9 @@ pub struct ClientArgs {
     /// Upper bound for one connection (connect, send, reply); at least 1.
     #[arg(long, default_value_t = 5000)]
     pub timeout_ms: u64,
+    /// A cgroup v2 directory the lab starts the client in (tests of container attribution).
+    #[arg(skip)]
+    pub cgroup: Option<PathBuf>,
 }
 
 impl ClientArgs {
@@ -123,6 +132,7 @@ impl ClientArgs {
             payload_bytes: 64,
             interval_ms: 0,
             timeout_ms: 5000,
+            cgroup: None,
         }
     }
 

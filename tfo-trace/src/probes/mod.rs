@@ -33,6 +33,10 @@ pub struct LoadOptions {
     pub counts_only: bool,
     /// Where the kernel's struct layouts come from: its own BTF by default.
     pub btf: Option<std::path::PathBuf>,
+    /// What to trace, decided in the kernel.
+    pub filter: tfo_trace_common::Filter,
+    /// The cgroup directories `filter.n_cgroups` counts, for the kernel's cgroup array.
+    pub cgroups: Vec<std::path::PathBuf>,
 }
 
 impl Default for LoadOptions {
@@ -42,6 +46,8 @@ impl Default for LoadOptions {
             ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES,
             counts_only: false,
             btf: None,
+            filter: tfo_trace_common::Filter::none(),
+            cgroups: Vec::new(),
         }
     }
 }
@@ -214,14 +220,74 @@ fn load_backend(
     loader
         .override_global("LAYOUT", kernel_layout, true)
         .override_global("CONFIG", &flags, true)
+        .override_global("FILTER", &opts.filter, true)
         .map_max_entries("EVENTS", if opts.counts_only { 4096 } else { opts.ring_buffer_bytes });
     if table::uses_btf(backend) {
         // Connection state lives in socket storage: the hash of the raw hooks goes unused.
         loader.map_max_entries("CONNS", 1);
     }
     let mut ebpf = loader.load(EBPF_OBJECT).context("loading the eBPF object")?;
+    fill_cgroup_filter(&mut ebpf, &opts.cgroups)?;
+    prefill_listeners(&mut ebpf, opts)?;
     attach_all(&mut ebpf, table::hooks(backend))?;
     Ok(ebpf)
+}
+
+/// `--cgroup` directories into the programs' cgroup array, before anything attaches.
+fn fill_cgroup_filter(ebpf: &mut Ebpf, dirs: &[std::path::PathBuf]) -> Result<()> {
+    if dirs.is_empty() {
+        return Ok(());
+    }
+    let map = ebpf.map_mut("CGROUP_FILTER").ok_or_else(|| anyhow!("CGROUP_FILTER map missing"))?;
+    let mut array = aya::maps::CgroupArray::try_from(map).context("opening the CGROUP_FILTER map")?;
+    for (i, dir) in dirs.iter().enumerate() {
+        let f = std::fs::File::open(dir).with_context(|| format!("opening cgroup {}", dir.display()))?;
+        array.set(i as u32, f, 0).with_context(|| format!("--cgroup {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// The owners of listeners opened before we attach, into the kernel's LISTENERS table
+/// (the programs learn the others at listen()): server events then name their process and
+/// cgroup, and process filters can select them, from the first SYN.
+fn prefill_listeners(ebpf: &mut Ebpf, opts: &LoadOptions) -> Result<()> {
+    use tfo_trace_common::{ListenerKey, ProcInfo, TASK_COMM_LEN};
+    let map = ebpf.map_mut("LISTENERS").ok_or_else(|| anyhow!("LISTENERS map missing"))?;
+    let mut table: aya::maps::HashMap<_, ListenerKey, ProcInfo> =
+        aya::maps::HashMap::try_from(map).context("opening the LISTENERS map")?;
+    let root = crate::kernel::cgroup::v2_mount();
+    for l in crate::kernel::listeners::every_listener_owner() {
+        let cgroup_dir = root.as_ref().zip(l.cgroup.as_ref()).map(|(r, p)| r.join(p.trim_start_matches('/')));
+        let cgroup_id = cgroup_dir.as_ref().and_then(|d| std::fs::metadata(d).ok()).map_or(0, |m| {
+            use std::os::unix::fs::MetadataExt as _;
+            m.ino()
+        });
+        let mut comm = [0u8; TASK_COMM_LEN];
+        let n = l.comm.len().min(TASK_COMM_LEN - 1);
+        comm[..n].copy_from_slice(&l.comm.as_bytes()[..n]);
+        let selected = process_selected(&opts.filter, &opts.cgroups, l.pid, &comm, cgroup_dir.as_deref());
+        let key = ListenerKey { netns: l.netns, port: l.port, _pad: 0 };
+        let owner = ProcInfo { pid: l.pid, selected: u32::from(selected), comm, cgroup_id };
+        // A full table (16,384 listeners) keeps the first ones: the rest are named in
+        // userspace, as before.
+        let _ = table.insert(key, owner, 0);
+    }
+    Ok(())
+}
+
+/// The process filters as the kernel decides them at listen(), for a process seen in /proc.
+fn process_selected(
+    f: &tfo_trace_common::Filter,
+    cgroups: &[std::path::PathBuf],
+    pid: u32,
+    comm: &[u8; tfo_trace_common::TASK_COMM_LEN],
+    cgroup: Option<&Path>,
+) -> bool {
+    let pids = &f.pids[..f.n_pids as usize];
+    let comms = &f.comms[..f.n_comms as usize];
+    (pids.is_empty() || pids.contains(&pid))
+        && (comms.is_empty() || comms.contains(comm))
+        && (cgroups.is_empty() || cgroup.is_some_and(|c| cgroups.iter().any(|want| c.starts_with(want))))
 }
 
 /// Loads and attaches `hooks` of an object already loaded, each step named on error.
@@ -295,7 +361,7 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
                         backend: backend.into(),
                         ring_buffer_bytes: 4096,
                         counts_only: true,
-                        btf: None,
+                        ..LoadOptions::default()
                     };
                     layout.clone().and_then(|l| {
                         load_backend(backend, &opts, &l).map(drop).map_err(|e| short_reason(&e))

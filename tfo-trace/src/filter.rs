@@ -1,0 +1,219 @@
+//! What to trace, as users say it on the command line (`--pid`, `--comm`, `--cgroup`,
+//! `--netns`, `--port`, `--daddr`, `--saddr`, `--role`, `--outcome`), checked and turned
+//! into the [`Filter`] the kernel programs decide with. Values of one flag OR together;
+//! different flags AND together.
+use std::{net::IpAddr, os::unix::fs::MetadataExt as _, path::PathBuf};
+
+use clap::Args;
+use tfo_trace_common::{Cidr, Filter, Outcome, Role, FAMILY_V4, FAMILY_V6, FILTER_SLOTS, TASK_COMM_LEN};
+
+use crate::kernel::{cgroup, netns};
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct FilterArgs {
+    /// Only connections of this process (the client's, or the listener's owner); repeat for more.
+    #[arg(long, value_name = "PID", help_heading = "Filters (in the kernel; repeat a flag for OR)")]
+    pub pid: Vec<u32>,
+    /// Only processes with this name (as in /proc/PID/comm, at most 15 characters).
+    #[arg(long, value_name = "NAME", value_parser = parse_comm, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
+    pub comm: Vec<String>,
+    /// Only processes in this cgroup (v2) or below it: a path under the cgroup v2 root, like
+    /// /system.slice/nginx.service, or the full path under its mount.
+    #[arg(long, value_name = "PATH", value_parser = parse_cgroup, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
+    pub cgroup: Vec<PathBuf>,
+    /// Only this network namespace: its inode (`stat -L -c %i /proc/PID/ns/net`) or its
+    /// `ip netns` name.
+    #[arg(long, value_name = "INODE|NAME", value_parser = parse_netns, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
+    pub netns: Vec<u32>,
+    /// Only connections to this server port.
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..), help_heading = "Filters (in the kernel; repeat a flag for OR)")]
+    pub port: Vec<u16>,
+    /// Only connections to a server address in this prefix (`203.0.113.0/24`, `2001:db8::/32`,
+    /// or one address).
+    #[arg(long, value_name = "CIDR", value_parser = parse_cidr, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
+    pub daddr: Vec<ipnet::IpNet>,
+    /// Only connections from a client address in this prefix.
+    #[arg(long, value_name = "CIDR", value_parser = parse_cidr, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
+    pub saddr: Vec<ipnet::IpNet>,
+    /// Only this end of the connection.
+    #[arg(long, value_enum, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
+    pub role: Vec<RoleArg>,
+    /// Only this outcome (cookie_requested, accepted, syn_retransmitted, ...).
+    #[arg(long, value_name = "OUTCOME", value_parser = parse_outcome, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
+    pub outcome: Vec<Outcome>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleArg {
+    Client,
+    Server,
+}
+
+impl From<RoleArg> for Role {
+    fn from(r: RoleArg) -> Role {
+        match r {
+            RoleArg::Client => Role::Client,
+            RoleArg::Server => Role::Server,
+        }
+    }
+}
+
+fn parse_comm(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() >= TASK_COMM_LEN {
+        return Err(format!("`{s}`: a process name is 1 to {} bytes (the kernel keeps no more)", TASK_COMM_LEN - 1));
+    }
+    Ok(s.to_string())
+}
+
+fn parse_cgroup(s: &str) -> Result<PathBuf, String> {
+    cgroup::resolve(s)
+}
+
+fn parse_netns(s: &str) -> Result<u32, String> {
+    if let Ok(inode) = s.parse::<u32>() {
+        return Ok(inode);
+    }
+    let path = std::path::Path::new(netns::NAMED_NETNS_DIR).join(s);
+    if s.contains('/') || s.is_empty() {
+        return Err(format!("`{s}` is neither a namespace inode nor an `ip netns` name"));
+    }
+    std::fs::metadata(&path)
+        .map(|m| m.ino() as u32)
+        .map_err(|_| format!("`{s}` is neither a namespace inode nor an `ip netns` name (no {})", path.display()))
+}
+
+fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<IpAddr>().map(ipnet::IpNet::from))
+        .map(|n| n.trunc())
+        .map_err(|_| format!("`{s}` is not an address or a prefix like 203.0.113.0/24"))
+}
+
+fn parse_outcome(s: &str) -> Result<Outcome, String> {
+    Outcome::ALL.into_iter().find(|o| o.name() == s).ok_or_else(|| {
+        let names: Vec<&str> = Outcome::ALL.iter().map(|o| o.name()).collect();
+        format!("`{s}` is not an outcome ({})", names.join(", "))
+    })
+}
+
+impl FilterArgs {
+    /// The first flag given more often than the kernel has room for, as a usage error.
+    pub fn too_many(&self) -> Option<String> {
+        let counts = [
+            ("--pid", self.pid.len()),
+            ("--comm", self.comm.len()),
+            ("--cgroup", self.cgroup.len()),
+            ("--netns", self.netns.len()),
+            ("--port", self.port.len()),
+            ("--daddr", self.daddr.len()),
+            ("--saddr", self.saddr.len()),
+        ];
+        counts
+            .iter()
+            .find(|(_, n)| *n > FILTER_SLOTS)
+            .map(|(flag, n)| format!("{flag} given {n} times: at most {FILTER_SLOTS}"))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kernel_filter() == Filter::none()
+    }
+
+    /// The filter the kernel programs decide with (cgroups go in a map: see `cgroups`).
+    pub fn kernel_filter(&self) -> Filter {
+        let mut f = Filter::none();
+        for (slot, pid) in f.pids.iter_mut().zip(&self.pid) {
+            *slot = *pid;
+        }
+        for (slot, comm) in f.comms.iter_mut().zip(&self.comm) {
+            slot[..comm.len()].copy_from_slice(comm.as_bytes());
+        }
+        for (slot, n) in f.netns.iter_mut().zip(&self.netns) {
+            *slot = *n;
+        }
+        for (slot, p) in f.ports.iter_mut().zip(&self.port) {
+            *slot = *p;
+        }
+        for (slot, n) in f.daddrs.iter_mut().zip(&self.daddr) {
+            *slot = cidr(n);
+        }
+        for (slot, n) in f.saddrs.iter_mut().zip(&self.saddr) {
+            *slot = cidr(n);
+        }
+        let n = |len: usize| len.min(FILTER_SLOTS) as u8;
+        f.n_pids = n(self.pid.len());
+        f.n_comms = n(self.comm.len());
+        f.n_cgroups = n(self.cgroup.len());
+        f.n_netns = n(self.netns.len());
+        f.n_ports = n(self.port.len());
+        f.n_daddrs = n(self.daddr.len());
+        f.n_saddrs = n(self.saddr.len());
+        f.roles = self.role.iter().fold(0, |m, r| m | 1 << Role::from(*r) as u8);
+        f.outcomes = self.outcome.iter().fold(0, |m, o| m | 1 << *o as u8);
+        f
+    }
+
+    /// The cgroup directories of `--cgroup`, for the kernel's cgroup array.
+    pub fn cgroups(&self) -> &[PathBuf] {
+        &self.cgroup[..self.cgroup.len().min(FILTER_SLOTS)]
+    }
+}
+
+/// A prefix as the kernel compares it: the address as events hold it (IPv4 in the first
+/// four bytes), its family, the prefix length.
+fn cidr(n: &ipnet::IpNet) -> Cidr {
+    let mut c = Cidr { bits: n.prefix_len(), ..Cidr::default() };
+    match n.network() {
+        IpAddr::V4(a) => {
+            c.family = FAMILY_V4;
+            c.addr[..4].copy_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            c.family = FAMILY_V6;
+            c.addr = a.octets();
+        }
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_become_the_kernel_filter() {
+        let args = FilterArgs {
+            pid: vec![10, 20],
+            comm: vec!["curl".into()],
+            port: vec![443],
+            daddr: vec![parse_cidr("203.0.113.7/24").unwrap()],
+            saddr: vec![parse_cidr("2001:db8::1").unwrap()],
+            role: vec![RoleArg::Client],
+            outcome: vec![Outcome::SynRetransmitted, Outcome::DataNotAcked],
+            ..FilterArgs::default()
+        };
+        let f = args.kernel_filter();
+        assert_eq!((f.n_pids, f.pids[..2].to_vec()), (2, vec![10, 20]));
+        assert_eq!(&f.comms[0][..5], b"curl\0");
+        assert_eq!((f.n_ports, f.ports[0]), (1, 443));
+        // Masked to its prefix: the network, as the kernel compares it.
+        assert_eq!((f.daddrs[0].family, f.daddrs[0].bits, &f.daddrs[0].addr[..4]), (4, 24, &[203, 0, 113, 0][..]));
+        assert_eq!((f.saddrs[0].family, f.saddrs[0].bits), (6, 128));
+        assert_eq!(f.roles, 1 << 1);
+        assert_eq!(f.outcomes, (1 << 4) | (1 << 3));
+        assert!(FilterArgs::default().is_empty());
+        assert!(!args.is_empty());
+    }
+
+    #[test]
+    fn bad_values_say_why() {
+        assert!(parse_comm("a-name-far-too-long").unwrap_err().contains("15"));
+        assert!(parse_cidr("10.0.0.0/33").is_err());
+        assert!(parse_cidr("example.com").is_err());
+        assert!(parse_outcome("accept").unwrap_err().contains("accepted"));
+        assert!(parse_netns("no-such-namespace-here").is_err());
+        assert!(parse_netns("../etc").is_err());
+        assert_eq!(parse_netns("4026531840"), Ok(4026531840));
+        let many = FilterArgs { port: (1..=9).collect(), ..FilterArgs::default() };
+        assert_eq!(many.too_many().as_deref(), Some("--port given 9 times: at most 8"));
+    }
+}

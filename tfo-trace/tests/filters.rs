@@ -1,0 +1,202 @@
+//! Who paid, in container terms, and filters decided in the kernel. Lab clients and
+//! servers run inside cgroups this test makes (named as docker and systemd name theirs);
+//! events must carry those cgroups and containers; tracers started with filters must see
+//! exactly the connections the filters select (the lab's own runs say which those are)
+//! and count nothing else.
+mod common;
+
+use std::{
+    net::SocketAddr,
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use common::{count, netns_inode, Tracer};
+use serde_json::Value;
+use tfo_trace::{
+    kernel::{cgroup, netstat::Netstat},
+    lab::{
+        traffic::{ClientArgs, ServerArgs},
+        Lab, LabConfig, Side,
+    },
+};
+
+const CONTAINER: &str = "4f1e6d9a0c2b3a4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5";
+
+/// Cgroups made for one test under the v2 root, removed (bounded retries: the kernel
+/// frees a cgroup once its last process is gone) when dropped.
+struct Cgroups {
+    base: PathBuf,
+    dirs: Vec<PathBuf>,
+}
+
+impl Cgroups {
+    fn new() -> Cgroups {
+        let Some(root) = cgroup::v2_mount() else { common::skip("no cgroup v2 hierarchy is mounted") };
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let base = root.join(format!("tfo-test-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap_or_else(|e| common::skip(format!("cannot make cgroups here: {e}")));
+        Cgroups { base, dirs: Vec::new() }
+    }
+
+    fn make(&mut self, name: &str) -> PathBuf {
+        let dir = self.base.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        self.dirs.push(dir.clone());
+        dir
+    }
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for dir in self.dirs.iter().rev().chain(std::iter::once(&self.base)) {
+            while std::fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// A cgroup's path below the v2 root, as events name it.
+fn rel(dir: &Path) -> String {
+    let root = cgroup::v2_mount().unwrap();
+    format!("/{}", dir.strip_prefix(&root).unwrap().display())
+}
+
+fn client_and_server_name_their_cgroup_and_container() {
+    require_kernel!();
+    let mut cg = Cgroups::new();
+    let client_cg = cg.make(&format!("docker-{CONTAINER}.scope"));
+    let server_cg = cg.make("tfo-server.service");
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let listen = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    let tracer = Tracer::start(&[]);
+    let server = lab
+        .start_server_with(
+            common::exe(),
+            &ServerArgs { tfo_queue: 16, cgroup: Some(server_cg.clone()), ..ServerArgs::new(listen) },
+        )
+        .unwrap();
+    let run = lab
+        .run_client(common::exe(), &ClientArgs { count: 3, cgroup: Some(client_cg.clone()), ..ClientArgs::new(listen) })
+        .unwrap();
+    let (events, _) = tracer.stop();
+    assert_eq!(run.ok_count(), 3);
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let srv_ns = netns_inode(&lab, Side::Server);
+    let clients: Vec<&Value> = events.iter().filter(|e| e["netns"] == cli_ns).collect();
+    let servers: Vec<&Value> = events.iter().filter(|e| e["netns"] == srv_ns).collect();
+    assert_eq!(clients.len(), 3, "cookie request + 2 accepted: {clients:?}");
+    assert!(!servers.is_empty(), "the server's accepted children");
+    let inode = |d: &Path| std::fs::metadata(d).unwrap().ino();
+    for e in &clients {
+        assert_eq!(e["pid"], run.pid, "{e}");
+        assert_eq!(e["cgroup_id"], inode(&client_cg), "{e}");
+        assert_eq!(e["cgroup"], rel(&client_cg), "{e}");
+        assert_eq!(e["container_id"], CONTAINER, "{e}");
+        assert_eq!(e["container_runtime"], "docker", "{e}");
+    }
+    for e in &servers {
+        assert_eq!(e["pid"], server.pid(), "{e}");
+        assert_eq!(e["cgroup_id"], inode(&server_cg), "{e}");
+        assert_eq!(e["container_runtime"], "tfo-server.service", "{e}");
+        assert!(e.get("container_id").is_none(), "{e}");
+    }
+    drop(server);
+}
+
+/// One lab, two clients in two cgroups, two listeners; five tracers with five filters at
+/// once. Each must see exactly what its filter selects: the counts come from the lab's
+/// own runs and the kernel's counters, never from the tracer.
+fn filters_select_in_the_kernel() {
+    require_kernel!();
+    let mut cg = Cgroups::new();
+    let (cg_a, cg_b) = (cg.make("a.scope"), cg.make("b.scope"));
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let srv_ip = lab.server_addr(0, false).unwrap();
+    let (p1, p2) = (SocketAddr::new(srv_ip, 8080), SocketAddr::new(srv_ip, 8081));
+    let s1 = lab.start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(p1) }).unwrap();
+    let _s2 = lab.start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(p2) }).unwrap();
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    // Cookies first, so every filtered connection below is an accepted TFO one.
+    for p in [p1, p2] {
+        assert_eq!(lab.run_client(common::exe(), &ClientArgs::new(p)).unwrap().ok_count(), 1);
+    }
+    let a_cgroup = rel(&cg_a);
+    let s1_pid = s1.pid().to_string();
+    let srv_name = lab.netns(Side::Server).to_string();
+    let tracers = [
+        Tracer::start(&["--cgroup", &a_cgroup]),
+        Tracer::start(&["--port", "8081"]),
+        Tracer::start(&["--role", "server", "--outcome", "accepted"]),
+        Tracer::start(&["--pid", &s1_pid]),
+        Tracer::start(&["--netns", &srv_name, "--daddr", &format!("{srv_ip}/32")]),
+    ];
+    let before = (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap());
+    let run = |dst, n, dir: &PathBuf| {
+        let r = lab
+            .run_client(common::exe(), &ClientArgs { count: n, cgroup: Some(dir.clone()), ..ClientArgs::new(dst) })
+            .unwrap();
+        assert_eq!(r.ok_count(), n as usize);
+        r
+    };
+    run(p1, 3, &cg_a); // A -> 8080: 3
+    run(p2, 4, &cg_a); // A -> 8081: 4
+    run(p1, 5, &cg_b); // B -> 8080: 5
+    let dc = Netstat::delta(&before.0, &lab.netstat(Side::Client).unwrap());
+    let ds = Netstat::delta(&before.1, &lab.netstat(Side::Server).unwrap());
+    assert_eq!((dc.get("TcpExtTCPFastOpenActive"), ds.get("TcpExtTCPFastOpenPassive")), (12, 12));
+    let [by_cgroup, by_port, by_outcome, by_pid, by_netns] = tracers.map(|t| t.stop().0);
+    let acc = |ev: &[Value], ns, role| count(ev, ns, role, "accepted");
+    // --cgroup: A's client connections only (the servers are not in A).
+    assert_eq!((acc(&by_cgroup, cli_ns, "client"), acc(&by_cgroup, srv_ns, "server")), (7, 0));
+    assert_eq!(by_cgroup.len(), 7, "nothing but A's: {by_cgroup:?}");
+    // --port 8081: both ends of the connections to 8081.
+    assert_eq!((acc(&by_port, cli_ns, "client"), acc(&by_port, srv_ns, "server")), (4, 4));
+    assert_eq!(by_port.len(), 8, "{by_port:?}");
+    // --role server --outcome accepted: every server child, nothing else.
+    assert_eq!(acc(&by_outcome, srv_ns, "server"), ds.get("TcpExtTCPFastOpenPassive"));
+    assert_eq!(by_outcome.len() as u64, ds.get("TcpExtTCPFastOpenPassive"), "{by_outcome:?}");
+    // --pid of the 8080 server: its children only (3 from A, 5 from B).
+    assert_eq!(acc(&by_pid, srv_ns, "server"), 8);
+    assert_eq!(by_pid.len(), 8, "{by_pid:?}");
+    // --netns (by name) and --daddr: the server namespace's events, all to that address.
+    assert_eq!(acc(&by_netns, srv_ns, "server"), 12);
+    assert!(by_netns.iter().all(|e| e["netns"] == srv_ns), "{by_netns:?}");
+}
+
+/// Bad filter values are usage errors, before anything loads: clap's message, exit 2.
+fn bad_filter_values_are_usage_errors() {
+    let cases: [&[&str]; 8] = [
+        &["trace", "--port", "0"],
+        &["trace", "--port", "70000"],
+        &["trace", "--daddr", "10.0.0.0/33"],
+        &["trace", "--saddr", "not-an-address"],
+        &["trace", "--comm", "a-name-far-too-long-for-comm"],
+        &["trace", "--outcome", "accept"],
+        &["top", "--netns", "no-such-namespace-anywhere"],
+        &["export", "--cgroup", "/no/such/cgroup/here"],
+    ];
+    for args in cases {
+        let out = Command::new(common::exe()).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with("error:") && !err.contains("panicked"), "{args:?}: {err}");
+    }
+    let many: Vec<String> =
+        ["trace"].into_iter().map(String::from).chain((1..=9).flat_map(|p| ["--port".into(), p.to_string()])).collect();
+    let out = Command::new(common::exe()).args(&many).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--port given 9 times: at most 8"), "{err}");
+}
+
+tests_main!(
+    client_and_server_name_their_cgroup_and_container,
+    filters_select_in_the_kernel,
+    bad_filter_values_are_usage_errors,
+);
