@@ -26,6 +26,20 @@ macro_rules! filter {
     }};
 }
 
+/// Whether `$value` is one of the first `$n` values of the FILTER array `$field` (an
+/// unrolled loop over the slots: the verifier sees constant indexes).
+macro_rules! listed {
+    ($field:ident, $n:expr, $value:expr) => {{
+        let mut hit = false;
+        for i in 0..FILTER_SLOTS {
+            if i < $n && filter!($field[i]) == $value {
+                hit = true;
+            }
+        }
+        hit
+    }};
+}
+
 /// Two words of a 16-byte field of FILTER.
 #[inline(always)]
 fn words(p: *const [u8; 16]) -> [u64; 2] {
@@ -59,16 +73,8 @@ pub fn by_process() -> bool {
 #[inline(always)]
 pub fn process_selected(pid: u32, comm: &[u64; 2]) -> bool {
     let n = filter!(n_pids) as usize;
-    if n > 0 {
-        let mut hit = false;
-        for i in 0..FILTER_SLOTS {
-            if i < n && filter!(pids[i]) == pid {
-                hit = true;
-            }
-        }
-        if !hit {
-            return false;
-        }
+    if n > 0 && !listed!(pids, n, pid) {
+        return false;
     }
     let n = filter!(n_comms) as usize;
     if n > 0 {
@@ -147,28 +153,12 @@ fn any_prefix(list: &[Cidr; FILTER_SLOTS], n: usize, family: u8, addr: &[u64; 2]
 #[inline(always)]
 pub fn connection_selected(netns: u32, family: u8, server: &[u64; 2], server_port: u16, client: &[u64; 2]) -> bool {
     let n = filter!(n_netns) as usize;
-    if n > 0 {
-        let mut hit = false;
-        for i in 0..FILTER_SLOTS {
-            if i < n && filter!(netns[i]) == netns {
-                hit = true;
-            }
-        }
-        if !hit {
-            return false;
-        }
+    if n > 0 && !listed!(netns, n, netns) {
+        return false;
     }
     let n = filter!(n_ports) as usize;
-    if n > 0 {
-        let mut hit = false;
-        for i in 0..FILTER_SLOTS {
-            if i < n && filter!(ports[i]) == server_port {
-                hit = true;
-            }
-        }
-        if !hit {
-            return false;
-        }
+    if n > 0 && !listed!(ports, n, server_port) {
+        return false;
     }
     let n = filter!(n_daddrs) as usize;
     if n > 0 && !any_prefix(&FILTER.daddrs, n, family, server) {
