@@ -55,6 +55,9 @@ pub enum Command {
     /// TFO connection-rate generator for `cargo xtask bench` (listener + clients, loopback).
     #[command(hide = true)]
     LabLoad(crate::lab::load::LoadArgs),
+    /// Long mixed lab traffic under `top` and `export`, for `cargo xtask soak`.
+    #[command(hide = true)]
+    LabSoak(crate::lab::soak::SoakArgs),
     /// Empty programs on a backend's tracepoints, for `cargo xtask bench`: the cost of the
     /// attach points themselves, which the real programs are measured against.
     #[command(hide = true)]

@@ -82,6 +82,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::LabServer(a) => tfo_trace::lab::traffic::run_server(&a),
         Command::LabClient(a) => tfo_trace::lab::traffic::run_client(&a),
         Command::LabLoad(a) => tfo_trace::lab::load::run(&a),
+        Command::LabSoak(a) => tfo_trace::lab::soak::run(&a),
         Command::Floor(a) => runtime()?.block_on(views::floor::run(a)),
     }
 }

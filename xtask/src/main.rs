@@ -9,10 +9,13 @@
 //! - `vm`: boots Debian's 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
 //!   once per tracer backend (see docs/vm.md).
 //! - `demo`: setup, release build, then runs `tfo-trace demo` as root.
-//! - `bench`: release build, then measures tfo-trace against no tracer and bpftrace
-//!   (issue 5) and writes BENCHMARKS.md.
+//! - `bench`: release build, then measures tfo-trace against no tracer, empty programs on
+//!   the same hooks and bpftrace, and writes BENCHMARKS.md.
+//! - `soak`: release build, then 30 minutes of mixed lab traffic under `top` and `export`
+//!   (memory, fds, counts against the kernel's), and writes SOAK.md.
 mod bench;
 mod setup;
+mod soak;
 mod util;
 mod vm;
 
@@ -52,6 +55,8 @@ enum Task {
     /// Benchmark as root: connection rate, BPF cost, loss, CPU/RSS and start-up of tfo-trace
     /// vs no tracer and bpftrace; prints a table and writes BENCHMARKS.md
     Bench(bench::BenchArgs),
+    /// Long mixed lab traffic under `top` and `export` (default 30 min, as root); writes SOAK.md
+    Soak(soak::SoakArgs),
     /// Setup, release build, then run `tfo-trace demo` as root
     Demo {
         /// Extra arguments for `tfo-trace demo` (after `--`)
@@ -83,6 +88,10 @@ fn dispatch(task: Task) -> Result<()> {
         }
         Task::Demo { args } => demo(&args),
         Task::Bench(args) => bench::bench(&args),
+        Task::Soak(args) => {
+            setup::setup()?;
+            soak::soak(&args)
+        }
     }
 }
 

@@ -16,6 +16,7 @@
 //! died (their embedded pid is gone).
 mod cmd;
 pub mod load;
+pub mod soak;
 mod sock;
 pub mod traffic;
 
