@@ -39,6 +39,13 @@ struct StallLine<'a> {
     cause: Cause,
     lost_us: u64,
     retransmits: u32,
+    /// The process's cgroup and container, where known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod_uid: Option<&'a str>,
 }
 
 fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json: bool) -> io::Result<()> {
@@ -53,20 +60,24 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
             cause,
             lost_us,
             retransmits: e.retransmits,
+            cgroup: e.cgroup.as_deref(),
+            container_id: e.container_id.as_deref(),
+            pod_uid: e.pod_uid.as_deref(),
         };
         serde_json::to_writer(&mut *out, &line)?;
         writeln!(out)
     } else {
         writeln!(
             out,
-            "{:<23} {:<7} {:<16} {:<24} {:<24} {:>9.3}s {:>3}",
+            "{:<23} {:<7} {:<16} {:<24} {:<24} {:>9.3}s {:>3}  {}",
             e.ts.get(..23).unwrap_or(&e.ts).replace('T', " "),
             e.pid,
             if e.comm.is_empty() { "-" } else { &e.comm },
             e.destination(),
             cause.name(),
             lost_us as f64 / 1e6,
-            e.retransmits
+            e.retransmits,
+            e.container_name().unwrap_or_else(|| "-".into())
         )
     }
 }
@@ -107,8 +118,8 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
     if !opts.json {
         writeln!(
             out,
-            "{:<23} {:<7} {:<16} {:<24} {:<24} {:>10} {:>3}",
-            "TIME", "PID", "COMM", "DESTINATION", "CAUSE", "LOST", "RTX"
+            "{:<23} {:<7} {:<16} {:<24} {:<24} {:>10} {:>3}  {}",
+            "TIME", "PID", "COMM", "DESTINATION", "CAUSE", "LOST", "RTX", "CONTAINER"
         )?;
     }
     let mut stop = crate::views::stop::Stop::new(opts.duration)?;

@@ -70,7 +70,7 @@ impl std::fmt::Display for PrivilegeError {
 
 impl std::error::Error for PrivilegeError {}
 
-pub const HEADER: &str = "TIME                     ROLE   OUTCOME            PID     COMM             SOURCE                 DESTINATION            NETNS       DATA RTX HANDSHAKE     STALL";
+pub const HEADER: &str = "TIME                     ROLE   OUTCOME            PID     COMM             SOURCE                 DESTINATION            NETNS       DATA RTX HANDSHAKE     STALL  CONTAINER";
 
 fn millis(us: u64) -> String {
     format!("{:.1}ms", us as f64 / 1000.0)
@@ -79,7 +79,7 @@ fn millis(us: u64) -> String {
 pub fn text_line(e: &Event) -> String {
     let time = e.ts.get(..23).unwrap_or(&e.ts).replace('T', " ");
     format!(
-        "{time:<24} {:<6} {:<18} {:<7} {:<16} {:<22} {:<22} {:<11} {:>4} {:>3} {:>9} {:>9}",
+        "{time:<24} {:<6} {:<18} {:<7} {:<16} {:<22} {:<22} {:<11} {:>4} {:>3} {:>9} {:>9}  {}",
         e.role.name(),
         e.outcome.name(),
         e.pid,
@@ -91,6 +91,7 @@ pub fn text_line(e: &Event) -> String {
         e.retransmits,
         e.handshake_us.map(millis).unwrap_or_else(|| "-".into()),
         millis(e.stall_us),
+        e.container_name().unwrap_or_else(|| "-".into()),
     )
 }
 
