@@ -105,7 +105,10 @@ fn one_recording_gives_the_same_stalls_in_every_view() {
     let path = file.0.to_str().unwrap();
 
     let before = lab.netstat(Side::Client).unwrap();
-    let tracer = Tracer::start_command(&["stalls", "--json", "--record", path]);
+    // Only this lab's client namespace, filtered in the kernel: a test running beside this
+    // one has its own lab with the same addresses, and its stalls are not ours.
+    let ns = cli_ns.to_string();
+    let tracer = Tracer::start_command(&["stalls", "--json", "--record", path, "--netns", &ns]);
     for (dst, n) in [(clean, 3), (plain, 2), (blocked, 2)] {
         assert_eq!(
             lab.run_client(common::exe(), &client(dst, n)).unwrap().ok_count(),
@@ -121,8 +124,7 @@ fn one_recording_gives_the_same_stalls_in_every_view() {
     assert_eq!(dc.get("TcpExtTCPFastOpenActive"), 3, "client counters: {dc:?}");
     assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), 4, "client counters: {dc:?}");
     let kernel_stalls = dc.get("TcpExtTCPSynRetrans");
-    // Other TFO traffic on this host may be in the recording: only this lab's client
-    // namespace and destinations count.
+    // The recording holds this lab's client namespace only; its destinations are these.
     let ours = |dst: &Value| [clean, plain, blocked].iter().any(|d| dst == &Value::from(d.to_string()));
 
     // stalls: one line per stalled connection.
