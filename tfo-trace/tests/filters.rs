@@ -129,10 +129,14 @@ fn filters_select_in_the_kernel() {
     let a_cgroup = rel(&cg_a);
     let s1_pid = s1.pid().to_string();
     let srv_name = lab.netns(Side::Server).to_string();
+    // Tests beside this one run labs with the same ports and outcomes: the filters that
+    // would also match theirs are scoped to this lab's namespaces (flags AND together).
+    let cli_name = lab.netns(Side::Client).to_string();
+    let ours = ["--netns", &cli_name, "--netns", &srv_name];
     let tracers = [
         Tracer::start(&["--cgroup", &a_cgroup]),
-        Tracer::start(&["--port", "8081"]),
-        Tracer::start(&["--role", "server", "--outcome", "accepted"]),
+        Tracer::start(&[&["--port", "8081"][..], &ours].concat()),
+        Tracer::start(&[&["--role", "server", "--outcome", "accepted"][..], &ours].concat()),
         Tracer::start(&["--pid", &s1_pid]),
         Tracer::start(&["--netns", &srv_name, "--daddr", &format!("{srv_ip}/32")]),
     ];
