@@ -305,7 +305,7 @@ fn two_namespaces_at_once_are_told_apart() {
     let c1 = labs[1]
         .spawn_client(common::exe(), &client(&labs[1], false, n1, ClientMode::FastopenConnect))
         .unwrap();
-    let runs = [c0.wait(Duration::from_secs(30)).unwrap(), c1.wait(Duration::from_secs(30)).unwrap()];
+    let runs = [c0.wait(common::HANG_LIMIT).unwrap(), c1.wait(common::HANG_LIMIT).unwrap()];
     let (events, _) = tracer.stop();
     for (i, lab) in labs.iter().enumerate() {
         let (dc, ds) = deltas(lab, &befores[i]);

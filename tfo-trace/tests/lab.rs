@@ -261,7 +261,7 @@ fn client_pid_is_the_client_process() {
         let pid = child.pid();
         // Right after spawn the pid may still be running `ip`; it execs within milliseconds.
         let want = std::fs::canonicalize(EXE).expect("canonical exe");
-        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while std::fs::read_link(format!("/proc/{pid}/exe")).ok().as_ref() != Some(&want) {
             assert!(std::time::Instant::now() < deadline, "pid {pid} never became {want:?}");
             std::thread::sleep(Duration::from_millis(5));
@@ -271,7 +271,7 @@ fn client_pid_is_the_client_process() {
             std::fs::metadata(Path::new("/run/netns").join(lab.netns(Side::Client))).expect("netns").ino();
         assert_eq!(ns_ino, run_ino, "client is not in the client namespace");
         assert!(!child.has_exited().expect("try_wait"));
-        let run = child.wait(spec.worst_case() + Duration::from_secs(5)).expect("client run");
+        let run = child.wait(spec.worst_case() + Duration::from_secs(60)).expect("client run");
         assert_eq!(run.pid, pid);
         assert_eq!(run.ok_count(), 3, "{run:?}");
     });
