@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use tfo_trace::{
     cli::{Cli, Command},
-    views::{self, trace::PrivilegeError},
+    views::{self, session::PrivilegeError},
 };
 
 fn main() -> ExitCode {

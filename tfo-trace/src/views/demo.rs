@@ -13,14 +13,13 @@ use anyhow::{Context as _, Result};
 use crate::{
     aggregation::table::{Sort, View, DEFAULT_CAPACITY},
     cli::DemoArgs,
-    events::reader::EventSource,
     lab::{
         traffic::{ClientArgs, ClientMode},
         ClientChild, Lab, LabConfig,
     },
     views::{
+        session::Session,
         top::{self, HeaderInfo, TopOptions},
-        trace,
     },
 };
 
@@ -52,8 +51,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let exe = std::env::current_exe().context("locating the tfo-trace executable")?;
     let load = args.probe.load_options();
     // Privileges are checked (one clear line) before anything is created.
-    let mut tracer = trace::start(&load)?;
-    let mut source = EventSource::new(&mut tracer.ebpf)?;
+    let mut session = Session::start(&load, None)?;
 
     eprintln!("tfo-trace demo: building the lab (2 namespaces, 2 destinations, 1 middlebox)");
     let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() })?;
@@ -90,11 +88,12 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         record: None,
         from: None,
     };
-    let seen = top::run_on(&mut source, &opts, HeaderInfo::new(tracer.backend.to_string(), interval)).await?;
+    let info = HeaderInfo::new(session.tracer.backend.to_string(), interval);
+    top::run_on(&mut session, &opts, info).await?;
     for c in clients {
         c.kill();
     }
-    eprintln!("tfo-trace demo: {seen} events, {} lost; lab removed", source.lost());
+    eprintln!("{}; lab removed", session.closing_line().replacen("tfo-trace:", "tfo-trace demo:", 1));
     drop(lab);
     Ok(())
 }

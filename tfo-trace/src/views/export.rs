@@ -24,9 +24,9 @@ use tokio::{
 
 use crate::{
     aggregation::metrics::{BuildInfo, Metrics, CONTENT_TYPE},
-    events::{reader::EventSource, Event},
+    events::Event,
     probes::LoadOptions,
-    views::{stop::Stop, trace},
+    views::{session::Session, stop::Stop},
 };
 
 /// A request line plus headers larger than this is refused (431).
@@ -115,11 +115,10 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     };
     // Without per-destination series nothing needs the event stream: the kernel counts.
     let load = LoadOptions { counts_only: opts.top_destinations.is_none(), ..opts.load };
-    let mut tracer = trace::start(&load)?;
-    let mut source = EventSource::new(&mut tracer.ebpf)?;
+    let mut session = Session::start(&load, None)?;
     let build = BuildInfo {
         version: env!("CARGO_PKG_VERSION").into(),
-        backend: tracer.backend,
+        backend: session.tracer.backend,
         kernel: kernel_release(),
     };
     let metrics = Arc::new(Metrics::new(&build, opts.top_destinations));
@@ -142,14 +141,13 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
         }
     };
     let needs_events = metrics.needs_events();
-    let mut seen = 0u64;
     loop {
         tokio::select! {
-            r = source.next_batch(&mut batch), if needs_events => r?,
+            r = session.next_batch(&mut batch), if needs_events => r?,
             conn = accept() => match conn {
                 Ok((stream, _)) => {
                     // Each scrape sees the kernel's counts as they are now.
-                    refresh(&metrics, &source, &opts.netns)?;
+                    refresh(&metrics, &session, &opts.netns)?;
                     serve(stream, &metrics, &active)
                 }
                 // Out of fds and the like: keep tracing, the next accept may work.
@@ -157,31 +155,29 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
             },
             _ = textfile_tick.tick() => {
                 if let Some(path) = &opts.textfile {
-                    refresh(&metrics, &source, &opts.netns)?;
+                    refresh(&metrics, &session, &opts.netns)?;
                     write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
                 }
             }
             _ = stop.requested() => break,
         }
-        seen += batch.len() as u64;
         observe(&metrics, &mut batch, &opts.netns);
     }
     if needs_events {
-        source.drain(&mut batch);
-        seen += batch.len() as u64;
+        session.drain(&mut batch)?;
         observe(&metrics, &mut batch, &opts.netns);
     }
-    refresh(&metrics, &source, &opts.netns)?;
+    refresh(&metrics, &session, &opts.netns)?;
     if let Some(path) = &opts.textfile {
         write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
     }
-    eprintln!("{}", trace::closing_line(seen, &source, &tracer));
+    eprintln!("{}", session.closing_line());
     Ok(())
 }
 
 /// The kernel's counts of the namespaces asked for (all without --netns), into the model.
-fn refresh(metrics: &Metrics, source: &EventSource, netns: &[u32]) -> Result<()> {
-    metrics.set_kernel(source.kernel_counts()?.only_netns(netns), source.lost());
+fn refresh(metrics: &Metrics, session: &Session, netns: &[u32]) -> Result<()> {
+    metrics.set_kernel(session.kernel_counts()?.only_netns(netns), session.lost());
     Ok(())
 }
 

@@ -10,7 +10,7 @@ pub async fn run(args: FloorArgs) -> Result<()> {
         bail!("--backend must name one backend (tracepoint or raw-tracepoint)");
     };
     if let Err(line) = crate::kernel::privileges::check_tracing_privileges() {
-        bail!(crate::views::trace::PrivilegeError(line));
+        bail!(crate::views::session::PrivilegeError(line));
     }
     let _ebpf = probes::load_floor(*backend)?;
     eprintln!(

@@ -4,6 +4,7 @@ pub mod export;
 pub mod floor;
 pub mod logging;
 pub mod report;
+pub mod session;
 pub mod stalls;
 pub mod stop;
 pub mod top;

@@ -17,14 +17,14 @@ use serde::Serialize;
 use crate::{
     aggregation::verdict::{self, human_us, DestinationReport, Facts, ListenerFact, Report, Verdict},
     cli::{ReportArgs, ReportFormat},
-    events::{reader::EventSource, record, Event, Role},
+    events::{record, Event, Role},
     kernel::{
         listeners,
         netstat::Netstat,
         sysctl::{self, TfoNamespace},
         tcp_metrics,
     },
-    views::{stop::Stop, trace},
+    views::session::Session,
 };
 
 /// Where the events came from.
@@ -96,26 +96,23 @@ fn from_recording(path: &Path) -> Result<(Source, Report, Option<record::ReplayE
 
 async fn live(args: &ReportArgs) -> Result<(Source, Report)> {
     let load = args.probe.load_options();
-    let mut tracer = trace::start(&load)?;
-    let mut source = EventSource::new(&mut tracer.ebpf)?;
+    let mut session = Session::start(&load, None)?;
     let namespaces = sysctl::tfo_namespaces();
     let before = Netstat::per_namespace(&namespaces);
     let started = std::time::Instant::now();
-    let start = record::Header::now(tracer.backend.name()).start;
-    let mut stop = Stop::new(args.duration)?;
+    let start = record::Header::now(session.tracer.backend.name()).start;
     let mut events: Vec<Event> = Vec::new();
-    loop {
-        tokio::select! {
-            r = source.next_batch(&mut events) => r?,
-            _ = stop.requested() => break,
-        }
-    }
-    source.drain(&mut events);
+    session
+        .run(args.duration, |batch| {
+            events.append(batch);
+            Ok(std::ops::ControlFlow::Continue(()))
+        })
+        .await?;
     let window_s = started.elapsed().as_secs_f64();
     // Namespaces created during the window (a lab, a container) are read too.
     let namespaces = sysctl::tfo_namespaces();
     let after = Netstat::per_namespace(&namespaces);
-    let facts = gather_facts(&events, &namespaces, &before, &after, tracer.backend.name());
+    let facts = gather_facts(&events, &namespaces, &before, &after, session.tracer.backend.name());
     let report = verdict::report(&events, &facts);
     let (host, kernel) = {
         let h = record::Header::now("");
@@ -126,10 +123,10 @@ async fn live(args: &ReportArgs) -> Result<(Source, Report)> {
         path: None,
         host: Some(host),
         kernel: Some(kernel),
-        backend: Some(tracer.backend.name().to_string()),
+        backend: Some(session.tracer.backend.name().to_string()),
         start: Some(start),
         events: events.len(),
-        events_lost: Some(source.lost()),
+        events_lost: Some(session.lost()),
         window_s: Some(window_s),
     };
     Ok((src, report))

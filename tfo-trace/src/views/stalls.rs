@@ -4,6 +4,7 @@
 use std::{
     collections::BTreeMap,
     io::{self, Write},
+    ops::ControlFlow,
     time::Duration,
 };
 
@@ -15,9 +16,9 @@ use crate::{
         stall::{self, Cause, StallTally},
         verdict::human_us,
     },
-    events::{reader::EventSource, Event},
+    events::Event,
     probes::LoadOptions,
-    views::trace,
+    views::session::Session,
 };
 
 pub struct StallsOptions {
@@ -110,9 +111,7 @@ fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -
 }
 
 pub async fn run(opts: StallsOptions) -> Result<()> {
-    let mut tracer = trace::start(&opts.load)?;
-    let mut recorder = trace::recorder(opts.record.as_deref(), &tracer)?;
-    let mut source = EventSource::new(&mut tracer.ebpf)?;
+    let mut session = Session::start(&opts.load, opts.record.as_deref())?;
     // One write per batch, not per line (stdout alone is line-buffered).
     let mut out = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
     if !opts.json {
@@ -122,37 +121,36 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
             "TIME", "PID", "COMM", "DESTINATION", "CAUSE", "LOST", "RTX", "CONTAINER"
         )?;
     }
-    let mut stop = crate::views::stop::Stop::new(opts.duration)?;
     let mut per_dst: BTreeMap<String, StallTally> = BTreeMap::new();
-    let mut batch = Vec::new();
-    let mut done = false;
-    while !done {
-        tokio::select! {
-            r = source.next_batch(&mut batch) => r?,
-            _ = stop.requested() => done = true,
-        }
-        if done {
-            source.drain(&mut batch);
-        }
-        trace::record(&mut recorder, &batch)?;
-        for e in batch.drain(..) {
-            let (stall, extra) = (stall::of(&e), stall::extra_round_trip_us(&e));
-            if stall.is_some() || extra.is_some() {
-                per_dst.entry(e.destination()).or_default().add(&e);
+    let mut pipe_closed = false;
+    session
+        .run(opts.duration, |batch| {
+            for e in batch.iter() {
+                let (stall, extra) = (stall::of(e), stall::extra_round_trip_us(e));
+                if stall.is_some() || extra.is_some() {
+                    per_dst.entry(e.destination()).or_default().add(e);
+                }
+                let Some(stall) = stall else { continue };
+                match write_line(&mut out, e, stall.cause, stall.lost_us, opts.json) {
+                    Err(err) if err.kind() == io::ErrorKind::BrokenPipe => {
+                        pipe_closed = true;
+                        return Ok(ControlFlow::Break(()));
+                    }
+                    r => r.context("writing to stdout")?,
+                }
             }
-            let Some(stall) = stall else { continue };
-            match write_line(&mut out, &e, stall.cause, stall.lost_us, opts.json) {
-                Err(err) if err.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
-                r => r.context("writing to stdout")?,
-            }
-        }
-        out.flush().ok();
+            out.flush().ok();
+            Ok(ControlFlow::Continue(()))
+        })
+        .await?;
+    if pipe_closed {
+        return Ok(());
     }
     if !opts.json {
         write_summary(&mut out, &per_dst).context("writing to stdout")?;
     }
     let total: u64 = per_dst.values().map(|d| d.stalls).sum();
-    eprintln!("tfo-trace: {total} stalled connections, {} events lost", source.lost());
+    eprintln!("tfo-trace: {total} stalled connections; {}", session.closing_line().trim_start_matches("tfo-trace: "));
     Ok(())
 }
 

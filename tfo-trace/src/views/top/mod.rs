@@ -23,9 +23,10 @@ use crate::{
         table::{Snapshot, Sort, TopModel, View},
         totals,
     },
-    events::{counts::KernelCounts, reader::EventSource, rfc3339, Event},
+    events::{counts::KernelCounts, rfc3339, Event},
     kernel::sysctl::TcpFastopen,
     probes::LoadOptions,
+    views::session::Session,
 };
 use state::{Action, UiState};
 
@@ -110,7 +111,7 @@ pub trait EventFeed {
     /// Waits for more events and appends them to `out`.
     async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()>;
     /// Appends what is already there, without waiting.
-    fn drain(&mut self, out: &mut Vec<Event>);
+    fn drain(&mut self, out: &mut Vec<Event>) -> Result<()>;
     /// Events lost before they reached us.
     fn lost(&self) -> u64;
     /// What the kernel counted, where a kernel counts (live): the totals then come from
@@ -124,18 +125,18 @@ pub trait EventFeed {
     }
 }
 
-impl EventFeed for EventSource {
+impl EventFeed for Session {
     async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
-        EventSource::next_batch(self, out).await
+        Session::next_batch(self, out).await
     }
-    fn drain(&mut self, out: &mut Vec<Event>) {
-        EventSource::drain(self, out)
+    fn drain(&mut self, out: &mut Vec<Event>) -> Result<()> {
+        Session::drain(self, out)
     }
     fn lost(&self) -> u64 {
-        EventSource::lost(self)
+        Session::lost(self)
     }
     fn kernel_counts(&self) -> Option<KernelCounts> {
-        EventSource::kernel_counts(self).ok()
+        Session::kernel_counts(self).ok()
     }
 }
 
@@ -163,57 +164,30 @@ impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::Replay
         if self.done {
             std::future::pending::<()>().await;
         }
-        self.drain(out);
-        Ok(())
+        self.drain(out)
     }
-    fn drain(&mut self, out: &mut Vec<Event>) {
+    fn drain(&mut self, out: &mut Vec<Event>) -> Result<()> {
         for _ in 0..REPLAY_CHUNK {
             match self.events.next() {
                 Some(Ok(e)) => out.push(e),
                 Some(Err(bad)) => {
                     self.error = Some(bad);
                     self.done = true;
-                    return;
+                    break;
                 }
                 None => {
                     self.done = true;
-                    return;
+                    break;
                 }
             }
         }
+        Ok(())
     }
     fn lost(&self) -> u64 {
         0
     }
     fn exhausted(&self) -> bool {
         self.done
-    }
-}
-
-/// A live feed whose every batch is also written to a recording.
-struct Recording<'a> {
-    inner: &'a mut EventSource,
-    recorder: crate::events::record::Recorder,
-}
-
-impl EventFeed for Recording<'_> {
-    async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
-        let from = out.len();
-        self.inner.next_batch(out).await?;
-        self.recorder.write_batch(&out[from..])
-    }
-    fn drain(&mut self, out: &mut Vec<Event>) {
-        let from = out.len();
-        self.inner.drain(out);
-        if let Err(e) = self.recorder.write_batch(&out[from..]) {
-            log::warn!("recording: {e:#}");
-        }
-    }
-    fn lost(&self) -> u64 {
-        self.inner.lost()
-    }
-    fn kernel_counts(&self) -> Option<KernelCounts> {
-        self.inner.kernel_counts().ok()
     }
 }
 
@@ -235,14 +209,10 @@ pub async fn run(opts: TopOptions) -> Result<()> {
     if let Some(path) = &opts.from {
         return run_from(path, &opts).await;
     }
-    let mut tracer = crate::views::trace::start(&opts.load)?;
-    let mut source = EventSource::new(&mut tracer.ebpf)?;
-    let info = HeaderInfo::new(tracer.backend.to_string(), opts.interval);
-    let seen = match crate::views::trace::recorder(opts.record.as_deref(), &tracer)? {
-        Some(recorder) => run_on(&mut Recording { inner: &mut source, recorder }, &opts, info).await?,
-        None => run_on(&mut source, &opts, info).await?,
-    };
-    eprintln!("{}", crate::views::trace::closing_line(seen, &source, &tracer));
+    let mut session = Session::start(&opts.load, opts.record.as_deref())?;
+    let info = HeaderInfo::new(session.tracer.backend.to_string(), opts.interval);
+    run_on(&mut session, &opts, info).await?;
+    eprintln!("{}", session.closing_line());
     Ok(())
 }
 
@@ -277,7 +247,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
             tokio::select! {
                 r = feed.next_batch(&mut batch) => r?,
                 _ = ticker.tick() => {
-                    feed.drain(&mut batch);
+                    feed.drain(&mut batch)?;
                     ingest(&mut model, &mut batch);
                     refreshes += 1;
                     done = opts.count.is_some_and(|n| refreshes >= n);
@@ -301,7 +271,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
             }
         }
         // Stopped between two refreshes: what came since the last one is not lost.
-        feed.drain(&mut batch);
+        feed.drain(&mut batch)?;
         ingest(&mut model, &mut batch);
         if printed_events != Some(model.events) && opts.count.is_none_or(|n| refreshes < n) {
             info.lost = feed.lost();
@@ -334,7 +304,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
                 redraw = feed.exhausted();
             }
             _ = ticker.tick() => {
-                feed.drain(&mut batch);
+                feed.drain(&mut batch)?;
                 ingest(&mut model, &mut batch);
                 refreshes += 1;
                 if opts.count.is_some_and(|n| refreshes >= n) {

@@ -1,0 +1,158 @@
+//! A live tracing session: what every live view (trace, stalls, top, report, export, demo)
+//! does around its own output, said once. Check privileges, load and attach (and say which
+//! backend runs), read the ring buffer, write every event to the `--record` file, stop on
+//! Ctrl-C, SIGTERM or `--duration` with what the kernel already wrote still delivered, and
+//! say at the end how many events came and every way one could have gone missing.
+use std::{
+    ops::ControlFlow,
+    path::Path,
+    time::Duration,
+};
+
+use anyhow::Result;
+
+use crate::{
+    events::{
+        counts::KernelCounts,
+        reader::EventSource,
+        record::{Header, Recorder},
+        Event,
+    },
+    probes::{self, LoadOptions, Tracer},
+    views::stop::Stop,
+};
+
+pub struct Session {
+    pub tracer: Tracer,
+    source: EventSource,
+    recorder: Option<Recorder>,
+    /// Events delivered so far.
+    seen: u64,
+}
+
+impl Session {
+    /// Loads and attaches the programs after the privilege check, and opens the `--record`
+    /// file (its header names the backend that runs).
+    pub fn start(load: &LoadOptions, record: Option<&Path>) -> Result<Session> {
+        let mut tracer = attach(load)?;
+        let source = EventSource::new(&mut tracer.ebpf)?;
+        let recorder = record.map(|p| Recorder::create(p, &Header::now(tracer.backend.name()))).transpose()?;
+        Ok(Session { tracer, source, recorder, seen: 0 })
+    }
+
+    /// Waits for events and appends them to `out` (and to the recording).
+    pub async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
+        let from = out.len();
+        self.source.next_batch(out).await?;
+        self.delivered(&out[from..])
+    }
+
+    /// Appends what the kernel already wrote, without waiting (and records it).
+    pub fn drain(&mut self, out: &mut Vec<Event>) -> Result<()> {
+        let from = out.len();
+        self.source.drain(out);
+        self.delivered(&out[from..])
+    }
+
+    fn delivered(&mut self, events: &[Event]) -> Result<()> {
+        self.seen += events.len() as u64;
+        match &mut self.recorder {
+            Some(r) if !events.is_empty() => r.write_batch(events),
+            _ => Ok(()),
+        }
+    }
+
+    /// Hands each batch to `each` until a stop is requested (then the last batch holds what
+    /// the kernel had already written) or `each` breaks. The batch is cleared after each
+    /// call; `each` may take its events.
+    pub async fn run(
+        &mut self,
+        duration: Option<Duration>,
+        mut each: impl FnMut(&mut Vec<Event>) -> Result<ControlFlow<()>>,
+    ) -> Result<()> {
+        let mut stop = Stop::new(duration)?;
+        let mut batch = Vec::new();
+        loop {
+            let stopping = tokio::select! {
+                r = self.next_batch(&mut batch) => { r?; false }
+                _ = stop.requested() => true,
+            };
+            if stopping {
+                self.drain(&mut batch)?;
+            }
+            let flow = each(&mut batch)?;
+            batch.clear();
+            if stopping || flow.is_break() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Events lost in a full ring buffer (the kernel still counted them).
+    pub fn lost(&self) -> u64 {
+        self.source.lost()
+    }
+
+    /// What the kernel counted: exact even when events were lost.
+    pub fn kernel_counts(&self) -> Result<KernelCounts> {
+        self.source.kernel_counts()
+    }
+
+    /// What a live view says when it stops: events delivered, and every way one could have
+    /// gone missing: lost in a full ring buffer (the kernel still counted those), skipped by
+    /// the kernel (a hook hit again while running), not decodable; and where the recording is.
+    pub fn closing_line(&self) -> String {
+        let mut line = format!("tfo-trace: {} events, {} lost", self.seen, self.source.lost());
+        if let Ok(counts) = self.source.kernel_counts() {
+            let counted: u64 = counts.iter().map(|(_, _, _, c)| c.events).sum();
+            line.push_str(&format!(" ({counted} outcomes counted in the kernel)"));
+        }
+        let missed = self.tracer.run_stats().missed;
+        if missed > 0 {
+            line.push_str(&format!(", {missed} hook runs missed by the kernel (recursion)"));
+        }
+        if self.source.malformed > 0 {
+            line.push_str(&format!(", {} malformed", self.source.malformed));
+        }
+        if let Some(r) = &self.recorder {
+            line.push_str(&format!(", recorded to {}", r.path().display()));
+        }
+        line
+    }
+}
+
+/// Loads and attaches the programs after the privilege check, and says on stderr which
+/// backend runs and why any richer one was passed over.
+fn attach(load: &LoadOptions) -> Result<Tracer> {
+    check_privileges()?;
+    let tracer = probes::load(load)?;
+    if !tracer.skipped.is_empty() {
+        let why: Vec<String> =
+            tracer.skipped.iter().map(|s| format!("{}: {}", s.backend, s.reason)).collect();
+        eprintln!("tfo-trace: using the {} backend ({})", tracer.backend, why.join("; "));
+    }
+    eprintln!(
+        "tfo-trace: {} programs attached with the {} backend in {} ms; Ctrl-C to stop",
+        probes::table::hooks(tracer.backend).len(),
+        tracer.backend,
+        tracer.attach_time.as_millis()
+    );
+    Ok(tracer)
+}
+
+/// The privileges tracing needs, as one line main prints alone.
+pub fn check_privileges() -> Result<()> {
+    crate::kernel::privileges::check_tracing_privileges().map_err(|line| PrivilegeError(line).into())
+}
+
+/// Missing privileges: main prints the line alone, before any kernel error text.
+#[derive(Debug)]
+pub struct PrivilegeError(pub String);
+
+impl std::fmt::Display for PrivilegeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PrivilegeError {}
