@@ -8,11 +8,11 @@
 //!   socket-local storage.
 //! - [`Probe`]: raw tracepoints and kprobes see untyped addresses: each field is a
 //!   `bpf_probe_read_kernel`, and a connection's state lives in a hash keyed by the socket.
+use aya_ebpf::bindings::BPF_SK_STORAGE_GET_F_CREATE;
 use aya_ebpf::helpers::{
     bpf_probe_read_kernel,
     generated::{bpf_sk_storage_delete, bpf_sk_storage_get, bpf_skc_to_tcp_sock},
 };
-use aya_ebpf::bindings::BPF_SK_STORAGE_GET_F_CREATE;
 use tfo_trace_common::{Field, KernelLayout, FAMILY_V4, FAMILY_V6};
 
 use crate::maps::{ConnState, CONNS, CONN_STORAGE};
@@ -149,18 +149,18 @@ impl Access for Probe {
 
     #[inline(always)]
     fn conn(sk: *const u8) -> *mut ConnState {
-        CONNS.get_ptr_mut(&(sk as u64)).unwrap_or(core::ptr::null_mut())
+        CONNS.get_ptr_mut(sk as u64).unwrap_or(core::ptr::null_mut())
     }
 
     #[inline(always)]
     fn conn_start(sk: *const u8, state: &mut ConnState) -> bool {
         // LRU: a connection whose outcome we never see must not pin an entry.
-        CONNS.insert(&(sk as u64), state, 0).is_ok()
+        CONNS.insert(sk as u64, state, 0).is_ok()
     }
 
     #[inline(always)]
     fn conn_end(sk: *const u8) {
-        let _ = CONNS.remove(&(sk as u64));
+        let _ = CONNS.remove(sk as u64);
     }
 }
 

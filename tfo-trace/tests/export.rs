@@ -335,6 +335,4 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-tests_main!(
-    prometheus_scrapes_what_the_kernel_counted,
-);
+tests_main!(prometheus_scrapes_what_the_kernel_counted,);

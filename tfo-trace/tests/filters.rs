@@ -38,7 +38,8 @@ impl Cgroups {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let base = root.join(format!("tfo-test-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&base).unwrap_or_else(|e| common::skip(format!("cannot make cgroups here: {e}")));
+        std::fs::create_dir_all(&base)
+            .unwrap_or_else(|e| common::skip(format!("cannot make cgroups here: {e}")));
         Cgroups { base, dirs: Vec::new() }
     }
 
@@ -82,7 +83,10 @@ fn client_and_server_name_their_cgroup_and_container() {
         )
         .unwrap();
     let run = lab
-        .run_client(common::exe(), &ClientArgs { count: 3, cgroup: Some(client_cg.clone()), ..ClientArgs::new(listen) })
+        .run_client(
+            common::exe(),
+            &ClientArgs { count: 3, cgroup: Some(client_cg.clone()), ..ClientArgs::new(listen) },
+        )
         .unwrap();
     let (events, _) = tracer.stop();
     assert_eq!(run.ok_count(), 3);
@@ -119,8 +123,10 @@ fn filters_select_in_the_kernel() {
     let lab = Lab::create(LabConfig::default()).unwrap();
     let srv_ip = lab.server_addr(0, false).unwrap();
     let (p1, p2) = (SocketAddr::new(srv_ip, 8080), SocketAddr::new(srv_ip, 8081));
-    let s1 = lab.start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(p1) }).unwrap();
-    let _s2 = lab.start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(p2) }).unwrap();
+    let s1 =
+        lab.start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(p1) }).unwrap();
+    let _s2 =
+        lab.start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(p2) }).unwrap();
     let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
     // Cookies first, so every filtered connection below is an accepted TFO one.
     for p in [p1, p2] {
@@ -143,7 +149,10 @@ fn filters_select_in_the_kernel() {
     let before = (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap());
     let run = |dst, n, dir: &PathBuf| {
         let r = lab
-            .run_client(common::exe(), &ClientArgs { count: n, cgroup: Some(dir.clone()), ..ClientArgs::new(dst) })
+            .run_client(
+                common::exe(),
+                &ClientArgs { count: n, cgroup: Some(dir.clone()), ..ClientArgs::new(dst) },
+            )
             .unwrap();
         assert_eq!(r.ok_count(), n as usize);
         r
@@ -191,8 +200,11 @@ fn bad_filter_values_are_usage_errors() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.starts_with("error:") && !err.contains("panicked"), "{args:?}: {err}");
     }
-    let many: Vec<String> =
-        ["trace"].into_iter().map(String::from).chain((1..=9).flat_map(|p| ["--port".into(), p.to_string()])).collect();
+    let many: Vec<String> = ["trace"]
+        .into_iter()
+        .map(String::from)
+        .chain((1..=9).flat_map(|p| ["--port".into(), p.to_string()]))
+        .collect();
     let out = Command::new(common::exe()).args(&many).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");

@@ -140,7 +140,10 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     }
     let total_s = start.elapsed().as_secs_f64();
     println!();
-    println!("time: setup {setup_s:.1} s, host build and tests {host_s:.1} s, VM {:.1} s, total {total_s:.1} s", total_s - setup_s - host_s);
+    println!(
+        "time: setup {setup_s:.1} s, host build and tests {host_s:.1} s, VM {:.1} s, total {total_s:.1} s",
+        total_s - setup_s - host_s
+    );
     if let Some(build_s) = host.build_s {
         println!("time: host build {build_s:.1} s; slowest host test binaries:");
     }
@@ -205,7 +208,13 @@ fn run_tests(args: &[String]) -> Result<HostRun> {
     })
     .collect();
     drop(tx);
-    let mut run = HostRun { tally: Tally::default(), problems: Vec::new(), skipped: Vec::new(), build_s: None, binary_s: Vec::new() };
+    let mut run = HostRun {
+        tally: Tally::default(),
+        problems: Vec::new(),
+        skipped: Vec::new(),
+        build_s: None,
+        binary_s: Vec::new(),
+    };
     let mut binary = String::new();
     for line in rx {
         println!("{line}");
@@ -328,7 +337,10 @@ mod tally_tests {
     fn durations_of_cargo_and_libtest() {
         use super::seconds_after;
         assert_eq!(seconds_after("test result: ok. 1 passed; finished in 9.87s", "finished in "), Some(9.87));
-        assert_eq!(seconds_after("Finished `test` profile [unoptimized] target(s) in 1m 26s", " in "), Some(86.0));
+        assert_eq!(
+            seconds_after("Finished `test` profile [unoptimized] target(s) in 1m 26s", " in "),
+            Some(86.0)
+        );
         assert_eq!(seconds_after("Finished in soon", " in "), None);
     }
 }

@@ -129,7 +129,11 @@ impl Metrics {
             ("backend", build.backend.name().to_string()),
             ("kernel", build.kernel.clone()),
         ];
-        registry.register("tfo_trace_build", "tfo-trace version, kernel backend and kernel release", Info::new(info));
+        registry.register(
+            "tfo_trace_build",
+            "tfo-trace version, kernel backend and kernel release",
+            Info::new(info),
+        );
         Metrics { registry, model }
     }
 
@@ -202,13 +206,16 @@ impl Collector for ModelCollector {
         for &(role, outcome) in &seen {
             let total = m.kernel.total(role, outcome).events;
             match &m.destinations {
-                None => e.encode_family(&labels(role, Some(outcome), None))?.encode_counter::<Labels, _, u64>(&total, None)?,
+                None => e
+                    .encode_family(&labels(role, Some(outcome), None))?
+                    .encode_counter::<Labels, _, u64>(&total, None)?,
                 Some(d) => {
                     let mut named = 0;
                     for ((r, o, dst), n) in &d.connections {
                         if (*r, *o) == (role, outcome) {
                             named += n;
-                            e.encode_family(&labels(role, Some(outcome), Some(dst)))?.encode_counter::<Labels, _, u64>(n, None)?;
+                            e.encode_family(&labels(role, Some(outcome), Some(dst)))?
+                                .encode_counter::<Labels, _, u64>(n, None)?;
                         }
                     }
                     let other = total.saturating_sub(named);
@@ -236,8 +243,12 @@ impl Collector for ModelCollector {
             MetricType::Counter,
         )?;
         // Stalls as aggregation::stall says: client connections' own outcomes only.
-        let stall_ns: u64 =
-            m.kernel.iter().filter(|(_, r, o, _)| stall::row_counts(*r, *o)).map(|(_, _, _, c)| c.stall_ns).sum();
+        let stall_ns: u64 = m
+            .kernel
+            .iter()
+            .filter(|(_, r, o, _)| stall::row_counts(*r, *o))
+            .map(|(_, _, _, c)| c.stall_ns)
+            .sum();
         match &m.destinations {
             None => e.encode_counter::<Labels, _, f64>(&(stall_ns as f64 / 1e9), None)?,
             Some(d) => {

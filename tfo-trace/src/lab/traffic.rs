@@ -3,11 +3,11 @@
 //! namespaces so that the tracer sees real pids, and they use the kernel's TFO for real
 //! (`TCP_FASTOPEN` on the listener, `sendto(MSG_FASTOPEN)` or `TCP_FASTOPEN_CONNECT` on the
 //! client). Every loop is bounded in count and time.
-use std::path::PathBuf;
 use std::io::{self, BufRead as _, Read, Write};
 use std::mem;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,8 +69,6 @@ impl ServerArgs {
         ]
     }
 }
-
-
 
 /// How the client asks the kernel for TFO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
