@@ -41,7 +41,7 @@ use hyper::{
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
     io::{AsyncRead, AsyncWrite},
-    net::TcpListener,
+    net::{TcpListener, TcpSocket},
     sync::{mpsc, oneshot},
     task::{AbortHandle, JoinSet},
 };
@@ -73,6 +73,11 @@ const MAX_CONNECTIONS: usize = 4096;
 /// File descriptors left free beyond those open at start and the connections: the
 /// textfile's temporary file, `/proc` reads.
 const SPARE_FDS: usize = 64;
+/// Connections the kernel completes and queues for `accept` (capped by
+/// net.core.somaxconn, 4096 by default). std's and tokio's 128 overflowed when 1,000
+/// connections came at once while this one-thread process was descheduled: the SYNs beyond
+/// it are dropped, and a scrape's SYN waits for the 1 s retransmit.
+const LISTEN_BACKLOG: u32 = 4096;
 /// Scrapes waiting for the run loop's next refresh before more of them wait to queue.
 const WAITING_SCRAPES: usize = 64;
 
@@ -143,11 +148,9 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     }
     // Bind before loading anything: a port in use is reported without touching the kernel.
     let listener = match opts.listen {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("listening on {addr} (--web.listen-address)"))?,
-        ),
+        Some(addr) => {
+            Some(listen(addr).with_context(|| format!("listening on {addr} (--web.listen-address)"))?)
+        }
         None => None,
     };
     // Without per-destination series nothing needs the event stream: the kernel counts.
@@ -219,6 +222,14 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     }
     eprintln!("{}", trace::closing_line(seen, &source, &tracer));
     Ok(())
+}
+
+/// The exporter's listening socket, with [`LISTEN_BACKLOG`].
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// The kernel's counts of the namespaces asked for (all without --netns), into the model.
