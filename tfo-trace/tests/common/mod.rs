@@ -76,11 +76,18 @@ impl Tracer {
     /// Starts `tfo-trace <args>` and waits until its programs are attached. With
     /// TFO_TRACE_BACKEND set (the VM matrix runs each backend), `--backend` is added.
     pub fn start_command(args: &[&str]) -> Tracer {
+        Self::start_command_with(args, |_| {})
+    }
+
+    /// As [`Tracer::start_command`], with `configure` applied to the command first.
+    pub fn start_command_with(args: &[&str], configure: impl FnOnce(&mut Command)) -> Tracer {
         let backend: Vec<String> = match std::env::var("TFO_TRACE_BACKEND") {
             Ok(b) if !b.is_empty() => vec!["--backend".into(), b],
             _ => vec![],
         };
-        let mut child = Command::new(exe())
+        let mut command = Command::new(exe());
+        configure(&mut command);
+        let mut child = command
             .args(args)
             .args(&backend)
             .stdout(Stdio::piped())
@@ -227,6 +234,11 @@ pub fn read_all(mut r: impl Read) -> String {
     let mut s = String::new();
     let _ = r.read_to_string(&mut s);
     s
+}
+
+/// A TCP port free on loopback now (the kernel's choice).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// HTTP/1.0 GET (so no chunked answer): (status, body).
