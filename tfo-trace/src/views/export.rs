@@ -47,7 +47,7 @@ use tokio::{
 };
 
 use crate::{
-    aggregation::metrics::{BuildInfo, Metrics, CONTENT_TYPE},
+    aggregation::metrics::{Breakdown, BuildInfo, Metrics, CONTENT_TYPE},
     events::Event,
     probes::LoadOptions,
     views::{session::Session, stop::Stop},
@@ -88,21 +88,11 @@ pub struct ExportOptions {
     pub textfile: Option<PathBuf>,
     /// How often the textfile is rewritten.
     pub interval: Duration,
-    pub top_destinations: Option<usize>,
+    /// The one opt-in label of the connection and stall counters, and its cap.
+    pub breakdown: Option<Breakdown>,
     /// Count only events from these network namespaces (inodes); empty: all.
     pub netns: Vec<u32>,
     pub duration: Option<Duration>,
-}
-
-fn kernel_release() -> String {
-    // SAFETY: uname fills a zeroed struct; its fields are NUL-terminated C strings.
-    unsafe {
-        let mut u: libc::utsname = std::mem::zeroed();
-        if libc::uname(&mut u) != 0 {
-            return "unknown".into();
-        }
-        std::ffi::CStr::from_ptr(u.release.as_ptr()).to_string_lossy().into_owned()
-    }
 }
 
 /// Writes `text` to `path` for node_exporter: a temporary file in the same directory,
@@ -154,14 +144,14 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
         None => None,
     };
     // Without per-destination series nothing needs the event stream: the kernel counts.
-    let load = LoadOptions { counts_only: opts.top_destinations.is_none(), ..opts.load };
+    let load = LoadOptions { counts_only: opts.breakdown.is_none(), ..opts.load };
     let mut session = Session::start(&load, None)?;
     let build = BuildInfo {
         version: env!("CARGO_PKG_VERSION").into(),
         backend: session.tracer.backend,
-        kernel: kernel_release(),
+        kernel: crate::kernel::uname::uname().map_or_else(|| "unknown".into(), |u| u.release),
     };
-    let metrics = Metrics::new(&build, opts.top_destinations);
+    let metrics = Metrics::new(&build, opts.breakdown);
     if let Some(p) = &opts.textfile {
         eprintln!("tfo-trace: writing metrics to {} every {:?}", p.display(), opts.interval);
     }
