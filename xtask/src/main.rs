@@ -11,7 +11,11 @@
 //! - `demo`: setup, release build, then runs `tfo-trace demo` as root.
 //! - `bench`: release build, then measures tfo-trace against no tracer and bpftrace
 //!   (issue 5) and writes BENCHMARKS.md.
+//! - `fuzz [--seconds N]`: setup and cargo-fuzz (installed when absent), then a bounded
+//!   libFuzzer run of the recording reader and the ring-buffer event decoder (fuzz/); a
+//!   crash is kept in fuzz/regressions/, which `test` replays on stable.
 mod bench;
+mod fuzz;
 mod setup;
 mod util;
 mod vm;
@@ -52,6 +56,9 @@ enum Task {
     /// Benchmark as root: connection rate, BPF cost, loss, CPU/RSS and start-up of tfo-trace
     /// vs no tracer and bpftrace; prints a table and writes BENCHMARKS.md
     Bench(bench::BenchArgs),
+    /// Fuzz the recording reader and the event decoder for N seconds in all (cargo-fuzz,
+    /// nightly); prints runs and exec/s, keeps any crash in fuzz/regressions/
+    Fuzz(fuzz::FuzzArgs),
     /// Setup, release build, then run `tfo-trace demo` as root
     Demo {
         /// Extra arguments for `tfo-trace demo` (after `--`)
@@ -83,6 +90,7 @@ fn dispatch(task: Task) -> Result<()> {
         }
         Task::Demo { args } => demo(&args),
         Task::Bench(args) => bench::bench(&args),
+        Task::Fuzz(args) => fuzz::fuzz(&args),
     }
 }
 

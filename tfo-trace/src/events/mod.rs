@@ -1,4 +1,5 @@
 //! Decoding kernel events into [`Event`], the record every view and the JSON output use.
+pub mod fuzz;
 pub mod reader;
 pub mod record;
 
@@ -200,7 +201,7 @@ impl Clock {
         Clock { realtime_minus_monotonic_ns: real - mono }
     }
 
-    #[cfg(test)]
+    /// A fixed offset, for tests and fuzzing: the same input decodes the same way.
     pub fn fixed(offset_ns: i128) -> Self {
         Clock { realtime_minus_monotonic_ns: offset_ns }
     }

@@ -251,7 +251,7 @@ fn parse_header(line: &[u8]) -> std::result::Result<Header, String> {
     serde_json::from_value(v).map_err(|e| format!("bad header: {e}"))
 }
 
-fn parse_event(text: &str) -> std::result::Result<Event, String> {
+pub(crate) fn parse_event(text: &str) -> std::result::Result<Event, String> {
     let mut e: Event = serde_json::from_str(text).map_err(|e| e.to_string())?;
     e.ts_unix_ns = parse_rfc3339(&e.ts).ok_or_else(|| format!("bad time {:?}", e.ts))?;
     Ok(e)
