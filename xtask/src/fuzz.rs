@@ -44,7 +44,7 @@ pub fn fuzz(args: &FuzzArgs) -> Result<()> {
         let runs = stats.runs.map_or("?".into(), |n| n.to_string());
         let rate = stats.execs_per_s.map_or("?".into(), |n| n.to_string());
         println!(
-            "fuzz: {target}: {runs} runs in {per_target} s ({rate} exec/s), {} crash(es)",
+            "fuzz: {target}: {runs} runs ({rate} exec/s) of {per_target} s at most, {} crash(es)",
             stats.artifacts.len()
         );
         for a in &stats.artifacts {

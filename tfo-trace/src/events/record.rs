@@ -26,6 +26,10 @@ use super::Event;
 /// The value of `tfo_trace_recording` this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// A recording's lines are short (an event is under 1 KiB); a longer one is corrupt, and
+/// is refused after this many bytes rather than read into memory whole.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
 /// The first line of a recording.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Header {
@@ -138,6 +142,44 @@ pub struct ReplayError {
     pub reason: String,
 }
 
+impl ReplayError {
+    fn new(path: &Path, line: usize, reason: &str) -> Self {
+        ReplayError { path: path.to_path_buf(), line, reason: one_line(reason) }
+    }
+}
+
+/// The reason as one short line: it may quote the file (serde names an unknown outcome as
+/// written, newlines and all), and it ends up as the one error line on stderr.
+fn one_line(text: &str) -> String {
+    const MAX_CHARS: usize = 300;
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == MAX_CHARS {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Reads one line into `buf` (cleared first), `\n` included when there is one, but never
+/// more than [`MAX_LINE_BYTES`] + 1 bytes. `Ok(None)` at the end of the input,
+/// `Ok(Some(false))` for a line longer than the limit.
+fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> io::Result<Option<bool>> {
+    buf.clear();
+    let n = io::Read::take(reader, MAX_LINE_BYTES as u64 + 1).read_until(b'\n', buf)?;
+    Ok((n > 0).then(|| n <= MAX_LINE_BYTES || buf.last() == Some(&b'\n')))
+}
+
+fn too_long() -> String {
+    format!("line longer than {} KiB: not a tfo-trace recording line (corrupt)", MAX_LINE_BYTES / 1024)
+}
+
 impl std::fmt::Display for ReplayError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: line {}: {}", self.path.display(), self.line, self.reason)
@@ -188,11 +230,13 @@ impl Events<BufReader<File>> {
 impl<R: BufRead> Events<R> {
     /// Reads and checks the header line; `path` is only used in messages.
     pub fn start(mut reader: R, path: &Path) -> Result<(Header, Self)> {
-        let bad = |reason: String| ReplayError { path: path.to_path_buf(), line: 1, reason };
+        let bad = |reason: String| ReplayError::new(path, 1, &reason);
         let mut buf = Vec::new();
-        let n = reader.read_until(b'\n', &mut buf).with_context(|| format!("reading {}", path.display()))?;
-        if n == 0 {
-            bail!(bad("empty file: not a tfo-trace recording".into()));
+        let line = read_line(&mut reader, &mut buf).with_context(|| format!("reading {}", path.display()))?;
+        match line {
+            None => bail!(bad("empty file: not a tfo-trace recording".into())),
+            Some(false) => bail!(bad(too_long())),
+            Some(true) => {}
         }
         let header = parse_header(&buf).map_err(bad)?;
         Ok((header, Events { reader, path: path.to_path_buf(), line_no: 1, buf, done: false }))
@@ -200,7 +244,7 @@ impl<R: BufRead> Events<R> {
 
     fn bad(&mut self, reason: String) -> Option<std::result::Result<Event, ReplayError>> {
         self.done = true;
-        Some(Err(ReplayError { path: self.path.clone(), line: self.line_no, reason }))
+        Some(Err(ReplayError::new(&self.path, self.line_no, &reason)))
     }
 }
 
@@ -209,15 +253,15 @@ impl<R: BufRead> Iterator for Events<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         while !self.done {
-            self.buf.clear();
             self.line_no += 1;
-            let n = match self.reader.read_until(b'\n', &mut self.buf) {
-                Ok(n) => n,
+            match read_line(&mut self.reader, &mut self.buf) {
+                Ok(Some(true)) => {}
+                Ok(Some(false)) => return self.bad(too_long()),
+                Ok(None) => {
+                    self.done = true;
+                    return None;
+                }
                 Err(e) => return self.bad(format!("read error: {e}")),
-            };
-            if n == 0 {
-                self.done = true;
-                return None;
             }
             let complete = self.buf.last() == Some(&b'\n');
             let parsed = match std::str::from_utf8(&self.buf) {
@@ -417,6 +461,36 @@ mod tests {
         let (_, back, err) = read_from(data.as_bytes(), Path::new("r")).unwrap();
         assert!(back.is_empty());
         assert!(err.unwrap().reason.contains("bad time"));
+    }
+
+    #[test]
+    fn long_lines_and_quoted_input_give_one_short_line() {
+        let h = serde_json::to_string(&Header::now("tracepoint")).unwrap();
+        let good = serde_json::to_string(&ev(0)).unwrap();
+        let huge = format!("{h}\n{good}\n{}\n{good}\n", "x".repeat(MAX_LINE_BYTES + 1));
+        let (_, back, err) = read_from(huge.as_bytes(), Path::new("r")).unwrap();
+        assert_eq!(back.len(), 1, "the line before; none after");
+        assert_eq!(
+            err.unwrap().to_string(),
+            "r: line 3: line longer than 64 KiB: not a tfo-trace recording line (corrupt)"
+        );
+        let at_limit = format!("{h}\n{}\n", " ".repeat(MAX_LINE_BYTES));
+        assert!(
+            read_from(at_limit.as_bytes(), Path::new("r")).unwrap().2.is_none(),
+            "a line of the limit is read"
+        );
+        let e = read_from(format!("{}\n", "y".repeat(MAX_LINE_BYTES + 1)).as_bytes(), Path::new("r"))
+            .unwrap_err();
+        assert!(e.to_string().contains("line 1: line longer than"), "{e}");
+
+        // serde quotes an unknown outcome as written: its newline must not split the error.
+        let odd = good.replace("\"outcome\":\"", "\"outcome\":\"x\\n");
+        let (_, _, err) = read_from(format!("{h}\n{odd}\n").as_bytes(), Path::new("r")).unwrap();
+        let err = err.unwrap().to_string();
+        assert!(err.contains("unknown variant `x\\n") && !err.contains('\n'), "{err}");
+        let long = good.replace("\"outcome\":\"", &format!("\"outcome\":\"{}", "z".repeat(5000)));
+        let (_, _, err) = read_from(format!("{h}\n{long}\n").as_bytes(), Path::new("r")).unwrap();
+        assert!(err.unwrap().reason.len() < 400);
     }
 
     #[test]
