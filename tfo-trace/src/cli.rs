@@ -204,8 +204,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => value * 3600.0,
         _ => return Err(format!("unknown unit `{unit}` in `{s}` (use ms, s, m or h)")),
     };
-    if !secs.is_finite() || secs <= 0.0 || secs > 366.0 * 86400.0 {
-        return Err(format!("`{s}` is out of range"));
+    // Below 1 ms a duration rounds to nothing, and a zero period makes tokio's interval panic.
+    if !secs.is_finite() || secs < 0.001 || secs > 366.0 * 86400.0 {
+        return Err(format!("`{s}` is out of range (1ms to 366 days)"));
     }
     Ok(Duration::from_secs_f64(secs))
 }
@@ -235,6 +236,8 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
         assert!(parse_duration("0").is_err());
+        assert!(parse_duration("0.0000000001").is_err(), "rounds to zero");
+        assert_eq!(parse_duration("1ms").unwrap(), Duration::from_millis(1));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
     }
