@@ -1,6 +1,6 @@
 //! Shared by the kernel tests: the harness (skips reported as skips), skip rules and a
 //! handle on a running `tfo-trace trace`.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod harness;
 pub use harness::skip;
@@ -8,7 +8,7 @@ pub use harness::skip;
 use std::{
     io::{BufRead, BufReader, Read},
     os::unix::fs::MetadataExt,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::mpsc,
     thread::JoinHandle,
@@ -20,6 +20,26 @@ use tfo_trace::lab::{Lab, Side};
 
 pub fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_tfo-trace"))
+}
+
+/// A file in the temporary directory, named after the test process; deleted on drop, also
+/// when the test fails.
+pub struct TempFile(pub PathBuf);
+
+impl TempFile {
+    pub fn new(name: &str) -> TempFile {
+        TempFile(std::env::temp_dir().join(format!("tfo-test-{}-{name}.jsonl", std::process::id())))
+    }
+
+    pub fn path(&self) -> &str {
+        self.0.to_str().expect("temporary paths are UTF-8")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// Kernel tests need root (namespaces, BPF). Says why when they skip.
