@@ -91,18 +91,24 @@ impl Tracer {
     /// Starts `tfo-trace <args>` and waits until its programs are attached. With
     /// TFO_TRACE_BACKEND set (the VM matrix runs each backend), `--backend` is added.
     pub fn start_command(args: &[&str]) -> Tracer {
+        Self::start_with(Command::new(exe()), args)
+    }
+
+    /// [`Tracer::start_command`] through a prefix that execs tfo-trace in the same process
+    /// (e.g. `ip netns exec NS <exe>`), so the tracer's pid is the child's.
+    pub fn start_with(mut cmd: Command, args: &[&str]) -> Tracer {
         let backend: Vec<String> = match std::env::var("TFO_TRACE_BACKEND") {
             Ok(b) if !b.is_empty() => vec!["--backend".into(), b],
             _ => vec![],
         };
-        let mut child = Command::new(exe())
+        let mut child = cmd
             .args(args)
             .args(&backend)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .stdin(Stdio::null())
             .spawn()
-            .expect("spawning tfo-trace trace");
+            .expect("spawning tfo-trace");
         let out = child.stdout.take().unwrap();
         let stdout =
             std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect::<Vec<_>>());
@@ -133,8 +139,23 @@ impl Tracer {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Ctrl-C (SIGINT), then everything it printed: (events, stderr lines).
-    pub fn stop(mut self) -> (Vec<Value>, Vec<String>) {
+    pub fn stop(self) -> (Vec<Value>, Vec<String>) {
+        let (lines, stderr) = self.stop_lines();
+        let events = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+            .collect();
+        (events, stderr)
+    }
+
+    /// Ctrl-C (SIGINT), then everything it printed as it printed it: (stdout lines,
+    /// stderr lines). The tracer must exit 0 within 10 s.
+    pub fn stop_lines(mut self) -> (Vec<String>, Vec<String>) {
         // Let events of connections that just finished reach the ring buffer reader.
         std::thread::sleep(Duration::from_millis(300));
         // SAFETY: kill on our own child's pid.
@@ -155,11 +176,14 @@ impl Tracer {
             self.stderr_seen.push(l);
         }
         assert!(status.success(), "tracer exited with {status}; stderr: {:?}", self.stderr_seen);
-        let events = lines
-            .iter()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
-            .collect();
-        (events, self.stderr_seen.clone())
+        (lines, self.stderr_seen.clone())
+    }
+
+    /// SIGKILL: the tracer gets no chance to clean up after itself.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stdout.take();
     }
 }
 
