@@ -8,6 +8,7 @@
 pub mod aggregation;
 pub mod cli;
 pub mod events;
+pub mod fuzz;
 pub mod kernel;
 pub mod lab;
 pub mod probes;

@@ -4,7 +4,7 @@
 //! Each target starts from its seeds (`fuzz/seeds/<target>`, in the repository) and its
 //! past crashes (`fuzz/regressions/<target>`), growing a scratch corpus in `fuzz/corpus/`
 //! (ignored by git). A new crash or hang is copied into `fuzz/regressions/<target>`,
-//! where `cargo xtask test` replays it on stable (tfo-trace's events::fuzz tests): commit
+//! where `cargo xtask test` replays it on stable (tfo-trace's fuzz module tests): commit
 //! it with its fix.
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use crate::util::{display, nightly, probe, run, which, workspace_root};
 
 /// The targets, as named in fuzz/Cargo.toml and under fuzz/seeds/.
-const TARGETS: &[&str] = &["recording", "event_decoder"];
+const TARGETS: &[&str] = &["recording", "event_decoder", "replay"];
 
 #[derive(clap::Args)]
 pub struct FuzzArgs {

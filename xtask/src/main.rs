@@ -12,8 +12,9 @@
 //! - `bench`: release build, then measures tfo-trace against no tracer and bpftrace
 //!   (issue 5) and writes BENCHMARKS.md.
 //! - `fuzz [--seconds N]`: setup and cargo-fuzz (installed when absent), then a bounded
-//!   libFuzzer run of the recording reader and the ring-buffer event decoder (fuzz/); a
-//!   crash is kept in fuzz/regressions/, which `test` replays on stable.
+//!   libFuzzer run of the recording reader, the replay of what it reads (report, top) and
+//!   the ring-buffer event decoder (fuzz/); a crash is kept in fuzz/regressions/, which
+//!   `test` replays on stable.
 mod bench;
 mod fuzz;
 mod setup;
@@ -56,8 +57,9 @@ enum Task {
     /// Benchmark as root: connection rate, BPF cost, loss, CPU/RSS and start-up of tfo-trace
     /// vs no tracer and bpftrace; prints a table and writes BENCHMARKS.md
     Bench(bench::BenchArgs),
-    /// Fuzz the recording reader and the event decoder for N seconds in all (cargo-fuzz,
-    /// nightly); prints runs and exec/s, keeps any crash in fuzz/regressions/
+    /// Fuzz the recording reader, report/top on what it reads, and the event decoder for N
+    /// seconds in all (cargo-fuzz, nightly); prints runs and exec/s, keeps any crash in
+    /// fuzz/regressions/
     Fuzz(fuzz::FuzzArgs),
     /// Setup, release build, then run `tfo-trace demo` as root
     Demo {

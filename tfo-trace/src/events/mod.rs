@@ -1,5 +1,4 @@
 //! Decoding kernel events into [`Event`], the record every view and the JSON output use.
-pub mod fuzz;
 pub mod reader;
 pub mod record;
 

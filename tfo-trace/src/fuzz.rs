@@ -7,7 +7,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::{record, Clock, Event};
+use crate::{
+    aggregation::{
+        table::{self, Sort, View},
+        verdict::{self, Facts},
+    },
+    events::{record, Clock, Event},
+};
 
 /// A realtime-minus-monotonic offset as on a real host (2025, booted an hour ago), fixed
 /// so that a crash replays exactly.
@@ -15,7 +21,8 @@ const CLOCK_OFFSET_NS: i128 = 1_764_490_000_000_000_000;
 
 /// The fuzz targets, by the name of their directory under `fuzz/seeds/` and
 /// `fuzz/regressions/`.
-pub const TARGETS: [(&str, fn(&[u8])); 2] = [("recording", recording), ("event_decoder", event_decoder)];
+pub const TARGETS: [(&str, fn(&[u8])); 3] =
+    [("recording", recording), ("event_decoder", event_decoder), ("replay", replay)];
 
 /// `report --from` / `top --from` on any file: the whole-file reader and the streaming one
 /// (fed through a tiny buffer, so lines are split across reads) agree, every error is one
@@ -44,6 +51,21 @@ pub fn recording(data: &[u8]) {
     }
 }
 
+/// What `report --from` and `top --from` do with the events of any file: the report's
+/// verdicts (as JSON) and top's tables, every view and sort.
+pub fn replay(data: &[u8]) {
+    let Ok((header, events, _)) = record::read_from(data, Path::new("fuzz.jsonl")) else { return };
+    let facts = Facts { backend: Some(header.backend), ..Default::default() };
+    let report = verdict::report(&events, &facts);
+    serde_json::to_string(&report).expect("a report always serializes");
+    let snapshot = table::model_of(&events).snapshot();
+    for view in [View::Destinations, View::Listeners, View::Processes] {
+        for sort in Sort::ALL {
+            snapshot.rows(view, sort, "");
+        }
+    }
+}
+
 /// One ring-buffer record, as `EventSource` hands it to [`Event::from_bytes`]: any bytes
 /// give an event or a one-line error, and a decoded event can be recorded and read back.
 pub fn event_decoder(data: &[u8]) {
@@ -67,7 +89,8 @@ fn assert_one_line(msg: &str) {
     assert!(msg.len() <= 1024, "a {}-byte error line: {start:?}...", msg.len());
 }
 
-/// Every file under `fuzz/<kind>/<target>/` of the repository, sorted.
+/// Every file under `fuzz/<kind>/<target>/` of the repository, sorted (`fuzz/seeds/replay`
+/// is a link to the recording seeds).
 pub fn corpus_files(kind: &str, target: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz").join(kind).join(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
