@@ -114,8 +114,9 @@ mod tests {
             for file in seeds.iter().chain(&corpus_files("regressions", target)) {
                 let data = std::fs::read(file).unwrap();
                 if let Err(p) = std::panic::catch_unwind(|| body(&data)) {
-                    let msg = p.downcast_ref::<String>().cloned().unwrap_or_default();
-                    panic!("{target}: {} fails again: {msg}", file.display());
+                    let msg =
+                        p.downcast_ref::<String>().map(String::as_str).or(p.downcast_ref::<&str>().copied());
+                    panic!("{target}: {} fails: {}", file.display(), msg.unwrap_or("(panic)"));
                 }
             }
         }

@@ -217,6 +217,35 @@ fn invalid_utf8() {
     good_lines_then("utf8-comm", &line, "not UTF-8");
 }
 
+/// Well-formed events with every number at its largest and times at the calendar's ends:
+/// not what a kernel gives, but a file may say anything. Shown, not a panic.
+fn extreme_values() {
+    let lines = lab_lines();
+    let mut data = join(&lines[..1]);
+    for (i, line) in lines[1..].iter().enumerate() {
+        let mut v: serde_json::Value = serde_json::from_slice(line).unwrap();
+        for key in ["stall_us", "handshake_us"] {
+            v[key] = u64::MAX.into();
+        }
+        for key in ["retransmits", "syn_data_bytes", "queue_len", "queue_max", "pid", "netns"] {
+            v[key] = u32::MAX.into();
+        }
+        v["cookie_len"] = u8::MAX.into();
+        v["ts"] = ["1970-01-01T00:00:00Z", "9999-12-31T23:59:60.999999999Z"][i % 2].into();
+        for _ in 0..3 {
+            data.extend_from_slice(&serde_json::to_vec(&v).unwrap());
+            data.push(b'\n');
+        }
+    }
+    let file = TempFile::new("extreme");
+    std::fs::write(&file.0, data).unwrap();
+    for args in COMMANDS {
+        let r = run(args, &file);
+        assert_eq!(r.code, Some(0), "{args:?}: {}", r.stderr);
+        assert!(!r.stdout.is_empty(), "{args:?}");
+    }
+}
+
 tests_main!(
     garbage,
     a_50_mb_line,
@@ -226,4 +255,5 @@ tests_main!(
     a_truncated_last_line,
     nul_bytes,
     invalid_utf8,
+    extreme_values,
 );

@@ -102,10 +102,11 @@ impl GroupStats {
         self.outcomes[outcome_index(e.outcome)] += 1;
         if e.outcome == Outcome::SynRetransmitted || e.stall_us > 0 {
             self.stalls += 1;
-            self.stall_us += e.stall_us;
+            // Saturating: a recording may hold any numbers (the replay fuzz target found this).
+            self.stall_us = self.stall_us.saturating_add(e.stall_us);
         }
         if e.role == Role::Client {
-            self.retransmits += u64::from(e.retransmits);
+            self.retransmits = self.retransmits.saturating_add(u64::from(e.retransmits));
         }
         if let Some(us) = e.handshake_us {
             self.handshake.record(us);

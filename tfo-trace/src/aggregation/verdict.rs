@@ -257,12 +257,13 @@ fn destination_report(destination: String, netns: u32, g: &Dst, facts: &Facts) -
     for e in &g.events {
         if let Some((cause, lost)) = classify(e) {
             stalled += 1;
-            lost_total += lost;
+            // Saturating: a recording may hold any numbers (the replay fuzz target found this).
+            lost_total = lost_total.saturating_add(lost);
             use crate::views::stalls::Cause;
             match cause {
-                Cause::SynDataDropped => drop_lost += lost,
-                Cause::CookieRequestDropped => cookie_drop_lost += lost,
-                Cause::DataNotAckedResent => not_acked_lost += lost,
+                Cause::SynDataDropped => drop_lost = drop_lost.saturating_add(lost),
+                Cause::CookieRequestDropped => cookie_drop_lost = cookie_drop_lost.saturating_add(lost),
+                Cause::DataNotAckedResent => not_acked_lost = not_acked_lost.saturating_add(lost),
                 Cause::SynTimeout => {}
             }
         }
