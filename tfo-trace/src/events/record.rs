@@ -302,18 +302,23 @@ pub(crate) fn parse_event(text: &str) -> std::result::Result<Event, String> {
 }
 
 /// Inverse of [`super::rfc3339`]: `YYYY-MM-DDTHH:MM:SS[.fraction]Z` to ns since the epoch.
+/// Every field has the width rfc3339() prints (so a year has four digits and the
+/// arithmetic below cannot overflow, whatever a file says); None for anything else.
 pub fn parse_rfc3339(s: &str) -> Option<u128> {
     let s = s.strip_suffix('Z')?;
     let (date, time) = s.split_once('T')?;
-    let mut d = date.splitn(3, '-');
-    let year: i64 = d.next()?.parse().ok()?;
-    let month: i64 = d.next()?.parse().ok()?;
-    let day: i64 = d.next()?.parse().ok()?;
     let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let digits = |t: &str, width: usize| -> Option<i64> {
+        (t.len() == width && t.bytes().all(|b| b.is_ascii_digit())).then(|| t.parse().ok())?
+    };
+    let mut d = date.splitn(3, '-');
+    let year = digits(d.next()?, 4)?;
+    let month = digits(d.next()?, 2)?;
+    let day = digits(d.next()?, 2)?;
     let mut t = hms.splitn(3, ':');
-    let h: i64 = t.next()?.parse().ok()?;
-    let m: i64 = t.next()?.parse().ok()?;
-    let sec: i64 = t.next()?.parse().ok()?;
+    let h = digits(t.next()?, 2)?;
+    let m = digits(t.next()?, 2)?;
+    let sec = digits(t.next()?, 2)?;
     if !(1..=12).contains(&month) || !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 {
         return None;
     }
@@ -503,5 +508,14 @@ mod tests {
         assert_eq!(parse_rfc3339("2024-13-01T00:00:00Z"), None);
         assert_eq!(parse_rfc3339("2024-02-29 23:59:59Z"), None);
         assert_eq!(parse_rfc3339("2024-02-29T23:59:59"), None);
+        // Fields of other widths or signs; a 15-digit year overflowed the day arithmetic.
+        for bad in [
+            "999999999999999-01-01T00:00:00Z",
+            "+024-02-29T23:59:59Z",
+            "2024-2-29T23:59:59Z",
+            "2024-02-29T-1:59:59Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
     }
 }
