@@ -1,48 +1,127 @@
 //! Wire types shared by the kernel programs and the CLI.
 //!
 //! Everything here is `#[repr(C)]` with explicit widths and explicit padding, so the
-//! byte layout the eBPF program writes is exactly the one userspace reads.
+//! byte layout the eBPF program writes is exactly the one userspace reads. A role or an
+//! outcome is declared once, here, as a `#[repr(u8)]` enum: the kernel writes
+//! `Outcome::Accepted as u8`, userspace reads it back with [`Outcome::from_u8`].
 #![no_std]
 
 pub const TASK_COMM_LEN: usize = 16;
 
-/// Which end of the connection an event describes.
-pub mod role {
-    pub const CLIENT: u8 = 1;
-    pub const SERVER: u8 = 2;
+/// Which end of the connection an event describes. Numbers are part of the wire format.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
+pub enum Role {
+    Client = 1,
+    Server = 2,
 }
 
-/// What happened to one TFO connection. Numbers are part of the wire format: never renumber.
-pub mod outcome {
+impl Role {
+    pub const ALL: [Role; 2] = [Role::Client, Role::Server];
+
+    pub const fn from_u8(v: u8) -> Option<Role> {
+        match v {
+            1 => Some(Role::Client),
+            2 => Some(Role::Server),
+            _ => None,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Role::Client => "client",
+            Role::Server => "server",
+        }
+    }
+}
+
+/// What happened to one TFO connection. Numbers are part of the wire format (events,
+/// counter keys): never renumber; a new outcome takes the next number.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
+pub enum Outcome {
     /// Client: SYN with an empty TFO option (no cookie yet). Server: such a SYN arrived.
-    pub const COOKIE_REQUESTED: u8 = 1;
+    CookieRequested = 1,
     /// Client: the SYN-ACK acknowledged the SYN's data. Server: a child was created from SYN-data.
-    pub const ACCEPTED: u8 = 2;
+    Accepted = 2,
     /// Client: the SYN-ACK acknowledged only the SYN, without a SYN timeout.
-    pub const DATA_NOT_ACKED: u8 = 3;
+    DataNotAcked = 3,
     /// Client: the TFO SYN (data or cookie request) timed out and a plain SYN was resent.
-    pub const SYN_RETRANSMITTED: u8 = 4;
+    SynRetransmitted = 4,
     /// Server: the SYN carried a cookie that did not validate (TcpExtTCPFastOpenPassiveFail).
-    pub const COOKIE_INVALID: u8 = 5;
+    CookieInvalid = 5,
     /// Server: the cookie matched the backup key (TcpExtTCPFastOpenPassiveAltKey).
-    pub const ACCEPTED_ALT_KEY: u8 = 6;
+    AcceptedAltKey = 6,
     /// Server: the listener's TFO queue was full (TcpExtTCPFastOpenListenOverflow).
-    pub const QUEUE_OVERFLOW: u8 = 7;
+    QueueOverflow = 7,
     /// Server: a cookie or data arrived where the listener or namespace does not take TFO.
-    pub const LISTENER_DISABLED: u8 = 8;
+    ListenerDisabled = 8,
     /// Client: a TFO connection that never completed (SYN_SENT straight to CLOSE).
-    pub const CONNECT_FAILED: u8 = 9;
+    ConnectFailed = 9,
     /// Client: TFO was asked for but the SYN carried no TFO option (e.g. active TFO disabled
     /// after a blackhole was detected, `tcp_fastopen_active_should_disable`).
-    pub const NOT_ATTEMPTED: u8 = 10;
+    NotAttempted = 10,
     /// Client: blackhole detection paused active TFO in this namespace
     /// (tcp_fastopen_active_disable, TcpExtTCPFastOpenBlackhole).
-    pub const ACTIVE_DISABLED: u8 = 11;
+    ActiveDisabled = 11,
     /// Server: a TFO child (in SYN_RECV) retransmitted its SYN-ACK (tcp:tcp_retransmit_synack).
-    pub const SYNACK_RETRANSMITTED: u8 = 12;
+    SynackRetransmitted = 12,
     /// Client: a SYN-ACK brought a cookie, now cached for this destination
     /// (tcp_fastopen_cache_set, as `ip tcp_metrics` then shows it).
-    pub const COOKIE_RECEIVED: u8 = 13;
+    CookieReceived = 13,
+}
+
+impl Outcome {
+    /// Every outcome, in wire order.
+    pub const ALL: [Outcome; 13] = [
+        Outcome::CookieRequested,
+        Outcome::Accepted,
+        Outcome::DataNotAcked,
+        Outcome::SynRetransmitted,
+        Outcome::CookieInvalid,
+        Outcome::AcceptedAltKey,
+        Outcome::QueueOverflow,
+        Outcome::ListenerDisabled,
+        Outcome::ConnectFailed,
+        Outcome::NotAttempted,
+        Outcome::ActiveDisabled,
+        Outcome::SynackRetransmitted,
+        Outcome::CookieReceived,
+    ];
+
+    pub const fn from_u8(v: u8) -> Option<Outcome> {
+        if v == 0 || v as usize > Outcome::ALL.len() {
+            return None;
+        }
+        Some(Outcome::ALL[v as usize - 1])
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Outcome::CookieRequested => "cookie_requested",
+            Outcome::Accepted => "accepted",
+            Outcome::DataNotAcked => "data_not_acked",
+            Outcome::SynRetransmitted => "syn_retransmitted",
+            Outcome::CookieInvalid => "cookie_invalid",
+            Outcome::AcceptedAltKey => "accepted_alt_key",
+            Outcome::QueueOverflow => "queue_overflow",
+            Outcome::ListenerDisabled => "listener_disabled",
+            Outcome::ConnectFailed => "connect_failed",
+            Outcome::NotAttempted => "not_attempted",
+            Outcome::ActiveDisabled => "active_disabled",
+            Outcome::SynackRetransmitted => "synack_retransmitted",
+            Outcome::CookieReceived => "cookie_received",
+        }
+    }
+
+    /// Whether the event closes one connection's TFO story (every outcome but the
+    /// per-retransmission `synack_retransmitted` and the per-SYN-ACK `cookie_received`), so
+    /// that counting them counts connections.
+    pub const fn ends_connection(self) -> bool {
+        !matches!(self, Outcome::SynackRetransmitted | Outcome::CookieReceived)
+    }
 }
 
 /// Bits of [`TfoEvent::flags`].
@@ -87,7 +166,9 @@ pub struct TfoEvent {
     pub sport: u16,
     pub dport: u16,
     pub family: u8,
+    /// A [`Role`].
     pub role: u8,
+    /// An [`Outcome`].
     pub outcome: u8,
     pub flags: u8,
     pub cookie_len: u8,
@@ -99,18 +180,123 @@ pub struct TfoEvent {
     pub queue_max: u32,
 }
 
-/// Indexes of the per-CPU `COUNTERS` array.
+/// Indexes of the per-CPU `COUNTERS` array: the tracer's own health.
 pub mod counter {
-    /// Events dropped because the ring buffer was full.
+    /// Events dropped because the ring buffer was full (their counts are still in `COUNTS`).
     pub const EVENTS_LOST: u32 = 0;
     /// TFO connects whose state could not be recorded (their event lacks pid and timing).
-    pub const CONN_INSERT_FAILED: u32 = 1;
-    pub const COUNT: u32 = 2;
+    pub const CONN_STATE_FAILED: u32 = 1;
+    /// Outcomes not counted in `COUNTS` because its table of namespaces was full.
+    pub const COUNTS_FULL: u32 = 2;
+    pub const COUNT: u32 = 3;
+}
+
+/// Upper bounds (ns, inclusive) of the handshake histogram the kernel keeps per
+/// [`CountKey`]: fine below 100 ms for healthy TFO, and edges at 0.9 s and 1.1 s around the
+/// kernel's 1 s initial SYN RTO (TCP_TIMEOUT_INIT), so the SYN-data stall falls in a bucket
+/// of its own; 3 s and 7 s catch the second and third SYN timeout. One more bucket past the
+/// last bound holds the rest (+Inf).
+pub const HANDSHAKE_BOUNDS_NS: [u64; 15] = [
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    900_000_000,
+    1_100_000_000,
+    1_500_000_000,
+    3_000_000_000,
+    7_000_000_000,
+];
+pub const HANDSHAKE_BUCKETS: usize = HANDSHAKE_BOUNDS_NS.len() + 1;
+
+/// Key of the kernel's per-CPU `COUNTS` table: one row per namespace, role and outcome.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CountKey {
+    pub netns: u32,
+    /// A [`Role`].
+    pub role: u8,
+    /// An [`Outcome`].
+    pub outcome: u8,
+    pub _pad: u16,
+}
+
+/// What the kernel counts per [`CountKey`], whether or not the event reached userspace:
+/// the totals `export` and `top` show stay exact when the reader falls behind.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    /// Outcomes seen (events, whether or not the ring buffer took them).
+    pub events: u64,
+    /// Sum of `stall_ns` (time lost to SYN timeouts).
+    pub stall_ns: u64,
+    /// Events whose SYN (or SYN-ACK) timed out: `stall_ns` or `retransmits` above 0.
+    pub stalls: u64,
+    pub syn_data_bytes: u64,
+    /// Sum of the events' SYN (client) or SYN-ACK (server) retransmissions.
+    pub retransmits: u64,
+    /// Sum and count of handshake times, where the start was known.
+    pub handshake_ns: u64,
+    pub handshakes: u64,
+    /// Handshakes per bucket of [`HANDSHAKE_BOUNDS_NS`] (not cumulative), the last one +Inf.
+    pub handshake_buckets: [u64; HANDSHAKE_BUCKETS],
+}
+
+impl Counts {
+    pub const fn zeroed() -> Counts {
+        Counts {
+            events: 0,
+            stall_ns: 0,
+            stalls: 0,
+            syn_data_bytes: 0,
+            retransmits: 0,
+            handshake_ns: 0,
+            handshakes: 0,
+            handshake_buckets: [0; HANDSHAKE_BUCKETS],
+        }
+    }
+
+    /// Adds another CPU's row (userspace sums the per-CPU values).
+    pub fn add(&mut self, other: &Counts) {
+        self.events += other.events;
+        self.stall_ns += other.stall_ns;
+        self.stalls += other.stalls;
+        self.syn_data_bytes += other.syn_data_bytes;
+        self.retransmits += other.retransmits;
+        self.handshake_ns += other.handshake_ns;
+        self.handshakes += other.handshakes;
+        let mut i = 0;
+        while i < HANDSHAKE_BUCKETS {
+            self.handshake_buckets[i] += other.handshake_buckets[i];
+            i += 1;
+        }
+    }
+}
+
+/// The bucket of [`HANDSHAKE_BOUNDS_NS`] a handshake of `ns` falls in.
+#[inline(always)]
+pub fn handshake_bucket(ns: u64) -> usize {
+    let mut i = 0;
+    while i < HANDSHAKE_BOUNDS_NS.len() {
+        if ns <= HANDSHAKE_BOUNDS_NS[i] {
+            return i;
+        }
+        i += 1;
+    }
+    HANDSHAKE_BOUNDS_NS.len()
 }
 
 /// Where a field lives inside a kernel struct, as found in the running kernel's BTF.
-/// `bits == 0` means a whole field read by its natural size; otherwise a bitfield of
-/// `bits` bits starting `shift` bits into the byte at `off`.
+/// The programs load `size` bytes at `off`; for a bitfield, `bits` bits starting `shift`
+/// bits into that load (`bits == 0`: the whole load is the value). `size` is the
+/// smallest load that covers the field, so a BTF-typed program's direct load passes the
+/// verifier's check against the kernel's own type.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Field {
@@ -119,16 +305,19 @@ pub struct Field {
     pub bits: u8,
     /// 0 when this kernel has no such field (the program then treats it as absent).
     pub present: u8,
-    pub _pad: u8,
+    /// Bytes to load: 1, 2, 4 or 8.
+    pub size: u8,
 }
 
 /// Offsets of every kernel field the programs read. Filled in by userspace from
 /// /sys/kernel/btf/vmlinux before load: Rust eBPF cannot emit CO-RE relocations, and
-/// offsets generated for one kernel would be wrong on the next.
+/// offsets generated for one kernel would be wrong on the next. It lives in the object's
+/// read-only data, frozen before the programs load, so the verifier knows every offset as
+/// a constant: that is what lets a BTF-typed program load a field directly.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelLayout {
-    // struct sock_common / struct sock
+    // struct sock_common / struct sock (offsets from struct sock, which starts with them)
     pub skc_family: Field,
     pub skc_state: Field,
     pub skc_num: Field,
@@ -142,7 +331,7 @@ pub struct KernelLayout {
     pub tcp_rtx_queue: Field,
     // struct net -> ns.inum
     pub net_ns_inum: Field,
-    // struct tcp_sock
+    // struct tcp_sock (offsets from struct tcp_sock)
     pub fastopen_req: Field,
     pub total_retrans: Field,
     pub bytes_sent: Field,
@@ -153,6 +342,9 @@ pub struct KernelLayout {
     pub syn_fastopen_exp: Field,
     pub syn_data_acked: Field,
     pub syn_fastopen_child: Field,
+    /// Smoothed RTT << 3, in us: for a server child leaving SYN_RECV, the SYN-ACK's RTT
+    /// (tcp_synack_rtt_meas), the child's handshake.
+    pub srtt_us: Field,
     // Server hooks on tcp_try_fastopen (fentry/kprobe backends)
     /// struct tcp_fastopen_cookie: len (s8), exp (bool)
     pub foc_len: Field,
@@ -161,7 +353,7 @@ pub struct KernelLayout {
     pub skb_cb: Field,
     pub tcb_seq: Field,
     pub tcb_end_seq: Field,
-    /// Listener's icsk_accept_queue.fastopenq.{qlen, max_qlen}
+    /// Listener's icsk_accept_queue.fastopenq.{qlen, max_qlen} (in struct tcp_sock)
     pub fastopenq_qlen: Field,
     pub fastopenq_max_qlen: Field,
     /// struct net: ipv4.sysctl_tcp_fastopen (the namespace's bits, read at the SYN)
@@ -172,14 +364,18 @@ pub struct KernelLayout {
     pub req_num_retrans: Field,
 }
 
-/// Global flags userspace sets before load.
+/// Global flags userspace sets before load (read-only data: the verifier prunes the
+/// branches a backend does not take).
 pub mod config {
-    /// The state-change hook reports server `accepted` (tracepoint backend only: the richer
+    /// The state-change hook reports server `accepted` (tracepoint backends only: the richer
     /// backends report every server outcome from tcp_try_fastopen instead).
     pub const SERVER_FROM_STATE: u32 = 1 << 0;
     /// tcp_fastopen_cache_set is hooked: a client connection's state is kept past
     /// ESTABLISHED until the SYN-ACK's cookie is cached, so `cookie_received` names its process.
     pub const COOKIE_FROM_CACHE_SET: u32 = 1 << 1;
+    /// Count outcomes only (`COUNTS`): no event goes to the ring buffer (an exporter without
+    /// per-destination series needs none).
+    pub const COUNTS_ONLY: u32 = 1 << 2;
 }
 
 /// Key of the kernel-side listener table: who called listen() on which port.
@@ -209,6 +405,8 @@ mod pod {
     unsafe impl aya::Pod for super::KernelLayout {}
     unsafe impl aya::Pod for super::ListenerKey {}
     unsafe impl aya::Pod for super::ProcInfo {}
+    unsafe impl aya::Pod for super::CountKey {}
+    unsafe impl aya::Pod for super::Counts {}
 }
 
 impl KernelLayout {
@@ -230,5 +428,32 @@ mod tests {
         assert_eq!(size_of::<Field>(), 8);
         assert_eq!(size_of::<ListenerKey>(), 8);
         assert_eq!(size_of::<ProcInfo>(), 24);
+        assert_eq!(size_of::<CountKey>(), 8);
+        assert_eq!(size_of::<Counts>(), 8 * (7 + HANDSHAKE_BUCKETS));
+    }
+
+    #[test]
+    fn outcomes_and_roles_round_trip_their_wire_numbers() {
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*o as u8 as usize, i + 1, "{o:?} is numbered by its place in ALL");
+            assert_eq!(Outcome::from_u8(*o as u8), Some(*o));
+        }
+        assert_eq!(Outcome::from_u8(0), None);
+        assert_eq!(Outcome::from_u8(Outcome::ALL.len() as u8 + 1), None);
+        for r in Role::ALL {
+            assert_eq!(Role::from_u8(r as u8), Some(r));
+        }
+        assert_eq!(Role::from_u8(0), None);
+    }
+
+    #[test]
+    fn handshake_buckets_split_at_the_initial_rto() {
+        assert_eq!(handshake_bucket(0), 0);
+        assert_eq!(handshake_bucket(500_000), 0);
+        assert_eq!(handshake_bucket(500_001), 1);
+        let one_rto = handshake_bucket(1_020_000_000);
+        assert_eq!(HANDSHAKE_BOUNDS_NS[one_rto], 1_100_000_000);
+        assert_eq!(HANDSHAKE_BOUNDS_NS[one_rto - 1], 900_000_000);
+        assert_eq!(handshake_bucket(u64::MAX), HANDSHAKE_BUCKETS - 1);
     }
 }

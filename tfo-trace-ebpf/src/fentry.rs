@@ -1,5 +1,5 @@
 //! fentry/fexit backend entry points (BPF trampolines, 5.5+; refused on some kernels, see
-//! `doctor`). The client side still comes from the tracepoint hooks, which every backend loads.
+//! `doctor`). Typed arguments: direct loads. The client side comes from the tp_btf hooks.
 use aya_ebpf::{
     macros::{fentry, fexit},
     programs::{FEntryContext, FExitContext},
@@ -7,34 +7,36 @@ use aya_ebpf::{
 
 use crate::{
     handlers::{detect_blackhole_enter, detect_blackhole_exit, on_cookie_cached},
-    server::{try_fastopen_enter, try_fastopen_exit},
+    kernel::Direct,
+    server::{try_fastopen_enter, try_fastopen_exit, CallArgs},
 };
 
 /// struct sock *tcp_try_fastopen(struct sock *sk, struct sk_buff *skb,
 ///     struct request_sock *req, struct tcp_fastopen_cookie *foc, const struct dst_entry *dst)
 #[fentry(function = "tcp_try_fastopen")]
 pub fn tfo_try_fastopen_fentry(ctx: FEntryContext) -> u32 {
-    try_fastopen_enter(ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3));
+    try_fastopen_enter::<Direct>(ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3));
     0
 }
 
 #[fexit(function = "tcp_try_fastopen")]
 pub fn tfo_try_fastopen_fexit(ctx: FExitContext) -> u32 {
     // fexit sees the arguments, then the return value.
-    try_fastopen_exit(ctx.arg(5));
+    let args = CallArgs { sk: ctx.arg(0), req: ctx.arg(2), foc: ctx.arg(3) };
+    try_fastopen_exit::<Direct>(args, ctx.arg(5));
     0
 }
 
 /// void tcp_fastopen_active_detect_blackhole(struct sock *sk, bool expired)
 #[fentry(function = "tcp_fastopen_active_detect_blackhole")]
 pub fn tfo_blackhole_fentry(ctx: FEntryContext) -> u32 {
-    detect_blackhole_enter(ctx.arg(0));
+    detect_blackhole_enter::<Direct>(ctx.arg(0));
     0
 }
 
 #[fexit(function = "tcp_fastopen_active_detect_blackhole")]
-pub fn tfo_blackhole_fexit(_ctx: FExitContext) -> u32 {
-    detect_blackhole_exit();
+pub fn tfo_blackhole_fexit(ctx: FExitContext) -> u32 {
+    detect_blackhole_exit::<Direct>(ctx.arg(0));
     0
 }
 
@@ -42,6 +44,6 @@ pub fn tfo_blackhole_fexit(_ctx: FExitContext) -> u32 {
 ///     bool syn_lost, u16 try_exp)
 #[fentry(function = "tcp_fastopen_cache_set")]
 pub fn tfo_cookie_cached_fentry(ctx: FEntryContext) -> u32 {
-    on_cookie_cached(ctx.arg(0), ctx.arg(2));
+    on_cookie_cached::<Direct>(ctx.arg(0), ctx.arg(2));
     0
 }

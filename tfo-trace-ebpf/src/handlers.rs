@@ -1,4 +1,5 @@
-//! One handler per TFO transition, shared by every backend's entry points.
+//! One handler per TFO transition, shared by every backend's entry points, generic over
+//! how they read the kernel ([`Access`]).
 //!
 //! Client (net/ipv4/tcp_input.c, tcp_rcv_synsent_state_process): tcp_ack() runs on the
 //! SYN-ACK, then tcp_finish_connect() sets ESTABLISHED, then tcp_rcv_fastopen_synack()
@@ -6,74 +7,169 @@
 //! SYN's data is still at the head of the retransmit queue. At the ESTABLISHED transition
 //! all four already hold the values that function reads, so this handler reaches the same
 //! verdict the kernel is about to reach, even where tcp_rcv_fastopen_synack is inlined.
+//!
+//! Cost: almost every connection on a busy host is plain TCP. For those, each handler
+//! does one or two loads and returns; nothing is written anywhere. State is made only for
+//! a connection that asked for TFO, and only the client's (the server child is judged by
+//! its own flags when it leaves SYN_RECV).
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, generated::bpf_get_current_comm},
     macros::map,
     maps::PerCpuArray,
-    EbpfContext,
 };
-use aya_log_ebpf::{debug, warn};
-use tfo_trace_common::{
-    config, counter, flags, outcome, role, ListenerKey, ProcInfo, TfoEvent, TASK_COMM_LEN,
-};
+use tfo_trace_common::{config, counter, flags, CountKey, ListenerKey, Outcome, ProcInfo, Role, TfoEvent, TASK_COMM_LEN};
 
 use crate::{
     kernel::{
-        config_has, flag, layout, netns_of, read, read_bits, tuple_of, IPPROTO_TCP, TCP_CLOSE,
+        config_has, flag, int, layout, net_of, netns_of, ptr, state_of, tuple_of, Access, TCP_CLOSE,
         TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
-    maps::{bump, emit_with, ConnState, CONNS, LISTENERS},
+    maps::{bump, count, emit_with, get16, now, put16, ConnState, Measure, LISTENERS},
 };
 
+/// The process we run in: tgid and comm (as two words, see `maps::put16`).
 #[inline(always)]
-fn now() -> u64 {
-    // SAFETY: helper without preconditions.
-    unsafe { bpf_ktime_get_ns() }
-}
-
-#[inline(always)]
-fn current_process() -> (u32, [u8; TASK_COMM_LEN]) {
+fn current_process() -> (u32, [u64; 2]) {
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    (pid, bpf_get_current_comm().unwrap_or([0; TASK_COMM_LEN]))
+    let mut comm = core::mem::MaybeUninit::<[u64; 2]>::uninit();
+    let p = comm.as_mut_ptr() as *mut u64;
+    // SAFETY: 16 writable bytes, zeroed word by word first (volatile: not a memset call),
+    // so a failed helper call leaves an empty name; then the helper fills them.
+    unsafe {
+        p.write_volatile(0);
+        p.add(1).write_volatile(0);
+        bpf_get_current_comm(p as *mut _, TASK_COMM_LEN as u32);
+        (pid, comm.assume_init())
+    }
 }
 
-/// `sock:inet_sock_set_state`: every TCP state change.
+/// `sock:inet_sock_set_state`: every TCP state change (and SCTP's, which never pass
+/// through SYN_SENT or SYN_RECV).
 #[inline(always)]
-pub fn on_state_change<C: EbpfContext>(ctx: &C, sk: *const u8, old: i32, new: i32) {
-    // The transition costs nothing to test; the protocol costs a kernel read. Most state
-    // changes of a connection (FIN_WAIT*, CLOSE_WAIT, ...) matter to no handler below.
-    let interesting = matches!(
-        (old, new),
-        (TCP_CLOSE, TCP_SYN_SENT) | (TCP_SYN_SENT, _) | (TCP_LISTEN, _) | (TCP_SYN_RECV, _) | (_, TCP_LISTEN)
-    );
-    if !interesting || read_bits(sk, layout!(sk_protocol)) != Some(IPPROTO_TCP) {
-        return;
-    }
+pub fn on_state_change<A: Access>(sk: *const u8, old: i32, new: i32) {
+    // The transition costs nothing to test; most state changes of a connection
+    // (FIN_WAIT*, CLOSE_WAIT, ...) matter to no handler below.
     match (old, new) {
-        (TCP_CLOSE, TCP_SYN_SENT) => client_connect(ctx, sk),
-        (TCP_SYN_SENT, TCP_ESTABLISHED) => client_established(ctx, sk),
-        (TCP_SYN_SENT, TCP_CLOSE) => client_failed(sk),
-        (TCP_LISTEN, TCP_SYN_RECV) if config_has(config::SERVER_FROM_STATE) => server_child_created(sk),
-        (TCP_SYN_RECV, _) => server_child_resolved(sk),
-        (_, TCP_LISTEN) => listener_started(sk),
-        (TCP_LISTEN, TCP_CLOSE) => listener_stopped(sk),
+        (TCP_CLOSE, TCP_SYN_SENT) => client_connect::<A>(sk),
+        (TCP_SYN_SENT, TCP_ESTABLISHED) => client_established::<A>(sk),
+        (TCP_SYN_SENT, TCP_CLOSE) => client_failed::<A>(sk),
+        // Pruned by the verifier where tcp_try_fastopen reports the server side.
+        (TCP_SYN_RECV, _) if config_has(config::SERVER_FROM_STATE) => server_child_resolved::<A>(sk),
+        (_, TCP_LISTEN) => listener_started::<A>(sk),
+        (TCP_LISTEN, TCP_CLOSE) => listener_stopped::<A>(sk),
         _ => {}
     }
 }
 
-/// `tcp:tcp_retransmit_skb`: counts SYN timeouts of TFO connections we follow.
+/// What we knew of a connection, copied out of its state as plain values (zeros where
+/// we had no state: see `kernel::Access` on why no `Option<ConnState>`).
+#[derive(Clone, Copy)]
+pub(crate) struct Known {
+    pub known: bool,
+    pub start_ns: u64,
+    pub last_retrans_ns: u64,
+    pub pid: u32,
+    pub comm: [u64; 2],
+    pub sport: u16,
+}
+
+impl Known {
+    pub const NONE: Known = Known { known: false, start_ns: 0, last_retrans_ns: 0, pid: 0, comm: [0; 2], sport: 0 };
+
+    /// Copies the state at `p` (null: none).
+    #[inline(always)]
+    fn of(p: *const ConnState) -> Known {
+        if p.is_null() {
+            return Known::NONE;
+        }
+        // SAFETY: a map value of this program run, read at once.
+        let s = unsafe { &*p };
+        Known {
+            known: true,
+            start_ns: s.start_ns,
+            last_retrans_ns: s.last_retrans_ns,
+            pid: s.pid,
+            comm: s.comm,
+            sport: s.sport,
+        }
+    }
+
+    /// Time lost to SYN timeouts: the last SYN retransmission minus the first SYN.
+    #[inline(always)]
+    fn stall_ns(&self) -> u64 {
+        if self.known && self.last_retrans_ns > self.start_ns {
+            self.last_retrans_ns - self.start_ns
+        } else {
+            0
+        }
+    }
+
+    /// From the SYN to now; 0 (unknown) without state.
+    #[inline(always)]
+    fn since_start(&self) -> u64 {
+        if self.known {
+            now().saturating_sub(self.start_ns).max(1)
+        } else {
+            0
+        }
+    }
+}
+
+/// One outcome: counted in `COUNTS` (always), then sent as an event with the fields
+/// every outcome shares, filled in place in the ring-buffer slot (no event-sized copy on
+/// the 512-byte BPF stack), plus what `extra` adds.
 #[inline(always)]
-pub fn on_retransmit(sk: *const u8) {
-    let key = sk as u64;
-    if let Some(state) = CONNS.get_ptr_mut(&key) {
-        let sk_state: u8 = read(sk, layout!(skc_state)).unwrap_or(0);
-        if sk_state as i32 == TCP_SYN_SENT {
-            // SAFETY: pointer from a successful map lookup, valid for this program run.
-            unsafe {
-                (*state).retransmits += 1;
-                (*state).last_retrans_ns = now();
-                (*state).sport = read(sk, layout!(skc_num)).unwrap_or(0);
+pub(crate) fn record<A: Access>(
+    sk: *const u8,
+    role: Role,
+    outcome: Outcome,
+    netns: u32,
+    conn: &Known,
+    measure: Measure,
+    extra: impl FnOnce(&mut TfoEvent),
+) {
+    let key = CountKey { netns, role: role as u8, outcome: outcome as u8, _pad: 0 };
+    count(key, &measure);
+    emit_with(|ev| {
+        let t = tuple_of::<A>(sk);
+        ev.ts_ns = now();
+        put16(&mut ev.saddr, t.saddr);
+        put16(&mut ev.daddr, t.daddr);
+        ev.netns = netns;
+        ev.sport = t.sport;
+        ev.dport = t.dport;
+        ev.family = t.family;
+        ev.role = role as u8;
+        ev.outcome = outcome as u8;
+        ev.stall_ns = measure.stall_ns;
+        ev.syn_data_bytes = measure.syn_data_bytes;
+        ev.retransmits = measure.retransmits;
+        if conn.known {
+            ev.start_ns = conn.start_ns;
+            ev.flags |= flags::START_KNOWN;
+            if conn.pid != 0 {
+                ev.pid = conn.pid;
+                put16(&mut ev.comm, conn.comm);
+                ev.flags |= flags::PID_KNOWN;
             }
+        }
+        extra(ev);
+    });
+}
+
+/// `tcp:tcp_retransmit_skb`: times the SYN timeouts of TFO connections we follow.
+#[inline(always)]
+pub fn on_retransmit<A: Access>(sk: *const u8) {
+    if state_of::<A>(sk) != TCP_SYN_SENT {
+        return; // data retransmissions: by far the most, and none of ours
+    }
+    let state = A::conn(sk);
+    if !state.is_null() {
+        // SAFETY: this connection's state, valid for this program run.
+        unsafe {
+            (*state).retransmits += 1;
+            (*state).last_retrans_ns = now();
+            (*state).sport = int::<A>(sk, layout!(skc_num)) as u16;
         }
     }
 }
@@ -83,105 +179,120 @@ pub fn on_retransmit(sk: *const u8) {
 /// `fastopen_req` is set for sendto(MSG_FASTOPEN), `fastopen_connect` for
 /// TCP_FASTOPEN_CONNECT.
 #[inline(always)]
-fn client_connect<C: EbpfContext>(ctx: &C, sk: *const u8) {
-    let fastopen_req: u64 = read(sk, layout!(fastopen_req)).unwrap_or(0);
-    if fastopen_req == 0 && !flag(sk, layout!(fastopen_connect)) {
+fn client_connect<A: Access>(sk: *const u8) {
+    let tp = A::tcp_sock(sk);
+    if tp.is_null() {
         return;
     }
+    if ptr::<A>(tp, layout!(fastopen_req)).is_null() && !flag::<A>(tp, layout!(fastopen_connect)) {
+        return; // a plain connect
+    }
     let (pid, comm) = current_process();
-    let state = ConnState::new(pid, comm);
-    if CONNS.insert(&(sk as u64), &state, 0).is_err() {
-        // Rare (LRU maps evict instead): counted, and said with -v.
-        bump(counter::CONN_INSERT_FAILED);
-        warn!(ctx, "tfo-trace: could not record a TFO connect of pid {}", pid);
+    let mut state = ConnState::new(pid, comm);
+    if !A::conn_start(sk, &mut state) {
+        bump(counter::CONN_STATE_FAILED);
     }
 }
 
-/// Fills the parts of an event every outcome shares, in place (`ev` is the reserved
-/// ring-buffer slot, zeroed): no event-sized copy on the 512-byte BPF stack.
-#[inline(always)]
-pub(crate) fn fill_event(ev: &mut TfoEvent, sk: *const u8, role: u8, outcome: u8, state: Option<&ConnState>) {
-    let t = tuple_of(sk);
-    ev.ts_ns = now();
-    ev.saddr = t.saddr;
-    ev.daddr = t.daddr;
-    ev.netns = netns_of(sk);
-    ev.sport = t.sport;
-    ev.dport = t.dport;
-    ev.family = t.family;
-    ev.role = role;
-    ev.outcome = outcome;
-    if let Some(s) = state {
-        ev.start_ns = s.start_ns;
-        ev.flags |= flags::START_KNOWN;
-        if s.pid != 0 {
-            ev.pid = s.pid;
-            ev.comm = s.comm;
-            ev.flags |= flags::PID_KNOWN;
-        }
-        if s.last_retrans_ns > s.start_ns {
-            ev.stall_ns = s.last_retrans_ns - s.start_ns;
-        }
-    }
+/// The SYN's data, or what the SYN-ACK's cookie brought: what the client asked for.
+struct ClientFlags {
+    syn_data: bool,
+    syn_fastopen: bool,
+    exp: bool,
 }
 
 #[inline(always)]
-fn client_established<C: EbpfContext>(ctx: &C, sk: *const u8) {
-    let key = sk as u64;
-    // SAFETY: the value is copied out before any other map operation.
-    let state = unsafe { CONNS.get(&key) }.copied();
-    let syn_data = flag(sk, layout!(syn_data));
-    let syn_fastopen = flag(sk, layout!(syn_fastopen));
-    if state.is_none() && !syn_data && !syn_fastopen {
-        return; // a plain connection
-    }
-    if state.is_none() {
-        // Started before we attached: no pid, no start time. Once per such connection.
-        debug!(ctx, "tfo-trace: TFO connection without recorded connect (started before attach?)");
-    }
-    let total_retrans: u32 = read(sk, layout!(total_retrans)).unwrap_or(0);
-    let result = if syn_data {
-        // tcp_rcv_fastopen_synack: data = tp->syn_data ? tcp_rtx_queue_head(sk) : NULL.
-        let rtx_head: u64 = read(sk, layout!(tcp_rtx_queue)).unwrap_or(0);
-        if rtx_head == 0 {
-            outcome::ACCEPTED
-        } else if total_retrans > 0 {
-            outcome::SYN_RETRANSMITTED
-        } else {
-            outcome::DATA_NOT_ACKED
-        }
-    } else if syn_fastopen {
-        if total_retrans > 0 {
-            outcome::SYN_RETRANSMITTED
-        } else {
-            outcome::COOKIE_REQUESTED
-        }
-    } else {
-        outcome::NOT_ATTEMPTED
-    };
-    emit_with(|ev| {
-        fill_event(ev, sk, role::CLIENT, result, state.as_ref());
-        ev.retransmits = total_retrans;
-        if syn_data {
-            ev.syn_data_bytes = syn_data_bytes(sk);
-        }
-        if flag(sk, layout!(syn_fastopen_exp)) {
-            ev.flags |= flags::EXP_OPTION;
-        }
-    });
-    // tcp_rcv_fastopen_synack() runs next and caches the SYN-ACK's cookie; where that is
-    // hooked, on_cookie_cached() still needs the process and drops the state itself.
-    if !((syn_data || syn_fastopen) && config_has(config::COOKIE_FROM_CACHE_SET)) {
-        let _ = CONNS.remove(&key);
+fn client_flags<A: Access>(tp: *const u8) -> ClientFlags {
+    ClientFlags {
+        syn_data: flag::<A>(tp, layout!(syn_data)),
+        syn_fastopen: flag::<A>(tp, layout!(syn_fastopen)),
+        exp: flag::<A>(tp, layout!(syn_fastopen_exp)),
     }
 }
 
 /// Payload bytes of the SYN-data: nothing but the SYN-data has been sent before the
 /// handshake resolves, so bytes_sent is its length (retransmitted SYNs carry none).
 #[inline(always)]
-fn syn_data_bytes(sk: *const u8) -> u32 {
-    let sent: u64 = read(sk, layout!(bytes_sent)).unwrap_or(0);
-    sent as u32
+fn syn_data_bytes<A: Access>(tp: *const u8) -> u32 {
+    int::<A>(tp, layout!(bytes_sent)) as u32
+}
+
+#[inline(always)]
+fn client_established<A: Access>(sk: *const u8) {
+    let tp = A::tcp_sock(sk);
+    if tp.is_null() {
+        return;
+    }
+    let f = client_flags::<A>(tp);
+    // A connection that asked for TFO has state (and one older than the tracer may not);
+    // only a plain one has neither state nor flags. Socket storage answers "none" from
+    // the socket itself; the hash of the probe backends needs a lookup.
+    let state = A::conn(sk);
+    if state.is_null() && !f.syn_data && !f.syn_fastopen {
+        return;
+    }
+    let conn = Known::of(state);
+    let total_retrans = int::<A>(tp, layout!(total_retrans)) as u32;
+    let outcome = if f.syn_data {
+        // tcp_rcv_fastopen_synack: data = tp->syn_data ? tcp_rtx_queue_head(sk) : NULL.
+        if ptr::<A>(sk, layout!(tcp_rtx_queue)).is_null() {
+            Outcome::Accepted
+        } else if total_retrans > 0 {
+            Outcome::SynRetransmitted
+        } else {
+            Outcome::DataNotAcked
+        }
+    } else if f.syn_fastopen {
+        if total_retrans > 0 {
+            Outcome::SynRetransmitted
+        } else {
+            Outcome::CookieRequested
+        }
+    } else {
+        Outcome::NotAttempted
+    };
+    let data = if f.syn_data { syn_data_bytes::<A>(tp) } else { 0 };
+    let measure =
+        Measure { stall_ns: conn.stall_ns(), syn_data_bytes: data, retransmits: total_retrans, handshake_ns: conn.since_start() };
+    record::<A>(sk, Role::Client, outcome, netns_of::<A>(sk), &conn, measure, |ev| {
+        if f.exp {
+            ev.flags |= flags::EXP_OPTION;
+        }
+    });
+    // tcp_rcv_fastopen_synack() runs next and caches the SYN-ACK's cookie; where that is
+    // hooked, on_cookie_cached() still needs the process and ends the state itself.
+    let cookie_next = (f.syn_data || f.syn_fastopen) && config_has(config::COOKIE_FROM_CACHE_SET);
+    if conn.known && !cookie_next {
+        A::conn_end(sk);
+    }
+}
+
+/// SYN_SENT -> CLOSE: a TFO connection that never completed (timeout, reset, refused).
+#[inline(always)]
+fn client_failed<A: Access>(sk: *const u8) {
+    let state = A::conn(sk);
+    if state.is_null() {
+        return;
+    }
+    let conn = Known::of(state);
+    A::conn_end(sk);
+    let tp = A::tcp_sock(sk);
+    if tp.is_null() {
+        return;
+    }
+    let total_retrans = int::<A>(tp, layout!(total_retrans)) as u32;
+    let f = client_flags::<A>(tp);
+    // A deferred TCP_FASTOPEN_CONNECT socket closed before its first write sent nothing.
+    if !(f.syn_data || f.syn_fastopen || total_retrans > 0) {
+        return;
+    }
+    let data = if f.syn_data { syn_data_bytes::<A>(tp) } else { 0 };
+    let measure = Measure { stall_ns: conn.stall_ns(), syn_data_bytes: data, retransmits: total_retrans, handshake_ns: 0 };
+    record::<A>(sk, Role::Client, Outcome::ConnectFailed, netns_of::<A>(sk), &conn, measure, |ev| {
+        if ev.sport == 0 {
+            ev.sport = conn.sport;
+        }
+    });
 }
 
 /// What entry to tcp_fastopen_active_detect_blackhole() saw, per CPU: the socket and the
@@ -191,130 +302,125 @@ fn syn_data_bytes(sk: *const u8) -> u32 {
 static BLACKHOLE_SEEN: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
-fn active_disable_times(sk: *const u8) -> u64 {
-    let net: u64 = read(sk, layout!(skc_net)).unwrap_or(0);
-    if net == 0 {
+fn active_disable_times<A: Access>(sk: *const u8) -> u64 {
+    let net = net_of::<A>(sk);
+    if net.is_null() {
         return 0;
     }
-    read::<u32>(net as *const u8, layout!(net_tfo_active_disable_times)).unwrap_or(0) as u64
+    int::<A>(net, layout!(net_tfo_active_disable_times))
 }
 
 /// Entry of tcp_fastopen_active_detect_blackhole(sk, expired), called on every SYN or
 /// retransmission timeout. tcp_fastopen_active_disable() is inlined into it on some
 /// kernels, so the pause is seen as its effect: the counter moving during the call.
 #[inline(always)]
-pub fn detect_blackhole_enter(sk: *const u8) {
+pub fn detect_blackhole_enter<A: Access>(sk: *const u8) {
     if let Some(slot) = BLACKHOLE_SEEN.get_ptr_mut(0) {
         // SAFETY: per-CPU slot, used from entry to exit of one call on this CPU.
-        unsafe { *slot = [sk as u64, active_disable_times(sk)] };
+        unsafe { *slot = [sk as u64, active_disable_times::<A>(sk)] };
     }
 }
 
+/// Exit of the same call. fexit sees the arguments again (`sk`, a typed pointer the
+/// direct loads need); a kretprobe does not (`sk` null), and uses the address entry saw.
 #[inline(always)]
-pub fn detect_blackhole_exit() {
+pub fn detect_blackhole_exit<A: Access>(sk: *const u8) {
     let Some(slot) = BLACKHOLE_SEEN.get_ptr_mut(0) else { return };
-    // SAFETY: as above; cleared so one entry is used once.
-    let [sk, before] = unsafe { core::mem::replace(&mut *slot, [0, 0]) };
-    let sk = sk as *const u8;
-    if sk.is_null() || active_disable_times(sk) <= before {
+    let words = slot as *mut u64;
+    // SAFETY: as above; cleared (word by word, not a memset call) so one entry is used once.
+    let (seen_sk, before) = unsafe {
+        let seen = (words.read(), words.add(1).read());
+        words.write_volatile(0);
+        words.add(1).write_volatile(0);
+        seen
+    };
+    // As in server::try_fastopen_exit: typed hooks read from their own argument.
+    let sk = if !A::TYPED {
+        seen_sk as *const u8
+    } else if !sk.is_null() && sk as u64 == seen_sk {
+        sk
+    } else {
+        return;
+    };
+    if sk.is_null() {
         return;
     }
-    // SAFETY: copied out before any other map operation.
-    let state = unsafe { CONNS.get(&(sk as u64)) }.copied();
-    emit_with(|ev| {
-        fill_event(ev, sk, role::CLIENT, outcome::ACTIVE_DISABLED, state.as_ref());
-        ev.retransmits = read(sk, layout!(total_retrans)).unwrap_or(0);
-        if flag(sk, layout!(syn_data)) {
-            ev.syn_data_bytes = syn_data_bytes(sk);
-        }
-    });
+    if active_disable_times::<A>(sk) <= before {
+        return;
+    }
+    let conn = Known::of(A::conn(sk));
+    let tp = A::tcp_sock(sk);
+    if tp.is_null() {
+        return;
+    }
+    let f = client_flags::<A>(tp);
+    let data = if f.syn_data { syn_data_bytes::<A>(tp) } else { 0 };
+    let retransmits = int::<A>(tp, layout!(total_retrans)) as u32;
+    let measure = Measure { stall_ns: conn.stall_ns(), syn_data_bytes: data, retransmits, handshake_ns: 0 };
+    record::<A>(sk, Role::Client, Outcome::ActiveDisabled, netns_of::<A>(sk), &conn, measure, |_| {});
 }
 
 /// tcp_fastopen_cache_set(sk, mss, cookie, syn_lost, try_exp): the SYN-ACK's cookie going
 /// into the destination's cache. A NULL cookie (the SYN timer) or len <= 0 (no cookie in
 /// the SYN-ACK) caches nothing new.
 #[inline(always)]
-pub fn on_cookie_cached(sk: *const u8, cookie: *const u8) {
+pub fn on_cookie_cached<A: Access>(sk: *const u8, cookie: *const u8) {
     if cookie.is_null() {
         return; // the SYN timer recording a loss: the connection is still in SYN_SENT
     }
-    // SAFETY: copied out before any other map operation.
-    let state = unsafe { CONNS.get(&(sk as u64)) }.copied();
+    let conn = Known::of(A::conn(sk));
     // The last use of this connection's state (client_established kept it for us).
-    let _ = CONNS.remove(&(sk as u64));
-    let len = read::<i8>(cookie, layout!(foc_len)).unwrap_or(-1);
+    if conn.known {
+        A::conn_end(sk);
+    }
+    let len = int::<A>(cookie, layout!(foc_len)) as u8 as i8; // 0 where absent: no event
     if len <= 0 {
         return;
     }
-    emit_with(|ev| {
-        fill_event(ev, sk, role::CLIENT, outcome::COOKIE_RECEIVED, state.as_ref());
+    let exp = flag::<A>(cookie, layout!(foc_exp));
+    let tp = A::tcp_sock(sk);
+    let retransmits = if tp.is_null() { 0 } else { int::<A>(tp, layout!(total_retrans)) as u32 };
+    let measure = Measure { stall_ns: 0, syn_data_bytes: 0, retransmits, handshake_ns: 0 };
+    record::<A>(sk, Role::Client, Outcome::CookieReceived, netns_of::<A>(sk), &conn, measure, |ev| {
         ev.cookie_len = len as u8;
         ev.flags |= flags::COOKIE_LEN_KNOWN;
-        if read::<u8>(cookie, layout!(foc_exp)).unwrap_or(0) != 0 {
+        if exp {
             ev.flags |= flags::EXP_OPTION;
         }
-        ev.retransmits = read(sk, layout!(total_retrans)).unwrap_or(0);
     });
-}
-
-/// SYN_SENT -> CLOSE: a TFO connection that never completed (timeout, reset, refused).
-#[inline(always)]
-fn client_failed(sk: *const u8) {
-    let key = sk as u64;
-    // SAFETY: copied out before any other map operation.
-    let Some(state) = (unsafe { CONNS.get(&key) }).copied() else {
-        return;
-    };
-    let total_retrans: u32 = read(sk, layout!(total_retrans)).unwrap_or(0);
-    let syn_data = flag(sk, layout!(syn_data));
-    // A deferred TCP_FASTOPEN_CONNECT socket closed before its first write sent nothing.
-    if syn_data || flag(sk, layout!(syn_fastopen)) || total_retrans > 0 {
-        emit_with(|ev| {
-            fill_event(ev, sk, role::CLIENT, outcome::CONNECT_FAILED, Some(&state));
-            ev.retransmits = total_retrans;
-            if ev.sport == 0 {
-                ev.sport = state.sport;
-            }
-            if syn_data {
-                ev.syn_data_bytes = syn_data_bytes(sk);
-            }
-        });
-    }
-    let _ = CONNS.remove(&key);
-}
-
-/// LISTEN -> SYN_RECV is inet_csk_clone_lock() making a child. For TFO the child is
-/// made from the SYN (tcp_fastopen_create_child); for a plain handshake from the final
-/// ACK. Which one it was is only known when the child leaves SYN_RECV.
-#[inline(always)]
-fn server_child_created(sk: *const u8) {
-    let state = ConnState::new(0, [0; TASK_COMM_LEN]);
-    let _ = CONNS.insert(&(sk as u64), &state, 0);
 }
 
 /// A child leaving SYN_RECV: a TFO child has `syn_fastopen_child` (kernels that have it)
 /// or `syn_data_acked`, set by tcp_fastopen_add_skb() when the SYN's data was queued.
+/// Decided from the child itself: nothing is remembered for the (many) plain children.
 #[inline(always)]
-fn server_child_resolved(sk: *const u8) {
-    let key = sk as u64;
-    // SAFETY: copied out before any other map operation.
-    let state = unsafe { CONNS.get(&key) }.copied();
-    let _ = CONNS.remove(&key);
-    if !config_has(config::SERVER_FROM_STATE) {
-        return; // the backend reports server outcomes from tcp_try_fastopen
+fn server_child_resolved<A: Access>(sk: *const u8) {
+    let tp = A::tcp_sock(sk);
+    if tp.is_null() {
+        return;
     }
     let child_field = layout!(syn_fastopen_child);
-    let is_tfo_child =
-        if child_field.present != 0 { flag(sk, child_field) } else { flag(sk, layout!(syn_data_acked)) };
+    let is_tfo_child = if child_field.present != 0 {
+        flag::<A>(tp, child_field)
+    } else {
+        flag::<A>(tp, layout!(syn_data_acked))
+    };
     if !is_tfo_child {
         return;
     }
-    emit_with(|ev| {
-        fill_event(ev, sk, role::SERVER, outcome::ACCEPTED, state.as_ref());
-        let received: u64 = read(sk, layout!(bytes_received)).unwrap_or(0);
-        ev.syn_data_bytes = received as u32;
-        let listener = ListenerKey { netns: ev.netns, port: ev.sport, _pad: 0 };
-        name_listener_owner(ev, &listener);
+    // The handshake of a child is its SYN-ACK's round trip, which tcp_rcv_state_process()
+    // has just measured (tcp_synack_rtt_meas) into srtt_us (<< 3); 0 where Karn's rule
+    // gave no sample (the SYN-ACK was retransmitted).
+    let handshake_ns = (int::<A>(tp, layout!(srtt_us)) >> 3) * 1000;
+    let data = int::<A>(tp, layout!(bytes_received)) as u32;
+    let netns = netns_of::<A>(sk);
+    let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: 0, handshake_ns };
+    record::<A>(sk, Role::Server, Outcome::Accepted, netns, &Known::NONE, measure, |ev| {
+        if handshake_ns > 0 {
+            ev.start_ns = ev.ts_ns.saturating_sub(handshake_ns);
+            ev.flags |= flags::START_KNOWN;
+        }
+        name_listener_owner(ev, &ListenerKey { netns, port: ev.sport, _pad: 0 });
     });
 }
 
@@ -323,47 +429,64 @@ fn server_child_resolved(sk: *const u8) {
 /// client's SYN retransmitted into tcp_check_req). Each call also counts as
 /// TcpExtTCPSynRetrans in the server's namespace.
 #[inline(always)]
-pub fn on_synack_retransmit(sk: *const u8, req: *const u8) {
-    let state: u8 = read(sk, layout!(skc_state)).unwrap_or(0);
-    if state as i32 != TCP_SYN_RECV {
+pub fn on_synack_retransmit<A: Access>(sk: *const u8, req: *const u8) {
+    if state_of::<A>(sk) != TCP_SYN_RECV {
         return;
     }
-    emit_with(|ev| {
-        fill_event(ev, sk, role::SERVER, outcome::SYNACK_RETRANSMITTED, None);
-        let before: u8 = read(req, layout!(req_num_retrans)).unwrap_or(0);
-        ev.retransmits = before as u32 + 1; // inet_rtx_syn_ack() counts it after the send
-        let received: u64 = read(sk, layout!(bytes_received)).unwrap_or(0);
-        ev.syn_data_bytes = received as u32;
-        let listener = ListenerKey { netns: ev.netns, port: ev.sport, _pad: 0 };
-        name_listener_owner(ev, &listener);
+    let tp = A::tcp_sock(sk);
+    if tp.is_null() {
+        return;
+    }
+    let before = int::<A>(req, layout!(req_num_retrans)) as u32;
+    let data = int::<A>(tp, layout!(bytes_received)) as u32;
+    let netns = netns_of::<A>(sk);
+    // inet_rtx_syn_ack() counts this one after the send: the event counts it already.
+    let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: before + 1, handshake_ns: 0 };
+    record::<A>(sk, Role::Server, Outcome::SynackRetransmitted, netns, &Known::NONE, measure, |ev| {
+        name_listener_owner(ev, &ListenerKey { netns, port: ev.sport, _pad: 0 });
     });
 }
 
 /// A listener is known by its namespace and local port (what a child socket shares).
 #[inline(always)]
-pub(crate) fn listener_key(sk: *const u8) -> ListenerKey {
-    ListenerKey { netns: netns_of(sk), port: read(sk, layout!(skc_num)).unwrap_or(0), _pad: 0 }
+pub(crate) fn listener_key<A: Access>(sk: *const u8) -> ListenerKey {
+    ListenerKey { netns: netns_of::<A>(sk), port: int::<A>(sk, layout!(skc_num)) as u16, _pad: 0 }
 }
 
 /// Server events name the process that called listen() on that port.
 #[inline(always)]
 pub(crate) fn name_listener_owner(ev: &mut TfoEvent, listener: &ListenerKey) {
     // SAFETY: copied out before any other map operation.
-    if let Some(owner) = unsafe { LISTENERS.get(listener) }.copied() {
+    if let Some(owner) = LISTENERS.get_ptr(listener) {
+        // SAFETY: a value of LISTENERS, read at once.
+        let owner = unsafe { &*owner };
         ev.pid = owner.pid;
-        ev.comm = owner.comm;
+        put16(&mut ev.comm, get16(&owner.comm));
         ev.flags |= flags::PID_KNOWN;
     }
 }
 
 /// listen() runs in the owner's process context: remember who owns the port.
 #[inline(always)]
-fn listener_started(sk: *const u8) {
+fn listener_started<A: Access>(sk: *const u8) {
+    if A::tcp_sock(sk).is_null() {
+        return; // an SCTP listener
+    }
     let (pid, comm) = current_process();
-    let _ = LISTENERS.insert(&listener_key(sk), &ProcInfo { pid, _pad: 0, comm }, 0);
+    let mut owner = core::mem::MaybeUninit::<ProcInfo>::uninit();
+    let p = owner.as_mut_ptr();
+    // SAFETY: every field of the ProcInfo is written before assume_init, the comm by
+    // words (a `[0; 16]` initializer would be a memset call).
+    let owner = unsafe {
+        core::ptr::addr_of_mut!((*p).pid).write(pid);
+        core::ptr::addr_of_mut!((*p)._pad).write(0);
+        put16(&mut *core::ptr::addr_of_mut!((*p).comm), comm);
+        owner.assume_init()
+    };
+    let _ = LISTENERS.insert(&listener_key::<A>(sk), &owner, 0);
 }
 
 #[inline(always)]
-fn listener_stopped(sk: *const u8) {
-    let _ = LISTENERS.remove(&listener_key(sk));
+fn listener_stopped<A: Access>(sk: *const u8) {
+    let _ = LISTENERS.remove(&listener_key::<A>(sk));
 }

@@ -1,8 +1,23 @@
-//! Reading kernel structs through offsets that userspace found in this kernel's BTF.
-use aya_ebpf::helpers::bpf_probe_read_kernel;
+//! Reading kernel structs through offsets userspace found in this kernel's BTF.
+//!
+//! Two ways in, one per kind of hook ([`Access`]):
+//! - [`Direct`]: BTF-typed programs (tp_btf, fentry/fexit) get their arguments as typed
+//!   kernel pointers, and the verifier checks each load against the kernel's own types.
+//!   Because [`LAYOUT`] sits in frozen read-only data, the verifier knows every offset as
+//!   a constant, so a field is one load instruction; a connection's state lives in
+//!   socket-local storage.
+//! - [`Probe`]: raw tracepoints and kprobes see untyped addresses: each field is a
+//!   `bpf_probe_read_kernel`, and a connection's state lives in a hash keyed by the socket.
+use aya_ebpf::helpers::{
+    bpf_probe_read_kernel,
+    generated::{bpf_sk_storage_delete, bpf_sk_storage_get, bpf_skc_to_tcp_sock},
+};
+use aya_ebpf::bindings::BPF_SK_STORAGE_GET_F_CREATE;
 use tfo_trace_common::{Field, KernelLayout, FAMILY_V4, FAMILY_V6};
 
-/// Filled in by userspace before load (`EbpfLoader::set_global`).
+use crate::maps::{ConnState, CONNS, CONN_STORAGE};
+
+/// Filled in by userspace before load (`EbpfLoader::override_global`).
 #[no_mangle]
 pub static LAYOUT: KernelLayout = KernelLayout::zeroed();
 
@@ -12,7 +27,8 @@ pub static CONFIG: u32 = 0;
 
 #[inline(always)]
 pub fn config_has(bit: u32) -> bool {
-    // SAFETY: CONFIG is a valid static; volatile only defeats constant folding.
+    // SAFETY: CONFIG is a valid static; volatile only defeats constant folding (the
+    // verifier folds it instead, from the frozen map, and prunes the dead branch).
     unsafe { core::ptr::read_volatile(&CONFIG) & bit != 0 }
 }
 
@@ -27,9 +43,9 @@ macro_rules! layout {
 }
 pub(crate) use layout;
 
-pub const IPPROTO_TCP: u32 = 6;
-const AF_INET: u16 = 2;
-const AF_INET6: u16 = 10;
+pub const IPPROTO_TCP: u64 = 6;
+const AF_INET: u64 = 2;
+const AF_INET6: u64 = 10;
 
 // enum tcp_state (include/net/tcp_states.h): stable uapi numbers.
 pub const TCP_ESTABLISHED: i32 = 1;
@@ -38,70 +54,209 @@ pub const TCP_SYN_RECV: i32 = 3;
 pub const TCP_CLOSE: i32 = 7;
 pub const TCP_LISTEN: i32 = 10;
 
-/// Reads a whole field of type T at `base + field.off`; None when absent or unreadable.
-#[inline(always)]
-pub fn read<T>(base: *const u8, field: Field) -> Option<T> {
-    if field.present == 0 {
-        return None;
+/// How a handler reads kernel memory and keeps per-connection state.
+///
+/// Absent values are null pointers and zeros, never `Option`s of pointers or structs: the
+/// BPF backend leaves the payload of such a `None` unset and may still copy it, and the
+/// verifier refuses a read of an unset register.
+pub trait Access {
+    /// Typed (BTF) pointers: a hook's own arguments are what direct loads may read from;
+    /// an address remembered as a number from an earlier hook is not.
+    const TYPED: bool;
+    /// The socket as a `struct tcp_sock`, or null when it is not a TCP socket.
+    fn tcp_sock(sk: *const u8) -> *const u8;
+    /// `size_of::<T>()` bytes at `base + off`; 0 when unreadable. (No Option here: the BPF
+    /// backend turned the payload of a `None` into a read of an unset register, which the
+    /// verifier refuses.)
+    fn load<T: Copy + Default>(base: *const u8, off: u32) -> T;
+    /// The state of a connection we follow; null when we do not.
+    fn conn(sk: *const u8) -> *mut ConnState;
+    /// Starts following a connection; false when its state could not be stored.
+    fn conn_start(sk: *const u8, state: &mut ConnState) -> bool;
+    fn conn_end(sk: *const u8);
+}
+
+/// BTF-typed programs: direct loads, socket-local storage.
+pub struct Direct;
+
+impl Access for Direct {
+    const TYPED: bool = true;
+
+    #[inline(always)]
+    fn tcp_sock(sk: *const u8) -> *const u8 {
+        // SAFETY: a helper the verifier checks; it returns NULL for anything but a full
+        // TCP socket (so it is the protocol check too).
+        unsafe { bpf_skc_to_tcp_sock(sk as *mut _) as *const u8 }
     }
-    // SAFETY: bpf_probe_read_kernel checks the address; a bad one returns an error.
-    unsafe { bpf_probe_read_kernel(base.wrapping_add(field.off as usize) as *const T).ok() }
-}
 
-/// Reads a bitfield (or a small whole field when `bits == 0`) as u32.
-#[inline(always)]
-pub fn read_bits(base: *const u8, field: Field) -> Option<u32> {
-    let raw: u32 = read(base, field)?;
-    if field.bits == 0 || field.bits >= 32 {
-        return Some(raw);
+    #[inline(always)]
+    fn load<T: Copy + Default>(base: *const u8, off: u32) -> T {
+        // SAFETY: `base` is a BTF-typed kernel pointer; the verifier checks this load
+        // against the type at that offset and turns it into a fault-tolerant one.
+        unsafe { core::ptr::read_volatile(base.wrapping_add(off as usize) as *const T) }
     }
-    Some((raw >> field.shift) & ((1u32 << field.bits) - 1))
+
+    #[inline(always)]
+    fn conn(sk: *const u8) -> *mut ConnState {
+        // SAFETY: the map is an SK_STORAGE map of ConnState; sk is a typed socket.
+        unsafe {
+            bpf_sk_storage_get(&CONN_STORAGE as *const _ as *mut _, sk as *mut _, core::ptr::null_mut(), 0)
+                as *mut ConnState
+        }
+    }
+
+    #[inline(always)]
+    fn conn_start(sk: *const u8, state: &mut ConnState) -> bool {
+        // SAFETY: as above; the helper copies `state` into the new storage.
+        let p = unsafe {
+            bpf_sk_storage_get(
+                &CONN_STORAGE as *const _ as *mut _,
+                sk as *mut _,
+                state as *mut ConnState as *mut _,
+                BPF_SK_STORAGE_GET_F_CREATE as u64,
+            )
+        };
+        !p.is_null()
+    }
+
+    #[inline(always)]
+    fn conn_end(sk: *const u8) {
+        // SAFETY: as above. A socket's storage also goes with the socket itself.
+        unsafe { bpf_sk_storage_delete(&CONN_STORAGE as *const _ as *mut _, sk as *mut _) };
+    }
 }
 
-#[inline(always)]
-pub fn flag(sk: *const u8, field: Field) -> bool {
-    read_bits(sk, field).unwrap_or(0) != 0
+/// Raw tracepoints and kprobes: bpf_probe_read_kernel, a hash keyed by the socket.
+pub struct Probe;
+
+impl Access for Probe {
+    const TYPED: bool = false;
+
+    #[inline(always)]
+    fn tcp_sock(sk: *const u8) -> *const u8 {
+        if int::<Probe>(sk, layout!(sk_protocol)) == IPPROTO_TCP {
+            sk
+        } else {
+            core::ptr::null()
+        }
+    }
+
+    #[inline(always)]
+    fn load<T: Copy + Default>(base: *const u8, off: u32) -> T {
+        // SAFETY: bpf_probe_read_kernel checks the address; a bad one returns an error.
+        unsafe { bpf_probe_read_kernel(base.wrapping_add(off as usize) as *const T) }.unwrap_or_default()
+    }
+
+    #[inline(always)]
+    fn conn(sk: *const u8) -> *mut ConnState {
+        CONNS.get_ptr_mut(&(sk as u64)).unwrap_or(core::ptr::null_mut())
+    }
+
+    #[inline(always)]
+    fn conn_start(sk: *const u8, state: &mut ConnState) -> bool {
+        // LRU: a connection whose outcome we never see must not pin an entry.
+        CONNS.insert(&(sk as u64), state, 0).is_ok()
+    }
+
+    #[inline(always)]
+    fn conn_end(sk: *const u8) {
+        let _ = CONNS.remove(&(sk as u64));
+    }
 }
 
-/// Network namespace inode of a socket: sk->__sk_common.skc_net.net->ns.inum.
+/// An integer field (or bitfield) widened to u64; 0 when this kernel has no such field.
 #[inline(always)]
-pub fn netns_of(sk: *const u8) -> u32 {
-    let net: u64 = read(sk, layout!(skc_net)).unwrap_or(0);
-    if net == 0 {
+pub fn int<A: Access>(base: *const u8, f: Field) -> u64 {
+    if f.present == 0 {
         return 0;
     }
-    read(net as *const u8, layout!(net_ns_inum)).unwrap_or(0)
+    // `f` is a verifier-known constant: only one of these loads survives verification.
+    let raw = match f.size {
+        1 => A::load::<u8>(base, f.off) as u64,
+        2 => A::load::<u16>(base, f.off) as u64,
+        4 => A::load::<u32>(base, f.off) as u64,
+        _ => A::load::<u64>(base, f.off),
+    };
+    if f.bits == 0 {
+        return raw;
+    }
+    (raw >> f.shift) & ((1u64 << f.bits) - 1)
 }
 
+#[inline(always)]
+pub fn flag<A: Access>(base: *const u8, f: Field) -> bool {
+    int::<A>(base, f) != 0
+}
+
+/// A pointer field, to load from next; null when absent. Never shifted or masked: the
+/// verifier allows a kernel pointer nothing but offsets.
+#[inline(always)]
+pub fn ptr<A: Access>(base: *const u8, f: Field) -> *const u8 {
+    if f.present == 0 {
+        return core::ptr::null();
+    }
+    A::load::<u64>(base, f.off) as *const u8
+}
+
+/// A 16-byte field (an IPv6 address), in two 8-byte loads.
+#[inline(always)]
+fn words16<A: Access>(base: *const u8, f: Field) -> [u64; 2] {
+    [A::load(base, f.off), A::load(base, f.off + 8)]
+}
+
+/// The socket's `struct net` (sk->__sk_common.skc_net.net).
+#[inline(always)]
+pub fn net_of<A: Access>(sk: *const u8) -> *const u8 {
+    ptr::<A>(sk, layout!(skc_net))
+}
+
+/// Network namespace inode of a socket: its net->ns.inum.
+#[inline(always)]
+pub fn netns_of<A: Access>(sk: *const u8) -> u32 {
+    let net = net_of::<A>(sk);
+    if net.is_null() {
+        return 0;
+    }
+    int::<A>(net, layout!(net_ns_inum)) as u32
+}
+
+/// The state of a socket (sk_state).
+#[inline(always)]
+pub fn state_of<A: Access>(sk: *const u8) -> i32 {
+    int::<A>(sk, layout!(skc_state)) as i32
+}
+
+/// Addresses as the event holds them: 16 bytes each, IPv4 in the first four, network
+/// order, kept as two u64 words (see `maps::put16`).
 pub struct Tuple {
     pub family: u8,
-    pub saddr: [u8; 16],
-    pub daddr: [u8; 16],
+    pub saddr: [u64; 2],
+    pub daddr: [u64; 2],
     pub sport: u16,
     pub dport: u16,
 }
 
-/// The 4-tuple as the socket holds it once connected (ports in host order).
+/// The 4-tuple as the socket holds it once connected (ports in host order). Also works on
+/// a request sock, which starts with the same sock_common.
 #[inline(always)]
-pub fn tuple_of(sk: *const u8) -> Tuple {
-    let family: u16 = read(sk, layout!(skc_family)).unwrap_or(0);
+pub fn tuple_of<A: Access>(sk: *const u8) -> Tuple {
+    let family = int::<A>(sk, layout!(skc_family));
     let mut t = Tuple {
         family: 0,
-        saddr: [0; 16],
-        daddr: [0; 16],
-        sport: read(sk, layout!(skc_num)).unwrap_or(0),
-        dport: u16::from_be(read(sk, layout!(skc_dport)).unwrap_or(0)),
+        saddr: [0; 2],
+        daddr: [0; 2],
+        sport: int::<A>(sk, layout!(skc_num)) as u16,
+        dport: u16::from_be(int::<A>(sk, layout!(skc_dport)) as u16),
     };
     if family == AF_INET {
         t.family = FAMILY_V4;
-        let s: [u8; 4] = read(sk, layout!(skc_rcv_saddr)).unwrap_or([0; 4]);
-        let d: [u8; 4] = read(sk, layout!(skc_daddr)).unwrap_or([0; 4]);
-        t.saddr[..4].copy_from_slice(&s);
-        t.daddr[..4].copy_from_slice(&d);
+        // Little-endian words: the address's four bytes, as loaded, are the low half.
+        t.saddr[0] = int::<A>(sk, layout!(skc_rcv_saddr));
+        t.daddr[0] = int::<A>(sk, layout!(skc_daddr));
     } else if family == AF_INET6 {
         t.family = FAMILY_V6;
-        t.saddr = read(sk, layout!(skc_v6_rcv_saddr)).unwrap_or([0; 16]);
-        t.daddr = read(sk, layout!(skc_v6_daddr)).unwrap_or([0; 16]);
+        t.saddr = words16::<A>(sk, layout!(skc_v6_rcv_saddr));
+        t.daddr = words16::<A>(sk, layout!(skc_v6_daddr));
     }
     t
 }

@@ -1,5 +1,6 @@
 //! kprobe/kretprobe backend entry points: the twins of fentry.rs where trampolines are
-//! refused but kprobes exist.
+//! refused but kprobes exist. Untyped addresses: fields are read with
+//! bpf_probe_read_kernel. The client side comes from the tp_btf hooks.
 use aya_ebpf::{
     macros::{kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
@@ -7,7 +8,8 @@ use aya_ebpf::{
 
 use crate::{
     handlers::{detect_blackhole_enter, detect_blackhole_exit, on_cookie_cached},
-    server::{try_fastopen_enter, try_fastopen_exit},
+    kernel::Probe,
+    server::{try_fastopen_enter, try_fastopen_exit, CallArgs},
 };
 
 #[kprobe]
@@ -15,34 +17,35 @@ pub fn tfo_try_fastopen_kprobe(ctx: ProbeContext) -> u32 {
     let (Some(sk), Some(skb), Some(req), Some(foc)) = (ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3)) else {
         return 0;
     };
-    try_fastopen_enter(sk, skb, req, foc);
+    try_fastopen_enter::<Probe>(sk, skb, req, foc);
     0
 }
 
 #[kretprobe]
 pub fn tfo_try_fastopen_kretprobe(ctx: RetProbeContext) -> u32 {
-    try_fastopen_exit(ctx.ret());
+    let seen = CallArgs { sk: core::ptr::null(), req: core::ptr::null(), foc: core::ptr::null() };
+    try_fastopen_exit::<Probe>(seen, ctx.ret());
     0
 }
 
 #[kprobe]
 pub fn tfo_blackhole_kprobe(ctx: ProbeContext) -> u32 {
     if let Some(sk) = ctx.arg(0) {
-        detect_blackhole_enter(sk);
+        detect_blackhole_enter::<Probe>(sk);
     }
     0
 }
 
 #[kretprobe]
 pub fn tfo_blackhole_kretprobe(_ctx: RetProbeContext) -> u32 {
-    detect_blackhole_exit();
+    detect_blackhole_exit::<Probe>(core::ptr::null());
     0
 }
 
 #[kprobe]
 pub fn tfo_cookie_cached_kprobe(ctx: ProbeContext) -> u32 {
     if let (Some(sk), Some(cookie)) = (ctx.arg(0), ctx.arg(2)) {
-        on_cookie_cached(sk, cookie);
+        on_cookie_cached::<Probe>(sk, cookie);
     }
     0
 }

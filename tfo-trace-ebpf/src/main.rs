@@ -1,10 +1,14 @@
-//! Kernel side of tfo-trace. One shared handler per TFO outcome (`handlers`), called from
-//! the hook entry points of each backend (`tracepoints`; fentry/kprobe twins share the
-//! same handlers). See tfo-trace/src/probes/table.rs for which hook serves which outcome.
+//! Kernel side of tfo-trace. One shared handler per TFO outcome (`handlers`, `server`),
+//! generic over how the hook reads the kernel (`kernel::Access`), called from the entry
+//! points of each kind of hook: `btf_tracepoints` (typed, direct loads), `tracepoints`
+//! (raw), `fentry`, `kprobes`. `floor` holds empty programs for the benchmark. See
+//! tfo-trace/src/probes/table.rs for which hook serves which outcome on which backend.
 #![no_std]
 #![no_main]
 
+mod btf_tracepoints;
 mod fentry;
+mod floor;
 mod handlers;
 mod kernel;
 mod kprobes;

@@ -1,13 +1,18 @@
-//! Maps shared by every program. Sizes here are defaults; userspace may resize
-//! `EVENTS` (`--ring-buffer-size`) before load.
+//! Maps shared by every program. Sizes here are defaults; userspace may resize `EVENTS`
+//! (`--ring-buffer-size`) and shrinks the state table the backend does not use.
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
-    macros::map,
-    maps::{LruHashMap, PerCpuArray, RingBuf},
+    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
+    btf_maps::SkStorage,
+    macros::{btf_map, map},
+    maps::{LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
-use tfo_trace_common::{counter, ListenerKey, ProcInfo, TfoEvent, TASK_COMM_LEN};
+use tfo_trace_common::{config, counter, handshake_bucket, CountKey, Counts, ListenerKey, ProcInfo, TfoEvent};
 
-/// Per-connection state between the SYN and its outcome, keyed by `struct sock *`.
+use crate::kernel::config_has;
+
+/// Per-connection state between the SYN and its outcome. Byte arrays are kept as u64
+/// words: the BPF backend copies and zeroes byte arrays with calls to a byte-loop memset
+/// or memcpy, which the verifier walks byte by byte on every path (6.1 gave up on it).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ConnState {
@@ -15,27 +20,82 @@ pub struct ConnState {
     pub last_retrans_ns: u64,
     pub pid: u32,
     pub retransmits: u32,
-    pub comm: [u8; TASK_COMM_LEN],
+    pub comm: [u64; 2],
     /// Source port seen while the SYN was outstanding: a socket that fails is unhashed
     /// (port 0) by the time it reaches CLOSE.
     pub sport: u16,
-    pub _pad: [u8; 6],
+    pub _pad16: u16,
+    pub _pad32: u32,
 }
 
 impl ConnState {
     /// A connection starting now.
     #[inline(always)]
-    pub fn new(pid: u32, comm: [u8; TASK_COMM_LEN]) -> Self {
-        // SAFETY: helper without preconditions.
-        let start_ns = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
-        ConnState { start_ns, last_retrans_ns: 0, pid, retransmits: 0, comm, sport: 0, _pad: [0; 6] }
+    pub fn new(pid: u32, comm: [u64; 2]) -> Self {
+        ConnState {
+            start_ns: now(),
+            last_retrans_ns: 0,
+            pid,
+            retransmits: 0,
+            comm,
+            sport: 0,
+            _pad16: 0,
+            _pad32: 0,
+        }
     }
+}
+
+/// Writes two u64 words into a 16-byte field (an address, a comm) of a map value or a
+/// ring-buffer slot, where every such field is 8-byte aligned.
+#[inline(always)]
+pub fn put16(dst: &mut [u8; 16], words: [u64; 2]) {
+    let d = dst.as_mut_ptr() as *mut u64;
+    // SAFETY: 16 writable bytes, 8-byte aligned in every struct that has them
+    // (TfoEvent.saddr/daddr/comm, ProcInfo.comm: offsets 24, 40, 80, 8).
+    // Volatile, or the compiler turns the stores into a memcpy/memset call.
+    unsafe {
+        d.write_volatile(words[0]);
+        d.add(1).write_volatile(words[1]);
+    }
+}
+
+#[inline(always)]
+pub fn get16(src: &[u8; 16]) -> [u64; 2] {
+    let s = src.as_ptr() as *const u64;
+    // SAFETY: as for put16.
+    unsafe { [s.read(), s.add(1).read()] }
+}
+
+/// Zeroes a reserved event word by word (no memset call).
+#[inline(always)]
+fn zero_event(ev: *mut TfoEvent) {
+    const _: () = assert!(core::mem::size_of::<TfoEvent>() == 14 * 8);
+    let w = ev as *mut u64;
+    macro_rules! zero {
+        ($($i:literal)*) => {
+            // SAFETY: the reservation is a TfoEvent-sized, 8-byte aligned slot. Volatile,
+            // or the compiler merges the stores back into a memset call.
+            unsafe { $( w.add($i).write_volatile(0); )* }
+        };
+    }
+    zero!(0 1 2 3 4 5 6 7 8 9 10 11 12 13);
+}
+
+#[inline(always)]
+pub fn now() -> u64 {
+    // SAFETY: helper without preconditions.
+    unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() }
 }
 
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 
-/// LRU: a connection whose outcome we never see (e.g. lost state) must not pin an entry.
+/// Connection state for the BTF-typed programs: it lives on the socket and goes with it.
+#[btf_map]
+pub static CONN_STORAGE: SkStorage<ConnState> = SkStorage::new();
+
+/// Connection state for raw tracepoints and kprobes, keyed by `struct sock *`. LRU: a
+/// connection whose outcome we never see must not pin an entry.
 #[map]
 pub static CONNS: LruHashMap<u64, ConnState> = LruHashMap::with_max_entries(65536, 0);
 
@@ -43,8 +103,19 @@ pub static CONNS: LruHashMap<u64, ConnState> = LruHashMap::with_max_entries(6553
 #[map]
 pub static LISTENERS: LruHashMap<ListenerKey, ProcInfo> = LruHashMap::with_max_entries(16384, 0);
 
+/// The tracer's own health (`tfo_trace_common::counter`).
 #[map]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Every outcome, counted per namespace, role and outcome: what `export` and the totals
+/// of `top` read, exact even when the ring buffer overflows.
+#[map]
+pub static COUNTS: PerCpuHashMap<CountKey, Counts> = PerCpuHashMap::with_max_entries(4096, 0);
+
+/// A zeroed row to insert into `COUNTS` from (never written, so always zero): a `Counts`
+/// would be a memset call on the stack.
+#[map]
+static COUNTS_ZERO: PerCpuArray<Counts> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 pub fn bump(index: u32) {
@@ -54,7 +125,61 @@ pub fn bump(index: u32) {
     }
 }
 
+/// What an outcome adds to its row of `COUNTS`.
+pub struct Measure {
+    pub stall_ns: u64,
+    pub syn_data_bytes: u32,
+    pub retransmits: u32,
+    /// From the SYN (or the child) to the outcome; 0 where the start is unknown.
+    pub handshake_ns: u64,
+}
+
+#[inline(always)]
+fn add(row: *mut Counts, m: &Measure) {
+    // SAFETY: a per-CPU row of COUNTS (or of COUNTS_ZERO), written only by this CPU.
+    let row = unsafe { &mut *row };
+    row.events += 1;
+    // A SYN timed out (aggregation/stall.rs: which rows' stalls userspace counts).
+    if m.stall_ns > 0 || m.retransmits > 0 {
+        row.stalls += 1;
+        row.stall_ns += m.stall_ns;
+    }
+    row.syn_data_bytes += m.syn_data_bytes as u64;
+    row.retransmits += m.retransmits as u64;
+    if m.handshake_ns > 0 {
+        let ns = m.handshake_ns;
+        row.handshake_ns += ns;
+        row.handshakes += 1;
+        let b = handshake_bucket(ns);
+        if b < row.handshake_buckets.len() {
+            row.handshake_buckets[b] += 1;
+        }
+    }
+}
+
+/// Counts one outcome in `COUNTS`. A namespace beyond the table's size is counted under
+/// netns 0, and if even that row cannot be made, in `counter::COUNTS_FULL`.
+#[inline(always)]
+pub fn count(mut key: CountKey, m: &Measure) {
+    for _ in 0..2 {
+        if let Some(row) = COUNTS.get_ptr_mut(&key) {
+            return add(row, m);
+        }
+        if let Some(zero) = COUNTS_ZERO.get_ptr(0) {
+            // NOEXIST: another CPU may have made the row in between; then it is used.
+            // SAFETY: a row of COUNTS_ZERO, which nothing ever writes: all zero.
+            let _ = COUNTS.insert(&key, unsafe { &*zero }, BPF_NOEXIST as u64);
+            if let Some(row) = COUNTS.get_ptr_mut(&key) {
+                return add(row, m);
+            }
+        }
+        key.netns = 0;
+    }
+    bump(counter::COUNTS_FULL);
+}
+
 /// Sends one event, filled in place by `fill`; a full ring buffer is counted, never silent.
+/// Nothing is sent when userspace asked for counts only.
 ///
 /// Waking the reader on every event costs a self-IPI per event (irq_work), measured as
 /// most of our per-connection cost under load; so events are submitted quietly and the
@@ -62,15 +187,16 @@ pub fn bump(index: u32) {
 /// which bounds the delay of a lone event.
 #[inline(always)]
 pub fn emit_with(fill: impl FnOnce(&mut TfoEvent)) {
+    if config_has(config::COUNTS_ONLY) {
+        return;
+    }
     match EVENTS.reserve::<TfoEvent>(0) {
         Some(mut entry) => {
             let ev = entry.as_mut_ptr();
             // SAFETY: the reservation is a TfoEvent-sized slot we own until submit; zeroed
             // bytes are a valid TfoEvent (plain integers), so the reference is sound.
-            unsafe {
-                core::ptr::write_bytes(ev, 0, 1);
-                fill(&mut *ev);
-            }
+            zero_event(ev);
+            unsafe { fill(&mut *ev) };
             let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
             let size = EVENTS.query(BPF_RB_RING_SIZE as u64);
             let flags = if pending >= size / 16 { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP };

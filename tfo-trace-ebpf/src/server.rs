@@ -3,13 +3,13 @@
 //! (foc->len: -1 no option, 0 cookie request, >0 a cookie); exit sees what the kernel
 //! made of it (the child, and foc rewritten to the cookie that goes back in the SYN-ACK).
 //! Shared by the fentry/fexit and kprobe/kretprobe twins.
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray};
-use tfo_trace_common::{flags, outcome, role, ListenerKey};
+use aya_ebpf::{macros::map, maps::PerCpuArray};
+use tfo_trace_common::{flags, ListenerKey, Outcome, Role};
 
 use crate::{
-    handlers::{fill_event, name_listener_owner},
-    kernel::{layout, netns_of, read},
-    maps::emit_with,
+    handlers::{name_listener_owner, record, Known},
+    kernel::{flag, int, layout, net_of, netns_of, Access},
+    maps::{now, Measure},
 };
 
 /// What entry saw, per CPU: the SYN is processed in softirq on one CPU from entry to exit.
@@ -17,7 +17,6 @@ use crate::{
 #[derive(Clone, Copy)]
 pub struct SynSeen {
     pub sk: u64,
-    pub skb: u64,
     pub req: u64,
     pub foc: u64,
     pub start_ns: u64,
@@ -28,41 +27,42 @@ pub struct SynSeen {
 #[map]
 static SYN_SEEN: PerCpuArray<SynSeen> = PerCpuArray::with_max_entries(1, 0);
 
-const TFO_SERVER_ENABLE: u32 = 0x2;
+const TFO_SERVER_ENABLE: u64 = 0x2;
 
 /// Payload of the SYN: TCP_SKB_CB(skb)->end_seq - seq - 1 (the SYN flag takes one).
 #[inline(always)]
-fn syn_payload(skb: *const u8) -> u32 {
+fn syn_payload<A: Access>(skb: *const u8) -> u32 {
     let cb = skb.wrapping_add(layout!(skb_cb).off as usize);
-    let seq: u32 = read(cb, layout!(tcb_seq)).unwrap_or(0);
-    let end: u32 = read(cb, layout!(tcb_end_seq)).unwrap_or(0);
+    let seq = int::<A>(cb, layout!(tcb_seq)) as u32;
+    let end = int::<A>(cb, layout!(tcb_end_seq)) as u32;
     end.wrapping_sub(seq).saturating_sub(1)
 }
 
 #[inline(always)]
-fn foc_len(foc: *const u8) -> i32 {
-    read::<i8>(foc, layout!(foc_len)).unwrap_or(-1) as i32
+fn foc_len<A: Access>(foc: *const u8) -> i32 {
+    let f = layout!(foc_len);
+    if f.present == 0 {
+        return -1;
+    }
+    int::<A>(foc, f) as u8 as i8 as i32
 }
 
 #[inline(always)]
-pub fn try_fastopen_enter(sk: *const u8, skb: *const u8, req: *const u8, foc: *const u8) {
-    let in_len = foc_len(foc);
-    let data = syn_payload(skb);
+pub fn try_fastopen_enter<A: Access>(sk: *const u8, skb: *const u8, req: *const u8, foc: *const u8) {
+    let in_len = foc_len::<A>(foc);
+    let data = syn_payload::<A>(skb);
     // Plain SYNs (no TFO option, no data) are by far the most: nothing to remember.
     if in_len < 0 && data == 0 {
         return;
     }
-    // SAFETY: helper without preconditions.
-    let now = unsafe { bpf_ktime_get_ns() };
     if let Some(slot) = SYN_SEEN.get_ptr_mut(0) {
         // SAFETY: per-CPU slot, written only on this CPU during this softirq.
         unsafe {
             *slot = SynSeen {
                 sk: sk as u64,
-                skb: skb as u64,
                 req: req as u64,
                 foc: foc as u64,
-                start_ns: now,
+                start_ns: now(),
                 in_len,
                 syn_data_bytes: data,
             };
@@ -70,8 +70,17 @@ pub fn try_fastopen_enter(sk: *const u8, skb: *const u8, req: *const u8, foc: *c
     }
 }
 
+/// The arguments of the call, where the hook sees them again (fexit: typed pointers that
+/// direct loads need); a kretprobe does not (all null), and uses the addresses entry saw
+/// (`Access::TYPED` says which).
+pub struct CallArgs {
+    pub sk: *const u8,
+    pub req: *const u8,
+    pub foc: *const u8,
+}
+
 #[inline(always)]
-pub fn try_fastopen_exit(child: *const u8) {
+pub fn try_fastopen_exit<A: Access>(args: CallArgs, child: *const u8) {
     let Some(slot) = SYN_SEEN.get_ptr_mut(0) else { return };
     // SAFETY: per-CPU slot of this CPU; copied, then cleared so it is used once.
     let seen = unsafe { *slot };
@@ -80,27 +89,41 @@ pub fn try_fastopen_exit(child: *const u8) {
     }
     // SAFETY: as above.
     unsafe { (*slot).sk = 0 };
-    let (sk, req, foc) = (seen.sk as *const u8, seen.req as *const u8, seen.foc as *const u8);
-    let out_len = foc_len(foc);
-    let listener =
-        ListenerKey { netns: netns_of(sk), port: read(sk, layout!(skc_num)).unwrap_or(0), _pad: 0 };
+    // Typed hooks read from their own arguments (the verifier would refuse the numbers
+    // remembered at entry); the others have only those numbers.
+    let (sk, req, foc) = if !A::TYPED {
+        (seen.sk as *const u8, seen.req as *const u8, seen.foc as *const u8)
+    } else if !args.sk.is_null() && args.sk as u64 == seen.sk {
+        (args.sk, args.req, args.foc)
+    } else {
+        return;
+    };
+    let tp = A::tcp_sock(sk);
+    if tp.is_null() {
+        return;
+    }
+    let out_len = foc_len::<A>(foc);
+    let netns = netns_of::<A>(sk);
+    let listener = ListenerKey { netns, port: int::<A>(sk, layout!(skc_num)) as u16, _pad: 0 };
+    let qlen = int::<A>(tp, layout!(fastopenq_qlen)) as u32;
+    let max_qlen = int::<A>(tp, layout!(fastopenq_max_qlen)) as u32;
+    let exp = flag::<A>(foc, layout!(foc_exp));
 
-    let emit_server = |what: u8, cookie_len: i32, extra_flags: u8| {
-        emit_with(|ev| {
-            // The request sock starts with a sock_common holding the SYN's addresses and
-            // ports (tcp_v4_init_req / tcp_openreq_init ran before tcp_try_fastopen).
-            fill_event(ev, req, role::SERVER, what, None);
-            ev.netns = listener.netns;
-            ev.syn_data_bytes = seen.syn_data_bytes;
+    let server = |what: Outcome, cookie_len: i32, extra_flags: u8| {
+        // The child is judged at the SYN, before any handshake: no handshake time.
+        let measure = Measure { stall_ns: 0, syn_data_bytes: seen.syn_data_bytes, retransmits: 0, handshake_ns: 0 };
+        // The request sock starts with a sock_common holding the SYN's addresses and
+        // ports (tcp_v4_init_req / tcp_openreq_init ran before tcp_try_fastopen).
+        record::<A>(req, Role::Server, what, netns, &Known::NONE, measure, |ev| {
             ev.start_ns = seen.start_ns;
-            ev.queue_len = read(sk, layout!(fastopenq_qlen)).unwrap_or(0);
-            ev.queue_max = read(sk, layout!(fastopenq_max_qlen)).unwrap_or(0);
+            ev.queue_len = qlen;
+            ev.queue_max = max_qlen;
             ev.flags |= flags::QUEUE_KNOWN | extra_flags;
             if cookie_len > 0 {
                 ev.cookie_len = cookie_len as u8;
                 ev.flags |= flags::COOKIE_LEN_KNOWN;
             }
-            if read::<u8>(foc, layout!(foc_exp)).unwrap_or(0) != 0 {
+            if exp {
                 ev.flags |= flags::EXP_OPTION;
             }
             name_listener_owner(ev, &listener);
@@ -111,32 +134,30 @@ pub fn try_fastopen_exit(child: *const u8) {
         // Every SYN with an empty option counts as TcpExtTCPFastOpenCookieReqd; the
         // cookie going back (if any) is foc after the call.
         let issued = if out_len > 0 { flags::COOKIE_ISSUED } else { 0 };
-        emit_server(outcome::COOKIE_REQUESTED, out_len, issued);
+        server(Outcome::CookieRequested, out_len, issued);
     }
     if !child.is_null() {
         // foc stays a valid cookie only when the backup key matched (ret == 2).
-        let what = if out_len > 0 && seen.in_len > 0 { outcome::ACCEPTED_ALT_KEY } else { outcome::ACCEPTED };
-        emit_server(what, seen.in_len, 0);
+        let what = if out_len > 0 && seen.in_len > 0 { Outcome::AcceptedAltKey } else { Outcome::Accepted };
+        server(what, seen.in_len, 0);
         return;
     }
     if seen.in_len > 0 && out_len > 0 {
         // A cookie came in, no child came out, and a fresh cookie goes back:
         // TcpExtTCPFastOpenPassiveFail (invalid cookie, or the child could not be made).
-        emit_server(outcome::COOKIE_INVALID, seen.in_len, 0);
+        server(Outcome::CookieInvalid, seen.in_len, 0);
         return;
     }
     if seen.in_len > 0 || (seen.in_len < 0 && seen.syn_data_bytes > 0) {
         // The early return of tcp_try_fastopen: server bit off, no TCP_FASTOPEN on the
         // listener, or its TFO queue full (tcp_fastopen_queue_check counts
         // TcpExtTCPFastOpenListenOverflow).
-        let net: u64 = read(sk, layout!(skc_net)).unwrap_or(0);
-        let bits: u32 = read(net as *const u8, layout!(net_sysctl_tcp_fastopen)).unwrap_or(0);
-        let qlen: i32 = read(sk, layout!(fastopenq_qlen)).unwrap_or(0);
-        let max_qlen: i32 = read(sk, layout!(fastopenq_max_qlen)).unwrap_or(0);
+        let net = net_of::<A>(sk);
+        let bits = if net.is_null() { 0 } else { int::<A>(net, layout!(net_sysctl_tcp_fastopen)) };
         if bits & TFO_SERVER_ENABLE != 0 && max_qlen > 0 && qlen >= max_qlen {
-            emit_server(outcome::QUEUE_OVERFLOW, seen.in_len, 0);
+            server(Outcome::QueueOverflow, seen.in_len, 0);
         } else if seen.in_len > 0 {
-            emit_server(outcome::LISTENER_DISABLED, seen.in_len, 0);
+            server(Outcome::ListenerDisabled, seen.in_len, 0);
         }
     }
 }

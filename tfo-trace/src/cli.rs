@@ -3,7 +3,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::probes::{BackendChoice, DEFAULT_RING_BUFFER_BYTES};
+use crate::{
+    duration::parse_duration,
+    probes::{BackendChoice, DEFAULT_RING_BUFFER_BYTES},
+};
+
+/// Where `tfo-trace export` serves /metrics unless told otherwise.
+pub const DEFAULT_EXPORT_LISTEN: &str = "127.0.0.1:9435";
 
 #[derive(Parser, Debug)]
 #[command(name = "tfo-trace", version, about = "eBPF tracer for TCP Fast Open (RFC 7413)")]
@@ -19,7 +25,7 @@ pub struct Cli {
 pub enum Command {
     /// Print one line per TFO connection outcome as it happens.
     Trace(TraceArgs),
-    /// Only the connections that lost time to TFO (SYN timeouts, data resent), with a
+    /// Only the connections that stalled (lost time to a SYN timeout), with the cause and a
     /// summary by destination at exit.
     Stalls(TraceArgs),
     /// Live tables per destination, listener and process (a terminal UI; plain rows or
@@ -49,6 +55,20 @@ pub enum Command {
     /// TFO connection-rate generator for `cargo xtask bench` (listener + clients, loopback).
     #[command(hide = true)]
     LabLoad(crate::lab::load::LoadArgs),
+    /// Empty programs on a backend's tracepoints, for `cargo xtask bench`: the cost of the
+    /// attach points themselves, which the real programs are measured against.
+    #[command(hide = true)]
+    Floor(FloorArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FloorArgs {
+    /// `tracepoint` (tp_btf) or `raw-tracepoint` attach points.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Tracepoint)]
+    pub backend: BackendChoice,
+    /// Stop after this long; default: until SIGINT/SIGTERM.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -59,6 +79,23 @@ pub struct ProbeArgs {
     /// Size of the event ring buffer in bytes (a power of two, at least one page).
     #[arg(long, default_value_t = DEFAULT_RING_BUFFER_BYTES, value_parser = parse_ring_size)]
     pub ring_buffer_size: u32,
+    /// Struct layouts from this BTF file instead of the kernel's own (a kernel without
+    /// /sys/kernel/btf/vmlinux: BTFHub or `pahole -J`; only the raw-tracepoint and kprobe
+    /// backends can run there).
+    #[arg(long, value_name = "FILE")]
+    pub btf: Option<std::path::PathBuf>,
+}
+
+impl ProbeArgs {
+    /// What the loader needs from these flags (every view builds it here, not by hand).
+    pub fn load_options(&self) -> crate::probes::LoadOptions {
+        crate::probes::LoadOptions {
+            backend: self.backend,
+            ring_buffer_bytes: self.ring_buffer_size,
+            counts_only: false,
+            btf: self.btf.clone(),
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -154,7 +191,7 @@ pub struct ExportArgs {
     #[command(flatten)]
     pub probe: ProbeArgs,
     /// Address to serve /metrics on; binding beyond loopback is your explicit choice.
-    #[arg(long = "web.listen-address", value_name = "ADDR:PORT", default_value = crate::views::export::DEFAULT_LISTEN)]
+    #[arg(long = "web.listen-address", value_name = "ADDR:PORT", default_value = DEFAULT_EXPORT_LISTEN)]
     pub web_listen_address: std::net::SocketAddr,
     /// Do not serve HTTP (with --textfile: only write the file).
     #[arg(long = "web.disable", requires = "textfile")]
@@ -191,26 +228,6 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
-/// `30s`, `5m`, `1h`, `250ms`, or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration like 30s or 5m"))?;
-    let secs = match unit {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return Err(format!("unknown unit `{unit}` in `{s}` (use ms, s, m or h)")),
-    };
-    // Below 1 ms a duration rounds to nothing, and a zero period makes tokio's interval panic.
-    if !secs.is_finite() || secs < 0.001 || secs > 366.0 * 86400.0 {
-        return Err(format!("`{s}` is out of range (1ms to 366 days)"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 fn parse_ring_size(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|_| format!("`{s}` is not a number of bytes"))?;
     if v < 4096 || !v.is_power_of_two() {
@@ -227,19 +244,6 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
-        assert!(parse_duration("0").is_err());
-        assert!(parse_duration("0.0000000001").is_err(), "rounds to zero");
-        assert_eq!(parse_duration("1ms").unwrap(), Duration::from_millis(1));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
     }
 
     #[test]

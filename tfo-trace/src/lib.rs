@@ -3,10 +3,14 @@
 //! The data's way through the crate, one module per stage:
 //! `probes` (BTF layout, load, attach, fallbacks) -> `events` (ring buffer reader, decoding)
 //! -> `aggregation` (pure counting, no I/O) -> `views` (trace, doctor, ...).
-//! `lab` builds the network namespaces that the demo and the tests trace; `kernel` reads
-//! the kernel's own state (sysctls, namespaces, counters).
+//! `kernel` reads the host's facts (sysctls, namespaces, counters, listeners, ...), each
+//! once; `diagnosis` judges them for `doctor` (pure). `lab` builds the network namespaces
+//! that the demo and the tests trace. `cli` is the command line; `duration` parses the
+//! durations it and the lab's helpers take.
 pub mod aggregation;
 pub mod cli;
+pub mod diagnosis;
+pub mod duration;
 pub mod events;
 pub mod fuzz;
 pub mod kernel;

@@ -3,7 +3,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use tfo_trace::{
     cli::{Cli, Command},
-    probes::LoadOptions,
     views::{self, trace::PrivilegeError},
 };
 
@@ -34,19 +33,19 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Trace(a) => runtime()?.block_on(views::trace::run(views::trace::TraceOptions {
-            load: LoadOptions { backend: a.probe.backend, ring_buffer_bytes: a.probe.ring_buffer_size },
+            load: a.probe.load_options(),
             json: a.json,
             duration: a.duration,
             record: a.record,
         })),
         Command::Stalls(a) => runtime()?.block_on(views::stalls::run(views::stalls::StallsOptions {
-            load: LoadOptions { backend: a.probe.backend, ring_buffer_bytes: a.probe.ring_buffer_size },
+            load: a.probe.load_options(),
             json: a.json,
             duration: a.duration,
             record: a.record,
         })),
         Command::Top(a) => runtime()?.block_on(views::top::run(views::top::TopOptions {
-            load: LoadOptions { backend: a.probe.backend, ring_buffer_bytes: a.probe.ring_buffer_size },
+            load: a.probe.load_options(),
             interval: a.delay,
             count: a.count,
             duration: a.duration,
@@ -62,7 +61,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Report(a) => views::report::run(a),
         Command::Doctor(a) => views::doctor::run(a.json),
         Command::Export(a) => runtime()?.block_on(views::export::run(views::export::ExportOptions {
-            load: LoadOptions { backend: a.probe.backend, ring_buffer_bytes: a.probe.ring_buffer_size },
+            load: a.probe.load_options(),
             listen: (!a.web_disable).then_some(a.web_listen_address),
             textfile: a.textfile,
             interval: a.interval,
@@ -84,5 +83,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::LabServer(a) => tfo_trace::lab::traffic::run_server(&a),
         Command::LabClient(a) => tfo_trace::lab::traffic::run_client(&a),
         Command::LabLoad(a) => tfo_trace::lab::load::run(&a),
+        Command::Floor(a) => runtime()?.block_on(views::floor::run(a)),
     }
 }

@@ -64,6 +64,22 @@ impl Copy {
     }
 }
 
+/// Runs `cmd`, retrying while exec says ETXTBSY: a copy just written may still be open for
+/// writing in a child another test thread forked in between (until that child's own
+/// exec closes it). Bounded: 50 tries, 20 ms apart.
+fn spawn_retrying(cmd: &mut Command) -> std::io::Result<Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
+}
+
 impl Drop for Copy {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -80,7 +96,7 @@ struct Running {
 
 impl Running {
     fn start(mut cmd: Command) -> Running {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("starting the copy");
+        let mut child = spawn_retrying(cmd.stdout(Stdio::piped()).stderr(Stdio::piped())).expect("starting the copy");
         let out = child.stdout.take().unwrap();
         let stdout = std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
         let err = child.stderr.take().unwrap();
@@ -91,7 +107,7 @@ impl Running {
             }
         });
         let mut r = Running { child, stdout: Some(stdout), stderr, seen: Vec::new() };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + common::HANG_LIMIT;
         loop {
             match r.stderr.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(l) => {
@@ -101,7 +117,7 @@ impl Running {
                         return r;
                     }
                 }
-                Err(_) => panic!("the unprivileged tracer did not attach within 30 s: {:?}", r.seen),
+                Err(_) => panic!("the unprivileged tracer did not attach within {:?}: {:?}", common::HANG_LIMIT, r.seen),
             }
         }
     }
@@ -111,12 +127,12 @@ impl Running {
         std::thread::sleep(Duration::from_millis(300));
         // SAFETY: kill on our own child's pid, which has not been reaped yet.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + common::HANG_LIMIT;
         let status = loop {
             if let Some(s) = self.child.try_wait().unwrap() {
                 break s;
             }
-            assert!(Instant::now() < deadline, "the tracer ignored SIGINT for 10 s");
+            assert!(Instant::now() < deadline, "the tracer ignored SIGINT for {:?}", common::HANG_LIMIT);
             std::thread::sleep(Duration::from_millis(20));
         };
         let lines = self.stdout.take().unwrap().join().unwrap();
@@ -180,7 +196,8 @@ fn nobody_with_cap_bpf_and_cap_perfmon_sees_the_kernels_connections() {
 /// Runs the copy as nobody; must fail with exactly one stderr line.
 fn refused_line(tag: usize, exe_caps: &str) -> String {
     let copy = Copy::new(&format!("refused-{tag}"), exe_caps);
-    let out = copy.as_nobody(&["trace", "--duration", "1s"]).output().unwrap();
+    let mut cmd = copy.as_nobody(&["trace", "--duration", "1s"]);
+    let out = spawn_retrying(cmd.stdout(Stdio::piped()).stderr(Stdio::piped())).unwrap().wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "caps {exe_caps:?}: {stderr}");
     assert!(out.stdout.is_empty(), "caps {exe_caps:?}: nothing on stdout");

@@ -9,13 +9,13 @@ mod common;
 
 use std::{
     io::{Read as _, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::{SocketAddr, TcpListener},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use common::{netns_inode, Tracer};
+use common::{http_get, netns_inode, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     kernel::netstat::Netstat,
@@ -67,19 +67,6 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// HTTP/1.0 GET (so no chunked answer): (status, body).
-fn http_get(addr: SocketAddr, target: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    Ok((status, body.to_string()))
-}
-
 fn url_encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
@@ -120,7 +107,7 @@ impl Prometheus {
             .spawn()
             .expect("starting prometheus");
         let mut p = Prometheus { child, addr, dir: dir.to_path_buf() };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + common::HANG_LIMIT;
         while !matches!(http_get(addr, "/-/ready"), Ok((200, _))) {
             if let Ok(Some(status)) = p.child.try_wait() {
                 panic!("prometheus exited ({status}): {}", p.log());
@@ -153,12 +140,12 @@ impl Prometheus {
     /// Waits for a scrape that started after `t` (unix seconds), so every later query sees
     /// what the exporter counted up to `t`.
     fn wait_for_scrape_after(&self, t: f64) {
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if self.query(r#"timestamp(up{job="tfo-trace"})"#).is_some_and(|ts| ts > t) {
                 return;
             }
-            assert!(Instant::now() < deadline, "no scrape after {t} within 15 s: {}", self.log());
+            assert!(Instant::now() < deadline, "no scrape after {t} within 60 s: {}", self.log());
             std::thread::sleep(Duration::from_millis(200));
         }
     }

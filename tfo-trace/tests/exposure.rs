@@ -221,7 +221,7 @@ fn the_exporter_listens_on_loopback_unless_told_otherwise() {
     require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
     let ns = lab.netns(Side::Client).to_string();
-    let default: SocketAddr = tfo_trace::views::export::DEFAULT_LISTEN.parse().unwrap();
+    let default: SocketAddr = tfo_trace::cli::DEFAULT_EXPORT_LISTEN.parse().unwrap();
     assert_eq!(default.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
     let in_ns = || {
         let mut c = Command::new("ip");
@@ -349,7 +349,7 @@ fn leaves_nothing_behind(how: &str, end: fn(Tracer)) {
     end(tracer);
     // The kernel frees programs and maps after the last reference goes (RCU, work queues):
     // wait for it, bounded.
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + common::HANG_LIMIT;
     let left = loop {
         let left: BpfIds = loaded().intersection(&held).copied().collect();
         if left.is_empty() || Instant::now() > deadline {
@@ -365,7 +365,10 @@ fn nothing_bpf_is_left_behind() {
     require_kernel!();
     let _bpffs = Bpffs::ensure();
     leaves_nothing_behind("Ctrl-C", |t| drop(t.stop_lines()));
-    leaves_nothing_behind("SIGKILL", Tracer::kill);
+    leaves_nothing_behind("SIGKILL", |t| {
+        t.signal(libc::SIGKILL);
+        drop(t); // reaps it
+    });
 }
 
 tests_main!(

@@ -1,12 +1,17 @@
 //! `tfo-trace stalls` against the real kernel: a middlebox drops SYN-data, and every
 //! connection that paid the 1 s SYN timeout must be listed, matching the kernel's
-//! TcpExtTCPSynRetrans and the middlebox's drop counter.
+//! TcpExtTCPSynRetrans and the middlebox's drop counter. And one recording fed to every
+//! view that counts stalls (`stalls`, `top`, `report`, the exporter's metrics) must give
+//! the same stalls and the same time lost in each.
 mod common;
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, process::Command, time::Duration};
 
 use common::{netns_inode, Tracer};
+use serde_json::Value;
 use tfo_trace::{
+    aggregation::metrics::{BuildInfo, Metrics},
+    events::record,
     kernel::netstat::Netstat,
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
 };
@@ -54,6 +59,140 @@ fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
     assert!(stderr.iter().any(|l| l.contains("stalled connections")), "{stderr:?}");
 }
 
+/// Deleted on drop, also when the test fails.
+struct TempFile(PathBuf);
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `tfo-trace ARGS`: its stdout, after checking it exited 0.
+fn stdout_of(args: &[&str]) -> String {
+    let out = Command::new(common::exe()).args(args).output().expect("running tfo-trace");
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The lab recording: 3 connections accepted, 2 to a listener without TCP_FASTOPEN
+/// (data not acked: one extra round trip, not a stall), 2 whose SYN-data a middlebox drops
+/// (the 1 s SYN timeout: stalls). `stalls --json --record` traces it; the recording then
+/// goes through `top --from --batch --json`, `report --from --format json` and the
+/// exporter's metrics. All four must count 2 stalls and the same time lost, and keep the
+/// data not acked apart.
+fn one_recording_gives_the_same_stalls_in_every_view() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() }).unwrap();
+    let (clean_ip, blocked_ip) = (lab.server_addr(0, false).unwrap(), lab.server_addr(1, false).unwrap());
+    let clean = SocketAddr::new(clean_ip, 8080);
+    let plain = SocketAddr::new(clean_ip, 8081);
+    let blocked = SocketAddr::new(blocked_ip, 8080);
+    let _s0 = lab.start_server(common::exe(), 0, clean.port(), 16, false).unwrap();
+    let _s1 = lab.start_server(common::exe(), 0, plain.port(), 0, false).unwrap();
+    let _s2 = lab.start_server(common::exe(), 1, blocked.port(), 16, false).unwrap();
+    let client = |dst, count| ClientArgs { count, timeout_ms: 5000, ..ClientArgs::new(dst) };
+    // Cookies first (per server address: the plain listener's address has one too).
+    for dst in [clean, blocked] {
+        assert_eq!(
+            lab.run_client(common::exe(), &client(dst, 1)).unwrap().ok_count(),
+            1,
+            "cookie from {dst}"
+        );
+    }
+    lab.middlebox_drop_syn_data(Some(blocked_ip)).unwrap();
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let file = TempFile(std::env::temp_dir().join(format!("tfo-stall-views-{}.jsonl", std::process::id())));
+    let path = file.0.to_str().unwrap();
+
+    let before = lab.netstat(Side::Client).unwrap();
+    let tracer = Tracer::start_command(&["stalls", "--json", "--record", path]);
+    for (dst, n) in [(clean, 3), (plain, 2), (blocked, 2)] {
+        assert_eq!(
+            lab.run_client(common::exe(), &client(dst, n)).unwrap().ok_count(),
+            n as usize,
+            "to {dst}"
+        );
+    }
+    let (lines, stderr) = tracer.stop();
+    let dc = Netstat::delta(&before, &lab.netstat(Side::Client).unwrap());
+
+    // The kernel's view first: 2 SYN timeouts, 3 + 0 SYN-data acked, 2 + 2 not.
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), 2, "client counters: {dc:?}");
+    assert_eq!(dc.get("TcpExtTCPFastOpenActive"), 3, "client counters: {dc:?}");
+    assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), 4, "client counters: {dc:?}");
+    let kernel_stalls = dc.get("TcpExtTCPSynRetrans");
+    // Other TFO traffic on this host may be in the recording: only this lab's client
+    // namespace and destinations count.
+    let ours = |dst: &Value| [clean, plain, blocked].iter().any(|d| dst == &Value::from(d.to_string()));
+
+    // stalls: one line per stalled connection.
+    let mine: Vec<&Value> = lines.iter().filter(|l| l["netns"] == cli_ns).collect();
+    let stalls_lost: u64 = mine.iter().map(|l| l["lost_us"].as_u64().unwrap()).sum();
+    assert_eq!(mine.len() as u64, kernel_stalls, "stalls lines: {mine:?}");
+    assert!(
+        mine.iter().all(|l| l["cause"] == "syn_data_dropped" && l["daddr"] == blocked.to_string()),
+        "{mine:?}"
+    );
+    assert!(
+        (900_000 * kernel_stalls..=1_500_000 * kernel_stalls).contains(&stalls_lost),
+        "each stall one initial SYN RTO: {stalls_lost} us"
+    );
+
+    // top, replayed: the destination rows of this lab.
+    let top = stdout_of(&["top", "--from", path, "--batch", "--json"]);
+    let snap: Value = serde_json::from_str(top.lines().last().unwrap()).unwrap();
+    let rows: Vec<&Value> =
+        snap["destinations"].as_array().unwrap().iter().filter(|r| ours(&r["destination"])).collect();
+    let sum = |rows: &[&Value], key: &str| rows.iter().map(|r| r[key].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(rows.len(), 3, "{snap}");
+    assert_eq!((sum(&rows, "stalls"), sum(&rows, "stall_us")), (kernel_stalls, stalls_lost), "top: {rows:?}");
+    assert_eq!(sum(&rows, "data_not_acked"), 2, "top: {rows:?}");
+
+    // report, replayed: the destinations of this lab's client namespace.
+    let report: Value =
+        serde_json::from_str(&stdout_of(&["report", "--from", path, "--format", "json"])).unwrap();
+    let dsts: Vec<&Value> =
+        report["destinations"].as_array().unwrap().iter().filter(|d| d["netns"] == cli_ns).collect();
+    assert_eq!(dsts.len(), 3, "{report:#}");
+    assert_eq!(
+        (sum(&dsts, "stalled"), sum(&dsts, "lost_us_total")),
+        (kernel_stalls, stalls_lost),
+        "report: {dsts:#?}"
+    );
+    // Data not acked: apart from the stalls, as extra round trips.
+    assert_eq!((sum(&dsts, "data_not_acked"), sum(&dsts, "extra_round_trips")), (2, 2), "report: {dsts:#?}");
+    let plain_report = dsts.iter().find(|d| d["destination"] == plain.to_string()).unwrap();
+    assert_eq!(
+        (plain_report["stalled"].as_u64(), plain_report["lost_us_total"].as_u64()),
+        (Some(0), Some(0))
+    );
+
+    // The exporter's metrics, fed the recording as `export --netns` would count it.
+    let (header, events, err) = record::read_recording(&file.0).unwrap();
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(header.backend, common::backend_of(&stderr).to_string());
+    let build =
+        BuildInfo { version: "test".into(), backend: common::backend_of(&stderr), kernel: header.kernel };
+    let metrics = Metrics::new(&build, None);
+    // The exporter's series come from the kernel's counts; a recording's events are counted
+    // the way the kernel counts them.
+    let mut counts = tfo_trace::events::counts::KernelCounts::default();
+    events.iter().filter(|e| e.netns == cli_ns).for_each(|e| counts.add_event(e));
+    metrics.set_kernel(counts, 0);
+    let text = metrics.encode();
+    let exported: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tfo_trace_stall_seconds_total "))
+        .unwrap_or_else(|| panic!("no stall seconds in\n{text}"))
+        .parse()
+        .unwrap();
+    assert!(
+        (exported * 1e6 - stalls_lost as f64).abs() < 1.0,
+        "export: {exported} s, stalls: {stalls_lost} us"
+    );
+}
+
 tests_main!(
     stalls_lists_every_connection_that_paid_a_syn_timeout,
+    one_recording_gives_the_same_stalls_in_every_view,
 );

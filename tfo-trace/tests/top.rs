@@ -114,7 +114,7 @@ fn batch_rows_match_the_kernel_counters() {
         }
     });
     let mut err_lines = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + common::HANG_LIMIT;
     while !err_lines.iter().any(|l: &String| l.contains("programs attached")) {
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(l) => err_lines.push(l),
@@ -131,7 +131,7 @@ fn batch_rows_match_the_kernel_counters() {
     let (r1, r2) = (c1.wait(Duration::from_secs(15)).unwrap(), c2.wait(Duration::from_secs(15)).unwrap());
     assert_eq!((r1.ok_count(), r2.ok_count()), (3, 2), "lab connections");
 
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + common::HANG_LIMIT;
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s;

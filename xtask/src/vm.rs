@@ -106,7 +106,7 @@ pub struct VmArgs {
     #[arg(long, value_enum, default_value = "all")]
     pub kernel: KernelChoice,
     /// Tracer backends to run the backend-dependent tests with (TFO_TRACE_BACKEND in the VM)
-    #[arg(long, value_delimiter = ',', default_value = "tracepoint,fentry,kprobe")]
+    #[arg(long, value_delimiter = ',', default_value = "tracepoint,raw-tracepoint,fentry,kprobe")]
     pub backend: Vec<String>,
     /// Integration test binaries to run (default: kernel_scenarios,server_outcomes,stalls,
     /// report per backend; lab and kernel_facts once per kernel)
@@ -137,7 +137,7 @@ impl Default for VmArgs {
     fn default() -> Self {
         VmArgs {
             kernel: KernelChoice::All,
-            backend: ["tracepoint", "fentry", "kprobe"].map(String::from).to_vec(),
+            backend: ["tracepoint", "raw-tracepoint", "fentry", "kprobe"].map(String::from).to_vec(),
             bins: Vec::new(),
             accel: Accel::Tcg,
             test_limit_s: TEST_LIMIT_S,
@@ -154,8 +154,8 @@ impl VmArgs {
     pub fn check(&self) -> Result<()> {
         for b in &self.backend {
             ensure!(
-                ["tracepoint", "fentry", "kprobe", "auto"].contains(&b.as_str()),
-                "unknown backend `{b}` (tracepoint, fentry, kprobe, auto)"
+                ["tracepoint", "raw-tracepoint", "fentry", "kprobe", "auto"].contains(&b.as_str()),
+                "unknown backend `{b}` (tracepoint, raw-tracepoint, fentry, kprobe, auto)"
             );
             ensure!(b != ONCE_CELL, "`{ONCE_CELL}` names the per-kernel cell, not a backend");
         }
@@ -1219,7 +1219,7 @@ fn verdict(r: &TestRun) -> String {
 fn print_result_table(cells: &[Cell], boots: &[Boot]) {
     println!();
     println!(
-        "{:<7} {:<11} {:<18} {:<16} {:>6} {:>6} {:>7} {:>6}  PROBLEMS",
+        "{:<7} {:<14} {:<18} {:<16} {:>6} {:>6} {:>7} {:>6}  PROBLEMS",
         "KERNEL", "CELL", "BINARY", "RESULT", "PASSED", "FAILED", "IGNORED", "TIME"
     );
     for (cell, boot) in cells.iter().zip(boots) {
@@ -1243,7 +1243,7 @@ fn print_result_table(cells: &[Cell], boots: &[Boot]) {
                 format!("FAIL ({} of {})", bad.len(), tests.len())
             };
             println!(
-                "{:<7} {:<11} {:<18} {:<16} {:>6} {:>6} {:>7} {:>5}s  {}",
+                "{:<7} {:<14} {:<18} {:<16} {:>6} {:>6} {:>7} {:>5}s  {}",
                 cell.kernel,
                 cell.name,
                 bin.name,
@@ -1265,14 +1265,14 @@ fn print_result_table(cells: &[Cell], boots: &[Boot]) {
 
 /// Where the VM time went: per cell, boot and tests; then the whole.
 fn print_time_table(cells: &[Cell], boots: &[Boot], prepared_s: f64, total_s: f64, jobs: usize) {
-    println!("{:<7} {:<11} {:>6} {:>7} {:>7} {:>7}  SLOWEST TEST", "KERNEL", "CELL", "TESTS", "BOOT", "TESTS_S", "WHOLE");
+    println!("{:<7} {:<14} {:>6} {:>7} {:>7} {:>7}  SLOWEST TEST", "KERNEL", "CELL", "TESTS", "BOOT", "TESTS_S", "WHOLE");
     let mut guest_s = 0.0;
     for (cell, boot) in cells.iter().zip(boots) {
         let tests_s: u64 = boot.results.values().map(|r| r.seconds).sum();
         let slowest = boot.results.iter().max_by_key(|(_, r)| r.seconds);
         guest_s += boot.total_s;
         println!(
-            "{:<7} {:<11} {:>6} {:>6.1}s {:>6}s {:>6.1}s  {}",
+            "{:<7} {:<14} {:>6} {:>6.1}s {:>6}s {:>6.1}s  {}",
             cell.kernel,
             cell.name,
             cell.test_count(),

@@ -1,32 +1,37 @@
-//! The Prometheus metric model of `tfo-trace export`: events in, text exposition out.
-//! No I/O here (the HTTP server and the textfile writer live in `views::export`), so the
-//! names, labels and the series cap are unit-tested on fixed events.
+//! The Prometheus metric model of `tfo-trace export`: the kernel's counts (and, for the
+//! opt-in per-destination series, events) in, text exposition out. No I/O here (the HTTP
+//! server and the textfile writer live in `views::export`), so the names, labels and the
+//! series cap are unit-tested on fixed counts.
 //!
-//! Labels stay bounded: `role` (2 values), `outcome` (10), and `destination` only when the
-//! user asks for it with a cap ([`Metrics::new`]'s `top_destinations`).
-use std::collections::HashSet;
-
-use prometheus_client::{
-    encoding::prometheus_text,
-    metrics::{counter::Counter, family::Family, histogram::Histogram, info::Info},
-    registry::Registry,
+//! Every series without a `destination` label comes from the kernel's per-CPU `COUNTS`
+//! table, so it stays exact when the event stream falls behind (events lost show in
+//! `tfo_trace_events_lost_total`, not as missing counts). Labels stay bounded: `role`
+//! (2 values), `outcome` (13), and `destination` only when the user asks for it with a cap
+//! ([`Metrics::new`]'s `top_destinations`).
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::{Arc, Mutex},
 };
 
+use prometheus_client::{
+    collector::Collector,
+    encoding::{prometheus_text, DescriptorEncoder},
+    metrics::{info::Info, MetricType},
+    registry::Registry,
+};
+use tfo_trace_common::HANDSHAKE_BOUNDS_NS;
+
+use super::stall;
 use crate::{
-    events::{Event, Outcome, Role},
+    events::{counts::KernelCounts, Event, Outcome, Role},
     probes::{table, Backend},
 };
 
 /// `Content-Type` of what [`Metrics::encode`] returns (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-/// Handshake buckets, in seconds: fine below 100 ms for healthy TFO, and edges at 0.9 s and
-/// 1.1 s around the kernel's 1 s initial SYN RTO (TCP_TIMEOUT_INIT), so the SYN-data stall
-/// mode falls in one bucket of its own; 3 s and 7 s catch the second and third SYN timeout.
-pub const HANDSHAKE_BUCKETS: [f64; 15] =
-    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.9, 1.1, 1.5, 3.0, 7.0];
-
-/// The `destination` value every destination beyond the top-K cap is counted under.
+/// The `destination` value every destination beyond the top-K cap is counted under, and
+/// whatever the kernel counted that no event brought (events lost).
 pub const OTHER_DESTINATION: &str = "other";
 
 /// Label pairs of one series; a Vec so that `destination` exists only when asked for.
@@ -52,43 +57,35 @@ pub struct BuildInfo {
     pub kernel: String,
 }
 
-/// Which destinations get a series of their own: the first `cap` distinct ones seen keep
-/// theirs for the exporter's lifetime; every later one is counted under
-/// [`OTHER_DESTINATION`]. A destination is never moved between series, so every counter
-/// only goes up (what `rate()` needs), and the series count stays at most `cap + 1` per
-/// (role, outcome).
+/// The opt-in per-destination series, from events. Which destinations get a series of
+/// their own: the first `cap` distinct ones seen keep theirs for the exporter's lifetime;
+/// every later one is counted under [`OTHER_DESTINATION`]. A destination is never moved
+/// between series, so every counter only goes up (what `rate()` needs), and the series
+/// count stays at most `cap + 1` per (role, outcome). "other" also takes what the kernel
+/// counted beyond the events that arrived, so the series of one (role, outcome) always
+/// sum to the kernel's exact total.
 #[derive(Debug, Default)]
-struct DestinationCap {
+struct Destinations {
     cap: usize,
     admitted: HashSet<String>,
+    connections: BTreeMap<(Role, Outcome, String), u64>,
+    stall_ns: BTreeMap<String, u64>,
 }
 
-impl DestinationCap {
-    fn label(&mut self, destination: String) -> String {
-        if self.admitted.contains(&destination) {
-            return destination;
+impl Destinations {
+    fn observe(&mut self, e: &Event) {
+        let dst = server_address(e);
+        if !self.admitted.contains(&dst) {
+            if self.admitted.len() >= self.cap {
+                return; // counted under "other", from the kernel's total
+            }
+            self.admitted.insert(dst.clone());
         }
-        if self.admitted.len() < self.cap {
-            self.admitted.insert(destination.clone());
-            return destination;
+        if let Some(s) = stall::of(e).filter(|s| s.lost_us > 0) {
+            *self.stall_ns.entry(dst.clone()).or_default() += s.lost_us * 1000;
         }
-        OTHER_DESTINATION.to_string()
+        *self.connections.entry((e.role, e.outcome, dst)).or_default() += 1;
     }
-}
-
-pub struct Metrics {
-    registry: Registry,
-    connections: Family<Labels, Counter>,
-    syn_data_bytes: Family<Labels, Counter>,
-    stall_seconds: Family<Labels, Counter<f64>>,
-    handshake: Family<Labels, Histogram, fn() -> Histogram>,
-    events_lost: Counter,
-    events_lost_seen: u64,
-    destinations: Option<DestinationCap>,
-}
-
-fn handshake_histogram() -> Histogram {
-    Histogram::new(HANDSHAKE_BUCKETS)
 }
 
 /// The server a connection went to: for a client event its destination, for a server
@@ -101,113 +98,60 @@ pub fn server_address(e: &Event) -> String {
     }
 }
 
+/// Everything the exposition is made of, shared with the registry's collector.
+#[derive(Debug)]
+struct Model {
+    backend: Backend,
+    kernel: KernelCounts,
+    events_lost: u64,
+    destinations: Option<Destinations>,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    model: Arc<Mutex<Model>>,
+}
+
 impl Metrics {
     /// `top_destinations`: Some(K) adds a `destination` label to the connection and stall
-    /// counters, for at most K destinations (see [`DestinationCap`]); None: no such label.
+    /// counters, for at most K destinations (see [`Destinations`]); None: no such label.
     pub fn new(build: &BuildInfo, top_destinations: Option<usize>) -> Metrics {
         let mut registry = Registry::default();
-        let connections = Family::<Labels, Counter>::default();
-        registry.register(
-            "tfo_trace_connections",
-            "TFO connection outcomes seen by tfo-trace, by role and outcome (see tfo-trace doctor for \
-             what this backend can see)",
-            connections.clone(),
-        );
-        let syn_data_bytes = Family::<Labels, Counter>::default();
-        registry.register(
-            "tfo_trace_syn_data_bytes",
-            "Payload bytes carried in TFO SYNs (client: sent, server: accepted), by role",
-            syn_data_bytes.clone(),
-        );
-        let stall_seconds = Family::<Labels, Counter<f64>>::default();
-        registry.register(
-            "tfo_trace_stall_seconds",
-            "Time connections lost to SYN timeouts (last SYN retransmission minus first SYN)",
-            stall_seconds.clone(),
-        );
-        let handshake = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(
-            handshake_histogram as fn() -> Histogram,
-        );
-        registry.register(
-            "tfo_trace_handshake_seconds",
-            "SYN sent (client) or child socket created (server) to the TFO outcome, by role",
-            handshake.clone(),
-        );
-        let events_lost = Counter::default();
-        registry.register(
-            "tfo_trace_events_lost",
-            "Events the kernel could not hand to tfo-trace because its ring buffer was full",
-            events_lost.clone(),
-        );
+        let model = Arc::new(Mutex::new(Model {
+            backend: build.backend,
+            kernel: KernelCounts::default(),
+            events_lost: 0,
+            destinations: top_destinations.map(|cap| Destinations { cap, ..Destinations::default() }),
+        }));
+        registry.register_collector(Box::new(ModelCollector(model.clone())));
         let info: Labels = vec![
             ("version", build.version.clone()),
             ("backend", build.backend.name().to_string()),
             ("kernel", build.kernel.clone()),
         ];
-        registry.register(
-            "tfo_trace_build",
-            "tfo-trace version, kernel backend and kernel release",
-            Info::new(info),
-        );
-
-        let destinations = top_destinations.map(|cap| DestinationCap { cap, admitted: HashSet::new() });
-        let m = Metrics {
-            registry,
-            connections,
-            syn_data_bytes,
-            stall_seconds,
-            handshake,
-            events_lost,
-            events_lost_seen: 0,
-            destinations,
-        };
-        m.zero_series(build.backend);
-        m
+        registry.register("tfo_trace_build", "tfo-trace version, kernel backend and kernel release", Info::new(info));
+        Metrics { registry, model }
     }
 
-    /// Creates every series this backend can ever report, at 0, so that `increase()` sees
-    /// the first event and a dashboard can tell "none happened" from "not exported".
-    /// Outcomes the backend cannot see stay absent rather than a misleading 0.
-    fn zero_series(&self, backend: Backend) {
-        let dst = self.destinations.as_ref().map(|_| OTHER_DESTINATION.to_string());
-        for role in [Role::Client, Role::Server] {
-            let seen: Vec<Outcome> = Outcome::ALL
-                .into_iter()
-                .filter(|o| table::sees(backend, role.to_wire(), o.to_wire()))
-                .collect();
-            for &o in &seen {
-                let _ = self.connections.get_or_create(&labels(role, Some(o), dst.clone()));
+    /// Whether the per-destination series are wanted, and so events at all.
+    pub fn needs_events(&self) -> bool {
+        self.model.lock().map(|m| m.destinations.is_some()).unwrap_or(false)
+    }
+
+    /// The kernel's counts now (they only grow), and its running total of lost events.
+    pub fn set_kernel(&self, counts: KernelCounts, events_lost: u64) {
+        if let Ok(mut m) = self.model.lock() {
+            m.kernel = counts;
+            m.events_lost = m.events_lost.max(events_lost);
+        }
+    }
+
+    /// Counts one event in the per-destination series (nothing without them).
+    pub fn observe(&self, e: &Event) {
+        if let Ok(mut m) = self.model.lock() {
+            if let Some(d) = m.destinations.as_mut() {
+                d.observe(e);
             }
-            if !seen.is_empty() {
-                let _ = self.syn_data_bytes.get_or_create(&labels(role, None, None));
-                let _ = self.handshake.get_or_create(&labels(role, None, None));
-            }
-        }
-        let _ = self.stall_seconds.get_or_create(&destination_only(dst));
-    }
-
-    /// Counts one event.
-    pub fn observe(&mut self, e: &Event) {
-        let dst = self.destinations.as_mut().map(|d| d.label(server_address(e)));
-        self.connections.get_or_create(&labels(e.role, Some(e.outcome), dst.clone())).inc();
-        if e.syn_data_bytes > 0 {
-            self.syn_data_bytes
-                .get_or_create(&labels(e.role, None, None))
-                .inc_by(u64::from(e.syn_data_bytes));
-        }
-        if e.stall_us > 0 {
-            self.stall_seconds.get_or_create(&destination_only(dst)).inc_by(e.stall_us as f64 / 1e6);
-        }
-        if let Some(us) = e.handshake_us {
-            self.handshake.get_or_create(&labels(e.role, None, None)).observe(us as f64 / 1e6);
-        }
-    }
-
-    /// The kernel's running total of lost events (it only grows); the counter follows it.
-    pub fn set_events_lost(&mut self, total: u64) {
-        if total > self.events_lost_seen {
-            self.events_lost.inc_by(total - self.events_lost_seen);
-            self.events_lost_seen = total;
         }
     }
 
@@ -220,25 +164,142 @@ impl Metrics {
     }
 }
 
-fn labels(role: Role, outcome: Option<Outcome>, destination: Option<String>) -> Labels {
+#[derive(Debug)]
+struct ModelCollector(Arc<Mutex<Model>>);
+
+fn labels(role: Role, outcome: Option<Outcome>, destination: Option<&str>) -> Labels {
     let mut l: Labels = vec![("role", role.name().to_string())];
     if let Some(o) = outcome {
         l.push(("outcome", o.name().to_string()));
     }
     if let Some(d) = destination {
-        l.push(("destination", d));
+        l.push(("destination", d.to_string()));
     }
     l
 }
 
-fn destination_only(destination: Option<String>) -> Labels {
-    destination.map(|d| vec![("destination", d)]).unwrap_or_default()
+impl Collector for ModelCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Ok(m) = self.0.lock() else { return Ok(()) };
+        // Every series this backend can ever report exists, at 0 until it happens, so that
+        // `increase()` sees the first event and a dashboard can tell "none happened" from
+        // "not exported". Outcomes the backend cannot see stay absent rather than a
+        // misleading 0.
+        let seen: Vec<(Role, Outcome)> = Role::ALL
+            .into_iter()
+            .flat_map(|r| Outcome::ALL.into_iter().map(move |o| (r, o)))
+            .filter(|&(r, o)| table::sees(m.backend, r, o) || m.kernel.total(r, o).events > 0)
+            .collect();
+        let roles: Vec<Role> = Role::ALL.into_iter().filter(|r| seen.iter().any(|(sr, _)| sr == r)).collect();
+
+        let mut e = encoder.encode_descriptor(
+            "tfo_trace_connections",
+            "TFO connection outcomes counted by the kernel, by role and outcome (see tfo-trace doctor \
+             for what this backend can see)",
+            None,
+            MetricType::Counter,
+        )?;
+        for &(role, outcome) in &seen {
+            let total = m.kernel.total(role, outcome).events;
+            match &m.destinations {
+                None => e.encode_family(&labels(role, Some(outcome), None))?.encode_counter::<Labels, _, u64>(&total, None)?,
+                Some(d) => {
+                    let mut named = 0;
+                    for ((r, o, dst), n) in &d.connections {
+                        if (*r, *o) == (role, outcome) {
+                            named += n;
+                            e.encode_family(&labels(role, Some(outcome), Some(dst)))?.encode_counter::<Labels, _, u64>(n, None)?;
+                        }
+                    }
+                    let other = total.saturating_sub(named);
+                    e.encode_family(&labels(role, Some(outcome), Some(OTHER_DESTINATION)))?
+                        .encode_counter::<Labels, _, u64>(&other, None)?;
+                }
+            }
+        }
+
+        let mut e = encoder.encode_descriptor(
+            "tfo_trace_syn_data_bytes",
+            "Payload bytes carried in TFO SYNs (client: sent, server: accepted), by role",
+            None,
+            MetricType::Counter,
+        )?;
+        for &role in &roles {
+            let bytes = m.kernel.role_total(role).syn_data_bytes;
+            e.encode_family(&labels(role, None, None))?.encode_counter::<Labels, _, u64>(&bytes, None)?;
+        }
+
+        let mut e = encoder.encode_descriptor(
+            "tfo_trace_stall_seconds",
+            "Time connections lost to SYN timeouts (last SYN retransmission minus first SYN)",
+            None,
+            MetricType::Counter,
+        )?;
+        // Stalls as aggregation::stall says: client connections' own outcomes only.
+        let stall_ns: u64 =
+            m.kernel.iter().filter(|(_, r, o, _)| stall::row_counts(*r, *o)).map(|(_, _, _, c)| c.stall_ns).sum();
+        match &m.destinations {
+            None => e.encode_counter::<Labels, _, f64>(&(stall_ns as f64 / 1e9), None)?,
+            Some(d) => {
+                let mut named = 0;
+                for (dst, ns) in &d.stall_ns {
+                    named += ns;
+                    let l: Labels = vec![("destination", dst.clone())];
+                    e.encode_family(&l)?.encode_counter::<Labels, _, f64>(&(*ns as f64 / 1e9), None)?;
+                }
+                let l: Labels = vec![("destination", OTHER_DESTINATION.to_string())];
+                let other = stall_ns.saturating_sub(named) as f64 / 1e9;
+                e.encode_family(&l)?.encode_counter::<Labels, _, f64>(&other, None)?;
+            }
+        }
+
+        let mut e = encoder.encode_descriptor(
+            "tfo_trace_handshake_seconds",
+            "SYN sent (client) or child socket created (server) to the TFO outcome, by role",
+            None,
+            MetricType::Histogram,
+        )?;
+        for &role in &roles {
+            let t = m.kernel.role_total(role);
+            let buckets: Vec<(f64, u64)> = HANDSHAKE_BOUNDS_NS
+                .iter()
+                .map(|ns| *ns as f64 / 1e9)
+                .chain([f64::INFINITY])
+                .zip(t.handshake_buckets)
+                .collect();
+            e.encode_family(&labels(role, None, None))?.encode_histogram::<Labels>(
+                t.handshake_ns as f64 / 1e9,
+                t.handshakes,
+                &buckets,
+                None,
+            )?;
+        }
+
+        let mut e = encoder.encode_descriptor(
+            "tfo_trace_events_lost",
+            "Events the kernel could not hand to tfo-trace because its ring buffer was full (the \
+             counts above include them)",
+            None,
+            MetricType::Counter,
+        )?;
+        e.encode_counter::<Labels, _, u64>(&m.events_lost, None)?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::events::sample_event;
+
+    /// The kernel's counts of `events`, as its `count()` makes them.
+    fn counted(events: &[Event]) -> KernelCounts {
+        let mut k = KernelCounts::default();
+        for e in events {
+            k.add_event(e);
+        }
+        k
+    }
     use std::net::{IpAddr, Ipv4Addr};
 
     fn build() -> BuildInfo {
@@ -270,7 +331,7 @@ mod tests {
 
     #[test]
     fn names_labels_and_values() {
-        let mut m = Metrics::new(&build(), None);
+        let m = Metrics::new(&build(), None);
         let zero = m.encode();
         assert_eq!(
             sample(&zero, r#"tfo_trace_connections_total{role="client",outcome="accepted"}"#),
@@ -283,14 +344,15 @@ mod tests {
             Some(1.0)
         );
 
-        m.observe(&ev(Role::Client, Outcome::CookieRequested, 2, 0, 100, 0));
-        m.observe(&ev(Role::Client, Outcome::Accepted, 2, 64, 120, 0));
-        m.observe(&ev(Role::Server, Outcome::Accepted, 2, 64, 10, 0));
-        m.observe(&ev(Role::Client, Outcome::SynRetransmitted, 3, 64, 1_020_000, 1_010_000));
-        m.observe(&ev(Role::Client, Outcome::SynRetransmitted, 3, 64, 1_030_000, 1_020_000));
-        m.set_events_lost(3);
-        m.set_events_lost(3);
-        m.set_events_lost(5);
+        let events = [
+            ev(Role::Client, Outcome::CookieRequested, 2, 0, 100, 0),
+            ev(Role::Client, Outcome::Accepted, 2, 64, 120, 0),
+            ev(Role::Server, Outcome::Accepted, 2, 64, 10, 0),
+            ev(Role::Client, Outcome::SynRetransmitted, 3, 64, 1_020_000, 1_010_000),
+            ev(Role::Client, Outcome::SynRetransmitted, 3, 64, 1_030_000, 1_020_000),
+        ];
+        m.set_kernel(counted(&events), 3);
+        m.set_kernel(counted(&events), 5);
         let t = m.encode();
         assert_eq!(sample(&t, r#"tfo_trace_connections_total{role="client",outcome="accepted"}"#), Some(1.0));
         assert_eq!(
@@ -320,8 +382,8 @@ mod tests {
 
     #[test]
     fn doctor_lists_what_export_serves() {
-        let mut m = Metrics::new(&build(), None);
-        m.observe(&ev(Role::Client, Outcome::Accepted, 2, 64, 120, 0));
+        let m = Metrics::new(&build(), None);
+        m.set_kernel(counted(&[ev(Role::Client, Outcome::Accepted, 2, 64, 120, 0)]), 0);
         let t = m.encode();
         for (name, _) in EXPOSED {
             assert!(t.lines().any(|l| l.starts_with(name)), "{name} not in the exposition:\n{t}");
@@ -329,14 +391,22 @@ mod tests {
     }
 
     #[test]
-    fn destinations_are_capped_and_never_move() {
-        let mut m = Metrics::new(&build(), Some(2));
+    fn destinations_are_capped_never_move_and_sum_to_the_kernels_total() {
+        let m = Metrics::new(&build(), Some(2));
+        let mut events = Vec::new();
         for dst in [2, 3, 2, 4, 5, 3] {
-            m.observe(&ev(Role::Client, Outcome::Accepted, dst, 10, 100, 0));
+            events.push(ev(Role::Client, Outcome::Accepted, dst, 10, 100, 0));
         }
         // The server side is labelled with its listener address, never the client's port.
-        m.observe(&ev(Role::Server, Outcome::Accepted, 2, 10, 100, 0));
-        m.observe(&ev(Role::Client, Outcome::SynRetransmitted, 9, 10, 1_000_000, 1_000_000));
+        events.push(ev(Role::Server, Outcome::Accepted, 2, 10, 100, 0));
+        events.push(ev(Role::Client, Outcome::SynRetransmitted, 9, 10, 1_000_000, 1_000_000));
+        // The kernel counted one more accepted connection whose event was lost.
+        let mut kernel = counted(&events);
+        kernel.add_event(&ev(Role::Client, Outcome::Accepted, 2, 10, 100, 0));
+        for e in &events {
+            m.observe(e);
+        }
+        m.set_kernel(kernel, 1);
         let t = m.encode();
         let conns = |role: &str, dst: &str| {
             sample(
@@ -348,7 +418,7 @@ mod tests {
         };
         assert_eq!(conns("client", "198.18.0.2:8080"), Some(2.0));
         assert_eq!(conns("client", "198.18.0.3:8080"), Some(2.0));
-        assert_eq!(conns("client", "other"), Some(2.0), "{t}");
+        assert_eq!(conns("client", "other"), Some(3.0), "two beyond the cap, one lost: {t}");
         assert_eq!(conns("server", "198.18.0.2:8080"), Some(1.0));
         assert_eq!(sample(&t, r#"tfo_trace_stall_seconds_total{destination="other"}"#), Some(1.0));
         assert!(!t.contains("198.18.0.4") && !t.contains("198.18.0.9") && !t.contains(":40000"), "{t}");
@@ -358,23 +428,33 @@ mod tests {
         let seen = |role: Role| {
             Outcome::ALL
                 .iter()
-                .filter(|o| {
-                    crate::probes::table::sees(
-                        crate::probes::Backend::Tracepoint,
-                        role.to_wire(),
-                        o.to_wire(),
-                    )
-                })
+                .filter(|o| crate::probes::table::sees(crate::probes::Backend::Tracepoint, role, **o))
                 .count()
         };
         assert_eq!(series, seen(Role::Client) + 2 + seen(Role::Server) + 1, "{t}");
     }
 
     #[test]
+    fn stall_seconds_count_stalls_only() {
+        let m = Metrics::new(&build(), None);
+        m.set_kernel(
+            counted(&[
+                ev(Role::Client, Outcome::SynRetransmitted, 3, 64, 1_030_000, 1_020_000),
+                // Not stalls: the extra round trip of data not acked, and a second event of
+                // the stalled connection (blackhole detection) that carries its stall_us again.
+                ev(Role::Client, Outcome::DataNotAcked, 2, 64, 900, 0),
+                ev(Role::Client, Outcome::ActiveDisabled, 3, 64, 1_000_000, 1_020_000),
+            ]),
+            0,
+        );
+        assert_eq!(sample(&m.encode(), "tfo_trace_stall_seconds_total"), Some(1.02));
+    }
+
+    #[test]
     fn lost_counter_follows_the_kernel_total() {
-        let mut m = Metrics::new(&build(), None);
-        m.set_events_lost(7);
-        m.set_events_lost(2); // never goes back
+        let m = Metrics::new(&build(), None);
+        m.set_kernel(KernelCounts::default(), 7);
+        m.set_kernel(KernelCounts::default(), 2); // never goes back
         assert_eq!(sample(&m.encode(), "tfo_trace_events_lost_total"), Some(7.0));
     }
 }

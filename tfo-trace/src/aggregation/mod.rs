@@ -1,7 +1,9 @@
 //! Pure counting over decoded events: no I/O, so every view and test can share it.
 pub mod metrics;
 pub mod quantiles;
+pub mod stall;
 pub mod table;
+pub mod totals;
 pub mod verdict;
 
 use std::collections::BTreeMap;
@@ -13,6 +15,7 @@ use crate::events::{Event, Outcome, Role};
 pub struct Tally {
     pub by_outcome: BTreeMap<(Role, Outcome), u64>,
     pub syn_data_bytes: u64,
+    /// Stalled connections and the time they lost ([`stall`]).
     pub stalls: u64,
     pub stall_us_total: u64,
     /// Client SYN-data that was not acknowledged, with or without a SYN timeout first: the
@@ -25,9 +28,9 @@ impl Tally {
         *self.by_outcome.entry((e.role, e.outcome)).or_default() += 1;
         // Saturating: a recording may hold any numbers (the replay fuzz target found this).
         self.syn_data_bytes = self.syn_data_bytes.saturating_add(u64::from(e.syn_data_bytes));
-        if e.stall_us > 0 {
+        if let Some(s) = stall::of(e) {
             self.stalls += 1;
-            self.stall_us_total = self.stall_us_total.saturating_add(e.stall_us);
+            self.stall_us_total = self.stall_us_total.saturating_add(s.lost_us);
         }
         let data_unacked = e.outcome == Outcome::DataNotAcked
             || (e.outcome == Outcome::SynRetransmitted && e.syn_data_bytes > 0);

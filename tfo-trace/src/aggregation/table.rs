@@ -13,7 +13,10 @@ use std::{
 
 use serde::Serialize;
 
-use super::quantiles::{Decades, LogHistogram};
+use super::{
+    quantiles::{Decades, LogHistogram},
+    stall,
+};
 use crate::events::{Event, Outcome, Role};
 
 /// Groups kept per table by default.
@@ -84,8 +87,7 @@ impl GroupKey {
 pub struct GroupStats {
     /// Events by outcome, indexed like [`Outcome::ALL`].
     pub outcomes: [u64; Outcome::ALL.len()],
-    /// Connections that lost time to a SYN timeout (outcome syn_retransmitted, or any
-    /// outcome with a stall).
+    /// Connections that lost time to a SYN timeout, and that time ([`super::stall`]).
     pub stalls: u64,
     pub stall_us: u64,
     /// SYN retransmissions in all (what TcpExtTCPSynRetrans counts on the client).
@@ -100,10 +102,10 @@ fn outcome_index(o: Outcome) -> usize {
 impl GroupStats {
     pub fn add(&mut self, e: &Event) {
         self.outcomes[outcome_index(e.outcome)] += 1;
-        if e.outcome == Outcome::SynRetransmitted || e.stall_us > 0 {
+        // Saturating: a recording may hold any numbers (the replay fuzz target found this).
+        if let Some(s) = stall::of(e) {
             self.stalls += 1;
-            // Saturating: a recording may hold any numbers (the replay fuzz target found this).
-            self.stall_us = self.stall_us.saturating_add(e.stall_us);
+            self.stall_us = self.stall_us.saturating_add(s.lost_us);
         }
         if e.role == Role::Client {
             self.retransmits = self.retransmits.saturating_add(u64::from(e.retransmits));

@@ -21,13 +21,15 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    aggregation::Tally,
+    aggregation::{
+        stall::{Cause, StallTally},
+        Tally,
+    },
     events::{Event, Outcome, Role},
     kernel::{netstat::Netstat, tcp_metrics::TcpMetric},
-    views::stalls::classify,
 };
 
-/// A TFO listener as the kernel shows it (see `views::doctor::tfo_listeners`).
+/// A TFO listener as the kernel shows it (see `kernel::listeners::tfo_listeners`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ListenerFact {
     pub netns: u32,
@@ -106,13 +108,18 @@ pub struct DestinationReport {
     pub syn_data_dropped: u64,
     /// SYN-data the SYN-ACK did not acknowledge.
     pub data_not_acked: u64,
-    /// Connections that lost time (SYN timeouts, data resent after the handshake).
+    /// Connections that lost time to a SYN timeout (see `aggregation::stall`).
     pub stalled: u64,
+    /// Time the stalls lost.
     pub lost_us_total: u64,
-    /// Mean over the connections that lost time.
+    /// Mean over the stalled connections.
     pub lost_us_per_stalled: u64,
     /// Mean over all connections.
     pub lost_us_per_connection: u64,
+    /// Not stalls: the data not acked went again after the handshake, one extra round trip
+    /// per such connection, estimated by its handshake time (in none of the `lost_us_*`).
+    pub extra_round_trips: u64,
+    pub extra_round_trip_us: u64,
     pub verdict: Verdict,
 }
 
@@ -210,6 +217,8 @@ fn destinations(events: &[Event], facts: &Facts) -> Vec<DestinationReport> {
                 lost_us_total: 0,
                 lost_us_per_stalled: 0,
                 lost_us_per_connection: 0,
+                extra_round_trips: 0,
+                extra_round_trip_us: 0,
                 verdict: Verdict {
                     kind: Kind::SynDataDropped,
                     sentence: format!(
@@ -239,35 +248,22 @@ fn destination_report(destination: String, netns: u32, g: &Dst, facts: &Facts) -
     let c = |o| t.count(Role::Client, o);
     let with_data =
         |o: Outcome| g.events.iter().filter(|e| e.outcome == o && e.syn_data_bytes > 0).count() as u64;
+    let mut stalls = StallTally::default();
+    for e in &g.events {
+        stalls.add(e);
+    }
     let accepted = c(Outcome::Accepted);
     let not_acked = c(Outcome::DataNotAcked);
-    let dropped = with_data(Outcome::SynRetransmitted);
-    let cookie_dropped = c(Outcome::SynRetransmitted) - dropped;
+    let dropped = stalls.count(Cause::SynDataDropped);
+    let cookie_dropped = stalls.count(Cause::CookieRequestDropped);
     let failed = c(Outcome::ConnectFailed);
     let not_attempted = c(Outcome::NotAttempted);
     let cookie_req = c(Outcome::CookieRequested);
     let sent = accepted + not_acked + dropped + with_data(Outcome::ConnectFailed);
     let connections = t.total();
 
-    let mut lost_total = 0u64;
-    let mut stalled = 0u64;
-    let mut drop_lost = 0u64;
-    let mut cookie_drop_lost = 0u64;
-    let mut not_acked_lost = 0u64;
-    for e in &g.events {
-        if let Some((cause, lost)) = classify(e) {
-            stalled += 1;
-            // Saturating: a recording may hold any numbers (the replay fuzz target found this).
-            lost_total = lost_total.saturating_add(lost);
-            use crate::views::stalls::Cause;
-            match cause {
-                Cause::SynDataDropped => drop_lost = drop_lost.saturating_add(lost),
-                Cause::CookieRequestDropped => cookie_drop_lost = cookie_drop_lost.saturating_add(lost),
-                Cause::DataNotAckedResent => not_acked_lost = not_acked_lost.saturating_add(lost),
-                Cause::SynTimeout => {}
-            }
-        }
-    }
+    let drop_lost = stalls.lost_us_of(Cause::SynDataDropped);
+    let cookie_drop_lost = stalls.lost_us_of(Cause::CookieRequestDropped);
     let each = |total: u64, n: u64| human_us(total / n.max(1));
 
     let metric = dest_ip(&destination)
@@ -328,7 +324,7 @@ fn destination_report(destination: String, netns: u32, g: &Dst, facts: &Facts) -
             "{} not acknowledged by the SYN-ACK (TcpExtTCPFastOpenActiveFail): the data went again \
              after the handshake, +{} each",
             plural(not_acked, "SYN-data", "SYN-data"),
-            each(not_acked_lost, not_acked)
+            each(stalls.extra_round_trip_us, stalls.extra_round_trips)
         ));
         evidence.push(
             "likely: TFO turned off on the server (tcp_fastopen bit 0x2 or TCP_FASTOPEN), its key \
@@ -396,10 +392,12 @@ fn destination_report(destination: String, netns: u32, g: &Dst, facts: &Facts) -
         accepted,
         syn_data_dropped: dropped,
         data_not_acked: not_acked,
-        stalled,
-        lost_us_total: lost_total,
-        lost_us_per_stalled: lost_total / stalled.max(1),
-        lost_us_per_connection: lost_total / connections.max(1),
+        stalled: stalls.stalls,
+        lost_us_total: stalls.lost_us,
+        lost_us_per_stalled: stalls.lost_us / stalls.stalls.max(1),
+        lost_us_per_connection: stalls.lost_us / connections.max(1),
+        extra_round_trips: stalls.extra_round_trips,
+        extra_round_trip_us: stalls.extra_round_trip_us,
         verdict: Verdict { kind, sentence, evidence },
     }
 }
@@ -698,7 +696,10 @@ mod tests {
             "server 198.18.0.2:8080 no longer accepts TFO: 4 of 5 SYN-data not acknowledged (cookie accepted earlier)"
         );
         assert_eq!(d.data_not_acked, 4);
-        assert_eq!(d.lost_us_per_stalled, 200, "the handshake time, the extra round trip");
+        // Not stalls: one extra round trip each, estimated by the handshake time.
+        assert_eq!((d.stalled, d.lost_us_total), (0, 0));
+        assert_eq!((d.extra_round_trips, d.extra_round_trip_us), (4, 800));
+        assert!(d.verdict.evidence[0].ends_with("after the handshake, +200 us each"), "{:?}", d.verdict);
 
         let only_fail: Vec<Event> =
             (0..4).map(|i| cli("data_not_acked", "198.18.0.2:8080", 64, 0, i)).collect();

@@ -1,4 +1,5 @@
 //! Decoding kernel events into [`Event`], the record every view and the JSON output use.
+pub mod counts;
 pub mod reader;
 pub mod record;
 
@@ -6,136 +7,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
-use tfo_trace_common::{flags, outcome, role, TfoEvent, FAMILY_V4, FAMILY_V6};
+use tfo_trace_common::{flags, TfoEvent, FAMILY_V4, FAMILY_V6};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Client,
-    Server,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    CookieRequested,
-    Accepted,
-    DataNotAcked,
-    SynRetransmitted,
-    CookieInvalid,
-    AcceptedAltKey,
-    QueueOverflow,
-    ListenerDisabled,
-    ConnectFailed,
-    NotAttempted,
-    ActiveDisabled,
-    SynackRetransmitted,
-    CookieReceived,
-}
-
-impl Role {
-    pub fn from_wire(v: u8) -> Result<Self> {
-        Ok(match v {
-            role::CLIENT => Role::Client,
-            role::SERVER => Role::Server,
-            other => bail!("unknown role {other} in event"),
-        })
-    }
-
-    pub fn to_wire(self) -> u8 {
-        match self {
-            Role::Client => role::CLIENT,
-            Role::Server => role::SERVER,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Client => "client",
-            Role::Server => "server",
-        }
-    }
-}
-
-impl Outcome {
-    pub const ALL: [Outcome; 13] = [
-        Outcome::CookieRequested,
-        Outcome::Accepted,
-        Outcome::DataNotAcked,
-        Outcome::SynRetransmitted,
-        Outcome::CookieInvalid,
-        Outcome::AcceptedAltKey,
-        Outcome::QueueOverflow,
-        Outcome::ListenerDisabled,
-        Outcome::ConnectFailed,
-        Outcome::NotAttempted,
-        Outcome::ActiveDisabled,
-        Outcome::SynackRetransmitted,
-        Outcome::CookieReceived,
-    ];
-
-    /// Whether the event closes one connection's TFO story (every outcome but the
-    /// per-retransmission `synack_retransmitted` and the per-SYN-ACK `cookie_received`), so
-    /// that counting them counts connections.
-    pub fn ends_connection(self) -> bool {
-        !matches!(self, Outcome::SynackRetransmitted | Outcome::CookieReceived)
-    }
-
-    pub fn from_wire(v: u8) -> Result<Self> {
-        Ok(match v {
-            outcome::COOKIE_REQUESTED => Outcome::CookieRequested,
-            outcome::ACCEPTED => Outcome::Accepted,
-            outcome::DATA_NOT_ACKED => Outcome::DataNotAcked,
-            outcome::SYN_RETRANSMITTED => Outcome::SynRetransmitted,
-            outcome::COOKIE_INVALID => Outcome::CookieInvalid,
-            outcome::ACCEPTED_ALT_KEY => Outcome::AcceptedAltKey,
-            outcome::QUEUE_OVERFLOW => Outcome::QueueOverflow,
-            outcome::LISTENER_DISABLED => Outcome::ListenerDisabled,
-            outcome::CONNECT_FAILED => Outcome::ConnectFailed,
-            outcome::NOT_ATTEMPTED => Outcome::NotAttempted,
-            outcome::ACTIVE_DISABLED => Outcome::ActiveDisabled,
-            outcome::SYNACK_RETRANSMITTED => Outcome::SynackRetransmitted,
-            outcome::COOKIE_RECEIVED => Outcome::CookieReceived,
-            other => bail!("unknown outcome {other} in event"),
-        })
-    }
-
-    pub fn to_wire(self) -> u8 {
-        match self {
-            Outcome::CookieRequested => outcome::COOKIE_REQUESTED,
-            Outcome::Accepted => outcome::ACCEPTED,
-            Outcome::DataNotAcked => outcome::DATA_NOT_ACKED,
-            Outcome::SynRetransmitted => outcome::SYN_RETRANSMITTED,
-            Outcome::CookieInvalid => outcome::COOKIE_INVALID,
-            Outcome::AcceptedAltKey => outcome::ACCEPTED_ALT_KEY,
-            Outcome::QueueOverflow => outcome::QUEUE_OVERFLOW,
-            Outcome::ListenerDisabled => outcome::LISTENER_DISABLED,
-            Outcome::ConnectFailed => outcome::CONNECT_FAILED,
-            Outcome::NotAttempted => outcome::NOT_ATTEMPTED,
-            Outcome::ActiveDisabled => outcome::ACTIVE_DISABLED,
-            Outcome::SynackRetransmitted => outcome::SYNACK_RETRANSMITTED,
-            Outcome::CookieReceived => outcome::COOKIE_RECEIVED,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Outcome::CookieRequested => "cookie_requested",
-            Outcome::Accepted => "accepted",
-            Outcome::DataNotAcked => "data_not_acked",
-            Outcome::SynRetransmitted => "syn_retransmitted",
-            Outcome::CookieInvalid => "cookie_invalid",
-            Outcome::AcceptedAltKey => "accepted_alt_key",
-            Outcome::QueueOverflow => "queue_overflow",
-            Outcome::ListenerDisabled => "listener_disabled",
-            Outcome::ConnectFailed => "connect_failed",
-            Outcome::NotAttempted => "not_attempted",
-            Outcome::ActiveDisabled => "active_disabled",
-            Outcome::SynackRetransmitted => "synack_retransmitted",
-            Outcome::CookieReceived => "cookie_received",
-        }
-    }
-}
+/// Roles and outcomes are declared once, in tfo-trace-common, with their wire numbers.
+pub use tfo_trace_common::{Outcome, Role};
 
 /// One decoded TFO event. Field names are the JSON contract users script against.
 /// Deserialize (recordings): `ts_unix_ns` is not in the JSON; `events::record` computes it
@@ -210,28 +85,30 @@ impl Clock {
     }
 }
 
-/// RFC 3339 in UTC with nanoseconds, e.g. `2026-11-30T08:00:00.123456789Z`.
+/// RFC 3339 in UTC with nanoseconds, e.g. `2026-11-30T08:00:00.123456789Z`. Events come
+/// thousands per second: the calendar part (jiff) is made once per second, the nanoseconds
+/// are appended.
 pub fn rfc3339(unix_ns: u128) -> String {
-    let secs = (unix_ns / 1_000_000_000) as i64;
+    thread_local! {
+        static SECOND: std::cell::RefCell<(i64, String)> = const { std::cell::RefCell::new((i64::MIN, String::new())) };
+    }
+    let secs = i64::try_from(unix_ns / 1_000_000_000).unwrap_or(i64::MAX);
     let nanos = (unix_ns % 1_000_000_000) as u32;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil-from-days (Howard Hinnant's algorithm), valid for the proleptic Gregorian calendar.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    SECOND.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != secs {
+            let day_and_time = jiff::Timestamp::from_second(secs)
+                .unwrap_or(jiff::Timestamp::MAX)
+                .strftime("%Y-%m-%dT%H:%M:%S")
+                .to_string();
+            *cached = (secs, day_and_time);
+        }
+        let mut s = String::with_capacity(cached.1.len() + 11);
+        s.push_str(&cached.1);
+        // Writing into a String cannot fail.
+        let _ = std::fmt::Write::write_fmt(&mut s, format_args!(".{nanos:09}Z"));
+        s
+    })
 }
 
 fn comm_string(comm: &[u8]) -> String {
@@ -254,8 +131,8 @@ impl Event {
         }
         let ts_unix_ns = clock.to_unix_ns(raw.ts_ns);
         let start_known = raw.flags & flags::START_KNOWN != 0 && raw.start_ns <= raw.ts_ns;
-        let outcome = Outcome::from_wire(raw.outcome)?;
-        let role = Role::from_wire(raw.role)?;
+        let Some(outcome) = Outcome::from_u8(raw.outcome) else { bail!("unknown outcome {} in event", raw.outcome) };
+        let Some(role) = Role::from_u8(raw.role) else { bail!("unknown role {} in event", raw.role) };
         Ok(Event {
             ts: rfc3339(ts_unix_ns),
             ts_unix_ns,
@@ -365,8 +242,8 @@ mod tests {
             sport: 40000,
             dport: 8080,
             family: FAMILY_V4,
-            role: role::CLIENT,
-            outcome: outcome::SYN_RETRANSMITTED,
+            role: Role::Client as u8,
+            outcome: Outcome::SynRetransmitted as u8,
             flags: flags::START_KNOWN | flags::PID_KNOWN,
             cookie_len: 0,
             _pad: [0; 7],
@@ -434,12 +311,5 @@ mod tests {
     fn rfc3339_known_dates() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000000000Z");
         assert_eq!(rfc3339(1_709_251_199_000_000_001), "2024-02-29T23:59:59.000000001Z");
-    }
-
-    #[test]
-    fn wire_numbers_round_trip() {
-        for o in Outcome::ALL {
-            assert_eq!(Outcome::from_wire(o.to_wire()).unwrap(), o);
-        }
     }
 }

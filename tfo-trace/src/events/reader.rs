@@ -3,13 +3,13 @@ use std::os::fd::{AsFd as _, AsRawFd, RawFd};
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
-    maps::{MapData, PerCpuArray, RingBuf},
+    maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     Ebpf,
 };
-use tfo_trace_common::counter;
+use tfo_trace_common::{counter, CountKey, Counts};
 use tokio::io::unix::AsyncFd;
 
-use super::{Clock, Event, Role};
+use super::{counts::KernelCounts, Clock, Event, Role};
 use crate::kernel::listeners::OwnerCache;
 
 /// tokio wants AsRawFd; aya's RingBuf offers AsFd.
@@ -27,6 +27,7 @@ const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100)
 pub struct EventSource {
     ring: AsyncFd<Ring>,
     counters: PerCpuArray<MapData, u64>,
+    counts: PerCpuHashMap<MapData, CountKey, Counts>,
     clock: Clock,
     /// Records that did not decode (a kernel/userspace mismatch): counted, never silent.
     pub malformed: u64,
@@ -79,12 +80,16 @@ impl EventSource {
         let counters =
             PerCpuArray::try_from(ebpf.take_map("COUNTERS").ok_or_else(|| anyhow!("COUNTERS map missing"))?)
                 .context("opening the COUNTERS map")?;
+        let counts =
+            PerCpuHashMap::try_from(ebpf.take_map("COUNTS").ok_or_else(|| anyhow!("COUNTS map missing"))?)
+                .context("opening the COUNTS map")?;
         Ok(EventSource {
             // SAFETY: the ring buffer's fd is owned by `Ring`, which the AsyncFd owns and
             // deregisters on drop, so the fd stays open for as long as it is registered.
             ring: unsafe { AsyncFd::register(Ring(ring)) }
                 .context("registering the ring buffer with tokio")?,
             counters,
+            counts,
             clock: Clock::now(),
             malformed: 0,
             owners: OwnerCache::default(),
@@ -124,33 +129,34 @@ impl EventSource {
         self.counters.get(&index, 0).map(|per_cpu| per_cpu.iter().sum()).unwrap_or(0)
     }
 
-    /// Events the kernel could not write because the ring buffer was full.
+    /// Events the kernel could not write because the ring buffer was full (their counts
+    /// are still in [`EventSource::kernel_counts`]).
     pub fn lost(&self) -> u64 {
         self.counter(counter::EVENTS_LOST)
     }
-}
 
-/// Kernel-side diagnostics (aya-log) shown with `-v`. The programs only log on rare paths
-/// (a connect they could not record, a connection older than the tracer).
-pub fn spawn_kernel_log_pump(ebpf: &mut Ebpf) {
-    if log::max_level() < log::LevelFilter::Info {
-        return;
+    /// TFO connects whose state could not be stored (their events lack pid and timing).
+    pub fn state_failures(&self) -> u64 {
+        self.counter(counter::CONN_STATE_FAILED)
     }
-    let logger = match aya_log::EbpfLogger::init(ebpf) {
-        Ok(l) => l,
-        Err(e) => {
-            log::info!("kernel-side logs unavailable: {e}");
-            return;
+
+    /// Outcomes the kernel could not count because its table of namespaces was full.
+    pub fn uncounted(&self) -> u64 {
+        self.counter(counter::COUNTS_FULL)
+    }
+
+    /// What the kernel has counted since the programs were loaded, per namespace, role and
+    /// outcome, summed over CPUs: exact whether or not this reader kept up with the events.
+    pub fn kernel_counts(&self) -> Result<KernelCounts> {
+        let mut rows = std::collections::BTreeMap::new();
+        for item in self.counts.iter() {
+            let (key, per_cpu) = item.context("reading the COUNTS map")?;
+            let mut total = Counts::zeroed();
+            for c in per_cpu.iter() {
+                total.add(c);
+            }
+            rows.insert(key, total);
         }
-    };
-    // SAFETY: the logger owns its ring buffer fd for as long as the AsyncFd holds it.
-    let Ok(mut fd) = (unsafe { AsyncFd::register(logger) }) else {
-        return;
-    };
-    tokio::spawn(async move {
-        while let Ok(mut guard) = fd.readable_mut().await {
-            guard.get_inner_mut().flush();
-            guard.clear_ready();
-        }
-    });
+        Ok(KernelCounts { rows })
+    }
 }

@@ -50,7 +50,8 @@ pub struct Header {
 impl Header {
     /// A header for a recording starting now on this host.
     pub fn now(backend: &str) -> Header {
-        let (host, kernel) = uname_host_kernel();
+        let u = crate::kernel::uname::uname().unwrap_or_default();
+        let (host, kernel) = (u.nodename, u.release);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
@@ -63,18 +64,6 @@ impl Header {
             start: super::rfc3339(now),
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
-    }
-}
-
-fn uname_host_kernel() -> (String, String) {
-    // SAFETY: uname fills a zeroed struct; its fields are NUL-terminated C strings.
-    unsafe {
-        let mut u: libc::utsname = std::mem::zeroed();
-        if libc::uname(&mut u) != 0 {
-            return (String::new(), String::new());
-        }
-        let f = |p: &[libc::c_char]| std::ffi::CStr::from_ptr(p.as_ptr()).to_string_lossy().into_owned();
-        (f(&u.nodename), f(&u.release))
     }
 }
 

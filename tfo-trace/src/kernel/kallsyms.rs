@@ -209,6 +209,32 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
     }
 }
 
+/// The tracing facilities this kernel and host have, as `doctor` shows them.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TracingFacilities {
+    /// The kprobe PMU exists (CONFIG_KPROBES).
+    pub kprobes: bool,
+    pub tracefs: Option<String>,
+    pub bpffs: Option<String>,
+    pub cgroup2: Option<String>,
+    /// None when tracefs `available_filter_functions` was read (hook points then carry
+    /// `ftrace_able`); else why not.
+    pub ftrace_functions_problem: Option<String>,
+}
+
+impl TracingFacilities {
+    pub fn collect() -> TracingFacilities {
+        let s = |p: Option<PathBuf>| p.map(|p| p.display().to_string());
+        TracingFacilities {
+            kprobes: kprobes_available(),
+            tracefs: s(tracefs_mount()),
+            bpffs: s(bpffs_mount()),
+            cgroup2: s(cgroup2_mount()),
+            ftrace_functions_problem: available_filter_functions().err(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

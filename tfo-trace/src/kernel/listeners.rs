@@ -1,12 +1,21 @@
-//! Who owns a listening TCP port in a network namespace, from /proc (as `ss -ltnp` does).
+//! Listening TCP sockets, from /proc (as `ss -ltnp` does): which process owns a listener,
+//! and each listener's TFO queue size.
+//!
 //! The kernel side learns owners at listen(); listeners opened before tfo-trace started
-//! are found here instead.
+//! are found here instead ([`OwnerCache`]). `doctor` and `report` list every listener of
+//! the current and the named namespaces with its TFO `max_qlen` ([`tfo_listeners`]), which
+//! only getsockopt(TCP_FASTOPEN) on the socket itself shows.
 use std::{
     collections::HashMap,
-    fs,
+    fs, io,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     os::unix::fs::MetadataExt,
     time::{Duration, Instant},
 };
+
+use serde::Serialize;
+
+use crate::kernel::{netns, ser_result, sysctl, sysctl::TfoNamespace};
 
 /// TCP_LISTEN in /proc/net/tcp's `st` column.
 const ST_LISTEN: &str = "0A";
@@ -19,18 +28,35 @@ pub struct Owner {
     pub comm: String,
 }
 
-/// Socket inodes of listeners on `port` in a /proc/net/tcp{,6} text.
-pub fn listening_inodes(proc_net_tcp: &str, port: u16) -> Vec<u64> {
-    proc_net_tcp
-        .lines()
+/// Listening sockets in a /proc/net/tcp or tcp6 text: (local address, socket inode).
+/// Addresses are printed as 32-bit words in host byte order (`%08X` of the raw word).
+pub fn parse_proc_listeners(text: &str) -> Vec<(SocketAddr, u64)> {
+    text.lines()
         .skip(1)
         .filter_map(|line| {
             let cols: Vec<&str> = line.split_whitespace().collect();
-            let local = cols.get(1)?;
-            let local_port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
-            (local_port == port && cols.get(3) == Some(&ST_LISTEN)).then(|| cols.get(9)?.parse().ok())?
+            if cols.get(3) != Some(&ST_LISTEN) {
+                return None;
+            }
+            let (addr, port) = cols.get(1)?.split_once(':')?;
+            let port = u16::from_str_radix(port, 16).ok()?;
+            let mut bytes = Vec::with_capacity(16);
+            for i in (0..addr.len()).step_by(8) {
+                bytes.extend(u32::from_str_radix(addr.get(i..i + 8)?, 16).ok()?.to_ne_bytes());
+            }
+            let ip: IpAddr = match bytes.len() {
+                4 => Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]).into(),
+                16 => Ipv6Addr::from(<[u8; 16]>::try_from(bytes).ok()?).into(),
+                _ => return None,
+            };
+            Some((SocketAddr::new(ip, port), cols.get(9)?.parse().ok()?))
         })
         .collect()
+}
+
+/// Socket inodes of listeners on `port` in a /proc/net/tcp{,6} text.
+pub fn listening_inodes(proc_net_tcp: &str, port: u16) -> Vec<u64> {
+    parse_proc_listeners(proc_net_tcp).into_iter().filter(|(a, _)| a.port() == port).map(|(_, i)| i).collect()
 }
 
 fn pids() -> impl Iterator<Item = u32> {
@@ -41,13 +67,17 @@ fn netns_of_pid(pid: u32) -> Option<u32> {
     Some(fs::metadata(format!("/proc/{pid}/ns/net")).ok()?.ino() as u32)
 }
 
-fn owns_socket(pid: u32, inodes: &[u64]) -> bool {
-    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
-    fds.flatten().any(|fd| {
-        fs::read_link(fd.path()).ok().and_then(|target| {
-            let t = target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok()?;
-            Some(inodes.contains(&t))
-        }) == Some(true)
+fn comm_of(pid: u32) -> Option<String> {
+    Some(fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim().to_string())
+}
+
+/// The sockets a process holds: (fd, socket inode), from /proc/PID/fd.
+fn socket_fds(pid: u32) -> impl Iterator<Item = (i32, u64)> {
+    fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten().filter_map(|fd| {
+        let num = fd.file_name().to_str()?.parse::<i32>().ok()?;
+        let target = fs::read_link(fd.path()).ok()?;
+        let inode = target.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok()?;
+        Some((num, inode))
     })
 }
 
@@ -64,9 +94,8 @@ pub fn find_owner(netns: u32, port: u16) -> Option<Owner> {
     if inodes.is_empty() {
         return None;
     }
-    let pid = in_ns.into_iter().find(|&p| owns_socket(p, &inodes))?;
-    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim().to_string();
-    Some(Owner { pid, comm })
+    let pid = in_ns.into_iter().find(|&p| socket_fds(p).any(|(_, i)| inodes.contains(&i)))?;
+    Some(Owner { pid, comm: comm_of(pid)? })
 }
 
 /// Remembers owners so /proc is scanned once per listener, not once per event.
@@ -98,19 +127,148 @@ impl OwnerCache {
     }
 }
 
+/// A listening TCP socket and its TFO queue.
+#[derive(Debug, Clone, Serialize)]
+pub struct TfoListener {
+    pub namespace: String,
+    pub netns: Option<u64>,
+    pub addr: SocketAddr,
+    pub inode: u64,
+    /// The process holding it, when found in /proc.
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    /// fastopenq.max_qlen, read with getsockopt(TCP_FASTOPEN) on a copy of the owner's socket
+    /// (pidfd_getfd): the only place the kernel shows it (not in /proc/net/tcp, not in
+    /// `ss -ltnie`, not in inet_diag). 0 = TFO off on this listener.
+    #[serde(serialize_with = "ser_result")]
+    pub max_qlen: Result<u32, String>,
+    /// net.core.somaxconn of its namespace (the kernel clamps max_qlen to it).
+    pub somaxconn: Option<u32>,
+}
+
+/// The calling thread's listeners and somaxconn (run inside `netns::with_netns`).
+fn listeners_here() -> (Vec<(SocketAddr, u64)>, Option<u32>) {
+    let mut out = Vec::new();
+    for f in ["tcp", "tcp6"] {
+        if let Ok(t) = fs::read_to_string(format!("/proc/thread-self/net/{f}")) {
+            out.extend(parse_proc_listeners(&t));
+        }
+    }
+    let somaxconn = sysctl::read_sysctl("/proc/sys/net/core/somaxconn").ok().and_then(|v| v.parse().ok());
+    (out, somaxconn)
+}
+
+/// socket inode -> (pid, fd), from every process's /proc/PID/fd (as `ss -p` does).
+fn socket_owners() -> HashMap<u64, (u32, i32)> {
+    let mut map = HashMap::new();
+    for pid in pids() {
+        for (fd, inode) in socket_fds(pid) {
+            map.entry(inode).or_insert((pid, fd));
+        }
+    }
+    map
+}
+
+/// getsockopt(TCP_FASTOPEN) on a copy of `fd` of process `pid`: the listener's max_qlen.
+/// Needs ptrace rights over the owner (root) and Linux 5.6 (pidfd_getfd).
+fn listener_max_qlen(pid: u32, fd: i32) -> Result<u32, String> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: plain syscalls; every fd they return is owned (and closed) by an OwnedFd.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) as i32;
+        if pidfd < 0 {
+            return Err(format!("pidfd_open({pid}): {}", io::Error::last_os_error()));
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd);
+        let dup = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) as i32;
+        if dup < 0 {
+            return Err(format!("pidfd_getfd(pid {pid}, fd {fd}): {}", io::Error::last_os_error()));
+        }
+        let sock = OwnedFd::from_raw_fd(dup);
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_FASTOPEN,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        );
+        if rc != 0 {
+            return Err(format!("getsockopt(TCP_FASTOPEN): {}", io::Error::last_os_error()));
+        }
+        Ok(v.max(0) as u32)
+    }
+}
+
+/// Every listening TCP socket of `namespaces` (those that can be entered), with its owner
+/// and TFO queue size.
+pub fn tfo_listeners(namespaces: &[TfoNamespace]) -> Vec<TfoListener> {
+    let owners = socket_owners();
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let found = if ns.current {
+            Ok(listeners_here())
+        } else if ns.inode.is_some() {
+            netns::with_netns(&ns.path, listeners_here).map_err(|e| format!("{e:#}"))
+        } else {
+            continue;
+        };
+        let Ok((socks, somaxconn)) = found else { continue };
+        for (addr, inode) in socks {
+            let owner = owners.get(&inode).copied();
+            let max_qlen = match owner {
+                Some((pid, fd)) => listener_max_qlen(pid, fd),
+                None => Err("no process found holding it".into()),
+            };
+            out.push(TfoListener {
+                namespace: ns.label(),
+                netns: ns.inode,
+                addr,
+                inode,
+                pid: owner.map(|o| o.0),
+                comm: owner.and_then(|(pid, _)| comm_of(pid)),
+                max_qlen,
+                somaxconn,
+            });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn parses_proc_net_tcp() {
-        let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+    const PROC_NET_TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345 1 0000000000000000 100 0 0 10 0
    1: 0100007F:1F90 0100007F:A1B2 01 00000000:00000000 00:00000000 00000000     0        0 23456 1 0000000000000000 20 4 30 10 -1
    2: 00000000:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 34567 1 0000000000000000 100 0 0 10 0";
-        assert_eq!(listening_inodes(text, 8080), vec![12345]);
-        assert_eq!(listening_inodes(text, 80), vec![34567]);
-        assert!(listening_inodes(text, 443).is_empty());
+
+    #[test]
+    fn parses_proc_net_tcp() {
+        assert_eq!(listening_inodes(PROC_NET_TCP, 8080), vec![12345]);
+        assert_eq!(listening_inodes(PROC_NET_TCP, 80), vec![34567]);
+        assert!(listening_inodes(PROC_NET_TCP, 443).is_empty());
+        assert_eq!(
+            parse_proc_listeners(PROC_NET_TCP),
+            vec![("0.0.0.0:8080".parse().unwrap(), 12345), ("0.0.0.0:80".parse().unwrap(), 34567)]
+        );
+    }
+
+    #[test]
+    fn parses_proc_net_tcp6_and_host_byte_order() {
+        // 127.0.0.1:8080 as this (little-endian) host prints it, and [::1]:443.
+        let text = "header\n   0: 0100007F:1F90 00000000:0000 0A 0 0 0 0 0 111 1\n   \
+                    1: 00000000000000000000000001000000:01BB 00000000000000000000000000000000:0000 0A 0 0 0 0 0 222 1\n";
+        let l = parse_proc_listeners(text);
+        if cfg!(target_endian = "little") {
+            assert_eq!(
+                l,
+                vec![("127.0.0.1:8080".parse().unwrap(), 111), ("[::1]:443".parse().unwrap(), 222)]
+            );
+        }
+        assert_eq!(l.len(), 2);
     }
 
     #[test]

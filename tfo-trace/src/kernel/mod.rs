@@ -1,7 +1,29 @@
+//! Host facts: what the running kernel and this host say, each read by one collector
+//! (kernel release and BTF, privileges, tracing facilities and BPF program types, kallsyms,
+//! TFO sysctls per namespace, counters, tcp_metrics, listeners and their owners).
+//! `host` gathers the ones `doctor` judges.
+pub mod host;
 pub mod kallsyms;
 pub mod listeners;
 pub mod netns;
 pub mod netstat;
 pub mod privileges;
+pub mod program_types;
 pub mod sysctl;
 pub mod tcp_metrics;
+pub mod uname;
+
+use serde::{Serialize, Serializer};
+
+/// Serializes `Ok(v)` as `v` and `Err(e)` as `{"error": e}`: a fact that could not be read
+/// says why in place (doctor's JSON).
+pub fn ser_result<T: Serialize, S: Serializer>(r: &Result<T, String>, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct ErrorObj<'a> {
+        error: &'a str,
+    }
+    match r {
+        Ok(v) => v.serialize(s),
+        Err(e) => ErrorObj { error: e }.serialize(s),
+    }
+}

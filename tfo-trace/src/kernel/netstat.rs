@@ -16,6 +16,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
 
+use crate::kernel::{netns, sysctl::TfoNamespace};
+
 /// Counter values by `nstat`-style key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Netstat(pub BTreeMap<String, u64>);
@@ -88,6 +90,30 @@ impl Netstat {
     /// The non-zero entries, for readable diagnostics.
     pub fn nonzero(&self) -> impl Iterator<Item = (&str, u64)> {
         self.0.iter().filter(|(_, &v)| v != 0).map(|(k, &v)| (k.as_str(), v))
+    }
+
+    /// The counters of every namespace in `namespaces` that can be read (entering one needs
+    /// CAP_SYS_ADMIN), by inode; the others are left out, said with -v.
+    pub fn per_namespace(namespaces: &[TfoNamespace]) -> BTreeMap<u32, Netstat> {
+        let mut out = BTreeMap::new();
+        for ns in namespaces {
+            let Some(inode) = ns.inode else { continue };
+            // In another namespace's thread /proc/self/net would still be ours.
+            let read = || {
+                Self::read_files(&[
+                    Path::new("/proc/thread-self/net/netstat"),
+                    Path::new("/proc/thread-self/net/snmp"),
+                ])
+            };
+            let n = if ns.current { read() } else { netns::with_netns(&ns.path, read).and_then(|r| r) };
+            match n {
+                Ok(n) => {
+                    out.insert(inode as u32, n);
+                }
+                Err(e) => log::info!("counters of {}: {e:#}", ns.label()),
+            }
+        }
+        out
     }
 }
 

@@ -149,6 +149,58 @@ pub fn check_sockops_privileges() -> Result<(), String> {
     sockops_rule(caps, in_initial_user_ns())
 }
 
+/// A capability and whether this process holds it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CapHeld {
+    pub name: String,
+    pub held: bool,
+}
+
+/// This process's privileges as `doctor` shows them.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PrivilegeInfo {
+    pub euid: u32,
+    /// CapEff as hex, None when /proc/self/status could not be read.
+    pub cap_eff: Option<String>,
+    pub capabilities: Vec<CapHeld>,
+    pub initial_user_ns: Option<bool>,
+    /// Result of [`tracing_rule`]: None when allowed, else the one-line hint.
+    pub tracing_problem: Option<String>,
+    /// Result of [`sockops_rule`].
+    pub sockops_problem: Option<String>,
+    pub perf_event_paranoid: Option<i32>,
+    pub unprivileged_bpf_disabled: Option<i32>,
+}
+
+fn read_i32(path: &str) -> Option<i32> {
+    crate::kernel::sysctl::read_sysctl(path).ok()?.parse().ok()
+}
+
+impl PrivilegeInfo {
+    pub fn collect() -> PrivilegeInfo {
+        let caps = effective_caps().ok();
+        let userns = in_initial_user_ns();
+        let c = caps.unwrap_or(CapSet(0));
+        PrivilegeInfo {
+            // SAFETY: geteuid cannot fail.
+            euid: unsafe { libc::geteuid() },
+            cap_eff: caps.map(|c| format!("{:016x}", c.0)),
+            capabilities: c.relevant().into_iter().map(|(name, held)| CapHeld { name, held }).collect(),
+            initial_user_ns: userns,
+            tracing_problem: match caps {
+                Some(c) => tracing_rule(c, userns).err(),
+                None => check_tracing_privileges().err(),
+            },
+            sockops_problem: match caps {
+                Some(c) => sockops_rule(c, userns).err(),
+                None => check_sockops_privileges().err(),
+            },
+            perf_event_paranoid: read_i32("/proc/sys/kernel/perf_event_paranoid"),
+            unprivileged_bpf_disabled: read_i32("/proc/sys/kernel/unprivileged_bpf_disabled"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,5 @@
-//! The TCP Fast Open sysctls of one network namespace.
+//! The TCP Fast Open sysctls of one network namespace, and of every namespace this host
+//! names ([`tfo_namespaces`]).
 //!
 //! `net.ipv4.tcp_fastopen`, `net.ipv4.tcp_fastopen_blackhole_timeout_sec` and
 //! `net.ipv4.tcp_fastopen_key` are all per network namespace: a read of /proc/sys/net sees the
@@ -10,6 +11,8 @@
 use std::{fmt, io, path::Path};
 
 use serde::ser::{Serialize, SerializeStruct, Serializer};
+
+use crate::kernel::{netns, ser_result};
 
 /// Directory of the IPv4 sysctls, as seen by the reading thread's network namespace.
 pub const PROC_SYS_IPV4: &str = "/proc/sys/net/ipv4";
@@ -278,6 +281,146 @@ pub fn read_fastopen_key_status() -> io::Result<FastopenKeyStatus> {
     Ok(FastopenKeyStatus::parse(&text))
 }
 
+/// A network namespace and its TFO sysctls.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TfoNamespace {
+    /// `ip netns` name(s), if any.
+    pub name: Option<String>,
+    pub path: String,
+    pub inode: Option<u64>,
+    /// The namespace this process runs in.
+    pub current: bool,
+    /// The same as pid 1's (the host's, outside containers); None when pid 1's is not readable.
+    pub init: Option<bool>,
+    #[serde(serialize_with = "ser_result")]
+    pub tcp_fastopen: Result<TcpFastopen, String>,
+    #[serde(serialize_with = "ser_result")]
+    pub blackhole_timeout_sec: Result<u32, String>,
+    #[serde(serialize_with = "ser_result")]
+    pub key: Result<FastopenKeyStatus, String>,
+}
+
+impl TfoNamespace {
+    /// "current", "NAME", or "current (NAME)"; used in advice.
+    pub fn label(&self) -> String {
+        match (&self.name, self.current) {
+            (Some(n), true) => format!("current ({n})"),
+            (Some(n), false) => n.clone(),
+            (None, true) => "current".into(),
+            (None, false) => self.path.clone(),
+        }
+    }
+
+    /// The name `ip -n NAME` takes for it: Ok(None) for the current namespace, Err for one
+    /// without a name (it cannot be entered by name).
+    pub fn ip_netns_name(&self) -> Result<Option<&str>, String> {
+        if self.current {
+            return Ok(None);
+        }
+        match self.name.as_deref() {
+            Some(n) => Ok(Some(n.split(',').next().unwrap_or(n))),
+            None => Err("not a named namespace".into()),
+        }
+    }
+}
+
+type Sysctls = (Result<TcpFastopen, String>, Result<u32, String>, Result<FastopenKeyStatus, String>);
+
+/// The three TFO sysctls of the calling thread's namespace.
+fn read_tfo_sysctls() -> Sysctls {
+    (
+        read_tcp_fastopen().map_err(|e| e.to_string()),
+        read_blackhole_timeout_sec().map_err(|e| e.to_string()),
+        read_fastopen_key_status().map_err(|e| e.to_string()),
+    )
+}
+
+/// The current namespace first, then every named (`ip netns`) one, each with its TFO
+/// sysctls; a namespace with two names appears once. Reading another namespace needs
+/// CAP_SYS_ADMIN (setns), the key needs root: what cannot be read says why.
+pub fn tfo_namespaces() -> Vec<TfoNamespace> {
+    let current_ino = netns::current_netns_inode().ok();
+    let init_ino = netns::netns_inode_of(netns::INIT_NETNS).ok();
+    let named = netns::named_netns();
+    let names = netns::names_by_inode(&named);
+    let mut out = Vec::new();
+
+    let (tcp_fastopen, blackhole_timeout_sec, key) = read_tfo_sysctls();
+    out.push(TfoNamespace {
+        name: current_ino.and_then(|i| names.get(&i).cloned()),
+        path: netns::SELF_NETNS.into(),
+        inode: current_ino,
+        current: true,
+        init: init_ino.map(|i| current_ino == Some(i)),
+        tcp_fastopen,
+        blackhole_timeout_sec,
+        key,
+    });
+
+    for n in named {
+        let path = n.path.display().to_string();
+        if n.inode.is_some() && n.inode == current_ino {
+            continue; // already shown as the current namespace, under its name
+        }
+        let read = match n.inode {
+            None => {
+                Err(format!("stale entry {path}: no namespace is mounted on it (`ip netns del {}`)", n.name))
+            }
+            Some(_) => netns::with_netns(&n.path, read_tfo_sysctls).map_err(|e| format!("{e:#}")),
+        };
+        let (tcp_fastopen, blackhole_timeout_sec, key) = match read {
+            Ok(t) => t,
+            Err(e) => (Err(e.clone()), Err(e.clone()), Err(e)),
+        };
+        out.push(TfoNamespace {
+            name: n.inode.and_then(|i| names.get(&i).cloned()).or(Some(n.name.clone())),
+            path,
+            inode: n.inode,
+            current: false,
+            init: init_ino.map(|i| n.inode == Some(i)),
+            tcp_fastopen,
+            blackhole_timeout_sec,
+            key,
+        });
+    }
+    // Two names of one namespace appear once.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|n| n.inode.is_none() || seen.insert(n.inode));
+    out
+}
+
+/// sysctl configuration files that set net.ipv4.tcp_fastopen_key (what systemd-sysctl and
+/// `sysctl --system` read at boot).
+pub fn persisted_key_files() -> Vec<String> {
+    let mut files = vec![std::path::PathBuf::from("/etc/sysctl.conf")];
+    for dir in
+        ["/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d"]
+    {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            files.extend(
+                rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "conf")),
+            );
+        }
+    }
+    files
+        .into_iter()
+        .filter(|p| std::fs::read_to_string(p).is_ok_and(|t| sets_fastopen_key(&t)))
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+/// Whether a sysctl.conf text sets net.ipv4.tcp_fastopen_key (either spelling, `-` prefix).
+fn sets_fastopen_key(conf: &str) -> bool {
+    conf.lines().map(str::trim).any(|l| {
+        !l.starts_with('#')
+            && !l.starts_with(';')
+            && l.split('=').next().is_some_and(|k| {
+                let k = k.trim().trim_start_matches('-').replace('/', ".");
+                k == "net.ipv4.tcp_fastopen_key"
+            })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,5 +529,28 @@ mod tests {
         }
         let err = read_sysctl("/proc/sys/net/ipv4/does_not_exist").unwrap_err();
         assert!(err.to_string().contains("does_not_exist"));
+    }
+
+    #[test]
+    fn key_persisted_in_a_conf_text() {
+        assert!(sets_fastopen_key("net.ipv4.tcp_fastopen_key = 00000000-00000000-00000000-00000001\n"));
+        assert!(sets_fastopen_key("# comment\n-net/ipv4/tcp_fastopen_key=1-2-3-4\n"));
+        assert!(!sets_fastopen_key("# net.ipv4.tcp_fastopen_key = 1-2-3-4\n"));
+        assert!(!sets_fastopen_key("net.ipv4.tcp_fastopen = 3\n"));
+    }
+
+    #[test]
+    fn the_current_namespace_comes_first() {
+        let all = tfo_namespaces();
+        assert!(all[0].current && all[0].path == netns::SELF_NETNS, "{all:?}");
+        assert_eq!(all[0].ip_netns_name(), Ok(None));
+        let direct = std::fs::read_to_string(TCP_FASTOPEN_PATH).unwrap();
+        assert_eq!(all[0].tcp_fastopen.as_ref().unwrap().0, direct.trim().parse::<u32>().unwrap());
+        let unnamed =
+            TfoNamespace { name: None, current: false, path: "/proc/7/ns/net".into(), ..all[0].clone() };
+        assert!(unnamed.ip_netns_name().is_err());
+        assert_eq!(unnamed.label(), "/proc/7/ns/net");
+        let two = TfoNamespace { name: Some("a,b".into()), current: false, ..all[0].clone() };
+        assert_eq!(two.ip_netns_name(), Ok(Some("a")));
     }
 }

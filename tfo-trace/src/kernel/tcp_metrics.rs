@@ -11,6 +11,8 @@ use std::{net::IpAddr, process::Command};
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
+use crate::kernel::{ser_result, sysctl::TfoNamespace};
+
 /// The TFO part of one `ip tcp_metrics` entry.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TcpMetric {
@@ -38,6 +40,22 @@ impl TcpMetric {
             None => "none".into(),
         }
     }
+
+    /// Whether the entry holds TFO state: a cookie, fo_mss or SYN-data losses.
+    pub fn has_tfo_state(&self) -> bool {
+        self.cookie_len.is_some() || self.fo_mss.is_some() || self.fo_syn_drops > 0
+    }
+}
+
+/// `ip tcp_metrics` of one namespace.
+#[derive(Debug, Clone, Serialize)]
+pub struct NamespaceTcpMetrics {
+    /// The namespace label as in the namespace sections ("current", "NAME", ...).
+    pub namespace: String,
+    pub inode: Option<u64>,
+    /// Entries with TFO state only (a cookie, fo_mss or fo_syn_drops); cookies redacted.
+    #[serde(serialize_with = "ser_result")]
+    pub entries: Result<Vec<TcpMetric>, String>,
 }
 
 /// `0.014usec`, `14.148sec`, `250msec` -> seconds.
@@ -135,6 +153,24 @@ pub fn read(netns: Option<&str>) -> Result<Vec<TcpMetric>> {
         bail!("`ip{where_} tcp_metrics show` failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     parse(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// [`read`] in `ns`: the current namespace, or a named one (one without a name cannot be
+/// entered by name).
+pub fn read_in(ns: &TfoNamespace) -> Result<Vec<TcpMetric>, String> {
+    read(ns.ip_netns_name()?).map_err(|e| format!("{e:#}"))
+}
+
+/// The entries with TFO state of every namespace in `namespaces`.
+pub fn per_namespace(namespaces: &[TfoNamespace]) -> Vec<NamespaceTcpMetrics> {
+    namespaces
+        .iter()
+        .map(|ns| NamespaceTcpMetrics {
+            namespace: ns.label(),
+            inode: ns.inode,
+            entries: read_in(ns).map(|v| v.into_iter().filter(TcpMetric::has_tfo_state).collect()),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -21,14 +21,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::sock::{new_socket, sockaddr, tfo_listener};
+use super::sock::{new_socket, sendto_fastopen, sockaddr, tfo_listener};
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
 use crate::kernel::netstat::Netstat;
 
-const MSG_FASTOPEN: libc::c_int = 0x2000_0000; // include/uapi/linux/socket.h
-const _: () = assert!(MSG_FASTOPEN == libc::MSG_FASTOPEN);
 /// Upper bound for one connection's reads and writes: a stuck peer cannot hang the run.
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a blocked accept() wakes up to check the stop flag.
@@ -51,7 +49,7 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 10_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub count: u64,
     /// Stop after this long (e.g. 3s, 500ms).
-    #[arg(long, default_value = "3s", value_parser = crate::cli::parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = crate::duration::parse_duration)]
     pub duration: Duration,
     /// Bytes the client sends (in the SYN once it has a cookie).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1400))]
@@ -62,6 +60,37 @@ pub struct LoadArgs {
     /// TFO queue length of the listener (setsockopt TCP_FASTOPEN).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub tfo_queue: u32,
+    /// Plain TCP connections (connect, write, read, close) instead of TFO ones: what
+    /// almost every connection on a busy host is.
+    #[arg(long)]
+    pub plain: bool,
+    /// Listeners on consecutive ports from --listen's, bound to every address (socket churn).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20_000))]
+    pub listeners: u32,
+    /// Distinct destinations (address, port) the clients cycle through: the listeners'
+    /// ports on as many addresses of 10.0.0.0/8 as it takes, which the namespace must route
+    /// to itself (`ip route add local 10.0.0.0/8 dev lo`). 1: --listen only.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub destinations: u32,
+}
+
+impl LoadArgs {
+    /// Where connection number `i` goes.
+    fn destination(&self, i: u64) -> SocketAddr {
+        if self.destinations <= 1 {
+            return SocketAddr::new(self.listen.ip(), self.port(i));
+        }
+        let d = i % u64::from(self.destinations);
+        // Consecutive destinations share an address and differ in port, so the few
+        // addresses (and their TFO cookies) are reused across many listeners.
+        let host = (d / u64::from(self.listeners)) as u32 + 1;
+        let addr = std::net::Ipv4Addr::from((10u32 << 24) | host);
+        SocketAddr::new(addr.into(), self.port(d))
+    }
+
+    fn port(&self, i: u64) -> u16 {
+        self.listen.port() + (i % u64::from(self.listeners)) as u16
+    }
 }
 
 /// The JSON line `lab-load` prints.
@@ -83,6 +112,33 @@ pub struct LoadReport {
     /// The first error a client hit, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+    /// CPU time of this process (clients and server, with the kernel work done in their
+    /// context: the TCP stack and the tracer's programs) over the run.
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+}
+
+/// (user, system) CPU seconds of this process so far.
+fn cpu_seconds() -> (f64, f64) {
+    // SAFETY: getrusage fills a zeroed struct it is given.
+    let mut u: libc::rusage = unsafe { mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (s(u.ru_utime), s(u.ru_stime))
+}
+
+/// Thousands of listeners need more than the usual 1024 fds: the soft limit goes up to what
+/// is needed, within the hard limit.
+fn raise_nofile_limit(wanted: u64) {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < wanted {
+            r.rlim_cur = wanted.min(r.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
 }
 
 pub fn run(args: &LoadArgs) -> Result<()> {
@@ -98,6 +154,12 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
     if !args.listen.ip().is_loopback() {
         bail!("--listen {}: lab-load only uses loopback addresses", args.listen);
     }
+    if u32::from(args.listen.port()) + args.listeners > 65536 {
+        bail!("--listeners {} from port {}: past port 65535", args.listeners, args.listen.port());
+    }
+    if args.destinations > 1 && !args.listen.is_ipv4() {
+        bail!("--destinations > 1 spreads over 10.0.0.0/8: --listen must be 127.0.0.1:PORT");
+    }
     let tfo = crate::kernel::sysctl::read_tcp_fastopen().context("reading net.ipv4.tcp_fastopen")?;
     if !tfo.client_enabled() || !tfo.server_enabled() {
         bail!(
@@ -106,7 +168,28 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
              ip netns exec x sysctl -w net.ipv4.tcp_fastopen=3; ip netns exec x tfo-trace lab-load`"
         );
     }
-    let listener = tfo_listener(args.listen, args.tfo_queue, 4096, ACCEPT_POLL)?;
+    raise_nofile_limit(u64::from(args.listeners) + 1024);
+    // Many listeners (or destinations beyond loopback) need them bound to every address.
+    let bind_ip: std::net::IpAddr = if args.destinations > 1 || args.listeners > 1 {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        args.listen.ip()
+    };
+    let listeners: Arc<[TcpListener]> = (0..args.listeners)
+        .map(|k| {
+            let addr = SocketAddr::new(bind_ip, args.listen.port() + k as u16);
+            let l = tfo_listener(addr, args.tfo_queue, 4096, ACCEPT_POLL)?;
+            l.set_nonblocking(true).context("O_NONBLOCK on a listener")?;
+            Ok(l)
+        })
+        .collect::<Result<Vec<_>>>()?
+        .into();
+    if args.destinations > 1 {
+        let probe = args.destination(u64::from(args.destinations) - 1);
+        std::net::TcpStream::connect_timeout(&probe, IO_TIMEOUT).with_context(|| {
+            format!("{probe} does not reach a listener: add `ip route add local 10.0.0.0/8 dev lo` to the namespace")
+        })?;
+    }
     let before = Netstat::read_current().context("reading /proc/net/netstat")?;
     let stop = Arc::new(AtomicBool::new(false));
     let payload: Arc<[u8]> = vec![b'q'; args.payload_bytes as usize].into();
@@ -114,13 +197,13 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
 
     let servers: Vec<_> = (0..args.threads)
         .map(|_| {
-            let l = listener.try_clone().context("duplicating the listener")?;
-            let (stop, reply) = (Arc::clone(&stop), Arc::clone(&reply));
-            Ok(std::thread::spawn(move || serve(&l, &reply, &stop)))
+            let (listeners, stop, reply) = (Arc::clone(&listeners), Arc::clone(&stop), Arc::clone(&reply));
+            std::thread::spawn(move || serve(&listeners, &reply, &stop))
         })
-        .collect::<Result<_>>()?;
+        .collect();
 
     let claimed = Arc::new(AtomicU64::new(0));
+    let cpu_before = cpu_seconds();
     let start = Instant::now();
     let deadline = start + args.duration;
     // Each thread paces itself at rate / threads, so the total is `rate`.
@@ -129,11 +212,11 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
     let clients: Vec<_> = (0..args.threads)
         .map(|i| {
             let (claimed, payload) = (Arc::clone(&claimed), Arc::clone(&payload));
-            let (dst, count) = (args.listen, args.count);
+            let (args, count, plain) = (args.clone(), args.count, args.plain);
             // Stagger the paced threads so their connections do not start in bursts.
             let first = start
                 + interval.map(|d| d.mul_f64(f64::from(i) / f64::from(args.threads))).unwrap_or_default();
-            std::thread::spawn(move || client(dst, &payload, &claimed, count, first, interval, deadline))
+            std::thread::spawn(move || client(&args, plain, &payload, &claimed, count, first, interval, deadline))
         })
         .collect();
 
@@ -149,6 +232,7 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
     for s in servers {
         let _ = s.join();
     }
+    let cpu_after = cpu_seconds();
     let after = Netstat::read_current().context("reading /proc/net/netstat")?;
     let d = Netstat::delta(&before, &after);
     Ok(LoadReport {
@@ -162,6 +246,8 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
         tfo_active: d.get("TcpExtTCPFastOpenActive"),
         tfo_active_fail: d.get("TcpExtTCPFastOpenActiveFail"),
         first_error,
+        cpu_user_s: cpu_after.0 - cpu_before.0,
+        cpu_sys_s: cpu_after.1 - cpu_before.1,
     })
 }
 
@@ -172,8 +258,10 @@ struct ClientTally {
     first_error: Option<String>,
 }
 
+#[allow(clippy::too_many_arguments)] // one thread's whole job, spelled out
 fn client(
-    dst: SocketAddr,
+    args: &LoadArgs,
+    plain: bool,
     payload: &[u8],
     claimed: &AtomicU64,
     count: u64,
@@ -182,13 +270,14 @@ fn client(
     deadline: Instant,
 ) -> ClientTally {
     let mut t = ClientTally::default();
-    let (sa, len) = sockaddr(&dst);
     let mut buf = [0u8; 4096];
     loop {
         let now = Instant::now();
-        if now >= deadline || claimed.fetch_add(1, Ordering::Relaxed) >= count {
+        let i = claimed.fetch_add(1, Ordering::Relaxed);
+        if now >= deadline || i >= count {
             break;
         }
+        let (sa, len) = sockaddr(&args.destination(i));
         if let Some(step) = interval {
             if next > now {
                 std::thread::sleep(next - now);
@@ -200,7 +289,7 @@ fn client(
                 break;
             }
         }
-        match one_connection(&sa, len, payload, &mut buf) {
+        match one_connection(&sa, len, plain, payload, &mut buf) {
             Ok(()) => t.ok += 1,
             Err(e) => {
                 t.failed += 1;
@@ -211,32 +300,29 @@ fn client(
     t
 }
 
-/// socket, sendto(MSG_FASTOPEN) (connect + data in the SYN when a cookie is cached),
-/// read the reply to EOF, close with a RST (see the module comment).
+/// socket, sendto(MSG_FASTOPEN) (connect + data in the SYN when a cookie is cached) or,
+/// `plain`, connect() then write(), read the reply to EOF, close with a RST (see the
+/// module comment).
 fn one_connection(
     sa: &libc::sockaddr_storage,
     len: libc::socklen_t,
+    plain: bool,
     payload: &[u8],
     buf: &mut [u8],
 ) -> Result<()> {
     let mut s = new_socket(libc::c_int::from(sa.ss_family))?;
     s.set_read_timeout(Some(IO_TIMEOUT)).context("setsockopt(SO_RCVTIMEO)")?;
     s.set_write_timeout(Some(IO_TIMEOUT)).context("setsockopt(SO_SNDTIMEO)")?;
-    // SAFETY: valid fd, buffer and sockaddr of the given lengths.
-    let n = unsafe {
-        libc::sendto(
-            s.as_raw_fd(),
-            payload.as_ptr().cast(),
-            payload.len(),
-            MSG_FASTOPEN | libc::MSG_NOSIGNAL,
-            (sa as *const libc::sockaddr_storage).cast(),
-            len,
-        )
+    let sent = if plain {
+        // SAFETY: valid fd and sockaddr of the given length.
+        if unsafe { libc::connect(s.as_raw_fd(), (sa as *const libc::sockaddr_storage).cast(), len) } != 0 {
+            return Err(io::Error::last_os_error()).context("connect");
+        }
+        0
+    } else {
+        sendto_fastopen(&s, payload, sa, len).context("sendto(MSG_FASTOPEN)")?
     };
-    if n < 0 {
-        return Err(io::Error::last_os_error()).context("sendto(MSG_FASTOPEN)");
-    }
-    s.write_all(&payload[n as usize..]).context("write")?;
+    s.write_all(&payload[sent..]).context("write")?;
     loop {
         match s.read(buf) {
             Ok(0) => break,
@@ -262,21 +348,47 @@ fn one_connection(
     Ok(())
 }
 
-fn serve(listener: &TcpListener, reply: &[u8], stop: &AtomicBool) {
+/// Serves every listener from one thread: an epoll set of them all (EPOLLEXCLUSIVE, so a
+/// connection wakes one of the server threads), accept until EAGAIN, answer each.
+fn serve(listeners: &[TcpListener], reply: &[u8], stop: &AtomicBool) {
+    // SAFETY: epoll_create1 has no preconditions; the fd is closed below.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return;
+    }
+    for (i, l) in listeners.iter().enumerate() {
+        let mut ev =
+            libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32, u64: i as u64 };
+        // SAFETY: valid epoll fd, listener fd and event.
+        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, l.as_raw_fd(), &mut ev) };
+    }
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
     let mut buf = [0u8; 4096];
     while !stop.load(Ordering::Relaxed) {
-        let mut s = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => continue,
-            Err(_) => continue, // ECONNABORTED and the like: the listener is still good
-        };
-        let _ = (|| -> io::Result<()> {
-            s.set_read_timeout(Some(IO_TIMEOUT))?;
-            s.set_write_timeout(Some(IO_TIMEOUT))?;
-            // With TFO the request is already queued on the child socket: one read.
-            let _ = s.read(&mut buf)?;
-            s.write_all(reply)
-        })();
-        // Dropping closes: FIN after the reply; the client's RST then frees the socket.
+        let timeout_ms = ACCEPT_POLL.as_millis() as libc::c_int;
+        // SAFETY: valid epoll fd and a buffer of 64 events.
+        let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as libc::c_int, timeout_ms) };
+        for ev in events.iter().take(n.max(0) as usize) {
+            let Some(l) = listeners.get(ev.u64 as usize) else { continue };
+            // Bounded: a listener's queue holds at most its backlog.
+            for _ in 0..4096 {
+                let Ok((s, _)) = l.accept() else { break }; // EAGAIN: drained
+                answer(s, reply, &mut buf);
+            }
+        }
     }
+    // SAFETY: our own epoll fd.
+    unsafe { libc::close(ep) };
+}
+
+/// With TFO the request is already queued on the child socket: one read, the reply, and
+/// dropping closes (FIN after the reply; the client's RST then frees the socket).
+fn answer(mut s: std::net::TcpStream, reply: &[u8], buf: &mut [u8]) {
+    let _ = (|| -> io::Result<()> {
+        s.set_nonblocking(false)?;
+        s.set_read_timeout(Some(IO_TIMEOUT))?;
+        s.set_write_timeout(Some(IO_TIMEOUT))?;
+        let _ = s.read(buf)?;
+        s.write_all(reply)
+    })();
 }

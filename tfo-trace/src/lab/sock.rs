@@ -104,3 +104,31 @@ pub(super) fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::sock
     };
     (ss, len as libc::socklen_t)
 }
+
+const MSG_FASTOPEN: libc::c_int = 0x2000_0000; // include/uapi/linux/socket.h
+const _: () = assert!(MSG_FASTOPEN == libc::MSG_FASTOPEN);
+
+/// sendto(MSG_FASTOPEN) on a fresh socket: connect, and the data in the SYN when the kernel
+/// has a cookie for `sa`. Returns the bytes it took (the rest goes with write()).
+pub(super) fn sendto_fastopen(
+    s: &TcpStream,
+    payload: &[u8],
+    sa: &libc::sockaddr_storage,
+    len: libc::socklen_t,
+) -> io::Result<usize> {
+    // SAFETY: valid fd, buffer and sockaddr of the given lengths.
+    let n = unsafe {
+        libc::sendto(
+            s.as_raw_fd(),
+            payload.as_ptr().cast(),
+            payload.len(),
+            MSG_FASTOPEN | libc::MSG_NOSIGNAL,
+            (sa as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::sock::{family_of, new_socket, setsockopt_int, sockaddr, tfo_listener};
+use super::sock::{family_of, new_socket, sendto_fastopen, setsockopt_int, sockaddr, tfo_listener};
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
@@ -19,10 +19,8 @@ use serde::{Deserialize, Serialize};
 // check them against the kernel rather than against libc.
 const TCP_FASTOPEN: libc::c_int = 23;
 const TCP_FASTOPEN_CONNECT: libc::c_int = 30;
-const MSG_FASTOPEN: libc::c_int = 0x2000_0000;
 const _: () = assert!(TCP_FASTOPEN == libc::TCP_FASTOPEN);
 const _: () = assert!(TCP_FASTOPEN_CONNECT == libc::TCP_FASTOPEN_CONNECT);
-const _: () = assert!(MSG_FASTOPEN == libc::MSG_FASTOPEN);
 
 /// How long the server gives one accepted connection (read, reply, drain) before dropping it.
 const SERVER_CONN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -280,24 +278,10 @@ fn one_connection(
         let sent = match mode {
             ClientMode::MsgFastopen => {
                 let (sa, len) = sockaddr(&dst);
-                // SAFETY: valid fd, buffer and sockaddr of the given lengths.
-                let n = unsafe {
-                    libc::sendto(
-                        s.as_raw_fd(),
-                        payload.as_ptr().cast(),
-                        payload.len(),
-                        MSG_FASTOPEN | libc::MSG_NOSIGNAL,
-                        (&sa as *const libc::sockaddr_storage).cast(),
-                        len,
-                    )
-                };
-                // Take errno before local_port() makes another syscall.
-                let err = (n < 0).then(io::Error::last_os_error);
+                // The error (errno) is taken before local_port() makes another syscall.
+                let sent = sendto_fastopen(&s, payload, &sa, len);
                 sport = local_port(&s);
-                if let Some(e) = err {
-                    return Err(e).context("sendto(MSG_FASTOPEN)");
-                }
-                n as usize // n >= 0 checked above
+                sent.context("sendto(MSG_FASTOPEN)")?
             }
             ClientMode::FastopenConnect => {
                 setsockopt_int(&s, libc::IPPROTO_TCP, TCP_FASTOPEN_CONNECT, 1)

@@ -41,10 +41,19 @@ struct Member {
 enum Type {
     Composite {
         members: Vec<Member>,
+        size: u32,
     },
     /// typedef, const, volatile, restrict, type tag: look through to `to`.
     Alias {
         to: u32,
+    },
+    /// int, enum, float, pointer: `size` bytes.
+    Scalar {
+        size: u32,
+    },
+    Array {
+        elem: u32,
+        nelems: u32,
     },
     Other,
 }
@@ -55,6 +64,8 @@ pub struct MemberLocation {
     pub bit_offset: u32,
     /// 0 when the member is not a bitfield.
     pub bitfield_size: u32,
+    /// Bytes of the member's type (0 where unknown).
+    pub byte_size: u32,
 }
 
 pub struct Btf {
@@ -79,13 +90,25 @@ fn str_at(strings: &[u8], off: u32) -> String {
     String::from_utf8_lossy(&rest[..end]).into_owned()
 }
 
+/// The running kernel's own BTF.
+pub const KERNEL_BTF: &str = crate::kernel::uname::BTF_VMLINUX_PATH;
+
 impl Btf {
     pub fn from_sys_fs() -> Result<Self> {
-        let path = "/sys/kernel/btf/vmlinux";
+        Self::from_file(std::path::Path::new(KERNEL_BTF))
+    }
+
+    /// BTF from a file: the kernel's own, or one made for it (BTFHub, `pahole -J`) where the
+    /// kernel carries none.
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
         let bytes = std::fs::read(path).with_context(|| {
-            format!("reading {path}: this kernel has no BTF (CONFIG_DEBUG_INFO_BTF=y is required)")
+            if path == std::path::Path::new(KERNEL_BTF) {
+                format!("reading {KERNEL_BTF}: this kernel has no BTF (CONFIG_DEBUG_INFO_BTF=y is required, or --btf FILE)")
+            } else {
+                format!("reading --btf {}", path.display())
+            }
         })?;
-        Self::parse(&bytes).with_context(|| format!("parsing {path}"))
+        Self::parse(&bytes).with_context(|| format!("parsing {} as BTF", path.display()))
     }
 
     pub fn parse(b: &[u8]) -> Result<Self> {
@@ -134,28 +157,43 @@ impl Btf {
                     if kind == KIND_STRUCT && !name.is_empty() {
                         structs_by_name.entry(name).or_insert(id);
                     }
-                    Type::Composite { members }
+                    Type::Composite { members, size: size_or_type }
                 }
                 KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
                     Type::Alias { to: size_or_type }
                 }
-                KIND_INT | KIND_VAR | KIND_DECL_TAG => {
+                KIND_INT => {
+                    pos += 4;
+                    Type::Scalar { size: size_or_type }
+                }
+                KIND_VAR | KIND_DECL_TAG => {
                     pos += 4;
                     Type::Other
                 }
                 KIND_ARRAY => {
+                    let array = Type::Array { elem: u32_at(types_sec, pos)?, nelems: u32_at(types_sec, pos + 8)? };
                     pos += 12;
-                    Type::Other
+                    array
                 }
-                KIND_ENUM | KIND_FUNC_PROTO => {
+                KIND_ENUM => {
+                    pos += vlen * 8;
+                    Type::Scalar { size: size_or_type }
+                }
+                KIND_FUNC_PROTO => {
                     pos += vlen * 8;
                     Type::Other
                 }
-                KIND_DATASEC | KIND_ENUM64 => {
+                KIND_ENUM64 => {
+                    pos += vlen * 12;
+                    Type::Scalar { size: size_or_type }
+                }
+                KIND_DATASEC => {
                     pos += vlen * 12;
                     Type::Other
                 }
-                KIND_PTR | KIND_FWD | KIND_FUNC | KIND_FLOAT => Type::Other,
+                KIND_FLOAT => Type::Scalar { size: size_or_type },
+                KIND_PTR => Type::Scalar { size: 8 },
+                KIND_FWD | KIND_FUNC => Type::Other,
                 other => bail!("unknown BTF kind {other} at type id {id}"),
             };
             types.push(ty);
@@ -173,6 +211,15 @@ impl Btf {
         None
     }
 
+    /// Bytes of a type, through aliases and arrays; 0 where unknown.
+    fn byte_size(&self, id: u32, depth: u32) -> u32 {
+        match (depth, self.resolve(id)) {
+            (0..=8, Some(Type::Composite { size, .. } | Type::Scalar { size })) => *size,
+            (0..=8, Some(Type::Array { elem, nelems })) => self.byte_size(*elem, depth + 1).saturating_mul(*nelems),
+            _ => 0,
+        }
+    }
+
     /// Finds `path` (e.g. `["inet_conn", "icsk_inet", "sk", "__sk_common", "skc_daddr"]`,
     /// or just `["skc_daddr"]`) in `struct_name`; members of anonymous unions/structs and,
     /// for a one-name path, of any nested struct are searched too.
@@ -184,7 +231,7 @@ impl Btf {
     /// `net.ns.inum`, each step free to pass through anonymous unions and structs.
     pub fn member_path(&self, struct_name: &str, path: &[&str]) -> Option<MemberLocation> {
         let mut id = *self.structs_by_name.get(struct_name)?;
-        let mut loc = MemberLocation { bit_offset: 0, bitfield_size: 0 };
+        let mut loc = MemberLocation { bit_offset: 0, bitfield_size: 0, byte_size: 0 };
         for name in path {
             let (found, type_id) = self.find_in(id, name, loc.bit_offset, 0)?;
             loc = found;
@@ -202,7 +249,11 @@ impl Btf {
             return None;
         };
         if let Some(m) = members.iter().find(|m| m.name == name) {
-            let loc = MemberLocation { bit_offset: base_bits + m.bit_offset, bitfield_size: m.bitfield_size };
+            let loc = MemberLocation {
+                bit_offset: base_bits + m.bit_offset,
+                bitfield_size: m.bitfield_size,
+                byte_size: self.byte_size(m.type_id, 0),
+            };
             return Some((loc, m.type_id));
         }
         members
@@ -263,16 +314,15 @@ mod tests {
     #[test]
     fn finds_members_through_anonymous_unions_and_bitfields() {
         let btf = Btf::parse(&sample()).unwrap();
-        assert_eq!(btf.member("outer", "x"), Some(MemberLocation { bit_offset: 0, bitfield_size: 0 }));
-        assert_eq!(btf.member("outer", "a"), Some(MemberLocation { bit_offset: 64, bitfield_size: 0 }));
-        assert_eq!(btf.member("outer", "c"), Some(MemberLocation { bit_offset: 64 + 35, bitfield_size: 2 }));
-        assert_eq!(btf.member("inner", "b"), Some(MemberLocation { bit_offset: 32, bitfield_size: 3 }));
+        let loc = |bit_offset, bitfield_size, byte_size| Some(MemberLocation { bit_offset, bitfield_size, byte_size });
+        assert_eq!(btf.member("outer", "x"), loc(0, 0, 4));
+        assert_eq!(btf.member("outer", "a"), loc(64, 0, 4));
+        assert_eq!(btf.member("outer", "c"), loc(64 + 35, 2, 4));
+        assert_eq!(btf.member("inner", "b"), loc(32, 3, 4));
+        assert_eq!(btf.member("outer", "in"), loc(64, 0, 8), "a struct member's size is the struct's");
         assert_eq!(btf.member("outer", "nope"), None);
         assert_eq!(btf.member("nope", "x"), None);
-        assert_eq!(
-            btf.member_path("outer", &["in", "c"]),
-            Some(MemberLocation { bit_offset: 64 + 35, bitfield_size: 2 })
-        );
+        assert_eq!(btf.member_path("outer", &["in", "c"]), loc(64 + 35, 2, 4));
     }
 
     #[test]

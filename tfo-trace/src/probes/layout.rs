@@ -7,17 +7,19 @@ use tfo_trace_common::{Field, KernelLayout};
 use super::btf::{Btf, MemberLocation};
 
 fn to_field(loc: MemberLocation) -> Field {
+    let off = loc.bit_offset / 8;
     if loc.bitfield_size == 0 {
-        Field { off: loc.bit_offset / 8, shift: 0, bits: 0, present: 1, _pad: 0 }
-    } else {
-        Field {
-            off: loc.bit_offset / 8,
-            shift: (loc.bit_offset % 8) as u8,
-            bits: loc.bitfield_size as u8,
-            present: 1,
-            _pad: 0,
-        }
+        // A whole member is loaded at its own size; larger ones (an IPv6 address, an
+        // array) are read in 8-byte pieces by the programs, which know them.
+        let size = if matches!(loc.byte_size, 1 | 2 | 4) { loc.byte_size } else { 8 };
+        return Field { off, shift: 0, bits: 0, present: 1, size: size as u8 };
     }
+    // The smallest load that covers the bitfield: the verifier lets a BTF-typed program
+    // load a bitfield only by a load that starts at its first byte and covers it whole.
+    let shift = loc.bit_offset % 8;
+    let end = shift + loc.bitfield_size;
+    let size = [1u32, 2, 4, 8].into_iter().find(|s| end <= s * 8).unwrap_or(8);
+    Field { off, shift: shift as u8, bits: loc.bitfield_size as u8, present: 1, size: size as u8 }
 }
 
 /// A member every supported kernel has: its absence is an error naming it.
@@ -34,16 +36,6 @@ fn optional(btf: &Btf, strukt: &str, path: &[&str]) -> Option<Field> {
     btf.member_path(strukt, path).map(to_field)
 }
 
-/// The eBPF side reads small fields with read_bits(): a whole u16 (5.6+) must be masked
-/// to its 16 bits, exactly like the 8-bit bitfield it was on older kernels.
-fn as_bits(field: Field, whole_bits: u8) -> Field {
-    if field.bits == 0 {
-        Field { bits: whole_bits, ..field }
-    } else {
-        field
-    }
-}
-
 pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
     Ok(KernelLayout {
         skc_family: required(btf, "sock", &["skc_family"])?,
@@ -55,7 +47,7 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         skc_v6_rcv_saddr: required(btf, "sock", &["skc_v6_rcv_saddr"])?,
         skc_v6_daddr: required(btf, "sock", &["skc_v6_daddr"])?,
         skc_net: required(btf, "sock", &["skc_net"])?,
-        sk_protocol: as_bits(required(btf, "sock", &["sk_protocol"])?, 16),
+        sk_protocol: required(btf, "sock", &["sk_protocol"])?,
         tcp_rtx_queue: required(btf, "sock", &["tcp_rtx_queue"])?,
         net_ns_inum: required(btf, "net", &["ns", "inum"])?,
         fastopen_req: required(btf, "tcp_sock", &["fastopen_req"])?,
@@ -69,6 +61,7 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         syn_data_acked: required(btf, "tcp_sock", &["syn_data_acked"])?,
         // Added in 6.x; older kernels fall back to syn_data_acked (see handlers.rs).
         syn_fastopen_child: optional(btf, "tcp_sock", &["syn_fastopen_child"]).unwrap_or_default(),
+        srtt_us: required(btf, "tcp_sock", &["srtt_us"])?,
         // Read only by the tcp_try_fastopen hooks of the fentry/kprobe backends; a kernel
         // without one of them loses that detail, not the tracer.
         foc_len: optional(btf, "tcp_fastopen_cookie", &["len"]).unwrap_or_default(),
@@ -85,4 +78,25 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
             .unwrap_or_default(),
         req_num_retrans: optional(btf, "request_sock", &["num_retrans"]).unwrap_or_default(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loc(bit_offset: u32, bitfield_size: u32, byte_size: u32) -> MemberLocation {
+        MemberLocation { bit_offset, bitfield_size, byte_size }
+    }
+
+    #[test]
+    fn loads_cover_the_field_from_its_first_byte() {
+        // A 1-bit flag in the 3rd bit of byte 100: one byte.
+        assert_eq!(to_field(loc(802, 1, 1)), Field { off: 100, shift: 2, bits: 1, present: 1, size: 1 });
+        // 2 bits across a byte boundary (bits 7 and 8): two bytes.
+        assert_eq!(to_field(loc(807, 2, 1)), Field { off: 100, shift: 7, bits: 2, present: 1, size: 2 });
+        // Whole members load at their size; a pointer or a struct of 8+ bytes at 8.
+        assert_eq!(to_field(loc(64, 0, 2)).size, 2);
+        assert_eq!(to_field(loc(64, 0, 4)).size, 4);
+        assert_eq!(to_field(loc(64, 0, 16)).size, 8);
+    }
 }

@@ -4,13 +4,14 @@ pub mod layout;
 pub mod table;
 
 use std::{
+    os::fd::AsFd as _,
     path::Path,
     time::{Duration, Instant},
 };
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use aya::{
-    programs::{FEntry, FExit, KProbe, RawTracePoint},
+    programs::{BtfTracePoint, FEntry, FExit, KProbe, RawTracePoint},
     Btf, Ebpf, EbpfLoader,
 };
 use tfo_trace_common::config;
@@ -23,9 +24,26 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 
 pub const DEFAULT_RING_BUFFER_BYTES: u32 = 1 << 20;
 
+#[derive(Clone, Debug)]
 pub struct LoadOptions {
     pub backend: BackendChoice,
     pub ring_buffer_bytes: u32,
+    /// Count outcomes in the kernel only; send no events (an exporter without
+    /// per-destination series reads nothing else).
+    pub counts_only: bool,
+    /// Where the kernel's struct layouts come from: its own BTF by default.
+    pub btf: Option<std::path::PathBuf>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            backend: BackendChoice::Auto,
+            ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES,
+            counts_only: false,
+            btf: None,
+        }
+    }
 }
 
 /// A backend `auto` passed over, and why.
@@ -42,10 +60,65 @@ pub struct Tracer {
     pub attach_time: Duration,
 }
 
+/// The kernel's own statistics of the attached programs, summed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Runs and their time, where kernel.bpf_stats_enabled is on (0 otherwise).
+    pub runs: u64,
+    pub run_time_ns: u64,
+    /// Runs the kernel skipped because the same program was already running on that CPU
+    /// (a tracepoint hit from an interrupt while the program ran): outcomes neither counted
+    /// nor sent. Reported, never silent.
+    pub missed: u64,
+}
+
+impl Tracer {
+    pub fn run_stats(&self) -> RunStats {
+        let mut total = RunStats::default();
+        for (_, program) in self.ebpf.programs() {
+            let Ok(fd) = program.fd() else { continue };
+            if let Some(info) = prog_info(fd.as_fd()) {
+                total.runs += info.run_cnt;
+                total.run_time_ns += info.run_time_ns;
+                total.missed += info.recursion_misses;
+            }
+        }
+        total
+    }
+}
+
+/// BPF_OBJ_GET_INFO_BY_FD for one program (aya keeps the counters it returns private).
+fn prog_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<aya_obj::generated::bpf_prog_info> {
+    use std::os::fd::AsRawFd as _;
+    #[repr(C)]
+    struct InfoAttr {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    // SAFETY: bpf_prog_info is plain integers; all zero is a valid value.
+    let mut info: aya_obj::generated::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let attr = InfoAttr {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: std::mem::size_of_val(&info) as u32,
+        info: &mut info as *mut _ as u64,
+    };
+    // SAFETY: the attr points at a live, writable bpf_prog_info of the size it states; the
+    // kernel writes at most that many bytes.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_bpf, BPF_OBJ_GET_INFO_BY_FD, &attr as *const InfoAttr, std::mem::size_of::<InfoAttr>())
+    };
+    (rc == 0).then_some(info)
+}
+
 /// Why `backend` cannot be used here, before trying to load anything; None if it may.
 fn unavailable(backend: Backend) -> Option<String> {
     match backend {
-        Backend::Kprobe if !Path::new("/sys/bus/event_source/devices/kprobe").exists() => {
+        Backend::Fentry | Backend::Tracepoint if !Path::new(btf::KERNEL_BTF).exists() => {
+            Some(format!("BTF-typed hooks need kernel BTF ({})", btf::KERNEL_BTF))
+        }
+        Backend::Kprobe if !crate::kernel::kallsyms::kprobes_available() => {
             Some("this kernel has no kprobes (CONFIG_KPROBES off)".into())
         }
         _ => None,
@@ -55,10 +128,13 @@ fn unavailable(backend: Backend) -> Option<String> {
 pub fn load(opts: &LoadOptions) -> Result<Tracer> {
     let started = Instant::now();
     raise_memlock_rlimit();
-    let kernel_layout = kernel_layout()?;
+    let kernel_layout = kernel_layout(opts.btf.as_deref())?;
     let mut skipped = Vec::new();
     for &backend in opts.backend.candidates() {
         if let Some(reason) = unavailable(backend) {
+            if opts.backend != BackendChoice::Auto {
+                bail!("the {backend} backend cannot load here: {reason}");
+            }
             skipped.push(Skipped { backend, reason });
             continue;
         }
@@ -86,9 +162,14 @@ fn raise_memlock_rlimit() {
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
 }
 
-/// Where this kernel keeps the fields the programs read (parsed once per start).
-fn kernel_layout() -> Result<tfo_trace_common::KernelLayout> {
-    layout::from_btf(&btf::Btf::from_sys_fs()?)
+/// Where this kernel keeps the fields the programs read (parsed once per start), from its
+/// own BTF or from `--btf FILE`.
+fn kernel_layout(file: Option<&Path>) -> Result<tfo_trace_common::KernelLayout> {
+    let btf = match file {
+        Some(f) => btf::Btf::from_file(f)?,
+        None => btf::Btf::from_sys_fs()?,
+    };
+    layout::from_btf(&btf)
 }
 
 /// The step that failed and the kernel's errno, without aya's verifier-log noise:
@@ -126,22 +207,33 @@ fn load_backend(
     if table::hooks(backend).iter().any(|h| h.target == "tcp_fastopen_cache_set") {
         flags |= config::COOKIE_FROM_CACHE_SET;
     }
-    let mut ebpf = EbpfLoader::new()
+    if opts.counts_only {
+        flags |= config::COUNTS_ONLY;
+    }
+    let mut loader = EbpfLoader::new();
+    loader
         .override_global("LAYOUT", kernel_layout, true)
         .override_global("CONFIG", &flags, true)
-        .map_max_entries("EVENTS", opts.ring_buffer_bytes)
-        .load(EBPF_OBJECT)
-        .context("loading the eBPF object")?;
-    // aya's own BTF, for the trampoline programs' target lookup.
-    let aya_btf = match backend {
-        Backend::Fentry => Some(Btf::from_sys_fs().context("reading kernel BTF for fentry")?),
-        _ => None,
-    };
-    for hook in table::hooks(backend) {
-        let what = format!("{} ({:?} {})", hook.program, hook.kind, hook.target);
-        attach(&mut ebpf, hook, aya_btf.as_ref()).with_context(|| format!("loading/attaching {what}"))?;
+        .map_max_entries("EVENTS", if opts.counts_only { 4096 } else { opts.ring_buffer_bytes });
+    if table::uses_btf(backend) {
+        // Connection state lives in socket storage: the hash of the raw hooks goes unused.
+        loader.map_max_entries("CONNS", 1);
     }
+    let mut ebpf = loader.load(EBPF_OBJECT).context("loading the eBPF object")?;
+    attach_all(&mut ebpf, table::hooks(backend))?;
     Ok(ebpf)
+}
+
+/// Loads and attaches `hooks` of an object already loaded, each step named on error.
+fn attach_all(ebpf: &mut Ebpf, hooks: &[table::Hook]) -> Result<()> {
+    // aya's own BTF, for the typed programs' target lookup.
+    let needs_btf = hooks.iter().any(|h| matches!(h.kind, HookKind::BtfTracepoint | HookKind::FEntry | HookKind::FExit));
+    let aya_btf = if needs_btf { Some(Btf::from_sys_fs().context("reading kernel BTF")?) } else { None };
+    for hook in hooks {
+        let what = format!("{} ({:?} {})", hook.program, hook.kind, hook.target);
+        attach(ebpf, hook, aya_btf.as_ref()).with_context(|| format!("loading/attaching {what}"))?;
+    }
+    Ok(())
 }
 
 fn attach(ebpf: &mut Ebpf, hook: &table::Hook, btf: Option<&Btf>) -> Result<()> {
@@ -150,6 +242,11 @@ fn attach(ebpf: &mut Ebpf, hook: &table::Hook, btf: Option<&Btf>) -> Result<()> 
         .ok_or_else(|| anyhow!("program {} missing from the eBPF object", hook.program))?;
     let btf = || btf.ok_or_else(|| anyhow!("kernel BTF not loaded"));
     match hook.kind {
+        HookKind::BtfTracepoint => {
+            let p: &mut BtfTracePoint = program.try_into()?;
+            p.load(hook.target, btf()?)?;
+            p.attach()?;
+        }
         HookKind::RawTracepoint => {
             let p: &mut RawTracePoint = program.try_into()?;
             p.load()?;
@@ -174,10 +271,19 @@ fn attach(ebpf: &mut Ebpf, hook: &table::Hook, btf: Option<&Btf>) -> Result<()> 
     Ok(())
 }
 
+/// Empty programs on `backend`'s tracepoints (the benchmark's floor): what attaching
+/// anything there costs per connection before a handler does any work.
+pub fn load_floor(backend: Backend) -> Result<Ebpf> {
+    raise_memlock_rlimit();
+    let mut ebpf = EbpfLoader::new().map_max_entries("EVENTS", 4096).load(EBPF_OBJECT).context("loading the eBPF object")?;
+    attach_all(&mut ebpf, table::floor_hooks(backend))?;
+    Ok(ebpf)
+}
+
 /// For `doctor`: whether each backend loads and attaches here, and what it sees.
 /// Loads each one for real (then detaches it) when `try_load`, else only the static facts.
 pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
-    let layout = kernel_layout().map_err(|e| format!("{e:#}"));
+    let layout = kernel_layout(None).map_err(|e| format!("{e:#}"));
     Backend::ALL
         .iter()
         .map(|&backend| {
@@ -185,7 +291,12 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
                 Some(reason) => Err(reason),
                 None if !try_load => Err("not tried: loading needs CAP_BPF and CAP_PERFMON".into()),
                 None => {
-                    let opts = LoadOptions { backend: backend.into(), ring_buffer_bytes: 4096 };
+                    let opts = LoadOptions {
+                        backend: backend.into(),
+                        ring_buffer_bytes: 4096,
+                        counts_only: true,
+                        btf: None,
+                    };
                     layout.clone().and_then(|l| {
                         load_backend(backend, &opts, &l).map(drop).map_err(|e| short_reason(&e))
                     })
@@ -194,4 +305,19 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
             (backend, verdict)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every program the table names is in the embedded object (a rename on one side
+    /// only would otherwise show up as a load error on some backend).
+    #[test]
+    fn every_program_the_table_names_is_in_the_object() {
+        let obj = aya_obj::Object::parse(EBPF_OBJECT).expect("the embedded eBPF object parses");
+        for name in table::all_programs() {
+            assert!(obj.programs.contains_key(name), "program {name} is not in the eBPF object");
+        }
+    }
 }

@@ -1,8 +1,8 @@
 //! The probe table: which hook serves which outcome on which backend, in one place.
-//! `doctor`, the loader and the docs all read this table.
+//! `doctor`, the loader, the tests and the docs all read this table.
 use std::fmt;
 
-use tfo_trace_common::outcome;
+use tfo_trace_common::{Outcome, Role};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendChoice {
@@ -11,24 +11,31 @@ pub enum BackendChoice {
     Fentry,
     Kprobe,
     Tracepoint,
+    RawTracepoint,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
+    /// tp_btf tracepoints + fentry/fexit: typed arguments, direct loads, socket storage.
     Fentry,
+    /// raw tracepoints + kprobes: where trampolines are refused but kprobes exist.
     Kprobe,
+    /// tp_btf tracepoints only: every client outcome, server `accepted`.
     Tracepoint,
+    /// raw tracepoints only: the tracepoint backend for kernels where tp_btf does not load.
+    RawTracepoint,
 }
 
 impl Backend {
-    /// Richest first: the order `auto` tries them in.
-    pub const ALL: [Backend; 3] = [Backend::Fentry, Backend::Kprobe, Backend::Tracepoint];
+    /// Richest first, cheapest first among equals: the order `auto` tries them in.
+    pub const ALL: [Backend; 4] = [Backend::Fentry, Backend::Kprobe, Backend::Tracepoint, Backend::RawTracepoint];
 
     pub fn name(self) -> &'static str {
         match self {
             Backend::Fentry => "fentry",
             Backend::Kprobe => "kprobe",
             Backend::Tracepoint => "tracepoint",
+            Backend::RawTracepoint => "raw-tracepoint",
         }
     }
 }
@@ -45,6 +52,7 @@ impl From<Backend> for BackendChoice {
             Backend::Fentry => BackendChoice::Fentry,
             Backend::Kprobe => BackendChoice::Kprobe,
             Backend::Tracepoint => BackendChoice::Tracepoint,
+            Backend::RawTracepoint => BackendChoice::RawTracepoint,
         }
     }
 }
@@ -56,12 +64,15 @@ impl BackendChoice {
             BackendChoice::Fentry => &[Backend::Fentry],
             BackendChoice::Kprobe => &[Backend::Kprobe],
             BackendChoice::Tracepoint => &[Backend::Tracepoint],
+            BackendChoice::RawTracepoint => &[Backend::RawTracepoint],
         }
     }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HookKind {
+    /// tp_btf: a tracepoint with BTF-typed arguments.
+    BtfTracepoint,
     RawTracepoint,
     FEntry,
     FExit,
@@ -78,221 +89,196 @@ pub struct Hook {
     /// Tracepoint or kernel function name.
     pub target: &'static str,
     /// (role, outcome) pairs this hook decides.
-    pub sees: &'static [(u8, u8)],
+    pub sees: &'static [(Role, Outcome)],
     pub why: &'static str,
 }
 
-const CLIENT_FROM_STATE: &[(u8, u8)] = &[
-    (tfo_trace_common::role::CLIENT, outcome::COOKIE_REQUESTED),
-    (tfo_trace_common::role::CLIENT, outcome::ACCEPTED),
-    (tfo_trace_common::role::CLIENT, outcome::DATA_NOT_ACKED),
-    (tfo_trace_common::role::CLIENT, outcome::SYN_RETRANSMITTED),
-    (tfo_trace_common::role::CLIENT, outcome::CONNECT_FAILED),
-    (tfo_trace_common::role::CLIENT, outcome::NOT_ATTEMPTED),
-    (tfo_trace_common::role::SERVER, outcome::ACCEPTED),
+use Outcome::*;
+use Role::{Client, Server};
+
+/// What the state-change hook decides on every backend: the client's TFO functions are
+/// inlined, so its outcome is read from the socket at SYN_SENT -> ESTABLISHED / CLOSE.
+const CLIENT_FROM_STATE: [(Role, Outcome); 6] = [
+    (Client, CookieRequested),
+    (Client, Accepted),
+    (Client, DataNotAcked),
+    (Client, SynRetransmitted),
+    (Client, ConnectFailed),
+    (Client, NotAttempted),
 ];
 
-const SERVER_FROM_TRY_FASTOPEN: &[(u8, u8)] = &[
-    (tfo_trace_common::role::SERVER, outcome::COOKIE_REQUESTED),
-    (tfo_trace_common::role::SERVER, outcome::ACCEPTED),
-    (tfo_trace_common::role::SERVER, outcome::ACCEPTED_ALT_KEY),
-    (tfo_trace_common::role::SERVER, outcome::COOKIE_INVALID),
-    (tfo_trace_common::role::SERVER, outcome::QUEUE_OVERFLOW),
-    (tfo_trace_common::role::SERVER, outcome::LISTENER_DISABLED),
+/// The tracepoint backends also report server `accepted` from the state hook.
+const CLIENT_AND_CHILD_FROM_STATE: [(Role, Outcome); 7] = {
+    let mut all = [(Server, Accepted); 7];
+    let mut i = 0;
+    while i < CLIENT_FROM_STATE.len() {
+        all[i] = CLIENT_FROM_STATE[i];
+        i += 1;
+    }
+    all
+};
+
+const SERVER_FROM_TRY_FASTOPEN: &[(Role, Outcome)] = &[
+    (Server, CookieRequested),
+    (Server, Accepted),
+    (Server, AcceptedAltKey),
+    (Server, CookieInvalid),
+    (Server, QueueOverflow),
+    (Server, ListenerDisabled),
 ];
 
+const STATE_WHY: &str = "SYN_SENT->ESTABLISHED runs after tcp_ack() and just before the inlined \
+    tcp_rcv_fastopen_synack(): syn_data, syn_fastopen, total_retrans and the retransmit queue \
+    give its verdict";
+const STATE_AND_CHILD_WHY: &str = "SYN_SENT->ESTABLISHED runs after tcp_ack() and just before \
+    the inlined tcp_rcv_fastopen_synack(): syn_data, syn_fastopen, total_retrans and the \
+    retransmit queue give its verdict; a TFO child leaving SYN_RECV has \
+    syn_fastopen_child/syn_data_acked set";
+const RETRANSMIT_WHY: &str = "counts SYN timeouts and times the stall of each TFO connection";
+const SYNACK_WHY: &str = "a TFO child is the socket in SYN_RECV whose SYN-ACK is resent (a plain \
+    handshake resends from its listener)";
+const SYNACK_SEES: &[(Role, Outcome)] = &[(Server, SynackRetransmitted)];
 const TRY_FASTOPEN_WHY: &str = "every SYN at a listener passes tcp_try_fastopen(): the cookie it \
     carried (foc->len at entry), the child it returns and the cookie it sends back (foc at exit) \
     tell every server outcome, with the listener's TFO queue";
-
-/// The hooks every backend loads: the client's TFO functions are inlined, and SYN-ACK
-/// retransmits have a tracepoint everywhere.
-const CLIENT_STATE_HOOKS: [Hook; 3] = [
-    Hook {
-        program: "tfo_state",
-        kind: HookKind::RawTracepoint,
-        target: "inet_sock_set_state",
-        sees: CLIENT_FROM_STATE_ONLY,
-        why: "SYN_SENT->ESTABLISHED runs after tcp_ack() and just before the inlined \
-              tcp_rcv_fastopen_synack(): syn_data, syn_fastopen, total_retrans and the \
-              retransmit queue give its verdict",
-    },
-    Hook {
-        program: "tfo_retransmit",
-        kind: HookKind::RawTracepoint,
-        target: "tcp_retransmit_skb",
-        sees: &[],
-        why: "counts SYN timeouts and times the stall of each TFO connection",
-    },
-    Hook {
-        program: "tfo_synack_retransmit",
-        kind: HookKind::RawTracepoint,
-        target: "tcp_retransmit_synack",
-        sees: &[(tfo_trace_common::role::SERVER, outcome::SYNACK_RETRANSMITTED)],
-        why: "a TFO child is the socket in SYN_RECV whose SYN-ACK is resent (a plain \
-              handshake resends from its listener)",
-    },
-];
-
-const CLIENT_FROM_STATE_ONLY: &[(u8, u8)] = &[
-    (tfo_trace_common::role::CLIENT, outcome::COOKIE_REQUESTED),
-    (tfo_trace_common::role::CLIENT, outcome::ACCEPTED),
-    (tfo_trace_common::role::CLIENT, outcome::DATA_NOT_ACKED),
-    (tfo_trace_common::role::CLIENT, outcome::SYN_RETRANSMITTED),
-    (tfo_trace_common::role::CLIENT, outcome::CONNECT_FAILED),
-    (tfo_trace_common::role::CLIENT, outcome::NOT_ATTEMPTED),
-];
-
+const TRY_FASTOPEN_ENTRY_WHY: &str = "remembers the cookie the SYN carried";
 const BLACKHOLE_WHY: &str = "tcp_fastopen_active_detect_blackhole() runs on every SYN timeout; \
     the namespace's tfo_active_disable_times moving during the call is active TFO being paused \
     (TcpExtTCPFastOpenBlackhole; tcp_fastopen_active_disable() is inlined into it on some kernels)";
-const BLACKHOLE_SEES: &[(u8, u8)] = &[(tfo_trace_common::role::CLIENT, outcome::ACTIVE_DISABLED)];
-
+const BLACKHOLE_ENTRY_WHY: &str = "remembers the namespace's active-TFO pause count";
+const BLACKHOLE_SEES: &[(Role, Outcome)] = &[(Client, ActiveDisabled)];
 const COOKIE_CACHED_WHY: &str = "tcp_fastopen_cache_set() is where a SYN-ACK's cookie enters the \
     destination's cache (what `ip tcp_metrics` shows as fo_cookie)";
-const COOKIE_CACHED_SEES: &[(u8, u8)] = &[(tfo_trace_common::role::CLIENT, outcome::COOKIE_RECEIVED)];
+const COOKIE_CACHED_SEES: &[(Role, Outcome)] = &[(Client, CookieReceived)];
 
-const FENTRY_HOOKS: &[Hook] = &[
-    CLIENT_STATE_HOOKS[0],
-    CLIENT_STATE_HOOKS[1],
-    CLIENT_STATE_HOOKS[2],
+/// The three tracepoints, in one flavour: tp_btf (typed) or raw. `child`: the state hook
+/// also reports server `accepted` (backends without tcp_try_fastopen hooks).
+const fn tracepoint_hooks(btf: bool, child: bool) -> [Hook; 3] {
+    let (kind, names) = if btf {
+        (HookKind::BtfTracepoint, ["tfo_state", "tfo_retransmit", "tfo_synack_retransmit"])
+    } else {
+        (HookKind::RawTracepoint, ["tfo_state_raw", "tfo_retransmit_raw", "tfo_synack_retransmit_raw"])
+    };
+    let (sees, why): (&[(Role, Outcome)], _) =
+        if child { (&CLIENT_AND_CHILD_FROM_STATE, STATE_AND_CHILD_WHY) } else { (&CLIENT_FROM_STATE, STATE_WHY) };
+    [
+        Hook { program: names[0], kind, target: "inet_sock_set_state", sees, why },
+        Hook { program: names[1], kind, target: "tcp_retransmit_skb", sees: &[], why: RETRANSMIT_WHY },
+        Hook { program: names[2], kind, target: "tcp_retransmit_synack", sees: SYNACK_SEES, why: SYNACK_WHY },
+    ]
+}
+
+/// The function hooks of the richer backends, in one flavour: fentry/fexit or
+/// kprobe/kretprobe. One list, so the twins cannot drift apart.
+const fn function_hooks(fentry: bool) -> [Hook; 5] {
+    let (entry, exit) = if fentry { (HookKind::FEntry, HookKind::FExit) } else { (HookKind::KProbe, HookKind::KRetProbe) };
+    let names = if fentry {
+        ["tfo_try_fastopen_fentry", "tfo_try_fastopen_fexit", "tfo_blackhole_fentry", "tfo_blackhole_fexit", "tfo_cookie_cached_fentry"]
+    } else {
+        [
+            "tfo_try_fastopen_kprobe",
+            "tfo_try_fastopen_kretprobe",
+            "tfo_blackhole_kprobe",
+            "tfo_blackhole_kretprobe",
+            "tfo_cookie_cached_kprobe",
+        ]
+    };
+    [
+        Hook { program: names[0], kind: entry, target: "tcp_try_fastopen", sees: &[], why: TRY_FASTOPEN_ENTRY_WHY },
+        Hook { program: names[1], kind: exit, target: "tcp_try_fastopen", sees: SERVER_FROM_TRY_FASTOPEN, why: TRY_FASTOPEN_WHY },
+        Hook {
+            program: names[2],
+            kind: entry,
+            target: "tcp_fastopen_active_detect_blackhole",
+            sees: &[],
+            why: BLACKHOLE_ENTRY_WHY,
+        },
+        Hook {
+            program: names[3],
+            kind: exit,
+            target: "tcp_fastopen_active_detect_blackhole",
+            sees: BLACKHOLE_SEES,
+            why: BLACKHOLE_WHY,
+        },
+        Hook { program: names[4], kind: entry, target: "tcp_fastopen_cache_set", sees: COOKIE_CACHED_SEES, why: COOKIE_CACHED_WHY },
+    ]
+}
+
+const fn concat(a: [Hook; 3], b: [Hook; 5]) -> [Hook; 8] {
+    [a[0], a[1], a[2], b[0], b[1], b[2], b[3], b[4]]
+}
+
+// Each backend reads the kernel one way throughout (typed loads with socket storage, or
+// probe reads with a hash), so the state its hooks share lives in one place.
+const FENTRY_HOOKS: [Hook; 8] = concat(tracepoint_hooks(true, false), function_hooks(true));
+const KPROBE_HOOKS: [Hook; 8] = concat(tracepoint_hooks(false, false), function_hooks(false));
+const TRACEPOINT_HOOKS: [Hook; 3] = tracepoint_hooks(true, true);
+const RAW_TRACEPOINT_HOOKS: [Hook; 3] = tracepoint_hooks(false, true);
+
+/// Empty programs on the tracepoint backends' attach points: the benchmark's floor.
+const FLOOR_HOOKS: [Hook; 3] = [
+    Hook { program: "floor_state", kind: HookKind::BtfTracepoint, target: "inet_sock_set_state", sees: &[], why: "" },
+    Hook { program: "floor_retransmit", kind: HookKind::BtfTracepoint, target: "tcp_retransmit_skb", sees: &[], why: "" },
     Hook {
-        program: "tfo_try_fastopen_fentry",
-        kind: HookKind::FEntry,
-        target: "tcp_try_fastopen",
+        program: "floor_synack_retransmit",
+        kind: HookKind::BtfTracepoint,
+        target: "tcp_retransmit_synack",
         sees: &[],
-        why: "remembers the cookie the SYN carried",
-    },
-    Hook {
-        program: "tfo_try_fastopen_fexit",
-        kind: HookKind::FExit,
-        target: "tcp_try_fastopen",
-        sees: SERVER_FROM_TRY_FASTOPEN,
-        why: TRY_FASTOPEN_WHY,
-    },
-    Hook {
-        program: "tfo_blackhole_fentry",
-        kind: HookKind::FEntry,
-        target: "tcp_fastopen_active_detect_blackhole",
-        sees: &[],
-        why: "remembers the namespace's active-TFO pause count",
-    },
-    Hook {
-        program: "tfo_cookie_cached_fentry",
-        kind: HookKind::FEntry,
-        target: "tcp_fastopen_cache_set",
-        sees: COOKIE_CACHED_SEES,
-        why: COOKIE_CACHED_WHY,
-    },
-    Hook {
-        program: "tfo_blackhole_fexit",
-        kind: HookKind::FExit,
-        target: "tcp_fastopen_active_detect_blackhole",
-        sees: BLACKHOLE_SEES,
-        why: BLACKHOLE_WHY,
+        why: "",
     },
 ];
-
-const KPROBE_HOOKS: &[Hook] = &[
-    CLIENT_STATE_HOOKS[0],
-    CLIENT_STATE_HOOKS[1],
-    CLIENT_STATE_HOOKS[2],
+const FLOOR_RAW_HOOKS: [Hook; 3] = [
+    Hook { program: "floor_state_raw", kind: HookKind::RawTracepoint, target: "inet_sock_set_state", sees: &[], why: "" },
+    Hook { program: "floor_retransmit_raw", kind: HookKind::RawTracepoint, target: "tcp_retransmit_skb", sees: &[], why: "" },
     Hook {
-        program: "tfo_try_fastopen_kprobe",
-        kind: HookKind::KProbe,
-        target: "tcp_try_fastopen",
+        program: "floor_synack_retransmit_raw",
+        kind: HookKind::RawTracepoint,
+        target: "tcp_retransmit_synack",
         sees: &[],
-        why: "remembers the cookie the SYN carried",
+        why: "",
     },
-    Hook {
-        program: "tfo_try_fastopen_kretprobe",
-        kind: HookKind::KRetProbe,
-        target: "tcp_try_fastopen",
-        sees: SERVER_FROM_TRY_FASTOPEN,
-        why: TRY_FASTOPEN_WHY,
-    },
-    Hook {
-        program: "tfo_blackhole_kprobe",
-        kind: HookKind::KProbe,
-        target: "tcp_fastopen_active_detect_blackhole",
-        sees: &[],
-        why: "remembers the namespace's active-TFO pause count",
-    },
-    Hook {
-        program: "tfo_cookie_cached_kprobe",
-        kind: HookKind::KProbe,
-        target: "tcp_fastopen_cache_set",
-        sees: COOKIE_CACHED_SEES,
-        why: COOKIE_CACHED_WHY,
-    },
-    Hook {
-        program: "tfo_blackhole_kretprobe",
-        kind: HookKind::KRetProbe,
-        target: "tcp_fastopen_active_detect_blackhole",
-        sees: BLACKHOLE_SEES,
-        why: BLACKHOLE_WHY,
-    },
-];
-
-/// Without richer hooks the state-change hook also reports server `accepted`: a TFO
-/// child leaving SYN_RECV has syn_fastopen_child (or syn_data_acked) set.
-const TRACEPOINT_HOOKS: &[Hook] = &[
-    Hook {
-        sees: CLIENT_FROM_STATE,
-        why: "SYN_SENT->ESTABLISHED runs after tcp_ack() and just before the inlined \
-              tcp_rcv_fastopen_synack(): syn_data, syn_fastopen, total_retrans and the \
-              retransmit queue give its verdict; a TFO child leaving SYN_RECV has \
-              syn_fastopen_child/syn_data_acked set",
-        ..CLIENT_STATE_HOOKS[0]
-    },
-    CLIENT_STATE_HOOKS[1],
-    CLIENT_STATE_HOOKS[2],
 ];
 
 /// Outcomes no hook of a backend can see, with the reason: what `doctor` prints and
 /// what a test must not expect.
 pub struct Blind {
-    pub role: u8,
-    pub outcome: u8,
+    pub role: Role,
+    pub outcome: Outcome,
     pub why: &'static str,
 }
 
 const TRACEPOINT_BLIND: &[Blind] = &[
     Blind {
-        role: tfo_trace_common::role::CLIENT,
-        outcome: outcome::COOKIE_RECEIVED,
+        role: Client,
+        outcome: CookieReceived,
         why: "the SYN-ACK's cookie goes to the metrics cache without a socket state change \
               (`ip tcp_metrics` shows it)",
     },
     Blind {
-        role: tfo_trace_common::role::CLIENT,
-        outcome: outcome::ACTIVE_DISABLED,
+        role: Client,
+        outcome: ActiveDisabled,
         why: "pausing active TFO changes no socket state; its effect shows as \
               not_attempted on the next connections",
     },
     Blind {
-        role: tfo_trace_common::role::SERVER,
-        outcome: outcome::COOKIE_REQUESTED,
+        role: Server,
+        outcome: CookieRequested,
         why: "a cookie request makes only a request sock, which no tracepoint reports",
     },
+    Blind { role: Server, outcome: CookieInvalid, why: "decided inside tcp_try_fastopen(); no socket state changes" },
     Blind {
-        role: tfo_trace_common::role::SERVER,
-        outcome: outcome::COOKIE_INVALID,
-        why: "decided inside tcp_try_fastopen(); no socket state changes",
-    },
-    Blind {
-        role: tfo_trace_common::role::SERVER,
-        outcome: outcome::ACCEPTED_ALT_KEY,
+        role: Server,
+        outcome: AcceptedAltKey,
         why: "the child looks the same for either key: counted as accepted",
     },
     Blind {
-        role: tfo_trace_common::role::SERVER,
-        outcome: outcome::QUEUE_OVERFLOW,
+        role: Server,
+        outcome: QueueOverflow,
         why: "tcp_fastopen_queue_check() is inlined and changes no socket state",
     },
     Blind {
-        role: tfo_trace_common::role::SERVER,
-        outcome: outcome::LISTENER_DISABLED,
+        role: Server,
+        outcome: ListenerDisabled,
         why: "the SYN falls back to a plain handshake with no trace of the cookie",
     },
 ];
@@ -300,56 +286,88 @@ const TRACEPOINT_BLIND: &[Blind] = &[
 /// Hooks of one backend: what the loader attaches, in order.
 pub fn hooks(backend: Backend) -> &'static [Hook] {
     match backend {
-        Backend::Tracepoint => TRACEPOINT_HOOKS,
-        Backend::Fentry => FENTRY_HOOKS,
-        Backend::Kprobe => KPROBE_HOOKS,
+        Backend::Fentry => &FENTRY_HOOKS,
+        Backend::Kprobe => &KPROBE_HOOKS,
+        Backend::Tracepoint => &TRACEPOINT_HOOKS,
+        Backend::RawTracepoint => &RAW_TRACEPOINT_HOOKS,
     }
+}
+
+/// Empty programs on the same tracepoints as `backend`'s state hooks, in the same flavour.
+pub fn floor_hooks(backend: Backend) -> &'static [Hook] {
+    if uses_btf(backend) {
+        &FLOOR_HOOKS
+    } else {
+        &FLOOR_RAW_HOOKS
+    }
+}
+
+/// Whether the backend's hooks are BTF-typed (direct loads, socket storage) rather than
+/// raw (probe reads, a hash keyed by socket).
+pub fn uses_btf(backend: Backend) -> bool {
+    matches!(backend, Backend::Fentry | Backend::Tracepoint)
 }
 
 /// Whether the state-change hook reports server `accepted` (only where nothing richer does).
 pub fn server_from_state(backend: Backend) -> bool {
-    backend == Backend::Tracepoint
+    matches!(backend, Backend::Tracepoint | Backend::RawTracepoint)
 }
 
 pub fn blind_spots(backend: Backend) -> &'static [Blind] {
     match backend {
-        Backend::Tracepoint => TRACEPOINT_BLIND,
+        Backend::Tracepoint | Backend::RawTracepoint => TRACEPOINT_BLIND,
         Backend::Fentry | Backend::Kprobe => &[],
     }
 }
 
 /// Whether `backend` reports (role, outcome) at all.
-pub fn sees(backend: Backend, role: u8, outcome: u8) -> bool {
+pub fn sees(backend: Backend, role: Role, outcome: Outcome) -> bool {
     hooks(backend).iter().any(|h| h.sees.contains(&(role, outcome)))
+}
+
+/// Every program name the table attaches, on any backend, and the floor's.
+pub fn all_programs() -> impl Iterator<Item = &'static str> {
+    Backend::ALL
+        .iter()
+        .flat_map(|b| hooks(*b).iter().chain(floor_hooks(*b)))
+        .map(|h| h.program)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tfo_trace_common::role;
 
     #[test]
-    fn tracepoint_sees_every_client_outcome_and_states_its_blind_spots() {
-        for o in [
-            outcome::COOKIE_REQUESTED,
-            outcome::ACCEPTED,
-            outcome::DATA_NOT_ACKED,
-            outcome::SYN_RETRANSMITTED,
-        ] {
-            assert!(sees(Backend::Tracepoint, role::CLIENT, o));
-        }
-        for b in blind_spots(Backend::Tracepoint) {
-            assert!(!sees(Backend::Tracepoint, b.role, b.outcome), "{} both seen and blind", b.why);
+    fn tracepoint_backends_see_every_client_outcome_and_state_their_blind_spots() {
+        for backend in [Backend::Tracepoint, Backend::RawTracepoint] {
+            for o in [CookieRequested, Accepted, DataNotAcked, SynRetransmitted, ConnectFailed, NotAttempted] {
+                assert!(sees(backend, Client, o));
+            }
+            assert!(sees(backend, Server, Accepted));
+            for b in blind_spots(backend) {
+                assert!(!sees(backend, b.role, b.outcome), "{} both seen and blind", b.why);
+            }
+            // Every (role, outcome) is either seen or a stated blind spot.
+            for role in Role::ALL {
+                for o in Outcome::ALL {
+                    let blind = blind_spots(backend).iter().any(|b| b.role == role && b.outcome == o);
+                    let possible = !(role == Client && matches!(o, CookieInvalid | AcceptedAltKey | QueueOverflow | ListenerDisabled | SynackRetransmitted))
+                        && !(role == Server && matches!(o, DataNotAcked | SynRetransmitted | ConnectFailed | NotAttempted | ActiveDisabled | CookieReceived));
+                    if possible {
+                        assert!(sees(backend, role, o) || blind, "{backend}: {role:?} {o:?} neither seen nor blind");
+                    }
+                }
+            }
         }
     }
 
     #[test]
     fn richer_backends_see_every_outcome_the_tracepoint_backend_sees_and_more() {
         for backend in [Backend::Fentry, Backend::Kprobe] {
-            for role in [role::CLIENT, role::SERVER] {
-                for o in 1..=13u8 {
+            for role in Role::ALL {
+                for o in Outcome::ALL {
                     if sees(Backend::Tracepoint, role, o) {
-                        assert!(sees(backend, role, o), "{backend} misses {role}/{o}");
+                        assert!(sees(backend, role, o), "{backend} misses {role:?}/{o:?}");
                     }
                 }
             }
@@ -357,6 +375,16 @@ mod tests {
                 assert!(sees(backend, b.role, b.outcome), "{backend} should see {}", b.why);
             }
             assert!(blind_spots(backend).is_empty());
+        }
+    }
+
+    #[test]
+    fn twins_attach_to_the_same_functions() {
+        let targets = |b| hooks(b).iter().map(|h| h.target).collect::<Vec<_>>();
+        assert_eq!(targets(Backend::Fentry), targets(Backend::Kprobe));
+        assert_eq!(targets(Backend::Tracepoint), targets(Backend::RawTracepoint));
+        for (f, k) in hooks(Backend::Fentry).iter().zip(hooks(Backend::Kprobe)) {
+            assert_eq!(f.sees, k.sees, "{} and {} see the same", f.program, k.program);
         }
     }
 }

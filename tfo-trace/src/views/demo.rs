@@ -18,7 +18,6 @@ use crate::{
         traffic::{ClientArgs, ClientMode},
         ClientChild, Lab, LabConfig,
     },
-    probes::LoadOptions,
     views::{
         top::{self, HeaderInfo, TopOptions},
         trace,
@@ -51,7 +50,7 @@ fn start_traffic(lab: &Lab, exe: &std::path::Path, duration: Duration) -> Result
 
 pub async fn run(args: DemoArgs) -> Result<()> {
     let exe = std::env::current_exe().context("locating the tfo-trace executable")?;
-    let load = LoadOptions { backend: args.probe.backend, ring_buffer_bytes: args.probe.ring_buffer_size };
+    let load = args.probe.load_options();
     // Privileges are checked (one clear line) before anything is created.
     let mut tracer = trace::start(&load)?;
     let mut source = EventSource::new(&mut tracer.ebpf)?;

@@ -1,929 +1,21 @@
 //! `tfo-trace doctor`: what this host can trace, and why TFO may not happen here.
 //!
-//! [`collect`] gathers everything that does not need the probe loader (kernel, BTF, privileges,
-//! aya's program-type feature probes, kallsyms hook points, per-namespace TFO sysctls) and
-//! derives advice lines. The loader adds the authoritative load+attach results afterwards in
-//! [`DoctorReport::backends`] and calls [`DoctorReport::refresh_advice`]. [`render_text`] and
-//! [`render_json`] print it. Doctor never fails on missing things: it reports them and advises.
+//! The facts come from their collectors (`kernel::host`, and the probe loader's verdict per
+//! backend), the conclusions from `diagnosis`; this file only renders the
+//! [`DoctorReport`]: aligned text, or JSON. Doctor never fails on missing things: it
+//! reports them and advises.
+use std::io::{self, Write};
 
-use std::{
-    ffi::CStr,
-    io::{self, Write},
-};
-
-use serde::{Serialize, Serializer};
-
-use std::collections::BTreeSet;
-
-use crate::kernel::{
-    kallsyms::{self, HookPoint, SymbolPresence},
-    netns,
-    privileges::{self, CapSet},
-    sysctl::{self, FastopenKeyStatus, TcpFastopen},
-    tcp_metrics::{self, TcpMetric},
-};
-
-pub const BTF_VMLINUX_PATH: &str = "/sys/kernel/btf/vmlinux";
-
-/// Serializes `Ok(v)` as `v` and `Err(e)` as `{"error": e}`.
-fn ser_result<T: Serialize, S: Serializer>(r: &Result<T, String>, s: S) -> Result<S::Ok, S::Error> {
-    #[derive(Serialize)]
-    struct ErrorObj<'a> {
-        error: &'a str,
-    }
-    match r {
-        Ok(v) => v.serialize(s),
-        Err(e) => ErrorObj { error: e }.serialize(s),
-    }
-}
-
-/// The whole report. Every field is public so the loader (and tests) can add to it.
-#[derive(Debug, Clone, Serialize)]
-pub struct DoctorReport {
-    pub kernel: KernelInfo,
-    pub privileges: PrivilegeInfo,
-    pub facilities: TracingFacilities,
-    /// aya's `is_program_supported` per program type (a load probe, not a real attach).
-    pub program_types: Vec<ProgramTypeProbe>,
-    /// Authoritative load+attach verdicts per backend, filled in by the probe loader.
-    pub backends: Vec<BackendVerdict>,
-    #[serde(serialize_with = "ser_result")]
-    pub hook_points: Result<Vec<HookPoint>, String>,
-    /// The current namespace first, then every named (`ip netns`) one.
-    pub namespaces: Vec<NamespaceReport>,
-    /// Per-destination TFO state (`ip tcp_metrics`) per namespace; cookies redacted.
-    pub tcp_metrics: Vec<NamespaceTcpMetrics>,
-    /// Listening TCP sockets per namespace with their TFO queue size.
-    pub listeners: Vec<TfoListener>,
-    /// The lessons users keep learning the hard way, each checked here with its advice.
-    pub checks: Vec<Check>,
-    pub advice: Vec<String>,
-}
-
-/// One backend as tried by the loader.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct BackendVerdict {
-    /// e.g. "fentry", "kprobe", "tp_btf", "tracepoint", "sock_ops".
-    pub name: String,
-    /// Loaded and attached.
-    pub loads: bool,
-    /// Why not (or how, when it loads).
-    pub reason: String,
-    /// Which TFO events this backend can see.
-    pub sees: Vec<String>,
-    /// Outcomes this backend cannot see, each with the reason.
-    pub blind: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct KernelInfo {
-    pub sysname: String,
-    pub release: String,
-    pub version: String,
-    pub machine: String,
-    pub btf_vmlinux: bool,
-    pub btf_size: Option<u64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct CapHeld {
-    pub name: String,
-    pub held: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct PrivilegeInfo {
-    pub euid: u32,
-    /// CapEff as hex, None when /proc/self/status could not be read.
-    pub cap_eff: Option<String>,
-    pub capabilities: Vec<CapHeld>,
-    pub initial_user_ns: Option<bool>,
-    /// Result of [`privileges::tracing_rule`]: None when allowed, else the one-line hint.
-    pub tracing_problem: Option<String>,
-    /// Result of [`privileges::sockops_rule`].
-    pub sockops_problem: Option<String>,
-    pub perf_event_paranoid: Option<i32>,
-    pub unprivileged_bpf_disabled: Option<i32>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct TracingFacilities {
-    /// The kprobe PMU exists (CONFIG_KPROBES).
-    pub kprobes: bool,
-    pub tracefs: Option<String>,
-    pub bpffs: Option<String>,
-    pub cgroup2: Option<String>,
-    /// None when tracefs `available_filter_functions` was read (hook points then carry
-    /// `ftrace_able`); else why not.
-    pub ftrace_functions_problem: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ProgramTypeProbe {
-    /// Short name as in bpftool (tracepoint, raw_tracepoint, tracing, kprobe, sock_ops, cgroup_skb).
-    pub name: String,
-    /// Backends that use it.
-    pub used_for: String,
-    /// Some(true/false) from the probe, None when the probe itself failed (see `error`).
-    pub supported: Option<bool>,
-    pub error: Option<String>,
-    pub note: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct NamespaceReport {
-    /// `ip netns` name(s), if any.
-    pub name: Option<String>,
-    pub path: String,
-    pub inode: Option<u64>,
-    /// The namespace this process runs in.
-    pub current: bool,
-    /// The same as pid 1's (the host's, outside containers); None when pid 1's is not readable.
-    pub init: Option<bool>,
-    #[serde(serialize_with = "ser_result")]
-    pub tcp_fastopen: Result<TcpFastopen, String>,
-    #[serde(serialize_with = "ser_result")]
-    pub blackhole_timeout_sec: Result<u32, String>,
-    #[serde(serialize_with = "ser_result")]
-    pub key: Result<FastopenKeyStatus, String>,
-}
-
-impl NamespaceReport {
-    /// "current", "NAME", or "current (NAME)"; used in advice.
-    pub fn label(&self) -> String {
-        match (&self.name, self.current) {
-            (Some(n), true) => format!("current ({n})"),
-            (Some(n), false) => n.clone(),
-            (None, true) => "current".into(),
-            (None, false) => self.path.clone(),
-        }
-    }
-}
-
-impl DoctorReport {
-    /// Recomputes [`DoctorReport::advice`] (call after filling `backends`).
-    pub fn refresh_advice(&mut self) {
-        self.advice = advice(self);
-    }
-}
-
-fn uname() -> (String, String, String, String) {
-    // SAFETY: uname fills a zeroed struct; the fields are NUL-terminated.
-    unsafe {
-        let mut u: libc::utsname = std::mem::zeroed();
-        if libc::uname(&mut u) != 0 {
-            return Default::default();
-        }
-        let f = |p: &[libc::c_char]| CStr::from_ptr(p.as_ptr()).to_string_lossy().into_owned();
-        (f(&u.sysname), f(&u.release), f(&u.version), f(&u.machine))
-    }
-}
-
-fn read_i32(path: &str) -> Option<i32> {
-    sysctl::read_sysctl(path).ok()?.parse().ok()
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        let t = x.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = x.source();
-    }
-    s
-}
-
-fn collect_kernel() -> KernelInfo {
-    let (sysname, release, version, machine) = uname();
-    let btf = std::fs::metadata(BTF_VMLINUX_PATH).ok();
-    KernelInfo {
-        sysname,
-        release,
-        version,
-        machine,
-        btf_vmlinux: btf.is_some(),
-        btf_size: btf.map(|m| m.len()),
-    }
-}
-
-fn collect_privileges() -> PrivilegeInfo {
-    let caps = privileges::effective_caps().ok();
-    let userns = privileges::in_initial_user_ns();
-    let c = caps.unwrap_or(CapSet(0));
-    PrivilegeInfo {
-        // SAFETY: geteuid cannot fail.
-        euid: unsafe { libc::geteuid() },
-        cap_eff: caps.map(|c| format!("{:016x}", c.0)),
-        capabilities: c.relevant().into_iter().map(|(name, held)| CapHeld { name, held }).collect(),
-        initial_user_ns: userns,
-        tracing_problem: match caps {
-            Some(c) => privileges::tracing_rule(c, userns).err(),
-            None => privileges::check_tracing_privileges().err(),
-        },
-        sockops_problem: match caps {
-            Some(c) => privileges::sockops_rule(c, userns).err(),
-            None => privileges::check_sockops_privileges().err(),
-        },
-        perf_event_paranoid: read_i32("/proc/sys/kernel/perf_event_paranoid"),
-        unprivileged_bpf_disabled: read_i32("/proc/sys/kernel/unprivileged_bpf_disabled"),
-    }
-}
-
-fn collect_facilities() -> TracingFacilities {
-    let s = |p: Option<std::path::PathBuf>| p.map(|p| p.display().to_string());
-    TracingFacilities {
-        kprobes: kallsyms::kprobes_available(),
-        tracefs: s(kallsyms::tracefs_mount()),
-        bpffs: s(kallsyms::bpffs_mount()),
-        cgroup2: s(kallsyms::cgroup2_mount()),
-        ftrace_functions_problem: kallsyms::available_filter_functions().err(),
-    }
-}
-
-fn collect_program_types(facilities: &TracingFacilities) -> Vec<ProgramTypeProbe> {
-    use aya::programs::ProgramType as P;
-    let list: [(P, &str, &str); 6] = [
-        (P::TracePoint, "tracepoint", "tracepoint backend (tcp:*, sock:inet_sock_set_state)"),
-        (P::RawTracePoint, "raw_tracepoint", "raw tracepoints"),
-        (P::Tracing, "tracing", "fentry/fexit, tp_btf"),
-        (P::KProbe, "kprobe", "kprobe/kretprobe backend"),
-        (P::SockOps, "sock_ops", "sock_ops backend (cgroup v2)"),
-        (P::CgroupSkb, "cgroup_skb", "cgroup_skb (cgroup v2)"),
-    ];
-    list.into_iter()
-        .map(|(pt, name, used_for)| {
-            let (supported, error) = match aya::sys::is_program_supported(pt) {
-                Ok(b) => (Some(b), None),
-                Err(e) => (None, Some(error_chain(&e))),
-            };
-            let note = match name {
-                "tracing" => Some(
-                    "aya loads and attaches an fentry on bpf_fentry_test1; tp_btf may still work \
-                     when this fails, see Backends"
-                        .to_string(),
-                ),
-                "kprobe" if !facilities.kprobes => {
-                    Some("no kprobe PMU on this kernel (CONFIG_KPROBES off): nothing to attach to".into())
-                }
-                "tracepoint" if facilities.tracefs.is_none() => {
-                    Some("attaching needs tracefs for event ids (not mounted now)".into())
-                }
-                "sock_ops" | "cgroup_skb" if facilities.cgroup2.is_none() => {
-                    Some("no cgroup v2 mounted to attach to".into())
-                }
-                _ => None,
-            };
-            ProgramTypeProbe { name: name.into(), used_for: used_for.into(), supported, error, note }
-        })
-        .collect()
-}
-
-/// The three TFO sysctls of the calling thread's namespace.
-fn read_tfo_sysctls() -> (Result<TcpFastopen, String>, Result<u32, String>, Result<FastopenKeyStatus, String>)
-{
-    (
-        sysctl::read_tcp_fastopen().map_err(|e| e.to_string()),
-        sysctl::read_blackhole_timeout_sec().map_err(|e| e.to_string()),
-        sysctl::read_fastopen_key_status().map_err(|e| e.to_string()),
-    )
-}
-
-pub fn collect_namespaces() -> Vec<NamespaceReport> {
-    let current_ino = netns::current_netns_inode().ok();
-    let init_ino = netns::netns_inode_of(netns::INIT_NETNS).ok();
-    let named = netns::named_netns();
-    let names = netns::names_by_inode(&named);
-    let mut out = Vec::new();
-
-    let (tcp_fastopen, blackhole_timeout_sec, key) = read_tfo_sysctls();
-    out.push(NamespaceReport {
-        name: current_ino.and_then(|i| names.get(&i).cloned()),
-        path: netns::SELF_NETNS.into(),
-        inode: current_ino,
-        current: true,
-        init: init_ino.map(|i| current_ino == Some(i)),
-        tcp_fastopen,
-        blackhole_timeout_sec,
-        key,
-    });
-
-    for n in named {
-        let path = n.path.display().to_string();
-        if n.inode.is_some() && n.inode == current_ino {
-            continue; // already shown as the current namespace, under its name
-        }
-        let read = match n.inode {
-            None => {
-                Err(format!("stale entry {path}: no namespace is mounted on it (`ip netns del {}`)", n.name))
-            }
-            Some(_) => netns::with_netns(&n.path, read_tfo_sysctls).map_err(|e| format!("{e:#}")),
-        };
-        let (tcp_fastopen, blackhole_timeout_sec, key) = match read {
-            Ok(t) => t,
-            Err(e) => (Err(e.clone()), Err(e.clone()), Err(e)),
-        };
-        out.push(NamespaceReport {
-            name: n.inode.and_then(|i| names.get(&i).cloned()).or(Some(n.name.clone())),
-            path,
-            inode: n.inode,
-            current: false,
-            init: init_ino.map(|i| n.inode == Some(i)),
-            tcp_fastopen,
-            blackhole_timeout_sec,
-            key,
-        });
-    }
-    // Two names of one namespace appear once.
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|n| n.inode.is_none() || seen.insert(n.inode));
-    out
-}
-
-// ---------------------------------------------------------------- TFO state per namespace
-
-/// `ip tcp_metrics` of one namespace.
-#[derive(Debug, Clone, Serialize)]
-pub struct NamespaceTcpMetrics {
-    /// The namespace label as in the namespace sections ("current", "NAME", ...).
-    pub namespace: String,
-    pub inode: Option<u64>,
-    /// Entries with TFO state only (a cookie, fo_mss or fo_syn_drops); cookies redacted.
-    #[serde(serialize_with = "ser_result")]
-    pub entries: Result<Vec<TcpMetric>, String>,
-}
-
-/// A listening TCP socket and its TFO queue.
-#[derive(Debug, Clone, Serialize)]
-pub struct TfoListener {
-    pub namespace: String,
-    pub netns: Option<u64>,
-    pub addr: std::net::SocketAddr,
-    pub inode: u64,
-    /// The process holding it, when found in /proc.
-    pub pid: Option<u32>,
-    pub comm: Option<String>,
-    /// fastopenq.max_qlen, read with getsockopt(TCP_FASTOPEN) on a copy of the owner's socket
-    /// (pidfd_getfd): the only place the kernel shows it (not in /proc/net/tcp, not in
-    /// `ss -ltnie`, not in inet_diag). 0 = TFO off on this listener.
-    #[serde(serialize_with = "ser_result")]
-    pub max_qlen: Result<u32, String>,
-    /// net.core.somaxconn of its namespace (the kernel clamps max_qlen to it).
-    pub somaxconn: Option<u32>,
-}
-
-/// One lesson, checked: `ok` false means the advice applies here.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Check {
-    pub name: String,
-    pub ok: bool,
-    /// What was found on this host.
-    pub detail: String,
-    /// One line: what to do (or remember).
-    pub advice: String,
-}
-
-fn has_tfo_state(m: &TcpMetric) -> bool {
-    m.cookie_len.is_some() || m.fo_mss.is_some() || m.fo_syn_drops > 0
-}
-
-fn collect_tcp_metrics(namespaces: &[NamespaceReport]) -> Vec<NamespaceTcpMetrics> {
-    namespaces
-        .iter()
-        .map(|ns| {
-            let name =
-                if ns.current { None } else { ns.name.as_deref().map(|n| n.split(',').next().unwrap_or(n)) };
-            let entries = if !ns.current && name.is_none() {
-                Err("not a named namespace".to_string())
-            } else {
-                tcp_metrics::read(name)
-                    .map(|v| v.into_iter().filter(has_tfo_state).collect())
-                    .map_err(|e| format!("{e:#}"))
-            };
-            NamespaceTcpMetrics { namespace: ns.label(), inode: ns.inode, entries }
-        })
-        .collect()
-}
-
-/// Listening sockets in a /proc/net/tcp or tcp6 text: (local address, socket inode).
-/// Addresses are printed as 32-bit words in host byte order (`%08X` of the raw word).
-pub fn parse_proc_listeners(text: &str) -> Vec<(std::net::SocketAddr, u64)> {
-    text.lines()
-        .skip(1)
-        .filter_map(|line| {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            if cols.get(3) != Some(&"0A") {
-                return None; // not TCP_LISTEN
-            }
-            let (addr, port) = cols.get(1)?.split_once(':')?;
-            let port = u16::from_str_radix(port, 16).ok()?;
-            let mut bytes = Vec::with_capacity(16);
-            for i in (0..addr.len()).step_by(8) {
-                bytes.extend(u32::from_str_radix(addr.get(i..i + 8)?, 16).ok()?.to_ne_bytes());
-            }
-            let ip: std::net::IpAddr = match bytes.len() {
-                4 => std::net::Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]).into(),
-                16 => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(bytes).ok()?).into(),
-                _ => return None,
-            };
-            Some((std::net::SocketAddr::new(ip, port), cols.get(9)?.parse().ok()?))
-        })
-        .collect()
-}
-
-/// The calling thread's listeners and somaxconn (run inside `netns::with_netns`).
-fn listeners_here() -> (Vec<(std::net::SocketAddr, u64)>, Option<u32>) {
-    let mut out = Vec::new();
-    for f in ["tcp", "tcp6"] {
-        if let Ok(t) = std::fs::read_to_string(format!("/proc/thread-self/net/{f}")) {
-            out.extend(parse_proc_listeners(&t));
-        }
-    }
-    let somaxconn = sysctl::read_sysctl("/proc/sys/net/core/somaxconn").ok().and_then(|v| v.parse().ok());
-    (out, somaxconn)
-}
-
-/// socket inode -> (pid, fd), from every process's /proc/PID/fd (as `ss -p` does).
-fn socket_owners() -> std::collections::HashMap<u64, (u32, i32)> {
-    let mut map = std::collections::HashMap::new();
-    let pids = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
-    for pid in pids {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
-        for fd in fds.flatten() {
-            let Some(num) = fd.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-            let Ok(target) = std::fs::read_link(fd.path()) else { continue };
-            let inode = target
-                .to_str()
-                .and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok());
-            if let Some(i) = inode {
-                map.entry(i).or_insert((pid, num));
-            }
-        }
-    }
-    map
-}
-
-/// getsockopt(TCP_FASTOPEN) on a copy of `fd` of process `pid`: the listener's max_qlen.
-/// Needs ptrace rights over the owner (root) and Linux 5.6 (pidfd_getfd).
-fn listener_max_qlen(pid: u32, fd: i32) -> Result<u32, String> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: plain syscalls; every fd they return is owned (and closed) by an OwnedFd.
-    unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) as i32;
-        if pidfd < 0 {
-            return Err(format!("pidfd_open({pid}): {}", io::Error::last_os_error()));
-        }
-        let pidfd = OwnedFd::from_raw_fd(pidfd);
-        let dup = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) as i32;
-        if dup < 0 {
-            return Err(format!("pidfd_getfd(pid {pid}, fd {fd}): {}", io::Error::last_os_error()));
-        }
-        let sock = OwnedFd::from_raw_fd(dup);
-        let mut v: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        let rc = libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_FASTOPEN,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        );
-        if rc != 0 {
-            return Err(format!("getsockopt(TCP_FASTOPEN): {}", io::Error::last_os_error()));
-        }
-        Ok(v.max(0) as u32)
-    }
-}
-
-/// Every listening TCP socket of the current and the named namespaces, with its TFO queue
-/// size. `report` uses it too, for its listener verdicts.
-pub fn tfo_listeners(namespaces: &[NamespaceReport]) -> Vec<TfoListener> {
-    let owners = socket_owners();
-    let mut out = Vec::new();
-    for ns in namespaces {
-        let found = if ns.current {
-            Ok(listeners_here())
-        } else if ns.inode.is_some() {
-            netns::with_netns(&ns.path, listeners_here).map_err(|e| format!("{e:#}"))
-        } else {
-            continue;
-        };
-        let Ok((socks, somaxconn)) = found else { continue };
-        for (addr, inode) in socks {
-            let owner = owners.get(&inode).copied();
-            let max_qlen = match owner {
-                Some((pid, fd)) => listener_max_qlen(pid, fd),
-                None => Err("no process found holding it".into()),
-            };
-            let comm = owner.and_then(|(pid, _)| {
-                std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|c| c.trim().to_string())
-            });
-            out.push(TfoListener {
-                namespace: ns.label(),
-                netns: ns.inode,
-                addr,
-                inode,
-                pid: owner.map(|o| o.0),
-                comm,
-                max_qlen,
-                somaxconn,
-            });
-        }
-    }
-    out
-}
-
-/// sysctl configuration files that set net.ipv4.tcp_fastopen_key (what systemd-sysctl and
-/// `sysctl --system` read at boot).
-fn persisted_key_files() -> Vec<String> {
-    let mut files = vec![std::path::PathBuf::from("/etc/sysctl.conf")];
-    for dir in
-        ["/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d"]
-    {
-        if let Ok(rd) = std::fs::read_dir(dir) {
-            files.extend(
-                rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "conf")),
-            );
-        }
-    }
-    files
-        .into_iter()
-        .filter(|p| {
-            std::fs::read_to_string(p).is_ok_and(|t| {
-                t.lines().map(str::trim).any(|l| {
-                    !l.starts_with('#')
-                        && !l.starts_with(';')
-                        && l.split('=').next().is_some_and(|k| {
-                            let k = k.trim().trim_start_matches('-').replace('/', ".");
-                            k == "net.ipv4.tcp_fastopen_key"
-                        })
-                })
-            })
-        })
-        .map(|p| p.display().to_string())
-        .collect()
-}
-
-/// The five lessons, checked against this host (pure).
-pub fn checks(namespaces: &[NamespaceReport], listeners: &[TfoListener], key_files: &[String]) -> Vec<Check> {
-    let mut out = Vec::new();
-
-    // 1. The sysctl is per network namespace.
-    let values: Vec<String> = namespaces
-        .iter()
-        .filter_map(|n| n.tcp_fastopen.as_ref().ok().map(|v| format!("{:#x} in {}", v.0, n.label())))
-        .collect();
-    let distinct: BTreeSet<u32> =
-        namespaces.iter().filter_map(|n| n.tcp_fastopen.as_ref().ok().map(|v| v.0)).collect();
-    out.push(Check {
-        name: "sysctl per namespace".into(),
-        ok: distinct.len() <= 1,
-        detail: format!("net.ipv4.tcp_fastopen is {}", if values.is_empty() { "unreadable".into() } else { values.join(", ") }),
-        advice: "tcp_fastopen (and its key) is per network namespace, containers do not inherit the host's: \
-                 set it where the client or listener runs (`ip netns exec NAME sysctl -w net.ipv4.tcp_fastopen=3`)"
-            .into(),
-    });
-
-    // 2. 0x400 is read only at listen().
-    let missed: Vec<String> = listeners
-        .iter()
-        .filter(|l| {
-            matches!(l.max_qlen, Ok(0))
-                && namespaces.iter().any(|n| {
-                    n.inode == l.netns
-                        && n.tcp_fastopen
-                            .as_ref()
-                            .is_ok_and(|v| v.server_all_listeners() && v.server_enabled())
-                })
-        })
-        .map(|l| format!("{} in {}", l.addr, l.namespace))
-        .collect();
-    out.push(Check {
-        name: "0x400 read only at listen()".into(),
-        ok: missed.is_empty(),
-        detail: if missed.is_empty() {
-            "no listener missed bit 0x400".into()
-        } else {
-            format!("TFO off (max_qlen 0) although 0x400 is set: {}", missed.join(", "))
-        },
-        advice:
-            "bit 0x400 (TFO on every listener) is applied at listen() only: restart listeners that started \
-                 before it was set"
-                .into(),
-    });
-
-    // 3. fastopen= above somaxconn is clamped.
-    let clamped: Vec<String> = listeners
-        .iter()
-        .filter_map(|l| match (&l.max_qlen, l.somaxconn) {
-            (Ok(q), Some(s)) if *q > 0 && *q >= s => {
-                Some(format!("{} in {} (max_qlen {q} = somaxconn)", l.addr, l.namespace))
-            }
-            _ => None,
-        })
-        .collect();
-    out.push(Check {
-        name: "fastopen= clamped to somaxconn".into(),
-        ok: clamped.is_empty(),
-        detail: if clamped.is_empty() {
-            let n = listeners.iter().filter(|l| matches!(l.max_qlen, Ok(q) if q > 0)).count();
-            format!("{n} TFO listener(s), none at the somaxconn limit")
-        } else {
-            format!("probably clamped: {}", clamped.join(", "))
-        },
-        advice: "the kernel silently caps a listener's TFO queue (fastopen=, TCP_FASTOPEN) at net.core.somaxconn: \
-                 raise somaxconn first"
-            .into(),
-    });
-
-    // 4. A key not persisted is regenerated at reboot.
-    let servers: Vec<String> = namespaces
-        .iter()
-        .filter(|n| {
-            n.tcp_fastopen.as_ref().is_ok_and(|v| v.server_enabled()) || matches!(&n.key, Ok(k) if k.primary)
-        })
-        .map(|n| n.label())
-        .collect();
-    let init_persisted = !key_files.is_empty();
-    let unpersisted: Vec<String> = namespaces
-        .iter()
-        .filter(|n| servers.contains(&n.label()) && !(n.init == Some(true) && init_persisted))
-        .map(|n| n.label())
-        .collect();
-    out.push(Check {
-        name: "key persisted".into(),
-        ok: unpersisted.is_empty(),
-        detail: match (unpersisted.is_empty(), init_persisted) {
-            (true, true) => format!("set at boot by {}", key_files.join(", ")),
-            (true, false) => "no TFO server namespace".into(),
-            (false, _) => format!("TFO server key not persisted in {}", unpersisted.join(", ")),
-        },
-        advice: "a key not persisted is regenerated at reboot (and is random per namespace): every cookie issued \
-                 before is refused once; persist net.ipv4.tcp_fastopen_key in /etc/sysctl.d/, the same on every \
-                 server behind one address"
-            .into(),
-    });
-
-    // 5. Blackhole detection is off by default since 5.14.
-    let off: Vec<String> =
-        namespaces.iter().filter(|n| matches!(n.blackhole_timeout_sec, Ok(0))).map(|n| n.label()).collect();
-    out.push(Check {
-        name: "blackhole detection".into(),
-        ok: off.is_empty(),
-        detail: if off.is_empty() { "on in every namespace".into() } else { format!("off in {}", off.join(", ")) },
-        advice: "off by default since 5.14 (tcp_fastopen_blackhole_timeout_sec=0): behind a middlebox that drops \
-                 SYN-data every TFO connect pays ~1 s; set it (e.g. 3600) on clients, or use `tfo-trace report`"
-            .into(),
-    });
-    out
-}
-
-fn render_tfo_state(r: &DoctorReport, sections: &mut Vec<Section>) {
-    let mut s = Section::new("TFO state per destination (ip tcp_metrics; cookies redacted)");
-    for ns in &r.tcp_metrics {
-        match &ns.entries {
-            Ok(v) if v.is_empty() => s.kv(&ns.namespace, "no TFO state cached"),
-            Ok(v) => {
-                s.kv(&ns.namespace, format!("{} destination(s)", v.len()));
-                for m in v {
-                    let mut l = format!("{}: cookie {}", m.dst, m.cookie_redacted());
-                    if let Some(mss) = m.fo_mss {
-                        l.push_str(&format!(", fo_mss {mss}"));
-                    }
-                    l.push_str(&format!(", fo_syn_drops {}", m.fo_syn_drops));
-                    if let Some(a) = m.fo_syn_drop_age_s.filter(|_| m.fo_syn_drops > 0) {
-                        l.push_str(&format!(" (last {a:.0} s ago)"));
-                    }
-                    if let Some(a) = m.age_s {
-                        l.push_str(&format!(", updated {a:.0} s ago"));
-                    }
-                    s.line(l);
-                }
-            }
-            Err(e) => s.kv(&ns.namespace, format!("unreadable: {e}")),
-        }
-    }
-    sections.push(s);
-
-    let mut s = Section::new("Listeners (TFO queue max_qlen via getsockopt(TCP_FASTOPEN))");
-    if r.listeners.is_empty() {
-        s.item("no listening TCP sockets found");
-    }
-    for l in &r.listeners {
-        let owner = match (&l.pid, &l.comm) {
-            (Some(p), Some(c)) => format!("{c}[{p}]"),
-            (Some(p), None) => format!("pid {p}"),
-            _ => "owner unknown".into(),
-        };
-        let q = match &l.max_qlen {
-            Ok(0) => "TFO off (max_qlen 0)".to_string(),
-            Ok(q) => format!("TFO on, max_qlen {q}"),
-            Err(e) => format!("max_qlen unknown ({e})"),
-        };
-        let smc = l.somaxconn.map(|s| format!(", somaxconn {s}")).unwrap_or_default();
-        s.kv(format!("{} {}", l.namespace, l.addr), format!("{q}{smc}, {owner}"));
-    }
-    sections.push(s);
-
-    let mut s = Section::new("Checks");
-    for c in &r.checks {
-        s.item(format!("[{}] {}: {}", if c.ok { "ok" } else { "!!" }, c.name, c.detail));
-        s.line(c.advice.clone());
-    }
-    sections.push(s);
-}
-
-/// Gathers the report. Needs no BPF privileges (the program-type probes then report errors);
-/// reading other namespaces needs CAP_SYS_ADMIN, the TFO key needs root.
-pub fn collect() -> DoctorReport {
-    let kernel = collect_kernel();
-    let privileges = collect_privileges();
-    let facilities = collect_facilities();
-    let program_types = collect_program_types(&facilities);
-    let hook_points = kallsyms::tfo_hook_points().map_err(|e| format!("{}: {e}", kallsyms::KALLSYMS_PATH));
-    let namespaces = collect_namespaces();
-    let tcp_metrics = collect_tcp_metrics(&namespaces);
-    let listeners = tfo_listeners(&namespaces);
-    let checks = checks(&namespaces, &listeners, &persisted_key_files());
-    let mut report = DoctorReport {
-        kernel,
+use crate::{
+    diagnosis::{self, DoctorReport},
+    kernel::{
+        host::HostFacts,
+        kallsyms::{self, SymbolPresence},
         privileges,
-        facilities,
-        program_types,
-        backends: Vec::new(),
-        hook_points,
-        namespaces,
-        tcp_metrics,
-        listeners,
-        checks,
-        advice: Vec::new(),
-    };
-    report.refresh_advice();
-    report
-}
-
-/// Advice lines derived from a report (pure).
-pub fn advice(r: &DoctorReport) -> Vec<String> {
-    let mut a = Vec::new();
-
-    if let Some(p) = &r.privileges.tracing_problem {
-        a.push(p.clone());
-    } else if let Some(p) = &r.privileges.sockops_problem {
-        a.push(format!("{p} (only the sock_ops backend needs this)"));
-    }
-    if !r.kernel.btf_vmlinux {
-        a.push(format!(
-            "no {BTF_VMLINUX_PATH} (CONFIG_DEBUG_INFO_BTF off): tp_btf/fentry backends and BTF-derived \
-             tcp_sock field offsets are unavailable"
-        ));
-    }
-    if !r.facilities.kprobes {
-        a.push(
-            "kprobes are not available on this kernel (CONFIG_KPROBES off): the kprobe backend cannot load"
-                .into(),
-        );
-    }
-    if let Some(t) = r.program_types.iter().find(|p| p.name == "tracing") {
-        if t.supported != Some(true) && r.privileges.tracing_problem.is_none() {
-            let why = t.error.clone().unwrap_or_else(|| "not supported".into());
-            a.push(format!(
-                "fentry/fexit probe failed ({why}) although privileges suffice: expect the fentry \
-                 backend to be refused here; tracepoints (and possibly tp_btf) remain"
-            ));
-        }
-    }
-    if r.facilities.tracefs.is_none() {
-        a.push(
-            "tracefs is not mounted: tfo-trace does not need it (it attaches raw tracepoints \
-             by name); bpftrace and perf do (`mount -t tracefs tracefs /sys/kernel/tracing`)"
-                .into(),
-        );
-    }
-    if r.facilities.bpffs.is_none() {
-        a.push(
-            "bpffs is not mounted: only needed to pin maps or programs (`mount -t bpf bpf /sys/fs/bpf`)"
-                .into(),
-        );
-    }
-    if let Ok(points) = &r.hook_points {
-        let absent: Vec<&str> =
-            points.iter().filter(|p| p.presence == SymbolPresence::Absent).map(|p| p.name.as_str()).collect();
-        if !absent.is_empty() {
-            a.push(format!(
-                "{} not in kallsyms (static, inlined): no probe can attach there; their effect is seen \
-                 from callers, callees and tcp_sock fields",
-                absent.join(", ")
-            ));
-        }
-        let clones: Vec<String> = points
-            .iter()
-            .filter(|p| p.presence == SymbolPresence::CloneOnly)
-            .map(|p| format!("{} ({})", p.name, p.clones.join(", ")))
-            .collect();
-        if !clones.is_empty() {
-            a.push(format!(
-                "only compiler clones exist of {}: not attachable by the plain name",
-                clones.join("; ")
-            ));
-        }
-    }
-
-    // Per-namespace findings, grouped so that one line names every namespace it applies to.
-    #[derive(PartialEq)]
-    enum Finding {
-        ClientOff(u32),
-        ServerOff(u32),
-        BlackholeOff,
-        NoKeyYet,
-        Other(String),
-    }
-    let mut groups: Vec<(Finding, Vec<String>)> = Vec::new();
-    let mut add = |f: Finding, label: &str| match groups.iter_mut().find(|(g, _)| *g == f) {
-        Some((_, labels)) => labels.push(label.to_string()),
-        None => groups.push((f, vec![label.to_string()])),
-    };
-    for ns in &r.namespaces {
-        let label = ns.label();
-        match &ns.tcp_fastopen {
-            Ok(v) => {
-                if !v.client_enabled() {
-                    add(Finding::ClientOff(v.0 | sysctl::TFO_CLIENT_ENABLE), &label);
-                }
-                if !v.server_enabled() {
-                    add(Finding::ServerOff(v.0 | sysctl::TFO_SERVER_ENABLE), &label);
-                }
-                for w in v.ineffective_bits() {
-                    add(Finding::Other(w), &label);
-                }
-                if v.unknown_bits() != 0 {
-                    add(
-                        Finding::Other(format!(
-                            "tcp_fastopen has bits tfo-trace does not know: {:#x}",
-                            v.unknown_bits()
-                        )),
-                        &label,
-                    );
-                }
-            }
-            Err(e) if e.contains("setns") => add(
-                Finding::Other(format!(
-                    "cannot enter it ({e}): reading another namespace needs CAP_SYS_ADMIN"
-                )),
-                &label,
-            ),
-            Err(e) => add(Finding::Other(format!("cannot read tcp_fastopen: {e}")), &label),
-        }
-        if let Ok(0) = &ns.blackhole_timeout_sec {
-            add(Finding::BlackholeOff, &label);
-        }
-        if let (Ok(v), Ok(k)) = (&ns.tcp_fastopen, &ns.key) {
-            if v.server_enabled() && !k.primary {
-                add(Finding::NoKeyYet, &label);
-            }
-        }
-    }
-    for (f, labels) in groups {
-        let ns = if labels.len() == 1 {
-            format!("namespace {}", labels[0])
-        } else {
-            format!("namespaces {}", labels.join(", "))
-        };
-        a.push(match f {
-            Finding::ClientOff(fix) => format!(
-                "client bit 0x1 is off in {ns}: this host will not send SYN-data from there \
-                 (`sysctl -w net.ipv4.tcp_fastopen={fix}`)"
-            ),
-            Finding::ServerOff(fix) => format!(
-                "server bit 0x2 is off in {ns}: listeners there will not accept TFO \
-                 (`sysctl -w net.ipv4.tcp_fastopen={fix}` and TCP_FASTOPEN on the listener)"
-            ),
-            Finding::BlackholeOff => format!(
-                "blackhole detection is off in {ns} (tcp_fastopen_blackhole_timeout_sec=0, the default \
-                 since 5.14): if a middlebox drops SYN-data, every TFO connect pays a SYN retransmit \
-                 (~1 s) instead of the kernel pausing active TFO"
-            ),
-            Finding::NoKeyYet => {
-                format!("no TFO key yet in {ns}: the kernel generates one when the first TFO listener starts")
-            }
-            Finding::Other(msg) => format!("{ns}: {msg}"),
-        });
-    }
-    if r.namespaces.iter().any(|n| matches!(&n.key, Err(e) if e.contains("denied"))) {
-        a.push("tcp_fastopen_key is readable by root only: key presence not shown".into());
-    }
-    a.push(
-        "sysctl tcp_fastopen is per network namespace: set it where the client or listener runs \
-         (`ip netns exec NAME sysctl -w net.ipv4.tcp_fastopen=3`)"
-            .into(),
-    );
-    a
-}
+        uname::BTF_VMLINUX_PATH,
+    },
+    probes,
+};
 
 // ---------------------------------------------------------------- text rendering
 
@@ -1048,13 +140,14 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
 
     let mut s = Section::new("Program types (aya feature probe: load only, except tracing)");
     for t in &r.program_types {
-        let mut v = match (t.supported, &t.error) {
+        let p = &t.support;
+        let mut v = match (p.supported, &p.error) {
             (Some(b), _) => yes_no(b).to_string(),
             (None, Some(e)) => format!("error: {e}"),
             (None, None) => "unknown".into(),
         };
-        v.push_str(&format!("  [{}]", t.used_for));
-        s.kv(&t.name, v);
+        v.push_str(&format!("  [{}]", p.used_for));
+        s.kv(&p.name, v);
         if let Some(n) = &t.note {
             s.line(format!("note: {n}"));
         }
@@ -1165,7 +258,7 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
 
     let mut s = Section::new(format!(
         "Prometheus export (`tfo-trace export`, default {})",
-        crate::views::export::DEFAULT_LISTEN
+        crate::cli::DEFAULT_EXPORT_LISTEN
     ));
     for (name, what) in crate::aggregation::metrics::EXPOSED {
         s.kv(*name, *what);
@@ -1190,53 +283,66 @@ pub fn render_json(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
     writeln!(w)
 }
 
-/// The backends as the loader sees them: which load here, what each one sees and
-/// what it cannot see (from the probe table), so `doctor` and the tracer never disagree.
-fn backend_verdicts(can_load: bool) -> Vec<BackendVerdict> {
-    use crate::{
-        events::{Outcome, Role},
-        probes::{self, table},
-    };
-    probes::verdicts(can_load)
-        .into_iter()
-        .map(|(backend, verdict)| {
-            let mut sees = Vec::new();
-            for role in [Role::Client, Role::Server] {
-                for outcome in Outcome::ALL {
-                    if table::sees(backend, role.to_wire(), outcome.to_wire()) {
-                        sees.push(format!("{} {}", role.name(), outcome.name()));
+fn render_tfo_state(r: &DoctorReport, sections: &mut Vec<Section>) {
+    let mut s = Section::new("TFO state per destination (ip tcp_metrics; cookies redacted)");
+    for ns in &r.tcp_metrics {
+        match &ns.entries {
+            Ok(v) if v.is_empty() => s.kv(&ns.namespace, "no TFO state cached"),
+            Ok(v) => {
+                s.kv(&ns.namespace, format!("{} destination(s)", v.len()));
+                for m in v {
+                    let mut l = format!("{}: cookie {}", m.dst, m.cookie_redacted());
+                    if let Some(mss) = m.fo_mss {
+                        l.push_str(&format!(", fo_mss {mss}"));
                     }
+                    l.push_str(&format!(", fo_syn_drops {}", m.fo_syn_drops));
+                    if let Some(a) = m.fo_syn_drop_age_s.filter(|_| m.fo_syn_drops > 0) {
+                        l.push_str(&format!(" (last {a:.0} s ago)"));
+                    }
+                    if let Some(a) = m.age_s {
+                        l.push_str(&format!(", updated {a:.0} s ago"));
+                    }
+                    s.line(l);
                 }
             }
-            let blind: Vec<String> = table::blind_spots(backend)
-                .iter()
-                .map(|b| {
-                    let role = Role::from_wire(b.role).map(Role::name).unwrap_or("?");
-                    let name = Outcome::from_wire(b.outcome).map(Outcome::name).unwrap_or("?");
-                    format!("{role} {name} ({})", b.why)
-                })
-                .collect();
-            let (loads, reason) = match verdict {
-                Ok(()) => (true, String::from("loads and attaches here")),
-                Err(e) => (false, e),
-            };
-            BackendVerdict { name: backend.name().to_string(), loads, reason, sees, blind }
-        })
-        .collect()
+            Err(e) => s.kv(&ns.namespace, format!("unreadable: {e}")),
+        }
+    }
+    sections.push(s);
+
+    let mut s = Section::new("Listeners (TFO queue max_qlen via getsockopt(TCP_FASTOPEN))");
+    if r.listeners.is_empty() {
+        s.item("no listening TCP sockets found");
+    }
+    for l in &r.listeners {
+        let owner = match (&l.pid, &l.comm) {
+            (Some(p), Some(c)) => format!("{c}[{p}]"),
+            (Some(p), None) => format!("pid {p}"),
+            _ => "owner unknown".into(),
+        };
+        let q = match &l.max_qlen {
+            Ok(0) => "TFO off (max_qlen 0)".to_string(),
+            Ok(q) => format!("TFO on, max_qlen {q}"),
+            Err(e) => format!("max_qlen unknown ({e})"),
+        };
+        let smc = l.somaxconn.map(|s| format!(", somaxconn {s}")).unwrap_or_default();
+        s.kv(format!("{} {}", l.namespace, l.addr), format!("{q}{smc}, {owner}"));
+    }
+    sections.push(s);
+
+    let mut s = Section::new("Checks");
+    for c in &r.checks {
+        s.item(format!("[{}] {}: {}", if c.ok { "ok" } else { "!!" }, c.name, c.detail));
+        s.line(c.advice.clone());
+    }
+    sections.push(s);
 }
 
-/// `tfo-trace doctor`: always exits 0; what is missing becomes advice.
+/// `tfo-trace doctor`: always exits 0; what is missing becomes advice. The loader tries
+/// every backend for real only when the privileges allow it.
 pub fn run(json: bool) -> anyhow::Result<()> {
-    let mut report = collect();
-    let can_load = crate::kernel::privileges::check_tracing_privileges().is_ok();
-    report.backends = backend_verdicts(can_load);
-    if let Some(chosen) = report.backends.iter().find(|b| b.loads) {
-        let line = format!("auto would choose the {} backend", chosen.name);
-        report.refresh_advice();
-        report.advice.insert(0, line);
-    } else {
-        report.refresh_advice();
-    }
+    let can_load = privileges::check_tracing_privileges().is_ok();
+    let report = diagnosis::diagnose(HostFacts::collect(), probes::verdicts(can_load));
     let mut out = io::stdout().lock();
     if json {
         render_json(&report, &mut out)?
@@ -1249,102 +355,14 @@ pub fn run(json: bool) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sample_report() -> DoctorReport {
-        DoctorReport {
-            kernel: KernelInfo {
-                sysname: "Linux".into(),
-                release: "6.18.0".into(),
-                version: "#1".into(),
-                machine: "x86_64".into(),
-                btf_vmlinux: true,
-                btf_size: Some(1),
-            },
-            privileges: PrivilegeInfo {
-                euid: 0,
-                cap_eff: Some("000001ffffffffff".into()),
-                capabilities: vec![],
-                initial_user_ns: Some(true),
-                tracing_problem: None,
-                sockops_problem: None,
-                perf_event_paranoid: Some(2),
-                unprivileged_bpf_disabled: Some(2),
-            },
-            facilities: TracingFacilities {
-                kprobes: false,
-                tracefs: None,
-                bpffs: None,
-                cgroup2: Some("/sys/fs/cgroup".into()),
-                ftrace_functions_problem: Some("tracefs not mounted".into()),
-            },
-            program_types: vec![],
-            backends: vec![],
-            hook_points: Ok(kallsyms::scan_kallsyms(
-                "0 T tcp_connect\n",
-                &["tcp_connect", "tcp_send_syn_data"],
-            )),
-            namespaces: vec![
-                NamespaceReport {
-                    name: None,
-                    path: netns::SELF_NETNS.into(),
-                    inode: Some(1),
-                    current: true,
-                    init: Some(true),
-                    tcp_fastopen: Ok(TcpFastopen(1)),
-                    blackhole_timeout_sec: Ok(0),
-                    key: Ok(FastopenKeyStatus { primary: false, backup: false }),
-                },
-                NamespaceReport {
-                    name: Some("srv".into()),
-                    path: "/run/netns/srv".into(),
-                    inode: Some(2),
-                    current: false,
-                    init: Some(false),
-                    tcp_fastopen: Ok(TcpFastopen(0x403)),
-                    blackhole_timeout_sec: Ok(3600),
-                    key: Ok(FastopenKeyStatus { primary: true, backup: true }),
-                },
-            ],
-            tcp_metrics: vec![],
-            listeners: vec![],
-            checks: vec![],
-            advice: vec![],
-        }
-    }
-
-    #[test]
-    fn advice_from_fixed_report() {
-        let mut r = sample_report();
-        r.refresh_advice();
-        let all = r.advice.join("\n");
-        assert!(all.contains("server bit 0x2 is off in namespace current"), "{all}");
-        assert!(!all.contains("server bit 0x2 is off in namespace srv"), "{all}");
-        assert!(!all.contains("client bit 0x1 is off"), "{all}");
-        assert!(all.contains("kprobes are not available on this kernel (CONFIG_KPROBES off)"), "{all}");
-        assert!(all.contains("blackhole detection is off in namespace current"), "{all}");
-        assert!(!all.contains("blackhole detection is off in namespace srv"), "{all}");
-        assert!(all.contains("tcp_send_syn_data not in kallsyms"), "{all}");
-        assert!(all.contains("per network namespace"), "{all}");
-        assert!(r.advice.iter().all(|l| !l.contains('\n')));
-
-        r.namespaces[1].tcp_fastopen = Ok(TcpFastopen(0x600));
-        r.refresh_advice();
-        let all = r.advice.join("\n");
-        assert!(all.contains("client bit 0x1 is off in namespace srv"), "{all}");
-        assert!(all.contains("namespace srv: 0x200 (server without cookie) has no effect"), "{all}");
-    }
+    use crate::{diagnosis::sample_facts, kernel::sysctl::TcpFastopen};
 
     #[test]
     fn render_fixed_report_text_and_json() {
-        let mut r = sample_report();
-        r.backends.push(BackendVerdict {
-            name: "fentry".into(),
-            loads: false,
-            reason: "BPF_PROG_LOAD: EPERM".into(),
-            sees: vec![],
-            blind: vec![],
-        });
-        r.refresh_advice();
+        let loader = vec![(probes::Backend::Fentry, Err("BPF_PROG_LOAD: EPERM".to_string()))];
+        let mut r = diagnosis::diagnose(sample_facts(), loader);
+        r.backends[0].sees.clear();
+        r.backends[0].blind.clear();
         let mut out = Vec::new();
         render_text(&r, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
@@ -1358,23 +376,46 @@ mod tests {
         assert!(text.contains("Network namespace srv (inode 2, /run/netns/srv)"), "{text}");
         assert!(text.contains("    0x400 server set   TFO_SERVER_WO_SOCKOPT1"), "{text}");
         assert!(text.contains("primary: set, backup: set"), "{text}");
+        assert!(text.contains("\nChecks\n  [!!] sysctl per namespace: net.ipv4.tcp_fastopen is 0x1 in current, 0x403 in srv\n"), "{text}");
         assert!(!text.contains('\x1b'));
 
         let mut out = Vec::new();
         render_json(&r, &mut out).unwrap();
-        let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(j["namespaces"][1]["tcp_fastopen"]["value"], 0x403);
         assert_eq!(j["namespaces"][1]["key"]["backup"], true);
         assert_eq!(j["backends"][0]["name"], "fentry");
         assert_eq!(j["hook_points"][1]["presence"], "absent");
+        // Top-level keys in the order printed (pretty JSON indents them by two spaces).
+        let keys: Vec<&str> =
+            text.lines().filter_map(|l| l.strip_prefix("  \"")?.split('"').next()).collect();
+        assert_eq!(
+            keys,
+            [
+                "kernel",
+                "privileges",
+                "facilities",
+                "program_types",
+                "backends",
+                "hook_points",
+                "namespaces",
+                "tcp_metrics",
+                "listeners",
+                "checks",
+                "advice"
+            ],
+            "the JSON contract's order"
+        );
         r.namespaces[0].key = Err("permission denied".into());
+        r.namespaces[1].tcp_fastopen = Ok(TcpFastopen(0x3));
         let j = serde_json::to_value(&r).unwrap();
         assert_eq!(j["namespaces"][0]["key"]["error"], "permission denied");
     }
 
     #[test]
-    fn collect_on_this_machine() {
-        let r = collect();
+    fn doctor_on_this_machine() {
+        let r = diagnosis::diagnose(HostFacts::collect(), probes::verdicts(false));
         let mut out = Vec::new();
         render_text(&r, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
@@ -1385,7 +426,7 @@ mod tests {
         assert!(text.contains("\nAdvice\n"));
         assert!(!r.kernel.release.is_empty());
         assert_eq!(r.program_types.len(), 6);
-        assert!(r.backends.is_empty());
+        assert!(r.backends.iter().all(|b| !b.loads), "nothing loaded without trying");
 
         let cur = &r.namespaces[0];
         assert!(cur.current);
@@ -1393,7 +434,7 @@ mod tests {
         assert_eq!(cur.tcp_fastopen.as_ref().unwrap().0, direct.trim().parse::<u32>().unwrap());
         assert!(text.contains("net.ipv4.tcp_fastopen:"));
         // Every named namespace is either the current one or listed.
-        for n in netns::named_netns() {
+        for n in crate::kernel::netns::named_netns() {
             assert!(r.namespaces.iter().any(|x| x.inode == n.inode || x.name.as_deref() == Some(&n.name)));
         }
         let mut out = Vec::new();

@@ -11,7 +11,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicUsize, Ordering},
-        Arc, Mutex,
+        Arc,
     },
     time::Duration,
 };
@@ -29,7 +29,6 @@ use crate::{
     views::{stop::Stop, trace},
 };
 
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9435";
 /// A request line plus headers larger than this is refused (431).
 const MAX_REQUEST_BYTES: usize = 8192;
 /// Time a client has to send its request head.
@@ -114,15 +113,16 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
         ),
         None => None,
     };
-    let mut tracer = trace::start(&opts.load)?;
+    // Without per-destination series nothing needs the event stream: the kernel counts.
+    let load = LoadOptions { counts_only: opts.top_destinations.is_none(), ..opts.load };
+    let mut tracer = trace::start(&load)?;
     let mut source = EventSource::new(&mut tracer.ebpf)?;
-    crate::events::reader::spawn_kernel_log_pump(&mut tracer.ebpf);
     let build = BuildInfo {
         version: env!("CARGO_PKG_VERSION").into(),
         backend: tracer.backend,
         kernel: kernel_release(),
     };
-    let metrics = Arc::new(Mutex::new(Metrics::new(&build, opts.top_destinations)));
+    let metrics = Arc::new(Metrics::new(&build, opts.top_destinations));
     if let Some(l) = &listener {
         eprintln!("tfo-trace: serving metrics on http://{}/metrics", l.local_addr()?);
     }
@@ -132,7 +132,6 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
 
     let mut stop = Stop::new(opts.duration)?;
     let mut textfile_tick = tokio::time::interval(opts.interval);
-    let mut lost_tick = tokio::time::interval(Duration::from_secs(1));
     let active = Arc::new(AtomicUsize::new(0));
     let mut batch: Vec<Event> = Vec::new();
     let listener = listener.as_ref();
@@ -142,50 +141,60 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
             None => std::future::pending().await,
         }
     };
+    let needs_events = metrics.needs_events();
+    let mut seen = 0u64;
     loop {
         tokio::select! {
-            r = source.next_batch(&mut batch) => r?,
+            r = source.next_batch(&mut batch), if needs_events => r?,
             conn = accept() => match conn {
-                Ok((stream, _)) => serve(stream, &metrics, &active),
+                Ok((stream, _)) => {
+                    // Each scrape sees the kernel's counts as they are now.
+                    refresh(&metrics, &source, &opts.netns)?;
+                    serve(stream, &metrics, &active)
+                }
                 // Out of fds and the like: keep tracing, the next accept may work.
                 Err(e) => log::warn!("accepting a metrics connection: {e}"),
             },
-            _ = lost_tick.tick() => metrics.lock().unwrap().set_events_lost(source.lost()),
             _ = textfile_tick.tick() => {
                 if let Some(path) = &opts.textfile {
-                    let text = metrics.lock().unwrap().encode();
-                    write_textfile(path, &text).with_context(|| format!("writing {}", path.display()))?;
+                    refresh(&metrics, &source, &opts.netns)?;
+                    write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
                 }
             }
             _ = stop.requested() => break,
         }
+        seen += batch.len() as u64;
         observe(&metrics, &mut batch, &opts.netns);
     }
-    source.drain(&mut batch);
-    observe(&metrics, &mut batch, &opts.netns);
-    let mut m = metrics.lock().unwrap();
-    m.set_events_lost(source.lost());
-    if let Some(path) = &opts.textfile {
-        write_textfile(path, &m.encode()).with_context(|| format!("writing {}", path.display()))?;
+    if needs_events {
+        source.drain(&mut batch);
+        seen += batch.len() as u64;
+        observe(&metrics, &mut batch, &opts.netns);
     }
-    eprintln!("tfo-trace: {} events lost", source.lost());
+    refresh(&metrics, &source, &opts.netns)?;
+    if let Some(path) = &opts.textfile {
+        write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
+    }
+    eprintln!("{}", trace::closing_line(seen, &source, &tracer));
     Ok(())
 }
 
-fn observe(metrics: &Mutex<Metrics>, batch: &mut Vec<Event>, netns: &[u32]) {
-    if batch.is_empty() {
-        return;
-    }
-    let mut m = metrics.lock().unwrap();
+/// The kernel's counts of the namespaces asked for (all without --netns), into the model.
+fn refresh(metrics: &Metrics, source: &EventSource, netns: &[u32]) -> Result<()> {
+    metrics.set_kernel(source.kernel_counts()?.only_netns(netns), source.lost());
+    Ok(())
+}
+
+fn observe(metrics: &Metrics, batch: &mut Vec<Event>, netns: &[u32]) {
     for e in batch.drain(..) {
         if netns.is_empty() || netns.contains(&e.netns) {
-            m.observe(&e);
+            metrics.observe(&e);
         }
     }
 }
 
 /// Answers one connection on its own task; at most [`MAX_CONNECTIONS`] at once.
-fn serve(stream: TcpStream, metrics: &Arc<Mutex<Metrics>>, active: &Arc<AtomicUsize>) {
+fn serve(stream: TcpStream, metrics: &Arc<Metrics>, active: &Arc<AtomicUsize>) {
     if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
         active.fetch_sub(1, Ordering::SeqCst);
         return; // dropped: closed without an answer
@@ -198,7 +207,7 @@ fn serve(stream: TcpStream, metrics: &Arc<Mutex<Metrics>>, active: &Arc<AtomicUs
 }
 
 /// Reads the request head (bounded) and writes the response.
-async fn answer(mut stream: TcpStream, metrics: &Mutex<Metrics>) -> std::io::Result<()> {
+async fn answer(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
@@ -223,7 +232,7 @@ async fn answer(mut stream: TcpStream, metrics: &Mutex<Metrics>) -> std::io::Res
     } else if !complete {
         return Ok(()); // the client went away mid-request
     } else {
-        route(&head, || metrics.lock().unwrap().encode())
+        route(&head, || metrics.encode())
     };
     stream.write_all(&response.to_bytes()).await?;
     stream.shutdown().await

@@ -17,10 +17,14 @@ use serde::Serialize;
 use crate::{
     aggregation::verdict::{self, human_us, DestinationReport, Facts, ListenerFact, Report, Verdict},
     cli::{ReportArgs, ReportFormat},
-    events::{reader::EventSource, record, Event},
-    kernel::{netns, netstat::Netstat, tcp_metrics},
-    probes::LoadOptions,
-    views::{doctor, stop::Stop, trace},
+    events::{reader::EventSource, record, Event, Role},
+    kernel::{
+        listeners,
+        netstat::Netstat,
+        sysctl::{self, TfoNamespace},
+        tcp_metrics,
+    },
+    views::{stop::Stop, trace},
 };
 
 /// Where the events came from.
@@ -90,34 +94,12 @@ fn from_recording(path: &Path) -> Result<(Source, Report, Option<record::ReplayE
     Ok((source, report, err))
 }
 
-/// Counters of every namespace we can read (current + named), by inode.
-fn counters_now(namespaces: &[doctor::NamespaceReport]) -> BTreeMap<u32, Netstat> {
-    let mut out = BTreeMap::new();
-    for ns in namespaces {
-        let Some(inode) = ns.inode else { continue };
-        let read = || {
-            Netstat::read_files(&[
-                Path::new("/proc/thread-self/net/netstat"),
-                Path::new("/proc/thread-self/net/snmp"),
-            ])
-        };
-        let n = if ns.current { read() } else { netns::with_netns(&ns.path, read).and_then(|r| r) };
-        match n {
-            Ok(n) => {
-                out.insert(inode as u32, n);
-            }
-            Err(e) => log::info!("counters of {}: {e:#}", ns.label()),
-        }
-    }
-    out
-}
-
 async fn live(args: &ReportArgs) -> Result<(Source, Report)> {
-    let load = LoadOptions { backend: args.probe.backend, ring_buffer_bytes: args.probe.ring_buffer_size };
+    let load = args.probe.load_options();
     let mut tracer = trace::start(&load)?;
     let mut source = EventSource::new(&mut tracer.ebpf)?;
-    let namespaces = doctor::collect_namespaces();
-    let before = counters_now(&namespaces);
+    let namespaces = sysctl::tfo_namespaces();
+    let before = Netstat::per_namespace(&namespaces);
     let started = std::time::Instant::now();
     let start = record::Header::now(tracer.backend.name()).start;
     let mut stop = Stop::new(args.duration)?;
@@ -131,8 +113,8 @@ async fn live(args: &ReportArgs) -> Result<(Source, Report)> {
     source.drain(&mut events);
     let window_s = started.elapsed().as_secs_f64();
     // Namespaces created during the window (a lab, a container) are read too.
-    let namespaces = doctor::collect_namespaces();
-    let after = counters_now(&namespaces);
+    let namespaces = sysctl::tfo_namespaces();
+    let after = Netstat::per_namespace(&namespaces);
     let facts = gather_facts(&events, &namespaces, &before, &after, tracer.backend.name());
     let report = verdict::report(&events, &facts);
     let (host, kernel) = {
@@ -155,7 +137,7 @@ async fn live(args: &ReportArgs) -> Result<(Source, Report)> {
 
 fn gather_facts(
     events: &[Event],
-    namespaces: &[doctor::NamespaceReport],
+    namespaces: &[TfoNamespace],
     before: &BTreeMap<u32, Netstat>,
     after: &BTreeMap<u32, Netstat>,
     backend: &str,
@@ -178,22 +160,17 @@ fn gather_facts(
     // tcp_metrics of the namespaces the clients ran in: the current one directly, a named
     // one with `ip -n NAME`; a namespace with no name cannot be entered by name: skipped.
     let client_ns: std::collections::BTreeSet<u32> =
-        events.iter().filter(|e| e.role == crate::events::Role::Client).map(|e| e.netns).collect();
+        events.iter().filter(|e| e.role == Role::Client).map(|e| e.netns).collect();
     for inode in client_ns {
         let Some(ns) = namespaces.iter().find(|n| n.inode == Some(u64::from(inode))) else { continue };
-        let name =
-            if ns.current { None } else { ns.name.as_deref().map(|n| n.split(',').next().unwrap_or(n)) };
-        if !ns.current && name.is_none() {
-            continue;
-        }
-        match tcp_metrics::read(name) {
+        match tcp_metrics::read_in(ns) {
             Ok(m) => {
                 facts.tcp_metrics.insert(inode, m);
             }
-            Err(e) => log::info!("tcp_metrics of {}: {e:#}", ns.label()),
+            Err(e) => log::info!("tcp_metrics of {}: {e}", ns.label()),
         }
     }
-    for l in doctor::tfo_listeners(namespaces) {
+    for l in listeners::tfo_listeners(namespaces) {
         let Some(inode) = l.netns.map(|i| i as u32) else { continue };
         if let Some(s) = l.somaxconn {
             facts.somaxconn.insert(inode, s);
@@ -234,16 +211,26 @@ fn source_line(s: &Source) -> String {
 }
 
 fn lost_line(d: &DestinationReport) -> String {
-    if d.stalled == 0 {
-        return "no time lost".into();
+    let mut line = match (d.stalled, d.extra_round_trips) {
+        (0, 0) => return "no time lost".into(),
+        (0, _) => "no time lost to SYN timeouts".to_string(),
+        _ => format!(
+            "{} lost in total: {} per stalled connection ({}), {} per connection",
+            human_us(d.lost_us_total),
+            human_us(d.lost_us_per_stalled),
+            d.stalled,
+            human_us(d.lost_us_per_connection)
+        ),
+    };
+    if d.extra_round_trips > 0 {
+        // Not a stall: the data not acked went again after the handshake.
+        line.push_str(&format!(
+            "; {} extra round trip(s) for data not acked, ~{} estimated",
+            d.extra_round_trips,
+            human_us(d.extra_round_trip_us)
+        ));
     }
-    format!(
-        "{} lost in total: {} per stalled connection ({}), {} per connection",
-        human_us(d.lost_us_total),
-        human_us(d.lost_us_per_stalled),
-        d.stalled,
-        human_us(d.lost_us_per_connection)
-    )
+    line
 }
 
 fn write_verdict_text(w: &mut impl Write, v: &Verdict) -> io::Result<()> {
@@ -425,6 +412,31 @@ mod tests {
         let m = String::from_utf8(out).unwrap();
         assert!(m.starts_with("# tfo-trace report\n"), "{m}");
         assert!(m.contains("| 198.18.0.3:8080 | 7 | 3 | 0 | 3 | 0 | 3.06 s | 1.02 s | SYN-data to"), "{m}");
+    }
+
+    #[test]
+    fn data_not_acked_is_told_apart_from_time_lost() {
+        let (s, mut r) = sample();
+        let d = &mut r.destinations[0];
+        (d.extra_round_trips, d.extra_round_trip_us) = (2, 400);
+        let mut out = Vec::new();
+        render(&mut out, ReportFormat::Text, &s, &r, None).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains(
+                "added latency: 3.06 s lost in total: 1.02 s per stalled connection (3), 1.02 s per \
+                 connection; 2 extra round trip(s) for data not acked, ~400 us estimated\n"
+            ),
+            "{text}"
+        );
+        let d = &mut r.destinations[0];
+        (d.stalled, d.lost_us_total) = (0, 0);
+        assert_eq!(
+            lost_line(d),
+            "no time lost to SYN timeouts; 2 extra round trip(s) for data not acked, ~400 us estimated"
+        );
+        d.extra_round_trips = 0;
+        assert_eq!(lost_line(d), "no time lost");
     }
 
     #[test]

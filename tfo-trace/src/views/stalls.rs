@@ -1,5 +1,6 @@
-//! `tfo-trace stalls`: only the connections that lost time to TFO, one line each, and a
-//! summary by destination at exit. What on-call runs when a service reports 1 s p99s.
+//! `tfo-trace stalls`: only the connections that stalled (lost time to a SYN timeout, as
+//! `aggregation::stall` defines it), one line each with the cause, and a summary by
+//! destination at exit. What on-call runs when a service reports 1 s p99s.
 use std::{
     collections::BTreeMap,
     io::{self, Write},
@@ -10,7 +11,11 @@ use anyhow::{Context as _, Result};
 use serde::Serialize;
 
 use crate::{
-    events::{reader::EventSource, Event, Outcome, Role},
+    aggregation::{
+        stall::{self, Cause, StallTally},
+        verdict::human_us,
+    },
+    events::{reader::EventSource, Event},
     probes::LoadOptions,
     views::trace,
 };
@@ -21,47 +26,6 @@ pub struct StallsOptions {
     pub duration: Option<Duration>,
     /// `--record FILE`: every event (not only the stalls) also goes there.
     pub record: Option<std::path::PathBuf>,
-}
-
-/// Why a connection lost time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Cause {
-    /// The SYN carrying data timed out (a middlebox dropping SYN-data, typically).
-    SynDataDropped,
-    /// The SYN asking for a cookie timed out.
-    CookieRequestDropped,
-    /// The SYN-ACK acknowledged only the SYN: the data went again after the handshake.
-    DataNotAckedResent,
-    /// The SYN-data got through but a SYN timed out anyway (SYN-ACK lost).
-    SynTimeout,
-}
-
-impl Cause {
-    pub fn name(self) -> &'static str {
-        match self {
-            Cause::SynDataDropped => "syn_data_dropped",
-            Cause::CookieRequestDropped => "cookie_request_dropped",
-            Cause::DataNotAckedResent => "data_not_acked_resent",
-            Cause::SynTimeout => "syn_timeout",
-        }
-    }
-}
-
-/// The cause and the time lost, for a client event that lost time; None otherwise.
-/// For data not acked the loss is the extra round trip the resent data takes, estimated
-/// by the handshake time.
-pub fn classify(e: &Event) -> Option<(Cause, u64)> {
-    if e.role != Role::Client {
-        return None;
-    }
-    match e.outcome {
-        Outcome::SynRetransmitted if e.syn_data_bytes > 0 => Some((Cause::SynDataDropped, e.stall_us)),
-        Outcome::SynRetransmitted => Some((Cause::CookieRequestDropped, e.stall_us)),
-        Outcome::DataNotAcked => Some((Cause::DataNotAckedResent, e.handshake_us.unwrap_or(0))),
-        _ if e.stall_us > 0 => Some((Cause::SynTimeout, e.stall_us)),
-        _ => None,
-    }
 }
 
 #[derive(Serialize)]
@@ -75,13 +39,6 @@ struct StallLine<'a> {
     cause: Cause,
     lost_us: u64,
     retransmits: u32,
-}
-
-#[derive(Default)]
-struct PerDestination {
-    stalls: u64,
-    lost_us: u64,
-    by_cause: BTreeMap<Cause, u64>,
 }
 
 fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json: bool) -> io::Result<()> {
@@ -114,9 +71,9 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
     }
 }
 
-fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, PerDestination>) -> io::Result<()> {
+fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -> io::Result<()> {
     writeln!(out, "\n{:<28} {:>7} {:>11} {:>11}  CAUSES", "DESTINATION", "STALLS", "LOST", "PER_CONN")?;
-    for (dst, d) in per_dst {
+    for (dst, d) in per_dst.iter().filter(|(_, d)| d.stalls > 0) {
         let causes: Vec<String> = d.by_cause.iter().map(|(c, n)| format!("{}={n}", c.name())).collect();
         writeln!(
             out,
@@ -127,6 +84,17 @@ fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, PerDestination
             causes.join(" ")
         )?;
     }
+    // Data not acked costs a round trip, not a SYN timeout: said apart, never as a stall.
+    for (dst, d) in per_dst.iter().filter(|(_, d)| d.extra_round_trips > 0) {
+        writeln!(
+            out,
+            "{dst}: {} SYN-data not acknowledged, not stalls: the data went again after the handshake, \
+             {} extra round trip(s), ~{} estimated (`tfo-trace report` has the verdict)",
+            d.extra_round_trips,
+            d.extra_round_trips,
+            human_us(d.extra_round_trip_us)
+        )?;
+    }
     out.flush()
 }
 
@@ -134,7 +102,8 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
     let mut tracer = trace::start(&opts.load)?;
     let mut recorder = trace::recorder(opts.record.as_deref(), &tracer)?;
     let mut source = EventSource::new(&mut tracer.ebpf)?;
-    let mut out = io::stdout().lock();
+    // One write per batch, not per line (stdout alone is line-buffered).
+    let mut out = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
     if !opts.json {
         writeln!(
             out,
@@ -143,7 +112,7 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
         )?;
     }
     let mut stop = crate::views::stop::Stop::new(opts.duration)?;
-    let mut per_dst: BTreeMap<String, PerDestination> = BTreeMap::new();
+    let mut per_dst: BTreeMap<String, StallTally> = BTreeMap::new();
     let mut batch = Vec::new();
     let mut done = false;
     while !done {
@@ -156,12 +125,12 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
         }
         trace::record(&mut recorder, &batch)?;
         for e in batch.drain(..) {
-            let Some((cause, lost_us)) = classify(&e) else { continue };
-            let d = per_dst.entry(e.destination()).or_default();
-            d.stalls += 1;
-            d.lost_us += lost_us;
-            *d.by_cause.entry(cause).or_default() += 1;
-            match write_line(&mut out, &e, cause, lost_us, opts.json) {
+            let (stall, extra) = (stall::of(&e), stall::extra_round_trip_us(&e));
+            if stall.is_some() || extra.is_some() {
+                per_dst.entry(e.destination()).or_default().add(&e);
+            }
+            let Some(stall) = stall else { continue };
+            match write_line(&mut out, &e, stall.cause, stall.lost_us, opts.json) {
                 Err(err) if err.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
                 r => r.context("writing to stdout")?,
             }
@@ -179,14 +148,14 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::sample_event;
+    use crate::events::{sample_event, Outcome, Role};
     use std::net::{IpAddr, Ipv4Addr};
 
-    fn ev(outcome: Outcome, data: u32, stall_us: u64) -> Event {
+    fn ev(outcome: Outcome, host: u8, data: u32, stall_us: u64) -> Event {
         Event {
             ts: "2026-11-30T08:00:00.000000000Z".into(),
             sport: 1,
-            daddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 3)),
+            daddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, host)),
             dport: 443,
             pid: 7,
             comm: "curl".into(),
@@ -199,20 +168,43 @@ mod tests {
     }
 
     #[test]
-    fn causes() {
-        assert_eq!(
-            classify(&ev(Outcome::SynRetransmitted, 64, 1_020_000)),
-            Some((Cause::SynDataDropped, 1_020_000))
+    fn lines_and_summary_show_stalls_and_keep_extra_round_trips_apart() {
+        let events = [
+            ev(Outcome::SynRetransmitted, 3, 64, 1_020_000),
+            ev(Outcome::SynRetransmitted, 3, 0, 1_010_000),
+            ev(Outcome::Accepted, 2, 64, 0),
+            ev(Outcome::DataNotAcked, 2, 64, 0),
+        ];
+        let mut per_dst: BTreeMap<String, StallTally> = BTreeMap::new();
+        let mut out = Vec::new();
+        for e in &events {
+            per_dst.entry(e.destination()).or_default().add(e);
+            if let Some(s) = stall::of(e) {
+                write_line(&mut out, e, s.cause, s.lost_us, true).unwrap();
+            }
+        }
+        let lines: Vec<serde_json::Value> =
+            String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 2, "one line per stall: {lines:?}");
+        assert_eq!(lines[0]["cause"], "syn_data_dropped");
+        assert_eq!(lines[0]["lost_us"], 1_020_000);
+        assert_eq!(lines[1]["cause"], "cookie_request_dropped");
+
+        let mut out = Vec::new();
+        write_summary(&mut out, &per_dst).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let rows: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+        assert!(rows[0].starts_with("DESTINATION"), "{text}");
+        assert!(
+            rows[1].starts_with("198.18.0.3:443") && rows[1].contains("2      2.030s      1.015s"),
+            "{text}"
         );
-        assert_eq!(
-            classify(&ev(Outcome::SynRetransmitted, 0, 1_010_000)),
-            Some((Cause::CookieRequestDropped, 1_010_000))
+        assert!(rows[1].ends_with("syn_data_dropped=1 cookie_request_dropped=1"), "{text}");
+        assert_eq!(rows.len(), 3, "{text}");
+        assert!(
+            rows[2].starts_with("198.18.0.2:443: 1 SYN-data not acknowledged, not stalls:")
+                && rows[2].contains("1 extra round trip(s), ~1.1 ms estimated"),
+            "{text}"
         );
-        assert_eq!(classify(&ev(Outcome::DataNotAcked, 64, 0)), Some((Cause::DataNotAckedResent, 1_100)));
-        assert_eq!(classify(&ev(Outcome::Accepted, 64, 1_000_000)), Some((Cause::SynTimeout, 1_000_000)));
-        assert_eq!(classify(&ev(Outcome::Accepted, 64, 0)), None);
-        let mut server = ev(Outcome::Accepted, 64, 0);
-        server.role = Role::Server;
-        assert_eq!(classify(&server), None);
     }
 }

@@ -110,8 +110,8 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
     let mut tracer = start(&opts.load)?;
     let mut recorder = recorder(opts.record.as_deref(), &tracer)?;
     let mut source = EventSource::new(&mut tracer.ebpf)?;
-    crate::events::reader::spawn_kernel_log_pump(&mut tracer.ebpf);
-    let mut stdout = io::stdout().lock();
+    // One write per batch, not per line (stdout alone is line-buffered: a syscall per event).
+    let mut stdout = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
     if !opts.json {
         writeln!(stdout, "{HEADER}").context("writing to stdout")?;
     }
@@ -141,10 +141,28 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
         }
     }
     eprintln!(
-        "tfo-trace: {seen} events, {} lost{}{}",
-        source.lost(),
-        if source.malformed > 0 { format!(", {} malformed", source.malformed) } else { String::new() },
+        "{}{}",
+        closing_line(seen, &source, &tracer),
         recorder.map(|r| format!(", recorded to {}", r.path().display())).unwrap_or_default()
     );
     Ok(())
+}
+
+/// What a live view says when it stops: events delivered, and every way one could have
+/// gone missing: lost in a full ring buffer (the kernel still counted those), skipped by
+/// the kernel (a hook hit again while running), not decodable.
+pub fn closing_line(seen: u64, source: &EventSource, tracer: &Tracer) -> String {
+    let mut line = format!("tfo-trace: {seen} events, {} lost", source.lost());
+    if let Ok(counts) = source.kernel_counts() {
+        let counted: u64 = counts.iter().map(|(_, _, _, c)| c.events).sum();
+        line.push_str(&format!(" ({counted} outcomes counted in the kernel)"));
+    }
+    let missed = tracer.run_stats().missed;
+    if missed > 0 {
+        line.push_str(&format!(", {missed} hook runs missed by the kernel (recursion)"));
+    }
+    if source.malformed > 0 {
+        line.push_str(&format!(", {} malformed", source.malformed));
+    }
+    line
 }

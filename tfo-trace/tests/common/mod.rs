@@ -18,6 +18,11 @@ use std::{
 use serde_json::Value;
 use tfo_trace::lab::{Lab, Side};
 
+/// How long a test waits for something that normally takes a second (a tracer attaching,
+/// stopping, a line appearing) before calling it hung. Not a performance bound: under TCG
+/// on a busy two-core machine the verifier alone has taken over 30 s, so the margin is wide.
+pub const HANG_LIMIT: Duration = Duration::from_secs(240);
+
 pub fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_tfo-trace"))
 }
@@ -108,7 +113,7 @@ impl Tracer {
             .stderr(Stdio::piped())
             .stdin(Stdio::null())
             .spawn()
-            .expect("spawning tfo-trace");
+            .expect("spawning tfo-trace trace");
         let out = child.stdout.take().unwrap();
         let stdout =
             std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect::<Vec<_>>());
@@ -120,7 +125,7 @@ impl Tracer {
             }
         });
         let mut t = Tracer { child, stdout: Some(stdout), stderr_rx, stderr_seen: Vec::new() };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + HANG_LIMIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match t.stderr_rx.recv_timeout(left) {
@@ -133,7 +138,7 @@ impl Tracer {
                 }
                 Err(_) => {
                     let _ = t.child.kill();
-                    panic!("tracer did not attach within 30 s; stderr: {:?}", t.stderr_seen);
+                    panic!("tracer did not attach within {HANG_LIMIT:?}; stderr: {:?}", t.stderr_seen);
                 }
             }
         }
@@ -141,6 +146,32 @@ impl Tracer {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Waits (up to `timeout`) for a stderr line containing `needle`; returns it.
+    pub fn wait_stderr(&mut self, needle: &str, timeout: Duration) -> String {
+        if let Some(l) = self.stderr_seen.iter().find(|l| l.contains(needle)) {
+            return l.clone();
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.stderr_seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no stderr line with {needle:?} within {timeout:?}: {:?}", self.stderr_seen),
+            }
+        }
+    }
+
+    /// Sends `signal` to the tracer (our own child, by pid).
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
     }
 
     /// Ctrl-C (SIGINT), then everything it printed: (events, stderr lines).
@@ -154,20 +185,20 @@ impl Tracer {
     }
 
     /// Ctrl-C (SIGINT), then everything it printed as it printed it: (stdout lines,
-    /// stderr lines). The tracer must exit 0 within 10 s.
+    /// stderr lines). The tracer must exit 0.
     pub fn stop_lines(mut self) -> (Vec<String>, Vec<String>) {
         // Let events of connections that just finished reach the ring buffer reader.
         std::thread::sleep(Duration::from_millis(300));
         // SAFETY: kill on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + HANG_LIMIT;
         let status = loop {
             if let Some(s) = self.child.try_wait().expect("waiting for tracer") {
                 break s;
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("tracer ignored SIGINT for 10 s");
+                panic!("tracer ignored SIGINT for {HANG_LIMIT:?}");
             }
             std::thread::sleep(Duration::from_millis(20));
         };
@@ -177,13 +208,6 @@ impl Tracer {
         }
         assert!(status.success(), "tracer exited with {status}; stderr: {:?}", self.stderr_seen);
         (lines, self.stderr_seen.clone())
-    }
-
-    /// SIGKILL: the tracer gets no chance to clean up after itself.
-    pub fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.stdout.take();
     }
 }
 
@@ -214,7 +238,7 @@ pub fn visible(
     outcome: tfo_trace::events::Outcome,
 ) -> bool {
     let backend = backend_of(stderr);
-    let seen = tfo_trace::probes::table::sees(backend, role.to_wire(), outcome.to_wire());
+    let seen = tfo_trace::probes::table::sees(backend, role, outcome);
     if !seen {
         eprintln!("not checked: {} {} is not visible to the {backend} backend", role.name(), outcome.name());
     }
@@ -236,4 +260,31 @@ pub fn read_all(mut r: impl Read) -> String {
     let mut s = String::new();
     let _ = r.read_to_string(&mut s);
     s
+}
+
+/// HTTP/1.0 GET (so no chunked answer): (status, body).
+pub fn http_get(addr: std::net::SocketAddr, target: &str) -> std::io::Result<(u16, String)> {
+    use std::io::Write as _;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((status, body.to_string()))
+}
+
+/// The sum of every sample of `metric` whose labels contain all of `labels` (`k="v"`).
+pub fn metric_sum(exposition: &str, metric: &str, labels: &[&str]) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, rest) = series.split_once('{').unwrap_or((series, ""));
+            (name == metric && labels.iter().all(|w| rest.contains(w))).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
 }

@@ -19,8 +19,11 @@ use anyhow::{Context as _, Result};
 use crossterm::event::{self as term_event, Event as TermEvent};
 
 use crate::{
-    aggregation::table::{Snapshot, Sort, TopModel, View},
-    events::{reader::EventSource, rfc3339, Event},
+    aggregation::{
+        table::{Snapshot, Sort, TopModel, View},
+        totals,
+    },
+    events::{counts::KernelCounts, reader::EventSource, rfc3339, Event},
     kernel::sysctl::TcpFastopen,
     probes::LoadOptions,
 };
@@ -110,6 +113,11 @@ pub trait EventFeed {
     fn drain(&mut self, out: &mut Vec<Event>);
     /// Events lost before they reached us.
     fn lost(&self) -> u64;
+    /// What the kernel counted, where a kernel counts (live): the totals then come from
+    /// it, exact even when events were lost.
+    fn kernel_counts(&self) -> Option<KernelCounts> {
+        None
+    }
     /// No event will ever come again (the end of a recording).
     fn exhausted(&self) -> bool {
         false
@@ -125,6 +133,9 @@ impl EventFeed for EventSource {
     }
     fn lost(&self) -> u64 {
         EventSource::lost(self)
+    }
+    fn kernel_counts(&self) -> Option<KernelCounts> {
+        EventSource::kernel_counts(self).ok()
     }
 }
 
@@ -201,6 +212,9 @@ impl EventFeed for Recording<'_> {
     fn lost(&self) -> u64 {
         self.inner.lost()
     }
+    fn kernel_counts(&self) -> Option<KernelCounts> {
+        self.inner.kernel_counts().ok()
+    }
 }
 
 /// `top --from FILE`: every good line of the recording, then its first bad line as the error.
@@ -223,17 +237,12 @@ pub async fn run(opts: TopOptions) -> Result<()> {
     }
     let mut tracer = crate::views::trace::start(&opts.load)?;
     let mut source = EventSource::new(&mut tracer.ebpf)?;
-    crate::events::reader::spawn_kernel_log_pump(&mut tracer.ebpf);
     let info = HeaderInfo::new(tracer.backend.to_string(), opts.interval);
     let seen = match crate::views::trace::recorder(opts.record.as_deref(), &tracer)? {
         Some(recorder) => run_on(&mut Recording { inner: &mut source, recorder }, &opts, info).await?,
         None => run_on(&mut source, &opts, info).await?,
     };
-    eprintln!(
-        "tfo-trace: {seen} events, {} lost{}",
-        source.lost(),
-        if source.malformed > 0 { format!(", {} malformed", source.malformed) } else { String::new() }
-    );
+    eprintln!("{}", crate::views::trace::closing_line(seen, &source, &tracer));
     Ok(())
 }
 
@@ -274,7 +283,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
                     done = opts.count.is_some_and(|n| refreshes >= n);
                     info.lost = feed.lost();
                     printed_events = Some(model.events);
-                    if !print(&mut out, &model.snapshot(), &info, opts)? {
+                    if !print(&mut out, &snapshot(&model, feed), &info, opts)? {
                         return Ok(model.events);
                     }
                 }
@@ -284,7 +293,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
             if feed.exhausted() && printed_events.is_none() {
                 // A recording: everything is in; one snapshot says it all.
                 info.lost = feed.lost();
-                print(&mut out, &model.snapshot(), &info, opts)?;
+                print(&mut out, &snapshot(&model, feed), &info, opts)?;
                 return Ok(model.events);
             }
             if done {
@@ -296,7 +305,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
         ingest(&mut model, &mut batch);
         if printed_events != Some(model.events) && opts.count.is_none_or(|n| refreshes < n) {
             info.lost = feed.lost();
-            print(&mut out, &model.snapshot(), &info, opts)?;
+            print(&mut out, &snapshot(&model, feed), &info, opts)?;
         }
         return Ok(model.events);
     }
@@ -312,7 +321,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
         if redraw {
             info.lost = feed.lost();
             if !ui.paused {
-                snap = model.snapshot();
+                snap = snapshot(&model, feed);
             }
             guard.terminal.draw(|f| render::draw(f, &snap, &ui, &info)).context("drawing the screen")?;
             redraw = false;
@@ -355,6 +364,17 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
 fn finish(guard: terminal::TerminalGuard, events: u64) -> Result<u64> {
     drop(guard);
     Ok(events)
+}
+
+/// The tables from the events; the totals from the kernel's counts where it counts.
+fn snapshot<F: EventFeed>(model: &TopModel, feed: &F) -> Snapshot {
+    let mut snap = model.snapshot();
+    if let Some(counts) = feed.kernel_counts() {
+        snap.total = totals::row(&counts, None, &snap.total);
+        snap.client = totals::row(&counts, Some(crate::events::Role::Client), &snap.client);
+        snap.server = totals::row(&counts, Some(crate::events::Role::Server), &snap.server);
+    }
+    snap
 }
 
 fn ingest(model: &mut TopModel, batch: &mut Vec<Event>) {

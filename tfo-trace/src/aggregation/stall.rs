@@ -1,0 +1,229 @@
+//! What a stall is, said once: `top`, `stalls`, `report` and `export` all count with [`of`].
+//!
+//! A stall is a client connection that lost time to a SYN timeout: the kernel
+//! retransmitted its SYN before the connection resolved (`retransmits` above 0, and so
+//! `stall_us` where the connection's start is known). Its time lost is `stall_us`, the last
+//! SYN retransmission minus the first SYN (0 when the connection started before tfo-trace
+//! attached). Its [`Cause`] follows from the outcome and whether the SYN carried data.
+//!
+//! Only the event that ends a connection's story counts: `active_disabled` and
+//! `cookie_received` are told alongside a connection that has its own outcome event, and
+//! counting them too would count one connection twice.
+//!
+//! `data_not_acked` is a TFO failure but not a stall: no SYN timed out, the SYN-ACK
+//! acknowledged only the SYN and the data went again after the handshake, one extra round
+//! trip. Views that show its cost show it as [`extra_round_trip_us`], apart from stalls.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::events::{Event, Outcome, Role};
+
+/// Why a connection stalled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// The SYN carrying data timed out and went again as a plain SYN (a middlebox dropping
+    /// SYN-data, typically).
+    SynDataDropped,
+    /// The SYN asking for a cookie (an empty TFO option) timed out.
+    CookieRequestDropped,
+    /// A SYN timed out otherwise: the SYN-data got through but the SYN-ACK was lost, or
+    /// the connection never completed.
+    SynTimeout,
+}
+
+impl Cause {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::SynDataDropped => "syn_data_dropped",
+            Cause::CookieRequestDropped => "cookie_request_dropped",
+            Cause::SynTimeout => "syn_timeout",
+        }
+    }
+}
+
+/// One stalled connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stall {
+    pub cause: Cause,
+    /// `stall_us`: the time the SYN timeouts cost.
+    pub lost_us: u64,
+}
+
+/// Whether a row of the kernel's counts (role, outcome) holds stalls as defined here: a
+/// client connection's own outcome. Its `stalls` and `stall_ns` are then the stalls.
+pub fn row_counts(role: Role, outcome: Outcome) -> bool {
+    role == Role::Client && ends_client_connection(outcome)
+}
+
+/// Whether the event is the outcome that ends a client connection's TFO story.
+fn ends_client_connection(o: Outcome) -> bool {
+    matches!(
+        o,
+        Outcome::CookieRequested
+            | Outcome::Accepted
+            | Outcome::DataNotAcked
+            | Outcome::SynRetransmitted
+            | Outcome::ConnectFailed
+            | Outcome::NotAttempted
+    )
+}
+
+/// The stall this event tells of, if it is one (see the module's documentation).
+pub fn of(e: &Event) -> Option<Stall> {
+    if e.role != Role::Client || !ends_client_connection(e.outcome) {
+        return None;
+    }
+    let syn_timed_out = e.outcome == Outcome::SynRetransmitted || e.retransmits > 0 || e.stall_us > 0;
+    if !syn_timed_out {
+        return None;
+    }
+    let cause = match e.outcome {
+        Outcome::SynRetransmitted if e.syn_data_bytes > 0 => Cause::SynDataDropped,
+        Outcome::SynRetransmitted => Cause::CookieRequestDropped,
+        _ => Cause::SynTimeout,
+    };
+    Some(Stall { cause, lost_us: e.stall_us })
+}
+
+/// For `data_not_acked` (not a stall): the estimated cost of the extra round trip the
+/// resent data takes, the handshake time (0 where it is unknown). None for other events.
+pub fn extra_round_trip_us(e: &Event) -> Option<u64> {
+    (e.role == Role::Client && e.outcome == Outcome::DataNotAcked).then(|| e.handshake_us.unwrap_or(0))
+}
+
+/// Stalls of a group of connections, and apart from them the extra round trips.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StallTally {
+    pub stalls: u64,
+    pub lost_us: u64,
+    pub by_cause: BTreeMap<Cause, u64>,
+    /// Per cause, the time lost.
+    pub lost_us_by_cause: BTreeMap<Cause, u64>,
+    /// `data_not_acked` connections: one extra round trip each, not stalls.
+    pub extra_round_trips: u64,
+    /// Their estimated cost ([`extra_round_trip_us`]).
+    pub extra_round_trip_us: u64,
+}
+
+impl StallTally {
+    /// Counts the event; returns its stall, if it is one.
+    pub fn add(&mut self, e: &Event) -> Option<Stall> {
+        // Saturating: a recording may hold any numbers (the replay fuzz target found this).
+        if let Some(us) = extra_round_trip_us(e) {
+            self.extra_round_trips += 1;
+            self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(us);
+        }
+        let s = of(e)?;
+        self.stalls += 1;
+        self.lost_us = self.lost_us.saturating_add(s.lost_us);
+        *self.by_cause.entry(s.cause).or_default() += 1;
+        let by_cause = self.lost_us_by_cause.entry(s.cause).or_default();
+        *by_cause = by_cause.saturating_add(s.lost_us);
+        Some(s)
+    }
+
+    pub fn count(&self, cause: Cause) -> u64 {
+        self.by_cause.get(&cause).copied().unwrap_or(0)
+    }
+
+    pub fn lost_us_of(&self, cause: Cause) -> u64 {
+        self.lost_us_by_cause.get(&cause).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::sample_event;
+
+    /// A client event as the kernel side makes it: a SYN timeout shows in both
+    /// `retransmits` and `stall_us`.
+    fn client(outcome: Outcome, data: u32, stall_us: u64) -> Event {
+        Event {
+            syn_data_bytes: data,
+            retransmits: u32::from(stall_us > 0),
+            handshake_us: Some(200 + stall_us),
+            stall_us,
+            ..sample_event(Role::Client, outcome)
+        }
+    }
+
+    #[test]
+    fn causes_follow_the_outcome_and_the_data() {
+        let s = |e: &Event| of(e).map(|s| (s.cause, s.lost_us));
+        assert_eq!(
+            s(&client(Outcome::SynRetransmitted, 64, 1_020_000)),
+            Some((Cause::SynDataDropped, 1_020_000))
+        );
+        assert_eq!(
+            s(&client(Outcome::SynRetransmitted, 0, 1_010_000)),
+            Some((Cause::CookieRequestDropped, 1_010_000))
+        );
+        // The SYN-data got through, the SYN-ACK was lost: the SYN went again.
+        assert_eq!(s(&client(Outcome::Accepted, 64, 1_000_000)), Some((Cause::SynTimeout, 1_000_000)));
+        // Never completed after its SYN timed out (three times here).
+        let failed = Event { retransmits: 3, ..client(Outcome::ConnectFailed, 64, 7_000_000) };
+        assert_eq!(s(&failed), Some((Cause::SynTimeout, 7_000_000)));
+    }
+
+    #[test]
+    fn not_stalls() {
+        for o in [Outcome::Accepted, Outcome::CookieRequested, Outcome::DataNotAcked, Outcome::NotAttempted] {
+            assert_eq!(of(&client(o, 64, 0)), None, "{o:?} without a SYN timeout");
+        }
+        // Refused or reset without a SYN timeout: no time lost to TFO.
+        assert_eq!(of(&client(Outcome::ConnectFailed, 64, 0)), None);
+        let mut server = client(Outcome::Accepted, 64, 1_000_000);
+        server.role = Role::Server;
+        assert_eq!(of(&server), None, "a stall is a client connection");
+    }
+
+    #[test]
+    fn one_connection_is_one_stall() {
+        // Blackhole detection and the cookie cache speak of a connection whose own outcome
+        // event is counted: they carry its stall_us, but are not a second stall.
+        for o in [Outcome::ActiveDisabled, Outcome::CookieReceived] {
+            assert_eq!(of(&client(o, 64, 2_000_000)), None, "{o:?}");
+        }
+    }
+
+    #[test]
+    fn start_unknown_still_a_stall() {
+        // Started before tfo-trace attached: no start time, so no stall_us, but the
+        // kernel's retransmit count says the SYN timed out.
+        let e = Event { stall_us: 0, handshake_us: None, ..client(Outcome::SynRetransmitted, 64, 1) };
+        assert_eq!(e.retransmits, 1);
+        assert_eq!(of(&e), Some(Stall { cause: Cause::SynDataDropped, lost_us: 0 }));
+    }
+
+    #[test]
+    fn data_not_acked_is_an_extra_round_trip_not_a_stall() {
+        let e = client(Outcome::DataNotAcked, 64, 0);
+        assert_eq!(of(&e), None);
+        assert_eq!(extra_round_trip_us(&e), Some(200), "estimated by the handshake time");
+        assert_eq!(extra_round_trip_us(&Event { handshake_us: None, ..e }), Some(0));
+        assert_eq!(extra_round_trip_us(&client(Outcome::SynRetransmitted, 64, 1_000_000)), None);
+    }
+
+    #[test]
+    fn tally_keeps_stalls_and_extra_round_trips_apart() {
+        let mut t = StallTally::default();
+        for e in [
+            client(Outcome::Accepted, 64, 0),
+            client(Outcome::SynRetransmitted, 64, 1_020_000),
+            client(Outcome::SynRetransmitted, 64, 1_030_000),
+            client(Outcome::SynRetransmitted, 0, 1_010_000),
+            client(Outcome::DataNotAcked, 64, 0),
+            client(Outcome::DataNotAcked, 64, 0),
+        ] {
+            t.add(&e);
+        }
+        assert_eq!((t.stalls, t.lost_us), (3, 3_060_000));
+        assert_eq!((t.count(Cause::SynDataDropped), t.lost_us_of(Cause::SynDataDropped)), (2, 2_050_000));
+        assert_eq!(t.count(Cause::CookieRequestDropped), 1);
+        assert_eq!(t.count(Cause::SynTimeout), 0);
+        assert_eq!((t.extra_round_trips, t.extra_round_trip_us), (2, 400));
+    }
+}

@@ -1,0 +1,22 @@
+//! `tfo-trace floor` (hidden, for `cargo xtask bench`): empty programs on the attach
+//! points of a tracepoint backend, attached until stopped. What they cost per connection
+//! is the floor the real programs are measured against.
+use anyhow::{bail, Result};
+
+use crate::{cli::FloorArgs, probes, views::stop::Stop};
+
+pub async fn run(args: FloorArgs) -> Result<()> {
+    let [backend] = args.backend.candidates() else {
+        bail!("--backend must name one backend (tracepoint or raw-tracepoint)");
+    };
+    if let Err(line) = crate::kernel::privileges::check_tracing_privileges() {
+        bail!(crate::views::trace::PrivilegeError(line));
+    }
+    let _ebpf = probes::load_floor(*backend)?;
+    eprintln!(
+        "tfo-trace: {} floor programs attached with the {backend} backend's attach points",
+        probes::table::floor_hooks(*backend).len()
+    );
+    Stop::new(args.duration)?.requested().await;
+    Ok(())
+}

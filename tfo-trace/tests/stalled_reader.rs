@@ -1,0 +1,79 @@
+//! Counts that survive a stalled reader: the exporter is stopped (SIGSTOP) while the lab
+//! makes hundreds of TFO connections through a ring buffer far too small for them. Its
+//! events are lost, and say so; its counts must not be: after SIGCONT every series must
+//! equal the kernel's own counters (nstat, per namespace).
+mod common;
+
+use std::{net::SocketAddr, time::Duration};
+
+use common::{http_get, metric_sum, netns_inode, Tracer};
+use tfo_trace::{
+    kernel::netstat::Netstat,
+    lab::{traffic::ClientArgs, Lab, LabConfig, Side},
+};
+
+const PORT: u16 = 8080;
+
+fn export_counts_stay_exact_while_the_reader_is_stopped() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 1024, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), PORT);
+    let args = |count| ClientArgs { count, payload_bytes: 100, ..ClientArgs::new(dst) };
+    assert_eq!(lab.run_client(common::exe(), &args(1)).unwrap().ok_count(), 1, "cookie fetched");
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    let before = (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap());
+
+    // Per-destination series on, so events flow at all; a one-page ring buffer, so they
+    // cannot all fit while nobody reads them.
+    let (c, s) = (cli_ns.to_string(), srv_ns.to_string());
+    let mut tracer = Tracer::start_command(&[
+        "export",
+        "--web.listen-address",
+        "127.0.0.1:0",
+        "--top-destinations",
+        "5",
+        "--ring-buffer-size",
+        "4096",
+        "--netns",
+        &c,
+        "--netns",
+        &s,
+    ]);
+    let line = tracer.wait_stderr("serving metrics on http://", common::HANG_LIMIT);
+    let addr: SocketAddr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+
+    tracer.signal(libc::SIGSTOP);
+    let n = 300;
+    let run = lab.run_client(common::exe(), &args(n)).unwrap();
+    tracer.signal(libc::SIGCONT);
+    assert_eq!(run.ok_count(), n as usize, "lab connections failed");
+
+    let dc = Netstat::delta(&before.0, &lab.netstat(Side::Client).unwrap());
+    let ds = Netstat::delta(&before.1, &lab.netstat(Side::Server).unwrap());
+    assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n), "client counters: {dc:?}");
+    // The reader catches up (it polls every 100 ms), then every count equals the kernel's.
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, text) = http_get(addr, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    let accepted = |role| metric_sum(&text, "tfo_trace_connections_total", &[role, r#"outcome="accepted""#]);
+    assert_eq!(accepted(r#"role="client""#) as u64, dc.get("TcpExtTCPFastOpenActive"), "{text}");
+    assert_eq!(accepted(r#"role="server""#) as u64, ds.get("TcpExtTCPFastOpenPassive"), "{text}");
+    let bytes = metric_sum(&text, "tfo_trace_syn_data_bytes_total", &[r#"role="client""#]) as u64;
+    assert_eq!(bytes, 100 * u64::from(n), "every SYN carried 100 bytes: {text}");
+    let handshakes = metric_sum(&text, "tfo_trace_handshake_seconds_count", &[r#"role="client""#]) as u64;
+    assert_eq!(handshakes, u64::from(n), "{text}");
+    // The detail events could not all wait in one page: lost, and counted.
+    let lost = metric_sum(&text, "tfo_trace_events_lost_total", &[]) as u64;
+    assert!(lost > 0, "a stopped reader with a 4 KiB ring buffer must lose events: {text}");
+    let (_, stderr) = tracer.stop();
+    // And the closing line says the same: events lost, none of the counts.
+    assert!(stderr.iter().any(|l| l.contains(&format!(", {lost} lost ("))), "{stderr:?}");
+}
+
+tests_main!(export_counts_stay_exact_while_the_reader_is_stopped);
