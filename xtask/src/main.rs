@@ -15,7 +15,12 @@
 //!   the same hooks and bpftrace, and writes BENCHMARKS.md.
 //! - `soak`: release build, then 30 minutes of mixed lab traffic under `top` and `export`
 //!   (memory, fds, counts against the kernel's), and writes SOAK.md.
+//! - `fuzz [--seconds N]`: setup and cargo-fuzz (installed when absent), then a bounded
+//!   libFuzzer run of the recording reader, the replay of what it reads (report, top) and
+//!   the ring-buffer event decoder (fuzz/); a crash is kept in fuzz/regressions/, which
+//!   `test` replays on stable.
 mod bench;
+mod fuzz;
 mod setup;
 mod soak;
 mod util;
@@ -61,6 +66,10 @@ enum Task {
     Bench(bench::BenchArgs),
     /// Long mixed lab traffic under `top` and `export` (default 30 min, as root); writes SOAK.md
     Soak(soak::SoakArgs),
+    /// Fuzz the recording reader, report/top on what it reads, and the event decoder for N
+    /// seconds in all (cargo-fuzz, nightly); prints runs and exec/s, keeps any crash in
+    /// fuzz/regressions/
+    Fuzz(fuzz::FuzzArgs),
     /// Setup, release build, then run `tfo-trace demo` as root
     Demo {
         /// Extra arguments for `tfo-trace demo` (after `--`)
@@ -104,6 +113,7 @@ fn dispatch(task: Task) -> Result<()> {
             setup::setup()?;
             soak::soak(&args)
         }
+        Task::Fuzz(args) => fuzz::fuzz(&args),
     }
 }
 

@@ -89,7 +89,7 @@ impl Clock {
         Clock { realtime_minus_monotonic_ns: real - mono }
     }
 
-    #[cfg(test)]
+    /// A fixed offset, for tests and fuzzing: the same input decodes the same way.
     pub fn fixed(offset_ns: i128) -> Self {
         Clock { realtime_minus_monotonic_ns: offset_ns }
     }

@@ -361,9 +361,12 @@ fn read_some(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result
     }
 }
 
-/// Printable filler bytes, so captures are readable.
+/// What every payload and reply is made of, repeated: printable, so captures are readable,
+/// and recognizable, so a test can tell that none of it left the kernel.
+pub const PAYLOAD_PATTERN: &[u8] = b"tfo-lab:0123456789abcdef\n";
+
 fn pattern(len: usize) -> Vec<u8> {
-    b"tfo-lab:0123456789abcdef\n".iter().copied().cycle().take(len).collect()
+    PAYLOAD_PATTERN.iter().copied().cycle().take(len).collect()
 }
 
 /// Stops the server when stdin is a pipe whose writer (the lab) closes it. A terminal or
