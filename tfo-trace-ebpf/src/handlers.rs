@@ -26,9 +26,10 @@ use tfo_trace_common::{
 
 use crate::{
     filter,
+    globals::config_has,
     kernel::{
-        config_has, flag, int, layout, net_of, netns_of, ptr, state_of, tuple_of, Access, TCP_CLOSE,
-        TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
+        flag, int, layout, net_of, netns_of, ptr, state_of, tuple_of, Access, TCP_CLOSE, TCP_ESTABLISHED,
+        TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
     maps::{bump, count, emit_with, get16, now, put16, ConnState, Measure, Process, LISTENERS},
 };

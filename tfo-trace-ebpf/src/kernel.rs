@@ -3,7 +3,7 @@
 //! Two ways in, one per kind of hook ([`Access`]):
 //! - [`Direct`]: BTF-typed programs (tp_btf, fentry/fexit) get their arguments as typed
 //!   kernel pointers, and the verifier checks each load against the kernel's own types.
-//!   Because [`LAYOUT`] sits in frozen read-only data, the verifier knows every offset as
+//!   Because [`LAYOUT`](crate::globals::LAYOUT) sits in frozen read-only data, the verifier knows every offset as
 //!   a constant, so a field is one load instruction; a connection's state lives in
 //!   socket-local storage.
 //! - [`Probe`]: raw tracepoints and kprobes see untyped addresses: each field is a
@@ -13,31 +13,16 @@ use aya_ebpf::helpers::{
     bpf_probe_read_kernel,
     generated::{bpf_sk_storage_delete, bpf_sk_storage_get, bpf_skc_to_tcp_sock},
 };
-use tfo_trace_common::{Field, KernelLayout, FAMILY_V4, FAMILY_V6};
+use tfo_trace_common::{Field, FAMILY_V4, FAMILY_V6};
 
 use crate::maps::{ConnState, CONNS, CONN_STORAGE};
-
-/// Filled in by userspace before load (`EbpfLoader::override_global`).
-#[no_mangle]
-pub static LAYOUT: KernelLayout = KernelLayout::zeroed();
-
-/// Bits of `tfo_trace_common::config`, set by userspace before load.
-#[no_mangle]
-pub static CONFIG: u32 = 0;
-
-#[inline(always)]
-pub fn config_has(bit: u32) -> bool {
-    // SAFETY: CONFIG is a valid static; volatile only defeats constant folding (the
-    // verifier folds it instead, from the frozen map, and prunes the dead branch).
-    unsafe { core::ptr::read_volatile(&CONFIG) & bit != 0 }
-}
 
 /// Reads one field description; volatile so the compiler cannot fold the zero initializer.
 macro_rules! layout {
     ($field:ident) => {{
         // SAFETY: LAYOUT is a valid static; volatile only defeats constant folding.
         #[allow(unused_unsafe)] // the macro is also used inside unsafe blocks
-        let field = unsafe { core::ptr::read_volatile(&$crate::kernel::LAYOUT.$field) };
+        let field = unsafe { core::ptr::read_volatile(&$crate::globals::LAYOUT.$field) };
         field
     }};
 }

@@ -10,7 +10,7 @@ use tfo_trace_common::{
     config, counter, handshake_bucket, CountKey, Counts, ListenerKey, ProcInfo, TfoEvent,
 };
 
-use crate::kernel::config_has;
+use crate::globals::config_has;
 
 /// Per-connection state between the SYN and its outcome. Byte arrays are kept as u64
 /// words: the BPF backend copies and zeroes byte arrays with calls to a byte-loop memset
