@@ -195,10 +195,15 @@ impl Event {
     /// What users call the container (or unit) of the process: its id shortened as
     /// `docker ps` does, else the runtime's unit, else the cgroup path.
     pub fn container_name(&self) -> Option<String> {
+        self.container_label().map(str::to_owned)
+    }
+
+    /// [`Event::container_name`], borrowed (the views print it for every event).
+    pub fn container_label(&self) -> Option<&str> {
         match (&self.container_id, &self.container_runtime) {
-            (Some(id), _) => Some(id.chars().take(12).collect()),
-            (None, Some(unit)) => Some(unit.clone()),
-            (None, None) => self.cgroup.clone().filter(|p| p != "/"),
+            (Some(id), _) => Some(id.char_indices().nth(12).map_or(id.as_str(), |(end, _)| &id[..end])),
+            (None, Some(unit)) => Some(unit),
+            (None, None) => self.cgroup.as_deref().filter(|p| *p != "/"),
         }
     }
 

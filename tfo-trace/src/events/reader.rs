@@ -76,8 +76,7 @@ fn name_listener_owner(owners: &mut OwnerCache, ev: &mut Event) {
 
 /// The cgroup path of the event's process, and the container it names.
 fn name_cgroup(cgroups: &mut crate::kernel::cgroup::CgroupNames, ev: &mut Event) {
-    let Some(path) = ev.cgroup_id.and_then(|id| cgroups.path(id)) else { return };
-    let c = crate::kernel::cgroup::container_of(&path);
+    let Some((path, c)) = ev.cgroup_id.and_then(|id| cgroups.path_and_container(id)) else { return };
     ev.container_id = c.id;
     ev.container_runtime = c.runtime;
     ev.pod_uid = c.pod_uid;

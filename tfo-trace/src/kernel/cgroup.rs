@@ -105,6 +105,9 @@ pub fn container_of(path: &str) -> Container {
 pub struct CgroupNames {
     root: Option<PathBuf>,
     paths: HashMap<u64, String>,
+    /// The container of each path named so far: every event names one, so it is parsed
+    /// once per cgroup, not once per event.
+    containers: HashMap<u64, Container>,
     walked_at: Option<Instant>,
 }
 
@@ -132,10 +135,18 @@ impl CgroupNames {
         self.paths.get(&id).cloned()
     }
 
+    /// [`CgroupNames::path`] with the container the path names.
+    pub fn path_and_container(&mut self, id: u64) -> Option<(String, Container)> {
+        let path = self.path(id)?;
+        let container = self.containers.entry(id).or_insert_with(|| container_of(&path)).clone();
+        Some((path, container))
+    }
+
     fn walk(&mut self) {
         self.walked_at = Some(Instant::now());
         let Some(root) = self.root.clone() else { return };
         self.paths.clear();
+        self.containers.clear();
         let mut stack = vec![root.clone()];
         while let Some(dir) = stack.pop() {
             if self.paths.len() >= MAX_CGROUPS {
