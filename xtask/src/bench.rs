@@ -760,7 +760,7 @@ pub fn bench_report() -> Result<()> {
     let _ = fs::remove_dir_all(&scratch);
     let r = r?;
     println!(
-        "bench-report: report --from {} events to {} destinations ({:.0} MiB of JSON lines): {}; target <=          {REPORT_MAX_MIB:.0} MiB and <= {REPORT_MAX_S:.0} s: {}",
+        "bench-report: report --from {} events to {} destinations ({:.0} MiB of JSON lines): {}; target <= {REPORT_MAX_MIB:.0} MiB and <= {REPORT_MAX_S:.0} s: {}",
         r.connections,
         r.destinations,
         r.file_bytes as f64 / (1024.0 * 1024.0),
