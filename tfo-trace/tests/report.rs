@@ -6,15 +6,9 @@
 //! Needs root; skips with the reason otherwise.
 mod common;
 
-use std::{
-    net::SocketAddr,
-    os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
-    process::Command,
-    time::Duration,
-};
+use std::{net::SocketAddr, os::unix::fs::PermissionsExt, path::Path, process::Command, time::Duration};
 
-use common::{netns_inode, Tracer};
+use common::{netns_inode, TempFile, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     events::{Outcome, Role},
@@ -26,22 +20,6 @@ use tfo_trace::{
 };
 
 const PORT: u16 = 8080;
-
-/// Deleted on drop, also when the test fails.
-struct TempFile(PathBuf);
-impl TempFile {
-    fn new(name: &str) -> TempFile {
-        TempFile(std::env::temp_dir().join(format!("tfo-report-test-{}-{name}.jsonl", std::process::id())))
-    }
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 struct Out {
     code: Option<i32>,
@@ -268,7 +246,6 @@ fn report_on_recorded_key_rotation_and_queue_overflow() {
     }
 }
 
-
 /// One lab as one "host": cookies fetched, then `n` connections recorded with `trace
 /// --record --netns` (its client namespace only, in the kernel), the middlebox dropping
 /// SYN-data or not. Returns the client counter deltas over the recording.
@@ -327,10 +304,16 @@ fn report_merges_recordings_of_two_hosts() {
     assert_eq!((retrans(&da), retrans(&db)), (u64::from(na), 0), "kernel: {da:?} {db:?}");
 
     // Both labs' servers are in 198.18.0.0/16: one row, one verdict, its evidence per host.
-    let r = report_json(&["--from", fa.path(), "--from", fb.path(), "--group-by", "prefix", "--prefix-v4", "16"]);
+    let r =
+        report_json(&["--from", fa.path(), "--from", fb.path(), "--group-by", "prefix", "--prefix-v4", "16"]);
     assert_eq!(r["source"]["kind"], "recordings", "{r:#}");
-    let hosts: Vec<&str> = r["sources"].as_array().unwrap().iter().map(|s| s["host"].as_str().unwrap()).collect();
-    assert_eq!(hosts, ["lab-a.ams1.example.net", "lab-b"], "lab-b's recording has no host: its file names it");
+    let hosts: Vec<&str> =
+        r["sources"].as_array().unwrap().iter().map(|s| s["host"].as_str().unwrap()).collect();
+    assert_eq!(
+        hosts,
+        ["lab-a.ams1.example.net", "lab-b"],
+        "lab-b's recording has no host: its file names it"
+    );
     let rows = r["destinations"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{r:#}");
     let row = &rows[0];
@@ -366,7 +349,8 @@ fn report_merges_recordings_of_two_hosts() {
     assert_eq!(by_dst["summary"]["groups"], 2);
     assert_eq!(by_dst["summary"]["connections"], r["summary"]["connections"]);
     let dst_a = format!("{}:{PORT}", a.server_addr(0, false).unwrap());
-    let row_a = by_dst["destinations"].as_array().unwrap().iter().find(|d| d["destination"] == dst_a).unwrap();
+    let row_a =
+        by_dst["destinations"].as_array().unwrap().iter().find(|d| d["destination"] == dst_a).unwrap();
     assert_eq!(row_a["syn_data_dropped"], retrans(&da));
     assert_eq!(row_a["netns"], Value::Null, "an inode names nothing across hosts");
     let _ = std::fs::remove_dir(&dir);

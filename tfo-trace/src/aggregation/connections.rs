@@ -99,7 +99,8 @@ impl ConnAcc {
         for (a, b) in self.by_outcome.iter_mut().zip(o.by_outcome) {
             *a = a.saturating_add(b);
         }
-        self.connect_failed_with_data = self.connect_failed_with_data.saturating_add(o.connect_failed_with_data);
+        self.connect_failed_with_data =
+            self.connect_failed_with_data.saturating_add(o.connect_failed_with_data);
         for k in 0..Cause::ALL.len() {
             self.stalls[k] = self.stalls[k].saturating_add(o.stalls[k]);
             self.lost_us[k] = self.lost_us[k].saturating_add(o.lost_us[k]);
@@ -193,7 +194,10 @@ impl Slot {
                 let hosts = if first.host == c.host {
                     Hosts::One(c.host)
                 } else {
-                    Hosts::Many(BTreeMap::from([(first.host, ConnAcc::of(&first)), (c.host, ConnAcc::of(&c))]))
+                    Hosts::Many(BTreeMap::from([
+                        (first.host, ConnAcc::of(&first)),
+                        (c.host, ConnAcc::of(&c)),
+                    ]))
                 };
                 *self = Slot::Many(Box::new(Many { acc, hosts }));
             }

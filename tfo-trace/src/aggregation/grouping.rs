@@ -233,13 +233,19 @@ mod tests {
 
     #[test]
     fn tags_only_where_needed() {
-        let e = Event { container_id: Some("3f2a9c1b0d4e5f6a".into()), ..sample_event(Role::Client, Outcome::Accepted) };
+        let e = Event {
+            container_id: Some("3f2a9c1b0d4e5f6a".into()),
+            ..sample_event(Role::Client, Outcome::Accepted)
+        };
         let by = |by| GroupOptions { by, ..Default::default() }.tag_name(&e);
         assert_eq!(by(GroupBy::Destination), None);
         assert_eq!(by(GroupBy::Process).as_deref(), Some("c"));
         assert_eq!(by(GroupBy::Container).as_deref(), Some("3f2a9c1b0d4e"));
         let plain = sample_event(Role::Client, Outcome::Accepted);
-        assert_eq!(GroupOptions { by: GroupBy::Container, ..Default::default() }.tag_name(&plain).as_deref(), Some(""));
+        assert_eq!(
+            GroupOptions { by: GroupBy::Container, ..Default::default() }.tag_name(&plain).as_deref(),
+            Some("")
+        );
         assert_eq!(DestKey::of(&plain, true).netns, Some(1));
         assert_eq!(DestKey::of(&plain, false).netns, None);
     }

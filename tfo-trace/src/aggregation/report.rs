@@ -353,9 +353,13 @@ impl Built {
 
     fn key(&self, g: usize) -> GroupKey {
         match &self.groups {
-            Groups::Cells => GroupKey::Destination(self.b.cells.get_index(g).map(|(k, _)| k.dest).unwrap_or(
-                DestKey { ip: std::net::Ipv4Addr::UNSPECIFIED.into(), port: 0, netns: None },
-            )),
+            Groups::Cells => {
+                GroupKey::Destination(self.b.cells.get_index(g).map(|(k, _)| k.dest).unwrap_or(DestKey {
+                    ip: std::net::Ipv4Addr::UNSPECIFIED.into(),
+                    port: 0,
+                    netns: None,
+                }))
+            }
             Groups::Spans { spans, .. } => spans[g].key,
         }
     }
@@ -389,7 +393,9 @@ impl Built {
 
     fn kind(&self, g: usize) -> Kind {
         match &self.groups {
-            Groups::Cells => self.b.cells.get_index(g).map(|(_, s)| Kind::of_clients(&s.acc())).unwrap_or(Kind::Info),
+            Groups::Cells => {
+                self.b.cells.get_index(g).map(|(_, s)| Kind::of_clients(&s.acc())).unwrap_or(Kind::Info)
+            }
             Groups::Spans { .. } => Kind::of_clients(&self.acc(g)),
         }
     }
@@ -759,7 +765,10 @@ mod tests {
         assert_eq!(rows.len(), 2, "{rows:#?}");
         let r = &rows[0];
         assert_eq!(r.destination, format!("203.0.113.0/{DEFAULT_PREFIX_V4}"));
-        assert_eq!((r.group.as_str(), r.netns, r.destinations, r.connections), ("203.0.113.0/24", None, 41, 41));
+        assert_eq!(
+            (r.group.as_str(), r.netns, r.destinations, r.connections),
+            ("203.0.113.0/24", None, 41, 41)
+        );
         assert_eq!(r.verdict.kind, Kind::SynDataDropped);
         assert_eq!(r.verdict.strength, Strength::Strong);
         assert_eq!(
@@ -780,8 +789,16 @@ mod tests {
             "{}",
             r.verdict.sentence
         );
-        assert!(r.verdict.sentence.ends_with("disable TFO towards them or fix the path"), "{}", r.verdict.sentence);
-        assert!(r.verdict.evidence.iter().any(|e| e.starts_with("most time lost: 203.0.113.0:443 (1.00 s)")), "{:?}", r.verdict.evidence);
+        assert!(
+            r.verdict.sentence.ends_with("disable TFO towards them or fix the path"),
+            "{}",
+            r.verdict.sentence
+        );
+        assert!(
+            r.verdict.evidence.iter().any(|e| e.starts_with("most time lost: 203.0.113.0:443 (1.00 s)")),
+            "{:?}",
+            r.verdict.evidence
+        );
         assert_eq!(b.summary.destinations, 42);
         assert_eq!(b.summary.groups, 2);
     }
@@ -802,7 +819,11 @@ mod tests {
         let b = built(&events, GroupBy::Process, false, None);
         assert_eq!(b.summary.destinations, 2, "destinations counted once each");
         let curl = b.rows().next().unwrap();
-        assert!(curl.verdict.sentence.starts_with("SYN-data to the destinations of process curl"), "{}", curl.verdict.sentence);
+        assert!(
+            curl.verdict.sentence.starts_with("SYN-data to the destinations of process curl"),
+            "{}",
+            curl.verdict.sentence
+        );
     }
 
     #[test]
@@ -823,8 +844,13 @@ mod tests {
         assert_eq!(r.destination, "203.0.113.0/24");
         assert_eq!(r.verdict.kind, Kind::SynDataDropped);
         assert_eq!((r.verdict.support.hosts, r.verdict.support.of_hosts), (2, 4));
-        assert!(r.verdict.sentence.contains("in 20 of 40 connections (10 of 10 destinations), from 2 of 4 hosts"), "{}", r.verdict.sentence);
-        let shares: Vec<(String, u64, u64)> = r.hosts.iter().map(|h| (h.host.clone(), h.connections, h.showing)).collect();
+        assert!(
+            r.verdict.sentence.contains("in 20 of 40 connections (10 of 10 destinations), from 2 of 4 hosts"),
+            "{}",
+            r.verdict.sentence
+        );
+        let shares: Vec<(String, u64, u64)> =
+            r.hosts.iter().map(|h| (h.host.clone(), h.connections, h.showing)).collect();
         assert_eq!(
             shares,
             [
@@ -835,7 +861,10 @@ mod tests {
             ]
         );
         let hosts_line = r.verdict.evidence.last().unwrap();
-        assert!(hosts_line.starts_with("hosts: 2 of 4 show it: web-0.ams1.example.net (10 of 10)"), "{hosts_line}");
+        assert!(
+            hosts_line.starts_with("hosts: 2 of 4 show it: web-0.ams1.example.net (10 of 10)"),
+            "{hosts_line}"
+        );
         // The sum over hosts is the row; the summary's per-host totals sum to the whole.
         assert_eq!(r.hosts.iter().map(|h| h.connections).sum::<u64>(), r.connections);
         let s = &b.summary;
@@ -850,7 +879,10 @@ mod tests {
         rev.reverse();
         let b2 = built(&rev, GroupBy::Prefix, true, None);
         let r2 = b2.rows().next().unwrap();
-        assert_eq!((r2.connections, r2.syn_data_dropped, r2.lost_us_total), (r.connections, r.syn_data_dropped, r.lost_us_total));
+        assert_eq!(
+            (r2.connections, r2.syn_data_dropped, r2.lost_us_total),
+            (r.connections, r.syn_data_dropped, r.lost_us_total)
+        );
         assert_eq!(r2.verdict.support, r.verdict.support);
     }
 

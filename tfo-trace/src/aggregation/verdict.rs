@@ -357,7 +357,9 @@ pub fn shared_site(showing: &[&str], others: &[&str]) -> Option<String> {
     let domain = |h: &str| h.split_once('.').map(|(_, d)| d.to_string());
     let mut common: Option<String> = domain(showing[0]);
     for h in &showing[1..] {
-        let (Some(c), Some(d)) = (&common, domain(h)) else { return None.or_else(|| prefix_site(showing, others)) };
+        let (Some(c), Some(d)) = (&common, domain(h)) else {
+            return None.or_else(|| prefix_site(showing, others));
+        };
         let a: Vec<&str> = c.rsplit('.').collect();
         let b: Vec<&str> = d.rsplit('.').collect();
         let n = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
@@ -485,7 +487,11 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
                  changed without keeping the old one as backup, or its TFO queue full"
                     .into(),
             );
-            let who = if many { format!("servers at {subj} no longer accept") } else { format!("server {subj} no longer accepts") };
+            let who = if many {
+                format!("servers at {subj} no longer accept")
+            } else {
+                format!("server {subj} no longer accepts")
+            };
             format!(
                 "{who} TFO: {} of {} SYN-data not acknowledged{spread} ({why})",
                 thousands(not_acked),
@@ -578,7 +584,8 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
 fn hosts_line(hosts: &[HostShare]) -> String {
     const NAMED: usize = 3;
     let showing: Vec<&HostShare> = hosts.iter().filter(|h| h.showing > 0).collect();
-    let mut line = format!("hosts: {} of {} show it", thousands(showing.len() as u64), thousands(hosts.len() as u64));
+    let mut line =
+        format!("hosts: {} of {} show it", thousands(showing.len() as u64), thousands(hosts.len() as u64));
     if showing.is_empty() {
         return line;
     }
@@ -630,7 +637,11 @@ pub fn remembered_drop(m: &TcpMetric, netns: u32, facts: &Facts) -> DestinationR
                 plural(drops, "SYN-data", "SYN-data"),
                 m.dst
             ),
-            evidence: vec![format!("ip tcp_metrics in {}: fo_syn_drops {}{age}", facts.ns(netns), m.fo_syn_drops)],
+            evidence: vec![format!(
+                "ip tcp_metrics in {}: fo_syn_drops {}{age}",
+                facts.ns(netns),
+                m.fo_syn_drops
+            )],
             strength: Strength::of(drops, drops),
             support: Support {
                 connections: drops,
@@ -673,7 +684,9 @@ pub fn listener_row(
             lost_us_total: 0,
         })
         .collect();
-    r.hosts.sort_by(|a, b| b.showing.cmp(&a.showing).then(b.connections.cmp(&a.connections)).then(a.host.cmp(&b.host)));
+    r.hosts.sort_by(|a, b| {
+        b.showing.cmp(&a.showing).then(b.connections.cmp(&a.connections)).then(a.host.cmp(&b.host))
+    });
     r.verdict.support.hosts = r.hosts.iter().filter(|h| h.showing > 0).count() as u64;
     r.verdict.support.of_hosts = r.hosts.len() as u64;
     if fleet {
@@ -688,7 +701,8 @@ fn listener_shown_by(kind: Kind, t: &Tally) -> (u64, u64) {
     let c = |o| t.count(Role::Server, o);
     let alt = c(Outcome::AcceptedAltKey);
     let accepted = c(Outcome::Accepted) + alt;
-    let syn_data = accepted + c(Outcome::CookieInvalid) + c(Outcome::QueueOverflow) + c(Outcome::ListenerDisabled);
+    let syn_data =
+        accepted + c(Outcome::CookieInvalid) + c(Outcome::QueueOverflow) + c(Outcome::ListenerDisabled);
     match kind {
         Kind::QueueOverflow => (c(Outcome::QueueOverflow), syn_data),
         Kind::CookieInvalid => (c(Outcome::CookieInvalid), syn_data),
@@ -785,7 +799,8 @@ fn listener_report(
         evidence.push(format!("TFO queue max_qlen {q}"));
     }
     let (showing, of) = listener_shown_by(kind, t);
-    let support = Support { connections: showing, of_connections: of, hosts: 1, of_hosts: 1, ..Default::default() };
+    let support =
+        Support { connections: showing, of_connections: of, hosts: 1, of_hosts: 1, ..Default::default() };
     ListenerReport {
         listener,
         netns,

@@ -20,8 +20,11 @@ use serde::Serialize;
 use crate::{
     aggregation::{
         grouping::GroupOptions,
-        report::{Built, Rest, ReportBuilder, Summary},
-        verdict::{human_us, plural, thousands, DestinationReport, Facts, ListenerFact, ListenerReport, NamespaceFinding, Verdict},
+        report::{Built, ReportBuilder, Rest, Summary},
+        verdict::{
+            human_us, plural, thousands, DestinationReport, Facts, ListenerFact, ListenerReport,
+            NamespaceFinding, Verdict,
+        },
     },
     cli::{ReportArgs, ReportFormat},
     events::record::{self, ReplayError},
@@ -156,7 +159,10 @@ fn from_recordings(
         }
     }
     if opened.is_empty() {
-        bail!("no tfo-trace recordings in {}", from.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+        bail!(
+            "no tfo-trace recordings in {}",
+            from.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
     }
     let fleet = opened.len() > 1;
     let mut b = ReportBuilder::new(group, fleet);
@@ -187,8 +193,12 @@ fn from_recordings(
             window_s: None,
         });
     }
-    let backends: std::collections::BTreeSet<&str> = sources.iter().filter_map(|s| s.backend.as_deref()).collect();
-    let facts = Facts { backend: (backends.len() == 1).then(|| backends.iter().next().unwrap_or(&"").to_string()), ..Default::default() };
+    let backends: std::collections::BTreeSet<&str> =
+        sources.iter().filter_map(|s| s.backend.as_deref()).collect();
+    let facts = Facts {
+        backend: (backends.len() == 1).then(|| backends.iter().next().unwrap_or(&"").to_string()),
+        ..Default::default()
+    };
     let built = b.finish(facts, top);
     let source = if let [one] = sources.as_slice() {
         one.clone()
@@ -316,7 +326,11 @@ fn source_line(s: &Source, sources: &[Source]) -> String {
         }
         let mut parts = vec![
             plural(s.events, "event", "events"),
-            format!("from {} of {}: {named}", plural(sources.len() as u64, "recording", "recordings"), plural(distinct.len() as u64, "host", "hosts")),
+            format!(
+                "from {} of {}: {named}",
+                plural(sources.len() as u64, "recording", "recordings"),
+                plural(distinct.len() as u64, "host", "hosts")
+            ),
         ];
         if let Some(b) = &s.backend {
             parts.push(format!("{b} backend"));
@@ -372,7 +386,11 @@ fn lost_line(d: &DestinationReport) -> String {
 /// `strong: 12 of 12 connections, 3 of 37 destinations, 14 of 120 hosts`.
 pub fn strength_line(v: &Verdict) -> String {
     let s = &v.support;
-    let mut parts = vec![format!("{} of {}", thousands(s.connections), plural(s.of_connections, "connection", "connections"))];
+    let mut parts = vec![format!(
+        "{} of {}",
+        thousands(s.connections),
+        plural(s.of_connections, "connection", "connections")
+    )];
     if let (Some(d), Some(of)) = (s.destinations, s.of_destinations) {
         if of > 1 {
             parts.push(format!("{} of {}", thousands(d), plural(of, "destination", "destinations")));
@@ -479,7 +497,11 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
         .iter()
         .filter(|w| w.lost_us_total > 0 || w.extra_round_trip_us > 0)
         .map(|w| {
-            let t = if w.lost_us_total > 0 { human_us(w.lost_us_total) } else { format!("~{} extra", human_us(w.extra_round_trip_us)) };
+            let t = if w.lost_us_total > 0 {
+                human_us(w.lost_us_total)
+            } else {
+                format!("~{} extra", human_us(w.extra_round_trip_us))
+            };
             format!("{} {t} ({}, {})", w.group, w.kind.name(), w.strength.name())
         })
         .collect();
@@ -491,7 +513,11 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
             .hosts
             .iter()
             .map(|h| {
-                let lost = if h.stalled > 0 { format!("{} lost", human_us(h.lost_us_total)) } else { "no time lost".into() };
+                let lost = if h.stalled > 0 {
+                    format!("{} lost", human_us(h.lost_us_total))
+                } else {
+                    "no time lost".into()
+                };
                 format!("{} {} conns, {lost}", h.host, thousands(h.connections))
             })
             .collect();
@@ -519,7 +545,11 @@ fn rest_line(rest: &Rest, rows: &str) -> String {
     } else {
         "no time lost".into()
     };
-    let verdicts = if rest.verdicts.is_empty() { String::new() } else { format!(" ({})", verdict_counts(&rest.verdicts)) };
+    let verdicts = if rest.verdicts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", verdict_counts(&rest.verdicts))
+    };
     format!(
         "... and {} more {rows}: {}, {lost}{verdicts} (--all shows them)",
         thousands(rest.groups),
@@ -531,7 +561,8 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     let b = r.built;
     let s = &b.summary;
     writeln!(w, "tfo-trace report: {}", source_line(r.source, r.sources))?;
-    let nothing = s.groups == 0 && b.remembered.is_empty() && b.listeners.is_empty() && b.namespaces.is_empty();
+    let nothing =
+        s.groups == 0 && b.remembered.is_empty() && b.listeners.is_empty() && b.namespaces.is_empty();
     if nothing {
         writeln!(w, "\nno TFO connections seen")?;
         return Ok(());
@@ -705,7 +736,8 @@ mod tests {
     fn rendered(built: &Built, format: ReportFormat, errors: &[String]) -> String {
         let s = source(built.summary.events);
         let mut out = Vec::new();
-        render(&mut out, format, &Rendered { source: &s, sources: std::slice::from_ref(&s), built }, errors).unwrap();
+        render(&mut out, format, &Rendered { source: &s, sources: std::slice::from_ref(&s), built }, errors)
+            .unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -725,7 +757,10 @@ mod tests {
         assert!(summary < text.find("198.18.0.3:8080 (netns 7)").unwrap(), "{text}");
         assert!(text.contains("  3 client connections to 1 destination\n"), "{text}");
         assert!(text.contains("  verdicts (one per destination): 1 syn_data_dropped\n"), "{text}");
-        assert!(text.contains("  time lost: 3.06 s in 3 stalled connections (syn_data_dropped 3, 3.06 s)\n"), "{text}");
+        assert!(
+            text.contains("  time lost: 3.06 s in 3 stalled connections (syn_data_dropped 3, 3.06 s)\n"),
+            "{text}"
+        );
         assert!(text.contains("  worst: 198.18.0.3:8080 3.06 s (syn_data_dropped, moderate)\n"), "{text}");
 
         let json = rendered(&b, ReportFormat::Json, &["r: line 5: truncated".into()]);
@@ -755,9 +790,14 @@ mod tests {
         }
         let b = build(&events, GroupBy::Destination, Some(2));
         let text = rendered(&b, ReportFormat::Text, &[]);
-        assert!(text.contains("Destinations by time lost (client side, the 2 that lost the most time of 6)"), "{text}");
         assert!(
-            text.contains("... and 4 more destinations: 4 connections, no time lost (4 healthy) (--all shows them)"),
+            text.contains("Destinations by time lost (client side, the 2 that lost the most time of 6)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "... and 4 more destinations: 4 connections, no time lost (4 healthy) (--all shows them)"
+            ),
             "{text}"
         );
         let j: serde_json::Value = serde_json::from_str(&rendered(&b, ReportFormat::Json, &[])).unwrap();
