@@ -25,6 +25,7 @@ pub enum GroupBy {
 }
 
 impl GroupBy {
+    /// The flag's value, and what one row is called in text.
     pub fn name(self) -> &'static str {
         match self {
             GroupBy::Destination => "destination",
@@ -43,16 +44,6 @@ impl GroupBy {
             GroupBy::Port => "ports",
             GroupBy::Process => "processes",
             GroupBy::Container => "containers",
-        }
-    }
-
-    pub fn row(self) -> &'static str {
-        match self {
-            GroupBy::Destination => "destination",
-            GroupBy::Prefix => "prefix",
-            GroupBy::Port => "port",
-            GroupBy::Process => "process",
-            GroupBy::Container => "container",
         }
     }
 

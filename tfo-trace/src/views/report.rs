@@ -453,7 +453,7 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
         plural(s.destinations, "destination", "destinations")
     );
     if g != crate::aggregation::grouping::GroupBy::Destination {
-        first.push_str(&format!(", in {}", plural(s.groups, g.row(), g.rows())));
+        first.push_str(&format!(", in {}", plural(s.groups, g.name(), g.rows())));
     }
     if s.server_events > 0 {
         first.push_str(&format!(
@@ -464,7 +464,7 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
     }
     out.push(first);
     if !s.verdicts.is_empty() {
-        out.push(format!("verdicts (one per {}): {}", g.row(), verdict_counts(&s.verdicts)));
+        out.push(format!("verdicts (one per {}): {}", g.name(), verdict_counts(&s.verdicts)));
     }
     let mut lost = if s.stalled == 0 {
         "time lost: none to SYN timeouts".to_string()
