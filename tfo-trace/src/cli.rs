@@ -31,8 +31,9 @@ pub enum Command {
     /// Live tables per destination, listener and process (a terminal UI; plain rows or
     /// JSON lines when stdout is not a terminal or with --batch / --json).
     Top(TopArgs),
-    /// Per destination and per listener: counts by outcome, time lost, and a verdict with
-    /// its evidence; live (`--duration`) or from a recording (`--from FILE`).
+    /// A summary, then destinations (or networks, ports, processes, containers) ranked by
+    /// time lost, and listeners, each with a verdict and its evidence; live (`--duration`)
+    /// or from one or several hosts' recordings (`--from FILE|DIR`, repeatable).
     Report(ReportArgs),
     /// Check this kernel and host for TFO tracing: hooks, backends, sysctls, advice.
     Doctor(DoctorArgs),
@@ -153,12 +154,33 @@ pub struct ReportArgs {
     /// Trace live for this long (e.g. 30s), then report; default: until Ctrl-C.
     #[arg(long, value_parser = parse_duration, conflicts_with = "from")]
     pub duration: Option<Duration>,
-    /// Report on a recording made with `--record FILE` instead of tracing live.
-    #[arg(long, value_name = "FILE")]
-    pub from: Option<std::path::PathBuf>,
+    /// Report on recordings made with `--record FILE` instead of tracing live. Repeat it, or
+    /// name a folder (every recording in it), to merge several hosts' recordings into one
+    /// report with a per-host breakdown of each verdict.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub from: Vec<std::path::PathBuf>,
     /// Output: aligned text, JSON (the scripting contract), or Markdown for a ticket.
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
     pub format: ReportFormat,
+    /// Client-side rows: one per destination, or per network prefix (a middlebox in front
+    /// of a whole network is one verdict), destination port, process or container.
+    #[arg(long, value_enum, default_value_t = crate::aggregation::grouping::GroupBy::Destination)]
+    pub group_by: crate::aggregation::grouping::GroupBy,
+    /// With `--group-by prefix`: the IPv4 prefix length.
+    #[arg(long, value_name = "BITS", default_value_t = crate::aggregation::grouping::DEFAULT_PREFIX_V4,
+          value_parser = clap::value_parser!(u8).range(0..=32))]
+    pub prefix_v4: u8,
+    /// With `--group-by prefix`: the IPv6 prefix length.
+    #[arg(long, value_name = "BITS", default_value_t = crate::aggregation::grouping::DEFAULT_PREFIX_V6,
+          value_parser = clap::value_parser!(u8).range(0..=128))]
+    pub prefix_v6: u8,
+    /// Show the N rows that lost the most time; the rest are summed in one line.
+    #[arg(long, value_name = "N", default_value_t = crate::aggregation::report::DEFAULT_TOP,
+          conflicts_with = "all")]
+    pub top: usize,
+    /// Show every row.
+    #[arg(long)]
+    pub all: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,8 +9,10 @@ use std::{
 
 use crate::{
     aggregation::{
+        grouping::{GroupBy, GroupOptions},
+        report::{self, ReportBuilder},
         table::{self, Sort, View},
-        verdict::{self, Facts},
+        verdict::Facts,
     },
     events::{record, Clock, Event},
 };
@@ -59,8 +61,23 @@ pub fn recording(data: &[u8]) {
 pub fn replay(data: &[u8]) {
     let Ok((header, events, _)) = record::read_from(data, Path::new("fuzz.jsonl")) else { return };
     let facts = Facts { backend: Some(header.backend), ..Default::default() };
-    let report = verdict::report(&events, &facts);
-    serde_json::to_string(&report).expect("a report always serializes");
+    let whole = report::of_events(&events, &facts);
+    serde_json::to_string(&whole).expect("a report always serializes");
+    // Every grouping, a short top, and the events split between two hosts (a merge): the
+    // rows shown and the rest always add up to the summary.
+    for by in [GroupBy::Destination, GroupBy::Prefix, GroupBy::Port, GroupBy::Process, GroupBy::Container] {
+        let mut b = ReportBuilder::new(GroupOptions { by, prefix_v4: 20, prefix_v6: 40 }, true);
+        let hosts = [b.host("a"), b.host("b")];
+        for (i, e) in events.iter().enumerate() {
+            b.add(e, hosts[i % 2]);
+        }
+        let built = b.finish(facts.clone(), Some(3));
+        let r = built.materialize();
+        serde_json::to_string(&r).expect("a report always serializes");
+        let shown: u64 = r.destinations.iter().map(|d| d.connections).sum();
+        let rest = r.rest.as_ref().map(|x| x.connections).unwrap_or(0);
+        assert_eq!(shown.saturating_add(rest), r.summary.connections, "rows and rest sum to the summary");
+    }
     let snapshot = table::model_of(&events).snapshot();
     for view in [View::Destinations, View::Listeners, View::Processes] {
         for sort in Sort::ALL {

@@ -246,7 +246,118 @@ fn report_on_recorded_key_rotation_and_queue_overflow() {
     }
 }
 
+/// One lab as one "host": cookies fetched, then `n` connections recorded with `trace
+/// --record --netns` (its client namespace only, in the kernel), the middlebox dropping
+/// SYN-data or not. Returns the client counter deltas over the recording.
+fn record_host(lab: &Lab, file: &TempFile, n: u32, drop: bool) -> Netstat {
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
+    assert_eq!(lab.run_client(common::exe(), &client(lab, 1)).unwrap().ok_count(), 1, "cookie fetched");
+    if drop {
+        lab.middlebox_drop_syn_data(None).unwrap();
+    }
+    let ns = netns_inode(lab, Side::Client).to_string();
+    let before = lab.netstat(Side::Client).unwrap();
+    let tracer = Tracer::start_command(&["trace", "--json", "--record", file.path(), "--netns", &ns]);
+    let run = lab.run_client(common::exe(), &client(lab, n)).unwrap();
+    let _ = tracer.stop();
+    assert_eq!(run.ok_count(), n as usize, "lab connections failed: {run:?}");
+    Netstat::delta(&before, &lab.netstat(Side::Client).unwrap())
+}
+
+/// Sets (Some) or removes (None: a recording from before hosts were named) the host in a
+/// recording's header. The two labs run on this one machine; a fleet's recordings differ
+/// only in that name.
+fn set_host(file: &TempFile, host: Option<&str>) {
+    let text = std::fs::read_to_string(&file.0).unwrap();
+    let (header, events) = text.split_once('\n').unwrap();
+    let mut h: Value = serde_json::from_str(header).unwrap();
+    match host {
+        Some(name) => h["host"] = Value::from(name),
+        None => drop(h.as_object_mut().unwrap().remove("host")),
+    }
+    std::fs::write(&file.0, format!("{h}\n{events}")).unwrap();
+}
+
+fn report_json(args: &[&str]) -> Value {
+    let out = Command::new(common::exe()).args(["report", "--format", "json"]).args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Two labs recorded apart, as two hosts: on one a middlebox drops SYN-data, on the other
+/// nothing does. `report --from A --from B` (and `--from DIR`) merges them: the counts per
+/// host and in all equal the kernel's counters of each lab's client namespace, and the
+/// verdict on the network both labs' servers sit in names the one host of two that shows it.
+fn report_merges_recordings_of_two_hosts() {
+    require_kernel!();
+    let (a, b) = (Lab::create(LabConfig::default()).unwrap(), Lab::create(LabConfig::default()).unwrap());
+    let dir = std::env::temp_dir().join(format!("tfo-report-test-{}-fleet", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (fa, fb) = (TempFile(dir.join("lab-a.jsonl")), TempFile(dir.join("lab-b.jsonl")));
+    let (na, nb) = (3, 4);
+    let da = record_host(&a, &fa, na, true);
+    let db = record_host(&b, &fb, nb, false);
+    set_host(&fa, Some("lab-a.ams1.example.net"));
+    set_host(&fb, None);
+    let retrans = |d: &Netstat| d.get("TcpExtTCPSynRetrans");
+    let active = |d: &Netstat| d.get("TcpExtTCPFastOpenActive");
+    assert_eq!((retrans(&da), retrans(&db)), (u64::from(na), 0), "kernel: {da:?} {db:?}");
+
+    // Both labs' servers are in 198.18.0.0/16: one row, one verdict, its evidence per host.
+    let r =
+        report_json(&["--from", fa.path(), "--from", fb.path(), "--group-by", "prefix", "--prefix-v4", "16"]);
+    assert_eq!(r["source"]["kind"], "recordings", "{r:#}");
+    let hosts: Vec<&str> =
+        r["sources"].as_array().unwrap().iter().map(|s| s["host"].as_str().unwrap()).collect();
+    assert_eq!(
+        hosts,
+        ["lab-a.ams1.example.net", "lab-b"],
+        "lab-b's recording has no host: its file names it"
+    );
+    let rows = r["destinations"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{r:#}");
+    let row = &rows[0];
+    assert_eq!(row["destination"], "198.18.0.0/16");
+    assert_eq!(row["verdict"]["kind"], "syn_data_dropped", "{row:#}");
+    assert_eq!(row["syn_data_dropped"], retrans(&da) + retrans(&db));
+    assert_eq!(row["accepted"], active(&da) + active(&db));
+    assert_eq!(row["data_not_acked"], da.get("TcpExtTCPFastOpenActiveFail") - retrans(&da));
+    let showing = [&da, &db].iter().filter(|d| retrans(d) > 0).count();
+    assert_eq!(row["verdict"]["support"]["hosts"], showing);
+    assert_eq!(row["verdict"]["support"]["of_hosts"], 2);
+    assert_eq!(row["verdict"]["support"]["connections"], retrans(&da) + retrans(&db));
+    let sentence = row["verdict"]["sentence"].as_str().unwrap();
+    assert!(sentence.contains(&format!("from {showing} of 2 hosts")), "{sentence}");
+    for (h, d) in [("lab-a.ams1.example.net", &da), ("lab-b", &db)] {
+        let share = row["hosts"].as_array().unwrap().iter().find(|s| s["host"] == h).unwrap();
+        assert_eq!(share["showing"], retrans(d), "{share}");
+        assert_eq!(share["stalled"], retrans(d), "{share}");
+        let per_host = r["summary"]["hosts"].as_array().unwrap().iter().find(|s| s["host"] == h).unwrap();
+        assert_eq!(per_host["stalled"], retrans(d), "{per_host}");
+    }
+    let s = &r["summary"];
+    assert_eq!(s["stalls_by_cause"]["syn_data_dropped"], retrans(&da) + retrans(&db), "{s:#}");
+    assert_eq!(s["stalled"], retrans(&da) + retrans(&db));
+    assert_eq!(s["groups"], 1);
+
+    // By destination: each lab's server a row of its own, the whole summary the same. A
+    // folder gives the same report as its files.
+    let by_dst = report_json(&["--from", fa.path(), "--from", fb.path()]);
+    let from_dir = report_json(&["--from", dir.to_str().unwrap()]);
+    assert_eq!(by_dst["summary"], from_dir["summary"]);
+    assert_eq!(by_dst["destinations"], from_dir["destinations"]);
+    assert_eq!(by_dst["summary"]["groups"], 2);
+    assert_eq!(by_dst["summary"]["connections"], r["summary"]["connections"]);
+    let dst_a = format!("{}:{PORT}", a.server_addr(0, false).unwrap());
+    let row_a =
+        by_dst["destinations"].as_array().unwrap().iter().find(|d| d["destination"] == dst_a).unwrap();
+    assert_eq!(row_a["syn_data_dropped"], retrans(&da));
+    assert_eq!(row_a["netns"], Value::Null, "an inode names nothing across hosts");
+    let _ = std::fs::remove_dir(&dir);
+}
+
 tests_main!(
+    report_merges_recordings_of_two_hosts,
     report_on_a_recorded_middlebox_drop,
     report_on_a_recorded_server_that_stopped_taking_tfo,
     report_rejects_what_is_not_a_recording,

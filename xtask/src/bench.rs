@@ -17,6 +17,9 @@
 //! 3. Loss: with a 4096-byte ring buffer, the rate at which the first loss appears.
 //! 4. Userspace: CPU per million events of `trace`, `top --batch`, `export`; VmHWM of
 //!    `top --from` a generated recording of 1,000,000 destinations.
+//!    And `report --from` a generated recording of 1,000,000 destinations with problems
+//!    mixed in (text and JSON): peak RSS and wall time, also alone as `cargo xtask
+//!    bench-report` (no root).
 //! 5. Start-up: spawn to "programs attached" for tfo-trace; spawn to its tracepoints
 //!    attached (seen by `bpftool perf list`) for bpftrace.
 //!
@@ -343,6 +346,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         million.seconds
     );
 
+    // 5: report --from a million destinations, text and JSON.
+    let report_scale = report_scale(&env.bin, &env.scratch)?;
+    println!("bench: report --from {MILLION} destinations: {}", report_scale.figures());
+
     let qemu_note = if qemu_seen.is_empty() {
         qemu_note
     } else {
@@ -360,6 +367,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         stall,
         sweep,
         million,
+        report_scale,
         elapsed_s: started.elapsed().as_secs_f64(),
         clk_tck: env.clk_tck,
     };
@@ -445,7 +453,7 @@ impl Env {
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(100.0);
         let mut env = Env {
-            bin: workspace_root().join("target/release/tfo-trace"),
+            bin: release_bin(),
             ns: format!("tfobench-{pid}"),
             scratch,
             old_bpf_stats: None,
@@ -598,52 +606,184 @@ impl Env {
     /// `top --from` on it.
     fn million_destinations(&self) -> Result<Million> {
         let path = self.scratch.join("million.jsonl");
-        write_million(&path)?;
+        write_million(&path, Mix::Accepted)?;
         let size = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        let start = Instant::now();
-        let mut child = Command::new(&self.bin)
-            .args(["top", "--batch", "--from"])
-            .arg(&path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("starting tfo-trace top --from")?;
-        let pid = child.id();
-        let stdout = child.stdout.take().context("stdout")?;
-        let reader = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut s);
-            s
-        });
-        // VmHWM only grows; the last value read before exit is the peak, to within the
-        // poll interval.
-        let mut hwm = 0;
-        let deadline = Instant::now() + Duration::from_secs(300);
-        while child.try_wait()?.is_none() {
-            if let Some(v) = status_kib(pid, "VmHWM") {
-                hwm = hwm.max(v);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                bail!("tfo-trace top --from did not finish in 300 s");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let status = child.wait()?;
-        let seconds = start.elapsed().as_secs_f64();
-        let out = reader.join().unwrap_or_default();
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut err);
-        }
-        if !status.success() {
-            bail!("tfo-trace top --from failed ({status}): {}", err.trim());
-        }
+        let run = peak_of(&self.bin, &["top", "--batch", "--from"], &path);
         let _ = fs::remove_file(&path);
-        let evicted = out.split_whitespace().find_map(|w| w.strip_prefix("evicted=")?.parse().ok());
-        let rows = out.lines().count();
-        Ok(Million { vm_hwm_kib: hwm, evicted, seconds, file_bytes: size, output_lines: rows })
+        let run = run?;
+        let evicted = run.stdout.split_whitespace().find_map(|w| w.strip_prefix("evicted=")?.parse().ok());
+        let rows = run.stdout.lines().count();
+        Ok(Million {
+            vm_hwm_kib: run.vm_hwm_kib,
+            evicted,
+            seconds: run.seconds,
+            file_bytes: size,
+            output_lines: rows,
+        })
     }
+}
+
+/// A run of `tfo-trace ARGS PATH` to its end: its peak RSS, wall time and stdout.
+struct Peak {
+    vm_hwm_kib: u64,
+    seconds: f64,
+    stdout: String,
+}
+
+/// Runs `bin args... path`, polling VmHWM (it only grows: the last value read before exit
+/// is the peak, to within the poll interval); fails when it fails or takes over 300 s.
+fn peak_of(bin: &Path, args: &[&str], path: &Path) -> Result<Peak> {
+    let what = format!("tfo-trace {}", args.join(" "));
+    let start = Instant::now();
+    let mut child = Command::new(bin)
+        .args(args)
+        .arg(path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    let pid = child.id();
+    let stdout = child.stdout.take().context("stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut s);
+        s
+    });
+    let mut hwm = 0;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while child.try_wait()?.is_none() {
+        if let Some(v) = status_kib(pid, "VmHWM") {
+            hwm = hwm.max(v);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what} did not finish in 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = child.wait()?;
+    let seconds = start.elapsed().as_secs_f64();
+    let out = reader.join().unwrap_or_default();
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut err);
+    }
+    if !status.success() {
+        bail!("{what} failed ({status}): {}", err.trim());
+    }
+    Ok(Peak { vm_hwm_kib: hwm, seconds, stdout: out })
+}
+
+/// The tfo-trace the benchmarks run: the release build in CARGO_TARGET_DIR (or target/).
+fn release_bin() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|p| if p.is_absolute() { p } else { workspace_root().join(p) })
+        .unwrap_or_else(|| workspace_root().join("target"));
+    target.join("release/tfo-trace")
+}
+
+/// `report --from` a recording of 1,000,000 client connections, each to its own
+/// destination, with problems mixed in: what the report's targets are measured on.
+pub struct ReportScale {
+    pub file_bytes: u64,
+    /// (format, peak RSS in KiB, seconds, output bytes) for text and JSON.
+    pub runs: Vec<(&'static str, u64, f64, usize)>,
+    /// The summary's counts, read back from the JSON: connections, destinations, verdicts.
+    pub connections: u64,
+    pub destinations: u64,
+    pub dropped_rows: u64,
+}
+
+pub const REPORT_MAX_MIB: f64 = 200.0;
+pub const REPORT_MAX_S: f64 = 10.0;
+
+impl ReportScale {
+    pub fn met(&self) -> bool {
+        self.runs.iter().all(|(_, kib, s, _)| *kib as f64 / 1024.0 <= REPORT_MAX_MIB && *s <= REPORT_MAX_S)
+    }
+
+    /// `text 120.3 MiB 4.1 s; json 121.0 MiB 4.3 s`.
+    pub fn figures(&self) -> String {
+        self.runs
+            .iter()
+            .map(|(f, kib, s, _)| format!("{f} {:.1} MiB {s:.1} s", *kib as f64 / 1024.0))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Generates the recording in `scratch`, runs `report --from` on it (text, then JSON) and
+/// checks the JSON's totals against what was written.
+pub fn report_scale(bin: &Path, scratch: &Path) -> Result<ReportScale> {
+    let path = scratch.join("report-million.jsonl");
+    write_million(&path, Mix::Problems)?;
+    let file_bytes = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let mut runs = Vec::new();
+    let mut json = String::new();
+    let result = (|| -> Result<()> {
+        for (format, args) in [
+            ("text", ["report", "--format", "text", "--from"]),
+            ("json", ["report", "--format", "json", "--from"]),
+        ] {
+            let p = peak_of(bin, &args, &path)?;
+            runs.push((format, p.vm_hwm_kib, p.seconds, p.stdout.len()));
+            if format == "json" {
+                json = p.stdout;
+            }
+        }
+        Ok(())
+    })();
+    let _ = fs::remove_file(&path);
+    result?;
+    let v: Value = serde_json::from_str(&json).context("report JSON")?;
+    let n = |k: &str| v["summary"][k].as_u64().unwrap_or(0);
+    let scale = ReportScale {
+        file_bytes,
+        runs,
+        connections: n("connections"),
+        destinations: n("destinations"),
+        dropped_rows: v["summary"]["verdicts"]["syn_data_dropped"].as_u64().unwrap_or(0),
+    };
+    if scale.connections != MILLION
+        || scale.destinations != MILLION
+        || scale.dropped_rows != MILLION / DROP_EVERY
+    {
+        bail!(
+            "report --from counted {} connections, {} destinations, {} syn_data_dropped rows; wrote {MILLION},              {MILLION}, {}",
+            scale.connections,
+            scale.destinations,
+            scale.dropped_rows,
+            MILLION / DROP_EVERY
+        );
+    }
+    Ok(scale)
+}
+
+/// `cargo xtask bench-report`: [`report_scale`] alone (no root, no kernel): release build,
+/// the figures, and whether the targets are met.
+pub fn bench_report() -> Result<()> {
+    let mut build = util::cargo();
+    build.current_dir(workspace_root()).args(["build", "--release", "-p", "tfo-trace"]);
+    run(&mut build)?;
+    let scratch = std::env::temp_dir().join(format!("tfobench-report-{}", std::process::id()));
+    fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let r = report_scale(&release_bin(), &scratch);
+    let _ = fs::remove_dir_all(&scratch);
+    let r = r?;
+    println!(
+        "bench-report: report --from {} events to {} destinations ({:.0} MiB of JSON lines): {}; target <= {REPORT_MAX_MIB:.0} MiB and <= {REPORT_MAX_S:.0} s: {}",
+        r.connections,
+        r.destinations,
+        r.file_bytes as f64 / (1024.0 * 1024.0),
+        r.figures(),
+        if r.met() { "met" } else { "NOT met" }
+    );
+    if !r.met() {
+        bail!("report --from over its target");
+    }
+    Ok(())
 }
 
 /// Deletes `tfobench-PID` namespaces whose PID is gone (a bench killed half-way).
@@ -974,9 +1114,22 @@ fn status_kib(pid: u32, key: &str) -> Option<u64> {
     s.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
 }
 
+/// What the generated recording's connections did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mix {
+    /// Every one accepted.
+    Accepted,
+    /// One in [`DROP_EVERY`] SYN-data dropped (a 1 s stall), one in [`NOT_ACKED_EVERY`] data
+    /// not acknowledged, the rest accepted.
+    Problems,
+}
+
+const DROP_EVERY: u64 = 100;
+const NOT_ACKED_EVERY: u64 = 250;
+
 /// A recording (events/record.rs, format 1) of 1,000,000 client events, each to its own
 /// destination 10.a.b.c:443.
-fn write_million(path: &Path) -> Result<()> {
+fn write_million(path: &Path, mix: Mix) -> Result<()> {
     let file = fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     let start = "2026-01-01T00:00:00.000000000Z";
@@ -987,9 +1140,14 @@ fn write_million(path: &Path) -> Result<()> {
     for i in 0..MILLION {
         let (a, b, c) = ((i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff);
         let (sec, ns) = (i / 100_000, (i % 100_000) * 10_000);
+        let (outcome, retransmits, handshake_us, stall_us) = match mix {
+            Mix::Problems if i % DROP_EVERY == 7 => ("syn_retransmitted", 1, 1_000_120, 1_000_000),
+            Mix::Problems if i % NOT_ACKED_EVERY == 3 => ("data_not_acked", 0, 120, 0),
+            _ => ("accepted", 0, 120, 0),
+        };
         writeln!(
             w,
-            r#"{{"ts":"2026-01-01T00:00:{sec:02}.{ns:09}Z","role":"client","outcome":"accepted","family":4,"saddr":"198.18.0.1","sport":{},"daddr":"10.{a}.{b}.{c}","dport":443,"netns":4026531840,"pid":4242,"comm":"bench","syn_data_bytes":64,"cookie_len":8,"exp_option":false,"retransmits":0,"handshake_us":120,"stall_us":0}}"#,
+            r#"{{"ts":"2026-01-01T00:00:{sec:02}.{ns:09}Z","role":"client","outcome":"{outcome}","family":4,"saddr":"198.18.0.1","sport":{},"daddr":"10.{a}.{b}.{c}","dport":443,"netns":4026531840,"pid":4242,"comm":"bench","syn_data_bytes":64,"cookie_len":8,"exp_option":false,"retransmits":{retransmits},"handshake_us":{handshake_us},"stall_us":{stall_us}}}"#,
             32768 + (i % 28000),
         )?;
     }
@@ -1030,6 +1188,7 @@ struct Report {
     stall: Stall,
     sweep: Vec<(u32, u32, Run)>,
     million: Million,
+    report_scale: ReportScale,
     elapsed_s: f64,
     clk_tck: f64,
 }
@@ -1183,6 +1342,14 @@ impl Report {
                 format!("{million_mib:.1} MiB"),
                 million_mib <= 50.0,
             ),
+            (
+                format!(
+                    "`report --from` 1,000,000 destinations <= {REPORT_MAX_MIB:.0} MiB peak RSS and <= \
+                     {REPORT_MAX_S:.0} s (text, JSON)"
+                ),
+                self.report_scale.figures(),
+                self.report_scale.met(),
+            ),
         ];
         for (t, m, ok) in &rows {
             w.push_str(&format!("| {t} | {m} | {} |\n", met(*ok)));
@@ -1314,6 +1481,19 @@ impl Report {
             self.million.evicted.map(|e| e.to_string()).unwrap_or_else(|| "not shown".into()),
             self.million.seconds,
             self.million.output_lines,
+        ));
+        w.push_str(&format!(
+            "\n`report --from` a recording of 1,000,000 client connections to 1,000,000 destinations \
+             ({:.0} MiB; one in {DROP_EVERY} SYN-data dropped, one in {NOT_ACKED_EVERY} not acknowledged), \
+             the default top 20 and the rest summed: {} ({} and {} bytes of output); the summary counted \
+             {} connections, {} destinations, {} with SYN-data dropped.\n",
+            self.report_scale.file_bytes as f64 / (1024.0 * 1024.0),
+            self.report_scale.figures(),
+            self.report_scale.runs.first().map(|r| r.3).unwrap_or(0),
+            self.report_scale.runs.get(1).map(|r| r.3).unwrap_or(0),
+            self.report_scale.connections,
+            self.report_scale.destinations,
+            self.report_scale.dropped_rows,
         ));
 
         w.push_str(

@@ -12,7 +12,8 @@
 //!   once per tracer backend (see docs/vm.md).
 //! - `demo`: setup, release build, then runs `tfo-trace demo` as root.
 //! - `bench`: release build, then measures tfo-trace against no tracer, empty programs on
-//!   the same hooks and bpftrace, and writes BENCHMARKS.md.
+//!   the same hooks and bpftrace, and writes BENCHMARKS.md. `bench-report`: its `report
+//!   --from` a million destinations step alone.
 //! - `soak`: release build, then 30 minutes of mixed lab traffic under `top` and `export`
 //!   (memory, fds, counts against the kernel's), and writes SOAK.md.
 //! - `fuzz [--seconds N]`: setup and cargo-fuzz (installed when absent), then a bounded
@@ -64,6 +65,9 @@ enum Task {
     /// Benchmark as root: connection rate, BPF cost, loss, CPU/RSS and start-up of tfo-trace
     /// vs no tracer and bpftrace; prints a table and writes BENCHMARKS.md
     Bench(bench::BenchArgs),
+    /// Only the benchmark's report step: `report --from` a generated recording of 1,000,000
+    /// destinations (text and JSON), peak RSS and time against the targets; no root needed
+    BenchReport,
     /// Long mixed lab traffic under `top` and `export` (default 30 min, as root); writes SOAK.md
     Soak(soak::SoakArgs),
     /// Fuzz the recording reader, report/top on what it reads, and the event decoder for N
@@ -109,6 +113,7 @@ fn dispatch(task: Task) -> Result<()> {
         }
         Task::Demo { args } => demo(&args),
         Task::Bench(args) => bench::bench(&args),
+        Task::BenchReport => bench::bench_report(),
         Task::Soak(args) => {
             setup::setup()?;
             soak::soak(&args)

@@ -1,6 +1,9 @@
 //! Pure counting over decoded events: no I/O, so every view and test can share it.
+pub mod connections;
+pub mod grouping;
 pub mod metrics;
 pub mod quantiles;
+pub mod report;
 pub mod stall;
 pub mod table;
 pub mod totals;

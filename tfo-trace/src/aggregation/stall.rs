@@ -34,6 +34,9 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// Every cause, in the order of their numbers (`cause as usize` indexes it).
+    pub const ALL: [Cause; 3] = [Cause::SynDataDropped, Cause::CookieRequestDropped, Cause::SynTimeout];
+
     pub fn name(self) -> &'static str {
         match self {
             Cause::SynDataDropped => "syn_data_dropped",

@@ -1,7 +1,8 @@
-//! Verdicts for `tfo-trace report`: per destination (client side) and per listener (server
-//! side), the counts by outcome, the time TFO cost, and one plain sentence saying what is
-//! wrong and what to do, with the evidence it rests on. Pure: events and kernel facts in
-//! (gathered by `views::report`), a [`Report`] out.
+//! Verdicts for `tfo-trace report`: per destination or group of them (client side) and per
+//! listener (server side), the counts by outcome, the time TFO cost, and one plain sentence
+//! saying what is wrong and what to do, with the evidence it rests on and how strong that
+//! is ([`Strength`]: how many connections, destinations and hosts show it). Pure: counts
+//! (gathered by `aggregation::report`) and kernel facts (by `views::report`) in, rows out.
 //!
 //! The facts the kernel gives are used where they exist: `ip tcp_metrics` (fo_syn_drops and
 //! the cached cookie per destination), counter deltas per namespace
@@ -21,11 +22,8 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    aggregation::{
-        stall::{Cause, StallTally},
-        Tally,
-    },
-    events::{Event, Outcome, Role},
+    aggregation::{connections::ConnAcc, grouping::GroupKey, stall::Cause, Tally},
+    events::{Outcome, Role},
     kernel::{netstat::Netstat, tcp_metrics::TcpMetric},
 };
 
@@ -66,7 +64,7 @@ impl Facts {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// TFO works: every SYN-data accepted.
@@ -84,6 +82,125 @@ pub enum Kind {
     ListenerDisabled,
 }
 
+impl Kind {
+    /// The JSON name (`syn_data_dropped`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Healthy => "healthy",
+            Kind::Info => "info",
+            Kind::SynDataDropped => "syn_data_dropped",
+            Kind::CookieRequestDropped => "cookie_request_dropped",
+            Kind::ServerStoppedTfo => "server_stopped_tfo",
+            Kind::ConnectFailed => "connect_failed",
+            Kind::NotAttempted => "not_attempted",
+            Kind::QueueOverflow => "queue_overflow",
+            Kind::CookieInvalid => "cookie_invalid",
+            Kind::KeyRotated => "key_rotated",
+            Kind::ListenerDisabled => "listener_disabled",
+        }
+    }
+
+    /// The client-side verdict of a group of connections: the first that applies.
+    pub fn of_clients(a: &ConnAcc) -> Kind {
+        let c = |o| a.count(o);
+        if a.syn_data_dropped() > 0 {
+            Kind::SynDataDropped
+        } else if c(Outcome::DataNotAcked) > 0 {
+            Kind::ServerStoppedTfo
+        } else if a.stalls_of(Cause::CookieRequestDropped) > 0 {
+            Kind::CookieRequestDropped
+        } else if c(Outcome::ConnectFailed) > 0 {
+            Kind::ConnectFailed
+        } else if c(Outcome::NotAttempted) > 0 && c(Outcome::Accepted) == 0 {
+            Kind::NotAttempted
+        } else if c(Outcome::Accepted) > 0 {
+            Kind::Healthy
+        } else {
+            Kind::Info
+        }
+    }
+
+    /// For a client verdict: how many connections show it, of how many that could.
+    pub fn shown_by(self, a: &ConnAcc) -> (u64, u64) {
+        let c = |o| a.count(o);
+        let cookie_dropped = a.stalls_of(Cause::CookieRequestDropped);
+        match self {
+            Kind::SynDataDropped => (a.syn_data_dropped(), a.syn_data_sent()),
+            Kind::ServerStoppedTfo => (c(Outcome::DataNotAcked), a.syn_data_sent()),
+            Kind::CookieRequestDropped => {
+                (cookie_dropped, c(Outcome::CookieRequested).saturating_add(cookie_dropped))
+            }
+            Kind::ConnectFailed => (c(Outcome::ConnectFailed), a.connections()),
+            Kind::NotAttempted => (c(Outcome::NotAttempted), a.connections()),
+            Kind::Healthy => (c(Outcome::Accepted), a.syn_data_sent()),
+            _ => (c(Outcome::CookieRequested), a.connections()),
+        }
+    }
+
+    /// Problems before the rest, for rows that lost the same time.
+    pub fn severity(self) -> u8 {
+        match self {
+            Kind::Healthy | Kind::Info => 0,
+            Kind::NotAttempted | Kind::KeyRotated => 1,
+            Kind::ConnectFailed => 2,
+            Kind::ServerStoppedTfo | Kind::CookieInvalid | Kind::ListenerDisabled => 3,
+            Kind::QueueOverflow => 4,
+            Kind::CookieRequestDropped => 5,
+            Kind::SynDataDropped => 6,
+        }
+    }
+}
+
+/// How much a verdict rests on: [`Strength::of`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strength {
+    #[default]
+    Weak,
+    Moderate,
+    Strong,
+}
+
+impl Strength {
+    /// `showing` connections show the verdict, of `of` that could: strong from 30 of them
+    /// and at least half; moderate from 3 (or a minority of many); weak below 3: one
+    /// connection in one is an anecdote, 900 in 1,000 a pattern.
+    pub fn of(showing: u64, of: u64) -> Strength {
+        if showing >= 30 && showing.saturating_mul(2) >= of {
+            Strength::Strong
+        } else if showing >= 3 {
+            Strength::Moderate
+        } else {
+            Strength::Weak
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strength::Weak => "weak",
+            Strength::Moderate => "moderate",
+            Strength::Strong => "strong",
+        }
+    }
+}
+
+/// What a verdict rests on, in counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Support {
+    /// Connections (or, for a namespace's counters, counted events) that show the verdict,
+    /// and how many could have.
+    pub connections: u64,
+    pub of_connections: u64,
+    /// Client side: destinations that show it, of the row's destinations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destinations: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub of_destinations: Option<u64>,
+    /// Hosts (recordings) that show it, of those that had connections in the row.
+    pub hosts: u64,
+    pub of_hosts: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Verdict {
     pub kind: Kind,
@@ -91,13 +208,34 @@ pub struct Verdict {
     pub sentence: String,
     /// The facts it rests on, one per line.
     pub evidence: Vec<String>,
+    /// weak, moderate or strong ([`Strength::of`] on `support`).
+    pub strength: Strength,
+    pub support: Support,
 }
 
-/// Client side, one destination in one namespace.
+/// One host's share of a row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HostShare {
+    pub host: String,
+    /// Its connections in the row (server side: events), and how many of them show the verdict.
+    pub connections: u64,
+    pub showing: u64,
+    pub stalled: u64,
+    pub lost_us_total: u64,
+}
+
+/// Client side: one destination in one namespace, or one group of them (`--group-by`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DestinationReport {
+    /// The row's name: the destination (`198.18.0.2:8080`), or the group's (`198.18.0.0/24`,
+    /// `port 443`, `process curl`, `container 3f2a9c1b0d4e`).
     pub destination: String,
-    pub netns: u32,
+    /// The same name, under the name every grouping shares.
+    pub group: String,
+    /// The client's namespace (grouping by destination on one host; null otherwise).
+    pub netns: Option<u32>,
+    /// Destinations in the row (1 when grouping by destination).
+    pub destinations: u64,
     /// Connections with a TFO outcome (one event each).
     pub connections: u64,
     pub outcomes: BTreeMap<String, u64>,
@@ -120,16 +258,20 @@ pub struct DestinationReport {
     /// per such connection, estimated by its handshake time (in none of the `lost_us_*`).
     pub extra_round_trips: u64,
     pub extra_round_trip_us: u64,
+    /// Each host's share, the most affected first.
+    pub hosts: Vec<HostShare>,
     pub verdict: Verdict,
 }
 
-/// Server side, one listening port in one namespace.
+/// Server side, one listening port in one namespace (in a report of several hosts: one
+/// port on all of them).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ListenerReport {
     pub listener: String,
-    pub netns: u32,
+    pub netns: Option<u32>,
     pub outcomes: BTreeMap<String, u64>,
     pub max_qlen: Option<u32>,
+    pub hosts: Vec<HostShare>,
     pub verdict: Verdict,
 }
 
@@ -138,13 +280,6 @@ pub struct ListenerReport {
 pub struct NamespaceFinding {
     pub netns: u32,
     pub verdict: Verdict,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Report {
-    pub destinations: Vec<DestinationReport>,
-    pub listeners: Vec<ListenerReport>,
-    pub namespaces: Vec<NamespaceFinding>,
 }
 
 /// `1.02 s`, `35.0 ms`, `120 us`.
@@ -158,6 +293,19 @@ pub fn human_us(us: u64) -> String {
     }
 }
 
+/// `1,000,000`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 fn outcomes(t: &Tally, role: Role) -> BTreeMap<String, u64> {
     t.by_outcome
         .iter()
@@ -166,110 +314,117 @@ fn outcomes(t: &Tally, role: Role) -> BTreeMap<String, u64> {
         .collect()
 }
 
-fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
 }
 
-/// Builds the whole report.
-pub fn report(events: &[Event], facts: &Facts) -> Report {
-    let mut destinations = destinations(events, facts);
-    destinations
-        .sort_by(|a, b| b.lost_us_total.cmp(&a.lost_us_total).then(a.destination.cmp(&b.destination)));
-    let listeners = listeners(events, facts);
-    let namespaces = namespace_findings(&listeners, facts);
-    Report { destinations, listeners, namespaces }
+/// A row of the client side, gathered (by `aggregation::report`) and ready for its verdict.
+#[derive(Clone, Debug)]
+pub struct ClientRow {
+    pub key: GroupKey,
+    pub label: String,
+    /// How the sentences name where the connections went ([`GroupKey::subject`]).
+    pub subject: String,
+    pub acc: ConnAcc,
+    /// [`Kind::of_clients`] of `acc`.
+    pub kind: Kind,
+    /// Destinations in the row, and how many of them show the verdict.
+    pub destinations: u64,
+    pub destinations_showing: u64,
+    /// Each host's share (`showing` by the verdict's kind), most affected first.
+    pub hosts: Vec<HostShare>,
+    /// The report has several hosts: sentences say how many show it.
+    pub fleet: bool,
+    /// Its destinations that lost the most time, for a row of several.
+    pub worst: Vec<(String, u64)>,
 }
 
-#[derive(Default)]
-struct Dst<'a> {
-    tally: Tally,
-    events: Vec<&'a Event>,
-}
-
-fn destinations(events: &[Event], facts: &Facts) -> Vec<DestinationReport> {
-    let mut groups: BTreeMap<(String, u32), Dst> = BTreeMap::new();
-    for e in events.iter().filter(|e| e.role == Role::Client) {
-        let g = groups.entry((e.destination(), e.netns)).or_default();
-        g.tally.add(e);
-        g.events.push(e);
+impl Facts {
+    fn metric(&self, key: &GroupKey) -> Option<&TcpMetric> {
+        let GroupKey::Destination(d) = key else { return None };
+        self.tcp_metrics.get(&d.netns?)?.iter().find(|m| m.dst == d.ip)
     }
-    let mut out: Vec<DestinationReport> = groups
-        .into_iter()
-        .map(|((destination, netns), g)| destination_report(destination, netns, &g, facts))
-        .collect();
-    // Destinations the kernel remembers losing SYN-data to, without events in this window.
-    for (&netns, entries) in &facts.tcp_metrics {
-        for m in entries.iter().filter(|m| m.fo_syn_drops > 0) {
-            if out.iter().any(|d| d.netns == netns && dest_ip(&d.destination) == Some(m.dst)) {
-                continue;
-            }
-            let age = m.fo_syn_drop_age_s.map(|s| format!(", the last {s:.0} s ago")).unwrap_or_default();
-            out.push(DestinationReport {
-                destination: m.dst.to_string(),
-                netns,
-                connections: 0,
-                outcomes: BTreeMap::new(),
-                syn_data_sent: 0,
-                accepted: 0,
-                syn_data_dropped: 0,
-                data_not_acked: 0,
-                stalled: 0,
-                lost_us_total: 0,
-                lost_us_per_stalled: 0,
-                lost_us_per_connection: 0,
-                extra_round_trips: 0,
-                extra_round_trip_us: 0,
-                verdict: Verdict {
-                    kind: Kind::SynDataDropped,
-                    sentence: format!(
-                        "the kernel remembers {} to {} lost on the path{age} (no connection to it in this \
-                         window): expect a ~1 s stall on the next TFO connect there",
-                        plural(u64::from(m.fo_syn_drops), "SYN-data", "SYN-data"),
-                        m.dst
-                    ),
-                    evidence: vec![format!(
-                        "ip tcp_metrics in {}: fo_syn_drops {}{age}",
-                        facts.ns(netns),
-                        m.fo_syn_drops
-                    )],
-                },
-            });
+}
+
+/// A name that hosts that show a verdict share and the others do not: a domain
+/// (`*.ams1.example.net`) or a name prefix (`web-ams-*`). "All in one site" is often the
+/// whole diagnosis.
+pub fn shared_site(showing: &[&str], others: &[&str]) -> Option<String> {
+    if showing.len() < 2 {
+        return None;
+    }
+    // The longest domain every one of them ends with (labels after the host's own).
+    let domain = |h: &str| h.split_once('.').map(|(_, d)| d.to_string());
+    let mut common: Option<String> = domain(showing[0]);
+    for h in &showing[1..] {
+        let (Some(c), Some(d)) = (&common, domain(h)) else {
+            return None.or_else(|| prefix_site(showing, others));
+        };
+        let a: Vec<&str> = c.rsplit('.').collect();
+        let b: Vec<&str> = d.rsplit('.').collect();
+        let n = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+        common = (n > 0).then(|| a[..n].iter().rev().copied().collect::<Vec<_>>().join("."));
+    }
+    if let Some(d) = common.filter(|d| d.contains('.') || !d.is_empty()) {
+        if !others.iter().any(|o| o.ends_with(&format!(".{d}"))) {
+            return Some(format!("*.{d}"));
         }
     }
-    out
+    prefix_site(showing, others)
 }
 
-fn dest_ip(destination: &str) -> Option<std::net::IpAddr> {
-    destination.parse::<SocketAddr>().ok().map(|s| s.ip()).or_else(|| destination.parse().ok())
-}
-
-fn destination_report(destination: String, netns: u32, g: &Dst, facts: &Facts) -> DestinationReport {
-    let t = &g.tally;
-    let c = |o| t.count(Role::Client, o);
-    let with_data =
-        |o: Outcome| g.events.iter().filter(|e| e.outcome == o && e.syn_data_bytes > 0).count() as u64;
-    let mut stalls = StallTally::default();
-    for e in &g.events {
-        stalls.add(e);
+fn prefix_site(showing: &[&str], others: &[&str]) -> Option<String> {
+    let first = showing[0];
+    let mut n = first.len();
+    for h in &showing[1..] {
+        n = n.min(first.bytes().zip(h.bytes()).take_while(|(a, b)| a == b).count());
     }
+    // Cut back to a separator: `web-ams-` of `web-ams-1` and `web-ams-2`, not `web-ams-1`.
+    let cut = first[..n].rfind(['-', '.', '_']).map(|i| i + 1)?;
+    let p = &first[..cut];
+    (cut > 1 && !others.iter().any(|o| o.starts_with(p))).then(|| format!("{p}*"))
+}
+
+/// The verdict on a row of client connections, with its evidence.
+pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
+    let a = &row.acc;
+    let c = |o| a.count(o);
+    let subj = &row.subject;
+    let many = !matches!(row.key, GroupKey::Destination(_));
+    let it = if many { "them" } else { "it" };
     let accepted = c(Outcome::Accepted);
     let not_acked = c(Outcome::DataNotAcked);
-    let dropped = stalls.count(Cause::SynDataDropped);
-    let cookie_dropped = stalls.count(Cause::CookieRequestDropped);
+    let dropped = a.syn_data_dropped();
+    let cookie_dropped = a.stalls_of(Cause::CookieRequestDropped);
     let failed = c(Outcome::ConnectFailed);
     let not_attempted = c(Outcome::NotAttempted);
     let cookie_req = c(Outcome::CookieRequested);
-    let sent = accepted + not_acked + dropped + with_data(Outcome::ConnectFailed);
-    let connections = t.total();
-
-    let drop_lost = stalls.lost_us_of(Cause::SynDataDropped);
-    let cookie_drop_lost = stalls.lost_us_of(Cause::CookieRequestDropped);
+    let sent = a.syn_data_sent();
+    let connections = a.connections();
+    let drop_lost = a.lost_us_of(Cause::SynDataDropped);
+    let cookie_drop_lost = a.lost_us_of(Cause::CookieRequestDropped);
     let each = |total: u64, n: u64| human_us(total / n.max(1));
+    let hosts_showing = row.hosts.iter().filter(|h| h.showing > 0).count() as u64;
+    let of_hosts = row.hosts.len() as u64;
+    // Where it shows, after "N of M connections": destinations of a group, hosts of a fleet.
+    let mut spread = String::new();
+    if many {
+        spread.push_str(&format!(
+            " ({} of {})",
+            thousands(row.destinations_showing),
+            plural(row.destinations, "destination", "destinations")
+        ));
+    }
+    if row.fleet {
+        spread.push_str(&format!(", from {} of {} hosts", thousands(hosts_showing), thousands(of_hosts)));
+    }
 
-    let metric = dest_ip(&destination)
-        .and_then(|ip| facts.tcp_metrics.get(&netns).and_then(|v| v.iter().find(|m| m.dst == ip)));
+    let metric = facts.metric(&row.key);
     let mut evidence = Vec::new();
-    let ns = facts.ns(netns);
+    let ns = match row.key.netns() {
+        Some(n) => facts.ns(n),
+        None => "the client's namespace".to_string(),
+    };
     let metrics_line = |m: &TcpMetric| {
         let mut s = format!("ip tcp_metrics in {ns}: cookie {}", m.cookie_redacted());
         if let Some(mss) = m.fo_mss {
@@ -282,150 +437,285 @@ fn destination_report(destination: String, netns: u32, g: &Dst, facts: &Facts) -
         s
     };
 
-    let (kind, sentence) = if dropped > 0 {
-        evidence.push(format!(
-            "{} timed out and went again as a plain SYN after the initial RTO (TcpExtTCPSynRetrans, \
-             TcpExtTCPFastOpenActiveFail), {} lost in total",
-            plural(dropped, "SYN carrying data", "SYNs carrying data"),
-            human_us(drop_lost)
-        ));
-        if cookie_req > 0 || accepted > 0 || metric.is_some_and(|m| m.cookie_len.is_some()) {
+    let sentence = match row.kind {
+        Kind::SynDataDropped => {
+            evidence.push(format!(
+                "{} timed out and went again as a plain SYN after the initial RTO (TcpExtTCPSynRetrans, \
+                 TcpExtTCPFastOpenActiveFail), {} lost in total",
+                plural(dropped, "SYN carrying data", "SYNs carrying data"),
+                human_us(drop_lost)
+            ));
+            if cookie_req > 0 || accepted > 0 || metric.is_some_and(|m| m.cookie_len.is_some()) {
+                evidence.push(
+                    "SYNs without data get through (the cookie was obtained): something on the path drops \
+                     SYNs that carry data"
+                        .into(),
+                );
+            }
+            if accepted > 0 {
+                evidence.push(format!(
+                    "{} accepted: the drops are intermittent or path-dependent",
+                    plural(accepted, "SYN-data was", "SYN-data were")
+                ));
+            }
+            format!(
+                "SYN-data to {subj} was dropped on the path in {} of {} connections{spread}, +{} each: \
+                 disable TFO towards {it} or fix the path",
+                thousands(dropped),
+                thousands(sent),
+                each(drop_lost, dropped)
+            )
+        }
+        Kind::ServerStoppedTfo => {
+            let accepted_before = match (a.first_accepted_ns, a.first_not_acked_ns) {
+                (Some(acc), Some(fail)) => acc < fail,
+                _ => false,
+            };
+            let why = match (accepted_before, many) {
+                (true, _) => "cookie accepted earlier",
+                (false, false) => "the client sent a cookie it got from that server",
+                (false, true) => "the clients sent cookies they got from those servers",
+            };
+            evidence.push(format!(
+                "{} not acknowledged by the SYN-ACK (TcpExtTCPFastOpenActiveFail): the data went again \
+                 after the handshake, +{} each",
+                plural(not_acked, "SYN-data", "SYN-data"),
+                each(a.extra_round_trip_us, not_acked)
+            ));
             evidence.push(
-                "SYNs without data get through (the cookie was obtained): something on the path drops \
-                 SYNs that carry data"
+                "likely: TFO turned off on the server (tcp_fastopen bit 0x2 or TCP_FASTOPEN), its key \
+                 changed without keeping the old one as backup, or its TFO queue full"
                     .into(),
             );
+            let who = if many {
+                format!("servers at {subj} no longer accept")
+            } else {
+                format!("server {subj} no longer accepts")
+            };
+            format!(
+                "{who} TFO: {} of {} SYN-data not acknowledged{spread} ({why})",
+                thousands(not_acked),
+                thousands(sent)
+            )
         }
-        if accepted > 0 {
+        Kind::CookieRequestDropped => {
             evidence.push(format!(
-                "{} accepted: the drops are intermittent or path-dependent",
-                plural(accepted, "SYN-data was", "SYN-data were")
+                "{} with an empty TFO option timed out, {} lost",
+                plural(cookie_dropped, "SYN", "SYNs"),
+                human_us(cookie_drop_lost)
             ));
-        }
-        (
-            Kind::SynDataDropped,
             format!(
-                "SYN-data to {destination} was dropped on the path in {dropped} of {sent} connections, \
-                 +{} each: disable TFO towards it or fix the path",
-                each(drop_lost, dropped)
-            ),
-        )
-    } else if not_acked > 0 {
-        let first_fail =
-            g.events.iter().filter(|e| e.outcome == Outcome::DataNotAcked).map(|e| e.ts_unix_ns).min();
-        let accepted_before =
-            g.events.iter().any(|e| e.outcome == Outcome::Accepted && Some(e.ts_unix_ns) < first_fail);
-        let why = if accepted_before {
-            "cookie accepted earlier"
-        } else {
-            "the client sent a cookie it got from that server"
-        };
-        evidence.push(format!(
-            "{} not acknowledged by the SYN-ACK (TcpExtTCPFastOpenActiveFail): the data went again \
-             after the handshake, +{} each",
-            plural(not_acked, "SYN-data", "SYN-data"),
-            each(stalls.extra_round_trip_us, stalls.extra_round_trips)
-        ));
-        evidence.push(
-            "likely: TFO turned off on the server (tcp_fastopen bit 0x2 or TCP_FASTOPEN), its key \
-             changed without keeping the old one as backup, or its TFO queue full"
-                .into(),
-        );
-        (
-            Kind::ServerStoppedTfo,
-            format!(
-                "server {destination} no longer accepts TFO: {not_acked} of {sent} SYN-data not acknowledged ({why})"
-            ),
-        )
-    } else if cookie_dropped > 0 {
-        evidence.push(format!(
-            "{} with an empty TFO option timed out, {} lost",
-            plural(cookie_dropped, "SYN", "SYNs"),
-            human_us(cookie_drop_lost)
-        ));
-        (
-            Kind::CookieRequestDropped,
-            format!(
-                "cookie requests to {destination} were lost in {cookie_dropped} of {} connections, +{} each: \
-                 something on the path drops SYNs with the TFO option; disable TFO towards it",
-                cookie_req + cookie_dropped,
+                "cookie requests to {subj} were lost in {} of {} connections{spread}, +{} each: something on \
+                 the path drops SYNs with the TFO option; disable TFO towards {it}",
+                thousands(cookie_dropped),
+                thousands(cookie_req.saturating_add(cookie_dropped)),
                 each(cookie_drop_lost, cookie_dropped)
-            ),
-        )
-    } else if failed > 0 {
-        (
-            Kind::ConnectFailed,
+            )
+        }
+        Kind::ConnectFailed => format!(
+            "{} to {subj} never completed{spread}: check that {} reachable",
+            plural(failed, "TFO connection", "TFO connections"),
+            if many { "the servers are" } else { "the server is" }
+        ),
+        Kind::NotAttempted => {
+            evidence.push("the SYN carried no TFO option although the application asked for TFO".into());
             format!(
-                "{} to {destination} never completed: check that the server is reachable",
-                plural(failed, "TFO connection", "TFO connections")
-            ),
-        )
-    } else if not_attempted > 0 && accepted == 0 {
-        evidence.push("the SYN carried no TFO option although the application asked for TFO".into());
-        (
-            Kind::NotAttempted,
-            format!(
-                "TFO to {destination} was not attempted in {not_attempted} of {connections} connections: active \
-                 TFO is off in {ns} (sysctl bit 0x1) or paused after a detected blackhole"
-            ),
-        )
-    } else if accepted > 0 {
-        (Kind::Healthy, format!("TFO works towards {destination}: {accepted} of {sent} SYN-data accepted"))
-    } else {
-        (
-            Kind::Info,
-            format!(
-                "{destination}: {}, no SYN-data yet (the first connection to a server fetches the cookie)",
-                plural(cookie_req, "cookie request", "cookie requests")
-            ),
-        )
+                "TFO to {subj} was not attempted in {} of {} connections{spread}: active TFO is off in {ns} \
+                 (sysctl bit 0x1) or paused after a detected blackhole",
+                thousands(not_attempted),
+                thousands(connections)
+            )
+        }
+        Kind::Healthy => format!(
+            "TFO works towards {subj}: {} of {} SYN-data accepted{spread}",
+            thousands(accepted),
+            thousands(sent)
+        ),
+        _ => format!(
+            "{subj}: {}{spread}, no SYN-data yet (the first connection to a server fetches the cookie)",
+            plural(cookie_req, "cookie request", "cookie requests")
+        ),
     };
     if let Some(m) = metric {
         evidence.push(metrics_line(m));
     }
+    let worst: Vec<String> =
+        row.worst.iter().filter(|(_, l)| *l > 0).map(|(d, l)| format!("{d} ({})", human_us(*l))).collect();
+    if many && !worst.is_empty() {
+        evidence.push(format!("most time lost: {}", worst.join(", ")));
+    }
+    if row.fleet {
+        evidence.push(hosts_line(&row.hosts));
+    }
+    let (showing, of) = row.kind.shown_by(a);
+    let support = Support {
+        connections: showing,
+        of_connections: of,
+        destinations: Some(row.destinations_showing),
+        of_destinations: Some(row.destinations),
+        hosts: hosts_showing,
+        of_hosts,
+    };
+    let lost = a.lost_us_total();
+    let stalled = a.stalled();
     DestinationReport {
-        destination,
-        netns,
+        destination: row.label.clone(),
+        group: row.label,
+        netns: row.key.netns(),
+        destinations: row.destinations,
         connections,
-        outcomes: outcomes(t, Role::Client),
+        outcomes: a.outcomes(),
         syn_data_sent: sent,
         accepted,
         syn_data_dropped: dropped,
         data_not_acked: not_acked,
-        stalled: stalls.stalls,
-        lost_us_total: stalls.lost_us,
-        lost_us_per_stalled: stalls.lost_us / stalls.stalls.max(1),
-        lost_us_per_connection: stalls.lost_us / connections.max(1),
-        extra_round_trips: stalls.extra_round_trips,
-        extra_round_trip_us: stalls.extra_round_trip_us,
-        verdict: Verdict { kind, sentence, evidence },
+        stalled,
+        lost_us_total: lost,
+        lost_us_per_stalled: lost / stalled.max(1),
+        lost_us_per_connection: lost / connections.max(1),
+        extra_round_trips: a.extra_round_trips(),
+        extra_round_trip_us: a.extra_round_trip_us,
+        hosts: row.hosts,
+        verdict: Verdict { kind: row.kind, sentence, evidence, strength: Strength::of(showing, of), support },
     }
 }
 
-fn listeners(events: &[Event], facts: &Facts) -> Vec<ListenerReport> {
-    let mut groups: BTreeMap<(u32, u16), (Tally, BTreeSet<String>)> = BTreeMap::new();
-    for e in events.iter().filter(|e| e.role == Role::Server) {
-        let g = groups.entry((e.netns, e.sport)).or_default();
-        g.0.add(e);
-        g.1.insert(e.source());
+/// How many hosts show it, the first few named, and a site they share if they do.
+fn hosts_line(hosts: &[HostShare]) -> String {
+    const NAMED: usize = 3;
+    let showing: Vec<&HostShare> = hosts.iter().filter(|h| h.showing > 0).collect();
+    let mut line =
+        format!("hosts: {} of {} show it", thousands(showing.len() as u64), thousands(hosts.len() as u64));
+    if showing.is_empty() {
+        return line;
     }
-    groups
-        .into_iter()
-        .map(|((netns, port), (t, locals))| {
-            let fact = facts.listeners.iter().find(|l| l.netns == netns && l.addr.port() == port);
-            let label = match (fact, locals.len()) {
-                (Some(f), _) => f.addr.to_string(),
-                (None, 1) => locals.into_iter().next().unwrap_or_default(),
-                (None, _) => format!("*:{port}"),
-            };
-            listener_report(label, netns, &t, fact.and_then(|f| f.max_qlen), facts)
+    let named: Vec<String> = showing
+        .iter()
+        .take(NAMED)
+        .map(|h| format!("{} ({} of {})", h.host, thousands(h.showing), thousands(h.connections)))
+        .collect();
+    line.push_str(&format!(": {}", named.join(", ")));
+    if showing.len() > NAMED {
+        line.push_str(&format!(" and {} more", thousands((showing.len() - NAMED) as u64)));
+    }
+    let names: Vec<&str> = showing.iter().map(|h| h.host.as_str()).collect();
+    let others: Vec<&str> = hosts.iter().filter(|h| h.showing == 0).map(|h| h.host.as_str()).collect();
+    if let Some(site) = shared_site(&names, &others) {
+        line.push_str(&format!("; all of them {site}"));
+    }
+    line
+}
+
+/// A destination the kernel remembers losing SYN-data to (`ip tcp_metrics`), with no
+/// connection to it in the window.
+pub fn remembered_drop(m: &TcpMetric, netns: u32, facts: &Facts) -> DestinationReport {
+    let age = m.fo_syn_drop_age_s.map(|s| format!(", the last {s:.0} s ago")).unwrap_or_default();
+    let drops = u64::from(m.fo_syn_drops);
+    DestinationReport {
+        destination: m.dst.to_string(),
+        group: m.dst.to_string(),
+        netns: Some(netns),
+        destinations: 1,
+        connections: 0,
+        outcomes: BTreeMap::new(),
+        syn_data_sent: 0,
+        accepted: 0,
+        syn_data_dropped: 0,
+        data_not_acked: 0,
+        stalled: 0,
+        lost_us_total: 0,
+        lost_us_per_stalled: 0,
+        lost_us_per_connection: 0,
+        extra_round_trips: 0,
+        extra_round_trip_us: 0,
+        hosts: Vec::new(),
+        verdict: Verdict {
+            kind: Kind::SynDataDropped,
+            sentence: format!(
+                "the kernel remembers {} to {} lost on the path{age} (no connection to it in this \
+                 window): expect a ~1 s stall on the next TFO connect there",
+                plural(drops, "SYN-data", "SYN-data"),
+                m.dst
+            ),
+            evidence: vec![format!(
+                "ip tcp_metrics in {}: fo_syn_drops {}{age}",
+                facts.ns(netns),
+                m.fo_syn_drops
+            )],
+            strength: Strength::of(drops, drops),
+            support: Support {
+                connections: drops,
+                of_connections: drops,
+                destinations: Some(1),
+                of_destinations: Some(1),
+                hosts: 1,
+                of_hosts: 1,
+            },
+        },
+    }
+}
+
+/// The verdict on one listening port: its events (`locals`: the addresses they arrived on),
+/// each host's share, and the kernel's facts about it.
+pub fn listener_row(
+    netns: Option<u32>,
+    port: u16,
+    t: &Tally,
+    locals: &BTreeSet<SocketAddr>,
+    hosts: &[(String, &Tally)],
+    fleet: bool,
+    facts: &Facts,
+) -> ListenerReport {
+    let fact = netns.and_then(|ns| facts.listeners.iter().find(|l| l.netns == ns && l.addr.port() == port));
+    let label = match (fact, locals.len()) {
+        (Some(f), _) => f.addr.to_string(),
+        (None, 1) => locals.iter().next().map(|a| a.to_string()).unwrap_or_default(),
+        (None, _) => format!("*:{port}"),
+    };
+    let mut r = listener_report(label, netns, t, fact.and_then(|f| f.max_qlen), facts);
+    let shown = |t: &Tally| listener_shown_by(r.verdict.kind, t).0;
+    r.hosts = hosts
+        .iter()
+        .map(|(h, t)| HostShare {
+            host: h.clone(),
+            connections: t.total(),
+            showing: shown(t),
+            stalled: 0,
+            lost_us_total: 0,
         })
-        .collect()
+        .collect();
+    r.hosts.sort_by(|a, b| {
+        b.showing.cmp(&a.showing).then(b.connections.cmp(&a.connections)).then(a.host.cmp(&b.host))
+    });
+    r.verdict.support.hosts = r.hosts.iter().filter(|h| h.showing > 0).count() as u64;
+    r.verdict.support.of_hosts = r.hosts.len() as u64;
+    if fleet {
+        r.verdict.evidence.push(hosts_line(&r.hosts));
+    }
+    r
+}
+
+/// For a listener verdict: the events that show it, of the SYN-data (or cookie requests)
+/// it got.
+fn listener_shown_by(kind: Kind, t: &Tally) -> (u64, u64) {
+    let c = |o| t.count(Role::Server, o);
+    let alt = c(Outcome::AcceptedAltKey);
+    let accepted = c(Outcome::Accepted) + alt;
+    let syn_data =
+        accepted + c(Outcome::CookieInvalid) + c(Outcome::QueueOverflow) + c(Outcome::ListenerDisabled);
+    match kind {
+        Kind::QueueOverflow => (c(Outcome::QueueOverflow), syn_data),
+        Kind::CookieInvalid => (c(Outcome::CookieInvalid), syn_data),
+        Kind::KeyRotated => (alt, syn_data),
+        Kind::ListenerDisabled => (c(Outcome::ListenerDisabled), syn_data),
+        Kind::Healthy => (accepted, syn_data),
+        _ => (c(Outcome::CookieRequested), c(Outcome::CookieRequested)),
+    }
 }
 
 fn listener_report(
     listener: String,
-    netns: u32,
+    netns: Option<u32>,
     t: &Tally,
     max_qlen: Option<u32>,
     facts: &Facts,
@@ -438,15 +728,16 @@ fn listener_report(
     let accepted = c(Outcome::Accepted) + alt;
     let cookie_req = c(Outcome::CookieRequested);
     let syn_data = accepted + invalid + overflow + disabled;
-    let counters = facts.counters.get(&netns);
-    let somaxconn = facts.somaxconn.get(&netns).copied();
-    let backup = facts.backup_key.get(&netns).copied();
+    let counters = netns.and_then(|n| facts.counters.get(&n));
+    let somaxconn = netns.and_then(|n| facts.somaxconn.get(&n).copied());
+    let backup = netns.and_then(|n| facts.backup_key.get(&n).copied());
+    let ns = netns.map(|n| facts.ns(n)).unwrap_or_else(|| "the listener's namespace".into());
     let mut evidence = Vec::new();
     let counter = |key: &str| counters.map(|n| n.get(key));
 
     let (kind, sentence) = if overflow > 0 {
         if let Some(n) = counter("TcpExtTCPFastOpenListenOverflow") {
-            evidence.push(format!("TcpExtTCPFastOpenListenOverflow +{n} in {}", facts.ns(netns)));
+            evidence.push(format!("TcpExtTCPFastOpenListenOverflow +{n} in {ns}"));
         }
         evidence.push(
             "each overflowed SYN-data fell back to a plain handshake: the data waits one round trip".into(),
@@ -454,7 +745,7 @@ fn listener_report(
         (Kind::QueueOverflow, overflow_sentence(&listener, overflow, max_qlen, somaxconn))
     } else if invalid > 0 {
         if let Some(n) = counter("TcpExtTCPFastOpenPassiveFail") {
-            evidence.push(format!("TcpExtTCPFastOpenPassiveFail +{n} in {}", facts.ns(netns)));
+            evidence.push(format!("TcpExtTCPFastOpenPassiveFail +{n} in {ns}"));
         }
         let key = match backup {
             Some(false) => " and no backup key is set",
@@ -470,7 +761,7 @@ fn listener_report(
         )
     } else if alt > 0 {
         if let Some(n) = counter("TcpExtTCPFastOpenPassiveAltKey") {
-            evidence.push(format!("TcpExtTCPFastOpenPassiveAltKey +{n} in {}", facts.ns(netns)));
+            evidence.push(format!("TcpExtTCPFastOpenPassiveAltKey +{n} in {ns}"));
         }
         (
             Kind::KeyRotated,
@@ -507,12 +798,16 @@ fn listener_report(
     if let Some(q) = max_qlen {
         evidence.push(format!("TFO queue max_qlen {q}"));
     }
+    let (showing, of) = listener_shown_by(kind, t);
+    let support =
+        Support { connections: showing, of_connections: of, hosts: 1, of_hosts: 1, ..Default::default() };
     ListenerReport {
         listener,
         netns,
         outcomes: outcomes(t, Role::Server),
         max_qlen,
-        verdict: Verdict { kind, sentence, evidence },
+        hosts: Vec::new(),
+        verdict: Verdict { kind, sentence, evidence, strength: Strength::of(showing, of), support },
     }
 }
 
@@ -528,8 +823,14 @@ fn overflow_sentence(listener: &str, n: u64, max_qlen: Option<u32>, somaxconn: O
         .replacen(listener, &format!("listener {listener}"), 1)
 }
 
+/// A verdict on a namespace counter's delta `n`: what it counted is all it rests on.
+fn counted(kind: Kind, sentence: String, evidence: Vec<String>, n: u64) -> Verdict {
+    let support = Support { connections: n, of_connections: n, hosts: 1, of_hosts: 1, ..Default::default() };
+    Verdict { kind, sentence, evidence, strength: Strength::of(n, n), support }
+}
+
 /// Counter deltas the events do not explain, because the backend cannot see them.
-fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<NamespaceFinding> {
+pub fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<NamespaceFinding> {
     let backend = facts.backend.as_deref().unwrap_or("running");
     let mut out = Vec::new();
     for (&netns, n) in &facts.counters {
@@ -537,7 +838,7 @@ fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Namesp
         let seen = |o: Outcome| -> u64 {
             listeners
                 .iter()
-                .filter(|l| l.netns == netns)
+                .filter(|l| l.netns == Some(netns))
                 .map(|l| l.outcomes.get(o.name()).copied().unwrap_or(0))
                 .sum()
         };
@@ -577,7 +878,7 @@ fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Namesp
             }
             out.push(NamespaceFinding {
                 netns,
-                verdict: Verdict { kind: Kind::QueueOverflow, sentence, evidence },
+                verdict: counted(Kind::QueueOverflow, sentence, evidence, overflow),
             });
         }
         let fail = n.get("TcpExtTCPFastOpenPassiveFail");
@@ -588,30 +889,32 @@ fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Namesp
             };
             out.push(NamespaceFinding {
                 netns,
-                verdict: Verdict {
-                    kind: Kind::CookieInvalid,
-                    sentence: format!(
+                verdict: counted(
+                    Kind::CookieInvalid,
+                    format!(
                         "{ns}: {} SYN-data refused by its listeners (invalid cookie or child creation failed{key}): \
                          when rotating the key, keep the old one as backup (`tcp_fastopen_key=NEW,OLD`)",
                         fail
                     ),
-                    evidence: vec![format!(
+                    vec![format!(
                         "TcpExtTCPFastOpenPassiveFail +{fail} in {ns}; the {backend} backend cannot see which listener"
                     )],
-                },
+                    fail,
+                ),
             });
         }
         let alt = n.get("TcpExtTCPFastOpenPassiveAltKey");
         if alt > seen(Outcome::AcceptedAltKey) {
             out.push(NamespaceFinding {
                 netns,
-                verdict: Verdict {
-                    kind: Kind::KeyRotated,
-                    sentence: format!(
+                verdict: counted(
+                    Kind::KeyRotated,
+                    format!(
                         "{ns}: the TFO key was rotated: {alt} SYN-data carried a cookie of the backup key and were accepted"
                     ),
-                    evidence: vec![format!("TcpExtTCPFastOpenPassiveAltKey +{alt} in {ns}")],
-                },
+                    vec![format!("TcpExtTCPFastOpenPassiveAltKey +{alt} in {ns}")],
+                    alt,
+                ),
             });
         }
     }
@@ -621,6 +924,7 @@ fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Namesp
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{aggregation::report::of_events as report, events::Event};
 
     const NS_CLI: u32 = 4026532177;
     const NS_SRV: u32 = 4026532246;

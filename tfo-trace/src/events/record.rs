@@ -35,7 +35,9 @@ pub const MAX_LINE_BYTES: usize = 64 * 1024;
 pub struct Header {
     /// Format version ([`FORMAT_VERSION`]).
     pub tfo_trace_recording: u32,
-    /// Host name (uname nodename) where it was recorded.
+    /// Host name (uname nodename) where it was recorded. Empty in a recording that has
+    /// none: `report` then names the host after the file.
+    #[serde(default)]
     pub host: String,
     /// Kernel release where it was recorded.
     pub kernel: String,

@@ -1,23 +1,33 @@
-//! `tfo-trace report`: per destination and per listener, the counts by outcome, the time TFO
-//! cost, and a verdict with its evidence; live over a window or from a recording.
+//! `tfo-trace report`: a summary first (connections, destinations, verdicts, time lost, the
+//! worst rows), then the client-side rows ranked by time lost (the first `--top` shown, the
+//! rest summed in one line), the listeners, and what only the kernel's counters show; live
+//! over a window, or from one or several hosts' recordings merged.
 //!
-//! The verdicts are computed in `aggregation::verdict` (pure); this file gathers the kernel's
-//! facts for a live run (tcp_metrics, counter deltas per namespace, listener queue sizes,
-//! keys) and renders text, JSON or Markdown. A recording replayed here has no kernel facts:
-//! they describe the machine now, not the one it was recorded on.
+//! The model is `aggregation::report` (events in one at a time, nothing kept per event) and
+//! the verdicts `aggregation::verdict` (pure); this file reads recordings, gathers the
+//! kernel's facts for a live run (tcp_metrics, counter deltas per namespace, listener queue
+//! sizes, keys) and renders text, JSON or Markdown. A recording replayed here has no kernel
+//! facts: they describe the machine now, not the one it was recorded on.
 use std::{
     collections::BTreeMap,
     io::{self, Write},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
 use crate::{
-    aggregation::verdict::{self, human_us, DestinationReport, Facts, ListenerFact, Report, Verdict},
+    aggregation::{
+        grouping::GroupOptions,
+        report::{Built, ReportBuilder, Rest, Summary},
+        verdict::{
+            human_us, plural, thousands, DestinationReport, Facts, ListenerFact, ListenerReport,
+            NamespaceFinding, Verdict,
+        },
+    },
     cli::{ReportArgs, ReportFormat},
-    events::{record, Event, Role},
+    events::record::{self, ReplayError},
     kernel::{
         listeners,
         netstat::Netstat,
@@ -27,17 +37,20 @@ use crate::{
     views::session::Session,
 };
 
-/// Where the events came from.
+/// Where the events came from: one recording, the live kernel, or (the top-level `source`
+/// of a merged report) several recordings, each also in `sources`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Source {
-    /// "recording" or "live".
+    /// "recording", "live", or "recordings" (several merged).
     pub kind: &'static str,
     pub path: Option<String>,
+    /// The host's name: the recording header's, or the file's name for a recording
+    /// without one.
     pub host: Option<String>,
     pub kernel: Option<String>,
     pub backend: Option<String>,
     pub start: Option<String>,
-    pub events: usize,
+    pub events: u64,
     /// Events the kernel could not deliver (ring buffer full); live only.
     pub events_lost: Option<u64>,
     /// Seconds traced; live only.
@@ -47,64 +60,184 @@ pub struct Source {
 #[derive(Serialize)]
 struct JsonReport<'a> {
     source: &'a Source,
-    #[serde(flatten)]
-    report: &'a Report,
+    /// Every recording merged (one for a single one, none live).
+    sources: &'a [Source],
+    summary: &'a Summary,
+    destinations: Vec<DestinationReport>,
+    /// The rows beyond `--top`, summed (null when every row is shown).
+    rest: &'a Option<Rest>,
+    listeners: &'a [ListenerReport],
+    namespaces: &'a [NamespaceFinding],
     /// The first bad line of a recording (everything before it is in the report).
     replay_error: Option<String>,
+    /// The first bad line of each recording that has one.
+    replay_errors: Vec<String>,
+}
+
+/// What a report renders: where from, and the ranked model.
+pub struct Rendered<'a> {
+    pub source: &'a Source,
+    pub sources: &'a [Source],
+    pub built: &'a Built,
 }
 
 pub fn run(args: ReportArgs) -> Result<()> {
-    let (source, report, replay_error) = match &args.from {
-        Some(path) => from_recording(path)?,
-        None => {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            let (s, r) = rt.block_on(live(&args))?;
-            (s, r, None)
-        }
+    let group = GroupOptions { by: args.group_by, prefix_v4: args.prefix_v4, prefix_v6: args.prefix_v6 };
+    let top = (!args.all).then_some(args.top);
+    let (source, sources, built, errors) = if args.from.is_empty() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let (s, b) = rt.block_on(live(&args, group, top))?;
+        (s, Vec::new(), b, Vec::new())
+    } else {
+        from_recordings(&args.from, group, top)?
     };
     let mut out = io::stdout().lock();
-    let written =
-        render(&mut out, args.format, &source, &report, replay_error.as_ref().map(|e| e.to_string()));
-    match written {
+    let errors: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+    let r = Rendered { source: &source, sources: &sources, built: &built };
+    match render(&mut out, args.format, &r, &errors) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
         r => r.context("writing to stdout")?,
     }
-    match replay_error {
-        // Everything the good lines give is printed; the bad line is the one error.
-        Some(e) => Err(e.into()),
-        None => Ok(()),
+    match errors.len() {
+        // Everything the good lines give is printed; each bad line is one error line.
+        0 => Ok(()),
+        1 => bail!("{}", errors[0]),
+        _ => {
+            for e in &errors[..errors.len() - 1] {
+                eprintln!("Error: {e}");
+            }
+            bail!("{}", errors[errors.len() - 1])
+        }
     }
 }
 
-fn from_recording(path: &Path) -> Result<(Source, Report, Option<record::ReplayError>)> {
-    let (header, events, err) = record::read_recording(path)?;
-    let facts = Facts { backend: Some(header.backend.clone()), ..Default::default() };
-    let report = verdict::report(&events, &facts);
-    let source = Source {
-        kind: "recording",
-        path: Some(path.display().to_string()),
-        host: Some(header.host),
-        kernel: Some(header.kernel),
-        backend: Some(header.backend),
-        start: Some(header.start),
-        events: events.len(),
-        events_lost: None,
-        window_s: None,
-    };
-    Ok((source, report, err))
+/// The recordings named: files as given, a folder's files (not hidden) by name. A file in a
+/// folder that is not a recording is skipped with a note; one named on its own is an error.
+fn recording_paths(from: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
+    let mut out = Vec::new();
+    for p in from {
+        if p.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading the folder {}", p.display()))?
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .map(|e| e.path())
+                .collect();
+            files.sort();
+            if files.is_empty() {
+                bail!("{}: no recordings in this folder", p.display());
+            }
+            out.extend(files.into_iter().map(|f| (f, true)));
+        } else {
+            out.push((p.clone(), false));
+        }
+    }
+    Ok(out)
 }
 
-async fn live(args: &ReportArgs) -> Result<(Source, Report)> {
+/// The name a recording's host goes by: its header's, else the file's name.
+pub fn host_name(header: &record::Header, path: &Path) -> String {
+    if !header.host.trim().is_empty() {
+        return header.host.clone();
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    name.strip_suffix(".jsonl").map(str::to_string).unwrap_or(name)
+}
+
+fn from_recordings(
+    from: &[PathBuf],
+    group: GroupOptions,
+    top: Option<usize>,
+) -> Result<(Source, Vec<Source>, Built, Vec<ReplayError>)> {
+    let mut opened = Vec::new();
+    for (path, in_folder) in recording_paths(from)? {
+        match record::Events::open(&path) {
+            Ok((header, events)) => opened.push((path, header, events)),
+            Err(e) if in_folder => eprintln!("note: skipping {}: {e:#}", path.display()),
+            Err(e) => return Err(e),
+        }
+    }
+    if opened.is_empty() {
+        bail!(
+            "no tfo-trace recordings in {}",
+            from.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let fleet = opened.len() > 1;
+    let mut b = ReportBuilder::new(group, fleet);
+    let mut sources = Vec::new();
+    let mut errors = Vec::new();
+    for (path, header, events) in opened {
+        let host_label = host_name(&header, &path);
+        let host = b.host(&host_label);
+        let mut n = 0u64;
+        for e in events {
+            match e {
+                Ok(e) => {
+                    b.add(&e, host);
+                    n += 1;
+                }
+                Err(bad) => errors.push(bad),
+            }
+        }
+        sources.push(Source {
+            kind: "recording",
+            path: Some(path.display().to_string()),
+            host: Some(host_label),
+            kernel: Some(header.kernel),
+            backend: Some(header.backend),
+            start: Some(header.start),
+            events: n,
+            events_lost: None,
+            window_s: None,
+        });
+    }
+    let backends: std::collections::BTreeSet<&str> =
+        sources.iter().filter_map(|s| s.backend.as_deref()).collect();
+    let facts = Facts {
+        backend: (backends.len() == 1).then(|| backends.iter().next().unwrap_or(&"").to_string()),
+        ..Default::default()
+    };
+    let built = b.finish(facts, top);
+    let source = if let [one] = sources.as_slice() {
+        one.clone()
+    } else {
+        let same = |f: fn(&Source) -> Option<&String>| {
+            let v: std::collections::BTreeSet<&String> = sources.iter().filter_map(f).collect();
+            (v.len() == 1).then(|| v.into_iter().next().cloned()).flatten()
+        };
+        Source {
+            kind: "recordings",
+            path: None,
+            host: None,
+            kernel: same(|s| s.kernel.as_ref()),
+            backend: same(|s| s.backend.as_ref()),
+            start: sources.iter().filter_map(|s| s.start.clone()).min(),
+            events: sources.iter().map(|s| s.events).sum(),
+            events_lost: None,
+            window_s: None,
+        }
+    };
+    Ok((source, sources, built, errors))
+}
+
+async fn live(args: &ReportArgs, group: GroupOptions, top: Option<usize>) -> Result<(Source, Built)> {
     let load = args.probe.load_options();
     let mut session = Session::start(&load, None)?;
     let namespaces = sysctl::tfo_namespaces();
     let before = Netstat::per_namespace(&namespaces);
     let started = std::time::Instant::now();
     let start = record::Header::now(session.tracer.backend.name()).start;
-    let mut events: Vec<Event> = Vec::new();
+    let mut b = ReportBuilder::new(group, false);
+    let (host, kernel) = {
+        let h = record::Header::now("");
+        (h.host, h.kernel)
+    };
+    let host_id = b.host(&host);
     session
         .run(args.duration, |batch| {
-            events.append(batch);
+            batch.iter().for_each(|e| b.add(e, host_id));
             Ok(std::ops::ControlFlow::Continue(()))
         })
         .await?;
@@ -112,12 +245,10 @@ async fn live(args: &ReportArgs) -> Result<(Source, Report)> {
     // Namespaces created during the window (a lab, a container) are read too.
     let namespaces = sysctl::tfo_namespaces();
     let after = Netstat::per_namespace(&namespaces);
-    let facts = gather_facts(&events, &namespaces, &before, &after, session.tracer.backend.name());
-    let report = verdict::report(&events, &facts);
-    let (host, kernel) = {
-        let h = record::Header::now("");
-        (h.host, h.kernel)
-    };
+    let facts =
+        gather_facts(b.client_namespaces(), &namespaces, &before, &after, session.tracer.backend.name());
+    let events = b.events();
+    let built = b.finish(facts, top);
     let src = Source {
         kind: "live",
         path: None,
@@ -125,15 +256,15 @@ async fn live(args: &ReportArgs) -> Result<(Source, Report)> {
         kernel: Some(kernel),
         backend: Some(session.tracer.backend.name().to_string()),
         start: Some(start),
-        events: events.len(),
+        events,
         events_lost: Some(session.lost()),
         window_s: Some(window_s),
     };
-    Ok((src, report))
+    Ok((src, built))
 }
 
 fn gather_facts(
-    events: &[Event],
+    client_ns: &std::collections::BTreeSet<u32>,
     namespaces: &[TfoNamespace],
     before: &BTreeMap<u32, Netstat>,
     after: &BTreeMap<u32, Netstat>,
@@ -156,9 +287,7 @@ fn gather_facts(
     }
     // tcp_metrics of the namespaces the clients ran in: the current one directly, a named
     // one with `ip -n NAME`; a namespace with no name cannot be entered by name: skipped.
-    let client_ns: std::collections::BTreeSet<u32> =
-        events.iter().filter(|e| e.role == Role::Client).map(|e| e.netns).collect();
-    for inode in client_ns {
+    for &inode in client_ns {
         let Some(ns) = namespaces.iter().find(|n| n.inode == Some(u64::from(inode))) else { continue };
         match tcp_metrics::read_in(ns) {
             Ok(m) => {
@@ -183,8 +312,32 @@ fn outcomes_line(o: &BTreeMap<String, u64>) -> String {
     o.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
 }
 
-fn source_line(s: &Source) -> String {
-    let mut parts = vec![format!("{} events", s.events)];
+fn source_line(s: &Source, sources: &[Source]) -> String {
+    if sources.len() > 1 {
+        let hosts: Vec<String> =
+            sources.iter().map(|s| s.host.clone().unwrap_or_else(|| "?".into())).collect();
+        let mut distinct = hosts.clone();
+        distinct.sort();
+        distinct.dedup();
+        const NAMED: usize = 5;
+        let mut named = distinct.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
+        if distinct.len() > NAMED {
+            named.push_str(&format!(" and {} more", thousands((distinct.len() - NAMED) as u64)));
+        }
+        let mut parts = vec![
+            plural(s.events, "event", "events"),
+            format!(
+                "from {} of {}: {named}",
+                plural(sources.len() as u64, "recording", "recordings"),
+                plural(distinct.len() as u64, "host", "hosts")
+            ),
+        ];
+        if let Some(b) = &s.backend {
+            parts.push(format!("{b} backend"));
+        }
+        return parts.join(", ");
+    }
+    let mut parts = vec![plural(s.events, "event", "events")];
     match s.kind {
         "recording" => parts.push(format!("from the recording {}", s.path.as_deref().unwrap_or("?"))),
         _ => parts.push(format!("traced live for {:.1} s", s.window_s.unwrap_or(0.0))),
@@ -230,59 +383,227 @@ fn lost_line(d: &DestinationReport) -> String {
     line
 }
 
+/// `strong: 12 of 12 connections, 3 of 37 destinations, 14 of 120 hosts`.
+pub fn strength_line(v: &Verdict) -> String {
+    let s = &v.support;
+    let mut parts = vec![format!(
+        "{} of {}",
+        thousands(s.connections),
+        plural(s.of_connections, "connection", "connections")
+    )];
+    if let (Some(d), Some(of)) = (s.destinations, s.of_destinations) {
+        if of > 1 {
+            parts.push(format!("{} of {}", thousands(d), plural(of, "destination", "destinations")));
+        }
+    }
+    if s.of_hosts > 1 {
+        parts.push(format!("{} of {}", thousands(s.hosts), plural(s.of_hosts, "host", "hosts")));
+    }
+    format!("{}: {}", v.strength.name(), parts.join(", "))
+}
+
 fn write_verdict_text(w: &mut impl Write, v: &Verdict) -> io::Result<()> {
     writeln!(w, "  verdict: {}", v.sentence)?;
+    writeln!(w, "  evidence ({})", strength_line(v))?;
     for e in &v.evidence {
         writeln!(w, "    - {e}")?;
     }
     Ok(())
 }
 
-pub fn render(
-    w: &mut impl Write,
-    format: ReportFormat,
-    source: &Source,
-    r: &Report,
-    replay_error: Option<String>,
-) -> io::Result<()> {
+pub fn render(w: &mut impl Write, format: ReportFormat, r: &Rendered, errors: &[String]) -> io::Result<()> {
     match format {
         ReportFormat::Json => {
-            serde_json::to_writer_pretty(&mut *w, &JsonReport { source, report: r, replay_error })?;
+            let b = r.built;
+            let j = JsonReport {
+                source: r.source,
+                sources: r.sources,
+                summary: &b.summary,
+                destinations: b.rows().collect(),
+                rest: &b.rest,
+                listeners: &b.listeners,
+                namespaces: &b.namespaces,
+                replay_error: errors.first().cloned(),
+                replay_errors: errors.to_vec(),
+            };
+            serde_json::to_writer_pretty(&mut *w, &j)?;
             writeln!(w)?;
         }
-        ReportFormat::Text => render_text(w, source, r)?,
-        ReportFormat::Markdown => render_markdown(w, source, r)?,
+        ReportFormat::Text => render_text(w, r)?,
+        ReportFormat::Markdown => render_markdown(w, r)?,
     }
     w.flush()
 }
 
-fn render_text(w: &mut impl Write, s: &Source, r: &Report) -> io::Result<()> {
-    writeln!(w, "tfo-trace report: {}", source_line(s))?;
-    if r.destinations.is_empty() && r.listeners.is_empty() && r.namespaces.is_empty() {
+/// `2 syn_data_dropped, 940 healthy`: the most common first.
+fn verdict_counts(v: &BTreeMap<crate::aggregation::verdict::Kind, u64>) -> String {
+    let mut v: Vec<_> = v.iter().collect();
+    v.sort_by(|a, b| b.0.severity().cmp(&a.0.severity()).then(b.1.cmp(a.1)));
+    v.iter().map(|(k, n)| format!("{} {}", thousands(**n), k.name())).collect::<Vec<_>>().join(", ")
+}
+
+/// The summary's lines, without indentation: what text and Markdown both show.
+fn summary_lines(r: &Rendered) -> Vec<String> {
+    let s = &r.built.summary;
+    let g = s.group_by;
+    let mut out = Vec::new();
+    let mut first = format!(
+        "{} to {}",
+        plural(s.connections, "client connection", "client connections"),
+        plural(s.destinations, "destination", "destinations")
+    );
+    if g != crate::aggregation::grouping::GroupBy::Destination {
+        first.push_str(&format!(", in {}", plural(s.groups, g.name(), g.rows())));
+    }
+    if s.server_events > 0 {
+        first.push_str(&format!(
+            "; {} at {}",
+            plural(s.server_events, "server event", "server events"),
+            plural(s.listeners, "listener", "listeners")
+        ));
+    }
+    out.push(first);
+    if !s.verdicts.is_empty() {
+        out.push(format!("verdicts (one per {}): {}", g.name(), verdict_counts(&s.verdicts)));
+    }
+    let mut lost = if s.stalled == 0 {
+        "time lost: none to SYN timeouts".to_string()
+    } else {
+        let causes: Vec<String> = s
+            .stalls_by_cause
+            .iter()
+            .map(|(c, n)| {
+                let lost = s.lost_us_by_cause.get(c).copied().unwrap_or(0);
+                format!("{} {}, {}", c.name(), thousands(*n), human_us(lost))
+            })
+            .collect();
+        format!(
+            "time lost: {} in {} ({})",
+            human_us(s.lost_us_total),
+            plural(s.stalled, "stalled connection", "stalled connections"),
+            causes.join("; ")
+        )
+    };
+    if s.extra_round_trips > 0 {
+        lost.push_str(&format!(
+            "; {} for data not acked, ~{} estimated",
+            plural(s.extra_round_trips, "extra round trip", "extra round trips"),
+            human_us(s.extra_round_trip_us)
+        ));
+    }
+    out.push(lost);
+    let worst: Vec<String> = s
+        .worst
+        .iter()
+        .filter(|w| w.lost_us_total > 0 || w.extra_round_trip_us > 0)
+        .map(|w| {
+            let t = if w.lost_us_total > 0 {
+                human_us(w.lost_us_total)
+            } else {
+                format!("~{} extra", human_us(w.extra_round_trip_us))
+            };
+            format!("{} {t} ({}, {})", w.group, w.kind.name(), w.strength.name())
+        })
+        .collect();
+    if !worst.is_empty() {
+        out.push(format!("worst: {}", worst.join("; ")));
+    }
+    if r.built.fleet() {
+        let hosts: Vec<String> = s
+            .hosts
+            .iter()
+            .map(|h| {
+                let lost = if h.stalled > 0 {
+                    format!("{} lost", human_us(h.lost_us_total))
+                } else {
+                    "no time lost".into()
+                };
+                format!("{} {} conns, {lost}", h.host, thousands(h.connections))
+            })
+            .collect();
+        const NAMED: usize = 8;
+        let mut line = format!("hosts: {}", hosts.iter().take(NAMED).cloned().collect::<Vec<_>>().join("; "));
+        if hosts.len() > NAMED {
+            line.push_str(&format!("; and {} more", thousands((hosts.len() - NAMED) as u64)));
+        }
+        out.push(line);
+    }
+    out
+}
+
+fn row_title(d: &DestinationReport) -> String {
+    match (d.netns, d.destinations) {
+        (Some(n), _) => format!("{} (netns {n})", d.destination),
+        (None, 1) => d.destination.clone(),
+        (None, n) => format!("{} ({})", d.destination, plural(n, "destination", "destinations")),
+    }
+}
+
+fn rest_line(rest: &Rest, rows: &str) -> String {
+    let lost = if rest.stalled > 0 {
+        format!("{} lost in {} stalled", human_us(rest.lost_us_total), thousands(rest.stalled))
+    } else {
+        "no time lost".into()
+    };
+    let verdicts = if rest.verdicts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", verdict_counts(&rest.verdicts))
+    };
+    format!(
+        "... and {} more {rows}: {}, {lost}{verdicts} (--all shows them)",
+        thousands(rest.groups),
+        plural(rest.connections, "connection", "connections")
+    )
+}
+
+fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
+    let b = r.built;
+    let s = &b.summary;
+    writeln!(w, "tfo-trace report: {}", source_line(r.source, r.sources))?;
+    let nothing =
+        s.groups == 0 && b.remembered.is_empty() && b.listeners.is_empty() && b.namespaces.is_empty();
+    if nothing {
         writeln!(w, "\nno TFO connections seen")?;
+        return Ok(());
     }
-    if !r.destinations.is_empty() {
-        writeln!(w, "\nDestinations (client side)")?;
+    writeln!(w, "\nSummary")?;
+    for l in summary_lines(r) {
+        writeln!(w, "  {l}")?;
     }
-    for d in &r.destinations {
-        writeln!(w, "{} (netns {})", d.destination, d.netns)?;
+    let rows = s.group_by.rows();
+    if s.groups > 0 || !b.remembered.is_empty() {
+        let cap = rows[..1].to_uppercase() + &rows[1..];
+        let shown = if b.rest.is_some() {
+            format!(", the {} that lost the most time of {}", thousands(s.shown), thousands(s.groups))
+        } else {
+            String::new()
+        };
+        writeln!(w, "\n{cap} by time lost (client side{shown})")?;
+    }
+    for d in b.rows() {
+        writeln!(w, "{}", row_title(&d))?;
         writeln!(w, "  connections: {}  {}", d.connections, outcomes_line(&d.outcomes))?;
-        writeln!(w, "  added latency: {}", lost_line(d))?;
+        writeln!(w, "  added latency: {}", lost_line(&d))?;
         write_verdict_text(w, &d.verdict)?;
     }
-    if !r.listeners.is_empty() {
+    if let Some(rest) = &b.rest {
+        writeln!(w, "{}", rest_line(rest, rows))?;
+    }
+    if !b.listeners.is_empty() {
         writeln!(w, "\nListeners (server side)")?;
     }
-    for l in &r.listeners {
+    for l in &b.listeners {
         let q = l.max_qlen.map(|q| format!("  max_qlen {q}")).unwrap_or_default();
-        writeln!(w, "{} (netns {}){q}", l.listener, l.netns)?;
+        let ns = l.netns.map(|n| format!(" (netns {n})")).unwrap_or_default();
+        writeln!(w, "{}{ns}{q}", l.listener)?;
         writeln!(w, "  outcomes: {}", outcomes_line(&l.outcomes))?;
         write_verdict_text(w, &l.verdict)?;
     }
-    if !r.namespaces.is_empty() {
+    if !b.namespaces.is_empty() {
         writeln!(w, "\nFrom the kernel's counters (not visible as events)")?;
     }
-    for n in &r.namespaces {
+    for n in &b.namespaces {
         writeln!(w, "netns {}", n.netns)?;
         write_verdict_text(w, &n.verdict)?;
     }
@@ -294,53 +615,69 @@ fn md(s: &str) -> String {
     s.replace('|', "\\|")
 }
 
-fn render_markdown(w: &mut impl Write, s: &Source, r: &Report) -> io::Result<()> {
-    writeln!(w, "# tfo-trace report\n\n{}.", md(&source_line(s)))?;
-    if !r.destinations.is_empty() {
-        writeln!(w, "\n## Destinations\n")?;
-        writeln!(w, "| Destination | Netns | Connections | Accepted | SYN-data dropped | Not acked | Time lost | Per stalled connection | Verdict |")?;
-        writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---|")?;
-        for d in &r.destinations {
+fn opt(n: Option<u32>) -> String {
+    n.map(|n| n.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
+    let b = r.built;
+    writeln!(w, "# tfo-trace report\n\n{}.", md(&source_line(r.source, r.sources)))?;
+    writeln!(w, "\n## Summary\n")?;
+    for l in summary_lines(r) {
+        writeln!(w, "- {}", md(&l))?;
+    }
+    let rows: Vec<DestinationReport> = b.rows().collect();
+    if !rows.is_empty() {
+        let title = b.summary.group_by.rows();
+        writeln!(w, "\n## {}{} by time lost\n", title[..1].to_uppercase(), &title[1..])?;
+        writeln!(w, "| Destination | Netns | Connections | Accepted | SYN-data dropped | Not acked | Time lost | Per stalled connection | Verdict | Evidence |")?;
+        writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---|---|")?;
+        for d in &rows {
             writeln!(
                 w,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 md(&d.destination),
-                d.netns,
+                opt(d.netns),
                 d.connections,
                 d.accepted,
                 d.syn_data_dropped,
                 d.data_not_acked,
                 human_us(d.lost_us_total),
                 human_us(d.lost_us_per_stalled),
-                md(&d.verdict.sentence)
+                md(&d.verdict.sentence),
+                md(&strength_line(&d.verdict))
             )?;
         }
-        for d in r.destinations.iter().filter(|d| !d.verdict.evidence.is_empty()) {
+        if let Some(rest) = &b.rest {
+            writeln!(w, "\n{}", md(&rest_line(rest, title)))?;
+        }
+        for d in rows.iter().filter(|d| !d.verdict.evidence.is_empty()) {
             writeln!(w, "\n**{}**: {}\n", md(&d.destination), md(&d.verdict.sentence))?;
             for e in &d.verdict.evidence {
                 writeln!(w, "- {}", md(e))?;
             }
         }
     }
-    if !r.listeners.is_empty() {
+    if !b.listeners.is_empty() {
         writeln!(w, "\n## Listeners\n")?;
-        writeln!(w, "| Listener | Netns | Outcomes | max_qlen | Verdict |")?;
-        writeln!(w, "|---|---|---|---:|---|")?;
-        for l in &r.listeners {
+        writeln!(w, "| Listener | Netns | Outcomes | max_qlen | Verdict | Evidence |")?;
+        writeln!(w, "|---|---|---|---:|---|---|")?;
+        for l in &b.listeners {
             writeln!(
                 w,
-                "| {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} |",
                 md(&l.listener),
-                l.netns,
+                opt(l.netns),
                 md(&outcomes_line(&l.outcomes)),
-                l.max_qlen.map(|q| q.to_string()).unwrap_or_else(|| "-".into()),
-                md(&l.verdict.sentence)
+                opt(l.max_qlen),
+                md(&l.verdict.sentence),
+                md(&strength_line(&l.verdict))
             )?;
         }
     }
-    if !r.namespaces.is_empty() {
+    if !b.namespaces.is_empty() {
         writeln!(w, "\n## From the kernel's counters\n")?;
-        for n in &r.namespaces {
+        for n in &b.namespaces {
             writeln!(w, "- netns {}: {}", n.netns, md(&n.verdict.sentence))?;
             for e in &n.verdict.evidence {
                 writeln!(w, "  - {}", md(e))?;
@@ -353,95 +690,172 @@ fn render_markdown(w: &mut impl Write, s: &Source, r: &Report) -> io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{
+        aggregation::grouping::GroupBy,
+        events::{Event, Outcome},
+    };
 
-    fn sample() -> (Source, Report) {
-        let events: Vec<Event> = (0..3)
-            .map(|i| {
-                let mut e: Event = serde_json::from_value(serde_json::json!({
-                    "ts": "2026-11-30T08:00:00.000000000Z", "role": "client", "outcome": "syn_retransmitted",
-                    "family": 4, "saddr": "198.18.0.1", "sport": 40000 + i, "daddr": "198.18.0.3", "dport": 8080,
-                    "netns": 7, "pid": 1, "comm": "c|x", "syn_data_bytes": 64, "cookie_len": null,
-                    "exp_option": false, "retransmits": 1, "handshake_us": 1_021_000, "stall_us": 1_020_000,
-                }))
-                .unwrap();
-                e.ts_unix_ns = i as u128;
-                e
-            })
-            .collect();
-        let r = verdict::report(&events, &Facts::default());
-        let s = Source {
+    fn event(outcome: &str, daddr: &str, sport: u16, data: u32, stall_us: u64) -> Event {
+        let mut e: Event = serde_json::from_value(serde_json::json!({
+            "ts": "2026-11-30T08:00:00.000000000Z", "role": "client", "outcome": outcome,
+            "family": 4, "saddr": "198.18.0.1", "sport": sport, "daddr": daddr, "dport": 8080,
+            "netns": 7, "pid": 1, "comm": "c|x", "syn_data_bytes": data, "cookie_len": null,
+            "exp_option": false, "retransmits": u32::from(stall_us > 0), "handshake_us": 1_000 + stall_us,
+            "stall_us": stall_us,
+        }))
+        .unwrap();
+        e.ts_unix_ns = u128::from(sport);
+        e
+    }
+
+    fn source(events: u64) -> Source {
+        Source {
             kind: "recording",
             path: Some("/tmp/r.jsonl".into()),
             host: Some("h".into()),
             kernel: Some("6.18".into()),
             backend: Some("tracepoint".into()),
             start: Some("2026-11-30T08:00:00.000000000Z".into()),
-            events: 3,
+            events,
             events_lost: None,
             window_s: None,
-        };
-        (s, r)
+        }
+    }
+
+    fn build(events: &[Event], group: GroupBy, top: Option<usize>) -> Built {
+        let mut b = ReportBuilder::new(GroupOptions { by: group, ..Default::default() }, false);
+        let h = b.host("h");
+        events.iter().for_each(|e| b.add(e, h));
+        b.finish(Facts::default(), top)
+    }
+
+    fn dropped3() -> Vec<Event> {
+        (0..3).map(|i| event("syn_retransmitted", "198.18.0.3", 40000 + i, 64, 1_020_000)).collect()
+    }
+
+    fn rendered(built: &Built, format: ReportFormat, errors: &[String]) -> String {
+        let s = source(built.summary.events);
+        let mut out = Vec::new();
+        render(&mut out, format, &Rendered { source: &s, sources: std::slice::from_ref(&s), built }, errors)
+            .unwrap();
+        String::from_utf8(out).unwrap()
     }
 
     #[test]
     fn three_formats() {
-        let (s, r) = sample();
-        let mut out = Vec::new();
-        render(&mut out, ReportFormat::Text, &s, &r, None).unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let b = build(&dropped3(), GroupBy::Destination, Some(20));
+        let text = rendered(&b, ReportFormat::Text, &[]);
         assert!(text.starts_with("tfo-trace report: 3 events, from the recording /tmp/r.jsonl"), "{text}");
         assert!(text.contains("\n  verdict: SYN-data to 198.18.0.3:8080 was dropped on the path in 3 of 3 connections, +1.02 s each"), "{text}");
+        assert!(text.contains("\n  evidence (moderate: 3 of 3 connections)\n"), "{text}");
         assert!(
             text.contains("added latency: 3.06 s lost in total: 1.02 s per stalled connection (3)"),
             "{text}"
         );
+        // The summary comes first.
+        let summary = text.find("\nSummary\n").unwrap();
+        assert!(summary < text.find("198.18.0.3:8080 (netns 7)").unwrap(), "{text}");
+        assert!(text.contains("  3 client connections to 1 destination\n"), "{text}");
+        assert!(text.contains("  verdicts (one per destination): 1 syn_data_dropped\n"), "{text}");
+        assert!(
+            text.contains("  time lost: 3.06 s in 3 stalled connections (syn_data_dropped 3, 3.06 s)\n"),
+            "{text}"
+        );
+        assert!(text.contains("  worst: 198.18.0.3:8080 3.06 s (syn_data_dropped, moderate)\n"), "{text}");
 
-        let mut out = Vec::new();
-        render(&mut out, ReportFormat::Json, &s, &r, Some("r: line 5: truncated".into())).unwrap();
-        let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let json = rendered(&b, ReportFormat::Json, &["r: line 5: truncated".into()]);
+        let j: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(j["destinations"][0]["syn_data_dropped"], 3);
+        assert_eq!(j["destinations"][0]["netns"], 7);
         assert_eq!(j["destinations"][0]["verdict"]["kind"], "syn_data_dropped");
+        assert_eq!(j["destinations"][0]["verdict"]["strength"], "moderate");
+        assert_eq!(j["destinations"][0]["verdict"]["support"]["connections"], 3);
         assert_eq!(j["source"]["backend"], "tracepoint");
         assert_eq!(j["replay_error"], "r: line 5: truncated");
+        assert_eq!(j["summary"]["verdicts"]["syn_data_dropped"], 1);
+        assert_eq!(j["summary"]["lost_us_by_cause"]["syn_data_dropped"], 3_060_000);
+        assert_eq!(j["rest"], serde_json::Value::Null);
 
-        let mut out = Vec::new();
-        render(&mut out, ReportFormat::Markdown, &s, &r, None).unwrap();
-        let m = String::from_utf8(out).unwrap();
+        let m = rendered(&b, ReportFormat::Markdown, &[]);
         assert!(m.starts_with("# tfo-trace report\n"), "{m}");
         assert!(m.contains("| 198.18.0.3:8080 | 7 | 3 | 0 | 3 | 0 | 3.06 s | 1.02 s | SYN-data to"), "{m}");
+        assert!(m.contains("| moderate: 3 of 3 connections |"), "{m}");
+    }
+
+    #[test]
+    fn top_rows_and_the_rest_in_one_line() {
+        let mut events = dropped3();
+        for i in 0..5u16 {
+            events.push(event("accepted", &format!("198.18.1.{i}"), 41000 + i, 64, 0));
+        }
+        let b = build(&events, GroupBy::Destination, Some(2));
+        let text = rendered(&b, ReportFormat::Text, &[]);
+        assert!(
+            text.contains("Destinations by time lost (client side, the 2 that lost the most time of 6)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "... and 4 more destinations: 4 connections, no time lost (4 healthy) (--all shows them)"
+            ),
+            "{text}"
+        );
+        let j: serde_json::Value = serde_json::from_str(&rendered(&b, ReportFormat::Json, &[])).unwrap();
+        assert_eq!(j["destinations"].as_array().unwrap().len(), 2);
+        assert_eq!(j["destinations"][0]["destination"], "198.18.0.3:8080");
+        assert_eq!(j["rest"]["groups"], 4);
+        assert_eq!(j["summary"]["groups"], 6);
+        let all = build(&events, GroupBy::Destination, None);
+        assert!(!rendered(&all, ReportFormat::Text, &[]).contains("more destinations"));
+
+        // By prefix: one row for the /24 with both of its destinations' evidence.
+        let b = build(&events, GroupBy::Prefix, None);
+        let text = rendered(&b, ReportFormat::Text, &[]);
+        assert!(text.contains("\n198.18.1.0/24 (5 destinations)\n"), "{text}");
+        assert!(text.contains("Prefixes by time lost"), "{text}");
+        assert!(text.contains("in 2 prefixes"), "{text}");
     }
 
     #[test]
     fn data_not_acked_is_told_apart_from_time_lost() {
-        let (s, mut r) = sample();
-        let d = &mut r.destinations[0];
-        (d.extra_round_trips, d.extra_round_trip_us) = (2, 400);
-        let mut out = Vec::new();
-        render(&mut out, ReportFormat::Text, &s, &r, None).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        assert!(
-            text.contains(
-                "added latency: 3.06 s lost in total: 1.02 s per stalled connection (3), 1.02 s per \
-                 connection; 2 extra round trip(s) for data not acked, ~400 us estimated\n"
-            ),
-            "{text}"
+        let mut events = dropped3();
+        events.push(event("data_not_acked", "198.18.0.3", 40010, 64, 0));
+        events.push(event("data_not_acked", "198.18.0.3", 40011, 64, 0));
+        let b = build(&events, GroupBy::Destination, None);
+        let mut d = b.rows().next().unwrap();
+        assert_eq!(
+            lost_line(&d),
+            "3.06 s lost in total: 1.02 s per stalled connection (3), 0.61 s per connection; 2 extra round \
+             trip(s) for data not acked, ~2.0 ms estimated"
         );
-        let d = &mut r.destinations[0];
         (d.stalled, d.lost_us_total) = (0, 0);
         assert_eq!(
-            lost_line(d),
-            "no time lost to SYN timeouts; 2 extra round trip(s) for data not acked, ~400 us estimated"
+            lost_line(&d),
+            "no time lost to SYN timeouts; 2 extra round trip(s) for data not acked, ~2.0 ms estimated"
         );
         d.extra_round_trips = 0;
-        assert_eq!(lost_line(d), "no time lost");
+        assert_eq!(lost_line(&d), "no time lost");
+        assert_eq!(Outcome::DataNotAcked.name(), "data_not_acked");
     }
 
     #[test]
     fn empty_report_says_so() {
-        let (s, _) = sample();
-        let r = verdict::report(&[], &Facts::default());
-        let mut out = Vec::new();
-        render(&mut out, ReportFormat::Text, &s, &r, None).unwrap();
-        assert!(String::from_utf8(out).unwrap().contains("no TFO connections seen"));
+        let b = build(&[], GroupBy::Destination, Some(20));
+        assert!(rendered(&b, ReportFormat::Text, &[]).contains("no TFO connections seen"));
+    }
+
+    #[test]
+    fn host_names_fall_back_to_the_file() {
+        let mut h = record::Header::now("tracepoint");
+        h.host = "web-1".into();
+        assert_eq!(host_name(&h, Path::new("/r/x.jsonl")), "web-1");
+        h.host = String::new();
+        assert_eq!(host_name(&h, Path::new("/r/web-7.jsonl")), "web-7");
+        // An old header without a host parses, and names nothing.
+        let old: record::Header = serde_json::from_str(
+            r#"{"tfo_trace_recording":1,"kernel":"6.1","backend":"kprobe","start":"x","version":"0.1.0"}"#,
+        )
+        .unwrap();
+        assert_eq!(host_name(&old, Path::new("db-3.jsonl")), "db-3");
     }
 }

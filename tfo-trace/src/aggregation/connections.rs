@@ -1,0 +1,334 @@
+//! What `report` keeps of client connections, per destination, small enough for a million
+//! destinations: a destination seen once is one [`OneConn`] (32 bytes); from its second
+//! connection on it holds a [`ConnAcc`] (the counts a verdict needs), and, once a second host
+//! connects to it, one per host. Sums saturate: a recording is input, not trusted.
+use std::{borrow::Cow, collections::BTreeMap};
+
+use crate::{
+    aggregation::stall::{self, Cause},
+    events::{Event, Outcome},
+};
+
+const OUTCOMES: usize = Outcome::ALL.len();
+
+/// One client connection's outcome, as far as a report needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OneConn {
+    /// Event time, ns since the epoch (saturated to u64).
+    pub ts_ns: u64,
+    /// The stall's time lost ([`stall::of`]), when `stall` is set.
+    pub stall_us: u64,
+    /// `data_not_acked`: the extra round trip's estimated cost ([`stall::extra_round_trip_us`]).
+    pub extra_rt_us: u64,
+    /// Index of the host (recording) it was seen on.
+    pub host: u32,
+    pub outcome: Outcome,
+    pub stall: Option<Cause>,
+    /// The SYN carried data.
+    pub with_data: bool,
+}
+
+impl OneConn {
+    /// A client event (the caller filters by role).
+    pub fn of(e: &Event, host: u32) -> OneConn {
+        let s = stall::of(e);
+        OneConn {
+            ts_ns: u64::try_from(e.ts_unix_ns).unwrap_or(u64::MAX),
+            stall_us: s.map(|s| s.lost_us).unwrap_or(0),
+            extra_rt_us: stall::extra_round_trip_us(e).unwrap_or(0),
+            host,
+            outcome: e.outcome,
+            stall: s.map(|s| s.cause),
+            with_data: e.syn_data_bytes > 0,
+        }
+    }
+}
+
+/// Counts of client connections (a destination, a host's share of one, or a group): what
+/// the verdicts are built from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnAcc {
+    /// Client events by outcome (`Outcome as u8 - 1`).
+    pub by_outcome: [u64; OUTCOMES],
+    /// `connect_failed` whose SYN carried data.
+    pub connect_failed_with_data: u64,
+    /// Stalls by [`Cause`] (`Cause as usize`), and the time each cause lost.
+    pub stalls: [u64; Cause::ALL.len()],
+    pub lost_us: [u64; Cause::ALL.len()],
+    /// Sum of the `data_not_acked` connections' extra round trips.
+    pub extra_round_trip_us: u64,
+    pub first_accepted_ns: Option<u64>,
+    pub first_not_acked_ns: Option<u64>,
+}
+
+fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl ConnAcc {
+    pub fn of(one: &OneConn) -> ConnAcc {
+        let mut a = ConnAcc::default();
+        a.add(one);
+        a
+    }
+
+    pub fn add(&mut self, c: &OneConn) {
+        let i = c.outcome as usize - 1;
+        self.by_outcome[i] = self.by_outcome[i].saturating_add(1);
+        if c.outcome == Outcome::ConnectFailed && c.with_data {
+            self.connect_failed_with_data = self.connect_failed_with_data.saturating_add(1);
+        }
+        if let Some(cause) = c.stall {
+            let k = cause as usize;
+            self.stalls[k] = self.stalls[k].saturating_add(1);
+            self.lost_us[k] = self.lost_us[k].saturating_add(c.stall_us);
+        }
+        if c.outcome == Outcome::DataNotAcked {
+            self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(c.extra_rt_us);
+            self.first_not_acked_ns = min_opt(self.first_not_acked_ns, Some(c.ts_ns));
+        }
+        if c.outcome == Outcome::Accepted {
+            self.first_accepted_ns = min_opt(self.first_accepted_ns, Some(c.ts_ns));
+        }
+    }
+
+    pub fn merge(&mut self, o: &ConnAcc) {
+        for (a, b) in self.by_outcome.iter_mut().zip(o.by_outcome) {
+            *a = a.saturating_add(b);
+        }
+        self.connect_failed_with_data =
+            self.connect_failed_with_data.saturating_add(o.connect_failed_with_data);
+        for k in 0..Cause::ALL.len() {
+            self.stalls[k] = self.stalls[k].saturating_add(o.stalls[k]);
+            self.lost_us[k] = self.lost_us[k].saturating_add(o.lost_us[k]);
+        }
+        self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(o.extra_round_trip_us);
+        self.first_accepted_ns = min_opt(self.first_accepted_ns, o.first_accepted_ns);
+        self.first_not_acked_ns = min_opt(self.first_not_acked_ns, o.first_not_acked_ns);
+    }
+
+    pub fn count(&self, o: Outcome) -> u64 {
+        self.by_outcome[o as usize - 1]
+    }
+
+    /// Client events with an outcome (one per connection, as the report has always counted).
+    pub fn connections(&self) -> u64 {
+        self.by_outcome.iter().fold(0u64, |s, n| s.saturating_add(*n))
+    }
+
+    pub fn stalled(&self) -> u64 {
+        self.stalls.iter().fold(0u64, |s, n| s.saturating_add(*n))
+    }
+
+    pub fn stalls_of(&self, c: Cause) -> u64 {
+        self.stalls[c as usize]
+    }
+
+    pub fn lost_us_of(&self, c: Cause) -> u64 {
+        self.lost_us[c as usize]
+    }
+
+    pub fn lost_us_total(&self) -> u64 {
+        self.lost_us.iter().fold(0u64, |s, n| s.saturating_add(*n))
+    }
+
+    /// `data_not_acked` connections: one extra round trip each, not stalls.
+    pub fn extra_round_trips(&self) -> u64 {
+        self.count(Outcome::DataNotAcked)
+    }
+
+    /// SYN-data dropped on the path: a SYN with data timed out and went again without.
+    pub fn syn_data_dropped(&self) -> u64 {
+        self.stalls_of(Cause::SynDataDropped)
+    }
+
+    /// Connections whose SYN carried data (and whose fate is known).
+    pub fn syn_data_sent(&self) -> u64 {
+        self.count(Outcome::Accepted)
+            .saturating_add(self.count(Outcome::DataNotAcked))
+            .saturating_add(self.syn_data_dropped())
+            .saturating_add(self.connect_failed_with_data)
+    }
+
+    /// Client outcomes seen, by name (the JSON `outcomes` object).
+    pub fn outcomes(&self) -> BTreeMap<String, u64> {
+        Outcome::ALL
+            .iter()
+            .filter(|o| self.count(**o) > 0)
+            .map(|o| (o.name().to_string(), self.count(*o)))
+            .collect()
+    }
+}
+
+/// Which hosts connected to a destination, and each one's share once there are two.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hosts {
+    One(u32),
+    Many(BTreeMap<u32, ConnAcc>),
+}
+
+/// A destination seen more than once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Many {
+    pub acc: ConnAcc,
+    pub hosts: Hosts,
+}
+
+/// A destination's connections (or a process's connections to it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Slot {
+    One(OneConn),
+    Many(Box<Many>),
+}
+
+impl Slot {
+    pub fn add(&mut self, c: OneConn) {
+        match self {
+            Slot::One(first) => {
+                let first = *first;
+                let mut acc = ConnAcc::of(&first);
+                acc.add(&c);
+                let hosts = if first.host == c.host {
+                    Hosts::One(c.host)
+                } else {
+                    Hosts::Many(BTreeMap::from([
+                        (first.host, ConnAcc::of(&first)),
+                        (c.host, ConnAcc::of(&c)),
+                    ]))
+                };
+                *self = Slot::Many(Box::new(Many { acc, hosts }));
+            }
+            Slot::Many(m) => {
+                match &mut m.hosts {
+                    Hosts::One(h) if *h == c.host => {}
+                    Hosts::One(h) => {
+                        // Everything so far came from the one host.
+                        let so_far = m.acc.clone();
+                        m.hosts = Hosts::Many(BTreeMap::from([(*h, so_far), (c.host, ConnAcc::of(&c))]));
+                    }
+                    Hosts::Many(map) => map.entry(c.host).or_default().add(&c),
+                }
+                m.acc.add(&c);
+            }
+        }
+    }
+
+    pub fn acc(&self) -> Cow<'_, ConnAcc> {
+        match self {
+            Slot::One(c) => Cow::Owned(ConnAcc::of(c)),
+            Slot::Many(m) => Cow::Borrowed(&m.acc),
+        }
+    }
+
+    /// Each host's share: (host, its connections).
+    pub fn for_each_host(&self, mut f: impl FnMut(u32, &ConnAcc)) {
+        match self {
+            Slot::One(c) => f(c.host, &ConnAcc::of(c)),
+            Slot::Many(m) => match &m.hosts {
+                Hosts::One(h) => f(*h, &m.acc),
+                Hosts::Many(map) => map.iter().for_each(|(h, a)| f(*h, a)),
+            },
+        }
+    }
+
+    /// Time lost to stalls, without building a [`ConnAcc`] (ranking reads it for every row).
+    pub fn lost_us_total(&self) -> u64 {
+        match self {
+            Slot::One(c) => c.stall.map(|_| c.stall_us).unwrap_or(0),
+            Slot::Many(m) => m.acc.lost_us_total(),
+        }
+    }
+
+    pub fn extra_round_trip_us(&self) -> u64 {
+        match self {
+            Slot::One(c) if c.outcome == Outcome::DataNotAcked => c.extra_rt_us,
+            Slot::One(_) => 0,
+            Slot::Many(m) => m.acc.extra_round_trip_us,
+        }
+    }
+
+    pub fn connections(&self) -> u64 {
+        match self {
+            Slot::One(_) => 1,
+            Slot::Many(m) => m.acc.connections(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{sample_event, Role};
+
+    fn conn(outcome: Outcome, data: u32, stall_us: u64, host: u32, t: u128) -> OneConn {
+        let e = Event {
+            syn_data_bytes: data,
+            retransmits: u32::from(stall_us > 0),
+            stall_us,
+            handshake_us: Some(200 + stall_us),
+            ts_unix_ns: t,
+            ..sample_event(Role::Client, outcome)
+        };
+        OneConn::of(&e, host)
+    }
+
+    #[test]
+    fn one_connection_is_small() {
+        assert!(std::mem::size_of::<OneConn>() <= 32, "{}", std::mem::size_of::<OneConn>());
+        assert!(std::mem::size_of::<Slot>() <= 40, "{}", std::mem::size_of::<Slot>());
+    }
+
+    #[test]
+    fn counts_follow_the_stall_definition() {
+        let mut a = ConnAcc::default();
+        for c in [
+            conn(Outcome::Accepted, 64, 0, 0, 5),
+            conn(Outcome::SynRetransmitted, 64, 1_020_000, 0, 6),
+            conn(Outcome::SynRetransmitted, 0, 1_010_000, 0, 7),
+            conn(Outcome::DataNotAcked, 64, 0, 0, 9),
+            conn(Outcome::DataNotAcked, 64, 0, 0, 8),
+            conn(Outcome::ConnectFailed, 64, 0, 0, 10),
+            conn(Outcome::CookieRequested, 0, 0, 0, 1),
+        ] {
+            a.add(&c);
+        }
+        assert_eq!(a.connections(), 7);
+        assert_eq!((a.stalled(), a.lost_us_total()), (2, 2_030_000));
+        assert_eq!((a.syn_data_dropped(), a.stalls_of(Cause::CookieRequestDropped)), (1, 1));
+        assert_eq!((a.extra_round_trips(), a.extra_round_trip_us), (2, 400));
+        assert_eq!(a.syn_data_sent(), 1 + 2 + 1 + 1);
+        assert_eq!((a.first_accepted_ns, a.first_not_acked_ns), (Some(5), Some(8)));
+        assert_eq!(a.outcomes()["syn_retransmitted"], 2);
+        let mut b = a.clone();
+        b.merge(&a);
+        assert_eq!((b.connections(), b.lost_us_total(), b.first_not_acked_ns), (14, 4_060_000, Some(8)));
+    }
+
+    #[test]
+    fn a_slot_splits_by_host_from_the_second_host_on() {
+        let mut s = Slot::One(conn(Outcome::SynRetransmitted, 64, 1_000_000, 3, 0));
+        assert_eq!((s.lost_us_total(), s.connections()), (1_000_000, 1));
+        s.add(conn(Outcome::Accepted, 64, 0, 3, 1));
+        assert!(matches!(&s, Slot::Many(m) if m.hosts == Hosts::One(3)));
+        s.add(conn(Outcome::SynRetransmitted, 64, 2_000_000, 7, 2));
+        s.add(conn(Outcome::Accepted, 64, 0, 3, 3));
+        let mut per = BTreeMap::new();
+        s.for_each_host(|h, a| {
+            per.insert(h, (a.connections(), a.syn_data_dropped(), a.lost_us_total()));
+        });
+        assert_eq!(per, BTreeMap::from([(3, (3, 1, 1_000_000)), (7, (1, 1, 2_000_000))]));
+        assert_eq!((s.acc().connections(), s.lost_us_total()), (4, 3_000_000));
+    }
+
+    #[test]
+    fn sums_saturate() {
+        let mut a = ConnAcc::default();
+        let big = OneConn { stall_us: u64::MAX, ..conn(Outcome::SynRetransmitted, 64, 1, 0, 0) };
+        a.add(&big);
+        a.add(&big);
+        assert_eq!(a.lost_us_total(), u64::MAX);
+    }
+}

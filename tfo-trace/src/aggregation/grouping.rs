@@ -1,0 +1,243 @@
+//! How `report` groups client connections: by destination (the default), by network prefix
+//! (a middlebox in front of a whole /24 is one verdict, not one per address), by port, by
+//! process or by container. Pure: keys from events, labels from keys.
+use std::net::{IpAddr, SocketAddr};
+
+use serde::Serialize;
+
+use crate::events::Event;
+
+/// What one row of the report's client side stands for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    /// One row per destination address:port (per client namespace on one host).
+    #[default]
+    Destination,
+    /// One row per network: the destination address cut to --prefix-v4 / --prefix-v6 bits.
+    Prefix,
+    /// One row per destination port.
+    Port,
+    /// One row per client process name (comm).
+    Process,
+    /// One row per client container (or systemd unit, or cgroup).
+    Container,
+}
+
+impl GroupBy {
+    /// The flag's value, and what one row is called in text.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupBy::Destination => "destination",
+            GroupBy::Prefix => "prefix",
+            GroupBy::Port => "port",
+            GroupBy::Process => "process",
+            GroupBy::Container => "container",
+        }
+    }
+
+    /// What a row is called in text: "destinations", "prefixes", ...
+    pub fn rows(self) -> &'static str {
+        match self {
+            GroupBy::Destination => "destinations",
+            GroupBy::Prefix => "prefixes",
+            GroupBy::Port => "ports",
+            GroupBy::Process => "processes",
+            GroupBy::Container => "containers",
+        }
+    }
+
+    /// Whether the group follows from the destination alone (then a destination is never
+    /// split between groups).
+    pub fn by_destination(self) -> bool {
+        matches!(self, GroupBy::Destination | GroupBy::Prefix | GroupBy::Port)
+    }
+}
+
+/// The default prefix lengths: a /24 is the usual unit of IPv4 routing and filtering, a /48
+/// the usual IPv6 site.
+pub const DEFAULT_PREFIX_V4: u8 = 24;
+pub const DEFAULT_PREFIX_V6: u8 = 48;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupOptions {
+    pub by: GroupBy,
+    pub prefix_v4: u8,
+    pub prefix_v6: u8,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        GroupOptions { by: GroupBy::Destination, prefix_v4: DEFAULT_PREFIX_V4, prefix_v6: DEFAULT_PREFIX_V6 }
+    }
+}
+
+/// A client connection's destination. `netns` is the client's namespace inode, or None in a
+/// report of several hosts, where an inode names nothing across hosts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DestKey {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub netns: Option<u32>,
+}
+
+impl DestKey {
+    pub fn of(e: &Event, with_netns: bool) -> DestKey {
+        DestKey { ip: e.daddr, port: e.dport, netns: with_netns.then_some(e.netns) }
+    }
+
+    /// `198.18.0.2:8080`, `[fd00::2]:8080`, as [`Event::destination`] writes it.
+    pub fn label(&self) -> String {
+        SocketAddr::new(self.ip, self.port).to_string()
+    }
+}
+
+/// A row of the report's client side. `Process` and `Container` hold an index into the
+/// report's table of names (each name is stored once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GroupKey {
+    Destination(DestKey),
+    Prefix { net: IpAddr, len: u8 },
+    Port(u16),
+    Process(u32),
+    Container(u32),
+}
+
+/// `ip` with only its first `len` bits kept.
+pub fn mask(ip: IpAddr, len: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(a) => {
+            let len = u32::from(len.min(32));
+            let m = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            IpAddr::V4((u32::from(a) & m).into())
+        }
+        IpAddr::V6(a) => {
+            let len = u32::from(len.min(128));
+            let m = if len == 0 { 0 } else { u128::MAX << (128 - len) };
+            IpAddr::V6((u128::from(a) & m).into())
+        }
+    }
+}
+
+impl GroupOptions {
+    /// The group of a destination; `tag` is the name index of the connection's process or
+    /// container (used only when grouping by those).
+    pub fn key(&self, dest: &DestKey, tag: u32) -> GroupKey {
+        match self.by {
+            GroupBy::Destination => GroupKey::Destination(*dest),
+            GroupBy::Prefix => {
+                // An IPv4-mapped IPv6 destination is an IPv4 one (a dual-stack socket).
+                let ip = match dest.ip {
+                    IpAddr::V6(a) => a.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(dest.ip),
+                    v4 => v4,
+                };
+                let len = if ip.is_ipv4() { self.prefix_v4 } else { self.prefix_v6 };
+                GroupKey::Prefix { net: mask(ip, len), len }
+            }
+            GroupBy::Port => GroupKey::Port(dest.port),
+            GroupBy::Process => GroupKey::Process(tag),
+            GroupBy::Container => GroupKey::Container(tag),
+        }
+    }
+
+    /// The name a connection is grouped under when grouping by process or container; None
+    /// otherwise (no name needs storing).
+    pub fn tag_name(&self, e: &Event) -> Option<String> {
+        match self.by {
+            GroupBy::Process => Some(e.comm.clone()),
+            GroupBy::Container => Some(e.container_name().unwrap_or_default()),
+            _ => None,
+        }
+    }
+}
+
+impl GroupKey {
+    /// How the row is named: `198.18.0.2:8080`, `198.18.0.0/24`, `port 8080`, `process curl`,
+    /// `container 3f2a9c1b0d4e` (`no container` for processes outside any).
+    pub fn label(&self, name: impl Fn(u32) -> String) -> String {
+        match self {
+            GroupKey::Destination(d) => d.label(),
+            GroupKey::Prefix { net, len } => format!("{net}/{len}"),
+            GroupKey::Port(p) => format!("port {p}"),
+            GroupKey::Process(t) => format!("process {}", name(*t)),
+            GroupKey::Container(t) => match name(*t) {
+                n if n.is_empty() => "no container".to_string(),
+                n => format!("container {n}"),
+            },
+        }
+    }
+
+    /// How a verdict's sentence names where the connections went: `SYN-data to {subject}`.
+    pub fn subject(&self, name: impl Fn(u32) -> String) -> String {
+        match self {
+            GroupKey::Process(_) | GroupKey::Container(_) => {
+                format!("the destinations of {}", self.label(name))
+            }
+            _ => self.label(name),
+        }
+    }
+
+    pub fn netns(&self) -> Option<u32> {
+        match self {
+            GroupKey::Destination(d) => d.netns,
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{sample_event, Outcome, Role};
+
+    fn dest(ip: &str, port: u16) -> DestKey {
+        DestKey { ip: ip.parse().unwrap(), port, netns: None }
+    }
+
+    #[test]
+    fn prefixes_default_to_24_and_48() {
+        let o = GroupOptions { by: GroupBy::Prefix, ..Default::default() };
+        let label = |ip, port| o.key(&dest(ip, port), 0).label(|_| String::new());
+        assert_eq!(label("203.0.113.77", 443), "203.0.113.0/24");
+        assert_eq!(label("203.0.113.200", 8443), "203.0.113.0/24", "the port is not part of a prefix");
+        assert_eq!(label("2001:db8:1:2::7", 443), "2001:db8:1::/48");
+        assert_eq!(label("::ffff:203.0.113.9", 443), "203.0.113.0/24", "v4-mapped is IPv4");
+        let o = GroupOptions { by: GroupBy::Prefix, prefix_v4: 16, prefix_v6: 64 };
+        assert_eq!(o.key(&dest("10.1.2.3", 1), 0).label(|_| String::new()), "10.1.0.0/16");
+        assert_eq!(o.key(&dest("fd00:7f0:3:4:5::1", 1), 0).label(|_| String::new()), "fd00:7f0:3:4::/64");
+        assert_eq!(mask("10.1.2.3".parse().unwrap(), 0), "0.0.0.0".parse::<IpAddr>().unwrap());
+        assert_eq!(mask("10.1.2.3".parse().unwrap(), 32), "10.1.2.3".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn labels_and_subjects() {
+        let names = |t: u32| ["", "curl"][t as usize].to_string();
+        let d = GroupKey::Destination(dest("198.18.0.2", 8080));
+        assert_eq!(d.label(names), "198.18.0.2:8080");
+        assert_eq!(d.subject(names), "198.18.0.2:8080");
+        assert_eq!(GroupKey::Port(443).label(names), "port 443");
+        assert_eq!(GroupKey::Process(1).label(names), "process curl");
+        assert_eq!(GroupKey::Process(1).subject(names), "the destinations of process curl");
+        assert_eq!(GroupKey::Container(0).label(names), "no container");
+        assert_eq!(GroupKey::Destination(dest("fd00::2", 80)).label(names), "[fd00::2]:80");
+    }
+
+    #[test]
+    fn tags_only_where_needed() {
+        let e = Event {
+            container_id: Some("3f2a9c1b0d4e5f6a".into()),
+            ..sample_event(Role::Client, Outcome::Accepted)
+        };
+        let by = |by| GroupOptions { by, ..Default::default() }.tag_name(&e);
+        assert_eq!(by(GroupBy::Destination), None);
+        assert_eq!(by(GroupBy::Process).as_deref(), Some("c"));
+        assert_eq!(by(GroupBy::Container).as_deref(), Some("3f2a9c1b0d4e"));
+        let plain = sample_event(Role::Client, Outcome::Accepted);
+        assert_eq!(
+            GroupOptions { by: GroupBy::Container, ..Default::default() }.tag_name(&plain).as_deref(),
+            Some("")
+        );
+        assert_eq!(DestKey::of(&plain, true).netns, Some(1));
+        assert_eq!(DestKey::of(&plain, false).netns, None);
+    }
+}

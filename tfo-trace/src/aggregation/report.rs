@@ -1,0 +1,918 @@
+//! The model of `tfo-trace report`: events in, one at a time, from one host or many; out, a
+//! summary, the client-side rows ranked by time lost (the first N shown, the rest summed),
+//! the listeners and the namespaces' findings. Pure: the kernel's facts come in as
+//! [`Facts`], rendering is `views::report`.
+//!
+//! Memory follows destinations, not events: a destination seen once costs one
+//! [`connections::Slot`] (40 bytes) in an insertion-ordered hash map; rows are built, with
+//! their sentences, only for what is shown.
+use std::{
+    collections::{BTreeMap, BTreeSet, HashSet},
+    net::SocketAddr,
+};
+
+use indexmap::{map::Entry, IndexMap, IndexSet};
+use serde::Serialize;
+
+use crate::{
+    aggregation::{
+        connections::{ConnAcc, OneConn, Slot},
+        grouping::{DestKey, GroupBy, GroupKey, GroupOptions},
+        stall::Cause,
+        verdict::{
+            self, client_report, ClientRow, DestinationReport, Facts, HostShare, Kind, ListenerReport,
+            NamespaceFinding, Strength,
+        },
+        Tally,
+    },
+    events::{Event, Role},
+};
+
+/// Rows the summary names as the worst.
+pub const WORST: usize = 5;
+/// Rows shown unless `--top` or `--all` says otherwise.
+pub const DEFAULT_TOP: usize = 20;
+
+/// One client row's cell: a destination, and for `--group-by process|container` the name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct CellKey {
+    dest: DestKey,
+    tag: u32,
+}
+
+#[derive(Debug, Default)]
+struct ListenerAcc {
+    tally: Tally,
+    locals: BTreeSet<SocketAddr>,
+    hosts: BTreeMap<u32, Tally>,
+}
+
+/// Gathers events; [`ReportBuilder::finish`] ranks them.
+#[derive(Debug)]
+pub struct ReportBuilder {
+    group: GroupOptions,
+    /// Several hosts: namespace inodes name nothing across them, so they leave the keys.
+    fleet: bool,
+    hosts: IndexSet<String>,
+    /// Client connections per host, and server events.
+    host_acc: Vec<(ConnAcc, u64)>,
+    names: IndexSet<String>,
+    cells: IndexMap<CellKey, Slot>,
+    listeners: IndexMap<(Option<u32>, u16), ListenerAcc>,
+    client_netns: BTreeSet<u32>,
+    all: ConnAcc,
+    events: u64,
+    server_events: u64,
+}
+
+impl ReportBuilder {
+    /// `fleet`: the events come from more than one host.
+    pub fn new(group: GroupOptions, fleet: bool) -> ReportBuilder {
+        ReportBuilder {
+            group,
+            fleet,
+            hosts: IndexSet::new(),
+            host_acc: Vec::new(),
+            names: IndexSet::new(),
+            cells: IndexMap::new(),
+            listeners: IndexMap::new(),
+            client_netns: BTreeSet::new(),
+            all: ConnAcc::default(),
+            events: 0,
+            server_events: 0,
+        }
+    }
+
+    /// The index of a host, for [`ReportBuilder::add`].
+    pub fn host(&mut self, name: &str) -> u32 {
+        let (i, new) = self.hosts.insert_full(name.to_string());
+        if new {
+            self.host_acc.push((ConnAcc::default(), 0));
+        }
+        i as u32
+    }
+
+    fn name(&mut self, name: &str) -> u32 {
+        match self.names.get_index_of(name) {
+            Some(i) => i as u32,
+            None => self.names.insert_full(name.to_string()).0 as u32,
+        }
+    }
+
+    /// Counts one event seen on `host` (from [`ReportBuilder::host`]).
+    pub fn add(&mut self, e: &Event, host: u32) {
+        // A number not from host() is counted under a host named "?".
+        let host = if (host as usize) < self.host_acc.len() { host } else { self.host("?") };
+        let h = host as usize;
+        self.events += 1;
+        match e.role {
+            Role::Client => {
+                let one = OneConn::of(e, host);
+                self.all.add(&one);
+                self.host_acc[h].0.add(&one);
+                self.client_netns.insert(e.netns);
+                let tag = match self.group.by {
+                    GroupBy::Process => self.name(&e.comm),
+                    GroupBy::Container => self.name(&e.container_name().unwrap_or_default()),
+                    _ => 0,
+                };
+                let key = CellKey { dest: DestKey::of(e, !self.fleet), tag };
+                match self.cells.entry(key) {
+                    Entry::Occupied(o) => o.into_mut().add(one),
+                    Entry::Vacant(v) => {
+                        v.insert(Slot::One(one));
+                    }
+                }
+            }
+            Role::Server => {
+                self.server_events += 1;
+                self.host_acc[h].1 += 1;
+                let netns = (!self.fleet).then_some(e.netns);
+                let l = self.listeners.entry((netns, e.sport)).or_default();
+                l.tally.add(e);
+                l.locals.insert(SocketAddr::new(e.saddr, e.sport));
+                l.hosts.entry(host).or_default().add(e);
+            }
+        }
+    }
+
+    /// Namespaces client connections came from (a live report reads their tcp_metrics).
+    pub fn client_namespaces(&self) -> &BTreeSet<u32> {
+        &self.client_netns
+    }
+
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// Ranks the rows; `top`: how many to show (None: all).
+    pub fn finish(self, facts: Facts, top: Option<usize>) -> Built {
+        Built::new(self, facts, top)
+    }
+}
+
+/// Rows of a grouping other than by destination: cells sorted by group, one span each.
+#[derive(Debug)]
+struct Span {
+    key: GroupKey,
+    start: u32,
+    len: u32,
+    totals: Totals,
+}
+
+/// What ranking and the rest line need of a row, without its sentences.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Totals {
+    connections: u64,
+    stalled: u64,
+    lost_us: u64,
+    extra_round_trips: u64,
+    extra_round_trip_us: u64,
+}
+
+impl Totals {
+    fn of(a: &ConnAcc) -> Totals {
+        Totals {
+            connections: a.connections(),
+            stalled: a.stalled(),
+            lost_us: a.lost_us_total(),
+            extra_round_trips: a.extra_round_trips(),
+            extra_round_trip_us: a.extra_round_trip_us,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Groups {
+    /// Grouping by destination: each cell is a row.
+    Cells,
+    /// Other groupings: `order` holds the cells sorted by group, each span a row.
+    Spans { order: Vec<u32>, spans: Vec<Span> },
+}
+
+/// One host's totals, for the summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HostTotals {
+    pub host: String,
+    /// Client connections, the stalled ones, the time they lost, extra round trips.
+    pub connections: u64,
+    pub stalled: u64,
+    pub lost_us_total: u64,
+    pub extra_round_trips: u64,
+    pub server_events: u64,
+}
+
+/// One of the worst rows, in the summary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WorstRow {
+    pub group: String,
+    pub kind: Kind,
+    pub strength: Strength,
+    pub connections: u64,
+    pub stalled: u64,
+    pub lost_us_total: u64,
+    pub extra_round_trip_us: u64,
+}
+
+/// The answer first: the report's totals.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub group_by: GroupBy,
+    pub events: u64,
+    /// Client connections (one event each) and the destinations they went to.
+    pub connections: u64,
+    pub destinations: u64,
+    /// Client-side rows (destinations, or groups with `--group-by`), and how many are shown.
+    pub groups: u64,
+    pub shown: u64,
+    pub server_events: u64,
+    pub listeners: u64,
+    /// Client-side rows by verdict kind.
+    pub verdicts: BTreeMap<Kind, u64>,
+    /// Stalled connections (SYN timeouts) and the time they lost, in all and by cause.
+    pub stalled: u64,
+    pub lost_us_total: u64,
+    pub stalls_by_cause: BTreeMap<Cause, u64>,
+    pub lost_us_by_cause: BTreeMap<Cause, u64>,
+    /// `data_not_acked`: not stalls, one extra round trip each, estimated.
+    pub extra_round_trips: u64,
+    pub extra_round_trip_us: u64,
+    /// Per host (recording), in the order they were read.
+    pub hosts: Vec<HostTotals>,
+    /// The rows that lost the most time (the first of the ranking).
+    pub worst: Vec<WorstRow>,
+}
+
+/// The rows not shown, summed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Rest {
+    pub groups: u64,
+    pub connections: u64,
+    pub stalled: u64,
+    pub lost_us_total: u64,
+    pub extra_round_trips: u64,
+    pub extra_round_trip_us: u64,
+    pub verdicts: BTreeMap<Kind, u64>,
+}
+
+/// A finished report, every shown row built on demand ([`Built::rows`]).
+#[derive(Debug)]
+pub struct Built {
+    b: ReportBuilder,
+    facts: Facts,
+    groups: Groups,
+    /// Rows in ranking order: the worst first; the first `shown` are shown.
+    ranked: Vec<u32>,
+    shown: usize,
+    pub summary: Summary,
+    pub rest: Option<Rest>,
+    /// Destinations the kernel remembers losing SYN-data to, with no event (live only).
+    pub remembered: Vec<DestinationReport>,
+    pub listeners: Vec<ListenerReport>,
+    pub namespaces: Vec<NamespaceFinding>,
+}
+
+/// Everything materialized (tests, small reports).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub summary: Summary,
+    pub destinations: Vec<DestinationReport>,
+    pub rest: Option<Rest>,
+    pub listeners: Vec<ListenerReport>,
+    pub namespaces: Vec<NamespaceFinding>,
+}
+
+/// The whole report of `events` from one host, every row, grouped by destination.
+pub fn of_events(events: &[Event], facts: &Facts) -> Report {
+    let mut b = ReportBuilder::new(GroupOptions::default(), false);
+    let host = b.host("");
+    for e in events {
+        b.add(e, host);
+    }
+    b.finish(facts.clone(), None).materialize()
+}
+
+impl Built {
+    fn new(b: ReportBuilder, facts: Facts, top: Option<usize>) -> Built {
+        let groups = match b.group.by {
+            GroupBy::Destination => Groups::Cells,
+            _ => spans(&b),
+        };
+        let mut built = Built {
+            b,
+            facts,
+            groups,
+            ranked: Vec::new(),
+            shown: 0,
+            summary: Summary::default(),
+            rest: None,
+            remembered: Vec::new(),
+            listeners: Vec::new(),
+            namespaces: Vec::new(),
+        };
+        let n = built.len();
+        let kinds: Vec<Kind> = (0..n).map(|g| built.kind(g)).collect();
+        let shown = top.unwrap_or(n).min(n);
+        built.ranked = built.rank(&kinds, shown.max(WORST).min(n));
+        built.shown = shown;
+        built.summary = built.summarize(&kinds);
+        built.rest = built.rest(&kinds);
+        built.remembered = built.remembered();
+        built.listeners = built.listener_reports();
+        built.namespaces = verdict::namespace_findings(&built.listeners, &built.facts);
+        built
+    }
+
+    pub fn group_by(&self) -> GroupBy {
+        self.b.group.by
+    }
+
+    /// Several hosts were merged.
+    pub fn fleet(&self) -> bool {
+        self.b.fleet
+    }
+
+    fn len(&self) -> usize {
+        match &self.groups {
+            Groups::Cells => self.b.cells.len(),
+            Groups::Spans { spans, .. } => spans.len(),
+        }
+    }
+
+    /// The cells of row `g`.
+    fn members(&self, g: usize) -> Box<dyn Iterator<Item = (&CellKey, &Slot)> + '_> {
+        match &self.groups {
+            Groups::Cells => Box::new(self.b.cells.get_index(g).into_iter()),
+            Groups::Spans { order, spans } => {
+                let s = &spans[g];
+                let ids = &order[s.start as usize..(s.start + s.len) as usize];
+                Box::new(ids.iter().filter_map(|&i| self.b.cells.get_index(i as usize)))
+            }
+        }
+    }
+
+    fn key(&self, g: usize) -> GroupKey {
+        match &self.groups {
+            Groups::Cells => {
+                GroupKey::Destination(self.b.cells.get_index(g).map(|(k, _)| k.dest).unwrap_or(DestKey {
+                    ip: std::net::Ipv4Addr::UNSPECIFIED.into(),
+                    port: 0,
+                    netns: None,
+                }))
+            }
+            Groups::Spans { spans, .. } => spans[g].key,
+        }
+    }
+
+    fn totals(&self, g: usize) -> Totals {
+        match &self.groups {
+            Groups::Cells => {
+                let Some((_, s)) = self.b.cells.get_index(g) else { return Totals::default() };
+                match s {
+                    Slot::One(c) => Totals {
+                        connections: 1,
+                        stalled: u64::from(c.stall.is_some()),
+                        lost_us: s.lost_us_total(),
+                        extra_round_trips: u64::from(c.outcome == crate::events::Outcome::DataNotAcked),
+                        extra_round_trip_us: s.extra_round_trip_us(),
+                    },
+                    Slot::Many(m) => Totals::of(&m.acc),
+                }
+            }
+            Groups::Spans { spans, .. } => spans[g].totals,
+        }
+    }
+
+    fn acc(&self, g: usize) -> ConnAcc {
+        let mut a = ConnAcc::default();
+        for (_, s) in self.members(g) {
+            a.merge(&s.acc());
+        }
+        a
+    }
+
+    fn kind(&self, g: usize) -> Kind {
+        match &self.groups {
+            Groups::Cells => {
+                self.b.cells.get_index(g).map(|(_, s)| Kind::of_clients(&s.acc())).unwrap_or(Kind::Info)
+            }
+            Groups::Spans { .. } => Kind::of_clients(&self.acc(g)),
+        }
+    }
+
+    /// The `want` worst rows, worst first: most time lost, then most extra round trips,
+    /// then problems before healthy rows, then most connections, then by key.
+    fn rank(&self, kinds: &[Kind], want: usize) -> Vec<u32> {
+        let cmp = |a: &u32, b: &u32| {
+            let (ta, tb) = (self.totals(*a as usize), self.totals(*b as usize));
+            tb.lost_us
+                .cmp(&ta.lost_us)
+                .then(tb.extra_round_trip_us.cmp(&ta.extra_round_trip_us))
+                .then(kinds[*b as usize].severity().cmp(&kinds[*a as usize].severity()))
+                .then(tb.connections.cmp(&ta.connections))
+                .then_with(|| self.key(*a as usize).cmp(&self.key(*b as usize)))
+        };
+        let mut ids: Vec<u32> = (0..self.len() as u32).collect();
+        if want == 0 {
+            return Vec::new();
+        }
+        if want < ids.len() {
+            ids.select_nth_unstable_by(want - 1, cmp);
+            ids.truncate(want);
+        }
+        ids.sort_unstable_by(cmp);
+        ids
+    }
+
+    fn name(&self, tag: u32) -> String {
+        self.b.names.get_index(tag as usize).cloned().unwrap_or_default()
+    }
+
+    /// Row `g` with its members' evidence, ready for [`client_report`].
+    fn row(&self, g: usize) -> ClientRow {
+        let key = self.key(g);
+        let acc = self.acc(g);
+        let kind = Kind::of_clients(&acc);
+        let mut destinations = 0u64;
+        let mut showing = 0u64;
+        let mut per_host: BTreeMap<u32, ConnAcc> = BTreeMap::new();
+        let mut worst: Vec<(u64, CellKey)> = Vec::new();
+        for (k, s) in self.members(g) {
+            destinations += 1;
+            if kind.shown_by(&s.acc()).0 > 0 {
+                showing += 1;
+            }
+            s.for_each_host(|h, a| per_host.entry(h).or_default().merge(a));
+            let lost = s.lost_us_total();
+            if lost > 0 {
+                worst.push((lost, *k));
+                worst.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+                worst.truncate(3);
+            }
+        }
+        let mut hosts: Vec<HostShare> = per_host
+            .into_iter()
+            .map(|(h, a)| HostShare {
+                host: self.b.hosts.get_index(h as usize).cloned().unwrap_or_default(),
+                connections: a.connections(),
+                showing: kind.shown_by(&a).0,
+                stalled: a.stalled(),
+                lost_us_total: a.lost_us_total(),
+            })
+            .collect();
+        hosts.sort_by(|a, b| {
+            b.showing
+                .cmp(&a.showing)
+                .then(b.lost_us_total.cmp(&a.lost_us_total))
+                .then(b.connections.cmp(&a.connections))
+                .then(a.host.cmp(&b.host))
+        });
+        let name = |t| self.name(t);
+        ClientRow {
+            key,
+            label: key.label(name),
+            subject: key.subject(name),
+            acc,
+            kind,
+            destinations,
+            destinations_showing: showing,
+            hosts,
+            fleet: self.b.fleet,
+            worst: worst.into_iter().map(|(l, k)| (k.dest.label(), l)).collect(),
+        }
+    }
+
+    /// The shown rows, worst first, built one at a time; then destinations the kernel
+    /// remembers drops to (live, grouping by destination).
+    pub fn rows(&self) -> impl Iterator<Item = DestinationReport> + '_ {
+        self.ranked[..self.shown]
+            .iter()
+            .map(|&g| client_report(self.row(g as usize), &self.facts))
+            .chain(self.remembered.iter().cloned())
+    }
+
+    pub fn materialize(&self) -> Report {
+        Report {
+            summary: self.summary.clone(),
+            destinations: self.rows().collect(),
+            rest: self.rest.clone(),
+            listeners: self.listeners.clone(),
+            namespaces: self.namespaces.clone(),
+        }
+    }
+
+    fn summarize(&self, kinds: &[Kind]) -> Summary {
+        let a = &self.b.all;
+        let mut verdicts = BTreeMap::new();
+        for k in kinds {
+            *verdicts.entry(*k).or_insert(0u64) += 1;
+        }
+        let destinations = if self.b.group.by.by_destination() {
+            self.b.cells.len() as u64
+        } else {
+            self.b.cells.keys().map(|k| k.dest).collect::<HashSet<_>>().len() as u64
+        };
+        let by_cause = |f: &dyn Fn(Cause) -> u64| -> BTreeMap<Cause, u64> {
+            Cause::ALL.into_iter().filter(|c| a.stalls_of(*c) > 0).map(|c| (c, f(c))).collect()
+        };
+        let worst = self.ranked[..self.ranked.len().min(WORST)]
+            .iter()
+            .map(|&g| {
+                let g = g as usize;
+                let t = self.totals(g);
+                let acc = self.acc(g);
+                let (showing, of) = kinds[g].shown_by(&acc);
+                WorstRow {
+                    group: self.key(g).label(|t| self.name(t)),
+                    kind: kinds[g],
+                    strength: Strength::of(showing, of),
+                    connections: t.connections,
+                    stalled: t.stalled,
+                    lost_us_total: t.lost_us,
+                    extra_round_trip_us: t.extra_round_trip_us,
+                }
+            })
+            .collect();
+        Summary {
+            group_by: self.b.group.by,
+            events: self.b.events,
+            connections: a.connections(),
+            destinations,
+            groups: self.len() as u64,
+            shown: self.shown as u64,
+            server_events: self.b.server_events,
+            listeners: self.b.listeners.len() as u64,
+            verdicts,
+            stalled: a.stalled(),
+            lost_us_total: a.lost_us_total(),
+            stalls_by_cause: by_cause(&|c| a.stalls_of(c)),
+            lost_us_by_cause: by_cause(&|c| a.lost_us_of(c)),
+            extra_round_trips: a.extra_round_trips(),
+            extra_round_trip_us: a.extra_round_trip_us,
+            hosts: self
+                .b
+                .hosts
+                .iter()
+                .zip(&self.b.host_acc)
+                .map(|(h, (a, server))| HostTotals {
+                    host: h.clone(),
+                    connections: a.connections(),
+                    stalled: a.stalled(),
+                    lost_us_total: a.lost_us_total(),
+                    extra_round_trips: a.extra_round_trips(),
+                    server_events: *server,
+                })
+                .collect(),
+            worst,
+        }
+    }
+
+    /// All rows minus the shown ones.
+    fn rest(&self, kinds: &[Kind]) -> Option<Rest> {
+        let n = self.len();
+        if self.shown >= n {
+            return None;
+        }
+        let all = Totals::of(&self.b.all);
+        let mut rest = Rest {
+            groups: (n - self.shown) as u64,
+            connections: all.connections,
+            stalled: all.stalled,
+            lost_us_total: all.lost_us,
+            extra_round_trips: all.extra_round_trips,
+            extra_round_trip_us: all.extra_round_trip_us,
+            verdicts: self.summary.verdicts.clone(),
+        };
+        for &g in &self.ranked[..self.shown] {
+            let t = self.totals(g as usize);
+            rest.connections = rest.connections.saturating_sub(t.connections);
+            rest.stalled = rest.stalled.saturating_sub(t.stalled);
+            rest.lost_us_total = rest.lost_us_total.saturating_sub(t.lost_us);
+            rest.extra_round_trips = rest.extra_round_trips.saturating_sub(t.extra_round_trips);
+            rest.extra_round_trip_us = rest.extra_round_trip_us.saturating_sub(t.extra_round_trip_us);
+            if let Some(v) = rest.verdicts.get_mut(&kinds[g as usize]) {
+                *v -= 1;
+            }
+        }
+        rest.verdicts.retain(|_, v| *v > 0);
+        Some(rest)
+    }
+
+    /// tcp_metrics entries with SYN-data drops and no connection in the report.
+    fn remembered(&self) -> Vec<DestinationReport> {
+        if self.facts.tcp_metrics.is_empty() || self.b.group.by != GroupBy::Destination {
+            return Vec::new();
+        }
+        let seen: HashSet<(std::net::IpAddr, Option<u32>)> =
+            self.b.cells.keys().map(|k| (k.dest.ip, k.dest.netns)).collect();
+        let mut out = Vec::new();
+        for (&netns, entries) in &self.facts.tcp_metrics {
+            for m in entries.iter().filter(|m| m.fo_syn_drops > 0) {
+                if !seen.contains(&(m.dst, Some(netns))) {
+                    out.push(verdict::remembered_drop(m, netns, &self.facts));
+                }
+            }
+        }
+        out
+    }
+
+    fn listener_reports(&self) -> Vec<ListenerReport> {
+        let mut keys: Vec<&(Option<u32>, u16)> = self.b.listeners.keys().collect();
+        keys.sort();
+        keys.into_iter()
+            .filter_map(|k| {
+                let l = self.b.listeners.get(k)?;
+                let hosts = l
+                    .hosts
+                    .iter()
+                    .map(|(h, t)| (self.b.hosts.get_index(*h as usize).cloned().unwrap_or_default(), t))
+                    .collect::<Vec<_>>();
+                Some(verdict::listener_row(k.0, k.1, &l.tally, &l.locals, &hosts, self.b.fleet, &self.facts))
+            })
+            .collect()
+    }
+}
+
+/// Cells sorted by group, cut into one span per group with its totals.
+fn spans(b: &ReportBuilder) -> Groups {
+    let key_of = |i: u32| -> GroupKey {
+        let (k, _) = b.cells.get_index(i as usize).expect("cell index in range");
+        b.group.key(&k.dest, k.tag)
+    };
+    let mut order: Vec<u32> = (0..b.cells.len() as u32).collect();
+    order.sort_unstable_by(|x, y| key_of(*x).cmp(&key_of(*y)).then(x.cmp(y)));
+    let mut spans: Vec<Span> = Vec::new();
+    let mut acc = ConnAcc::default();
+    for (pos, &i) in order.iter().enumerate() {
+        let key = key_of(i);
+        if spans.last().is_none_or(|s| s.key != key) {
+            if let Some(s) = spans.last_mut() {
+                s.totals = Totals::of(&acc);
+            }
+            acc = ConnAcc::default();
+            spans.push(Span { key, start: pos as u32, len: 0, totals: Totals::default() });
+        }
+        if let (Some(s), Some((_, slot))) = (spans.last_mut(), b.cells.get_index(i as usize)) {
+            s.len += 1;
+            acc.merge(&slot.acc());
+        }
+    }
+    if let Some(s) = spans.last_mut() {
+        s.totals = Totals::of(&acc);
+    }
+    Groups::Spans { order, spans }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        aggregation::grouping::DEFAULT_PREFIX_V4,
+        events::{sample_event, Outcome},
+    };
+    use std::net::IpAddr;
+
+    fn cli(outcome: Outcome, dst: &str, port: u16, data: u32, stall_us: u64) -> Event {
+        Event {
+            daddr: dst.parse::<IpAddr>().unwrap(),
+            dport: port,
+            syn_data_bytes: data,
+            retransmits: u32::from(stall_us > 0),
+            stall_us,
+            handshake_us: Some(200 + stall_us),
+            ..sample_event(Role::Client, outcome)
+        }
+    }
+
+    fn dropped(dst: &str) -> Event {
+        cli(Outcome::SynRetransmitted, dst, 443, 64, 1_000_000)
+    }
+
+    fn ok(dst: &str) -> Event {
+        cli(Outcome::Accepted, dst, 443, 64, 0)
+    }
+
+    fn built(events: &[(u32, Event)], group: GroupBy, fleet: bool, top: Option<usize>) -> Built {
+        let mut b = ReportBuilder::new(GroupOptions { by: group, ..Default::default() }, fleet);
+        let hosts: Vec<u32> = (0..4).map(|i| b.host(&format!("web-{i}.ams1.example.net"))).collect();
+        for (h, e) in events {
+            b.add(e, hosts[*h as usize]);
+        }
+        b.finish(Facts::default(), top)
+    }
+
+    #[test]
+    fn strength_follows_the_counts() {
+        assert_eq!(Strength::of(1, 1), Strength::Weak, "one connection is an anecdote");
+        assert_eq!(Strength::of(2, 2), Strength::Weak);
+        assert_eq!(Strength::of(3, 3), Strength::Moderate);
+        assert_eq!(Strength::of(900, 1000), Strength::Strong);
+        assert_eq!(Strength::of(30, 60), Strength::Strong);
+        assert_eq!(Strength::of(30, 61), Strength::Moderate, "a minority of many");
+        assert_eq!(Strength::of(0, 1000), Strength::Weak);
+    }
+
+    #[test]
+    fn ranked_by_time_lost_with_the_rest_summed() {
+        let mut events = Vec::new();
+        for i in 0..10 {
+            events.push((0, ok(&format!("10.0.0.{i}"))));
+        }
+        // 10.9.9.9 lost 3 s, 10.8.8.8 lost 1 s (and 4 healthy connections).
+        for _ in 0..3 {
+            events.push((0, dropped("10.9.9.9")));
+        }
+        events.push((0, dropped("10.8.8.8")));
+        let b = built(&events, GroupBy::Destination, false, Some(3));
+        let rows: Vec<DestinationReport> = b.rows().collect();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0].destination, "10.9.9.9:443");
+        assert_eq!(rows[0].lost_us_total, 3_000_000);
+        assert_eq!(rows[1].destination, "10.8.8.8:443");
+        assert_eq!(rows[2].verdict.kind, Kind::Healthy);
+        let s = &b.summary;
+        assert_eq!((s.connections, s.destinations, s.groups, s.shown), (14, 12, 12, 3));
+        assert_eq!((s.stalled, s.lost_us_total), (4, 4_000_000));
+        assert_eq!(s.verdicts[&Kind::SynDataDropped], 2);
+        assert_eq!(s.verdicts[&Kind::Healthy], 10);
+        assert_eq!(s.worst[0].group, "10.9.9.9:443");
+        assert_eq!(s.worst[0].strength, Strength::Moderate, "3 of 3");
+        assert_eq!(s.worst[1].strength, Strength::Weak, "1 of 1");
+        // The rest: every row not shown, their sums equal to the totals minus the shown rows.
+        let rest = b.rest.as_ref().unwrap();
+        assert_eq!(rest.groups, 9);
+        assert_eq!(rest.connections, 14 - 3 - 1 - 1);
+        assert_eq!((rest.stalled, rest.lost_us_total), (0, 0));
+        assert_eq!(rest.verdicts, BTreeMap::from([(Kind::Healthy, 9)]));
+        // --all: every row, no rest; the same order.
+        let all = built(&events, GroupBy::Destination, false, None);
+        assert!(all.rest.is_none());
+        let names: Vec<String> = all.rows().map(|d| d.destination).collect();
+        assert_eq!(names.len(), 12);
+        assert_eq!(&names[..2], ["10.9.9.9:443", "10.8.8.8:443"]);
+    }
+
+    #[test]
+    fn a_prefix_is_one_verdict_with_its_evidence() {
+        let mut events = Vec::new();
+        for i in 0..40 {
+            events.push((0, dropped(&format!("203.0.113.{i}"))));
+        }
+        events.push((0, ok("203.0.113.200")));
+        events.push((0, ok("198.51.100.7")));
+        let b = built(&events, GroupBy::Prefix, false, None);
+        let rows: Vec<DestinationReport> = b.rows().collect();
+        assert_eq!(rows.len(), 2, "{rows:#?}");
+        let r = &rows[0];
+        assert_eq!(r.destination, format!("203.0.113.0/{DEFAULT_PREFIX_V4}"));
+        assert_eq!(
+            (r.group.as_str(), r.netns, r.destinations, r.connections),
+            ("203.0.113.0/24", None, 41, 41)
+        );
+        assert_eq!(r.verdict.kind, Kind::SynDataDropped);
+        assert_eq!(r.verdict.strength, Strength::Strong);
+        assert_eq!(
+            r.verdict.support,
+            crate::aggregation::verdict::Support {
+                connections: 40,
+                of_connections: 41,
+                destinations: Some(40),
+                of_destinations: Some(41),
+                hosts: 1,
+                of_hosts: 1
+            }
+        );
+        assert!(
+            r.verdict.sentence.starts_with(
+                "SYN-data to 203.0.113.0/24 was dropped on the path in 40 of 41 connections (40 of 41 destinations)"
+            ),
+            "{}",
+            r.verdict.sentence
+        );
+        assert!(
+            r.verdict.sentence.ends_with("disable TFO towards them or fix the path"),
+            "{}",
+            r.verdict.sentence
+        );
+        assert!(
+            r.verdict.evidence.iter().any(|e| e.starts_with("most time lost: 203.0.113.0:443 (1.00 s)")),
+            "{:?}",
+            r.verdict.evidence
+        );
+        assert_eq!(b.summary.destinations, 42);
+        assert_eq!(b.summary.groups, 2);
+    }
+
+    #[test]
+    fn by_port_process_and_container() {
+        let mut a = dropped("10.0.0.1");
+        a.comm = "curl".into();
+        let mut c = ok("10.0.0.2");
+        c.comm = "wget".into();
+        c.dport = 80;
+        c.container_id = Some("3f2a9c1b0d4e5f6a".into());
+        let events = vec![(0, a.clone()), (0, a), (0, c)];
+        let labels = |g| built(&events, g, false, None).rows().map(|d| d.destination).collect::<Vec<_>>();
+        assert_eq!(labels(GroupBy::Port), ["port 443", "port 80"]);
+        assert_eq!(labels(GroupBy::Process), ["process curl", "process wget"]);
+        assert_eq!(labels(GroupBy::Container), ["no container", "container 3f2a9c1b0d4e"]);
+        let b = built(&events, GroupBy::Process, false, None);
+        assert_eq!(b.summary.destinations, 2, "destinations counted once each");
+        let curl = b.rows().next().unwrap();
+        assert!(
+            curl.verdict.sentence.starts_with("SYN-data to the destinations of process curl"),
+            "{}",
+            curl.verdict.sentence
+        );
+    }
+
+    #[test]
+    fn hosts_merge_with_a_breakdown_per_verdict() {
+        // Hosts 0 and 1 lose SYN-data to 203.0.113.0/24, hosts 2 and 3 do not (they reach it).
+        let mut events = Vec::new();
+        for h in 0..4u32 {
+            for i in 0..10 {
+                let dst = format!("203.0.113.{i}");
+                events.push((h, if h < 2 { dropped(&dst) } else { ok(&dst) }));
+            }
+            events.push((h, cli(Outcome::Accepted, "10.0.0.1", 80, 64, 0)));
+        }
+        // A destination first seen on one host, then on another: split by host from then on.
+        let b = built(&events, GroupBy::Prefix, true, None);
+        let rows: Vec<DestinationReport> = b.rows().collect();
+        let r = &rows[0];
+        assert_eq!(r.destination, "203.0.113.0/24");
+        assert_eq!(r.verdict.kind, Kind::SynDataDropped);
+        assert_eq!((r.verdict.support.hosts, r.verdict.support.of_hosts), (2, 4));
+        assert!(
+            r.verdict.sentence.contains("in 20 of 40 connections (10 of 10 destinations), from 2 of 4 hosts"),
+            "{}",
+            r.verdict.sentence
+        );
+        let shares: Vec<(String, u64, u64)> =
+            r.hosts.iter().map(|h| (h.host.clone(), h.connections, h.showing)).collect();
+        assert_eq!(
+            shares,
+            [
+                ("web-0.ams1.example.net".to_string(), 10, 10),
+                ("web-1.ams1.example.net".to_string(), 10, 10),
+                ("web-2.ams1.example.net".to_string(), 10, 0),
+                ("web-3.ams1.example.net".to_string(), 10, 0),
+            ]
+        );
+        let hosts_line = r.verdict.evidence.last().unwrap();
+        assert!(
+            hosts_line.starts_with("hosts: 2 of 4 show it: web-0.ams1.example.net (10 of 10)"),
+            "{hosts_line}"
+        );
+        // The sum over hosts is the row; the summary's per-host totals sum to the whole.
+        assert_eq!(r.hosts.iter().map(|h| h.connections).sum::<u64>(), r.connections);
+        let s = &b.summary;
+        assert_eq!(s.hosts.len(), 4);
+        assert_eq!(s.hosts.iter().map(|h| h.connections).sum::<u64>(), s.connections);
+        assert_eq!(s.hosts.iter().map(|h| h.lost_us_total).sum::<u64>(), s.lost_us_total);
+        assert_eq!(s.hosts[0].lost_us_total, 10_000_000);
+        // A fleet's rows name no namespace (an inode names nothing across hosts).
+        assert!(rows.iter().all(|d| d.netns.is_none()));
+        // Merging is order-free: the same events, hosts read the other way round.
+        let mut rev = events.clone();
+        rev.reverse();
+        let b2 = built(&rev, GroupBy::Prefix, true, None);
+        let r2 = b2.rows().next().unwrap();
+        assert_eq!(
+            (r2.connections, r2.syn_data_dropped, r2.lost_us_total),
+            (r.connections, r.syn_data_dropped, r.lost_us_total)
+        );
+        assert_eq!(r2.verdict.support, r.verdict.support);
+    }
+
+    #[test]
+    fn shared_sites_of_the_hosts_that_show_it() {
+        use crate::aggregation::verdict::shared_site;
+        assert_eq!(
+            shared_site(&["web-1.ams1.example.net", "web-2.ams1.example.net"], &["web-3.fra1.example.net"]),
+            Some("*.ams1.example.net".into())
+        );
+        assert_eq!(shared_site(&["web-ams-1", "web-ams-2"], &["web-fra-1"]), Some("web-ams-*".into()));
+        assert_eq!(shared_site(&["web-ams-1"], &["web-fra-1"]), None, "one host is no site");
+        assert_eq!(shared_site(&["a-1", "b-1"], &[]), None);
+    }
+
+    #[test]
+    fn a_million_destinations_fit_in_little_memory() {
+        // Not a benchmark (that is `cargo xtask bench`'s report step): that a destination
+        // seen once costs a slot and an index entry, nothing per event.
+        let mut b = ReportBuilder::new(GroupOptions::default(), false);
+        let h = b.host("h");
+        let mut e = ok("10.0.0.0");
+        for i in 0..10_000u32 {
+            e.daddr = IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            b.add(&e, h);
+        }
+        assert_eq!(b.cells.len(), 10_000);
+        assert!(b.cells.values().all(|s| matches!(s, Slot::One(_))));
+        let built = b.finish(Facts::default(), Some(DEFAULT_TOP));
+        assert_eq!(built.rows().count(), DEFAULT_TOP);
+        assert_eq!(built.rest.as_ref().unwrap().groups, 10_000 - DEFAULT_TOP as u64);
+    }
+}
