@@ -1,6 +1,7 @@
 //! Pure counting over decoded events: no I/O, so every view and test can share it.
 pub mod metrics;
 pub mod quantiles;
+pub mod rates;
 pub mod stall;
 pub mod table;
 pub mod totals;
