@@ -96,7 +96,8 @@ pub fn process_selected(pid: u32, comm: &[u64; 2]) -> bool {
             // SAFETY: the helper takes the cgroup array and a slot; a slot out of range or
             // empty answers an error (< 0), not 1.
             if i < n
-                && unsafe { bpf_current_task_under_cgroup(&CGROUP_FILTER as *const _ as *mut _, i as u32) } == 1
+                && unsafe { bpf_current_task_under_cgroup(&CGROUP_FILTER as *const _ as *mut _, i as u32) }
+                    == 1
             {
                 hit = true;
             }
@@ -112,7 +113,8 @@ pub fn process_selected(pid: u32, comm: &[u64; 2]) -> bool {
 #[inline(always)]
 fn in_prefix(c: &Cidr, family: u8, addr: &[u64; 2]) -> bool {
     // SAFETY: a field of the FILTER static.
-    let (c_family, c_bits) = unsafe { (core::ptr::read_volatile(&c.family), core::ptr::read_volatile(&c.bits)) };
+    let (c_family, c_bits) =
+        unsafe { (core::ptr::read_volatile(&c.family), core::ptr::read_volatile(&c.bits)) };
     if c_family != family {
         return false;
     }
@@ -151,7 +153,13 @@ fn any_prefix(list: &[Cidr; FILTER_SLOTS], n: usize, family: u8, addr: &[u64; 2]
 
 /// Namespace, server port and addresses: where the connection goes and from where.
 #[inline(always)]
-pub fn connection_selected(netns: u32, family: u8, server: &[u64; 2], server_port: u16, client: &[u64; 2]) -> bool {
+pub fn connection_selected(
+    netns: u32,
+    family: u8,
+    server: &[u64; 2],
+    server_port: u16,
+    client: &[u64; 2],
+) -> bool {
     let n = filter!(n_netns) as usize;
     if n > 0 && !listed!(netns, n, netns) {
         return false;

@@ -20,14 +20,17 @@ use aya_ebpf::{
     macros::map,
     maps::PerCpuArray,
 };
-use tfo_trace_common::{config, counter, flags, CountKey, ListenerKey, Outcome, ProcInfo, Role, TfoEvent, TASK_COMM_LEN};
+use tfo_trace_common::{
+    config, counter, flags, CountKey, ListenerKey, Outcome, ProcInfo, Role, TfoEvent, TASK_COMM_LEN,
+};
 
 use crate::{
-    kernel::{
-        config_has, flag, int, layout, net_of, netns_of, ptr, state_of, tuple_of, Access, TCP_CLOSE,
-        TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
-    },
     filter,
+    globals::config_has,
+    kernel::{
+        flag, int, layout, net_of, netns_of, ptr, state_of, tuple_of, Access, TCP_CLOSE, TCP_ESTABLISHED,
+        TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
+    },
     maps::{bump, count, emit_with, get16, now, put16, ConnState, Measure, Process, LISTENERS},
 };
 
@@ -277,8 +280,12 @@ fn client_established<A: Access>(sk: *const u8) {
         Outcome::NotAttempted
     };
     let data = if f.syn_data { syn_data_bytes::<A>(tp) } else { 0 };
-    let measure =
-        Measure { stall_ns: conn.stall_ns(), syn_data_bytes: data, retransmits: total_retrans, handshake_ns: conn.since_start() };
+    let measure = Measure {
+        stall_ns: conn.stall_ns(),
+        syn_data_bytes: data,
+        retransmits: total_retrans,
+        handshake_ns: conn.since_start(),
+    };
     record::<A>(sk, Role::Client, outcome, netns_of::<A>(sk), &conn, measure, |ev| {
         if f.exp {
             ev.flags |= flags::EXP_OPTION;
@@ -312,7 +319,12 @@ fn client_failed<A: Access>(sk: *const u8) {
         return;
     }
     let data = if f.syn_data { syn_data_bytes::<A>(tp) } else { 0 };
-    let measure = Measure { stall_ns: conn.stall_ns(), syn_data_bytes: data, retransmits: total_retrans, handshake_ns: 0 };
+    let measure = Measure {
+        stall_ns: conn.stall_ns(),
+        syn_data_bytes: data,
+        retransmits: total_retrans,
+        handshake_ns: 0,
+    };
     record::<A>(sk, Role::Client, Outcome::ConnectFailed, netns_of::<A>(sk), &conn, measure, |ev| {
         if ev.sport == 0 {
             ev.sport = conn.sport;
@@ -541,10 +553,10 @@ fn listener_started<A: Access>(sk: *const u8) {
         put16(&mut *core::ptr::addr_of_mut!((*p).comm), process.comm);
         owner.assume_init()
     };
-    let _ = LISTENERS.insert(&listener_key::<A>(sk), &owner, 0);
+    let _ = LISTENERS.insert(listener_key::<A>(sk), owner, 0);
 }
 
 #[inline(always)]
 fn listener_stopped<A: Access>(sk: *const u8) {
-    let _ = LISTENERS.remove(&listener_key::<A>(sk));
+    let _ = LISTENERS.remove(listener_key::<A>(sk));
 }

@@ -3,41 +3,26 @@
 //! Two ways in, one per kind of hook ([`Access`]):
 //! - [`Direct`]: BTF-typed programs (tp_btf, fentry/fexit) get their arguments as typed
 //!   kernel pointers, and the verifier checks each load against the kernel's own types.
-//!   Because [`LAYOUT`] sits in frozen read-only data, the verifier knows every offset as
+//!   Because [`LAYOUT`](crate::globals::LAYOUT) sits in frozen read-only data, the verifier knows every offset as
 //!   a constant, so a field is one load instruction; a connection's state lives in
 //!   socket-local storage.
 //! - [`Probe`]: raw tracepoints and kprobes see untyped addresses: each field is a
 //!   `bpf_probe_read_kernel`, and a connection's state lives in a hash keyed by the socket.
+use aya_ebpf::bindings::BPF_SK_STORAGE_GET_F_CREATE;
 use aya_ebpf::helpers::{
     bpf_probe_read_kernel,
     generated::{bpf_sk_storage_delete, bpf_sk_storage_get, bpf_skc_to_tcp_sock},
 };
-use aya_ebpf::bindings::BPF_SK_STORAGE_GET_F_CREATE;
-use tfo_trace_common::{Field, KernelLayout, FAMILY_V4, FAMILY_V6};
+use tfo_trace_common::{Field, FAMILY_V4, FAMILY_V6};
 
 use crate::maps::{ConnState, CONNS, CONN_STORAGE};
-
-/// Filled in by userspace before load (`EbpfLoader::override_global`).
-#[no_mangle]
-pub static LAYOUT: KernelLayout = KernelLayout::zeroed();
-
-/// Bits of `tfo_trace_common::config`, set by userspace before load.
-#[no_mangle]
-pub static CONFIG: u32 = 0;
-
-#[inline(always)]
-pub fn config_has(bit: u32) -> bool {
-    // SAFETY: CONFIG is a valid static; volatile only defeats constant folding (the
-    // verifier folds it instead, from the frozen map, and prunes the dead branch).
-    unsafe { core::ptr::read_volatile(&CONFIG) & bit != 0 }
-}
 
 /// Reads one field description; volatile so the compiler cannot fold the zero initializer.
 macro_rules! layout {
     ($field:ident) => {{
         // SAFETY: LAYOUT is a valid static; volatile only defeats constant folding.
         #[allow(unused_unsafe)] // the macro is also used inside unsafe blocks
-        let field = unsafe { core::ptr::read_volatile(&$crate::kernel::LAYOUT.$field) };
+        let field = unsafe { core::ptr::read_volatile(&$crate::globals::LAYOUT.$field) };
         field
     }};
 }
@@ -149,18 +134,18 @@ impl Access for Probe {
 
     #[inline(always)]
     fn conn(sk: *const u8) -> *mut ConnState {
-        CONNS.get_ptr_mut(&(sk as u64)).unwrap_or(core::ptr::null_mut())
+        CONNS.get_ptr_mut(sk as u64).unwrap_or(core::ptr::null_mut())
     }
 
     #[inline(always)]
     fn conn_start(sk: *const u8, state: &mut ConnState) -> bool {
         // LRU: a connection whose outcome we never see must not pin an entry.
-        CONNS.insert(&(sk as u64), state, 0).is_ok()
+        CONNS.insert(sk as u64, state, 0).is_ok()
     }
 
     #[inline(always)]
     fn conn_end(sk: *const u8) {
-        let _ = CONNS.remove(&(sk as u64));
+        let _ = CONNS.remove(sk as u64);
     }
 }
 

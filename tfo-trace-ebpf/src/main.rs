@@ -10,6 +10,7 @@ mod btf_tracepoints;
 mod fentry;
 mod filter;
 mod floor;
+mod globals;
 mod handlers;
 mod kernel;
 mod kprobes;

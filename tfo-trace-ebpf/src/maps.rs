@@ -6,9 +6,11 @@ use aya_ebpf::{
     macros::{btf_map, map},
     maps::{LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
-use tfo_trace_common::{config, counter, handshake_bucket, CountKey, Counts, ListenerKey, ProcInfo, TfoEvent};
+use tfo_trace_common::{
+    config, counter, handshake_bucket, CountKey, Counts, ListenerKey, ProcInfo, TfoEvent,
+};
 
-use crate::kernel::config_has;
+use crate::globals::config_has;
 
 /// Per-connection state between the SYN and its outcome. Byte arrays are kept as u64
 /// words: the BPF backend copies and zeroes byte arrays with calls to a byte-loop memset
@@ -172,14 +174,14 @@ fn add(row: *mut Counts, m: &Measure) {
 #[inline(always)]
 pub fn count(mut key: CountKey, m: &Measure) {
     for _ in 0..2 {
-        if let Some(row) = COUNTS.get_ptr_mut(&key) {
+        if let Some(row) = COUNTS.get_ptr_mut(key) {
             return add(row, m);
         }
         if let Some(zero) = COUNTS_ZERO.get_ptr(0) {
             // NOEXIST: another CPU may have made the row in between; then it is used.
             // SAFETY: a row of COUNTS_ZERO, which nothing ever writes: all zero.
-            let _ = COUNTS.insert(&key, unsafe { &*zero }, BPF_NOEXIST as u64);
-            if let Some(row) = COUNTS.get_ptr_mut(&key) {
+            let _ = COUNTS.insert(key, unsafe { *zero }, BPF_NOEXIST as u64);
+            if let Some(row) = COUNTS.get_ptr_mut(key) {
                 return add(row, m);
             }
         }

@@ -239,6 +239,11 @@ pub struct ExportArgs {
     /// first K seen; all later ones are counted under destination="other".
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub top_destinations: Option<u16>,
+    /// Add a `container` label (container id, else systemd unit or cgroup path, else
+    /// "none") for at most K containers, the first K seen; later ones count as "other".
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000),
+          conflicts_with = "top_destinations")]
+    pub top_containers: Option<u16>,
     /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,

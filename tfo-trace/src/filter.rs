@@ -60,7 +60,10 @@ impl From<RoleArg> for Role {
 
 fn parse_comm(s: &str) -> Result<String, String> {
     if s.is_empty() || s.len() >= TASK_COMM_LEN {
-        return Err(format!("`{s}`: a process name is 1 to {} bytes (the kernel keeps no more)", TASK_COMM_LEN - 1));
+        return Err(format!(
+            "`{s}`: a process name is 1 to {} bytes (the kernel keeps no more)",
+            TASK_COMM_LEN - 1
+        ));
     }
     Ok(s.to_string())
 }
@@ -77,9 +80,9 @@ fn parse_netns(s: &str) -> Result<u32, String> {
     if s.contains('/') || s.is_empty() {
         return Err(format!("`{s}` is neither a namespace inode nor an `ip netns` name"));
     }
-    std::fs::metadata(&path)
-        .map(|m| m.ino() as u32)
-        .map_err(|_| format!("`{s}` is neither a namespace inode nor an `ip netns` name (no {})", path.display()))
+    std::fs::metadata(&path).map(|m| m.ino() as u32).map_err(|_| {
+        format!("`{s}` is neither a namespace inode nor an `ip netns` name (no {})", path.display())
+    })
 }
 
 fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
@@ -196,7 +199,10 @@ mod tests {
         assert_eq!(&f.comms[0][..5], b"curl\0");
         assert_eq!((f.n_ports, f.ports[0]), (1, 443));
         // Masked to its prefix: the network, as the kernel compares it.
-        assert_eq!((f.daddrs[0].family, f.daddrs[0].bits, &f.daddrs[0].addr[..4]), (4, 24, &[203, 0, 113, 0][..]));
+        assert_eq!(
+            (f.daddrs[0].family, f.daddrs[0].bits, &f.daddrs[0].addr[..4]),
+            (4, 24, &[203, 0, 113, 0][..])
+        );
         assert_eq!((f.saddrs[0].family, f.saddrs[0].bits), (6, 128));
         assert_eq!(f.roles, 1 << 1);
         assert_eq!(f.outcomes, (1 << 4) | (1 << 3));

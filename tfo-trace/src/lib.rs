@@ -14,6 +14,7 @@ pub mod diagnosis;
 pub mod duration;
 pub mod events;
 pub mod filter;
+pub mod fuzz;
 pub mod kernel;
 pub mod lab;
 pub mod probes;

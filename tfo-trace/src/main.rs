@@ -1,6 +1,7 @@
 use std::process::ExitCode;
 
 use tfo_trace::{
+    aggregation::metrics::Breakdown,
     cli::{Cli, Command},
     views::{self, session::PrivilegeError},
 };
@@ -64,7 +65,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             listen: (!a.web_disable).then_some(a.web_listen_address),
             textfile: a.textfile,
             interval: a.interval,
-            top_destinations: a.top_destinations.map(usize::from),
+            breakdown: match (a.top_destinations, a.top_containers) {
+                (Some(k), _) => Some(Breakdown::Destinations(k.into())),
+                (None, Some(k)) => Some(Breakdown::Containers(k.into())),
+                (None, None) => None,
+            },
             netns: a.probe.filter.netns.clone(),
             duration: a.duration,
         })),

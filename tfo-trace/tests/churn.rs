@@ -29,7 +29,8 @@ fn maps_of(pid: u32) -> Vec<(u64, String, String)> {
         .unwrap_or_default();
     ids.into_iter()
         .filter_map(|id| {
-            let out = Command::new("bpftool").args(["map", "show", "id", &id.to_string(), "-j"]).output().ok()?;
+            let out =
+                Command::new("bpftool").args(["map", "show", "id", &id.to_string(), "-j"]).output().ok()?;
             let v: Value = serde_json::from_slice(&out.stdout).ok()?;
             Some((id, v["name"].as_str()?.to_string(), v["type"].as_str()?.to_string()))
         })
@@ -74,14 +75,17 @@ fn a_million_connections_leave_nothing_behind_and_miss_no_count() {
     let lab = Lab::create(LabConfig::default()).unwrap();
     lab.set_sysctl(Side::Client, "net.ipv4.tcp_fastopen", "3").unwrap();
     let ns = lab.netns(Side::Client).to_string();
-    let route = Command::new("ip").args(["-n", &ns, "route", "add", "local", "10.0.0.0/8", "dev", "lo"]).status();
+    let route =
+        Command::new("ip").args(["-n", &ns, "route", "add", "local", "10.0.0.0/8", "dev", "lo"]).status();
     assert!(matches!(route, Ok(s) if s.success()), "ip route add local 10.0.0.0/8: {route:?}");
     let netns = common::netns_inode(&lab, Side::Client);
     let inode = netns.to_string();
 
-    let mut export = Tracer::start_command(&["export", "--web.listen-address", "127.0.0.1:0", "--netns", &inode]);
+    let mut export =
+        Tracer::start_command(&["export", "--web.listen-address", "127.0.0.1:0", "--netns", &inode]);
     let line = export.wait_stderr("serving metrics on http://", common::HANG_LIMIT);
-    let addr: SocketAddr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).unwrap().parse().unwrap();
+    let addr: SocketAddr =
+        line.split("http://").nth(1).and_then(|r| r.split('/').next()).unwrap().parse().unwrap();
     let top = Tracer::start_command(&["top", "--batch", "--json", "--delay", "5"]);
     let before = lab.netstat(Side::Client).unwrap();
 
@@ -105,8 +109,11 @@ fn a_million_connections_leave_nothing_behind_and_miss_no_count() {
     std::thread::sleep(Duration::from_millis(500));
     let (_, text) = http_get(addr, "/metrics").unwrap();
     let sum = |role: &str, outcome: &str| {
-        metric_sum(&text, "tfo_trace_connections_total", &[&format!("role=\"{role}\""), &format!("outcome=\"{outcome}\"")])
-            as u64
+        metric_sum(
+            &text,
+            "tfo_trace_connections_total",
+            &[&format!("role=\"{role}\""), &format!("outcome=\"{outcome}\"")],
+        ) as u64
     };
     assert_eq!(sum("client", "accepted"), d.get("TcpExtTCPFastOpenActive"), "{d:?}");
     assert_eq!(sum("server", "accepted"), d.get("TcpExtTCPFastOpenPassive"), "{d:?}");
@@ -122,7 +129,9 @@ fn a_million_connections_leave_nothing_behind_and_miss_no_count() {
             // storage, freed with each socket (and not walkable: nothing to count).
             "CONNS" => assert_eq!(keys(*id).len(), 0, "connection state left behind"),
             // Listeners elsewhere on the host stay known; the lab's closed ones must not.
-            "LISTENERS" => assert_eq!(of_netns(&keys(*id), netns), 0, "{LISTENERS} listeners closed, entries left"),
+            "LISTENERS" => {
+                assert_eq!(of_netns(&keys(*id), netns), 0, "{LISTENERS} listeners closed, entries left")
+            }
             // One row per role and outcome in the lab's namespace.
             "COUNTS" => assert!(of_netns(&keys(*id), netns) <= 26, "COUNTS grew to {} rows", keys(*id).len()),
             _ => eprintln!("map {name} ({kind}) not checked"),

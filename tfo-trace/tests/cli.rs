@@ -7,24 +7,123 @@ fn tfo_trace(args: &[&str]) -> std::process::Output {
     Command::new(common::exe()).args(args).output().expect("running tfo-trace")
 }
 
-fn unknown_flag_is_a_usage_error() {
-    let out = tfo_trace(&["trace", "--no-such-flag"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-flag"));
+/// A usage error as clap reports it: exit 2, nothing on stdout, `error: ...` naming the
+/// flag on the first line (or, for a value starting with `-`, which clap takes for a flag,
+/// that value), the pointer to --help at the end, and no panic.
+fn assert_usage_error(args: &[&str], names: &str) {
+    let out = tfo_trace(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?}: usage errors go to stderr");
+    let first = err.lines().next().unwrap_or("");
+    assert!(first.starts_with("error:"), "{args:?}: {err}");
+    let value = args.last().copied().unwrap_or("");
+    let taken_for_a_flag = value.starts_with('-') && first.contains("unexpected argument '-");
+    assert!(first.contains(names) || taken_for_a_flag, "{args:?}: {names:?} not named in {first:?}");
+    assert!(err.trim_end().ends_with("For more information, try '--help'."), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
 }
 
-fn bad_values_are_usage_errors_with_one_clear_line() {
-    for args in [
-        &["trace", "--duration", "soon"][..],
-        &["trace", "--ring-buffer-size", "1000"],
-        &["trace", "--backend", "dtrace"],
-    ] {
-        let out = tfo_trace(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.starts_with("error:"), "{args:?}: {err}");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
+fn unknown_flags_are_usage_errors() {
+    for sub in ["trace", "stalls", "top", "report", "doctor", "export", "demo", "completions"] {
+        assert_usage_error(&[sub, "--no-such-flag"], "--no-such-flag");
     }
+    assert_usage_error(&["--no-such-flag"], "--no-such-flag");
+    assert_usage_error(&["no-such-command"], "no-such-command");
+    assert_usage_error(&["trace", "extra"], "extra");
+}
+
+/// Every flag that takes a duration, with values that are not one (or out of range).
+fn bad_durations_are_usage_errors() {
+    let flags = [
+        ("trace", "--duration", "--duration"),
+        ("stalls", "--duration", "--duration"),
+        ("top", "--duration", "--duration"),
+        ("top", "-d", "--delay"),
+        ("report", "--duration", "--duration"),
+        ("export", "--duration", "--duration"),
+        ("export", "--interval", "--interval"),
+        ("demo", "--duration", "--duration"),
+    ];
+    for (sub, flag, name) in flags {
+        for bad in [
+            "soon",
+            "0",
+            "0s",
+            "-5s",
+            "5 parsecs",
+            "1e9",
+            "inf",
+            "NaN",
+            "5d",
+            "1.2.3s",
+            "",
+            "367d",
+            "10000h",
+            "0.0000000001",
+            "0.5ms",
+        ] {
+            assert_usage_error(&[sub, flag, bad], name);
+        }
+    }
+}
+
+fn bad_ring_buffer_sizes_are_usage_errors() {
+    for sub in ["trace", "stalls", "top", "report", "export", "demo"] {
+        for bad in ["1000", "5000", "0", "-4096", "4096k", "4294967296", "0x1000", ""] {
+            assert_usage_error(&[sub, "--ring-buffer-size", bad], "--ring-buffer-size");
+        }
+    }
+}
+
+fn bad_backends_are_usage_errors() {
+    for sub in ["trace", "stalls", "top", "report", "export", "demo"] {
+        for bad in ["dtrace", "", "FENTRY", "kprobe,fentry", "tracepoint "] {
+            assert_usage_error(&[sub, "--backend", bad], "--backend");
+        }
+    }
+}
+
+/// The flags that take an address, a port or a number naming a thing, and the lab's
+/// address flags (there is no CIDR flag today).
+fn bad_addresses_ports_and_numbers_are_usage_errors() {
+    for bad in [
+        "localhost:9435",
+        "127.0.0.1",
+        "127.0.0.1:99999",
+        "127.0.0.1:-1",
+        "300.1.1.1:80",
+        "::1:80",
+        "[::1]",
+        "",
+    ] {
+        assert_usage_error(&["export", "--web.listen-address", bad], "--web.listen-address");
+        assert_usage_error(&["lab-client", "--dst", bad], "--dst");
+        assert_usage_error(&["lab-server", "--listen", bad], "--listen");
+    }
+    for bad in ["abc", "-1", "4294967296", "0x10"] {
+        assert_usage_error(&["export", "--netns", bad], "--netns");
+    }
+    for bad in ["0", "1001", "x"] {
+        assert_usage_error(&["export", "--top-destinations", bad], "--top-destinations");
+    }
+    for bad in ["0", "-1", "x", "10000001"] {
+        assert_usage_error(&["top", "--max-groups", bad], "--max-groups");
+    }
+    assert_usage_error(&["top", "-n", "0"], "--count");
+    assert_usage_error(&["report", "--format", "yaml"], "--format");
+}
+
+/// Arguments that are not UTF-8 are named, not a panic.
+fn non_utf8_arguments_are_usage_errors() {
+    use std::{ffi::OsStr, os::unix::ffi::OsStrExt};
+    let out = Command::new(common::exe())
+        .args([OsStr::new("trace"), OsStr::new("--duration"), OsStr::from_bytes(b"5\xffs")])
+        .output()
+        .expect("running tfo-trace");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("error:") && !err.contains("panicked"), "{err}");
 }
 
 fn without_capabilities_one_line_names_what_is_missing() {
@@ -84,8 +183,12 @@ fn completions_and_man_page_name_the_subcommands() {
 }
 
 tests_main!(
-    unknown_flag_is_a_usage_error,
-    bad_values_are_usage_errors_with_one_clear_line,
+    unknown_flags_are_usage_errors,
+    bad_durations_are_usage_errors,
+    bad_ring_buffer_sizes_are_usage_errors,
+    bad_backends_are_usage_errors,
+    bad_addresses_ports_and_numbers_are_usage_errors,
+    non_utf8_arguments_are_usage_errors,
     without_capabilities_one_line_names_what_is_missing,
     doctor_reports_this_kernel_and_exits_zero,
     trace_stops_by_itself_and_reports_counts,

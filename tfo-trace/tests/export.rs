@@ -9,13 +9,13 @@ mod common;
 
 use std::{
     io::{Read as _, Write as _},
-    net::{SocketAddr, TcpListener},
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use common::{http_get, netns_inode, Tracer};
+use common::{free_port, http_get, netns_inode, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     kernel::netstat::Netstat,
@@ -61,10 +61,6 @@ fn prometheus_binaries() -> Result<(PathBuf, PathBuf), String> {
     let mut err = String::new();
     let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
     find().ok_or_else(|| format!("`apt-get install prometheus` failed ({status}): {}", err.trim()))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn url_encode(s: &str) -> String {
@@ -335,6 +331,4 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-tests_main!(
-    prometheus_scrapes_what_the_kernel_counted,
-);
+tests_main!(prometheus_scrapes_what_the_kernel_counted,);

@@ -94,7 +94,8 @@ fn signal_under_load_detaches_and_completes_the_recording(signal: i32) {
     let (events, stderr) = tracer.stop(); // asserts exit 0
     let _ = load.wait();
     let summary = stderr.iter().find(|l| l.contains(" events, ")).unwrap_or_else(|| panic!("{stderr:?}"));
-    let seen: usize = summary.split("tfo-trace: ").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
+    let seen: usize =
+        summary.split("tfo-trace: ").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
     assert_eq!(events.len(), seen, "stdout has every event the summary counts: {summary}");
     assert!(seen > 1000, "under load: {summary}");
     // The recording: a header, then every event, each line whole.
@@ -146,21 +147,31 @@ fn two_tracers_at_once_do_not_disturb_each_other() {
     assert_eq!(lab.run_client(common::exe(), &client(1)).unwrap().ok_count(), 1, "cookie");
     let cli_ns = netns_inode(&lab, Side::Client);
     let before = lab.netstat(Side::Client).unwrap();
-    let mut export =
-        Tracer::start_command(&["export", "--web.listen-address", "127.0.0.1:0", "--netns", &cli_ns.to_string()]);
+    let mut export = Tracer::start_command(&[
+        "export",
+        "--web.listen-address",
+        "127.0.0.1:0",
+        "--netns",
+        &cli_ns.to_string(),
+    ]);
     let line = export.wait_stderr("serving metrics on http://", HANG_LIMIT);
-    let addr: SocketAddr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).unwrap().parse().unwrap();
+    let addr: SocketAddr =
+        line.split("http://").nth(1).and_then(|r| r.split('/').next()).unwrap().parse().unwrap();
     let trace = Tracer::start(&[]);
     assert_eq!(lab.run_client(common::exe(), &client(10)).unwrap().ok_count(), 10);
     let (events, _) = trace.stop();
     let mid = lab.netstat(Side::Client).unwrap();
-    assert_eq!(count(&events, cli_ns, "client", "accepted"), Netstat::delta(&before, &mid).get("TcpExtTCPFastOpenActive"));
+    assert_eq!(
+        count(&events, cli_ns, "client", "accepted"),
+        Netstat::delta(&before, &mid).get("TcpExtTCPFastOpenActive")
+    );
     // The other tracer, still running, keeps counting after the first one is gone.
     assert_eq!(lab.run_client(common::exe(), &client(7)).unwrap().ok_count(), 7);
     let d = Netstat::delta(&before, &lab.netstat(Side::Client).unwrap());
     std::thread::sleep(Duration::from_millis(300));
     let (_, text) = http_get(addr, "/metrics").unwrap();
-    let accepted = metric_sum(&text, "tfo_trace_connections_total", &[r#"role="client""#, r#"outcome="accepted""#]);
+    let accepted =
+        metric_sum(&text, "tfo_trace_connections_total", &[r#"role="client""#, r#"outcome="accepted""#]);
     assert_eq!(accepted as u64, d.get("TcpExtTCPFastOpenActive"), "{text}");
     assert_eq!(d.get("TcpExtTCPFastOpenActive"), 17);
     export.stop();
@@ -180,7 +191,18 @@ fn a_missing_or_bad_btf_or_an_unloadable_backend_is_one_clear_line() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["trace", "--duration", "1s", "--btf", "/nonexistent/vmlinux"], "/nonexistent/vmlinux"),
         (vec!["trace", "--duration", "1s", "--btf", &garbage_path], "BTF"),
-        (vec!["export", "--duration", "1s", "--web.listen-address", "127.0.0.1:0", "--btf", "/nonexistent"], "/nonexistent"),
+        (
+            vec![
+                "export",
+                "--duration",
+                "1s",
+                "--web.listen-address",
+                "127.0.0.1:0",
+                "--btf",
+                "/nonexistent",
+            ],
+            "/nonexistent",
+        ),
     ];
     for (args, needle) in cases {
         let (code, err) = run(&args);

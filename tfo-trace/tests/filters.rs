@@ -38,7 +38,8 @@ impl Cgroups {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let base = root.join(format!("tfo-test-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&base).unwrap_or_else(|e| common::skip(format!("cannot make cgroups here: {e}")));
+        std::fs::create_dir_all(&base)
+            .unwrap_or_else(|e| common::skip(format!("cannot make cgroups here: {e}")));
         Cgroups { base, dirs: Vec::new() }
     }
 
@@ -82,7 +83,10 @@ fn client_and_server_name_their_cgroup_and_container() {
         )
         .unwrap();
     let run = lab
-        .run_client(common::exe(), &ClientArgs { count: 3, cgroup: Some(client_cg.clone()), ..ClientArgs::new(listen) })
+        .run_client(
+            common::exe(),
+            &ClientArgs { count: 3, cgroup: Some(client_cg.clone()), ..ClientArgs::new(listen) },
+        )
         .unwrap();
     let (events, _) = tracer.stop();
     assert_eq!(run.ok_count(), 3);
@@ -119,8 +123,10 @@ fn filters_select_in_the_kernel() {
     let lab = Lab::create(LabConfig::default()).unwrap();
     let srv_ip = lab.server_addr(0, false).unwrap();
     let (p1, p2) = (SocketAddr::new(srv_ip, 8080), SocketAddr::new(srv_ip, 8081));
-    let s1 = lab.start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(p1) }).unwrap();
-    let _s2 = lab.start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(p2) }).unwrap();
+    let s1 =
+        lab.start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(p1) }).unwrap();
+    let _s2 =
+        lab.start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(p2) }).unwrap();
     let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
     // Cookies first, so every filtered connection below is an accepted TFO one.
     for p in [p1, p2] {
@@ -143,7 +149,10 @@ fn filters_select_in_the_kernel() {
     let before = (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap());
     let run = |dst, n, dir: &PathBuf| {
         let r = lab
-            .run_client(common::exe(), &ClientArgs { count: n, cgroup: Some(dir.clone()), ..ClientArgs::new(dst) })
+            .run_client(
+                common::exe(),
+                &ClientArgs { count: n, cgroup: Some(dir.clone()), ..ClientArgs::new(dst) },
+            )
             .unwrap();
         assert_eq!(r.ok_count(), n as usize);
         r
@@ -173,6 +182,66 @@ fn filters_select_in_the_kernel() {
     assert!(by_netns.iter().all(|e| e["netns"] == srv_ns), "{by_netns:?}");
 }
 
+/// `export --top-containers 1`: the first container seen keeps its own `container` label,
+/// the next is summed into "other", and together they equal the kernel's count.
+fn export_labels_containers_within_a_bound() {
+    require_kernel!();
+    let mut cg = Cgroups::new();
+    let other = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
+    let (cg_a, cg_b) =
+        (cg.make(&format!("docker-{CONTAINER}.scope")), cg.make(&format!("docker-{other}.scope")));
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let listen = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    let _server = lab
+        .start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(listen) })
+        .unwrap();
+    // The cookie first, before the exporter starts: every connection below is accepted TFO.
+    assert_eq!(lab.run_client(common::exe(), &ClientArgs::new(listen)).unwrap().ok_count(), 1);
+    let exporter: SocketAddr = format!("127.0.0.1:{}", common::free_port()).parse().unwrap();
+    let cli_ns = netns_inode(&lab, Side::Client).to_string();
+    let tracer = Tracer::start_command(&[
+        "export",
+        "--web.listen-address",
+        &exporter.to_string(),
+        "--netns",
+        &cli_ns,
+        "--top-containers",
+        "1",
+    ]);
+    let before = lab.netstat(Side::Client).unwrap();
+    for (dir, n) in [(&cg_a, 3), (&cg_b, 4)] {
+        let run = lab
+            .run_client(
+                common::exe(),
+                &ClientArgs { count: n, cgroup: Some(dir.clone()), ..ClientArgs::new(listen) },
+            )
+            .unwrap();
+        assert_eq!(run.ok_count(), n as usize);
+    }
+    let accepted =
+        Netstat::delta(&before, &lab.netstat(Side::Client).unwrap()).get("TcpExtTCPFastOpenActive");
+    assert_eq!(accepted, 7, "the kernel agrees with the lab first");
+    let metric = "tfo_trace_connections_total";
+    let sum = |text: &str, label: &str| {
+        common::metric_sum(text, metric, &[r#"role="client""#, r#"outcome="accepted""#, label])
+    };
+    // Events reach the exporter within milliseconds of the connection; bounded wait.
+    let deadline = Instant::now() + common::HANG_LIMIT;
+    let text = loop {
+        let (status, text) = common::http_get(exporter, "/metrics").unwrap();
+        assert_eq!(status, 200);
+        if sum(&text, "") >= accepted as f64 || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(tracer);
+    assert_eq!(sum(&text, &format!(r#"container="{}""#, &CONTAINER[..12])), 3.0, "{text}");
+    assert_eq!(sum(&text, r#"container="other""#), 4.0, "{text}");
+    assert_eq!(sum(&text, ""), accepted as f64, "{text}");
+    assert!(!text.contains(&other[..12]), "the second container has no series of its own: {text}");
+}
+
 /// Bad filter values are usage errors, before anything loads: clap's message, exit 2.
 fn bad_filter_values_are_usage_errors() {
     let cases: [&[&str]; 8] = [
@@ -191,8 +260,11 @@ fn bad_filter_values_are_usage_errors() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.starts_with("error:") && !err.contains("panicked"), "{args:?}: {err}");
     }
-    let many: Vec<String> =
-        ["trace"].into_iter().map(String::from).chain((1..=9).flat_map(|p| ["--port".into(), p.to_string()])).collect();
+    let many: Vec<String> = ["trace"]
+        .into_iter()
+        .map(String::from)
+        .chain((1..=9).flat_map(|p| ["--port".into(), p.to_string()]))
+        .collect();
     let out = Command::new(common::exe()).args(&many).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
@@ -202,5 +274,6 @@ fn bad_filter_values_are_usage_errors() {
 tests_main!(
     client_and_server_name_their_cgroup_and_container,
     filters_select_in_the_kernel,
+    export_labels_containers_within_a_bound,
     bad_filter_values_are_usage_errors,
 );

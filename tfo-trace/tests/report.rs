@@ -6,15 +6,9 @@
 //! Needs root; skips with the reason otherwise.
 mod common;
 
-use std::{
-    net::SocketAddr,
-    os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
-    process::Command,
-    time::Duration,
-};
+use std::{net::SocketAddr, os::unix::fs::PermissionsExt, path::Path, process::Command, time::Duration};
 
-use common::{netns_inode, Tracer};
+use common::{netns_inode, TempFile, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     events::{Outcome, Role},
@@ -26,22 +20,6 @@ use tfo_trace::{
 };
 
 const PORT: u16 = 8080;
-
-/// Deleted on drop, also when the test fails.
-struct TempFile(PathBuf);
-impl TempFile {
-    fn new(name: &str) -> TempFile {
-        TempFile(std::env::temp_dir().join(format!("tfo-report-test-{}-{name}.jsonl", std::process::id())))
-    }
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 struct Out {
     code: Option<i32>,

@@ -578,14 +578,18 @@ impl Env {
                 .filter_map(|l| {
                     let (series, value) = l.rsplit_once(' ')?;
                     let (n, rest) = series.split_once('{').unwrap_or((series, ""));
-                    (n == name && labels.iter().all(|w| rest.contains(w))).then(|| value.parse::<f64>().ok())?
+                    (n == name && labels.iter().all(|w| rest.contains(w)))
+                        .then(|| value.parse::<f64>().ok())?
                 })
                 .sum::<f64>() as u64
         };
         Ok(Stall {
             connections: load.connections,
             kernel_accepted: load.tfo_active,
-            exported_accepted: sum("tfo_trace_connections_total", &[r#"role="client""#, r#"outcome="accepted""#]),
+            exported_accepted: sum(
+                "tfo_trace_connections_total",
+                &[r#"role="client""#, r#"outcome="accepted""#],
+            ),
             events_lost: sum("tfo_trace_events_lost_total", &[]),
         })
     }
@@ -1101,7 +1105,11 @@ impl Report {
         let floor_plain = self.bpf_ns(Mode::Plain, Config::Floor);
         // The worst of trace, top and export: every mode must meet the target.
         let worst = |f: &dyn Fn(Config) -> f64| {
-            Config::TFO_TRACE.into_iter().map(|c| (c, f(c))).max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((Config::Trace, f64::NAN))
+            Config::TFO_TRACE
+                .into_iter()
+                .map(|c| (c, f(c)))
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .unwrap_or((Config::Trace, f64::NAN))
         };
         let plain_ns = worst(&|c| self.bpf_ns(Mode::Plain, c));
         let tfo_ns = worst(&|c| self.bpf_ns(Mode::Tfo, c));
@@ -1134,7 +1142,12 @@ impl Report {
             ),
             (
                 "BPF time per TFO connection <= 0.5x the keyed bpftrace script".to_string(),
-                format!("worst `{}`: {:.0} ns vs {bt_keyed_tfo:.0} ns ({:.2}x)", tfo_ns.0.short(), tfo_ns.1, tfo_ns.1 / bt_keyed_tfo),
+                format!(
+                    "worst `{}`: {:.0} ns vs {bt_keyed_tfo:.0} ns ({:.2}x)",
+                    tfo_ns.0.short(),
+                    tfo_ns.1,
+                    tfo_ns.1 / bt_keyed_tfo
+                ),
                 tfo_ns.1 <= 0.5 * bt_keyed_tfo,
             ),
             (
@@ -1205,9 +1218,20 @@ impl Report {
         }
         let failed: u64 = self.runs.values().flatten().map(|r| r.load.failed).sum();
         let conns: u64 = self.runs.values().flatten().map(|r| r.load.connections).sum();
-        let tfo: u64 = self.runs.iter().filter(|((m, _), _)| *m == Mode::Tfo).flat_map(|(_, v)| v).map(|r| r.load.tfo_active).sum();
-        let plain_tfo: u64 =
-            self.runs.iter().filter(|((m, _), _)| *m == Mode::Plain).flat_map(|(_, v)| v).map(|r| r.load.tfo_active).sum();
+        let tfo: u64 = self
+            .runs
+            .iter()
+            .filter(|((m, _), _)| *m == Mode::Tfo)
+            .flat_map(|(_, v)| v)
+            .map(|r| r.load.tfo_active)
+            .sum();
+        let plain_tfo: u64 = self
+            .runs
+            .iter()
+            .filter(|((m, _), _)| *m == Mode::Plain)
+            .flat_map(|(_, v)| v)
+            .map(|r| r.load.tfo_active)
+            .sum();
         w.push_str(&format!(
             "\n{conns} connections in all, {failed} failed; in the TFO runs TcpExtTCPFastOpenActive rose by \
              {tfo} (data in the SYN, acknowledged), in the plain runs by {plain_tfo}.\n"
@@ -1216,9 +1240,11 @@ impl Report {
         w.push_str(
             "\n## 2. Per program (TFO connections)\n\n| tracer | program | runs/conn | ns/run | ns/conn |\n|---|---|---|---|---|\n",
         );
-        for c in [Config::Floor, Config::Trace, Config::Export, Config::BpftraceCount, Config::BpftraceKeyed] {
+        for c in [Config::Floor, Config::Trace, Config::Export, Config::BpftraceCount, Config::BpftraceKeyed]
+        {
             let runs = self.of(Mode::Tfo, c);
-            let mut names: Vec<String> = runs.iter().flat_map(|r| r.progs.iter().map(|p| p.name.clone())).collect();
+            let mut names: Vec<String> =
+                runs.iter().flat_map(|r| r.progs.iter().map(|p| p.name.clone())).collect();
             names.sort();
             names.dedup();
             for n in &names {
@@ -1297,7 +1323,11 @@ impl Report {
         let line = |name: &str, v: Vec<f64>| {
             let min = v.iter().copied().fold(f64::INFINITY, f64::min);
             let max = v.iter().copied().fold(0.0, f64::max);
-            format!("| {name} | {} | {:.0} ms | {min:.0} ms | {max:.0} ms |\n", v.len(), median(v.iter().copied()))
+            format!(
+                "| {name} | {} | {:.0} ms | {min:.0} ms | {max:.0} ms |\n",
+                v.len(),
+                median(v.iter().copied())
+            )
         };
         let all = |cs: &[Config]| -> Vec<f64> {
             Mode::ALL
@@ -1316,7 +1346,6 @@ impl Report {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1329,10 +1358,15 @@ mod tests {
             ExitLine { events: Some(120), lost: Some(7), counted: Some(127) }
         );
         assert_eq!(
-            parse_exit_line(&l("tfo-trace: 0 events, 0 lost (5 outcomes counted in the kernel), 2 hook runs missed")),
+            parse_exit_line(&l(
+                "tfo-trace: 0 events, 0 lost (5 outcomes counted in the kernel), 2 hook runs missed"
+            )),
             ExitLine { events: Some(0), lost: Some(0), counted: Some(5) }
         );
-        assert_eq!(parse_exit_line(&l("tfo-trace: 9 events, 1 lost")), ExitLine { events: Some(9), lost: Some(1), counted: None });
+        assert_eq!(
+            parse_exit_line(&l("tfo-trace: 9 events, 1 lost")),
+            ExitLine { events: Some(9), lost: Some(1), counted: None }
+        );
         assert_eq!(parse_exit_line(&l("something else")), ExitLine::default());
     }
 }

@@ -4,8 +4,10 @@
 //!   built against the nightly's LLVM, Debian packages); fast when all is present.
 //! - `build`: setup, then a release build of tfo-trace (its build.rs builds and embeds
 //!   the eBPF object).
-//! - `test`: setup, then the whole test suite (unit + root-only kernel tests), then the
-//!   VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
+//! - `lint`: the gates: `cargo fmt --check`, clippy with `-D warnings` on the host crates
+//!   and on the eBPF crate for the bpf target.
+//! - `test`: setup, the gates (`lint`), then the whole test suite (unit + root-only kernel
+//!   tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
 //! - `vm`: boots Debian's 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
 //!   once per tracer backend (see docs/vm.md).
 //! - `demo`: setup, release build, then runs `tfo-trace demo` as root.
@@ -13,7 +15,12 @@
 //!   the same hooks and bpftrace, and writes BENCHMARKS.md.
 //! - `soak`: release build, then 30 minutes of mixed lab traffic under `top` and `export`
 //!   (memory, fds, counts against the kernel's), and writes SOAK.md.
+//! - `fuzz [--seconds N]`: setup and cargo-fuzz (installed when absent), then a bounded
+//!   libFuzzer run of the recording reader, the replay of what it reads (report, top) and
+//!   the ring-buffer event decoder (fuzz/); a crash is kept in fuzz/regressions/, which
+//!   `test` replays on stable.
 mod bench;
+mod fuzz;
 mod setup;
 mod soak;
 mod util;
@@ -41,7 +48,7 @@ enum Task {
     Setup,
     /// Setup, then `cargo build --release -p tfo-trace`
     Build,
-    /// Setup, then run the whole test suite (kernel tests need root), then the VM matrix
+    /// Setup, then the gates (fmt, clippy), the whole test suite (kernel tests need root), the VM matrix
     Test {
         /// Skip the VM kernel matrix (also: env TFO_NO_VM=1)
         #[arg(long)]
@@ -50,6 +57,8 @@ enum Task {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// The gates: `cargo fmt --check` and clippy -D warnings (host crates, and the eBPF crate for bpf)
+    Lint,
     /// Boot Debian's 6.1 / 6.12 kernels under qemu and run the kernel tests inside, per backend
     Vm(vm::VmArgs),
     /// Benchmark as root: connection rate, BPF cost, loss, CPU/RSS and start-up of tfo-trace
@@ -57,6 +66,10 @@ enum Task {
     Bench(bench::BenchArgs),
     /// Long mixed lab traffic under `top` and `export` (default 30 min, as root); writes SOAK.md
     Soak(soak::SoakArgs),
+    /// Fuzz the recording reader, report/top on what it reads, and the event decoder for N
+    /// seconds in all (cargo-fuzz, nightly); prints runs and exec/s, keeps any crash in
+    /// fuzz/regressions/
+    Fuzz(fuzz::FuzzArgs),
     /// Setup, release build, then run `tfo-trace demo` as root
     Demo {
         /// Extra arguments for `tfo-trace demo` (after `--`)
@@ -81,6 +94,14 @@ fn dispatch(task: Task) -> Result<()> {
         Task::Setup => setup::setup(),
         Task::Build => build(),
         Task::Test { no_vm, args } => test(&args, no_vm || env_flag("TFO_NO_VM")),
+        Task::Lint => {
+            setup::setup()?;
+            let problems = lint();
+            if !problems.is_empty() {
+                bail!("{}", problems.join("\n"));
+            }
+            Ok(())
+        }
         Task::Vm(args) => {
             args.check()?;
             setup::setup()?;
@@ -92,6 +113,7 @@ fn dispatch(task: Task) -> Result<()> {
             setup::setup()?;
             soak::soak(&args)
         }
+        Task::Fuzz(args) => fuzz::fuzz(&args),
     }
 }
 
@@ -118,9 +140,14 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     let start = Instant::now();
     setup::setup()?;
     let setup_s = start.elapsed().as_secs_f64();
+    let lint_problems = lint();
+    let lint_s = start.elapsed().as_secs_f64() - setup_s;
     let host = run_tests(args)?;
-    let host_s = start.elapsed().as_secs_f64() - setup_s;
+    let host_s = start.elapsed().as_secs_f64() - setup_s - lint_s;
     let (mut tally, mut problems, mut skipped) = (host.tally, host.problems, host.skipped);
+    // A gate that fails fails the run, but the tests still run: both verdicts at once.
+    tally.failed += lint_problems.len() as u64;
+    problems.extend(lint_problems);
     if no_vm {
         println!("vm: skipped (--no-vm / TFO_NO_VM)");
     } else {
@@ -140,7 +167,11 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     }
     let total_s = start.elapsed().as_secs_f64();
     println!();
-    println!("time: setup {setup_s:.1} s, host build and tests {host_s:.1} s, VM {:.1} s, total {total_s:.1} s", total_s - setup_s - host_s);
+    println!(
+        "time: setup {setup_s:.1} s, gates {lint_s:.1} s, host build and tests {host_s:.1} s, VM {:.1} s, \
+         total {total_s:.1} s",
+        total_s - setup_s - lint_s - host_s
+    );
     if let Some(build_s) = host.build_s {
         println!("time: host build {build_s:.1} s; slowest host test binaries:");
     }
@@ -160,6 +191,37 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
         bail!("{}", problems.join("\n"));
     }
     Ok(())
+}
+
+/// The gates, each run even when one before it failed; returns what failed, one line each.
+fn lint() -> Vec<String> {
+    let root = workspace_root();
+    let mut fmt = cargo();
+    fmt.current_dir(&root).args(["fmt", "--all", "--check"]);
+    let mut host = cargo();
+    host.current_dir(&root).args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "tfo-trace-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    // The eBPF crate is no_std for the bpf target: linted there, with core built from
+    // source as aya-build does, in a target directory of its own.
+    let mut ebpf = util::nightly("cargo");
+    ebpf.current_dir(&root).args(["clippy", "-p", "tfo-trace-ebpf", "--target", "bpfel-unknown-none"]);
+    ebpf.args(["-Z", "build-std=core", "--target-dir"]).arg(root.join("target/ebpf-clippy"));
+    ebpf.args(["--", "-D", "warnings"]);
+    let mut problems = Vec::new();
+    for (gate, mut cmd) in [("cargo fmt --check", fmt), ("clippy (host)", host), ("clippy (eBPF)", ebpf)] {
+        if let Err(e) = run(&mut cmd) {
+            problems.push(format!("gate {gate}: {e:#}"));
+        }
+    }
+    problems
 }
 
 /// What the host run of `cargo test` gave.
@@ -205,7 +267,13 @@ fn run_tests(args: &[String]) -> Result<HostRun> {
     })
     .collect();
     drop(tx);
-    let mut run = HostRun { tally: Tally::default(), problems: Vec::new(), skipped: Vec::new(), build_s: None, binary_s: Vec::new() };
+    let mut run = HostRun {
+        tally: Tally::default(),
+        problems: Vec::new(),
+        skipped: Vec::new(),
+        build_s: None,
+        binary_s: Vec::new(),
+    };
     let mut binary = String::new();
     for line in rx {
         println!("{line}");
@@ -328,7 +396,10 @@ mod tally_tests {
     fn durations_of_cargo_and_libtest() {
         use super::seconds_after;
         assert_eq!(seconds_after("test result: ok. 1 passed; finished in 9.87s", "finished in "), Some(9.87));
-        assert_eq!(seconds_after("Finished `test` profile [unoptimized] target(s) in 1m 26s", " in "), Some(86.0));
+        assert_eq!(
+            seconds_after("Finished `test` profile [unoptimized] target(s) in 1m 26s", " in "),
+            Some(86.0)
+        );
         assert_eq!(seconds_after("Finished in soon", " in "), None);
     }
 }

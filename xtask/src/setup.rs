@@ -21,7 +21,7 @@ pub fn setup() -> Result<()> {
     let cargo_bin = cargo_home()?.join("bin");
     ensure_in_path(&cargo_bin)?;
     let rustc_vv = nightly_toolchain()?;
-    rust_src()?;
+    rust_components()?;
     let major = llvm_major(&rustc_vv)?;
     bpf_linker(&major, &cargo_bin)?;
     debian_packages()
@@ -53,17 +53,32 @@ fn nightly_toolchain() -> Result<String> {
     capture(nightly("rustc").arg("-vV")).context("rustc +nightly -vV after installing nightly")
 }
 
-fn rust_src() -> Result<()> {
-    let installed =
-        capture(Command::new("rustup").args(["component", "list", "--toolchain", "nightly", "--installed"]))
-            .context("rustup component list --toolchain nightly")?;
-    if installed.lines().any(|l| l.trim().starts_with("rust-src")) {
-        println!("ok: rust-src (nightly)");
-        return Ok(());
+/// rust-src builds `core` for the bpf target; clippy lints the eBPF crate for that target;
+/// the default toolchain's clippy and rustfmt are the test command's gates.
+fn rust_components() -> Result<()> {
+    components(Some("nightly"), &["rust-src", "clippy"])?;
+    components(None, &["clippy", "rustfmt"])
+}
+
+/// Adds the components `toolchain` (None: the default one) lacks.
+fn components(toolchain: Option<&str>, wanted: &[&str]) -> Result<()> {
+    let name = toolchain.unwrap_or("default");
+    let mut list = Command::new("rustup");
+    list.args(["component", "list", "--installed"]);
+    list.args(toolchain.map(|t| ["--toolchain", t]).iter().flatten());
+    let installed = capture(&mut list).with_context(|| format!("rustup component list ({name})"))?;
+    for c in wanted {
+        if installed.lines().any(|l| l.trim().starts_with(c)) {
+            println!("ok: {c} ({name})");
+            continue;
+        }
+        println!("installing: {c} ({name})");
+        let mut add = Command::new("rustup");
+        add.args(["component", "add", c]);
+        add.args(toolchain.map(|t| ["--toolchain", t]).iter().flatten());
+        run(&mut add).with_context(|| format!("rustup component add {c} ({name})"))?;
     }
-    println!("installing: rust-src (nightly)");
-    run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
-        .context("rustup component add rust-src")
+    Ok(())
 }
 
 /// `LLVM version: 22.1.4` -> "22".

@@ -9,7 +9,7 @@
 //!    `linux-image-6.12.N+deb12-cloud-amd64-unsigned` that apt knows, downloaded once into
 //!    `target/vm/debs/` and unpacked (vmlinuz + the modules the lab needs: veth, sch_netem,
 //!    nf_tables, with their dependencies from each module's `.modinfo`).
-//! 3. The test executables, built on the host, and their tests (`--list`). 
+//! 3. The test executables, built on the host, and their tests (`--list`).
 //!    `env!("CARGO_BIN_EXE_tfo-trace")` is fixed at compile time, so every binary goes into
 //!    the initramfs at its host path.
 //! 4. One initramfs per kernel: a busybox `/init` that mounts the pseudo file systems, loads
@@ -904,7 +904,13 @@ struct Boot {
 }
 
 /// Runs every cell, `jobs` guests at once; results in the order of `cells`.
-fn run_cells(cells: &[Cell], kernels: &[Kernel], initrds: &[PathBuf], args: &VmArgs, jobs: usize) -> Vec<Boot> {
+fn run_cells(
+    cells: &[Cell],
+    kernels: &[Kernel],
+    initrds: &[PathBuf],
+    args: &VmArgs,
+    jobs: usize,
+) -> Vec<Boot> {
     let queue = Mutex::new((0..cells.len()).collect::<VecDeque<usize>>());
     let done = Mutex::new(BTreeMap::new());
     std::thread::scope(|s| {
@@ -1231,7 +1237,9 @@ fn print_result_table(cells: &[Cell], boots: &[Boot]) {
                 .iter()
                 .filter_map(|(t, r)| match r {
                     None => Some(format!("{t}: not run")),
-                    Some(r) if r.exit != 0 || r.passed + r.ignored == 0 => Some(format!("{t}: {}", verdict(r))),
+                    Some(r) if r.exit != 0 || r.passed + r.ignored == 0 => {
+                        Some(format!("{t}: {}", verdict(r)))
+                    }
                     Some(_) => None,
                 })
                 .collect();
@@ -1265,7 +1273,10 @@ fn print_result_table(cells: &[Cell], boots: &[Boot]) {
 
 /// Where the VM time went: per cell, boot and tests; then the whole.
 fn print_time_table(cells: &[Cell], boots: &[Boot], prepared_s: f64, total_s: f64, jobs: usize) {
-    println!("{:<7} {:<14} {:>6} {:>7} {:>7} {:>7}  SLOWEST TEST", "KERNEL", "CELL", "TESTS", "BOOT", "TESTS_S", "WHOLE");
+    println!(
+        "{:<7} {:<14} {:>6} {:>7} {:>7} {:>7}  SLOWEST TEST",
+        "KERNEL", "CELL", "TESTS", "BOOT", "TESTS_S", "WHOLE"
+    );
     let mut guest_s = 0.0;
     for (cell, boot) in cells.iter().zip(boots) {
         let tests_s: u64 = boot.results.values().map(|r| r.seconds).sum();
@@ -1357,10 +1368,16 @@ mod tests {
     #[test]
     fn a_test_that_runs_nothing_or_times_out_is_a_problem() {
         let bin = TestBin { name: "stalls".into(), path: "/x/stalls".into() };
-        let cell = Cell { kernel: "6.1".into(), name: "tracepoint".into(), runs: vec![(bin, vec!["a".into(), "b".into(), "c".into()])] };
+        let cell = Cell {
+            kernel: "6.1".into(),
+            name: "tracepoint".into(),
+            runs: vec![(bin, vec!["a".into(), "b".into(), "c".into()])],
+        };
         let mut boot = Boot::default();
-        boot.results.insert(("stalls".into(), "a".into()), TestRun { exit: 0, passed: 1, ..TestRun::default() });
-        boot.results.insert(("stalls".into(), "b".into()), TestRun { exit: 124, seconds: 300, ..TestRun::default() });
+        boot.results
+            .insert(("stalls".into(), "a".into()), TestRun { exit: 0, passed: 1, ..TestRun::default() });
+        boot.results
+            .insert(("stalls".into(), "b".into()), TestRun { exit: 124, seconds: 300, ..TestRun::default() });
         let r = summarize(&[cell], &[boot]);
         assert_eq!((r.passed, r.failed), (1, 2));
         assert!(r.problems.iter().any(|p| p.contains("stalls::b: timeout (300 s)")), "{:?}", r.problems);

@@ -6,8 +6,8 @@
 //! Every series without a `destination` label comes from the kernel's per-CPU `COUNTS`
 //! table, so it stays exact when the event stream falls behind (events lost show in
 //! `tfo_trace_events_lost_total`, not as missing counts). Labels stay bounded: `role`
-//! (2 values), `outcome` (13), and `destination` only when the user asks for it with a cap
-//! ([`Metrics::new`]'s `top_destinations`).
+//! (2 values), `outcome` (13), and one opt-in label, `destination` or `container`, only when
+//! the user asks for it, with a cap ([`Breakdown`]).
 use std::{
     collections::{BTreeMap, HashSet},
     sync::{Arc, Mutex},
@@ -30,19 +30,23 @@ use crate::{
 /// `Content-Type` of what [`Metrics::encode`] returns (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-/// The `destination` value every destination beyond the top-K cap is counted under, and
-/// whatever the kernel counted that no event brought (events lost).
-pub const OTHER_DESTINATION: &str = "other";
+/// The value of the opt-in label (`destination`, `container`) that every value beyond the
+/// cap is counted under, and whatever the kernel counted that no event brought (events lost).
+pub const OTHER: &str = "other";
 
-/// Label pairs of one series; a Vec so that `destination` exists only when asked for.
+/// The `container` value of a process in no container (the root cgroup, or a cgroup
+/// tfo-trace could not name).
+pub const NO_CONTAINER: &str = "none";
+
+/// Label pairs of one series; a Vec so that the opt-in label exists only when asked for.
 type Labels = Vec<(&'static str, String)>;
 
 /// The series `tfo-trace export` serves, as `doctor` lists them (a test checks each one
 /// against the real exposition).
 pub const EXPOSED: &[(&str, &str)] = &[
-    ("tfo_trace_connections_total", "{role,outcome[,destination]} counter"),
+    ("tfo_trace_connections_total", "{role,outcome[,destination|container]} counter"),
     ("tfo_trace_syn_data_bytes_total", "{role} counter"),
-    ("tfo_trace_stall_seconds_total", "[{destination}] counter"),
+    ("tfo_trace_stall_seconds_total", "[{destination|container}] counter"),
     ("tfo_trace_handshake_seconds", "{role} histogram, buckets resolving the 1 s SYN timeout"),
     ("tfo_trace_events_lost_total", "counter"),
     ("tfo_trace_build_info", "{version,backend,kernel} gauge = 1"),
@@ -57,35 +61,83 @@ pub struct BuildInfo {
     pub kernel: String,
 }
 
-/// The opt-in per-destination series, from events. Which destinations get a series of
-/// their own: the first `cap` distinct ones seen keep theirs for the exporter's lifetime;
-/// every later one is counted under [`OTHER_DESTINATION`]. A destination is never moved
-/// between series, so every counter only goes up (what `rate()` needs), and the series
-/// count stays at most `cap + 1` per (role, outcome). "other" also takes what the kernel
-/// counted beyond the events that arrived, so the series of one (role, outcome) always
-/// sum to the kernel's exact total.
-#[derive(Debug, Default)]
-struct Destinations {
-    cap: usize,
+/// The one opt-in label of the connection and stall counters, and its cap: at most this
+/// many values get a series of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Breakdown {
+    /// `destination`: the server's address:port ([`server_address`]).
+    Destinations(usize),
+    /// `container`: the process's container, or its cgroup path outside one
+    /// ([`container_label`]).
+    Containers(usize),
+}
+
+impl Breakdown {
+    fn label(self) -> &'static str {
+        match self {
+            Breakdown::Destinations(_) => "destination",
+            Breakdown::Containers(_) => "container",
+        }
+    }
+
+    fn value(self, e: &Event) -> String {
+        match self {
+            Breakdown::Destinations(_) => server_address(e),
+            Breakdown::Containers(_) => container_label(e),
+        }
+    }
+
+    fn cap(self) -> usize {
+        match self {
+            Breakdown::Destinations(k) | Breakdown::Containers(k) => k,
+        }
+    }
+}
+
+/// The opt-in series, from events. Which values get a series of their own: the first
+/// `cap` distinct ones seen keep theirs for the exporter's lifetime; every later one is
+/// counted under [`OTHER`]. A value is never moved between series, so every counter only
+/// goes up (what `rate()` needs), and the series count stays at most `cap + 1` per (role,
+/// outcome). "other" also takes what the kernel counted beyond the events that arrived, so
+/// the series of one (role, outcome) always sum to the kernel's exact total.
+#[derive(Debug)]
+struct Capped {
+    breakdown: Breakdown,
     admitted: HashSet<String>,
     connections: BTreeMap<(Role, Outcome, String), u64>,
     stall_ns: BTreeMap<String, u64>,
 }
 
-impl Destinations {
+impl Capped {
+    fn new(breakdown: Breakdown) -> Capped {
+        Capped {
+            breakdown,
+            admitted: HashSet::new(),
+            connections: BTreeMap::new(),
+            stall_ns: BTreeMap::new(),
+        }
+    }
+
     fn observe(&mut self, e: &Event) {
-        let dst = server_address(e);
-        if !self.admitted.contains(&dst) {
-            if self.admitted.len() >= self.cap {
+        let value = self.breakdown.value(e);
+        if !self.admitted.contains(&value) {
+            if self.admitted.len() >= self.breakdown.cap() {
                 return; // counted under "other", from the kernel's total
             }
-            self.admitted.insert(dst.clone());
+            self.admitted.insert(value.clone());
         }
         if let Some(s) = stall::of(e).filter(|s| s.lost_us > 0) {
-            *self.stall_ns.entry(dst.clone()).or_default() += s.lost_us * 1000;
+            *self.stall_ns.entry(value.clone()).or_default() += s.lost_us * 1000;
         }
-        *self.connections.entry((e.role, e.outcome, dst)).or_default() += 1;
+        *self.connections.entry((e.role, e.outcome, value)).or_default() += 1;
     }
+}
+
+/// The `container` label of an event: its container (the id's first 12 characters, as
+/// docker shows it), the systemd unit or cgroup path outside one, [`NO_CONTAINER`] in the
+/// root cgroup or when unknown.
+pub fn container_label(e: &Event) -> String {
+    e.container_name().unwrap_or_else(|| NO_CONTAINER.to_string())
 }
 
 /// The server a connection went to: for a client event its destination, for a server
@@ -104,7 +156,7 @@ struct Model {
     backend: Backend,
     kernel: KernelCounts,
     events_lost: u64,
-    destinations: Option<Destinations>,
+    breakdown: Option<Capped>,
 }
 
 pub struct Metrics {
@@ -113,15 +165,15 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// `top_destinations`: Some(K) adds a `destination` label to the connection and stall
-    /// counters, for at most K destinations (see [`Destinations`]); None: no such label.
-    pub fn new(build: &BuildInfo, top_destinations: Option<usize>) -> Metrics {
+    /// `breakdown`: Some adds its label to the connection and stall counters, for at most
+    /// its cap of values (see [`Capped`]); None: no such label.
+    pub fn new(build: &BuildInfo, breakdown: Option<Breakdown>) -> Metrics {
         let mut registry = Registry::default();
         let model = Arc::new(Mutex::new(Model {
             backend: build.backend,
             kernel: KernelCounts::default(),
             events_lost: 0,
-            destinations: top_destinations.map(|cap| Destinations { cap, ..Destinations::default() }),
+            breakdown: breakdown.map(Capped::new),
         }));
         registry.register_collector(Box::new(ModelCollector(model.clone())));
         let info: Labels = vec![
@@ -129,13 +181,17 @@ impl Metrics {
             ("backend", build.backend.name().to_string()),
             ("kernel", build.kernel.clone()),
         ];
-        registry.register("tfo_trace_build", "tfo-trace version, kernel backend and kernel release", Info::new(info));
+        registry.register(
+            "tfo_trace_build",
+            "tfo-trace version, kernel backend and kernel release",
+            Info::new(info),
+        );
         Metrics { registry, model }
     }
 
-    /// Whether the per-destination series are wanted, and so events at all.
+    /// Whether the opt-in series are wanted, and so events at all.
     pub fn needs_events(&self) -> bool {
-        self.model.lock().map(|m| m.destinations.is_some()).unwrap_or(false)
+        self.model.lock().map(|m| m.breakdown.is_some()).unwrap_or(false)
     }
 
     /// The kernel's counts now (they only grow), and its running total of lost events.
@@ -146,10 +202,10 @@ impl Metrics {
         }
     }
 
-    /// Counts one event in the per-destination series (nothing without them).
+    /// Counts one event in the opt-in series (nothing without them).
     pub fn observe(&self, e: &Event) {
         if let Ok(mut m) = self.model.lock() {
-            if let Some(d) = m.destinations.as_mut() {
+            if let Some(d) = m.breakdown.as_mut() {
                 d.observe(e);
             }
         }
@@ -167,13 +223,14 @@ impl Metrics {
 #[derive(Debug)]
 struct ModelCollector(Arc<Mutex<Model>>);
 
-fn labels(role: Role, outcome: Option<Outcome>, destination: Option<&str>) -> Labels {
+/// `extra`: the opt-in label and its value.
+fn labels(role: Role, outcome: Option<Outcome>, extra: Option<(&'static str, &str)>) -> Labels {
     let mut l: Labels = vec![("role", role.name().to_string())];
     if let Some(o) = outcome {
         l.push(("outcome", o.name().to_string()));
     }
-    if let Some(d) = destination {
-        l.push(("destination", d.to_string()));
+    if let Some((name, value)) = extra {
+        l.push((name, value.to_string()));
     }
     l
 }
@@ -201,18 +258,22 @@ impl Collector for ModelCollector {
         )?;
         for &(role, outcome) in &seen {
             let total = m.kernel.total(role, outcome).events;
-            match &m.destinations {
-                None => e.encode_family(&labels(role, Some(outcome), None))?.encode_counter::<Labels, _, u64>(&total, None)?,
+            match &m.breakdown {
+                None => e
+                    .encode_family(&labels(role, Some(outcome), None))?
+                    .encode_counter::<Labels, _, u64>(&total, None)?,
                 Some(d) => {
+                    let label = d.breakdown.label();
                     let mut named = 0;
-                    for ((r, o, dst), n) in &d.connections {
+                    for ((r, o, value), n) in &d.connections {
                         if (*r, *o) == (role, outcome) {
                             named += n;
-                            e.encode_family(&labels(role, Some(outcome), Some(dst)))?.encode_counter::<Labels, _, u64>(n, None)?;
+                            e.encode_family(&labels(role, Some(outcome), Some((label, value))))?
+                                .encode_counter::<Labels, _, u64>(n, None)?;
                         }
                     }
                     let other = total.saturating_sub(named);
-                    e.encode_family(&labels(role, Some(outcome), Some(OTHER_DESTINATION)))?
+                    e.encode_family(&labels(role, Some(outcome), Some((label, OTHER))))?
                         .encode_counter::<Labels, _, u64>(&other, None)?;
                 }
             }
@@ -236,18 +297,23 @@ impl Collector for ModelCollector {
             MetricType::Counter,
         )?;
         // Stalls as aggregation::stall says: client connections' own outcomes only.
-        let stall_ns: u64 =
-            m.kernel.iter().filter(|(_, r, o, _)| stall::row_counts(*r, *o)).map(|(_, _, _, c)| c.stall_ns).sum();
-        match &m.destinations {
+        let stall_ns: u64 = m
+            .kernel
+            .iter()
+            .filter(|(_, r, o, _)| stall::row_counts(*r, *o))
+            .map(|(_, _, _, c)| c.stall_ns)
+            .sum();
+        match &m.breakdown {
             None => e.encode_counter::<Labels, _, f64>(&(stall_ns as f64 / 1e9), None)?,
             Some(d) => {
+                let label = d.breakdown.label();
                 let mut named = 0;
-                for (dst, ns) in &d.stall_ns {
+                for (value, ns) in &d.stall_ns {
                     named += ns;
-                    let l: Labels = vec![("destination", dst.clone())];
+                    let l: Labels = vec![(label, value.clone())];
                     e.encode_family(&l)?.encode_counter::<Labels, _, f64>(&(*ns as f64 / 1e9), None)?;
                 }
-                let l: Labels = vec![("destination", OTHER_DESTINATION.to_string())];
+                let l: Labels = vec![(label, OTHER.to_string())];
                 let other = stall_ns.saturating_sub(named) as f64 / 1e9;
                 e.encode_family(&l)?.encode_counter::<Labels, _, f64>(&other, None)?;
             }
@@ -392,7 +458,7 @@ mod tests {
 
     #[test]
     fn destinations_are_capped_never_move_and_sum_to_the_kernels_total() {
-        let m = Metrics::new(&build(), Some(2));
+        let m = Metrics::new(&build(), Some(Breakdown::Destinations(2)));
         let mut events = Vec::new();
         for dst in [2, 3, 2, 4, 5, 3] {
             events.push(ev(Role::Client, Outcome::Accepted, dst, 10, 100, 0));
@@ -432,6 +498,40 @@ mod tests {
                 .count()
         };
         assert_eq!(series, seen(Role::Client) + 2 + seen(Role::Server) + 1, "{t}");
+    }
+
+    #[test]
+    fn containers_are_capped_and_sum_to_the_kernels_total() {
+        let m = Metrics::new(&build(), Some(Breakdown::Containers(1)));
+        let in_docker = |id: &str| Event {
+            container_id: Some(id.into()),
+            container_runtime: Some("docker".into()),
+            cgroup: Some(format!("/system.slice/docker-{id}.scope")),
+            ..ev(Role::Client, Outcome::Accepted, 2, 10, 100, 0)
+        };
+        let events = [
+            in_docker("4f1e6d9a0c2b3a4d5e6f"),
+            in_docker("4f1e6d9a0c2b3a4d5e6f"),
+            in_docker("99aa00bb11cc22dd33ee"),
+            ev(Role::Client, Outcome::Accepted, 2, 10, 100, 0),
+        ];
+        for e in &events {
+            m.observe(e);
+        }
+        m.set_kernel(counted(&events), 0);
+        let t = m.encode();
+        let conns = |c: &str| {
+            sample(
+                &t,
+                &format!(
+                    r#"tfo_trace_connections_total{{role="client",outcome="accepted",container="{c}"}}"#
+                ),
+            )
+        };
+        assert_eq!(conns("4f1e6d9a0c2b"), Some(2.0), "docker's 12-character id: {t}");
+        assert_eq!(conns("other"), Some(2.0), "beyond the cap, and the root cgroup's: {t}");
+        assert!(!t.contains("99aa00bb11cc") && !t.contains("destination="), "{t}");
+        assert_eq!(container_label(&events[3]), NO_CONTAINER);
     }
 
     #[test]

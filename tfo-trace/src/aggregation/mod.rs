@@ -27,10 +27,11 @@ pub struct Tally {
 impl Tally {
     pub fn add(&mut self, e: &Event) {
         *self.by_outcome.entry((e.role, e.outcome)).or_default() += 1;
-        self.syn_data_bytes += u64::from(e.syn_data_bytes);
+        // Saturating: a recording may hold any numbers (the replay fuzz target found this).
+        self.syn_data_bytes = self.syn_data_bytes.saturating_add(u64::from(e.syn_data_bytes));
         if let Some(s) = stall::of(e) {
             self.stalls += 1;
-            self.stall_us_total += s.lost_us;
+            self.stall_us_total = self.stall_us_total.saturating_add(s.lost_us);
         }
         let data_unacked = e.outcome == Outcome::DataNotAcked
             || (e.outcome == Outcome::SynRetransmitted && e.syn_data_bytes > 0);

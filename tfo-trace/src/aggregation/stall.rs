@@ -110,15 +110,17 @@ pub struct StallTally {
 impl StallTally {
     /// Counts the event; returns its stall, if it is one.
     pub fn add(&mut self, e: &Event) -> Option<Stall> {
+        // Saturating: a recording may hold any numbers (the replay fuzz target found this).
         if let Some(us) = extra_round_trip_us(e) {
             self.extra_round_trips += 1;
-            self.extra_round_trip_us += us;
+            self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(us);
         }
         let s = of(e)?;
         self.stalls += 1;
-        self.lost_us += s.lost_us;
+        self.lost_us = self.lost_us.saturating_add(s.lost_us);
         *self.by_cause.entry(s.cause).or_default() += 1;
-        *self.lost_us_by_cause.entry(s.cause).or_default() += s.lost_us;
+        let by_cause = self.lost_us_by_cause.entry(s.cause).or_default();
+        *by_cause = by_cause.saturating_add(s.lost_us);
         Some(s)
     }
 

@@ -106,12 +106,13 @@ fn outcome_index(o: Outcome) -> usize {
 impl GroupStats {
     pub fn add(&mut self, e: &Event) {
         self.outcomes[outcome_index(e.outcome)] += 1;
+        // Saturating: a recording may hold any numbers (the replay fuzz target found this).
         if let Some(s) = stall::of(e) {
             self.stalls += 1;
-            self.stall_us += s.lost_us;
+            self.stall_us = self.stall_us.saturating_add(s.lost_us);
         }
         if e.role == Role::Client {
-            self.retransmits += u64::from(e.retransmits);
+            self.retransmits = self.retransmits.saturating_add(u64::from(e.retransmits));
         }
         if let Some(us) = e.handshake_us {
             self.handshake.record(us);

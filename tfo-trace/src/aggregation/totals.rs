@@ -28,7 +28,10 @@ pub fn row(counts: &KernelCounts, role: Option<Role>, from_events: &RowStats) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{aggregation::table::TopModel, events::{sample_event, Outcome}};
+    use crate::{
+        aggregation::table::TopModel,
+        events::{sample_event, Outcome},
+    };
 
     #[test]
     fn kernel_totals_match_the_event_totals_when_nothing_is_lost() {

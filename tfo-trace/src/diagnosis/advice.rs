@@ -8,8 +8,6 @@ pub fn advice(r: &HostFacts) -> Vec<String> {
 
     if let Some(p) = &r.privileges.tracing_problem {
         a.push(p.clone());
-    } else if let Some(p) = &r.privileges.sockops_problem {
-        a.push(format!("{p} (only the sock_ops backend needs this)"));
     }
     if !r.kernel.btf_vmlinux {
         a.push(format!(

@@ -26,7 +26,9 @@ impl KernelCounts {
         if netns.is_empty() {
             return self.clone();
         }
-        KernelCounts { rows: self.rows.iter().filter(|(k, _)| netns.contains(&k.netns)).map(|(k, c)| (*k, *c)).collect() }
+        KernelCounts {
+            rows: self.rows.iter().filter(|(k, _)| netns.contains(&k.netns)).map(|(k, c)| (*k, *c)).collect(),
+        }
     }
 
     /// One role and outcome, summed over every namespace.

@@ -89,7 +89,7 @@ impl Clock {
         Clock { realtime_minus_monotonic_ns: real - mono }
     }
 
-    #[cfg(test)]
+    /// A fixed offset, for tests and fuzzing: the same input decodes the same way.
     pub fn fixed(offset_ns: i128) -> Self {
         Clock { realtime_minus_monotonic_ns: offset_ns }
     }
@@ -145,7 +145,9 @@ impl Event {
         }
         let ts_unix_ns = clock.to_unix_ns(raw.ts_ns);
         let start_known = raw.flags & flags::START_KNOWN != 0 && raw.start_ns <= raw.ts_ns;
-        let Some(outcome) = Outcome::from_u8(raw.outcome) else { bail!("unknown outcome {} in event", raw.outcome) };
+        let Some(outcome) = Outcome::from_u8(raw.outcome) else {
+            bail!("unknown outcome {} in event", raw.outcome)
+        };
         let Some(role) = Role::from_u8(raw.role) else { bail!("unknown role {} in event", raw.role) };
         Ok(Event {
             ts: rfc3339(ts_unix_ns),

@@ -26,6 +26,10 @@ use super::Event;
 /// The value of `tfo_trace_recording` this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// A recording's lines are short (an event is under 1 KiB); a longer one is corrupt, and
+/// is refused after this many bytes rather than read into memory whole.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
 /// The first line of a recording.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Header {
@@ -127,6 +131,44 @@ pub struct ReplayError {
     pub reason: String,
 }
 
+impl ReplayError {
+    fn new(path: &Path, line: usize, reason: &str) -> Self {
+        ReplayError { path: path.to_path_buf(), line, reason: one_line(reason) }
+    }
+}
+
+/// The reason as one short line: it may quote the file (serde names an unknown outcome as
+/// written, newlines and all), and it ends up as the one error line on stderr.
+fn one_line(text: &str) -> String {
+    const MAX_CHARS: usize = 300;
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == MAX_CHARS {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Reads one line into `buf` (cleared first), `\n` included when there is one, but never
+/// more than [`MAX_LINE_BYTES`] + 1 bytes. `Ok(None)` at the end of the input,
+/// `Ok(Some(false))` for a line longer than the limit.
+fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> io::Result<Option<bool>> {
+    buf.clear();
+    let n = io::Read::take(reader, MAX_LINE_BYTES as u64 + 1).read_until(b'\n', buf)?;
+    Ok((n > 0).then(|| n <= MAX_LINE_BYTES || buf.last() == Some(&b'\n')))
+}
+
+fn too_long() -> String {
+    format!("line longer than {} KiB: not a tfo-trace recording line (corrupt)", MAX_LINE_BYTES / 1024)
+}
+
 impl std::fmt::Display for ReplayError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: line {}: {}", self.path.display(), self.line, self.reason)
@@ -177,11 +219,13 @@ impl Events<BufReader<File>> {
 impl<R: BufRead> Events<R> {
     /// Reads and checks the header line; `path` is only used in messages.
     pub fn start(mut reader: R, path: &Path) -> Result<(Header, Self)> {
-        let bad = |reason: String| ReplayError { path: path.to_path_buf(), line: 1, reason };
+        let bad = |reason: String| ReplayError::new(path, 1, &reason);
         let mut buf = Vec::new();
-        let n = reader.read_until(b'\n', &mut buf).with_context(|| format!("reading {}", path.display()))?;
-        if n == 0 {
-            bail!(bad("empty file: not a tfo-trace recording".into()));
+        let line = read_line(&mut reader, &mut buf).with_context(|| format!("reading {}", path.display()))?;
+        match line {
+            None => bail!(bad("empty file: not a tfo-trace recording".into())),
+            Some(false) => bail!(bad(too_long())),
+            Some(true) => {}
         }
         let header = parse_header(&buf).map_err(bad)?;
         Ok((header, Events { reader, path: path.to_path_buf(), line_no: 1, buf, done: false }))
@@ -189,7 +233,7 @@ impl<R: BufRead> Events<R> {
 
     fn bad(&mut self, reason: String) -> Option<std::result::Result<Event, ReplayError>> {
         self.done = true;
-        Some(Err(ReplayError { path: self.path.clone(), line: self.line_no, reason }))
+        Some(Err(ReplayError::new(&self.path, self.line_no, &reason)))
     }
 }
 
@@ -198,15 +242,15 @@ impl<R: BufRead> Iterator for Events<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         while !self.done {
-            self.buf.clear();
             self.line_no += 1;
-            let n = match self.reader.read_until(b'\n', &mut self.buf) {
-                Ok(n) => n,
+            match read_line(&mut self.reader, &mut self.buf) {
+                Ok(Some(true)) => {}
+                Ok(Some(false)) => return self.bad(too_long()),
+                Ok(None) => {
+                    self.done = true;
+                    return None;
+                }
                 Err(e) => return self.bad(format!("read error: {e}")),
-            };
-            if n == 0 {
-                self.done = true;
-                return None;
             }
             let complete = self.buf.last() == Some(&b'\n');
             let parsed = match std::str::from_utf8(&self.buf) {
@@ -240,25 +284,30 @@ fn parse_header(line: &[u8]) -> std::result::Result<Header, String> {
     serde_json::from_value(v).map_err(|e| format!("bad header: {e}"))
 }
 
-fn parse_event(text: &str) -> std::result::Result<Event, String> {
+pub(crate) fn parse_event(text: &str) -> std::result::Result<Event, String> {
     let mut e: Event = serde_json::from_str(text).map_err(|e| e.to_string())?;
     e.ts_unix_ns = parse_rfc3339(&e.ts).ok_or_else(|| format!("bad time {:?}", e.ts))?;
     Ok(e)
 }
 
 /// Inverse of [`super::rfc3339`]: `YYYY-MM-DDTHH:MM:SS[.fraction]Z` to ns since the epoch.
+/// Every field has the width rfc3339() prints (so a year has four digits and the
+/// arithmetic below cannot overflow, whatever a file says); None for anything else.
 pub fn parse_rfc3339(s: &str) -> Option<u128> {
     let s = s.strip_suffix('Z')?;
     let (date, time) = s.split_once('T')?;
-    let mut d = date.splitn(3, '-');
-    let year: i64 = d.next()?.parse().ok()?;
-    let month: i64 = d.next()?.parse().ok()?;
-    let day: i64 = d.next()?.parse().ok()?;
     let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let digits = |t: &str, width: usize| -> Option<i64> {
+        (t.len() == width && t.bytes().all(|b| b.is_ascii_digit())).then(|| t.parse().ok())?
+    };
+    let mut d = date.splitn(3, '-');
+    let year = digits(d.next()?, 4)?;
+    let month = digits(d.next()?, 2)?;
+    let day = digits(d.next()?, 2)?;
     let mut t = hms.splitn(3, ':');
-    let h: i64 = t.next()?.parse().ok()?;
-    let m: i64 = t.next()?.parse().ok()?;
-    let sec: i64 = t.next()?.parse().ok()?;
+    let h = digits(t.next()?, 2)?;
+    let m = digits(t.next()?, 2)?;
+    let sec = digits(t.next()?, 2)?;
     if !(1..=12).contains(&month) || !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 {
         return None;
     }
@@ -409,6 +458,36 @@ mod tests {
     }
 
     #[test]
+    fn long_lines_and_quoted_input_give_one_short_line() {
+        let h = serde_json::to_string(&Header::now("tracepoint")).unwrap();
+        let good = serde_json::to_string(&ev(0)).unwrap();
+        let huge = format!("{h}\n{good}\n{}\n{good}\n", "x".repeat(MAX_LINE_BYTES + 1));
+        let (_, back, err) = read_from(huge.as_bytes(), Path::new("r")).unwrap();
+        assert_eq!(back.len(), 1, "the line before; none after");
+        assert_eq!(
+            err.unwrap().to_string(),
+            "r: line 3: line longer than 64 KiB: not a tfo-trace recording line (corrupt)"
+        );
+        let at_limit = format!("{h}\n{}\n", " ".repeat(MAX_LINE_BYTES));
+        assert!(
+            read_from(at_limit.as_bytes(), Path::new("r")).unwrap().2.is_none(),
+            "a line of the limit is read"
+        );
+        let e = read_from(format!("{}\n", "y".repeat(MAX_LINE_BYTES + 1)).as_bytes(), Path::new("r"))
+            .unwrap_err();
+        assert!(e.to_string().contains("line 1: line longer than"), "{e}");
+
+        // serde quotes an unknown outcome as written: its newline must not split the error.
+        let odd = good.replace("\"outcome\":\"", "\"outcome\":\"x\\n");
+        let (_, _, err) = read_from(format!("{h}\n{odd}\n").as_bytes(), Path::new("r")).unwrap();
+        let err = err.unwrap().to_string();
+        assert!(err.contains("unknown variant `x\\n") && !err.contains('\n'), "{err}");
+        let long = good.replace("\"outcome\":\"", &format!("\"outcome\":\"{}", "z".repeat(5000)));
+        let (_, _, err) = read_from(format!("{h}\n{long}\n").as_bytes(), Path::new("r")).unwrap();
+        assert!(err.unwrap().reason.len() < 400);
+    }
+
+    #[test]
     fn rfc3339_parses_what_it_prints() {
         for ns in [0u128, 1_709_251_199_000_000_001, 951_782_400_123_456_789, 4_102_444_799_999_999_999] {
             assert_eq!(parse_rfc3339(&rfc3339(ns)), Some(ns), "{}", rfc3339(ns));
@@ -418,5 +497,14 @@ mod tests {
         assert_eq!(parse_rfc3339("2024-13-01T00:00:00Z"), None);
         assert_eq!(parse_rfc3339("2024-02-29 23:59:59Z"), None);
         assert_eq!(parse_rfc3339("2024-02-29T23:59:59"), None);
+        // Fields of other widths or signs; a 15-digit year overflowed the day arithmetic.
+        for bad in [
+            "999999999999999-01-01T00:00:00Z",
+            "+024-02-29T23:59:59Z",
+            "2024-2-29T23:59:59Z",
+            "2024-02-29T-1:59:59Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
     }
 }

@@ -70,9 +70,12 @@ pub fn container_of(path: &str) -> Container {
             }
         }
         let scope = part.strip_suffix(".scope").unwrap_or(part);
-        for (prefix, runtime) in
-            [("docker-", "docker"), ("cri-containerd-", "containerd"), ("crio-", "crio"), ("libpod-", "podman")]
-        {
+        for (prefix, runtime) in [
+            ("docker-", "docker"),
+            ("cri-containerd-", "containerd"),
+            ("crio-", "crio"),
+            ("libpod-", "podman"),
+        ] {
             if let Some(id) = scope.strip_prefix(prefix).and_then(hex64) {
                 c.id = Some(id.to_string());
                 c.runtime = Some(runtime.to_string());

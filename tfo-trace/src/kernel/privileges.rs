@@ -4,8 +4,8 @@
 //! - loading any program type we use: `bpf_capable()` = CAP_BPF or CAP_SYS_ADMIN;
 //! - tracing types (tracepoint, raw tracepoint, tp_btf/fentry, kprobe) and reading kernel memory:
 //!   `perfmon_capable()` = CAP_PERFMON or CAP_SYS_ADMIN;
-//! - networking types (sock_ops, cgroup_skb) and attaching to a cgroup:
-//!   `bpf_net_capable()` = CAP_NET_ADMIN or CAP_SYS_ADMIN.
+//! - (networking types and attaching to a cgroup would need `bpf_net_capable()` =
+//!   CAP_NET_ADMIN or CAP_SYS_ADMIN; no backend uses them.)
 //!
 //! Before 5.8 neither CAP_BPF nor CAP_PERFMON exists and CAP_SYS_ADMIN is needed: CAP_SYS_ADMIN
 //! alone is therefore always enough. Capabilities only count in the initial user namespace.
@@ -124,29 +124,11 @@ pub fn tracing_rule(caps: CapSet, initial_user_ns: Option<bool>) -> Result<(), S
     Err(missing_message(&missing, &[CAP_BPF, CAP_PERFMON], "load its eBPF programs"))
 }
 
-/// The rule for the sock_ops / cgroup_skb backend: CAP_BPF and CAP_NET_ADMIN, or CAP_SYS_ADMIN.
-pub fn sockops_rule(caps: CapSet, initial_user_ns: Option<bool>) -> Result<(), String> {
-    // Same user-namespace verdict as for tracing (CAP_SYS_ADMIN passes the capability part).
-    tracing_rule(CapSet(1 << CAP_SYS_ADMIN), initial_user_ns)?;
-    if caps.has(CAP_SYS_ADMIN) || (caps.has(CAP_BPF) && caps.has(CAP_NET_ADMIN)) {
-        return Ok(());
-    }
-    let missing: Vec<u32> = [CAP_BPF, CAP_NET_ADMIN].into_iter().filter(|&c| !caps.has(c)).collect();
-    Err(missing_message(&missing, &[CAP_BPF, CAP_NET_ADMIN], "attach its sock_ops program to a cgroup"))
-}
-
 /// Checks this process against [`tracing_rule`]; Err is one line to show the user.
 pub fn check_tracing_privileges() -> Result<(), String> {
     let caps =
         effective_caps().map_err(|e| format!("cannot read capabilities from /proc/self/status: {e}"))?;
     tracing_rule(caps, in_initial_user_ns())
-}
-
-/// Checks this process against [`sockops_rule`].
-pub fn check_sockops_privileges() -> Result<(), String> {
-    let caps =
-        effective_caps().map_err(|e| format!("cannot read capabilities from /proc/self/status: {e}"))?;
-    sockops_rule(caps, in_initial_user_ns())
 }
 
 /// A capability and whether this process holds it.
@@ -166,8 +148,6 @@ pub struct PrivilegeInfo {
     pub initial_user_ns: Option<bool>,
     /// Result of [`tracing_rule`]: None when allowed, else the one-line hint.
     pub tracing_problem: Option<String>,
-    /// Result of [`sockops_rule`].
-    pub sockops_problem: Option<String>,
     pub perf_event_paranoid: Option<i32>,
     pub unprivileged_bpf_disabled: Option<i32>,
 }
@@ -190,10 +170,6 @@ impl PrivilegeInfo {
             tracing_problem: match caps {
                 Some(c) => tracing_rule(c, userns).err(),
                 None => check_tracing_privileges().err(),
-            },
-            sockops_problem: match caps {
-                Some(c) => sockops_rule(c, userns).err(),
-                None => check_sockops_privileges().err(),
             },
             perf_event_paranoid: read_i32("/proc/sys/kernel/perf_event_paranoid"),
             unprivileged_bpf_disabled: read_i32("/proc/sys/kernel/unprivileged_bpf_disabled"),
@@ -251,18 +227,6 @@ mod tests {
         // Capabilities inside a user namespace do not count.
         let e = tracing_rule(CapSet(u64::MAX >> 23), Some(false)).unwrap_err();
         assert!(e.contains("user namespace"), "{e}");
-    }
-
-    #[test]
-    fn sockops_rule_fixed_inputs() {
-        assert!(sockops_rule(caps(&[CAP_BPF, CAP_NET_ADMIN]), Some(true)).is_ok());
-        assert!(sockops_rule(caps(&[CAP_SYS_ADMIN]), Some(true)).is_ok());
-        let e = sockops_rule(caps(&[CAP_BPF, CAP_PERFMON]), Some(true)).unwrap_err();
-        assert!(e.starts_with("tfo-trace needs CAP_NET_ADMIN (or root) to attach"), "{e}");
-        assert!(e.contains("setcap cap_bpf,cap_net_admin+ep"), "{e}");
-        let e = sockops_rule(CapSet(0), Some(true)).unwrap_err();
-        assert!(e.starts_with("tfo-trace needs CAP_BPF and CAP_NET_ADMIN (or root) to attach"), "{e}");
-        assert!(sockops_rule(caps(&[CAP_SYS_ADMIN]), Some(false)).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use serde::Serialize;
 /// One program type and whether the kernel takes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProgramTypeSupport {
-    /// Short name as in bpftool (tracepoint, raw_tracepoint, tracing, kprobe, sock_ops, cgroup_skb).
+    /// Short name as in bpftool (raw_tracepoint, tracing, kprobe).
     pub name: String,
     /// Backends that use it.
     pub used_for: String,
@@ -29,16 +29,13 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// Probes every program type a tfo-trace backend uses (or may use).
+/// Probes every program type a tfo-trace backend uses.
 pub fn probe_all() -> Vec<ProgramTypeSupport> {
     use aya::programs::ProgramType as P;
-    let list: [(P, &str, &str); 6] = [
-        (P::TracePoint, "tracepoint", "tracepoint backend (tcp:*, sock:inet_sock_set_state)"),
-        (P::RawTracePoint, "raw_tracepoint", "raw tracepoints"),
-        (P::Tracing, "tracing", "fentry/fexit, tp_btf"),
-        (P::KProbe, "kprobe", "kprobe/kretprobe backend"),
-        (P::SockOps, "sock_ops", "sock_ops backend (cgroup v2)"),
-        (P::CgroupSkb, "cgroup_skb", "cgroup_skb (cgroup v2)"),
+    let list: [(P, &str, &str); 3] = [
+        (P::Tracing, "tracing", "tp_btf (tracepoint and fentry backends), fentry/fexit (fentry backend)"),
+        (P::RawTracePoint, "raw_tracepoint", "raw-tracepoint and kprobe backends"),
+        (P::KProbe, "kprobe", "kprobe/kretprobe (kprobe backend)"),
     ];
     list.into_iter()
         .map(|(pt, name, used_for)| {

@@ -216,7 +216,9 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
             // Stagger the paced threads so their connections do not start in bursts.
             let first = start
                 + interval.map(|d| d.mul_f64(f64::from(i) / f64::from(args.threads))).unwrap_or_default();
-            std::thread::spawn(move || client(&args, plain, &payload, &claimed, count, first, interval, deadline))
+            std::thread::spawn(move || {
+                client(&args, plain, &payload, &claimed, count, first, interval, deadline)
+            })
         })
         .collect();
 

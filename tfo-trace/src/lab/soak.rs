@@ -64,7 +64,10 @@ pub struct SoakReport {
 fn status_kib(pid: u32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -162,11 +165,19 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     let _s2 = lab.start_server(&exe, 1, port, 64, false)?;
     lab.middlebox_drop_syn_data(Some(dropped))?;
     let (cli, srv) = (lab.netns(Side::Client).to_string(), lab.netns(Side::Server).to_string());
-    let export =
-        spawn_tracer(&exe, &["export", "--web.listen-address", "127.0.0.1:0", "--netns", &cli, "--netns", &srv])?;
+    let export = spawn_tracer(
+        &exe,
+        &["export", "--web.listen-address", "127.0.0.1:0", "--netns", &cli, "--netns", &srv],
+    )?;
     let line = export.wait_line("serving metrics on http://")?;
-    let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).context("exporter address")?.to_string();
-    let top = spawn_tracer(&exe, &["top", "--batch", "--json", "--delay", "10", "--netns", &cli, "--netns", &srv])?;
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .context("exporter address")?
+        .to_string();
+    let top =
+        spawn_tracer(&exe, &["top", "--batch", "--json", "--delay", "10", "--netns", &cli, "--netns", &srv])?;
     top.wait_line("programs attached")?;
     let before = (lab.netstat(Side::Client)?, lab.netstat(Side::Server)?);
 
@@ -217,7 +228,10 @@ pub fn run(args: &SoakArgs) -> Result<()> {
     export.stop();
     let last: serde_json::Value =
         top_out.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or(serde_json::Value::Null);
-    let acc = |role: &str| metric(&text, "tfo_trace_connections_total", &[&format!("role=\"{role}\""), "outcome=\"accepted\""]) as u64;
+    let acc = |role: &str| {
+        metric(&text, "tfo_trace_connections_total", &[&format!("role=\"{role}\""), "outcome=\"accepted\""])
+            as u64
+    };
     let mut report = SoakReport {
         minutes: start.elapsed().as_secs_f64() / 60.0,
         cycles,
@@ -256,18 +270,28 @@ fn checks(r: &SoakReport) -> Vec<(String, bool)> {
     };
     let (e0, e1, e_ok) = flat(&|s| s.export_rss_kib);
     let (t0, t1, t_ok) = flat(&|s| s.top_rss_kib);
-    let fds_flat = warm.windows(2).all(|w| w[1].export_fds <= w[0].export_fds + 2 && w[1].top_fds <= w[0].top_fds + 2);
+    let fds_flat =
+        warm.windows(2).all(|w| w[1].export_fds <= w[0].export_fds + 2 && w[1].top_fds <= w[0].top_fds + 2);
     vec![
         (
-            format!("export client accepted {} = kernel TcpExtTCPFastOpenActive {}", r.export_client_accepted, r.kernel_client_active),
+            format!(
+                "export client accepted {} = kernel TcpExtTCPFastOpenActive {}",
+                r.export_client_accepted, r.kernel_client_active
+            ),
             r.export_client_accepted == r.kernel_client_active,
         ),
         (
-            format!("export server accepted {} = kernel TcpExtTCPFastOpenPassive {}", r.export_server_accepted, r.kernel_server_passive),
+            format!(
+                "export server accepted {} = kernel TcpExtTCPFastOpenPassive {}",
+                r.export_server_accepted, r.kernel_server_passive
+            ),
             r.export_server_accepted == r.kernel_server_passive,
         ),
         (
-            format!("top client accepted {} = kernel TcpExtTCPFastOpenActive {}", r.top_client_accepted, r.kernel_client_active),
+            format!(
+                "top client accepted {} = kernel TcpExtTCPFastOpenActive {}",
+                r.top_client_accepted, r.kernel_client_active
+            ),
             r.top_client_accepted == r.kernel_client_active,
         ),
         (format!("export RSS flat after warm-up: {e0} KiB -> {e1} KiB"), e_ok),

@@ -3,11 +3,11 @@
 //! namespaces so that the tracer sees real pids, and they use the kernel's TFO for real
 //! (`TCP_FASTOPEN` on the listener, `sendto(MSG_FASTOPEN)` or `TCP_FASTOPEN_CONNECT` on the
 //! client). Every loop is bounded in count and time.
-use std::path::PathBuf;
 use std::io::{self, BufRead as _, Read, Write};
 use std::mem;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,8 +69,6 @@ impl ServerArgs {
         ]
     }
 }
-
-
 
 /// How the client asks the kernel for TFO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -363,9 +361,12 @@ fn read_some(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result
     }
 }
 
-/// Printable filler bytes, so captures are readable.
+/// What every payload and reply is made of, repeated: printable, so captures are readable,
+/// and recognizable, so a test can tell that none of it left the kernel.
+pub const PAYLOAD_PATTERN: &[u8] = b"tfo-lab:0123456789abcdef\n";
+
 fn pattern(len: usize) -> Vec<u8> {
-    b"tfo-lab:0123456789abcdef\n".iter().copied().cycle().take(len).collect()
+    PAYLOAD_PATTERN.iter().copied().cycle().take(len).collect()
 }
 
 /// Stops the server when stdin is a pipe whose writer (the lab) closes it. A terminal or

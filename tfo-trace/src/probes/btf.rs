@@ -171,7 +171,8 @@ impl Btf {
                     Type::Other
                 }
                 KIND_ARRAY => {
-                    let array = Type::Array { elem: u32_at(types_sec, pos)?, nelems: u32_at(types_sec, pos + 8)? };
+                    let array =
+                        Type::Array { elem: u32_at(types_sec, pos)?, nelems: u32_at(types_sec, pos + 8)? };
                     pos += 12;
                     array
                 }
@@ -215,7 +216,9 @@ impl Btf {
     fn byte_size(&self, id: u32, depth: u32) -> u32 {
         match (depth, self.resolve(id)) {
             (0..=8, Some(Type::Composite { size, .. } | Type::Scalar { size })) => *size,
-            (0..=8, Some(Type::Array { elem, nelems })) => self.byte_size(*elem, depth + 1).saturating_mul(*nelems),
+            (0..=8, Some(Type::Array { elem, nelems })) => {
+                self.byte_size(*elem, depth + 1).saturating_mul(*nelems)
+            }
             _ => 0,
         }
     }
@@ -314,7 +317,9 @@ mod tests {
     #[test]
     fn finds_members_through_anonymous_unions_and_bitfields() {
         let btf = Btf::parse(&sample()).unwrap();
-        let loc = |bit_offset, bitfield_size, byte_size| Some(MemberLocation { bit_offset, bitfield_size, byte_size });
+        let loc = |bit_offset, bitfield_size, byte_size| {
+            Some(MemberLocation { bit_offset, bitfield_size, byte_size })
+        };
         assert_eq!(btf.member("outer", "x"), loc(0, 0, 4));
         assert_eq!(btf.member("outer", "a"), loc(64, 0, 4));
         assert_eq!(btf.member("outer", "c"), loc(64 + 35, 2, 4));

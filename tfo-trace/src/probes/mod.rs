@@ -113,7 +113,12 @@ fn prog_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<aya_obj::generated::bpf_
     // SAFETY: the attr points at a live, writable bpf_prog_info of the size it states; the
     // kernel writes at most that many bytes.
     let rc = unsafe {
-        libc::syscall(libc::SYS_bpf, BPF_OBJ_GET_INFO_BY_FD, &attr as *const InfoAttr, std::mem::size_of::<InfoAttr>())
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            &attr as *const InfoAttr,
+            std::mem::size_of::<InfoAttr>(),
+        )
     };
     (rc == 0).then_some(info)
 }
@@ -293,7 +298,8 @@ fn process_selected(
 /// Loads and attaches `hooks` of an object already loaded, each step named on error.
 fn attach_all(ebpf: &mut Ebpf, hooks: &[table::Hook]) -> Result<()> {
     // aya's own BTF, for the typed programs' target lookup.
-    let needs_btf = hooks.iter().any(|h| matches!(h.kind, HookKind::BtfTracepoint | HookKind::FEntry | HookKind::FExit));
+    let needs_btf =
+        hooks.iter().any(|h| matches!(h.kind, HookKind::BtfTracepoint | HookKind::FEntry | HookKind::FExit));
     let aya_btf = if needs_btf { Some(Btf::from_sys_fs().context("reading kernel BTF")?) } else { None };
     for hook in hooks {
         let what = format!("{} ({:?} {})", hook.program, hook.kind, hook.target);
@@ -341,7 +347,10 @@ fn attach(ebpf: &mut Ebpf, hook: &table::Hook, btf: Option<&Btf>) -> Result<()> 
 /// anything there costs per connection before a handler does any work.
 pub fn load_floor(backend: Backend) -> Result<Ebpf> {
     raise_memlock_rlimit();
-    let mut ebpf = EbpfLoader::new().map_max_entries("EVENTS", 4096).load(EBPF_OBJECT).context("loading the eBPF object")?;
+    let mut ebpf = EbpfLoader::new()
+        .map_max_entries("EVENTS", 4096)
+        .load(EBPF_OBJECT)
+        .context("loading the eBPF object")?;
     attach_all(&mut ebpf, table::floor_hooks(backend))?;
     Ok(ebpf)
 }

@@ -28,7 +28,8 @@ pub enum Backend {
 
 impl Backend {
     /// Richest first, cheapest first among equals: the order `auto` tries them in.
-    pub const ALL: [Backend; 4] = [Backend::Fentry, Backend::Kprobe, Backend::Tracepoint, Backend::RawTracepoint];
+    pub const ALL: [Backend; 4] =
+        [Backend::Fentry, Backend::Kprobe, Backend::Tracepoint, Backend::RawTracepoint];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -159,8 +160,11 @@ const fn tracepoint_hooks(btf: bool, child: bool) -> [Hook; 3] {
     } else {
         (HookKind::RawTracepoint, ["tfo_state_raw", "tfo_retransmit_raw", "tfo_synack_retransmit_raw"])
     };
-    let (sees, why): (&[(Role, Outcome)], _) =
-        if child { (&CLIENT_AND_CHILD_FROM_STATE, STATE_AND_CHILD_WHY) } else { (&CLIENT_FROM_STATE, STATE_WHY) };
+    let (sees, why): (&[(Role, Outcome)], _) = if child {
+        (&CLIENT_AND_CHILD_FROM_STATE, STATE_AND_CHILD_WHY)
+    } else {
+        (&CLIENT_FROM_STATE, STATE_WHY)
+    };
     [
         Hook { program: names[0], kind, target: "inet_sock_set_state", sees, why },
         Hook { program: names[1], kind, target: "tcp_retransmit_skb", sees: &[], why: RETRANSMIT_WHY },
@@ -171,9 +175,16 @@ const fn tracepoint_hooks(btf: bool, child: bool) -> [Hook; 3] {
 /// The function hooks of the richer backends, in one flavour: fentry/fexit or
 /// kprobe/kretprobe. One list, so the twins cannot drift apart.
 const fn function_hooks(fentry: bool) -> [Hook; 5] {
-    let (entry, exit) = if fentry { (HookKind::FEntry, HookKind::FExit) } else { (HookKind::KProbe, HookKind::KRetProbe) };
+    let (entry, exit) =
+        if fentry { (HookKind::FEntry, HookKind::FExit) } else { (HookKind::KProbe, HookKind::KRetProbe) };
     let names = if fentry {
-        ["tfo_try_fastopen_fentry", "tfo_try_fastopen_fexit", "tfo_blackhole_fentry", "tfo_blackhole_fexit", "tfo_cookie_cached_fentry"]
+        [
+            "tfo_try_fastopen_fentry",
+            "tfo_try_fastopen_fexit",
+            "tfo_blackhole_fentry",
+            "tfo_blackhole_fexit",
+            "tfo_cookie_cached_fentry",
+        ]
     } else {
         [
             "tfo_try_fastopen_kprobe",
@@ -184,8 +195,20 @@ const fn function_hooks(fentry: bool) -> [Hook; 5] {
         ]
     };
     [
-        Hook { program: names[0], kind: entry, target: "tcp_try_fastopen", sees: &[], why: TRY_FASTOPEN_ENTRY_WHY },
-        Hook { program: names[1], kind: exit, target: "tcp_try_fastopen", sees: SERVER_FROM_TRY_FASTOPEN, why: TRY_FASTOPEN_WHY },
+        Hook {
+            program: names[0],
+            kind: entry,
+            target: "tcp_try_fastopen",
+            sees: &[],
+            why: TRY_FASTOPEN_ENTRY_WHY,
+        },
+        Hook {
+            program: names[1],
+            kind: exit,
+            target: "tcp_try_fastopen",
+            sees: SERVER_FROM_TRY_FASTOPEN,
+            why: TRY_FASTOPEN_WHY,
+        },
         Hook {
             program: names[2],
             kind: entry,
@@ -200,7 +223,13 @@ const fn function_hooks(fentry: bool) -> [Hook; 5] {
             sees: BLACKHOLE_SEES,
             why: BLACKHOLE_WHY,
         },
-        Hook { program: names[4], kind: entry, target: "tcp_fastopen_cache_set", sees: COOKIE_CACHED_SEES, why: COOKIE_CACHED_WHY },
+        Hook {
+            program: names[4],
+            kind: entry,
+            target: "tcp_fastopen_cache_set",
+            sees: COOKIE_CACHED_SEES,
+            why: COOKIE_CACHED_WHY,
+        },
     ]
 }
 
@@ -217,8 +246,20 @@ const RAW_TRACEPOINT_HOOKS: [Hook; 3] = tracepoint_hooks(false, true);
 
 /// Empty programs on the tracepoint backends' attach points: the benchmark's floor.
 const FLOOR_HOOKS: [Hook; 3] = [
-    Hook { program: "floor_state", kind: HookKind::BtfTracepoint, target: "inet_sock_set_state", sees: &[], why: "" },
-    Hook { program: "floor_retransmit", kind: HookKind::BtfTracepoint, target: "tcp_retransmit_skb", sees: &[], why: "" },
+    Hook {
+        program: "floor_state",
+        kind: HookKind::BtfTracepoint,
+        target: "inet_sock_set_state",
+        sees: &[],
+        why: "",
+    },
+    Hook {
+        program: "floor_retransmit",
+        kind: HookKind::BtfTracepoint,
+        target: "tcp_retransmit_skb",
+        sees: &[],
+        why: "",
+    },
     Hook {
         program: "floor_synack_retransmit",
         kind: HookKind::BtfTracepoint,
@@ -228,8 +269,20 @@ const FLOOR_HOOKS: [Hook; 3] = [
     },
 ];
 const FLOOR_RAW_HOOKS: [Hook; 3] = [
-    Hook { program: "floor_state_raw", kind: HookKind::RawTracepoint, target: "inet_sock_set_state", sees: &[], why: "" },
-    Hook { program: "floor_retransmit_raw", kind: HookKind::RawTracepoint, target: "tcp_retransmit_skb", sees: &[], why: "" },
+    Hook {
+        program: "floor_state_raw",
+        kind: HookKind::RawTracepoint,
+        target: "inet_sock_set_state",
+        sees: &[],
+        why: "",
+    },
+    Hook {
+        program: "floor_retransmit_raw",
+        kind: HookKind::RawTracepoint,
+        target: "tcp_retransmit_skb",
+        sees: &[],
+        why: "",
+    },
     Hook {
         program: "floor_synack_retransmit_raw",
         kind: HookKind::RawTracepoint,
@@ -265,7 +318,11 @@ const TRACEPOINT_BLIND: &[Blind] = &[
         outcome: CookieRequested,
         why: "a cookie request makes only a request sock, which no tracepoint reports",
     },
-    Blind { role: Server, outcome: CookieInvalid, why: "decided inside tcp_try_fastopen(); no socket state changes" },
+    Blind {
+        role: Server,
+        outcome: CookieInvalid,
+        why: "decided inside tcp_try_fastopen(); no socket state changes",
+    },
     Blind {
         role: Server,
         outcome: AcceptedAltKey,
@@ -327,10 +384,7 @@ pub fn sees(backend: Backend, role: Role, outcome: Outcome) -> bool {
 
 /// Every program name the table attaches, on any backend, and the floor's.
 pub fn all_programs() -> impl Iterator<Item = &'static str> {
-    Backend::ALL
-        .iter()
-        .flat_map(|b| hooks(*b).iter().chain(floor_hooks(*b)))
-        .map(|h| h.program)
+    Backend::ALL.iter().flat_map(|b| hooks(*b).iter().chain(floor_hooks(*b))).map(|h| h.program)
 }
 
 #[cfg(test)]
@@ -340,7 +394,8 @@ mod tests {
     #[test]
     fn tracepoint_backends_see_every_client_outcome_and_state_their_blind_spots() {
         for backend in [Backend::Tracepoint, Backend::RawTracepoint] {
-            for o in [CookieRequested, Accepted, DataNotAcked, SynRetransmitted, ConnectFailed, NotAttempted] {
+            for o in [CookieRequested, Accepted, DataNotAcked, SynRetransmitted, ConnectFailed, NotAttempted]
+            {
                 assert!(sees(backend, Client, o));
             }
             assert!(sees(backend, Server, Accepted));
@@ -351,10 +406,32 @@ mod tests {
             for role in Role::ALL {
                 for o in Outcome::ALL {
                     let blind = blind_spots(backend).iter().any(|b| b.role == role && b.outcome == o);
-                    let possible = !(role == Client && matches!(o, CookieInvalid | AcceptedAltKey | QueueOverflow | ListenerDisabled | SynackRetransmitted))
-                        && !(role == Server && matches!(o, DataNotAcked | SynRetransmitted | ConnectFailed | NotAttempted | ActiveDisabled | CookieReceived));
+                    let server_only = matches!(
+                        o,
+                        CookieInvalid
+                            | AcceptedAltKey
+                            | QueueOverflow
+                            | ListenerDisabled
+                            | SynackRetransmitted
+                    );
+                    let client_only = matches!(
+                        o,
+                        DataNotAcked
+                            | SynRetransmitted
+                            | ConnectFailed
+                            | NotAttempted
+                            | ActiveDisabled
+                            | CookieReceived
+                    );
+                    let possible = match role {
+                        Client => !server_only,
+                        Server => !client_only,
+                    };
                     if possible {
-                        assert!(sees(backend, role, o) || blind, "{backend}: {role:?} {o:?} neither seen nor blind");
+                        assert!(
+                            sees(backend, role, o) || blind,
+                            "{backend}: {role:?} {o:?} neither seen nor blind"
+                        );
                     }
                 }
             }

@@ -3,11 +3,7 @@
 //! backend runs), read the ring buffer, write every event to the `--record` file, stop on
 //! Ctrl-C, SIGTERM or `--duration` with what the kernel already wrote still delivered, and
 //! say at the end how many events came and every way one could have gone missing.
-use std::{
-    ops::ControlFlow,
-    path::Path,
-    time::Duration,
-};
+use std::{ops::ControlFlow, path::Path, time::Duration};
 
 use anyhow::Result;
 
@@ -36,7 +32,8 @@ impl Session {
     pub fn start(load: &LoadOptions, record: Option<&Path>) -> Result<Session> {
         let mut tracer = attach(load)?;
         let source = EventSource::new(&mut tracer.ebpf)?;
-        let recorder = record.map(|p| Recorder::create(p, &Header::now(tracer.backend.name()))).transpose()?;
+        let recorder =
+            record.map(|p| Recorder::create(p, &Header::now(tracer.backend.name()))).transpose()?;
         Ok(Session { tracer, source, recorder, seen: 0 })
     }
 

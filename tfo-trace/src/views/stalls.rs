@@ -117,8 +117,8 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
     if !opts.json {
         writeln!(
             out,
-            "{:<23} {:<7} {:<16} {:<24} {:<24} {:>10} {:>3}  {}",
-            "TIME", "PID", "COMM", "DESTINATION", "CAUSE", "LOST", "RTX", "CONTAINER"
+            "{:<23} {:<7} {:<16} {:<24} {:<24} {:>10} {:>3}  CONTAINER",
+            "TIME", "PID", "COMM", "DESTINATION", "CAUSE", "LOST", "RTX"
         )?;
     }
     let mut per_dst: BTreeMap<String, StallTally> = BTreeMap::new();
@@ -150,7 +150,10 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
         write_summary(&mut out, &per_dst).context("writing to stdout")?;
     }
     let total: u64 = per_dst.values().map(|d| d.stalls).sum();
-    eprintln!("tfo-trace: {total} stalled connections; {}", session.closing_line().trim_start_matches("tfo-trace: "));
+    eprintln!(
+        "tfo-trace: {total} stalled connections; {}",
+        session.closing_line().trim_start_matches("tfo-trace: ")
+    );
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! Shared by the kernel tests: the harness (skips reported as skips), skip rules and a
 //! handle on a running `tfo-trace trace`.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod harness;
 pub use harness::skip;
@@ -8,7 +8,7 @@ pub use harness::skip;
 use std::{
     io::{BufRead, BufReader, Read},
     os::unix::fs::MetadataExt,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::mpsc,
     thread::JoinHandle,
@@ -25,6 +25,26 @@ pub const HANG_LIMIT: Duration = Duration::from_secs(240);
 
 pub fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_tfo-trace"))
+}
+
+/// A file in the temporary directory, named after the test process; deleted on drop, also
+/// when the test fails.
+pub struct TempFile(pub PathBuf);
+
+impl TempFile {
+    pub fn new(name: &str) -> TempFile {
+        TempFile(std::env::temp_dir().join(format!("tfo-test-{}-{name}.jsonl", std::process::id())))
+    }
+
+    pub fn path(&self) -> &str {
+        self.0.to_str().expect("temporary paths are UTF-8")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// Kernel tests need root (namespaces, BPF). Says why when they skip.
@@ -76,11 +96,24 @@ impl Tracer {
     /// Starts `tfo-trace <args>` and waits until its programs are attached. With
     /// TFO_TRACE_BACKEND set (the VM matrix runs each backend), `--backend` is added.
     pub fn start_command(args: &[&str]) -> Tracer {
+        Self::start_with(Command::new(exe()), args)
+    }
+
+    /// As [`Tracer::start_command`], with `configure` applied to the command first.
+    pub fn start_command_with(args: &[&str], configure: impl FnOnce(&mut Command)) -> Tracer {
+        let mut command = Command::new(exe());
+        configure(&mut command);
+        Self::start_with(command, args)
+    }
+
+    /// [`Tracer::start_command`] through a prefix that execs tfo-trace in the same process
+    /// (e.g. `ip netns exec NS <exe>`), so the tracer's pid is the child's.
+    pub fn start_with(mut cmd: Command, args: &[&str]) -> Tracer {
         let backend: Vec<String> = match std::env::var("TFO_TRACE_BACKEND") {
             Ok(b) if !b.is_empty() => vec!["--backend".into(), b],
             _ => vec![],
         };
-        let mut child = Command::new(exe())
+        let mut child = cmd
             .args(args)
             .args(&backend)
             .stdout(Stdio::piped())
@@ -149,7 +182,18 @@ impl Tracer {
     }
 
     /// Ctrl-C (SIGINT), then everything it printed: (events, stderr lines).
-    pub fn stop(mut self) -> (Vec<Value>, Vec<String>) {
+    pub fn stop(self) -> (Vec<Value>, Vec<String>) {
+        let (lines, stderr) = self.stop_lines();
+        let events = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+            .collect();
+        (events, stderr)
+    }
+
+    /// Ctrl-C (SIGINT), then everything it printed as it printed it: (stdout lines,
+    /// stderr lines). The tracer must exit 0.
+    pub fn stop_lines(mut self) -> (Vec<String>, Vec<String>) {
         // Let events of connections that just finished reach the ring buffer reader.
         std::thread::sleep(Duration::from_millis(300));
         // SAFETY: kill on our own child's pid.
@@ -170,11 +214,7 @@ impl Tracer {
             self.stderr_seen.push(l);
         }
         assert!(status.success(), "tracer exited with {status}; stderr: {:?}", self.stderr_seen);
-        let events = lines
-            .iter()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
-            .collect();
-        (events, self.stderr_seen.clone())
+        (lines, self.stderr_seen.clone())
     }
 }
 
@@ -227,6 +267,11 @@ pub fn read_all(mut r: impl Read) -> String {
     let mut s = String::new();
     let _ = r.read_to_string(&mut s);
     s
+}
+
+/// A TCP port free on loopback now (the kernel's choice).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// HTTP/1.0 GET (so no chunked answer): (status, body).

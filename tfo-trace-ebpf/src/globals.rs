@@ -1,0 +1,20 @@
+//! What userspace sets before load (`EbpfLoader::override_global`), in frozen read-only
+//! data: the verifier sees each value as a constant and prunes the branches it rules out.
+//! A module of its own, below both `kernel` (which reads the layout) and `maps` (which
+//! reads the config), so neither imports the other for it.
+use tfo_trace_common::KernelLayout;
+
+/// Offsets of the kernel struct fields the handlers read, from this kernel's BTF.
+#[no_mangle]
+pub static LAYOUT: KernelLayout = KernelLayout::zeroed();
+
+/// Bits of `tfo_trace_common::config`.
+#[no_mangle]
+pub static CONFIG: u32 = 0;
+
+#[inline(always)]
+pub fn config_has(bit: u32) -> bool {
+    // SAFETY: CONFIG is a valid static; volatile only defeats constant folding (the
+    // verifier folds it instead, from the frozen map, and prunes the dead branch).
+    unsafe { core::ptr::read_volatile(&CONFIG) & bit != 0 }
+}

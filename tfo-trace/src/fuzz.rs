@@ -1,0 +1,145 @@
+//! The bodies of the fuzz targets in `fuzz/` (cargo fuzz, nightly) and of the unit test
+//! that replays their seeds and every input that ever crashed them (`fuzz/seeds/`,
+//! `fuzz/regressions/`, on stable). Each takes any bytes and must not panic; the asserts
+//! are what has to hold for every input, so the fuzzer reports a broken one as a crash.
+use std::{
+    io::BufReader,
+    path::{Path, PathBuf},
+};
+
+use crate::{
+    aggregation::{
+        table::{self, Sort, View},
+        verdict::{self, Facts},
+    },
+    events::{record, Clock, Event},
+};
+
+/// A realtime-minus-monotonic offset as on a real host (2025, booted an hour ago), fixed
+/// so that a crash replays exactly.
+const CLOCK_OFFSET_NS: i128 = 1_764_490_000_000_000_000;
+
+/// A fuzz target: any bytes in, a panic for an input that breaks what must hold.
+pub type Target = fn(&[u8]);
+
+/// The fuzz targets, by the name of their directory under `fuzz/seeds/` and
+/// `fuzz/regressions/`.
+pub const TARGETS: [(&str, Target); 3] =
+    [("recording", recording), ("event_decoder", event_decoder), ("replay", replay)];
+
+/// `report --from` / `top --from` on any file: the whole-file reader and the streaming one
+/// (fed through a tiny buffer, so lines are split across reads) agree, every error is one
+/// line, and every event read back would be written again as the same line.
+pub fn recording(data: &[u8]) {
+    let path = Path::new("fuzz.jsonl");
+    let whole = record::read_from(data, path);
+    let chunked = record::read_from(BufReader::with_capacity(7, data), path);
+    match (&whole, &chunked) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b, "buffering changed what was read"),
+        (Err(a), Err(b)) => assert_eq!(format!("{a:#}"), format!("{b:#}"), "buffering changed the error"),
+        _ => panic!("buffering changed the outcome: {whole:?} vs {chunked:?}"),
+    }
+    match whole {
+        Err(e) => assert_one_line(&format!("{e:#}")),
+        Ok((_, events, bad)) => {
+            if let Some(bad) = bad {
+                assert_one_line(&bad.to_string());
+            }
+            let lines = data.split(|&b| b == b'\n').count();
+            assert!(events.len() < lines, "{} events from {lines} lines", events.len());
+            for e in &events {
+                round_trips(e);
+            }
+        }
+    }
+}
+
+/// What `report --from` and `top --from` do with the events of any file: the report's
+/// verdicts (as JSON) and top's tables, every view and sort.
+pub fn replay(data: &[u8]) {
+    let Ok((header, events, _)) = record::read_from(data, Path::new("fuzz.jsonl")) else { return };
+    let facts = Facts { backend: Some(header.backend), ..Default::default() };
+    let report = verdict::report(&events, &facts);
+    serde_json::to_string(&report).expect("a report always serializes");
+    let snapshot = table::model_of(&events).snapshot();
+    for view in [View::Destinations, View::Listeners, View::Processes] {
+        for sort in Sort::ALL {
+            snapshot.rows(view, sort, "");
+        }
+    }
+}
+
+/// One ring-buffer record, as `EventSource` hands it to [`Event::from_bytes`]: any bytes
+/// give an event or a one-line error, and a decoded event can be recorded and read back.
+pub fn event_decoder(data: &[u8]) {
+    match Event::from_bytes(data, Clock::fixed(CLOCK_OFFSET_NS)) {
+        Err(e) => assert_one_line(&format!("{e:#}")),
+        Ok(e) => round_trips(&e),
+    }
+}
+
+/// What a recorder writes for `e` reads back as `e` (ts_unix_ns included).
+fn round_trips(e: &Event) {
+    let line = serde_json::to_string(e).expect("an event always serializes");
+    assert!(!line.contains('\n'), "a recording line holds one event: {line}");
+    assert_eq!(record::parse_event(&line).as_ref(), Ok(e), "{line}");
+}
+
+/// Errors reach users as one line on stderr: short, no control characters.
+fn assert_one_line(msg: &str) {
+    assert!(!msg.chars().any(char::is_control), "control character in the error: {msg:?}");
+    let start: String = msg.chars().take(200).collect();
+    assert!(msg.len() <= 1024, "a {}-byte error line: {start:?}...", msg.len());
+}
+
+/// Every file under `fuzz/<kind>/<target>/` of the repository, sorted (`fuzz/seeds/replay`
+/// is a link to the recording seeds).
+pub fn corpus_files(kind: &str, target: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz").join(kind).join(target);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| Some(e.ok()?.path())).filter(|p| p.is_file()).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The seeds and every crash the fuzzer ever found, through the same bodies as the
+    /// fuzz targets: a fixed bug stays fixed without nightly or cargo-fuzz.
+    #[test]
+    fn seeds_and_past_crashes_replay_cleanly() {
+        for (target, body) in TARGETS {
+            let seeds = corpus_files("seeds", target);
+            assert!(!seeds.is_empty(), "no seed corpus in fuzz/seeds/{target}");
+            for file in seeds.iter().chain(&corpus_files("regressions", target)) {
+                let data = std::fs::read(file).unwrap();
+                if let Err(p) = std::panic::catch_unwind(|| body(&data)) {
+                    let msg =
+                        p.downcast_ref::<String>().map(String::as_str).or(p.downcast_ref::<&str>().copied());
+                    panic!("{target}: {} fails: {}", file.display(), msg.unwrap_or("(panic)"));
+                }
+            }
+        }
+    }
+
+    /// The seed corpus holds real input, not only edge cases: a recording with events and
+    /// an event record of this build's layout (regenerate it if TfoEvent changes).
+    #[test]
+    fn seeds_hold_a_recording_and_an_event() {
+        let recordings = corpus_files("seeds", "recording");
+        let events_read = recordings
+            .iter()
+            .filter_map(|f| record::read_recording(f).ok())
+            .map(|(_, events, _)| events.len())
+            .max();
+        assert!(events_read >= Some(5), "no seed recording with events: {recordings:?}");
+        let decoded = corpus_files("seeds", "event_decoder")
+            .iter()
+            .filter(|f| Event::from_bytes(&std::fs::read(f).unwrap(), Clock::fixed(0)).is_ok())
+            .count();
+        assert!(decoded >= 2, "fuzz/seeds/event_decoder has {decoded} valid event records");
+    }
+}

@@ -1,0 +1,277 @@
+//! `tfo-trace export`'s HTTP server under abuse, with the real binary on real loopback
+//! sockets: idle and slow-loris connections must not cost a scrape and are closed by the
+//! header timeout; oversized and malformed requests are answered and closed; HEAD, 404 and
+//! 405 as Prometheus and curl expect. Each test runs its own exporter (it loads eBPF:
+//! root). Every socket a test opens is closed when it ends (dropped).
+mod common;
+
+use std::{
+    io::{ErrorKind, Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    os::unix::process::CommandExt as _,
+    time::{Duration, Instant},
+};
+
+use common::{free_port, http_get, Tracer};
+use tfo_trace::aggregation::metrics::CONTENT_TYPE;
+
+/// The exporter's time for a request head (`HEADER_TIMEOUT` in views/export.rs).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// The exporter's connection cap (`MAX_CONNECTIONS` in views/export.rs).
+const MAX_CONNECTIONS: usize = 4096;
+
+/// A running `tfo-trace export` on a free loopback port; stopped (by pid) when dropped.
+struct Exporter {
+    tracer: Tracer,
+    addr: SocketAddr,
+}
+
+impl Exporter {
+    fn start() -> Exporter {
+        Self::start_with(|_| {})
+    }
+
+    fn start_with(configure: impl FnOnce(&mut std::process::Command)) -> Exporter {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let tracer =
+            Tracer::start_command_with(&["export", "--web.listen-address", &addr.to_string()], configure);
+        Exporter { tracer, addr }
+    }
+
+    fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.tracer.pid())).map(|d| d.count()).unwrap_or(0)
+    }
+
+    fn status(&self, field: &str) -> String {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.tracer.pid())).unwrap();
+        status.lines().find_map(|l| l.strip_prefix(field)).unwrap_or_default().trim().to_string()
+    }
+
+    /// Waits (up to 10 s) until the exporter holds at least `fds` file descriptors.
+    fn wait_for_fds(&self, fds: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.fds() < fds && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// One scrape, the first attempt: (status, body, time it took).
+    fn scrape(&self) -> (u16, String, Duration) {
+        let t = Instant::now();
+        let (status, body) = http_get(self.addr, "/metrics").unwrap_or((0, String::new()));
+        (status, body, t.elapsed())
+    }
+}
+
+/// Raises this process's soft fd limit to `n` (opening that many sockets); skips the test
+/// when the hard limit is lower.
+fn raise_fd_limit(n: u64) {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit with a pointer to a live rlimit struct.
+    let ok = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0
+            && (limit.rlim_cur >= n
+                || limit.rlim_max >= n
+                    && libc::setrlimit(libc::RLIMIT_NOFILE, &libc::rlimit { rlim_cur: n, ..limit }) == 0)
+    };
+    if !ok {
+        common::skip(format!("needs {n} open files; the hard limit is {} (`ulimit -Hn`)", limit.rlim_max));
+    }
+}
+
+/// `n` connections to `addr` (each within 2 s).
+fn connect_many(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|i| {
+            TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+                .unwrap_or_else(|e| panic!("connection {i} of {n}: {e}"))
+        })
+        .collect()
+}
+
+/// Sends one more byte of a request head that never ends, on each of `conns`.
+fn trickle(conns: &[TcpStream], step: usize) {
+    const HEAD: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    for mut c in conns {
+        let _ = c.write(&HEAD[step % HEAD.len()..][..1]);
+    }
+}
+
+/// `request` on a fresh connection: what the server answered, and whether it then closed
+/// the connection (within 5 s).
+fn exchange(addr: SocketAddr, request: &[u8]) -> (String, bool) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(request).unwrap();
+    let mut raw = Vec::new();
+    let closed = match s.read_to_end(&mut raw) {
+        Ok(_) => true,
+        // Closed with part of the request unread (an oversized head): a reset, after the answer.
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => true,
+        Err(_) => false, // timed out: still open
+    };
+    (String::from_utf8_lossy(&raw).into_owned(), closed)
+}
+
+fn header<'a>(response: &'a str, name: &str) -> Option<&'a str> {
+    let head = response.split("\r\n\r\n").next()?;
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// Issue #10: with a local user's idle and slow-loris sockets open (1,000 of each, the
+/// exporter started under the usual 1024 soft fd limit, which it must raise to hold them),
+/// a scrape succeeds at the first attempt, quickly; with 5,000 idle ones (over the cap) as
+/// well, and the exporter's fds stay bounded by the cap.
+fn scrape_succeeds_with_thousands_of_idle_connections_open() {
+    require_kernel!();
+    // SAFETY (pre_exec): setrlimit is async-signal-safe; the limit systemd and shells give.
+    let exporter = Exporter::start_with(|c| unsafe {
+        c.pre_exec(|| {
+            let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+            limit.rlim_cur = limit.rlim_max.min(1024);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            Ok(())
+        });
+    });
+    raise_fd_limit(5000 + 256);
+    let (status, body, took) = exporter.scrape();
+    assert_eq!(status, 200, "scrape with no other connection: {body}");
+    std::thread::sleep(Duration::from_millis(200)); // that connection's fd closed
+    let base = exporter.fds();
+    eprintln!("no other connection: scrape {took:?}; exporter fds {base}, RSS {}", exporter.status("VmRSS:"));
+    // The exporter holds `fds` (bounds), then a scrape, the first attempt, succeeds quickly.
+    let check = |open: &str, fds: std::ops::RangeInclusive<usize>| {
+        exporter.wait_for_fds(*fds.start());
+        let held = exporter.fds();
+        let (status, body, took) = exporter.scrape();
+        eprintln!(
+            "{open}: scrape {status} in {took:?}; exporter fds {held}, RSS {}",
+            exporter.status("VmRSS:")
+        );
+        assert!(fds.contains(&held), "{open}: exporter fds {held}, expected {fds:?} ({base} before)");
+        assert_eq!(status, 200, "{open}: first attempt: {body}");
+        assert!(body.contains("tfo_trace_build_info{"), "{body}");
+        assert!(took < Duration::from_secs(2), "{open}: scrape took {took:?}");
+    };
+
+    let idle = connect_many(exporter.addr, 1000);
+    check("1,000 idle connections", base + 1000..=base + 1002);
+    let slow = connect_many(exporter.addr, 1000);
+    trickle(&slow, 0);
+    exporter.wait_for_fds(base + 2000);
+    trickle(&slow, 1);
+    check("1,000 idle + 1,000 slow-loris connections", base + 2000..=base + 2002);
+    drop((idle, slow));
+
+    // Beyond the cap: the oldest idle connections make room for the newest.
+    let idle = connect_many(exporter.addr, 5000);
+    exporter.wait_for_fds(base + MAX_CONNECTIONS);
+    std::thread::sleep(Duration::from_millis(500)); // the last accepts, if any
+    check("5,000 idle connections", base + MAX_CONNECTIONS - 8..=base + MAX_CONNECTIONS + 8);
+    drop(idle);
+    exporter.tracer.stop();
+}
+
+/// Idle and slow-loris connections (a byte a second, a head that never ends) are closed by
+/// the server after the header timeout: not before it, and well within twice it.
+fn slow_and_idle_connections_are_closed_after_the_header_timeout() {
+    require_kernel!();
+    let exporter = Exporter::start();
+    let start = Instant::now();
+    let slow = connect_many(exporter.addr, 10);
+    let idle = connect_many(exporter.addr, 10);
+    for c in slow.iter().chain(&idle) {
+        c.set_nonblocking(true).unwrap();
+    }
+    let mut closed_after: Vec<Option<Duration>> = vec![None; slow.len() + idle.len()];
+    let deadline = start + 2 * HEADER_TIMEOUT;
+    let mut step = 0;
+    while closed_after.iter().any(Option::is_none) && Instant::now() < deadline {
+        if start.elapsed() >= Duration::from_secs(step as u64) {
+            trickle(&slow, step);
+            step += 1;
+        }
+        for (mut c, closed) in slow.iter().chain(&idle).zip(&mut closed_after) {
+            let mut byte = [0u8; 1];
+            match c.read(&mut byte) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                // EOF, a reset, or (never expected) an answer: the server is done with it.
+                _ => *closed = closed.or(Some(start.elapsed())),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("closed after: {closed_after:?}");
+    for (i, closed) in closed_after.iter().enumerate() {
+        let kind = if i < slow.len() { "slow-loris" } else { "idle" };
+        let t = closed
+            .unwrap_or_else(|| panic!("{kind} connection {i} still open after {:?}", 2 * HEADER_TIMEOUT));
+        assert!(t >= HEADER_TIMEOUT - Duration::from_millis(500), "{kind} connection {i} closed after {t:?}");
+    }
+    drop((slow, idle));
+    exporter.tracer.stop();
+}
+
+/// A request head over 8 KiB is answered 431, malformed requests 400; each is closed.
+fn oversized_and_malformed_requests_are_answered_and_closed() {
+    require_kernel!();
+    let exporter = Exporter::start();
+    let big = format!("GET /metrics HTTP/1.1\r\nHost: x\r\nX-Filler: {}\r\n\r\n", "a".repeat(10 * 1024));
+    let (answer, closed) = exchange(exporter.addr, big.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"), "{answer:?}");
+    assert!(closed, "closed after 431");
+    for bad in [
+        "\u{0}\u{ff}garbage\r\n\r\n",
+        "GET /metrics\r\n\r\n",
+        "GET /metrics HTTP/2\r\n\r\n",
+        "GET  / HTTP/1.1\r\n\r\n",
+    ] {
+        let (answer, closed) = exchange(exporter.addr, bad.as_bytes());
+        assert!(answer.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{bad:?}: {answer:?}");
+        assert!(closed, "{bad:?}: closed after 400");
+    }
+    // Still serving.
+    assert_eq!(exporter.scrape().0, 200);
+    exporter.tracer.stop();
+}
+
+/// GET and HEAD of `/metrics` and `/`, 404 elsewhere, 405 for other methods; one request
+/// per connection.
+fn head_not_found_and_method_not_allowed() {
+    require_kernel!();
+    let exporter = Exporter::start();
+    let (get, closed) = exchange(exporter.addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(get.starts_with("HTTP/1.1 200 OK\r\n") && closed, "{get}");
+    assert_eq!(header(&get, "content-type"), Some(CONTENT_TYPE));
+    assert_eq!(header(&get, "connection"), Some("close"));
+    let body = get.split_once("\r\n\r\n").unwrap().1;
+    assert_eq!(header(&get, "content-length"), Some(body.len().to_string().as_str()));
+    assert!(body.contains("tfo_trace_build_info{"), "{body}");
+
+    let (head, closed) = exchange(exporter.addr, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n") && closed, "{head}");
+    assert_eq!(header(&head, "content-type"), Some(CONTENT_TYPE));
+    assert!(header(&head, "content-length").and_then(|l| l.parse::<usize>().ok()).is_some_and(|l| l > 0));
+    assert!(head.ends_with("\r\n\r\n"), "HEAD: headers only: {head:?}");
+
+    let (index, _) = exchange(exporter.addr, b"GET / HTTP/1.0\r\n\r\n");
+    assert!(index.starts_with("HTTP/1.0 200 OK\r\n") && index.contains("href=\"/metrics\""), "{index}");
+    assert_eq!(http_get(exporter.addr, "/nope").unwrap().0, 404);
+    assert_eq!(http_get(exporter.addr, "/metrics/").unwrap().0, 404);
+    let (post, closed) =
+        exchange(exporter.addr, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    assert!(post.starts_with("HTTP/1.1 405 Method Not Allowed\r\n") && closed, "{post}");
+    assert_eq!(header(&post, "allow"), Some("GET, HEAD"));
+    exporter.tracer.stop();
+}
+
+tests_main!(
+    scrape_succeeds_with_thousands_of_idle_connections_open,
+    slow_and_idle_connections_are_closed_after_the_header_timeout,
+    oversized_and_malformed_requests_are_answered_and_closed,
+    head_not_found_and_method_not_allowed,
+);
