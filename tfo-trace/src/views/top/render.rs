@@ -239,7 +239,7 @@ fn histogram_lines(d: &Decades, area: Rect, st: &Styles) -> Vec<Line<'static>> {
 
 /// A table's tab: its key in brackets, its name, and how many rows it has (of how many,
 /// when a filter hides some), so that neither reads as the other.
-fn tab_label(snap: &Snapshot, ui: &UiState, view: View, short: bool) -> String {
+fn tab_label(snap: &Snapshot, ui: &UiState, view: View, short: bool, counted: bool) -> String {
     let name = match (view, short) {
         (View::Destinations, false) => "Destinations",
         (View::Listeners, false) => "Listeners",
@@ -248,6 +248,9 @@ fn tab_label(snap: &Snapshot, ui: &UiState, view: View, short: bool) -> String {
         (View::Listeners, true) => "Listen",
         (View::Processes, true) => "Proc",
     };
+    if !counted {
+        return format!("[{}] {name}", view.key());
+    }
     let all = snap.table(view).rows.len();
     let unit = if all == 1 { "row" } else { "rows" };
     let count = if ui.filter.trim().is_empty() {
@@ -266,32 +269,44 @@ fn tabs_line(
     width: u16,
     st: &Styles,
 ) -> Line<'static> {
-    let mut status = vec![Span::raw(format!("sort {}  every {}", ui.sort.name(), fmt_interval(interval)))];
+    // What changes what the tables show comes first: a narrow terminal cuts the end.
+    let mut status = Vec::new();
     if ui.paused {
-        status.push(Span::styled("  PAUSED", st.alert));
+        status.push(Span::styled("PAUSED  ", st.alert));
     }
     if !ui.filter.is_empty() {
-        status.push(Span::styled(format!("  filter: {}", ui.filter), st.bold));
+        status.push(Span::styled(format!("filter: {}  ", ui.filter), st.bold));
     }
+    status.push(Span::raw(format!("sort {}  every {}", ui.sort.name(), fmt_interval(interval))));
     if stacked {
         // Each table has its own title line; this one says what applies to all of them.
         let mut spans = vec![Span::styled("all tables", st.bold), Span::raw("  ")];
         spans.extend(status);
         return Line::from(spans);
     }
-    let tabs = |short: bool| {
+    // Full names; else short ones; else the row count on the chosen tab only. The sort
+    // and the interval may be cut, never the pause or the filter if a form leaves room.
+    let tabs = |short: bool, all_counted: bool| {
         let mut spans = Vec::new();
         for v in View::ALL {
-            let style = if v == ui.view { st.active_tab } else { Style::default() };
-            spans.push(Span::styled(format!(" {} ", tab_label(snap, ui, v, short)), style));
+            let active = v == ui.view;
+            let style = if active { st.active_tab } else { Style::default() };
+            let label = tab_label(snap, ui, v, short, all_counted || active);
+            spans.push(Span::styled(format!(" {label} "), style));
             spans.push(Span::raw(" "));
         }
         spans
     };
+    let width = width as usize;
     let status_width = Line::from(status.clone()).width();
-    let mut spans = tabs(false);
-    if Line::from(spans.clone()).width() + 1 + status_width > width as usize {
-        spans = tabs(true);
+    let must_show = Line::from(status[..status.len() - 1].to_vec()).width();
+    let fits = |spans: &Vec<Span>, room: usize| Line::from(spans.clone()).width() + 1 + room <= width;
+    let mut spans = tabs(false, true);
+    if !fits(&spans, status_width) {
+        spans = tabs(true, true);
+        if !fits(&spans, must_show) {
+            spans = tabs(true, false);
+        }
     }
     spans.push(Span::raw(" "));
     spans.extend(status);
@@ -314,7 +329,7 @@ fn draw_stacked(frame: &mut Frame, snap: &Snapshot, ui: &UiState, area: Rect, st
         let style = if v == ui.view { st.active_tab } else { st.bold };
         let title = Rect { x: area.x, y, width: area.width, height: 1 };
         frame.render_widget(
-            Paragraph::new(Line::styled(format!(" {} ", tab_label(snap, ui, v, false)), style)),
+            Paragraph::new(Line::styled(format!(" {} ", tab_label(snap, ui, v, false, true)), style)),
             title,
         );
         if h > 1 {
@@ -665,6 +680,11 @@ mod tests {
         // The filter's line needs the short names at 120; the counts are of the filtered rows.
         assert!(tabs.contains("[3] Proc (1 of 2 rows)"), "{tabs}");
         assert!(tabs.contains("[1] Dest (0 of 2 rows)"), "{tabs}");
+        // Paused and filtered at 80 wide: both still said, before the sort and interval.
+        u.paused = true;
+        let tabs80 = line(&screen(80, 24, &u), "[3] Proc").to_string();
+        assert!(tabs80.contains("PAUSED  filter: nginx"), "{tabs80}");
+        u.paused = false;
         let nginx = tokens(line(&s, "200 "));
         assert_eq!(nginx[..3], ["200", "nginx", "10"]);
         assert!(!s.iter().any(|l| l.contains(" curl")), "filtered out");
