@@ -18,7 +18,7 @@ use std::{
 use common::netns_inode;
 use tfo_trace::{
     kernel::netstat::Netstat,
-    lab::{traffic::ClientArgs, Lab, LabConfig, Side},
+    lab::{traffic::ClientArgs, Lab, LabConfig, ServerHandle, Side},
 };
 
 /// The cells of the row whose first cell is `key`, by column title, from a block of text
@@ -78,6 +78,24 @@ fn delta(lab: &Lab, before: &Counters) -> (Netstat, Netstat, u64) {
         Netstat::delta(&before.server, &after.server),
         after.dropped - before.dropped,
     )
+}
+
+/// A lab whose client has a cookie for the server at `port`, then a middlebox that drops
+/// every SYN carrying data: each connection from there on stalls once (1 s SYN timeout).
+fn middlebox_lab(port: u16) -> (Lab, ServerHandle, SocketAddr) {
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let server = lab.start_server(common::exe(), 0, port, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), port);
+    let warm = lab.run_client(common::exe(), &ClientArgs::new(dst)).unwrap();
+    assert_eq!(warm.ok_count(), 1, "cookie fetched before the middlebox");
+    lab.middlebox_drop_syn_data(None).unwrap();
+    (lab, server, dst)
+}
+
+fn require_tmux() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        common::skip("needs tmux (`apt-get install tmux`) to run top in a real terminal");
+    }
 }
 
 /// `top --batch -d 1`, stopped with Ctrl-C once the lab's connections are done: its last
@@ -261,16 +279,8 @@ fn wait_file(path: &Path, limit: Duration) -> Option<String> {
 /// terminal back (normal screen, cooked mode, held-back stderr printed).
 fn tui_in_a_real_terminal_matches_the_kernel() {
     require_kernel!();
-    if Command::new("tmux").arg("-V").output().is_err() {
-        common::skip("needs tmux (`apt-get install tmux`) to run top in a real terminal");
-    }
-    let lab = Lab::create(LabConfig::default()).unwrap();
-    let port = 8091;
-    let _server = lab.start_server(common::exe(), 0, port, 16, false).unwrap();
-    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), port);
-    let warm = lab.run_client(common::exe(), &ClientArgs::new(dst)).unwrap();
-    assert_eq!(warm.ok_count(), 1, "cookie fetched before the middlebox");
-    lab.middlebox_drop_syn_data(None).unwrap();
+    require_tmux();
+    let (lab, _server, dst) = middlebox_lab(8091);
     let before = counters(&lab);
 
     let dir: PathBuf = std::env::temp_dir().join(format!("tfotest-top-{}", std::process::id()));
@@ -307,7 +317,9 @@ fn tui_in_a_real_terminal_matches_the_kernel() {
     assert_eq!(num(&r, "ACCEPTED"), dc.get("TcpExtTCPFastOpenActive"), "{r:?}");
     let lost = secs(&r, "LOST");
     assert!(lost >= 0.9 * f64::from(n) && lost < 1.5 * f64::from(n), "{r:?}");
-    assert!(r.contains_key("ALT_KEY") && r.contains_key("P99"), "all columns at 120 wide: {r:?}");
+    for col in ["ATT/S", "STALL/S", "LOST/S", "P99", "STALL_HISTORY"] {
+        assert!(r.contains_key(col), "{col} at 120 wide: {r:?}");
+    }
     assert!(screen.contains("tcp_fastopen 0x"), "{screen}");
     assert!(screen.lines().last().is_some_and(|l| l.contains("q quit")), "footer:\n{screen}");
 
@@ -343,6 +355,208 @@ fn tui_in_a_real_terminal_matches_the_kernel() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The number in a table's title (`[1] Destinations (3 rows)`), and the rows under it (up
+/// to the next title, or the footer): those drawn plus the `... N more rows` a full table
+/// ends with.
+fn title_and_rows(screen: &str, title: &str) -> Option<(usize, usize)> {
+    let lines: Vec<&str> = screen.lines().collect();
+    let at = lines.iter().position(|l| l.trim_start().starts_with(title))?;
+    let count = lines[at].split('(').nth(1)?.split_whitespace().next()?.parse().ok()?;
+    let mut rows = 0;
+    for l in lines[at + 2..]
+        .iter()
+        .take_while(|l| !l.starts_with(" [") && !l.starts_with("q quit") && !l.trim().is_empty())
+    {
+        rows += match l.strip_prefix("... ").and_then(|m| m.split_whitespace().next()) {
+            Some(more) => more.parse::<usize>().ok()?,
+            None => 1,
+        };
+    }
+    Some((count, rows))
+}
+
+/// A rate cell (`0`, `0.50`, `12.5`, `1234`, `-`) as a number; `-` (not measured yet) is None.
+fn rate(r: &BTreeMap<String, String>, col: &str) -> Option<f64> {
+    let v = r.get(col).unwrap_or_else(|| panic!("no {col} column in {r:?}"));
+    (v != "-").then(|| v.parse().unwrap_or_else(|_| panic!("{col}={v}")))
+}
+
+/// The terminal UI in a tall terminal (tmux, 200x60): the three tables at once, each
+/// titled with its key, its name and the rows it really has. Two connections stall behind
+/// the middlebox: the destination's STALL/S shows them while they happen (stalls in one
+/// refresh over its length), then falls back to 0 once they stop, while STALLS keeps the
+/// kernel's count and the row's graph keeps the stalled refreshes.
+fn tui_stall_rate_falls_back_to_zero_when_stalls_stop() {
+    require_kernel!();
+    require_tmux();
+    let (lab, _server, dst) = middlebox_lab(8092);
+    let before = counters(&lab);
+
+    // A 2 s refresh: a stall's rate stays on screen for 2 s, polled every 100 ms.
+    let interval = 2.0;
+    let dir: PathBuf = std::env::temp_dir().join(format!("tfotest-top-rate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let status_file = dir.join("status");
+    let script = format!(
+        "'{}' top -d 2; echo \"exit=$?\" > '{}'; exec sleep 120",
+        common::exe().display(),
+        status_file.display()
+    );
+    let tmux = Tmux { socket: format!("tfotest-rate-{}", std::process::id()) };
+    tmux.cmd(&["new-session", "-d", "-x", "200", "-y", "60", "-s", "top", "sh", "-c", &script]);
+    tmux.wait_for(WAIT, "the stacked tables", |s| {
+        s.contains("tfo-trace top")
+            && ["[1] Destinations (", "[2] Listeners (", "[3] Processes ("].iter().all(|t| s.contains(t))
+    });
+
+    let n = 2u64;
+    let client =
+        lab.spawn_client(common::exe(), &ClientArgs { count: n as u32, ..ClientArgs::new(dst) }).unwrap();
+    let key = dst.to_string();
+    // While they stall: the highest STALL/S seen on the destination's row.
+    let mut peak: Option<f64> = None;
+    let deadline = Instant::now() + WAIT;
+    let screen = loop {
+        let s = tmux.screen();
+        if let Some(r) = row(&s, "DESTINATION", &key) {
+            let now = rate(&r, "STALL/S");
+            if let Some(v) = now.filter(|&v| v > 0.0) {
+                peak = Some(peak.map_or(v, |p: f64| p.max(v)));
+            }
+            if peak.is_some() && num(&r, "STALLS") == n && now == Some(0.0) {
+                break s;
+            }
+        }
+        if Instant::now() > deadline {
+            panic!("the stall rate did not rise and fall back to 0 (peak {peak:?}); screen:\n{s}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let run = client.wait(common::HANG_LIMIT).unwrap();
+    assert_eq!(run.ok_count(), n as usize);
+    let (dc, _, dropped) = delta(&lab, &before);
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), n, "kernel: {dc:?}");
+    assert_eq!(dropped, n, "middlebox drops");
+
+    let r = row(&screen, "DESTINATION", &key).unwrap();
+    assert_eq!(num(&r, "STALLS"), dc.get("TcpExtTCPSynRetrans"), "{r:?}");
+    assert_eq!(rate(&r, "LOST/S"), Some(0.0), "no time lost once the stalls stopped: {r:?}");
+    let lost = secs(&r, "LOST");
+    assert!(lost >= 0.9 * n as f64 && lost < 1.5 * n as f64, "{r:?}");
+    // The peak was the stalls of one refresh over its length: one or both of them.
+    let peak = peak.unwrap();
+    let in_one_refresh = (peak * interval).round() as u64;
+    assert!((1..=n).contains(&in_one_refresh), "peak {peak}/s over a {interval} s refresh");
+    let graph = &r["STALL_HISTORY"];
+    let bars = graph.chars().filter(|&c| c != '·').count() as u64;
+    assert!((1..=n).contains(&bars) && graph.ends_with('·'), "stalled refreshes, then quiet: {graph}");
+    // Each title's count is the rows drawn under it (an empty table draws why instead).
+    for title in ["[1] Destinations (", "[2] Listeners (", "[3] Processes ("] {
+        let (count, drawn) = title_and_rows(&screen, title).unwrap_or_else(|| panic!("{title}:\n{screen}"));
+        if count == 0 {
+            assert!(screen.contains("no server TFO events yet") && title.contains("Listeners"), "{screen}");
+        } else {
+            assert_eq!(count, drawn, "{title}:\n{screen}");
+        }
+    }
+    assert!(title_and_rows(&screen, "[1] Destinations (").is_some_and(|(c, _)| c >= 1));
+    assert!(title_and_rows(&screen, "[3] Processes (").is_some_and(|(c, _)| c >= 1));
+    assert!(screen.contains("stalls/2s "), "the host's graph in the header:\n{screen}");
+
+    tmux.cmd(&["send-keys", "-t", "top", "q"]);
+    let status = wait_file(&status_file, WAIT).expect("top did not exit after q");
+    assert_eq!(status.trim(), "exit=0");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `top --batch --json -d 1` while connections stall: every snapshot carries its rates and
+/// the real length of its interval, so the stalls per second times the interval, summed
+/// over the snapshots, give back the stalls the kernel counted; and the last snapshot,
+/// after the stalls stopped, has a stall rate of 0 beside the unchanged total.
+fn batch_json_rates_sum_to_the_kernel_counters() {
+    require_kernel!();
+    let (lab, _server, dst) = middlebox_lab(8093);
+    let before = counters(&lab);
+
+    let mut child = Command::new(common::exe())
+        .args(["top", "--batch", "--json", "-d", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let stderr = child.stderr.take().unwrap();
+    let err = std::thread::spawn(move || common::read_all(stderr));
+    let mut snaps: Vec<serde_json::Value> = Vec::new();
+    let next = |snaps: &mut Vec<serde_json::Value>| {
+        let l = rx.recv_timeout(WAIT).expect("a snapshot every second");
+        snaps.push(serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}")));
+    };
+    // The first snapshot: the programs are attached.
+    next(&mut snaps);
+    let n = 2u64;
+    let run = lab.run_client(common::exe(), &ClientArgs { count: n as u32, ..ClientArgs::new(dst) }).unwrap();
+    assert_eq!(run.ok_count(), n as usize);
+    let key = dst.to_string();
+    let dest = |v: &serde_json::Value| -> Option<serde_json::Value> {
+        v["destinations"].as_array()?.iter().find(|d| d["destination"] == key.as_str()).cloned()
+    };
+    // Snapshots until one shows both stalls and one after it shows no new one.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "no quiet snapshot after the stalls: {snaps:?}");
+        next(&mut snaps);
+        let quiet_after_all = snaps.iter().rev().take(2).all(|v| dest(v).is_some_and(|d| d["stalls"] == n))
+            && dest(snaps.last().unwrap()).is_some_and(|d| d["stalls_per_s"] == 0.0);
+        if quiet_after_all {
+            break;
+        }
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    let err = err.join().unwrap();
+    assert!(status.success(), "exit {status}; stderr {err}");
+    let (dc, _, dropped) = delta(&lab, &before);
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), n, "kernel: {dc:?}");
+    assert_eq!(dropped, n);
+
+    let mut stalls_from_rates = 0.0;
+    let mut lost_from_rates = 0.0;
+    for v in &snaps[1..] {
+        let interval = v["rate_interval_s"].as_f64().expect("every live snapshot has its interval");
+        assert!(interval > 0.5 && interval < 30.0, "a 1 s refresh: {interval}");
+        if let Some(d) = dest(v) {
+            stalls_from_rates += d["stalls_per_s"].as_f64().expect("a rate on every row") * interval;
+            lost_from_rates += d["lost_per_s"].as_f64().unwrap() * interval;
+            assert!(d["attempts_per_s"].as_f64().is_some(), "{d}");
+        }
+        assert!(v["totals"]["client"]["stalls_per_s"].as_f64().is_some(), "{v}");
+    }
+    // The row appears with its first event: every stall is in some snapshot's interval.
+    assert!(
+        (stalls_from_rates - dc.get("TcpExtTCPSynRetrans") as f64).abs() < 1e-6,
+        "rates x intervals = {stalls_from_rates}, kernel {dc:?}"
+    );
+    let last = dest(snaps.last().unwrap()).unwrap();
+    let lost_total = last["stall_us"].as_f64().unwrap() / 1e6;
+    assert!((lost_from_rates - lost_total).abs() < 1e-6, "{lost_from_rates} vs {lost_total}");
+    assert_eq!((last["stalls"].as_u64(), last["stalls_per_s"].as_f64()), (Some(n), Some(0.0)), "{last}");
+    assert_eq!(last["lost_per_s"].as_f64(), Some(0.0));
+    // The host's graph: every client stall on the host, ours among them (others' traffic
+    // may add to it, never take from it).
+    let history = snaps.last().unwrap()["stall_history"].as_array().unwrap().clone();
+    let host_stalls: u64 = history.iter().map(|v| v.as_u64().unwrap()).sum();
+    assert!(host_stalls >= n, "{history:?}");
+}
+
 /// `top --batch --count 2`: two snapshots, then it exits 0 by itself.
 fn count_stops_top_by_itself() {
     require_kernel!();
@@ -375,4 +589,6 @@ tests_main!(
     count_stops_top_by_itself,
     batch_rows_match_the_kernel_counters,
     tui_in_a_real_terminal_matches_the_kernel,
+    tui_stall_rate_falls_back_to_zero_when_stalls_stop,
+    batch_json_rates_sum_to_the_kernel_counters,
 );

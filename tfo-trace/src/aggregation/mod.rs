@@ -3,6 +3,7 @@ pub mod connections;
 pub mod grouping;
 pub mod metrics;
 pub mod quantiles;
+pub mod rates;
 pub mod report;
 pub mod stall;
 pub mod table;

@@ -1,6 +1,7 @@
 //! The model behind `tfo-trace top`: per-group tallies (per destination, per listener, per
-//! process), bounded in memory, with the sort and the filter the views apply. Pure: no I/O,
-//! no clock, no terminal.
+//! process), bounded in memory, with the sort and the filter the views
+//! apply, and each group's rates over the last refresh ([`super::rates`]). Pure: no I/O, no
+//! clock (the loop measures the time between refreshes), no terminal.
 //!
 //! A busy host can talk to a million destinations, so each table keeps at most
 //! `capacity` groups: a new group beyond that evicts the least recently seen one, and
@@ -9,12 +10,14 @@ use std::{
     collections::{BTreeMap, HashMap},
     hash::Hash,
     net::SocketAddr,
+    time::Duration,
 };
 
 use serde::Serialize;
 
 use super::{
     quantiles::{Decades, LogHistogram},
+    rates::{Cumulative, Rates, StallHistory, Trend, HOST_HISTORY, ROW_HISTORY},
     stall,
 };
 use crate::events::{Event, Outcome, Role};
@@ -22,7 +25,7 @@ use crate::events::{Event, Outcome, Role};
 /// Groups kept per table by default.
 pub const DEFAULT_CAPACITY: usize = 10_000;
 
-/// The three tables of `top`.
+/// The tables of `top`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum View {
@@ -45,12 +48,13 @@ impl View {
         }
     }
 
+    /// Its number key in the terminal UI (1-based position in [`View::ALL`]).
+    pub fn key(self) -> usize {
+        View::ALL.iter().position(|&v| v == self).unwrap_or(0) + 1
+    }
+
     pub fn next(self) -> View {
-        match self {
-            View::Destinations => View::Listeners,
-            View::Listeners => View::Processes,
-            View::Processes => View::Destinations,
-        }
+        View::ALL[self.key() % View::ALL.len()]
     }
 }
 
@@ -129,6 +133,11 @@ impl GroupStats {
         self.count(Outcome::Accepted) + self.count(Outcome::AcceptedAltKey)
     }
 
+    /// What rates are taken of.
+    pub fn cumulative(&self) -> Cumulative {
+        Cumulative { attempts: self.attempts(), stalls: self.stalls, stall_us: self.stall_us }
+    }
+
     pub fn row(&self) -> RowStats {
         RowStats {
             attempts: self.attempts(),
@@ -144,12 +153,13 @@ impl GroupStats {
             connect_failed: self.count(Outcome::ConnectFailed),
             p50_us: self.handshake.quantile(0.50),
             p99_us: self.handshake.quantile(0.99),
+            ..RowStats::default()
         }
     }
 }
 
 /// The numbers of one row, frozen for display (and the JSON snapshot's fields).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RowStats {
     pub attempts: u64,
     pub cookie_requests: u64,
@@ -164,12 +174,29 @@ pub struct RowStats {
     pub connect_failed: u64,
     pub p50_us: Option<u64>,
     pub p99_us: Option<u64>,
+    /// Over the last refresh interval ([`Rates`]); null before the first refresh and when
+    /// replaying a recording (no "now" there).
+    pub attempts_per_s: Option<f64>,
+    pub stalls_per_s: Option<f64>,
+    pub lost_per_s: Option<f64>,
+}
+
+impl RowStats {
+    pub fn with_rates(self, r: Option<Rates>) -> RowStats {
+        RowStats {
+            attempts_per_s: r.map(|r| r.attempts_per_s),
+            stalls_per_s: r.map(|r| r.stalls_per_s),
+            lost_per_s: r.map(|r| r.lost_per_s),
+            ..self
+        }
+    }
 }
 
 struct Entry {
     stats: GroupStats,
     /// Sequence number of the last event: the eviction order.
     seen: u64,
+    trend: Trend,
 }
 
 /// Groups of one table, at most `capacity`, least recently seen evicted first.
@@ -212,7 +239,14 @@ impl BoundedTable {
         let mut stats = GroupStats::default();
         stats.add(e);
         self.order.insert(seen, key.clone());
-        self.groups.insert(key, Entry { stats, seen });
+        self.groups.insert(key, Entry { stats, seen, trend: Trend::default() });
+    }
+
+    /// Closes a refresh interval for every group: their rates and stall histories.
+    pub fn tick(&mut self, elapsed: Duration) {
+        for e in self.groups.values_mut() {
+            e.trend.tick(e.stats.cumulative(), elapsed, ROW_HISTORY);
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -228,8 +262,23 @@ impl BoundedTable {
     }
 
     fn rows(&self) -> Vec<Row> {
-        self.groups.iter().map(|(k, e)| Row { key: k.clone(), stats: e.stats.row() }).collect()
+        self.groups
+            .iter()
+            .map(|(k, e)| Row {
+                key: k.clone(),
+                stats: e.stats.row().with_rates(e.trend.rates()),
+                history: e.trend.history(),
+            })
+            .collect()
     }
+}
+
+/// The header's numbers: every event (including those of evicted groups), and each role.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Totals {
+    pub total: RowStats,
+    pub client: RowStats,
+    pub server: RowStats,
 }
 
 /// Every event `top` has seen, grouped three ways, plus the totals.
@@ -243,6 +292,13 @@ pub struct TopModel {
     pub server_total: GroupStats,
     pub decades: Decades,
     pub events: u64,
+    /// The totals' rates (of the totals shown: the kernel's, where it counts); the
+    /// client's stall history is the header's graph.
+    total_trend: Trend,
+    client_trend: Trend,
+    server_trend: Trend,
+    /// The real length of the last refresh interval.
+    last_interval: Option<Duration>,
 }
 
 impl Default for TopModel {
@@ -262,6 +318,10 @@ impl TopModel {
             server_total: GroupStats::default(),
             decades: Decades::default(),
             events: 0,
+            total_trend: Trend::default(),
+            client_trend: Trend::default(),
+            server_trend: Trend::default(),
+            last_interval: None,
         }
     }
 
@@ -293,17 +353,52 @@ impl TopModel {
         }
     }
 
-    /// A frozen copy for display: all rows of all tables, unsorted.
+    /// The totals as the events count them (the view may take the kernel's instead).
+    pub fn event_totals(&self) -> Totals {
+        Totals { total: self.total.row(), client: self.client_total.row(), server: self.server_total.row() }
+    }
+
+    /// Closes one refresh interval that lasted `elapsed` (real time, measured by the
+    /// caller): every row's and the totals' rates and stall histories. `totals` are the
+    /// totals shown at this refresh.
+    pub fn tick(&mut self, elapsed: Duration, totals: &Totals) {
+        for v in View::ALL {
+            self.table_mut(v).tick(elapsed);
+        }
+        let of = |r: &RowStats| Cumulative { attempts: r.attempts, stalls: r.stalls, stall_us: r.stall_us };
+        self.total_trend.tick(of(&totals.total), elapsed, HOST_HISTORY);
+        self.client_trend.tick(of(&totals.client), elapsed, HOST_HISTORY);
+        self.server_trend.tick(of(&totals.server), elapsed, HOST_HISTORY);
+        self.last_interval = Some(elapsed);
+    }
+
+    fn table_mut(&mut self, view: View) -> &mut BoundedTable {
+        match view {
+            View::Destinations => &mut self.destinations,
+            View::Listeners => &mut self.listeners,
+            View::Processes => &mut self.processes,
+        }
+    }
+
+    /// A frozen copy for display: all rows of all tables, unsorted, with the events' totals.
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_with(self.event_totals())
+    }
+
+    /// A frozen copy for display with `totals` in the header (the kernel's, where it
+    /// counts); rates are those of the last refresh.
+    pub fn snapshot_with(&self, totals: Totals) -> Snapshot {
         let table = |v: View| {
             let t = self.table(v);
             TableSnapshot { rows: t.rows(), evicted: t.evicted }
         };
         Snapshot {
             events: self.events,
-            total: self.total.row(),
-            client: self.client_total.row(),
-            server: self.server_total.row(),
+            total: totals.total.with_rates(self.total_trend.rates()),
+            client: totals.client.with_rates(self.client_trend.rates()),
+            server: totals.server.with_rates(self.server_trend.rates()),
+            stall_history: self.client_trend.history(),
+            rate_interval: self.last_interval,
             decades: self.decades,
             destinations: table(View::Destinations),
             listeners: table(View::Listeners),
@@ -321,25 +416,32 @@ pub fn model_of<'a>(events: impl IntoIterator<Item = &'a Event>) -> TopModel {
     m
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     pub key: GroupKey,
     pub stats: RowStats,
+    /// Stalls per refresh, the last [`ROW_HISTORY`] refreshes.
+    pub history: StallHistory,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TableSnapshot {
     pub rows: Vec<Row>,
     pub evicted: u64,
 }
 
 /// What one refresh shows: taken from the model once per interval (and kept while paused).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
     pub events: u64,
     pub total: RowStats,
     pub client: RowStats,
     pub server: RowStats,
+    /// Host-wide (client) stalls per refresh: the header's graph.
+    pub stall_history: StallHistory,
+    /// The real length of the refresh interval the rates were taken over; None before the
+    /// first refresh and when replaying.
+    pub rate_interval: Option<Duration>,
     pub decades: Decades,
     pub destinations: TableSnapshot,
     pub listeners: TableSnapshot,
@@ -364,7 +466,7 @@ impl Snapshot {
     }
 
     pub fn evicted(&self) -> u64 {
-        self.destinations.evicted + self.listeners.evicted + self.processes.evicted
+        View::ALL.iter().map(|&v| self.table(v).evicted).sum()
     }
 }
 
@@ -374,6 +476,8 @@ impl Snapshot {
 pub enum Sort {
     Attempts,
     Stalls,
+    /// Stalls per second over the last refresh: what is stalling now.
+    StallRate,
     Lost,
     P99,
     Accepted,
@@ -381,8 +485,8 @@ pub enum Sort {
 }
 
 impl Sort {
-    pub const ALL: [Sort; 6] =
-        [Sort::Attempts, Sort::Stalls, Sort::Lost, Sort::P99, Sort::Accepted, Sort::Name];
+    pub const ALL: [Sort; 7] =
+        [Sort::Attempts, Sort::Stalls, Sort::StallRate, Sort::Lost, Sort::P99, Sort::Accepted, Sort::Name];
 
     pub fn next(self) -> Sort {
         let i = Self::ALL.iter().position(|&s| s == self).unwrap_or(0);
@@ -393,6 +497,7 @@ impl Sort {
         match self {
             Sort::Attempts => "attempts",
             Sort::Stalls => "stalls",
+            Sort::StallRate => "stalls/s",
             Sort::Lost => "lost",
             Sort::P99 => "p99",
             Sort::Accepted => "accepted",
@@ -405,6 +510,10 @@ impl Sort {
         let by = match self {
             Sort::Attempts => y.attempts.cmp(&x.attempts),
             Sort::Stalls => (y.stalls, y.stall_us).cmp(&(x.stalls, x.stall_us)),
+            Sort::StallRate => {
+                let now = |s: &RowStats| (s.stalls_per_s.unwrap_or(-1.0), s.lost_per_s.unwrap_or(-1.0));
+                now(y).partial_cmp(&now(x)).unwrap_or(std::cmp::Ordering::Equal)
+            }
             Sort::Lost => (y.stall_us, y.stalls).cmp(&(x.stall_us, x.stalls)),
             Sort::P99 => y.p99_us.cmp(&x.p99_us),
             Sort::Accepted => y.accepted.cmp(&x.accepted),
@@ -462,6 +571,62 @@ pub(crate) mod tests {
         v.push(server(Outcome::AcceptedAltKey, 8081, 4026532246));
         v.push(server(Outcome::CookieInvalid, 8081, 4026532246));
         v
+    }
+
+    /// The demo events as live `top` sees them over refreshes 1 s apart: the clean traffic
+    /// over the first five, the middlebox destination's cookie request and first stall in
+    /// the sixth, its second stall and the server's refusals in the seventh; then `quiet`
+    /// refreshes without an event.
+    pub(crate) fn demo_refreshes(quiet: usize) -> TopModel {
+        let events = demo_events();
+        let mut m = TopModel::default();
+        let refresh = |m: &mut TopModel, chunk: &[Event]| {
+            chunk.iter().for_each(|e| m.add(e));
+            let totals = m.event_totals();
+            m.tick(Duration::from_secs(1), &totals);
+        };
+        for chunk in events[..15].chunks(3) {
+            refresh(&mut m, chunk);
+        }
+        refresh(&mut m, &events[15..17]);
+        refresh(&mut m, &events[17..]);
+        for _ in 0..quiet {
+            refresh(&mut m, &[]);
+        }
+        m
+    }
+
+    #[test]
+    fn refreshes_give_each_row_its_rates_and_stall_history() {
+        let m = demo_refreshes(0);
+        let s = m.snapshot();
+        let bad = s.destinations.rows.iter().find(|r| r.key == dst(3, 8080)).unwrap();
+        // The last refresh: one stall (1.023 s lost) in one second.
+        assert_eq!(bad.stats.stalls, 2);
+        assert_eq!(
+            (bad.stats.attempts_per_s, bad.stats.stalls_per_s, bad.stats.lost_per_s),
+            (Some(1.0), Some(1.0), Some(1.023))
+        );
+        assert_eq!(bad.history.last(10), [1, 1], "a row's graph starts with the row");
+        let clean = s.destinations.rows.iter().find(|r| r.key == dst(2, 8080)).unwrap();
+        assert_eq!(clean.stats.stalls_per_s, Some(0.0));
+        assert!(clean.history.samples.is_empty(), "no graph kept for a row that never stalled");
+        assert_eq!(s.client.stalls_per_s, Some(1.0));
+        assert_eq!(s.stall_history.last(10), [0, 0, 0, 0, 0, 1, 1]);
+        assert_eq!(s.rate_interval, Some(Duration::from_secs(1)));
+
+        // Quiet refreshes: the totals stay, the rates are 0 at the next refresh.
+        let s = demo_refreshes(2).snapshot();
+        let bad = s.destinations.rows.iter().find(|r| r.key == dst(3, 8080)).unwrap();
+        assert_eq!((bad.stats.stalls, bad.stats.stall_us), (2, 2_028_900));
+        assert_eq!((bad.stats.stalls_per_s, bad.stats.lost_per_s), (Some(0.0), Some(0.0)));
+        assert_eq!(bad.history.last(10), [1, 1, 0, 0]);
+        assert_eq!(s.client.stalls_per_s, Some(0.0));
+
+        // Without refreshes (a replay), no rate at all.
+        let s = model_of(&demo_events()).snapshot();
+        assert_eq!(s.client.stalls_per_s, None);
+        assert!(s.destinations.rows.iter().all(|r| r.stats.attempts_per_s.is_none()));
     }
 
     fn dst(host: u8, port: u16) -> GroupKey {

@@ -1,5 +1,6 @@
 //! `top` without a terminal (`--batch`, or stdout not a TTY): the same three tables as
-//! plain rows every interval, or one JSON object per interval with `--json`.
+//! plain rows every interval, or one JSON object per interval with `--json`. Rates are
+//! those of the interval that ends with the snapshot.
 use std::io::{self, Write};
 
 use serde_json::{json, Map, Value};
@@ -27,10 +28,13 @@ pub fn write_text(
     filter: &str,
 ) -> io::Result<()> {
     let (c, s) = (&snap.client, &snap.server);
+    // key=value for scripts: plain numbers (`-` where no rate was measured).
+    let rate = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
     writeln!(
         out,
         "tfo-trace top {ts} backend={} tcp_fastopen={} events={} lost={} evicted={} client_attempts={} \
-         client_stalls={} client_lost_us={} server_attempts={} server_accepted={}",
+         client_stalls={} client_lost_us={} server_attempts={} server_accepted={} \
+         client_attempts_per_s={} client_stalls_per_s={} client_lost_per_s={} server_attempts_per_s={}",
         info.backend,
         info.tcp_fastopen.map(|t| format!("{:#x}", t.value())).unwrap_or_else(|| "unknown".into()),
         snap.events,
@@ -41,6 +45,10 @@ pub fn write_text(
         c.stall_us,
         s.attempts,
         s.accepted,
+        rate(c.attempts_per_s),
+        rate(c.stalls_per_s),
+        rate(c.lost_per_s),
+        rate(s.attempts_per_s),
     )?;
     for view in View::ALL {
         let rows = snap.rows(view, sort, filter);
@@ -87,6 +95,8 @@ pub fn write_json(
             "processes": snap.processes.evicted,
         },
         "totals": { "client": stats_json(&snap.client), "server": stats_json(&snap.server) },
+        "rate_interval_s": snap.rate_interval.map(|d| d.as_secs_f64()),
+        "stall_history": snap.stall_history.last(crate::aggregation::rates::HOST_HISTORY),
         "handshake_histogram": snap.decades.as_map(),
         "destinations": table(View::Destinations),
         "listeners": table(View::Listeners),
@@ -100,7 +110,10 @@ pub fn write_json(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregation::table::{model_of, tests::demo_events};
+    use crate::aggregation::table::{
+        model_of,
+        tests::{demo_events, demo_refreshes},
+    };
     use std::time::Duration;
 
     fn info() -> HeaderInfo {
@@ -110,23 +123,28 @@ mod tests {
             interval: Duration::from_secs(1),
             lost: 3,
             color: false,
+            live: true,
         }
     }
 
     #[test]
     fn text_has_the_three_tables() {
-        let snap = model_of(&demo_events()).snapshot();
+        let snap = demo_refreshes(0).snapshot();
         let mut out = Vec::new();
         write_text(&mut out, "T", &snap, &info(), Sort::Stalls, "").unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("tfo-trace top T backend=tracepoint tcp_fastopen=0x1 events=21 lost=3"));
         assert!(lines[0].contains("client_stalls=2"));
+        // The last refresh's rates, after the totals (whose names stay).
+        assert!(lines[0].contains(
+            "client_attempts_per_s=1.000 client_stalls_per_s=1.000 client_lost_per_s=1.023 server_attempts_per_s=3.000"
+        ));
         assert_eq!(lines[2].split_whitespace().next(), Some("DESTINATION"));
         // Sorted by stalls: the middlebox destination first.
         let bad: Vec<&str> = lines[3].split_whitespace().collect();
-        assert_eq!(bad[..7], ["198.18.0.3:8080", "3", "1", "0", "0", "2", "2.03s"]);
-        assert_eq!(bad.len(), 12, "every column in plain output");
+        assert_eq!(bad[..10], ["198.18.0.3:8080", "3", "1.00", "1", "0", "0", "2", "1.00", "2.03s", "1.02s"]);
+        assert_eq!(bad.len(), 15, "every column but the graph in plain output");
         assert!(text.contains("\nLISTENER"));
         assert!(text.contains("\nPID"));
         assert!(lines.iter().any(|l| l.starts_with("200 ") && l.contains("nginx")));
@@ -152,5 +170,25 @@ mod tests {
         assert_eq!(v["listeners"][0]["netns"], 4026532246u32);
         assert_eq!(v["processes"].as_array().unwrap().len(), 2);
         assert_eq!(v["evicted"]["destinations"], 0);
+        // A replay: the rate fields are there, null.
+        assert_eq!(d["stalls_per_s"], Value::Null);
+        assert_eq!(v["totals"]["client"]["stalls_per_s"], Value::Null);
+        assert_eq!(v["rate_interval_s"], Value::Null);
+    }
+
+    #[test]
+    fn json_carries_the_rates_beside_the_totals() {
+        let snap = demo_refreshes(1).snapshot();
+        let mut out = Vec::new();
+        write_json(&mut out, "T", &snap, &info(), Sort::Attempts, "").unwrap();
+        let v: Value = serde_json::from_str(&String::from_utf8(out).unwrap()).unwrap();
+        let d = &v["destinations"][1];
+        assert_eq!((d["destination"].as_str(), d["stalls"].as_u64()), (Some("198.18.0.3:8080"), Some(2)));
+        // The quiet refresh after the stalls: 0 per second, the totals unchanged.
+        assert_eq!((d["attempts_per_s"].as_f64(), d["stalls_per_s"].as_f64()), (Some(0.0), Some(0.0)));
+        assert_eq!(d["lost_per_s"].as_f64(), Some(0.0));
+        assert_eq!(v["totals"]["client"]["stalls_per_s"].as_f64(), Some(0.0));
+        assert_eq!(v["rate_interval_s"].as_f64(), Some(1.0));
+        assert_eq!(v["stall_history"], serde_json::json!([0, 0, 0, 0, 0, 1, 1, 0]));
     }
 }

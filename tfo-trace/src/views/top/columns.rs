@@ -1,6 +1,6 @@
 //! The columns of `top`'s tables, shared by the terminal UI and the plain rows, and which
 //! ones to drop first when the terminal is narrow.
-use crate::aggregation::table::{GroupKey, Row, RowStats, View};
+use crate::aggregation::table::{GroupKey, Row, View};
 
 /// A number column: its title, its width, and how to print it.
 pub struct Column {
@@ -8,7 +8,9 @@ pub struct Column {
     pub width: usize,
     /// Lower is kept longer when the terminal is narrow.
     pub priority: u8,
-    pub cell: fn(&RowStats) -> String,
+    pub cell: fn(&Row) -> String,
+    /// Drawn only on a terminal (a graph): plain rows leave it out.
+    pub terminal_only: bool,
 }
 
 /// Durations in at most 7 characters: `0.12ms`, `123.4ms`, `1.02s`, `1234s`.
@@ -28,25 +30,147 @@ fn opt_us(v: Option<u64>) -> String {
     v.map(fmt_us).unwrap_or_else(|| "-".into())
 }
 
+/// Time lost per second (seconds per second) as a duration per second: `1.02s`, `980.0ms`;
+/// `0` for none, `-` where no rate was measured.
+pub fn fmt_lost_rate(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(v) if v <= 0.0 => "0".into(),
+        Some(v) => fmt_us((v * 1e6).round() as u64),
+    }
+}
+
+/// Events per second in at most 7 characters: `0`, `0.50`, `12.5`, `1234`, `12.3k`; `-`
+/// where no rate was measured (before the first refresh, or a replay).
+pub fn fmt_rate(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(v) if v <= 0.0 => "0".into(),
+        Some(v) if v < 9.995 => format!("{v:.2}"),
+        Some(v) if v < 99.95 => format!("{v:.1}"),
+        Some(v) if v < 99_999.5 => format!("{v:.0}"),
+        Some(v) => format!("{:.1}k", v / 1e3),
+    }
+}
+
+/// Refreshes the per-row graph shows, one character each.
+pub const GRAPH_WIDTH: usize = 20;
+
+/// A graph of stalls per refresh, one character each, oldest first: `·` for none, then
+/// eight heights scaled to the largest sample (any stall is at least `▁`).
+pub fn sparkline(samples: &[u32]) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = samples.iter().copied().max().unwrap_or(0).max(1);
+    samples
+        .iter()
+        .map(|&n| {
+            if n == 0 {
+                '·'
+            } else {
+                let level = (u64::from(n) * 8).div_ceil(u64::from(max)).clamp(1, 8);
+                BARS[level as usize - 1]
+            }
+        })
+        .collect()
+}
+
 /// In display order. The priorities put what an on-call engineer looks for first: how
-/// many connections, how many stalled, what it cost, the tail latency.
-pub const COLUMNS: [Column; 11] = [
-    Column { title: "ATTEMPTS", width: 8, priority: 0, cell: |s| s.attempts.to_string() },
-    Column { title: "COOKIE", width: 6, priority: 6, cell: |s| s.cookie_requests.to_string() },
-    Column { title: "ACCEPTED", width: 8, priority: 4, cell: |s| s.accepted.to_string() },
-    Column { title: "NOT_ACKED", width: 9, priority: 7, cell: |s| s.data_not_acked.to_string() },
-    Column { title: "STALLS", width: 6, priority: 1, cell: |s| s.stalls.to_string() },
+/// many connections, how many stalled and whether they stall now, what it cost, the tail
+/// latency.
+pub const COLUMNS: [Column; 15] = [
+    Column {
+        title: "ATTEMPTS",
+        width: 8,
+        priority: 0,
+        cell: |r| r.stats.attempts.to_string(),
+        terminal_only: false,
+    },
+    Column {
+        title: "ATT/S",
+        width: 7,
+        priority: 6,
+        cell: |r| fmt_rate(r.stats.attempts_per_s),
+        terminal_only: false,
+    },
+    Column {
+        title: "COOKIE",
+        width: 6,
+        priority: 10,
+        cell: |r| r.stats.cookie_requests.to_string(),
+        terminal_only: false,
+    },
+    Column {
+        title: "ACCEPTED",
+        width: 8,
+        priority: 7,
+        cell: |r| r.stats.accepted.to_string(),
+        terminal_only: false,
+    },
+    Column {
+        title: "NOT_ACKED",
+        width: 9,
+        priority: 11,
+        cell: |r| r.stats.data_not_acked.to_string(),
+        terminal_only: false,
+    },
+    Column {
+        title: "STALLS",
+        width: 6,
+        priority: 1,
+        cell: |r| r.stats.stalls.to_string(),
+        terminal_only: false,
+    },
+    Column {
+        title: "STALL/S",
+        width: 7,
+        priority: 2,
+        cell: |r| fmt_rate(r.stats.stalls_per_s),
+        terminal_only: false,
+    },
     Column {
         title: "LOST",
         width: 7,
-        priority: 2,
-        cell: |s| if s.stall_us == 0 { "0".into() } else { fmt_us(s.stall_us) },
+        priority: 3,
+        cell: |r| if r.stats.stall_us == 0 { "0".into() } else { fmt_us(r.stats.stall_us) },
+        terminal_only: false,
     },
-    Column { title: "OVERFLOW", width: 8, priority: 8, cell: |s| s.queue_overflows.to_string() },
-    Column { title: "INVALID", width: 7, priority: 9, cell: |s| s.invalid_cookies.to_string() },
-    Column { title: "ALT_KEY", width: 7, priority: 10, cell: |s| s.backup_key_hits.to_string() },
-    Column { title: "P50", width: 7, priority: 5, cell: |s| opt_us(s.p50_us) },
-    Column { title: "P99", width: 7, priority: 3, cell: |s| opt_us(s.p99_us) },
+    Column {
+        title: "LOST/S",
+        width: 7,
+        priority: 5,
+        cell: |r| fmt_lost_rate(r.stats.lost_per_s),
+        terminal_only: false,
+    },
+    Column {
+        title: "OVERFLOW",
+        width: 8,
+        priority: 12,
+        cell: |r| r.stats.queue_overflows.to_string(),
+        terminal_only: false,
+    },
+    Column {
+        title: "INVALID",
+        width: 7,
+        priority: 13,
+        cell: |r| r.stats.invalid_cookies.to_string(),
+        terminal_only: false,
+    },
+    Column {
+        title: "ALT_KEY",
+        width: 7,
+        priority: 14,
+        cell: |r| r.stats.backup_key_hits.to_string(),
+        terminal_only: false,
+    },
+    Column { title: "P50", width: 7, priority: 9, cell: |r| opt_us(r.stats.p50_us), terminal_only: false },
+    Column { title: "P99", width: 7, priority: 4, cell: |r| opt_us(r.stats.p99_us), terminal_only: false },
+    Column {
+        title: "STALL_HISTORY",
+        width: GRAPH_WIDTH,
+        priority: 8,
+        cell: |r| sparkline(&r.history.last(GRAPH_WIDTH)),
+        terminal_only: true,
+    },
 ];
 
 /// The titles of the key columns of a view.
@@ -77,9 +201,10 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// Everything, as wide as the rows need (plain output).
+    /// Every column but the graphs, as wide as the rows need (plain output).
     pub fn full(view: View, rows: &[&Row]) -> Layout {
-        Layout { key_widths: key_widths(view, rows), columns: (0..COLUMNS.len()).collect() }
+        let columns = (0..COLUMNS.len()).filter(|&i| !COLUMNS[i].terminal_only).collect();
+        Layout { key_widths: key_widths(view, rows), columns }
     }
 
     /// What fits in `width` characters: the key columns (shrunk if they must), then number
@@ -88,8 +213,9 @@ impl Layout {
         let mut key_widths = key_widths(view, rows);
         let mins = key_min_widths(view);
         // The first key column (the address) gives way down to its minimum to leave room
-        // for at least the top-priority numbers.
-        let wanted = key_widths.iter().sum::<usize>() + key_widths.len() - 1 + 1 + COLUMNS[0].width;
+        // for at least the top-priority numbers (ATTEMPTS, STALLS, STALL/S).
+        let room_for_numbers: usize = COLUMNS.iter().filter(|c| c.priority <= 2).map(|c| c.width + 1).sum();
+        let wanted = key_widths.iter().sum::<usize>() + key_widths.len() - 1 + room_for_numbers;
         if wanted > width {
             let over = wanted - width;
             key_widths[0] = key_widths[0].saturating_sub(over).max(mins[0].min(width));
@@ -114,7 +240,7 @@ impl Layout {
     }
 
     pub fn row(&self, row: &Row) -> String {
-        self.line(&row.key.cells(), |i| (COLUMNS[i].cell)(&row.stats))
+        self.line(&row.key.cells(), |i| (COLUMNS[i].cell)(row))
     }
 
     fn line(&self, keys: &[String], cell: impl Fn(usize) -> String) -> String {
@@ -204,12 +330,12 @@ mod tests {
         let s = model_of(&demo_events()).snapshot();
         let rows = s.rows(View::Destinations, Sort::Attempts, "");
         let titles = |l: &Layout| l.columns.iter().map(|&i| COLUMNS[i].title).collect::<Vec<_>>();
-        let wide = Layout::fit(View::Destinations, &rows, 120);
-        assert_eq!(wide.columns.len(), COLUMNS.len(), "everything fits in 120");
+        let wide = Layout::fit(View::Destinations, &rows, 200);
+        assert_eq!(wide.columns.len(), COLUMNS.len(), "everything fits in 200");
         let narrow = Layout::fit(View::Destinations, &rows, 60);
-        // ACCEPTED and P50 do not fit; COOKIE, lower in priority but narrower, does.
-        assert_eq!(titles(&narrow), ["ATTEMPTS", "COOKIE", "STALLS", "LOST", "P99"]);
-        for w in [20, 40, 60, 80, 100, 120] {
+        // ATT/S and the rest do not fit; COOKIE, lower in priority but narrower, does.
+        assert_eq!(titles(&narrow), ["ATTEMPTS", "COOKIE", "STALLS", "STALL/S", "LOST"]);
+        for w in [20, 40, 60, 80, 100, 120, 150, 200] {
             let l = Layout::fit(View::Destinations, &rows, w);
             for r in &rows {
                 assert!(l.row(r).chars().count() <= w, "{w}: {:?}", l.row(r));
@@ -218,7 +344,37 @@ mod tests {
         }
         let full = Layout::full(View::Destinations, &rows);
         assert!(full.header(View::Destinations).starts_with("DESTINATION"));
+        assert!(!full.header(View::Destinations).contains("STALL_HISTORY"), "no graph in plain rows");
+        assert_eq!(full.columns.len(), COLUMNS.len() - 1);
         assert!(full.row(rows[0]).starts_with("198.18.0.2:8080"));
+    }
+
+    #[test]
+    fn rates_fit_seven_characters_and_say_when_unmeasured() {
+        for (v, s) in [
+            (None, "-"),
+            (Some(0.0), "0"),
+            (Some(0.5), "0.50"),
+            (Some(1.0 / 1.1), "0.91"),
+            (Some(12.46), "12.5"),
+            (Some(1234.4), "1234"),
+            (Some(123_456.0), "123.5k"),
+        ] {
+            assert_eq!(fmt_rate(v), s);
+            assert!(fmt_rate(v).len() <= 7);
+        }
+        assert_eq!(fmt_lost_rate(None), "-");
+        assert_eq!(fmt_lost_rate(Some(0.0)), "0");
+        assert_eq!(fmt_lost_rate(Some(1.023)), "1.02s");
+        assert_eq!(fmt_lost_rate(Some(0.25)), "250.0ms");
+    }
+
+    #[test]
+    fn sparkline_scales_to_the_largest_and_keeps_any_stall_visible() {
+        assert_eq!(sparkline(&[]), "");
+        assert_eq!(sparkline(&[0, 0, 0]), "···");
+        assert_eq!(sparkline(&[0, 1, 8, 4, 0]), "·▁█▄·");
+        assert_eq!(sparkline(&[1, 1000]), "▁█", "a single stall beside many still shows");
     }
 
     #[test]

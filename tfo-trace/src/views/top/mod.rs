@@ -1,6 +1,8 @@
 //! `tfo-trace top`: live tables of TFO outcomes per destination, per listener and per
-//! process, refreshed every interval. A terminal UI when stdout is a terminal; plain rows
-//! (`--batch`, or not a terminal) or JSON lines (`--json`) otherwise.
+//! process, refreshed every interval, with each row's rates over the last
+//! interval (taken over the real time between two refreshes) next to its totals. A
+//! terminal UI when stdout is a terminal; plain rows (`--batch`, or not a terminal) or JSON
+//! lines (`--json`) otherwise.
 //!
 //! The loop takes its events from an [`EventFeed`]: the live ring buffer, or recorded
 //! events ([`run_model_on`]) for replay.
@@ -20,7 +22,7 @@ use crossterm::event::{self as term_event, Event as TermEvent};
 
 use crate::{
     aggregation::{
-        table::{Snapshot, Sort, TopModel, View},
+        table::{Snapshot, Sort, TopModel, Totals, View},
         totals,
     },
     events::{counts::KernelCounts, rfc3339, Event},
@@ -63,6 +65,8 @@ pub struct HeaderInfo {
     pub lost: u64,
     /// Colors unless NO_COLOR is set.
     pub color: bool,
+    /// Events as they happen (rates mean *now*), not a replayed recording.
+    pub live: bool,
 }
 
 impl HeaderInfo {
@@ -73,6 +77,7 @@ impl HeaderInfo {
             interval,
             lost: 0,
             color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+            live: true,
         }
     }
 
@@ -123,6 +128,11 @@ pub trait EventFeed {
     fn exhausted(&self) -> bool {
         false
     }
+    /// Events arrive as they happen, so a refresh interval's counts are a rate. A
+    /// recording arrives all at once: no rates.
+    fn live(&self) -> bool {
+        false
+    }
 }
 
 impl EventFeed for Session {
@@ -137,6 +147,9 @@ impl EventFeed for Session {
     }
     fn kernel_counts(&self) -> Option<KernelCounts> {
         Session::kernel_counts(self).ok()
+    }
+    fn live(&self) -> bool {
+        true
     }
 }
 
@@ -238,6 +251,8 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut batch = Vec::new();
     let mut refreshes = 0u64;
+    let mut clock = RefreshClock { last: start.into_std() };
+    info.live = feed.live();
 
     if !tui {
         let mut out = io::stdout().lock();
@@ -253,7 +268,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
                     done = opts.count.is_some_and(|n| refreshes >= n);
                     info.lost = feed.lost();
                     printed_events = Some(model.events);
-                    if !print(&mut out, &snapshot(&model, feed), &info, opts)? {
+                    if !print(&mut out, &refresh(&mut model, feed, &mut clock), &info, opts)? {
                         return Ok(model.events);
                     }
                 }
@@ -275,7 +290,8 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
         ingest(&mut model, &mut batch);
         if printed_events != Some(model.events) && opts.count.is_none_or(|n| refreshes < n) {
             info.lost = feed.lost();
-            print(&mut out, &snapshot(&model, feed), &info, opts)?;
+            // Its rates are those of the part interval since the last refresh.
+            print(&mut out, &refresh(&mut model, feed, &mut clock), &info, opts)?;
         }
         return Ok(model.events);
     }
@@ -287,11 +303,13 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
     // than anyone types.
     let mut key_poll = tokio::time::interval(Duration::from_millis(50));
     let mut redraw = true;
+    // The snapshot a refresh took (its totals are the ones its rates were taken of).
+    let mut fresh: Option<Snapshot> = None;
     loop {
         if redraw {
             info.lost = feed.lost();
             if !ui.paused {
-                snap = snapshot(&model, feed);
+                snap = fresh.take().unwrap_or_else(|| snapshot(&model, feed));
             }
             guard.terminal.draw(|f| render::draw(f, &snap, &ui, &info)).context("drawing the screen")?;
             redraw = false;
@@ -310,6 +328,8 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
                 if opts.count.is_some_and(|n| refreshes >= n) {
                     break;
                 }
+                // Paused, the rates go on being taken; the screen keeps what it shows.
+                fresh = Some(refresh(&mut model, feed, &mut clock));
                 redraw = true;
             }
             _ = key_poll.tick() => {
@@ -336,15 +356,46 @@ fn finish(guard: terminal::TerminalGuard, events: u64) -> Result<u64> {
     Ok(events)
 }
 
-/// The tables from the events; the totals from the kernel's counts where it counts.
-fn snapshot<F: EventFeed>(model: &TopModel, feed: &F) -> Snapshot {
-    let mut snap = model.snapshot();
-    if let Some(counts) = feed.kernel_counts() {
-        snap.total = totals::row(&counts, None, &snap.total);
-        snap.client = totals::row(&counts, Some(crate::events::Role::Client), &snap.client);
-        snap.server = totals::row(&counts, Some(crate::events::Role::Server), &snap.server);
+/// When the last refresh was: rates divide by the real time since, not by the interval
+/// asked for (a refresh can come late on a busy machine).
+struct RefreshClock {
+    last: std::time::Instant,
+}
+
+impl RefreshClock {
+    fn lap(&mut self) -> Duration {
+        let now = std::time::Instant::now();
+        let elapsed = now.saturating_duration_since(self.last);
+        self.last = now;
+        elapsed
     }
-    snap
+}
+
+/// The totals from the events, or from the kernel's counts where it counts.
+fn totals_of<F: EventFeed>(model: &TopModel, feed: &F) -> Totals {
+    let mut t = model.event_totals();
+    if let Some(counts) = feed.kernel_counts() {
+        t.total = totals::row(&counts, None, &t.total);
+        t.client = totals::row(&counts, Some(crate::events::Role::Client), &t.client);
+        t.server = totals::row(&counts, Some(crate::events::Role::Server), &t.server);
+    }
+    t
+}
+
+/// The tables from the events, the totals as [`totals_of`] takes them; rates as of the
+/// last refresh.
+fn snapshot<F: EventFeed>(model: &TopModel, feed: &F) -> Snapshot {
+    model.snapshot_with(totals_of(model, feed))
+}
+
+/// A refresh: closes the interval (rates over the real time since the last refresh, for
+/// live events) and takes the snapshot to show.
+fn refresh<F: EventFeed>(model: &mut TopModel, feed: &F, clock: &mut RefreshClock) -> Snapshot {
+    let totals = totals_of(model, feed);
+    if feed.live() {
+        model.tick(clock.lap(), &totals);
+    }
+    model.snapshot_with(totals)
 }
 
 fn ingest(model: &mut TopModel, batch: &mut Vec<Event>) {

@@ -1,6 +1,10 @@
-//! Drawing one frame of `top`: header (backend, sysctl, totals, losses), the handshake-time
-//! histogram, the table tabs, the table, the footer. Pure function of its inputs, so the
-//! snapshot tests draw it on ratatui's TestBackend.
+//! Drawing one frame of `top`: header (backend, sysctl, totals, losses, the rates of the
+//! last refresh and a graph of stalls per refresh), the handshake-time histogram, the
+//! table tabs, the tables (all three stacked when the terminal is tall enough, else the
+//! chosen one), the footer. Pure function of its inputs, so the snapshot tests draw it on
+//! ratatui's TestBackend.
+use std::time::Duration;
+
 use ratatui::{
     layout::{Constraint, Direction, Layout as Split, Rect},
     style::{Color, Modifier, Style},
@@ -10,17 +14,22 @@ use ratatui::{
 };
 
 use super::{
-    columns::{fmt_us, Layout},
+    columns::{fmt_lost_rate, fmt_rate, fmt_us, sparkline, Layout},
     state::{UiState, KEYS_HELP},
     HeaderInfo,
 };
 use crate::aggregation::{
     quantiles::Decades,
-    table::{RowStats, Snapshot, View},
+    rates::HOST_HISTORY,
+    table::{Row, RowStats, Snapshot, View},
 };
 
 /// Below this height the histogram folds into one line.
 const FULL_HISTOGRAM_MIN_HEIGHT: u16 = 22;
+/// From this height on, every table is shown at once, stacked; below it, one table and tabs.
+pub const STACKED_MIN_HEIGHT: u16 = 40;
+/// Header lines: title, client totals, server totals, now.
+const HEADER_HEIGHT: u16 = 4;
 
 struct Styles {
     bold: Style,
@@ -53,6 +62,11 @@ impl Styles {
     }
 }
 
+/// Whether the tables are stacked on a terminal of this height.
+pub fn stacked(height: u16) -> bool {
+    height >= STACKED_MIN_HEIGHT
+}
+
 pub fn draw(frame: &mut Frame, snap: &Snapshot, ui: &UiState, info: &HeaderInfo) {
     let area = frame.area();
     let st = Styles::new(info.color);
@@ -60,24 +74,29 @@ pub fn draw(frame: &mut Frame, snap: &Snapshot, ui: &UiState, info: &HeaderInfo)
     let parts = Split::default()
         .direction(Direction::Vertical)
         .constraints([
-            Constraint::Length(3),
+            Constraint::Length(HEADER_HEIGHT),
             Constraint::Length(hist_height),
             Constraint::Length(1),
             Constraint::Min(2),
             Constraint::Length(1),
         ])
         .split(area);
-    frame.render_widget(Paragraph::new(header_lines(snap, info, &st)), parts[0]);
+    frame.render_widget(Paragraph::new(header_lines(snap, info, area.width as usize, &st)), parts[0]);
     frame.render_widget(Paragraph::new(histogram_lines(&snap.decades, parts[1], &st)), parts[1]);
-    frame.render_widget(Paragraph::new(tabs_line(ui, info.interval, &st)), parts[2]);
-    draw_table(frame, snap, ui, parts[3], &st);
+    let stack = stacked(area.height);
+    frame.render_widget(Paragraph::new(tabs_line(snap, ui, info.interval, stack, area.width, &st)), parts[2]);
+    if stack {
+        draw_stacked(frame, snap, ui, parts[3], &st);
+    } else {
+        draw_table(frame, snap, ui, ui.view, parts[3], &st);
+    }
     frame.render_widget(Paragraph::new(footer_line(ui, &st)), parts[4]);
     if ui.help {
         draw_help(frame, area);
     }
 }
 
-fn header_lines(snap: &Snapshot, info: &HeaderInfo, st: &Styles) -> Vec<Line<'static>> {
+fn header_lines(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -> Vec<Line<'static>> {
     // Most important first: what is cut at 80 columns is the sysctl's spelled-out bits.
     let lost_style = if info.lost > 0 { st.alert } else { Style::default() };
     let first = vec![
@@ -115,15 +134,66 @@ fn header_lines(snap: &Snapshot, info: &HeaderInfo, st: &Styles) -> Vec<Line<'st
             s.backup_key_hits
         )),
     ]);
-    vec![Line::from(first), client, server]
+    vec![Line::from(first), client, server, now_line(snap, info, width, st)]
 }
 
-fn fmt_interval(d: std::time::Duration) -> String {
+/// The client's rates over the last refresh, then (as wide as the terminal allows) the
+/// graph of host-wide stalls per refresh, newest on the right.
+fn now_line(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -> Line<'static> {
+    let mut spans = vec![Span::styled("now    ", st.bold)];
+    if !info.live {
+        spans.push(Span::styled("a recording: rates and the stall graph are for live tracing only", st.dim));
+        return Line::from(spans);
+    }
+    let c = &snap.client;
+    let stalling = c.stalls_per_s.is_some_and(|r| r > 0.0);
+    spans.push(Span::raw(format!("{} conns/s  ", fmt_rate(c.attempts_per_s))));
+    spans.push(Span::styled(
+        format!("{} stalls/s  {} lost/s", fmt_rate(c.stalls_per_s), fmt_lost_rate(c.lost_per_s)),
+        if stalling { st.alert } else { Style::default() },
+    ));
+    if width >= 120 {
+        spans.push(Span::raw(format!("  server {} conns/s", fmt_rate(snap.server.attempts_per_s))));
+    }
+    // `stalls/1s`: one character per refresh interval.
+    let label = format!("  stalls/{} ", fmt_interval(info.interval));
+    let used = Line::from(spans.clone()).width() + label.len();
+    // Room for the graph and its span (" (last 2m)", at most 11 characters).
+    let room = width.saturating_sub(used + 11).min(HOST_HISTORY);
+    let samples = snap.stall_history.last(room);
+    if room >= 8 && !samples.is_empty() {
+        let span = info.interval * samples.len() as u32;
+        spans.push(Span::raw(label));
+        let graph_style = if samples.iter().any(|&n| n > 0) { st.alert } else { st.dim };
+        spans.push(Span::styled(sparkline(&samples), graph_style));
+        spans.push(Span::raw(format!(" (last {})", fmt_span(span))));
+    }
+    Line::from(spans)
+}
+
+fn fmt_interval(d: Duration) -> String {
     let s = d.as_secs_f64();
     if s.fract() == 0.0 {
         format!("{s:.0}s")
     } else {
         format!("{s}s")
+    }
+}
+
+/// A graph's time span: `45s`, `2m`, `1.5m`, `2h`.
+fn fmt_span(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 120.0 {
+        format!("{s:.0}s")
+    } else if s < 7200.0 {
+        let m = s / 60.0;
+        if (m - m.round()).abs() < 0.05 {
+            format!("{m:.0}m")
+        } else {
+            format!("{m:.1}m")
+        }
+    } else {
+        format!("{:.0}h", s / 3600.0)
     }
 }
 
@@ -167,32 +237,157 @@ fn histogram_lines(d: &Decades, area: Rect, st: &Styles) -> Vec<Line<'static>> {
         .collect()
 }
 
-fn tabs_line(ui: &UiState, interval: std::time::Duration, st: &Styles) -> Line<'static> {
-    let mut spans = Vec::new();
-    for (i, v) in View::ALL.iter().enumerate() {
-        let style = if *v == ui.view { st.active_tab } else { Style::default() };
-        spans.push(Span::styled(format!(" {} {} ", i + 1, v.title()), style));
-        spans.push(Span::raw(" "));
+/// A table's tab: its key in brackets, its name, and how many rows it has (of how many,
+/// when a filter hides some), so that neither reads as the other.
+fn tab_label(snap: &Snapshot, ui: &UiState, view: View, short: bool, counted: bool) -> String {
+    let name = match (view, short) {
+        (View::Destinations, false) => "Destinations",
+        (View::Listeners, false) => "Listeners",
+        (View::Processes, false) => "Processes",
+        (View::Destinations, true) => "Dest",
+        (View::Listeners, true) => "Listen",
+        (View::Processes, true) => "Proc",
+    };
+    if !counted {
+        return format!("[{}] {name}", view.key());
     }
-    spans.push(Span::raw(format!(" sort {}  every {}", ui.sort.name(), fmt_interval(interval))));
+    let all = snap.table(view).rows.len();
+    let unit = if all == 1 { "row" } else { "rows" };
+    let count = if ui.filter.trim().is_empty() {
+        format!("{all} {unit}")
+    } else {
+        format!("{} of {all} {unit}", snap.rows(view, ui.sort, &ui.filter).len())
+    };
+    format!("[{}] {name} ({count})", view.key())
+}
+
+fn tabs_line(
+    snap: &Snapshot,
+    ui: &UiState,
+    interval: Duration,
+    stacked: bool,
+    width: u16,
+    st: &Styles,
+) -> Line<'static> {
+    // What changes what the tables show comes first: a narrow terminal cuts the end.
+    let mut status = Vec::new();
     if ui.paused {
-        spans.push(Span::styled("  PAUSED", st.alert));
+        status.push(Span::styled("PAUSED  ", st.alert));
     }
     if !ui.filter.is_empty() {
-        spans.push(Span::styled(format!("  filter: {}", ui.filter), st.bold));
+        status.push(Span::styled(format!("filter: {}  ", ui.filter), st.bold));
     }
+    status.push(Span::raw(format!("sort {}  every {}", ui.sort.name(), fmt_interval(interval))));
+    if stacked {
+        // Each table has its own title line; this one says what applies to all of them.
+        let mut spans = vec![Span::styled("all tables", st.bold), Span::raw("  ")];
+        spans.extend(status);
+        return Line::from(spans);
+    }
+    // Full names; else short ones; else the row count on the chosen tab only. The sort
+    // and the interval may be cut, never the pause or the filter if a form leaves room.
+    let tabs = |short: bool, all_counted: bool| {
+        let mut spans = Vec::new();
+        for v in View::ALL {
+            let active = v == ui.view;
+            let style = if active { st.active_tab } else { Style::default() };
+            let label = tab_label(snap, ui, v, short, all_counted || active);
+            spans.push(Span::styled(format!(" {label} "), style));
+            spans.push(Span::raw(" "));
+        }
+        spans
+    };
+    let width = width as usize;
+    let status_width = Line::from(status.clone()).width();
+    let must_show = Line::from(status[..status.len() - 1].to_vec()).width();
+    let fits = |spans: &Vec<Span>, room: usize| Line::from(spans.clone()).width() + 1 + room <= width;
+    let mut spans = tabs(false, true);
+    if !fits(&spans, status_width) {
+        spans = tabs(true, true);
+        if !fits(&spans, must_show) {
+            spans = tabs(true, false);
+        }
+    }
+    spans.push(Span::raw(" "));
+    spans.extend(status);
     Line::from(spans)
 }
 
-fn draw_table(frame: &mut Frame, snap: &Snapshot, ui: &UiState, area: Rect, st: &Styles) {
-    let rows = snap.rows(ui.view, ui.sort, &ui.filter);
-    let layout = Layout::fit(ui.view, &rows, area.width as usize);
+/// Every table, one under the other, each with its title line; the room is shared so
+/// that a table shows all its rows when it can, and the focused one gets what is left.
+fn draw_stacked(frame: &mut Frame, snap: &Snapshot, ui: &UiState, area: Rect, st: &Styles) {
+    let needs: Vec<usize> =
+        View::ALL.iter().map(|&v| 2 + snap.rows(v, ui.sort, &ui.filter).len().max(1)).collect();
+    let focus = View::ALL.iter().position(|&v| v == ui.view).unwrap_or(0);
+    let heights = share_lines(&needs, area.height as usize, focus);
+    let mut y = area.y;
+    for (v, h) in View::ALL.into_iter().zip(heights) {
+        let h = h as u16;
+        if h == 0 {
+            continue;
+        }
+        let style = if v == ui.view { st.active_tab } else { st.bold };
+        let title = Rect { x: area.x, y, width: area.width, height: 1 };
+        frame.render_widget(
+            Paragraph::new(Line::styled(format!(" {} ", tab_label(snap, ui, v, false, true)), style)),
+            title,
+        );
+        if h > 1 {
+            draw_table(
+                frame,
+                snap,
+                ui,
+                v,
+                Rect { x: area.x, y: y + 1, width: area.width, height: h - 1 },
+                st,
+            );
+        }
+        y += h;
+    }
+}
+
+/// Shares `avail` lines between sections that need `needs` lines each: every section
+/// gets what it needs if it can, else an equal share (those that need less than a share
+/// give the rest back); what cannot be shared equally goes to section `focus`.
+pub(crate) fn share_lines(needs: &[usize], avail: usize, focus: usize) -> Vec<usize> {
+    let mut give = vec![0; needs.len()];
+    let mut left = avail;
+    let mut open: Vec<usize> = (0..needs.len()).collect();
+    while !open.is_empty() && left > 0 {
+        let share = left / open.len();
+        let before = open.len();
+        open.retain(|&i| {
+            if needs[i] <= share {
+                give[i] = needs[i];
+                left -= needs[i];
+                false
+            } else {
+                true
+            }
+        });
+        if open.len() == before {
+            // Everyone left needs more than a share: a share each, the rest to the focus.
+            for &i in &open {
+                give[i] = share;
+                left -= share;
+            }
+            let to = if open.contains(&focus) { focus } else { open[0] };
+            give[to] += left;
+            break;
+        }
+    }
+    give
+}
+
+fn draw_table(frame: &mut Frame, snap: &Snapshot, ui: &UiState, view: View, area: Rect, st: &Styles) {
+    let rows = snap.rows(view, ui.sort, &ui.filter);
+    let layout = Layout::fit(view, &rows, area.width as usize);
     let mut lines =
-        vec![Line::styled(format!("{:<w$}", layout.header(ui.view), w = area.width as usize), st.header)];
+        vec![Line::styled(format!("{:<w$}", layout.header(view), w = area.width as usize), st.header)];
     let room = (area.height as usize).saturating_sub(1);
     let shown = if rows.len() > room { room.saturating_sub(1) } else { rows.len() };
     for r in &rows[..shown] {
-        let style = if stalled(&r.stats) { st.alert } else { Style::default() };
+        let style = if stalled(r) { st.alert } else { Style::default() };
         lines.push(Line::styled(layout.row(r), style));
     }
     if shown < rows.len() {
@@ -200,7 +395,7 @@ fn draw_table(frame: &mut Frame, snap: &Snapshot, ui: &UiState, area: Rect, st: 
     }
     if rows.is_empty() {
         let why = if ui.filter.is_empty() {
-            match ui.view {
+            match view {
                 View::Destinations => "no client TFO connections yet",
                 View::Listeners => "no server TFO events yet",
                 View::Processes => "no TFO events yet",
@@ -213,7 +408,9 @@ fn draw_table(frame: &mut Frame, snap: &Snapshot, ui: &UiState, area: Rect, st: 
     frame.render_widget(Paragraph::new(lines), area);
 }
 
-fn stalled(s: &RowStats) -> bool {
+/// Rows that need a look: they stalled (since start), or the server refused TFO.
+fn stalled(r: &Row) -> bool {
+    let s: &RowStats = &r.stats;
     s.stalls > 0 || s.queue_overflows > 0 || s.invalid_cookies > 0
 }
 
@@ -238,14 +435,19 @@ fn draw_help(frame: &mut Frame, area: Rect) {
         "Keys",
         "  q Esc Ctrl-C  quit",
         "  1 2 3 Tab     destinations, listeners, processes",
+        "                (tall terminals: all three at once)",
         "  Space         pause the display (counting goes on)",
-        "  s             sort: attempts stalls lost p99 accepted",
-        "                name",
+        "  s             sort: attempts stalls stalls/s lost p99",
+        "                accepted name",
         "  /             filter: address, port, netns, pid, name",
         "  ?             this help (any key closes it)",
-        "Columns (counts since start)",
+        "Columns: counts since start; /S over the last refresh",
         "  STALLS    SYN timed out, plain SYN resent (~1 s)",
+        "  STALL/S   stalls per second now (0: none lately)",
         "  LOST      time lost to SYN timeouts",
+        "  LOST/S    time lost per second now",
+        "  ATT/S     connections per second now",
+        "  STALL_HISTORY  stalls per refresh, newest right",
         "  COOKIE    cookie requests",
         "  NOT_ACKED SYN-data not acknowledged",
         "  OVERFLOW  TFO queue full   INVALID  bad cookie",
@@ -267,7 +469,11 @@ fn draw_help(frame: &mut Frame, area: Rect) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregation::table::{model_of, tests::demo_events, Sort};
+    use crate::aggregation::table::{
+        model_of,
+        tests::{demo_events, demo_refreshes},
+        Sort,
+    };
     use ratatui::{backend::TestBackend, Terminal};
     use std::time::Duration;
 
@@ -278,13 +484,17 @@ mod tests {
             interval: Duration::from_secs(1),
             lost: 0,
             color: false,
+            live: true,
         }
     }
 
     fn screen(w: u16, h: u16, ui: &UiState) -> Vec<String> {
-        let snap = model_of(&demo_events()).snapshot();
+        screen_of(&model_of(&demo_events()).snapshot(), w, h, ui)
+    }
+
+    fn screen_of(snap: &Snapshot, w: u16, h: u16, ui: &UiState) -> Vec<String> {
         let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
-        term.draw(|f| draw(f, &snap, ui, &info())).unwrap();
+        term.draw(|f| draw(f, snap, ui, &info())).unwrap();
         let buf = term.backend().buffer().clone();
         (0..h)
             .map(|y| {
@@ -307,9 +517,14 @@ mod tests {
         l.split_whitespace().collect()
     }
 
+    /// The tab line (one table shown) or the stacked tables' title lines.
+    fn titles(s: &[String]) -> Vec<String> {
+        s.iter().filter(|l| l.contains("[1] ") || l.contains("[2] ") || l.contains("[3] ")).cloned().collect()
+    }
+
     #[test]
-    fn wide_120x30_shows_every_column() {
-        let s = screen(120, 30, &ui());
+    fn wide_120x30_rates_next_to_totals_and_a_graph_per_row() {
+        let s = screen_of(&demo_refreshes(0).snapshot(), 120, 30, &ui());
         let head = line(&s, "tfo-trace top");
         assert!(
             head.contains("backend tracepoint")
@@ -323,30 +538,43 @@ mod tests {
             [
                 "DESTINATION",
                 "ATTEMPTS",
-                "COOKIE",
+                "ATT/S",
                 "ACCEPTED",
-                "NOT_ACKED",
                 "STALLS",
+                "STALL/S",
                 "LOST",
-                "OVERFLOW",
-                "INVALID",
-                "ALT_KEY",
+                "LOST/S",
                 "P50",
-                "P99"
+                "P99",
+                "STALL_HISTORY"
             ]
         );
-        // The middlebox destination: 3 attempts, 1 cookie request, 0 accepted, 2 stalls, 2.03 s.
+        // The middlebox destination: 3 attempts, 2 stalls (2.03 s) in all; in the last
+        // refresh, one connection, stalled, 1.02 s lost; stalls in the last two refreshes.
         let bad = tokens(line(&s, "198.18.0.3:8080"));
-        assert_eq!(bad[..7], ["198.18.0.3:8080", "3", "1", "0", "0", "2", "2.03s"]);
-        assert_eq!(bad[10..], ["1.02s", "1.02s"], "p50 and p99: the stalls");
+        assert_eq!(
+            bad,
+            ["198.18.0.3:8080", "3", "1.00", "0", "2", "1.00", "2.03s", "1.02s", "1.02s", "1.02s", "██"]
+        );
         let clean = tokens(line(&s, "198.18.0.2:8080"));
-        assert_eq!(clean[..6], ["198.18.0.2:8080", "8", "1", "7", "0", "0"]);
-        // The one-second bucket holds the two stalls; the histogram is five lines here.
-        let ge1 = line(&s, ">=1s");
-        assert!(ge1.contains("2 "), "{ge1}");
-        assert!(line(&s, "<1ms").contains("mode"));
+        assert_eq!(clean[..7], ["198.18.0.2:8080", "8", "0", "7", "0", "0", "0"]);
+        assert_eq!(clean[10], "·······", "seven quiet refreshes");
+        // The header: the totals, and what happens now with the host's graph.
         assert!(line(&s, "client ").contains("2 stalls 2.03s lost"));
         assert!(line(&s, "server ").contains("1 overflows"));
+        let now = line(&s, "now ");
+        assert!(now.contains("1.00 conns/s  1.00 stalls/s  1.02s lost/s  server 3.00 conns/s"), "{now}");
+        assert!(now.ends_with("stalls/1s ·····██ (last 7s)"), "{now}");
+        // The one-second bucket holds the two stalls; the histogram is five lines here.
+        assert!(line(&s, ">=1s").contains("2 "));
+        assert!(line(&s, "<1ms").contains("mode"));
+        // One table at 30 lines: tabs with the key, the name and the row count.
+        let tabs = titles(&s);
+        assert_eq!(tabs.len(), 1, "{tabs:?}");
+        let tabs = &tabs[0];
+        for t in ["[1] Destinations (2 rows)", "[2] Listeners (2 rows)", "[3] Processes (2 rows)"] {
+            assert!(tabs.contains(t), "{tabs}");
+        }
         let footer = s.last().unwrap();
         for k in ["q quit", "Space pause", "s sort", "/ filter", "? help"] {
             assert!(footer.contains(k), "{footer}");
@@ -354,25 +582,83 @@ mod tests {
     }
 
     #[test]
-    fn standard_80x24_keeps_the_important_columns() {
-        let s = screen(80, 24, &ui());
+    fn standard_80x24_keeps_the_rates_and_the_host_graph() {
+        let s = screen_of(&demo_refreshes(0).snapshot(), 80, 24, &ui());
         assert!(s.iter().all(|l| l.chars().count() <= 80));
         let hdr = tokens(line(&s, "DESTINATION"));
-        assert_eq!(hdr, ["DESTINATION", "ATTEMPTS", "COOKIE", "ACCEPTED", "STALLS", "LOST", "P50", "P99"]);
+        assert_eq!(hdr, ["DESTINATION", "ATTEMPTS", "ATT/S", "STALLS", "STALL/S", "LOST", "LOST/S", "P99"]);
         let bad = tokens(line(&s, "198.18.0.3:8080"));
-        assert_eq!(bad[..6], ["198.18.0.3:8080", "3", "1", "0", "2", "2.03s"]);
+        assert_eq!(bad, ["198.18.0.3:8080", "3", "1.00", "2", "1.00", "2.03s", "1.02s", "1.02s"]);
+        assert!(line(&s, "now ").ends_with("stalls/1s ·····██ (last 7s)"), "the graph fits in 80");
         assert!(line(&s, "handshake").contains("<1ms"), "full histogram at 24 rows");
+        // Short tab names, still with the key and the row count.
+        let tabs = titles(&s);
+        assert!(
+            tabs[0].starts_with(" [1] Dest (2 rows)   [2] Listen (2 rows)   [3] Proc (2 rows)"),
+            "{tabs:?}"
+        );
         assert!(s.last().unwrap().contains("? help"), "footer fits in 80");
     }
 
     #[test]
+    fn tall_150x45_and_200x60_stack_the_three_tables() {
+        for (w, h) in [(150, 45), (200, 60)] {
+            let s = screen_of(&demo_refreshes(0).snapshot(), w, h, &ui());
+            assert!(s.iter().all(|l| l.chars().count() <= w as usize));
+            let titles = titles(&s);
+            assert_eq!(
+                titles.iter().map(|t| t.trim()).collect::<Vec<_>>(),
+                ["[1] Destinations (2 rows)", "[2] Listeners (2 rows)", "[3] Processes (2 rows)"],
+                "{w}x{h}: one title line per table"
+            );
+            line(&s, "all tables  sort attempts");
+            let bad = tokens(line(&s, "198.18.0.3:8080"));
+            assert_eq!(bad[..3], ["198.18.0.3:8080", "3", "1.00"]);
+            assert_eq!(bad.last(), Some(&"██"));
+            let curl = tokens(line(&s, "100 "));
+            assert_eq!(curl[..4], ["100", "curl", "11", "1.00"]);
+            assert_eq!(curl.last(), Some(&"·····██"), "the process's stalls, refresh by refresh");
+            let l81 = tokens(line(&s, "198.18.0.2:8081"));
+            assert_eq!(l81[..4], ["198.18.0.2:8081", "4026532246", "3", "3.00"]);
+            let alt_key = line(&s, "DESTINATION").contains("ALT_KEY");
+            assert_eq!(alt_key, w >= 200, "{w}x{h}: every column at 200 only");
+        }
+    }
+
+    #[test]
+    fn stall_rate_falls_back_to_zero_on_screen() {
+        let s = screen_of(&demo_refreshes(3).snapshot(), 120, 30, &ui());
+        let bad = tokens(line(&s, "198.18.0.3:8080"));
+        assert_eq!(bad[4..8], ["2", "0", "2.03s", "0"], "totals stay, rates 0");
+        assert_eq!(bad.last(), Some(&"██···"));
+        let now = line(&s, "now ");
+        assert!(now.contains("0 conns/s  0 stalls/s  0 lost/s"), "{now}");
+        assert!(now.ends_with("stalls/1s ·····██··· (last 10s)"), "{now}");
+    }
+
+    #[test]
+    fn before_the_first_refresh_and_in_a_replay_no_rates() {
+        let s = screen(120, 30, &ui());
+        let bad = tokens(line(&s, "198.18.0.3:8080"));
+        assert_eq!(bad[..8], ["198.18.0.3:8080", "3", "-", "0", "2", "-", "2.03s", "-"]);
+        assert!(line(&s, "now ").contains("- conns/s  - stalls/s  - lost/s"));
+        let snap = model_of(&demo_events()).snapshot();
+        let mut term = Terminal::new(TestBackend::new(120, 30)).unwrap();
+        let replay = HeaderInfo { live: false, ..info() };
+        term.draw(|f| draw(f, &snap, &ui(), &replay)).unwrap();
+        let buf = term.backend().buffer().clone();
+        let now: String = (0..120).map(|x| buf[(x, 3)].symbol().to_string()).collect();
+        assert!(now.contains("a recording: rates and the stall graph are for live tracing only"), "{now}");
+    }
+
+    #[test]
     fn narrow_60x20_degrades_cleanly() {
-        let s = screen(60, 20, &ui());
+        let s = screen_of(&demo_refreshes(0).snapshot(), 60, 20, &ui());
         assert!(s.iter().all(|l| l.chars().count() <= 60));
         let hdr = tokens(line(&s, "DESTINATION"));
-        assert_eq!(hdr, ["DESTINATION", "ATTEMPTS", "COOKIE", "STALLS", "LOST", "P99"]);
+        assert_eq!(hdr, ["DESTINATION", "ATTEMPTS", "COOKIE", "STALLS", "STALL/S", "LOST"]);
         let bad = tokens(line(&s, "198.18.0.3:8080"));
-        assert_eq!(bad, ["198.18.0.3:8080", "3", "1", "2", "2.03s", "1.02s"]);
+        assert_eq!(bad, ["198.18.0.3:8080", "3", "1", "2", "1.00", "2.03s"]);
         // The histogram folds into one line.
         let h = line(&s, "handshake");
         assert!(h.contains("<1ms 19"), "{h}");
@@ -390,16 +676,38 @@ mod tests {
         u.view = View::Processes;
         u.filter = "nginx".into();
         let s = screen(120, 30, &u);
-        assert!(line(&s, "filter: nginx").contains("3 processes"));
+        let tabs = line(&s, "filter: nginx");
+        // The filter's line needs the short names at 120; the counts are of the filtered rows.
+        assert!(tabs.contains("[3] Proc (1 of 2 rows)"), "{tabs}");
+        assert!(tabs.contains("[1] Dest (0 of 2 rows)"), "{tabs}");
+        // Paused and filtered at 80 wide: both still said, before the sort and interval.
+        u.paused = true;
+        let tabs80 = line(&screen(80, 24, &u), "[3] Proc").to_string();
+        assert!(tabs80.contains("PAUSED  filter: nginx"), "{tabs80}");
+        u.paused = false;
         let nginx = tokens(line(&s, "200 "));
         assert_eq!(nginx[..3], ["200", "nginx", "10"]);
         assert!(!s.iter().any(|l| l.contains(" curl")), "filtered out");
         u.help = true;
         let s = screen(80, 24, &u);
-        line(&s, "sort: attempts stalls");
+        line(&s, "sort: attempts stalls stalls/s");
+        line(&s, "STALL/S");
         u.filter = "nothing".into();
         u.help = false;
         line(&screen(80, 24, &u), "no row matches the filter");
+    }
+
+    #[test]
+    fn lines_are_shared_between_stacked_tables() {
+        // Room for all: each gets what it needs.
+        assert_eq!(share_lines(&[3, 4, 5], 20, 0), [3, 4, 5]);
+        // Not enough: the small ones get theirs, the big ones share; the rest to the focus.
+        assert_eq!(share_lines(&[3, 50, 50], 20, 2), [3, 8, 9]);
+        assert_eq!(share_lines(&[50, 50, 50], 20, 1), [6, 8, 6]);
+        assert_eq!(share_lines(&[3, 3, 3], 0, 0), [0, 0, 0]);
+        for (needs, avail) in [(vec![1, 100, 7], 33), (vec![40, 2, 2], 17), (vec![9, 9, 9], 26)] {
+            assert!(share_lines(&needs, avail, 0).iter().sum::<usize>() <= avail);
+        }
     }
 
     #[test]

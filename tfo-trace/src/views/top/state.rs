@@ -76,11 +76,14 @@ impl UiState {
         }
         match key.code {
             KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc => return Action::Quit,
-            KeyCode::Char('1') => self.view = View::Destinations,
-            KeyCode::Char('2') => self.view = View::Listeners,
-            KeyCode::Char('3') => self.view = View::Processes,
+            KeyCode::Char(c @ '1'..='9') => match View::ALL.get(usize::from(c as u8 - b'1')) {
+                Some(&v) => self.view = v,
+                None => return Action::None,
+            },
             KeyCode::Tab => self.view = self.view.next(),
-            KeyCode::BackTab => self.view = self.view.next().next(),
+            KeyCode::BackTab => {
+                self.view = View::ALL[(self.view.key() + View::ALL.len() - 2) % View::ALL.len()]
+            }
             KeyCode::Char(' ') => self.paused = !self.paused,
             KeyCode::Char('s') => self.sort = self.sort.next(),
             KeyCode::Char('/') => self.editing = true,
@@ -125,6 +128,10 @@ mod tests {
         assert_eq!(s.view, View::Processes);
         s.on_key(key(KeyCode::Tab));
         assert_eq!(s.view, View::Destinations);
+        s.on_key(key(KeyCode::BackTab));
+        assert_eq!(s.view, View::Processes);
+        assert_eq!(s.on_key(key(KeyCode::Char('4'))), Action::None, "no fourth table");
+        assert_eq!(s.view, View::Processes);
         s.on_key(key(KeyCode::Char('2')));
         assert_eq!(s.view, View::Listeners);
         s.on_key(key(KeyCode::Char('s')));
