@@ -55,6 +55,9 @@ const LOAD_ADDR: &str = "127.0.0.1:8099";
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
 const QEMU_WAIT: Duration = Duration::from_secs(20 * 60);
 const MILLION: u64 = 1_000_000;
+/// BENCHMARKS.md from this line on is written by hand and kept when the bench rewrites the
+/// file above it.
+const NOTES_MARKER: &str = "<!-- written by hand below: cargo xtask bench keeps it -->";
 /// How long the stalled-reader run keeps the exporter stopped (the whole load).
 const STALL: Duration = Duration::from_secs(10);
 
@@ -374,6 +377,12 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let text = report.render();
     println!("\n{text}");
     let out = workspace_root().join(&args.output);
+    // What people wrote below the marker (the analysis of the figures) survives a rerun.
+    let kept = fs::read_to_string(&out)
+        .ok()
+        .and_then(|old| old.find(NOTES_MARKER).map(|at| old[at..].to_string()))
+        .unwrap_or_default();
+    let text = if kept.is_empty() { text } else { format!("{}\n{kept}", text.trim_end()) };
     fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
     println!("bench: written to {}", out.display());
     env.restore_now();
