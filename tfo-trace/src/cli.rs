@@ -28,8 +28,8 @@ pub enum Command {
     /// Only the connections that stalled (lost time to a SYN timeout), with the cause and a
     /// summary by destination at exit.
     Stalls(TraceArgs),
-    /// Live tables per destination, listener and process (a terminal UI; plain rows or
-    /// JSON lines when stdout is not a terminal or with --batch / --json).
+    /// Live tables per destination, listener, process and container (a terminal UI; plain
+    /// rows or JSON lines when stdout is not a terminal or with --batch / --json).
     Top(TopArgs),
     /// A summary, then destinations (or networks, ports, processes, containers) ranked by
     /// time lost, and listeners, each with a verdict and its evidence; live (`--duration`)
@@ -212,7 +212,8 @@ pub struct TopArgs {
     /// Initial sort (the `s` key cycles it).
     #[arg(long, value_enum, default_value_t = crate::aggregation::table::Sort::Attempts)]
     pub sort: crate::aggregation::table::Sort,
-    /// Only rows whose address, port, netns, pid or process name contains TEXT (the `/` key).
+    /// Only rows whose address, port, netns, pid, process name or container contains TEXT
+    /// (the `/` key).
     #[arg(long, value_name = "TEXT", default_value = "")]
     pub filter: String,
     /// Groups kept per table; beyond it the least recently seen is evicted (and counted).

@@ -79,7 +79,7 @@ pub fn replay(data: &[u8]) {
         assert_eq!(shown.saturating_add(rest), r.summary.connections, "rows and rest sum to the summary");
     }
     let snapshot = table::model_of(&events).snapshot();
-    for view in [View::Destinations, View::Listeners, View::Processes] {
+    for view in View::ALL {
         for sort in Sort::ALL {
             snapshot.rows(view, sort, "");
         }

@@ -19,11 +19,12 @@ use tfo_trace::{
     kernel::{cgroup, netstat::Netstat},
     lab::{
         traffic::{ClientArgs, ServerArgs},
-        Lab, LabConfig, Side,
+        Lab, LabConfig, ServerHandle, Side,
     },
 };
 
 const CONTAINER: &str = "4f1e6d9a0c2b3a4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5";
+const OTHER_CONTAINER: &str = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
 
 /// Cgroups made for one test under the v2 root, removed (bounded retries: the kernel
 /// frees a cgroup once its last process is gone) when dropped.
@@ -182,23 +183,55 @@ fn filters_select_in_the_kernel() {
     assert!(by_netns.iter().all(|e| e["netns"] == srv_ns), "{by_netns:?}");
 }
 
+/// Two cgroups named as docker names its containers' ([`CONTAINER`], [`OTHER_CONTAINER`]),
+/// and a lab whose client already has the server's cookie: every connection from there on
+/// is accepted TFO. Dropped server first, cgroups last.
+struct ContainerLab {
+    _server: ServerHandle,
+    lab: Lab,
+    dirs: [PathBuf; 2],
+    listen: SocketAddr,
+    _cg: Cgroups,
+}
+
+impl ContainerLab {
+    fn new() -> ContainerLab {
+        let mut cg = Cgroups::new();
+        let dirs = [CONTAINER, OTHER_CONTAINER].map(|id| cg.make(&format!("docker-{id}.scope")));
+        let lab = Lab::create(LabConfig::default()).unwrap();
+        let listen = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+        let server = lab
+            .start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(listen) })
+            .unwrap();
+        // The cookie first, before any tracer starts.
+        assert_eq!(lab.run_client(common::exe(), &ClientArgs::new(listen)).unwrap().ok_count(), 1);
+        ContainerLab { _server: server, lab, dirs, listen, _cg: cg }
+    }
+
+    /// `counts[i]` connections from a client in container i, one container after the
+    /// other; returns the kernel's TcpExtTCPFastOpenActive delta, checked against the
+    /// lab's own count first.
+    fn connect(&self, counts: [u32; 2]) -> u64 {
+        let before = self.lab.netstat(Side::Client).unwrap();
+        for (dir, n) in self.dirs.iter().zip(counts) {
+            let args = ClientArgs { count: n, cgroup: Some(dir.clone()), ..ClientArgs::new(self.listen) };
+            assert_eq!(self.lab.run_client(common::exe(), &args).unwrap().ok_count(), n as usize);
+        }
+        let after = self.lab.netstat(Side::Client).unwrap();
+        let accepted = Netstat::delta(&before, &after).get("TcpExtTCPFastOpenActive");
+        assert_eq!(accepted, u64::from(counts[0] + counts[1]), "the kernel agrees with the lab first");
+        accepted
+    }
+}
+
 /// `export --top-containers 1`: the first container seen keeps its own `container` label,
 /// the next is summed into "other", and together they equal the kernel's count.
 fn export_labels_containers_within_a_bound() {
     require_kernel!();
-    let mut cg = Cgroups::new();
-    let other = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
-    let (cg_a, cg_b) =
-        (cg.make(&format!("docker-{CONTAINER}.scope")), cg.make(&format!("docker-{other}.scope")));
-    let lab = Lab::create(LabConfig::default()).unwrap();
-    let listen = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
-    let _server = lab
-        .start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(listen) })
-        .unwrap();
-    // The cookie first, before the exporter starts: every connection below is accepted TFO.
-    assert_eq!(lab.run_client(common::exe(), &ClientArgs::new(listen)).unwrap().ok_count(), 1);
+    let other = OTHER_CONTAINER;
+    let lab = ContainerLab::new();
     let exporter: SocketAddr = format!("127.0.0.1:{}", common::free_port()).parse().unwrap();
-    let cli_ns = netns_inode(&lab, Side::Client).to_string();
+    let cli_ns = netns_inode(&lab.lab, Side::Client).to_string();
     let tracer = Tracer::start_command(&[
         "export",
         "--web.listen-address",
@@ -208,19 +241,7 @@ fn export_labels_containers_within_a_bound() {
         "--top-containers",
         "1",
     ]);
-    let before = lab.netstat(Side::Client).unwrap();
-    for (dir, n) in [(&cg_a, 3), (&cg_b, 4)] {
-        let run = lab
-            .run_client(
-                common::exe(),
-                &ClientArgs { count: n, cgroup: Some(dir.clone()), ..ClientArgs::new(listen) },
-            )
-            .unwrap();
-        assert_eq!(run.ok_count(), n as usize);
-    }
-    let accepted =
-        Netstat::delta(&before, &lab.netstat(Side::Client).unwrap()).get("TcpExtTCPFastOpenActive");
-    assert_eq!(accepted, 7, "the kernel agrees with the lab first");
+    let accepted = lab.connect([3, 4]);
     let metric = "tfo_trace_connections_total";
     let sum = |text: &str, label: &str| {
         common::metric_sum(text, metric, &[r#"role="client""#, r#"outcome="accepted""#, label])
@@ -240,6 +261,56 @@ fn export_labels_containers_within_a_bound() {
     assert_eq!(sum(&text, r#"container="other""#), 4.0, "{text}");
     assert_eq!(sum(&text, ""), accepted as f64, "{text}");
     assert!(!text.contains(&other[..12]), "the second container has no series of its own: {text}");
+}
+
+/// `top --batch --json`, scoped to the lab's client namespace, while clients in two
+/// containers make N and M accepted TFO connections: the containers table has a row for
+/// each with N and M accepted, and its rows sum to the kernel's count. The recording made
+/// meanwhile replays (`top --from`) into the same rows.
+fn top_tables_each_container() {
+    require_kernel!();
+    let lab = ContainerLab::new();
+    let cli_ns = netns_inode(&lab.lab, Side::Client).to_string();
+    let recording = std::env::temp_dir().join(format!("tfo-top-containers-{}.jsonl", std::process::id()));
+    let top = Tracer::start_command(&[
+        "top",
+        "--batch",
+        "--json",
+        "-d",
+        "1",
+        "--netns",
+        &cli_ns,
+        "--record",
+        &recording.display().to_string(),
+    ]);
+    let (n, m) = (3u32, 4u32);
+    let accepted = lab.connect([n, m]);
+    // Stopped once the connections are done: its last snapshot has every event.
+    let (lines, stderr) = top.stop_lines();
+    let check = |line: Option<&String>, what: &str| {
+        let line = line.unwrap_or_else(|| panic!("{what}: no snapshot; stderr {stderr:?}"));
+        let snap: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{what}: {e}: {line}"));
+        let rows = snap["containers"].as_array().unwrap_or_else(|| panic!("{what}: no containers: {snap}"));
+        let accepted_in = |id: &str| {
+            let row = rows.iter().find(|r| r["container"] == id[..12]);
+            row.and_then(|r| r["accepted"].as_u64())
+        };
+        assert_eq!(accepted_in(CONTAINER), Some(u64::from(n)), "{what}: {rows:?}");
+        assert_eq!(accepted_in(OTHER_CONTAINER), Some(u64::from(m)), "{what}: {rows:?}");
+        let sum: u64 = rows.iter().map(|r| r["accepted"].as_u64().unwrap()).sum();
+        assert_eq!(sum, accepted, "{what}: the rows sum to the kernel's TcpExtTCPFastOpenActive: {rows:?}");
+    };
+    check(lines.last(), "live");
+    let replay = Command::new(common::exe())
+        .args(["top", "--batch", "--json", "--from"])
+        .arg(&recording)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&recording);
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+    let text = String::from_utf8_lossy(&replay.stdout).into_owned();
+    let replayed: Vec<String> = text.lines().map(String::from).collect();
+    check(replayed.last(), "replayed");
 }
 
 /// Bad filter values are usage errors, before anything loads: clap's message, exit 2.
@@ -275,5 +346,6 @@ tests_main!(
     client_and_server_name_their_cgroup_and_container,
     filters_select_in_the_kernel,
     export_labels_containers_within_a_bound,
+    top_tables_each_container,
     bad_filter_values_are_usage_errors,
 );

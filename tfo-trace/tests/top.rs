@@ -329,6 +329,11 @@ fn tui_in_a_real_terminal_matches_the_kernel() {
     let screen = tmux.wait_for(WAIT, "the process table", |s| row(s, "PID", &pid).is_some());
     let p = row(&screen, "PID", &pid).unwrap();
     assert_eq!((p["COMM"].as_str(), num(&p, "STALLS")), ("tfo-trace", u64::from(n)), "{p:?}");
+    // `4`: the container table (the lab client's is this test's cgroup: no fixed name).
+    tmux.cmd(&["send-keys", "-t", "top", "4"]);
+    tmux.wait_for(WAIT, "the container table", |s| {
+        s.lines().any(|l| l.starts_with("CONTAINER ")) && s.contains("[4] Cont")
+    });
     // `/` filter on another address: the row goes away.
     tmux.cmd(&["send-keys", "-t", "top", "1"]);
     tmux.cmd(&["send-keys", "-t", "top", "/"]);
@@ -406,7 +411,9 @@ fn tui_stall_rate_falls_back_to_zero_when_stalls_stop() {
     tmux.cmd(&["new-session", "-d", "-x", "200", "-y", "60", "-s", "top", "sh", "-c", &script]);
     tmux.wait_for(WAIT, "the stacked tables", |s| {
         s.contains("tfo-trace top")
-            && ["[1] Destinations (", "[2] Listeners (", "[3] Processes ("].iter().all(|t| s.contains(t))
+            && ["[1] Destinations (", "[2] Listeners (", "[3] Processes (", "[4] Containers ("]
+                .iter()
+                .all(|t| s.contains(t))
     });
 
     let n = 2u64;
@@ -451,7 +458,7 @@ fn tui_stall_rate_falls_back_to_zero_when_stalls_stop() {
     let bars = graph.chars().filter(|&c| c != '·').count() as u64;
     assert!((1..=n).contains(&bars) && graph.ends_with('·'), "stalled refreshes, then quiet: {graph}");
     // Each title's count is the rows drawn under it (an empty table draws why instead).
-    for title in ["[1] Destinations (", "[2] Listeners (", "[3] Processes ("] {
+    for title in ["[1] Destinations (", "[2] Listeners (", "[3] Processes (", "[4] Containers ("] {
         let (count, drawn) = title_and_rows(&screen, title).unwrap_or_else(|| panic!("{title}:\n{screen}"));
         if count == 0 {
             assert!(screen.contains("no server TFO events yet") && title.contains("Listeners"), "{screen}");
@@ -461,6 +468,7 @@ fn tui_stall_rate_falls_back_to_zero_when_stalls_stop() {
     }
     assert!(title_and_rows(&screen, "[1] Destinations (").is_some_and(|(c, _)| c >= 1));
     assert!(title_and_rows(&screen, "[3] Processes (").is_some_and(|(c, _)| c >= 1));
+    assert!(title_and_rows(&screen, "[4] Containers (").is_some_and(|(c, _)| c >= 1));
     assert!(screen.contains("stalls/2s "), "the host's graph in the header:\n{screen}");
 
     tmux.cmd(&["send-keys", "-t", "top", "q"]);

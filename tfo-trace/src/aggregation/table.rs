@@ -1,5 +1,5 @@
 //! The model behind `tfo-trace top`: per-group tallies (per destination, per listener, per
-//! process), bounded in memory, with the sort and the filter the views
+//! process, per container), bounded in memory, with the sort and the filter the views
 //! apply, and each group's rates over the last refresh ([`super::rates`]). Pure: no I/O, no
 //! clock (the loop measures the time between refreshes), no terminal.
 //!
@@ -35,16 +35,20 @@ pub enum View {
     Listeners,
     /// All events, by process (pid, comm).
     Processes,
+    /// All events, by container ([`Event::container_label`]: the container, else the
+    /// systemd unit, else the cgroup path; the host's root cgroup on its own row).
+    Containers,
 }
 
 impl View {
-    pub const ALL: [View; 3] = [View::Destinations, View::Listeners, View::Processes];
+    pub const ALL: [View; 4] = [View::Destinations, View::Listeners, View::Processes, View::Containers];
 
     pub fn title(self) -> &'static str {
         match self {
             View::Destinations => "destinations",
             View::Listeners => "listeners",
             View::Processes => "processes",
+            View::Containers => "containers",
         }
     }
 
@@ -62,8 +66,16 @@ impl View {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum GroupKey {
     Destination(SocketAddr),
-    Listener { addr: SocketAddr, netns: u32 },
-    Process { pid: u32, comm: String },
+    Listener {
+        addr: SocketAddr,
+        netns: u32,
+    },
+    Process {
+        pid: u32,
+        comm: String,
+    },
+    /// None: no container, unit or cgroup below the root (the host).
+    Container(Option<String>),
 }
 
 impl GroupKey {
@@ -76,11 +88,18 @@ impl GroupKey {
                 if *pid == 0 { "-".into() } else { pid.to_string() },
                 if comm.is_empty() { "-".into() } else { comm.clone() },
             ],
+            GroupKey::Container(label) => vec![label.clone().unwrap_or_else(|| "-".into())],
         }
     }
 
+    /// The container row of an event.
+    pub fn container(e: &Event) -> GroupKey {
+        GroupKey::Container(e.container_label().map(str::to_owned))
+    }
+
     /// `/` filter: a case-insensitive substring of the address:port, the port, the netns,
-    /// the pid or the process name. `needle` is already lower case.
+    /// the pid, the process name or the container (`-`: the host). `needle` is already
+    /// lower case.
     pub fn matches(&self, needle: &str) -> bool {
         needle.is_empty() || self.cells().iter().any(|c| c.to_lowercase().contains(needle))
     }
@@ -281,11 +300,12 @@ pub struct Totals {
     pub server: RowStats,
 }
 
-/// Every event `top` has seen, grouped three ways, plus the totals.
+/// Every event `top` has seen, grouped four ways, plus the totals.
 pub struct TopModel {
     pub destinations: BoundedTable,
     pub listeners: BoundedTable,
     pub processes: BoundedTable,
+    pub containers: BoundedTable,
     /// Every event, including those of evicted groups.
     pub total: GroupStats,
     pub client_total: GroupStats,
@@ -313,6 +333,7 @@ impl TopModel {
             destinations: BoundedTable::new(capacity),
             listeners: BoundedTable::new(capacity),
             processes: BoundedTable::new(capacity),
+            containers: BoundedTable::new(capacity),
             total: GroupStats::default(),
             client_total: GroupStats::default(),
             server_total: GroupStats::default(),
@@ -340,6 +361,7 @@ impl TopModel {
             }
         }
         self.processes.add(GroupKey::Process { pid: e.pid, comm: e.comm.clone() }, e);
+        self.containers.add(GroupKey::container(e), e);
         if let Some(us) = e.handshake_us {
             self.decades.record(us);
         }
@@ -350,6 +372,7 @@ impl TopModel {
             View::Destinations => &self.destinations,
             View::Listeners => &self.listeners,
             View::Processes => &self.processes,
+            View::Containers => &self.containers,
         }
     }
 
@@ -377,6 +400,7 @@ impl TopModel {
             View::Destinations => &mut self.destinations,
             View::Listeners => &mut self.listeners,
             View::Processes => &mut self.processes,
+            View::Containers => &mut self.containers,
         }
     }
 
@@ -403,6 +427,7 @@ impl TopModel {
             destinations: table(View::Destinations),
             listeners: table(View::Listeners),
             processes: table(View::Processes),
+            containers: table(View::Containers),
         }
     }
 }
@@ -446,6 +471,7 @@ pub struct Snapshot {
     pub destinations: TableSnapshot,
     pub listeners: TableSnapshot,
     pub processes: TableSnapshot,
+    pub containers: TableSnapshot,
 }
 
 impl Snapshot {
@@ -454,6 +480,7 @@ impl Snapshot {
             View::Destinations => &self.destinations,
             View::Listeners => &self.listeners,
             View::Processes => &self.processes,
+            View::Containers => &self.containers,
         }
     }
 
@@ -716,7 +743,101 @@ pub(crate) mod tests {
             sort = sort.next();
         }
         assert_eq!(sort, Sort::Attempts, "s cycles back");
-        assert_eq!(View::Processes.next(), View::Destinations);
+        assert_eq!(View::Processes.next(), View::Containers);
+        assert_eq!(View::Containers.next(), View::Destinations);
+        assert_eq!(View::Containers.key(), 4);
+    }
+
+    const DOCKER_ID: &str = "4f1e6d9a0c2b3a4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5";
+
+    /// `e` from a process in a docker container (`docker ps` shows it as `4f1e6d9a0c2b`).
+    pub(crate) fn in_docker(e: Event) -> Event {
+        let path = format!("/system.slice/docker-{DOCKER_ID}.scope");
+        in_cgroup(e, &path, Some(DOCKER_ID), Some("docker"))
+    }
+
+    /// The demo's events with the first five (a cookie request, then two accepted
+    /// connections seen at both ends) from a docker container, the rest from the host.
+    pub(crate) fn demo_events_in_a_container() -> Vec<Event> {
+        let mut events = demo_events();
+        for e in &mut events[..5] {
+            *e = in_docker(e.clone());
+        }
+        events
+    }
+
+    /// `e` from a process in `cgroup`, with the container the reader names for that path.
+    fn in_cgroup(e: Event, cgroup: &str, id: Option<&str>, runtime: Option<&str>) -> Event {
+        Event {
+            cgroup_id: Some(7),
+            cgroup: Some(cgroup.into()),
+            container_id: id.map(Into::into),
+            container_runtime: runtime.map(Into::into),
+            ..e
+        }
+    }
+
+    #[test]
+    fn tallies_per_container_with_the_host_on_its_own_row() {
+        let mut other_pid = client(Outcome::Accepted, 3, 443, 100, 0);
+        other_pid.pid = 101;
+        let events = vec![
+            // One container, two processes, two destinations: one row.
+            in_docker(client(Outcome::Accepted, 2, 8080, 100, 0)),
+            in_docker(client(Outcome::Accepted, 2, 8080, 100, 0)),
+            in_docker(other_pid),
+            in_docker(client(Outcome::SynRetransmitted, 3, 8080, 1_006_800, 1_005_900)),
+            // A listener in a systemd unit: server events have a container too.
+            in_cgroup(
+                server(Outcome::Accepted, 8080, 9),
+                "/system.slice/nginx.service",
+                None,
+                Some("nginx.service"),
+            ),
+            in_cgroup(
+                server(Outcome::QueueOverflow, 8080, 9),
+                "/system.slice/nginx.service",
+                None,
+                Some("nginx.service"),
+            ),
+            // A cgroup that names no container: its path.
+            in_cgroup(client(Outcome::Accepted, 2, 8080, 100, 0), "/tfo-test/plain", None, None),
+            // The host: the root cgroup, and a cgroup not known.
+            in_cgroup(client(Outcome::CookieRequested, 2, 8080, 100, 0), "/", None, None),
+            client(Outcome::Accepted, 2, 8080, 100, 0),
+        ];
+        let m = model_of(&events);
+        assert_eq!(m.containers.len(), 4);
+        assert_eq!(m.processes.len(), 3, "the docker rows come from two processes");
+        let get = |label: Option<&str>| {
+            m.containers.get(&GroupKey::Container(label.map(Into::into))).unwrap().row()
+        };
+        let d = get(Some(&DOCKER_ID[..12]));
+        assert_eq!((d.attempts, d.accepted, d.stalls, d.stall_us), (4, 3, 1, 1_005_900));
+        let unit = get(Some("nginx.service"));
+        assert_eq!((unit.attempts, unit.accepted, unit.queue_overflows), (2, 1, 1));
+        assert_eq!(get(Some("/tfo-test/plain")).accepted, 1);
+        let host = get(None);
+        assert_eq!((host.attempts, host.cookie_requests, host.accepted), (2, 1, 1));
+        let rows: u64 = m.snapshot().containers.rows.iter().map(|r| r.stats.attempts).sum();
+        assert_eq!(rows, m.total.attempts(), "every event in exactly one container row");
+
+        let s = m.snapshot();
+        let by_name = s.rows(View::Containers, Sort::Name, "");
+        assert_eq!(by_name[0].key.cells(), ["-"], "the host first, shown as -");
+        assert_eq!(s.rows(View::Containers, Sort::Stalls, "")[0].key.cells(), [&DOCKER_ID[..12]]);
+        assert_eq!(s.rows(View::Containers, Sort::Attempts, "4F1E").len(), 1, "by id, any case");
+        assert_eq!(s.rows(View::Containers, Sort::Attempts, "nginx").len(), 1, "by unit");
+        assert!(s.rows(View::Containers, Sort::Attempts, "nothing").is_empty());
+
+        // Bounded like the others.
+        let mut small = TopModel::new(2);
+        for e in &events[4..] {
+            small.add(e);
+        }
+        assert_eq!((small.containers.len(), small.containers.evicted), (2, 1));
+        assert!(small.containers.get(&GroupKey::Container(Some("nginx.service".into()))).is_none());
+        assert_eq!(small.snapshot().evicted(), 1, "the other tables keep everything here");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `top` without a terminal (`--batch`, or stdout not a TTY): the same three tables as
+//! `top` without a terminal (`--batch`, or stdout not a TTY): the same four tables as
 //! plain rows every interval, or one JSON object per interval with `--json`. Rates are
 //! those of the interval that ends with the snapshot.
 use std::io::{self, Write};
@@ -93,6 +93,7 @@ pub fn write_json(
             "destinations": snap.destinations.evicted,
             "listeners": snap.listeners.evicted,
             "processes": snap.processes.evicted,
+            "containers": snap.containers.evicted,
         },
         "totals": { "client": stats_json(&snap.client), "server": stats_json(&snap.server) },
         "rate_interval_s": snap.rate_interval.map(|d| d.as_secs_f64()),
@@ -101,6 +102,7 @@ pub fn write_json(
         "destinations": table(View::Destinations),
         "listeners": table(View::Listeners),
         "processes": table(View::Processes),
+        "containers": table(View::Containers),
     });
     serde_json::to_writer(&mut *out, &v)?;
     out.write_all(b"\n")?;
@@ -112,7 +114,7 @@ mod tests {
     use super::*;
     use crate::aggregation::table::{
         model_of,
-        tests::{demo_events, demo_refreshes},
+        tests::{demo_events, demo_events_in_a_container, demo_refreshes},
     };
     use std::time::Duration;
 
@@ -128,7 +130,7 @@ mod tests {
     }
 
     #[test]
-    fn text_has_the_three_tables() {
+    fn text_has_the_four_tables() {
         let snap = demo_refreshes(0).snapshot();
         let mut out = Vec::new();
         write_text(&mut out, "T", &snap, &info(), Sort::Stalls, "").unwrap();
@@ -148,6 +150,11 @@ mod tests {
         assert!(text.contains("\nLISTENER"));
         assert!(text.contains("\nPID"));
         assert!(lines.iter().any(|l| l.starts_with("200 ") && l.contains("nginx")));
+        // No event came from a container: one row, the host's, with every event.
+        let at = lines.iter().position(|l| l.starts_with("CONTAINER ")).unwrap();
+        let host: Vec<&str> = lines[at + 1].split_whitespace().collect();
+        assert_eq!(host[..2], ["-", "21"], "{text}");
+        assert_eq!(lines[at + 2], "", "one row");
     }
 
     #[test]
@@ -170,10 +177,28 @@ mod tests {
         assert_eq!(v["listeners"][0]["netns"], 4026532246u32);
         assert_eq!(v["processes"].as_array().unwrap().len(), 2);
         assert_eq!(v["evicted"]["destinations"], 0);
+        assert_eq!(v["evicted"]["containers"], 0);
+        let host = &v["containers"][0];
+        assert_eq!((&host["container"], &host["attempts"]), (&Value::Null, &json!(21)), "null: the host");
+        assert_eq!(v["containers"].as_array().unwrap().len(), 1);
         // A replay: the rate fields are there, null.
         assert_eq!(d["stalls_per_s"], Value::Null);
         assert_eq!(v["totals"]["client"]["stalls_per_s"], Value::Null);
         assert_eq!(v["rate_interval_s"], Value::Null);
+    }
+
+    #[test]
+    fn json_names_each_container() {
+        let snap = model_of(&demo_events_in_a_container()).snapshot();
+        let mut out = Vec::new();
+        write_json(&mut out, "T", &snap, &info(), Sort::Attempts, "").unwrap();
+        let v: Value = serde_json::from_str(&String::from_utf8(out).unwrap()).unwrap();
+        let rows = v["containers"].as_array().unwrap();
+        let named: Vec<(&Value, u64)> =
+            rows.iter().map(|r| (&r["container"], r["attempts"].as_u64().unwrap())).collect();
+        // By attempts: the host's 16 first; the id shortened as `docker ps` does.
+        assert_eq!(named, [(&Value::Null, 16), (&json!("4f1e6d9a0c2b"), 5)]);
+        assert_eq!(rows[1]["accepted"], 4, "two clients, two server children: {}", rows[1]);
     }
 
     #[test]

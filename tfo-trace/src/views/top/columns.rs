@@ -179,6 +179,7 @@ pub fn key_titles(view: View) -> &'static [&'static str] {
         View::Destinations => &["DESTINATION"],
         View::Listeners => &["LISTENER", "NETNS"],
         View::Processes => &["PID", "COMM"],
+        View::Containers => &["CONTAINER"],
     }
 }
 
@@ -188,6 +189,8 @@ fn key_min_widths(view: View) -> &'static [usize] {
         View::Destinations => &[21],
         View::Listeners => &[21, 10],
         View::Processes => &[7, 15],
+        // A container id as `docker ps` shortens it.
+        View::Containers => &[12],
     }
 }
 
@@ -299,6 +302,10 @@ pub fn key_json(key: &GroupKey) -> serde_json::Map<String, serde_json::Value> {
         GroupKey::Process { pid, comm } => {
             m.insert("pid".into(), (*pid).into());
             m.insert("comm".into(), comm.clone().into());
+        }
+        GroupKey::Container(label) => {
+            // null: the host (no container, unit or cgroup below the root).
+            m.insert("container".into(), label.clone().into());
         }
     }
     m

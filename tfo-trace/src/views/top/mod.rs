@@ -1,5 +1,5 @@
-//! `tfo-trace top`: live tables of TFO outcomes per destination, per listener and per
-//! process, refreshed every interval, with each row's rates over the last
+//! `tfo-trace top`: live tables of TFO outcomes per destination, per listener, per
+//! process and per container, refreshed every interval, with each row's rates over the last
 //! interval (taken over the real time between two refreshes) next to its totals. A
 //! terminal UI when stdout is a terminal; plain rows (`--batch`, or not a terminal) or JSON
 //! lines (`--json`) otherwise.

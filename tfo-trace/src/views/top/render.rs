@@ -1,6 +1,6 @@
 //! Drawing one frame of `top`: header (backend, sysctl, totals, losses, the rates of the
 //! last refresh and a graph of stalls per refresh), the handshake-time histogram, the
-//! table tabs, the tables (all three stacked when the terminal is tall enough, else the
+//! table tabs, the tables (all four stacked when the terminal is tall enough, else the
 //! chosen one), the footer. Pure function of its inputs, so the snapshot tests draw it on
 //! ratatui's TestBackend.
 use std::time::Duration;
@@ -244,9 +244,11 @@ fn tab_label(snap: &Snapshot, ui: &UiState, view: View, short: bool, counted: bo
         (View::Destinations, false) => "Destinations",
         (View::Listeners, false) => "Listeners",
         (View::Processes, false) => "Processes",
+        (View::Containers, false) => "Containers",
         (View::Destinations, true) => "Dest",
         (View::Listeners, true) => "Listen",
         (View::Processes, true) => "Proc",
+        (View::Containers, true) => "Cont",
     };
     if !counted {
         return format!("[{}] {name}", view.key());
@@ -284,33 +286,60 @@ fn tabs_line(
         spans.extend(status);
         return Line::from(spans);
     }
-    // Full names; else short ones; else the row count on the chosen tab only. The sort
-    // and the interval may be cut, never the pause or the filter if a form leaves room.
-    let tabs = |short: bool, all_counted: bool| {
+    // Full names; else short ones; else the row count on the chosen tab only; else only
+    // the keys of the others. The sort and the interval may be cut, never the pause or the
+    // filter if a form leaves room.
+    let tabs = |form: TabForm| {
         let mut spans = Vec::new();
         for v in View::ALL {
             let active = v == ui.view;
             let style = if active { st.active_tab } else { Style::default() };
-            let label = tab_label(snap, ui, v, short, all_counted || active);
+            let label = match form {
+                TabForm::KeysOnly if !active => format!("[{}]", v.key()),
+                _ => tab_label(snap, ui, v, form != TabForm::Full, form.all_counted() || active),
+            };
+            if !spans.is_empty() {
+                spans.push(Span::raw(" "));
+            }
             spans.push(Span::styled(format!(" {label} "), style));
-            spans.push(Span::raw(" "));
         }
         spans
     };
     let width = width as usize;
     let status_width = Line::from(status.clone()).width();
     let must_show = Line::from(status[..status.len() - 1].to_vec()).width();
-    let fits = |spans: &Vec<Span>, room: usize| Line::from(spans.clone()).width() + 1 + room <= width;
-    let mut spans = tabs(false, true);
-    if !fits(&spans, status_width) {
-        spans = tabs(true, true);
-        if !fits(&spans, must_show) {
-            spans = tabs(true, false);
-        }
-    }
-    spans.push(Span::raw(" "));
+    // Two spaces between the tabs and the status, when there is status to show.
+    let fits = |spans: &Vec<Span>, room: usize| {
+        Line::from(spans.clone()).width() + if room > 0 { 2 + room } else { 0 } <= width
+    };
+    let forms = [TabForm::Full, TabForm::Short, TabForm::ChosenCounted];
+    let mut spans = forms
+        .into_iter()
+        .map(|form| (form, tabs(form)))
+        .find(|(form, spans)| fits(spans, if *form == TabForm::Full { status_width } else { must_show }))
+        .map_or_else(|| tabs(TabForm::KeysOnly), |(_, spans)| spans);
+    spans.push(Span::raw("  "));
     spans.extend(status);
     Line::from(spans)
+}
+
+/// How much the tab line says, from the most to the least.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TabForm {
+    /// Full names, each with its row count.
+    Full,
+    /// Short names, each with its row count.
+    Short,
+    /// Short names, the row count on the chosen tab only.
+    ChosenCounted,
+    /// The chosen tab as in `ChosenCounted`, the others by their key only.
+    KeysOnly,
+}
+
+impl TabForm {
+    fn all_counted(self) -> bool {
+        matches!(self, TabForm::Full | TabForm::Short)
+    }
 }
 
 /// Every table, one under the other, each with its title line; the room is shared so
@@ -398,7 +427,7 @@ fn draw_table(frame: &mut Frame, snap: &Snapshot, ui: &UiState, view: View, area
             match view {
                 View::Destinations => "no client TFO connections yet",
                 View::Listeners => "no server TFO events yet",
-                View::Processes => "no TFO events yet",
+                View::Processes | View::Containers => "no TFO events yet",
             }
         } else {
             "no row matches the filter"
@@ -419,7 +448,10 @@ fn footer_line(ui: &UiState, st: &Styles) -> Line<'static> {
         return Line::from(vec![
             Span::styled("filter: ", st.bold),
             Span::raw(format!("{}_", ui.filter)),
-            Span::styled("  (address, port, netns, pid, process; Enter keeps, Esc clears)", st.dim),
+            Span::styled(
+                "  (address, port, netns, pid, process, container; Enter keeps, Esc clears)",
+                st.dim,
+            ),
         ]);
     }
     let mut spans = Vec::new();
@@ -434,12 +466,13 @@ fn draw_help(frame: &mut Frame, area: Rect) {
     let text = [
         "Keys",
         "  q Esc Ctrl-C  quit",
-        "  1 2 3 Tab     destinations, listeners, processes",
-        "                (tall terminals: all three at once)",
+        "  1 2 3 4 Tab   destinations listeners processes",
+        "                containers (tall: all at once)",
         "  Space         pause the display (counting goes on)",
         "  s             sort: attempts stalls stalls/s lost p99",
         "                accepted name",
-        "  /             filter: address, port, netns, pid, name",
+        "  /             filter: address port netns pid name",
+        "                container (a - row: the host)",
         "  ?             this help (any key closes it)",
         "Columns: counts since start; /S over the last refresh",
         "  STALLS    SYN timed out, plain SYN resent (~1 s)",
@@ -471,7 +504,7 @@ mod tests {
     use super::*;
     use crate::aggregation::table::{
         model_of,
-        tests::{demo_events, demo_refreshes},
+        tests::{demo_events, demo_events_in_a_container, demo_refreshes},
         Sort,
     };
     use ratatui::{backend::TestBackend, Terminal};
@@ -519,7 +552,7 @@ mod tests {
 
     /// The tab line (one table shown) or the stacked tables' title lines.
     fn titles(s: &[String]) -> Vec<String> {
-        s.iter().filter(|l| l.contains("[1] ") || l.contains("[2] ") || l.contains("[3] ")).cloned().collect()
+        s.iter().filter(|l| ["[1] ", "[2] ", "[3] ", "[4] "].iter().any(|t| l.contains(t))).cloned().collect()
     }
 
     #[test]
@@ -568,11 +601,18 @@ mod tests {
         // The one-second bucket holds the two stalls; the histogram is five lines here.
         assert!(line(&s, ">=1s").contains("2 "));
         assert!(line(&s, "<1ms").contains("mode"));
-        // One table at 30 lines: tabs with the key, the name and the row count.
+        // One table at 30 lines: tabs with the key, the name and the row count (the short
+        // names at 120: the full ones would leave no room for the sort and the interval).
         let tabs = titles(&s);
         assert_eq!(tabs.len(), 1, "{tabs:?}");
         let tabs = &tabs[0];
-        for t in ["[1] Destinations (2 rows)", "[2] Listeners (2 rows)", "[3] Processes (2 rows)"] {
+        for t in ["[1] Dest (2 rows)", "[2] Listen (2 rows)", "[3] Proc (2 rows)", "[4] Cont (1 row)"] {
+            assert!(tabs.contains(t), "{tabs}");
+        }
+        assert!(tabs.ends_with("sort attempts  every 1s"), "{tabs}");
+        // Wide enough, the full names.
+        let tabs = titles(&screen_of(&demo_refreshes(0).snapshot(), 130, 30, &ui())).remove(0);
+        for t in ["[1] Destinations (2 rows)", "[2] Listeners (2 rows)", "[4] Containers (1 row)"] {
             assert!(tabs.contains(t), "{tabs}");
         }
         let footer = s.last().unwrap();
@@ -594,21 +634,28 @@ mod tests {
         // Short tab names, still with the key and the row count.
         let tabs = titles(&s);
         assert!(
-            tabs[0].starts_with(" [1] Dest (2 rows)   [2] Listen (2 rows)   [3] Proc (2 rows)"),
+            tabs[0].starts_with(
+                " [1] Dest (2 rows)   [2] Listen (2 rows)   [3] Proc (2 rows)   [4] Cont (1 row)"
+            ),
             "{tabs:?}"
         );
         assert!(s.last().unwrap().contains("? help"), "footer fits in 80");
     }
 
     #[test]
-    fn tall_150x45_and_200x60_stack_the_three_tables() {
+    fn tall_150x45_and_200x60_stack_the_four_tables() {
         for (w, h) in [(150, 45), (200, 60)] {
             let s = screen_of(&demo_refreshes(0).snapshot(), w, h, &ui());
             assert!(s.iter().all(|l| l.chars().count() <= w as usize));
             let titles = titles(&s);
             assert_eq!(
                 titles.iter().map(|t| t.trim()).collect::<Vec<_>>(),
-                ["[1] Destinations (2 rows)", "[2] Listeners (2 rows)", "[3] Processes (2 rows)"],
+                [
+                    "[1] Destinations (2 rows)",
+                    "[2] Listeners (2 rows)",
+                    "[3] Processes (2 rows)",
+                    "[4] Containers (1 row)"
+                ],
                 "{w}x{h}: one title line per table"
             );
             line(&s, "all tables  sort attempts");
@@ -620,6 +667,11 @@ mod tests {
             assert_eq!(curl.last(), Some(&"·····██"), "the process's stalls, refresh by refresh");
             let l81 = tokens(line(&s, "198.18.0.2:8081"));
             assert_eq!(l81[..4], ["198.18.0.2:8081", "4026532246", "3", "3.00"]);
+            // No event from a container: the host's row has them all (the last refresh:
+            // the client's stall and the three server events).
+            let at = s.iter().position(|l| l.starts_with("CONTAINER ")).unwrap();
+            let host = tokens(&s[at + 1]);
+            assert_eq!(host[..3], ["-", "21", "4.00"], "{w}x{h}");
             let alt_key = line(&s, "DESTINATION").contains("ALT_KEY");
             assert_eq!(alt_key, w >= 200, "{w}x{h}: every column at 200 only");
         }
@@ -684,6 +736,8 @@ mod tests {
         u.paused = true;
         let tabs80 = line(&screen(80, 24, &u), "[3] Proc").to_string();
         assert!(tabs80.contains("PAUSED  filter: nginx"), "{tabs80}");
+        // For that, the other tabs give up their names and keep their keys.
+        assert!(tabs80.starts_with(" [1]   [2]   [3] Proc (1 of 2 rows)   [4]   PAUSED"), "{tabs80}");
         u.paused = false;
         let nginx = tokens(line(&s, "200 "));
         assert_eq!(nginx[..3], ["200", "nginx", "10"]);
@@ -695,6 +749,31 @@ mod tests {
         u.filter = "nothing".into();
         u.help = false;
         line(&screen(80, 24, &u), "no row matches the filter");
+    }
+
+    #[test]
+    fn containers_table_names_each_container_and_the_host() {
+        let snap = model_of(&demo_events_in_a_container()).snapshot();
+        let mut u = ui();
+        u.view = View::Containers;
+        for (w, h) in [(80, 24), (120, 30)] {
+            let s = screen_of(&snap, w, h, &u);
+            assert!(s.iter().all(|l| l.chars().count() <= w as usize));
+            assert_eq!(tokens(line(&s, "CONTAINER"))[..2], ["CONTAINER", "ATTEMPTS"]);
+            let c = tokens(line(&s, "4f1e6d9a0c2b"));
+            assert_eq!(c[..2], ["4f1e6d9a0c2b", "5"], "{w}x{h}");
+            let host = s.iter().position(|l| l.starts_with("CONTAINER ")).unwrap() + 1;
+            assert_eq!(tokens(&s[host])[..2], ["-", "16"], "sorted by attempts: the host first");
+            line(&s, "[4] Cont (2 rows)");
+        }
+        u.filter = "4F1E".into();
+        let s = screen_of(&snap, 120, 30, &u);
+        line(&s, "[4] Cont (1 of 2 rows)");
+        assert_eq!(tokens(line(&s, "4f1e6d9a0c2b"))[1], "5");
+        assert!(!s.iter().any(|l| l.starts_with("- ")), "the host filtered out");
+        u.filter.clear();
+        let empty = screen_of(&Snapshot::default(), 80, 24, &u);
+        line(&empty, "no TFO events yet");
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub enum Action {
 /// The footer: every key, in the order SREs look for them.
 pub const KEYS_HELP: [(&str, &str); 8] = [
     ("q", "quit"),
-    ("1/2/3", "table"),
+    ("1-4", "table"),
     ("Tab", "next table"),
     ("Space", "pause"),
     ("s", "sort"),
@@ -127,11 +127,16 @@ mod tests {
         s.on_key(key(KeyCode::Char('3')));
         assert_eq!(s.view, View::Processes);
         s.on_key(key(KeyCode::Tab));
+        assert_eq!(s.view, View::Containers);
+        s.on_key(key(KeyCode::Tab));
         assert_eq!(s.view, View::Destinations);
         s.on_key(key(KeyCode::BackTab));
-        assert_eq!(s.view, View::Processes);
-        assert_eq!(s.on_key(key(KeyCode::Char('4'))), Action::None, "no fourth table");
-        assert_eq!(s.view, View::Processes);
+        assert_eq!(s.view, View::Containers);
+        s.on_key(key(KeyCode::Char('3')));
+        s.on_key(key(KeyCode::Char('4')));
+        assert_eq!(s.view, View::Containers);
+        assert_eq!(s.on_key(key(KeyCode::Char('5'))), Action::None, "no fifth table");
+        assert_eq!(s.view, View::Containers);
         s.on_key(key(KeyCode::Char('2')));
         assert_eq!(s.view, View::Listeners);
         s.on_key(key(KeyCode::Char('s')));
