@@ -97,9 +97,13 @@ fn good_lines_then_bad(name: &str, bad: &[u8], reason: &str, more_after: bool) {
             let mut v: serde_json::Value = serde_json::from_str(&shown).unwrap();
             let replay_error = v["replay_error"].take();
             assert!(replay_error.as_str().is_some_and(|e| err.ends_with(e)), "{replay_error} vs {err}");
+            // One error per recording in a merged report: here the one recording's.
+            let replay_errors = v["replay_errors"].take();
+            assert_eq!(replay_errors, serde_json::json!([replay_error]), "{name}: {args:?}");
             shown = serde_json::to_string_pretty(&v).unwrap();
             let mut e: serde_json::Value = serde_json::from_str(&expected.stdout).unwrap();
             e["replay_error"].take();
+            assert_eq!(e["replay_errors"].take(), serde_json::json!([]), "{name}: {args:?}: the good lines");
             assert_eq!(shown, serde_json::to_string_pretty(&e).unwrap(), "{name}: {args:?}");
         } else {
             assert_eq!(shown, expected.stdout, "{name}: {args:?}: the report of the good lines");
