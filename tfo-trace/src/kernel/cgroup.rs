@@ -14,12 +14,7 @@ use serde::Serialize;
 /// The cgroup v2 mount (`/sys/fs/cgroup` on unified hosts, `/sys/fs/cgroup/unified` on
 /// hybrid ones), from /proc/mounts: never assumed.
 pub fn v2_mount() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    mounts.lines().find_map(|l| {
-        let mut f = l.split_whitespace();
-        let (_, dir, kind) = (f.next()?, f.next()?, f.next()?);
-        (kind == "cgroup2").then(|| PathBuf::from(dir))
-    })
+    super::kallsyms::first_mount_of_type("cgroup2")
 }
 
 /// A cgroup as users name it: its path below the v2 root (`/system.slice/nginx.service`).

@@ -175,13 +175,15 @@ fn unescape_mount(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn first_mount_of_type(fstype: &str) -> Option<PathBuf> {
+/// Where a file system of `fstype` is mounted, its canonical place first (None: not mounted).
+pub fn first_mount_of_type(fstype: &str) -> Option<PathBuf> {
     let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
     let all = mounts_of_type(&mounts, fstype);
     // Prefer the canonical places.
     let preferred = match fstype {
         "tracefs" => ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"].as_slice(),
         "bpf" => ["/sys/fs/bpf"].as_slice(),
+        "cgroup2" => ["/sys/fs/cgroup"].as_slice(),
         _ => [].as_slice(),
     };
     preferred.iter().map(PathBuf::from).find(|p| all.contains(p)).or_else(|| all.into_iter().next())
@@ -195,18 +197,6 @@ pub fn tracefs_mount() -> Option<PathBuf> {
 /// Where bpffs is mounted (None: not mounted).
 pub fn bpffs_mount() -> Option<PathBuf> {
     first_mount_of_type("bpf")
-}
-
-/// Where cgroup v2 is mounted (sock_ops and cgroup_skb programs attach to a v2 cgroup).
-pub fn cgroup2_mount() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    let all = mounts_of_type(&mounts, "cgroup2");
-    let canonical = PathBuf::from("/sys/fs/cgroup");
-    if all.contains(&canonical) {
-        Some(canonical)
-    } else {
-        all.into_iter().next()
-    }
 }
 
 /// The tracing facilities this kernel and host have, as `doctor` shows them.
@@ -229,7 +219,7 @@ impl TracingFacilities {
             kprobes: kprobes_available(),
             tracefs: s(tracefs_mount()),
             bpffs: s(bpffs_mount()),
-            cgroup2: s(cgroup2_mount()),
+            cgroup2: s(first_mount_of_type("cgroup2")),
             ftrace_functions_problem: available_filter_functions().err(),
         }
     }
