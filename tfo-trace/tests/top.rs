@@ -152,17 +152,7 @@ fn batch_rows_match_the_kernel_counters() {
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
 
-    let deadline = Instant::now() + common::HANG_LIMIT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("top did not exit on SIGINT within {:?}", common::HANG_LIMIT);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = common::wait_exit(&mut child, "top, after SIGINT");
     let text = out.join().unwrap();
     err_lines.extend(rx.try_iter());
     assert!(status.success(), "exit {status}; stderr {err_lines:?}");
@@ -577,17 +567,7 @@ fn count_stops_top_by_itself() {
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let out = std::thread::spawn(move || common::read_all(stdout));
-    let deadline = Instant::now() + common::HANG_LIMIT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("top --count 2 did not exit by itself within {:?}", common::HANG_LIMIT);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = common::wait_exit(&mut child, "top --count 2");
     let text = out.join().unwrap();
     assert!(status.success(), "exit {status}");
     assert_eq!(text.matches("tfo-trace top ").count(), 2, "--count 2: two snapshots\n{text}");

@@ -198,17 +198,7 @@ impl Tracer {
         std::thread::sleep(Duration::from_millis(300));
         // SAFETY: kill on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + HANG_LIMIT;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().expect("waiting for tracer") {
-                break s;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("tracer ignored SIGINT for {HANG_LIMIT:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = wait_exit(&mut self.child, "the tracer, after SIGINT");
         let lines = self.stdout.take().unwrap().join().unwrap();
         while let Ok(l) = self.stderr_rx.recv_timeout(Duration::from_millis(200)) {
             self.stderr_seen.push(l);
@@ -267,6 +257,22 @@ pub fn read_all(mut r: impl Read) -> String {
     let mut s = String::new();
     let _ = r.read_to_string(&mut s);
     s
+}
+
+/// Waits for `child` to exit by itself, at most [`HANG_LIMIT`]; past it, kills it and
+/// fails the test naming `what` did not exit.
+pub fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + HANG_LIMIT;
+    loop {
+        if let Some(s) = child.try_wait().expect("waiting for a child") {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what} did not exit within {HANG_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A TCP port free on loopback now (the kernel's choice).
