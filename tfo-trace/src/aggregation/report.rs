@@ -113,7 +113,7 @@ impl ReportBuilder {
                 self.client_netns.insert(e.netns);
                 let tag = match self.group.by {
                     GroupBy::Process => self.name(&e.comm),
-                    GroupBy::Container => self.name(&e.container_name().unwrap_or_default()),
+                    GroupBy::Container => self.name(e.container_label().unwrap_or_default()),
                     _ => 0,
                 };
                 let key = CellKey { dest: DestKey::of(e, !self.fleet), tag };

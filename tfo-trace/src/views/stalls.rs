@@ -78,7 +78,7 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
             cause.name(),
             lost_us as f64 / 1e6,
             e.retransmits,
-            e.container_name().unwrap_or_else(|| "-".into())
+            e.container_label().unwrap_or("-")
         )
     }
 }
