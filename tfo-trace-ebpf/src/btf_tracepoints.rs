@@ -10,6 +10,7 @@ use crate::{
 
 /// TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)
 #[btf_tracepoint(function = "inet_sock_set_state")]
+#[inline(always)] // into the entry point: no bpf-to-bpf call per run
 pub fn tfo_state(ctx: BtfTracePointContext) -> i32 {
     let old: i32 = ctx.arg(1);
     let new: i32 = ctx.arg(2);
@@ -19,6 +20,7 @@ pub fn tfo_state(ctx: BtfTracePointContext) -> i32 {
 
 /// TP_PROTO(const struct sock *sk, const struct sk_buff *skb[, int err])
 #[btf_tracepoint(function = "tcp_retransmit_skb")]
+#[inline(always)] // into the entry point: no bpf-to-bpf call per run
 pub fn tfo_retransmit(ctx: BtfTracePointContext) -> i32 {
     on_retransmit::<Direct>(ctx.arg(0));
     0
@@ -26,6 +28,7 @@ pub fn tfo_retransmit(ctx: BtfTracePointContext) -> i32 {
 
 /// TP_PROTO(const struct sock *sk, const struct request_sock *req)
 #[btf_tracepoint(function = "tcp_retransmit_synack")]
+#[inline(always)] // into the entry point: no bpf-to-bpf call per run
 pub fn tfo_synack_retransmit(ctx: BtfTracePointContext) -> i32 {
     on_synack_retransmit::<Direct>(ctx.arg(0), ctx.arg(1));
     0

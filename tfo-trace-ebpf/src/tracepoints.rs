@@ -10,6 +10,7 @@ use crate::{
 
 /// TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)
 #[raw_tracepoint(tracepoint = "inet_sock_set_state")]
+#[inline(always)] // into the entry point: no bpf-to-bpf call per run
 pub fn tfo_state_raw(ctx: RawTracePointContext) -> i32 {
     let old: u64 = ctx.arg(1);
     let new: u64 = ctx.arg(2);
@@ -19,6 +20,7 @@ pub fn tfo_state_raw(ctx: RawTracePointContext) -> i32 {
 
 /// TP_PROTO(const struct sock *sk, const struct sk_buff *skb[, int err])
 #[raw_tracepoint(tracepoint = "tcp_retransmit_skb")]
+#[inline(always)] // into the entry point: no bpf-to-bpf call per run
 pub fn tfo_retransmit_raw(ctx: RawTracePointContext) -> i32 {
     on_retransmit::<Probe>(ctx.arg(0));
     0
@@ -26,6 +28,7 @@ pub fn tfo_retransmit_raw(ctx: RawTracePointContext) -> i32 {
 
 /// TP_PROTO(const struct sock *sk, const struct request_sock *req)
 #[raw_tracepoint(tracepoint = "tcp_retransmit_synack")]
+#[inline(always)] // into the entry point: no bpf-to-bpf call per run
 pub fn tfo_synack_retransmit_raw(ctx: RawTracePointContext) -> i32 {
     on_synack_retransmit::<Probe>(ctx.arg(0), ctx.arg(1));
     0
