@@ -1,6 +1,6 @@
 //! BTF-typed tracepoint entry points (tp_btf, 5.5+): the same tracepoints as the raw ones,
-//! with typed arguments, so fields are direct loads the verifier checks and connection
-//! state lives in socket-local storage. Every backend but `raw-tracepoint` uses these.
+//! with typed arguments, so fields are direct loads the verifier checks. Every backend but
+//! `raw-tracepoint` uses these.
 use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 
 use crate::{

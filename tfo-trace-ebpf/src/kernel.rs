@@ -4,18 +4,13 @@
 //! - [`Direct`]: BTF-typed programs (tp_btf, fentry/fexit) get their arguments as typed
 //!   kernel pointers, and the verifier checks each load against the kernel's own types.
 //!   Because [`LAYOUT`](crate::globals::LAYOUT) sits in frozen read-only data, the verifier knows every offset as
-//!   a constant, so a field is one load instruction; a connection's state lives in
-//!   socket-local storage.
+//!   a constant, so a field is one load instruction.
 //! - [`Probe`]: raw tracepoints and kprobes see untyped addresses: each field is a
-//!   `bpf_probe_read_kernel`, and a connection's state lives in a hash keyed by the socket.
-use aya_ebpf::bindings::BPF_SK_STORAGE_GET_F_CREATE;
-use aya_ebpf::helpers::{
-    bpf_probe_read_kernel,
-    generated::{bpf_sk_storage_delete, bpf_sk_storage_get, bpf_skc_to_tcp_sock},
-};
+//!   `bpf_probe_read_kernel`.
+//!
+//! Both keep a connection's state in the same LRU hash (`maps::conn_state`).
+use aya_ebpf::helpers::{bpf_probe_read_kernel, generated::bpf_skc_to_tcp_sock};
 use tfo_trace_common::{Field, FAMILY_V4, FAMILY_V6};
-
-use crate::maps::{ConnState, CONNS, CONN_STORAGE};
 
 /// Reads one field description; volatile so the compiler cannot fold the zero initializer.
 macro_rules! layout {
@@ -39,7 +34,7 @@ pub const TCP_SYN_RECV: i32 = 3;
 pub const TCP_CLOSE: i32 = 7;
 pub const TCP_LISTEN: i32 = 10;
 
-/// How a handler reads kernel memory and keeps per-connection state.
+/// How a handler reads kernel memory.
 ///
 /// Absent values are null pointers and zeros, never `Option`s of pointers or structs: the
 /// BPF backend leaves the payload of such a `None` unset and may still copy it, and the
@@ -54,14 +49,9 @@ pub trait Access {
     /// backend turned the payload of a `None` into a read of an unset register, which the
     /// verifier refuses.)
     fn load<T: Copy + Default>(base: *const u8, off: u32) -> T;
-    /// The state of a connection we follow; null when we do not.
-    fn conn(sk: *const u8) -> *mut ConnState;
-    /// Starts following a connection; false when its state could not be stored.
-    fn conn_start(sk: *const u8, state: &mut ConnState) -> bool;
-    fn conn_end(sk: *const u8);
 }
 
-/// BTF-typed programs: direct loads, socket-local storage.
+/// BTF-typed programs: direct loads.
 pub struct Direct;
 
 impl Access for Direct {
@@ -81,37 +71,9 @@ impl Access for Direct {
         unsafe { core::ptr::read_volatile(base.wrapping_add(off as usize) as *const T) }
     }
 
-    #[inline(always)]
-    fn conn(sk: *const u8) -> *mut ConnState {
-        // SAFETY: the map is an SK_STORAGE map of ConnState; sk is a typed socket.
-        unsafe {
-            bpf_sk_storage_get(&CONN_STORAGE as *const _ as *mut _, sk as *mut _, core::ptr::null_mut(), 0)
-                as *mut ConnState
-        }
-    }
-
-    #[inline(always)]
-    fn conn_start(sk: *const u8, state: &mut ConnState) -> bool {
-        // SAFETY: as above; the helper copies `state` into the new storage.
-        let p = unsafe {
-            bpf_sk_storage_get(
-                &CONN_STORAGE as *const _ as *mut _,
-                sk as *mut _,
-                state as *mut ConnState as *mut _,
-                BPF_SK_STORAGE_GET_F_CREATE as u64,
-            )
-        };
-        !p.is_null()
-    }
-
-    #[inline(always)]
-    fn conn_end(sk: *const u8) {
-        // SAFETY: as above. A socket's storage also goes with the socket itself.
-        unsafe { bpf_sk_storage_delete(&CONN_STORAGE as *const _ as *mut _, sk as *mut _) };
-    }
 }
 
-/// Raw tracepoints and kprobes: bpf_probe_read_kernel, a hash keyed by the socket.
+/// Raw tracepoints and kprobes: bpf_probe_read_kernel.
 pub struct Probe;
 
 impl Access for Probe {
@@ -132,21 +94,6 @@ impl Access for Probe {
         unsafe { bpf_probe_read_kernel(base.wrapping_add(off as usize) as *const T) }.unwrap_or_default()
     }
 
-    #[inline(always)]
-    fn conn(sk: *const u8) -> *mut ConnState {
-        CONNS.get_ptr_mut(sk as u64).unwrap_or(core::ptr::null_mut())
-    }
-
-    #[inline(always)]
-    fn conn_start(sk: *const u8, state: &mut ConnState) -> bool {
-        // LRU: a connection whose outcome we never see must not pin an entry.
-        CONNS.insert(sk as u64, state, 0).is_ok()
-    }
-
-    #[inline(always)]
-    fn conn_end(sk: *const u8) {
-        let _ = CONNS.remove(sk as u64);
-    }
 }
 
 /// An integer field (or bitfield) widened to u64; 0 when this kernel has no such field.

@@ -227,10 +227,6 @@ fn load_backend(
         .override_global("CONFIG", &flags, true)
         .override_global("FILTER", &opts.filter, true)
         .map_max_entries("EVENTS", if opts.counts_only { 4096 } else { opts.ring_buffer_bytes });
-    if table::uses_btf(backend) {
-        // Connection state lives in socket storage: the hash of the raw hooks goes unused.
-        loader.map_max_entries("CONNS", 1);
-    }
     let mut ebpf = loader.load(EBPF_OBJECT).context("loading the eBPF object")?;
     fill_cgroup_filter(&mut ebpf, &opts.cgroups)?;
     prefill_listeners(&mut ebpf, opts)?;

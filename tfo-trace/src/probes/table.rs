@@ -16,7 +16,7 @@ pub enum BackendChoice {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// tp_btf tracepoints + fentry/fexit: typed arguments, direct loads, socket storage.
+    /// tp_btf tracepoints + fentry/fexit: typed arguments, direct loads.
     Fentry,
     /// raw tracepoints + kprobes: where trampolines are refused but kprobes exist.
     Kprobe,
@@ -237,8 +237,8 @@ const fn concat(a: [Hook; 3], b: [Hook; 5]) -> [Hook; 8] {
     [a[0], a[1], a[2], b[0], b[1], b[2], b[3], b[4]]
 }
 
-// Each backend reads the kernel one way throughout (typed loads with socket storage, or
-// probe reads with a hash), so the state its hooks share lives in one place.
+// Each backend reads the kernel one way throughout (typed loads, or probe reads), so a
+// hook's fields are read the same way as its neighbours'.
 const FENTRY_HOOKS: [Hook; 8] = concat(tracepoint_hooks(true, false), function_hooks(true));
 const KPROBE_HOOKS: [Hook; 8] = concat(tracepoint_hooks(false, false), function_hooks(false));
 const TRACEPOINT_HOOKS: [Hook; 3] = tracepoint_hooks(true, true);
@@ -359,7 +359,7 @@ pub fn floor_hooks(backend: Backend) -> &'static [Hook] {
     }
 }
 
-/// Whether the backend's hooks are BTF-typed (direct loads, socket storage) rather than
+/// Whether the backend's hooks are BTF-typed (direct loads) rather than
 /// raw (probe reads, a hash keyed by socket).
 pub fn uses_btf(backend: Backend) -> bool {
     matches!(backend, Backend::Fentry | Backend::Tracepoint)
