@@ -31,7 +31,10 @@ use crate::{
         flag, int, layout, net_of, netns_of, ptr, state_of, tuple_of, Access, TCP_CLOSE, TCP_ESTABLISHED,
         TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
-    maps::{bump, conn_state, count, emit_with, follow, forget, get16, now, put16, ConnState, Measure, Process, LISTENERS},
+    maps::{
+        bump, conn_state, count, emit_with, follow, forget, get16, now, put16, ConnState, Measure, Process,
+        LISTENERS,
+    },
 };
 
 /// The process we run in: tgid, comm (as two words, see `maps::put16`) and cgroup.

@@ -70,7 +70,6 @@ impl Access for Direct {
         // against the type at that offset and turns it into a fault-tolerant one.
         unsafe { core::ptr::read_volatile(base.wrapping_add(off as usize) as *const T) }
     }
-
 }
 
 /// Raw tracepoints and kprobes: bpf_probe_read_kernel.
@@ -93,7 +92,6 @@ impl Access for Probe {
         // SAFETY: bpf_probe_read_kernel checks the address; a bad one returns an error.
         unsafe { bpf_probe_read_kernel(base.wrapping_add(off as usize) as *const T) }.unwrap_or_default()
     }
-
 }
 
 /// An integer field (or bitfield) widened to u64; 0 when this kernel has no such field.
