@@ -120,11 +120,11 @@ impl Known {
         }
     }
 
-    /// From the SYN to now; 0 (unknown) without state.
+    /// From the SYN to `at_ns`; 0 (unknown) without state.
     #[inline(always)]
-    fn since_start(&self) -> u64 {
+    fn since_start(&self, at_ns: u64) -> u64 {
         if self.known {
-            now().saturating_sub(self.start_ns).max(1)
+            at_ns.saturating_sub(self.start_ns).max(1)
         } else {
             0
         }
@@ -133,7 +133,9 @@ impl Known {
 
 /// One outcome: counted in `COUNTS` (always), then sent as an event with the fields
 /// every outcome shares, filled in place in the ring-buffer slot (no event-sized copy on
-/// the 512-byte BPF stack), plus what `extra` adds.
+/// the 512-byte BPF stack), plus what `extra` adds. `at_ns`: when it happened, where the
+/// caller read the clock already (for the handshake time); 0: read it only if an event is
+/// sent (counts need no time).
 #[inline(always)]
 pub(crate) fn record<A: Access>(
     sk: *const u8,
@@ -141,6 +143,7 @@ pub(crate) fn record<A: Access>(
     outcome: Outcome,
     netns: u32,
     conn: &Known,
+    at_ns: u64,
     measure: Measure,
     extra: impl FnOnce(&mut TfoEvent),
 ) {
@@ -151,7 +154,7 @@ pub(crate) fn record<A: Access>(
     count(key, &measure);
     emit_with(|ev| {
         let t = tuple_of::<A>(sk);
-        ev.ts_ns = now();
+        ev.ts_ns = if at_ns != 0 { at_ns } else { now() };
         put16(&mut ev.saddr, t.saddr);
         put16(&mut ev.daddr, t.daddr);
         ev.netns = netns;
@@ -278,6 +281,7 @@ fn client_established<A: Access>(sk: *const u8) {
         return; // plain, or filtered out at connect (or older than the tracer, with filters)
     }
     let conn = Known::of(state);
+    let at_ns = if conn.known { now() } else { 0 }; // one clock read: handshake and event
     let total_retrans = int::<A>(tp, layout!(total_retrans)) as u32;
     let outcome = if f.syn_data {
         // tcp_rcv_fastopen_synack: data = tp->syn_data ? tcp_rtx_queue_head(sk) : NULL.
@@ -302,9 +306,9 @@ fn client_established<A: Access>(sk: *const u8) {
         stall_ns: conn.stall_ns(),
         syn_data_bytes: data,
         retransmits: total_retrans,
-        handshake_ns: conn.since_start(),
+        handshake_ns: conn.since_start(at_ns),
     };
-    record::<A>(sk, Role::Client, outcome, netns_of::<A>(sk), &conn, measure, |ev| {
+    record::<A>(sk, Role::Client, outcome, netns_of::<A>(sk), &conn, at_ns, measure, |ev| {
         if f.exp {
             ev.flags |= flags::EXP_OPTION;
         }
@@ -343,7 +347,7 @@ fn client_failed<A: Access>(sk: *const u8) {
         retransmits: total_retrans,
         handshake_ns: 0,
     };
-    record::<A>(sk, Role::Client, Outcome::ConnectFailed, netns_of::<A>(sk), &conn, measure, |ev| {
+    record::<A>(sk, Role::Client, Outcome::ConnectFailed, netns_of::<A>(sk), &conn, 0, measure, |ev| {
         if ev.sport == 0 {
             ev.sport = conn.sport;
         }
@@ -415,7 +419,7 @@ pub fn detect_blackhole_exit<A: Access>(sk: *const u8) {
     let data = if f.syn_data { syn_data_bytes::<A>(tp) } else { 0 };
     let retransmits = int::<A>(tp, layout!(total_retrans)) as u32;
     let measure = Measure { stall_ns: conn.stall_ns(), syn_data_bytes: data, retransmits, handshake_ns: 0 };
-    record::<A>(sk, Role::Client, Outcome::ActiveDisabled, netns_of::<A>(sk), &conn, measure, |_| {});
+    record::<A>(sk, Role::Client, Outcome::ActiveDisabled, netns_of::<A>(sk), &conn, 0, measure, |_| {});
 }
 
 /// tcp_fastopen_cache_set(sk, mss, cookie, syn_lost, try_exp): the SYN-ACK's cookie going
@@ -441,7 +445,7 @@ pub fn on_cookie_cached<A: Access>(sk: *const u8, cookie: *const u8) {
     let tp = A::tcp_sock(sk);
     let retransmits = if tp.is_null() { 0 } else { int::<A>(tp, layout!(total_retrans)) as u32 };
     let measure = Measure { stall_ns: 0, syn_data_bytes: 0, retransmits, handshake_ns: 0 };
-    record::<A>(sk, Role::Client, Outcome::CookieReceived, netns_of::<A>(sk), &conn, measure, |ev| {
+    record::<A>(sk, Role::Client, Outcome::CookieReceived, netns_of::<A>(sk), &conn, 0, measure, |ev| {
         ev.cookie_len = len as u8;
         ev.flags |= flags::COOKIE_LEN_KNOWN;
         if exp {
@@ -474,11 +478,11 @@ fn server_child_resolved<A: Access>(sk: *const u8) {
     let handshake_ns = (int::<A>(tp, layout!(srtt_us)) >> 3) * 1000;
     let data = int::<A>(tp, layout!(bytes_received)) as u32;
     let netns = netns_of::<A>(sk);
-    if !server_selected::<A>(sk, netns, &listener_key::<A>(sk)) {
+    if !server_selected::<A>(sk, netns) {
         return;
     }
     let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: 0, handshake_ns };
-    record::<A>(sk, Role::Server, Outcome::Accepted, netns, &Known::NONE, measure, |ev| {
+    record::<A>(sk, Role::Server, Outcome::Accepted, netns, &Known::NONE, 0, measure, |ev| {
         if handshake_ns > 0 {
             ev.start_ns = ev.ts_ns.saturating_sub(handshake_ns);
             ev.flags |= flags::START_KNOWN;
@@ -503,12 +507,12 @@ pub fn on_synack_retransmit<A: Access>(sk: *const u8, req: *const u8) {
     let before = int::<A>(req, layout!(req_num_retrans)) as u32;
     let data = int::<A>(tp, layout!(bytes_received)) as u32;
     let netns = netns_of::<A>(sk);
-    if !server_selected::<A>(sk, netns, &listener_key::<A>(sk)) {
+    if !server_selected::<A>(sk, netns) {
         return;
     }
     // inet_rtx_syn_ack() counts this one after the send: the event counts it already.
     let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: before + 1, handshake_ns: 0 };
-    record::<A>(sk, Role::Server, Outcome::SynackRetransmitted, netns, &Known::NONE, measure, |ev| {
+    record::<A>(sk, Role::Server, Outcome::SynackRetransmitted, netns, &Known::NONE, 0, measure, |ev| {
         name_listener_owner(ev, &ListenerKey { netns, port: ev.sport, _pad: 0 });
     });
 }
@@ -535,9 +539,9 @@ pub(crate) fn name_listener_owner(ev: &mut TfoEvent, listener: &ListenerKey) {
 /// The filters for a server-side connection: `sk` (a child, or a request sock) holds the
 /// server's address and port as its source, the client's as its destination; the
 /// process is the listener's owner, judged at listen() (unknown: a listener older than the
-/// tracer, which process filters cannot select).
+/// tracer, which process filters cannot select). Nothing is read without filters.
 #[inline(always)]
-pub(crate) fn server_selected<A: Access>(sk: *const u8, netns: u32, listener: &ListenerKey) -> bool {
+pub(crate) fn server_selected<A: Access>(sk: *const u8, netns: u32) -> bool {
     if !filter::needs_state() {
         return true;
     }
@@ -548,8 +552,9 @@ pub(crate) fn server_selected<A: Access>(sk: *const u8, netns: u32, listener: &L
     if !filter::by_process() {
         return true;
     }
+    let listener = ListenerKey { netns, port: t.sport, _pad: 0 };
     // SAFETY: a value of LISTENERS, read at once.
-    LISTENERS.get_ptr(listener).is_some_and(|o| unsafe { (*o).selected } != 0)
+    LISTENERS.get_ptr(&listener).is_some_and(|o| unsafe { (*o).selected } != 0)
 }
 
 /// listen() runs in the owner's process context: remember who owns the port.

@@ -104,9 +104,9 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs, child: *const u8) {
     }
     let out_len = foc_len::<A>(foc);
     let netns = netns_of::<A>(sk);
-    let listener = ListenerKey { netns, port: int::<A>(sk, layout!(skc_num)) as u16, _pad: 0 };
-    // The request sock holds the SYN's addresses: the server's as source.
-    if !server_selected::<A>(req, netns, &listener) {
+    // The request sock holds the SYN's addresses: the server's as source (its local port
+    // is the listener's).
+    if !server_selected::<A>(req, netns) {
         return;
     }
     let qlen = int::<A>(tp, layout!(fastopenq_qlen)) as u32;
@@ -119,7 +119,7 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs, child: *const u8) {
             Measure { stall_ns: 0, syn_data_bytes: seen.syn_data_bytes, retransmits: 0, handshake_ns: 0 };
         // The request sock starts with a sock_common holding the SYN's addresses and
         // ports (tcp_v4_init_req / tcp_openreq_init ran before tcp_try_fastopen).
-        record::<A>(req, Role::Server, what, netns, &Known::NONE, measure, |ev| {
+        record::<A>(req, Role::Server, what, netns, &Known::NONE, 0, measure, |ev| {
             ev.start_ns = seen.start_ns;
             ev.queue_len = qlen;
             ev.queue_max = max_qlen;
@@ -131,7 +131,7 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs, child: *const u8) {
             if exp {
                 ev.flags |= flags::EXP_OPTION;
             }
-            name_listener_owner(ev, &listener);
+            name_listener_owner(ev, &ListenerKey { netns, port: ev.sport, _pad: 0 });
         })
     };
 
