@@ -1,7 +1,10 @@
 //! Maps shared by every program. Sizes here are defaults; userspace may resize `EVENTS`
 //! (`--ring-buffer-size`).
 use aya_ebpf::{
-    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
+    bindings::{
+        BPF_F_NO_COMMON_LRU, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP,
+        BPF_RB_RING_SIZE,
+    },
     macros::map,
     maps::{LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
@@ -105,9 +108,10 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 /// backend. A preallocated hash: following a connection takes an entry from a free list,
 /// where socket-local storage allocated and memcg-charged one per connect and freed it again
 /// (measured: a third of the BPF time of a TFO connection). LRU: a connection whose outcome
-/// we never see must not pin an entry.
+/// we never see must not pin an entry. One LRU list per CPU (NO_COMMON_LRU): no lock
+/// shared by every CPU of a many-core host on each connect and outcome.
 #[map]
-static CONNS: LruHashMap<u64, ConnState> = LruHashMap::with_max_entries(65536, 0);
+static CONNS: LruHashMap<u64, ConnState> = LruHashMap::with_max_entries(65536, BPF_F_NO_COMMON_LRU);
 
 /// The state of a connection we follow; null when we do not.
 #[inline(always)]
