@@ -28,8 +28,8 @@ use crate::{
     filter,
     globals::config_has,
     kernel::{
-        flag, int, layout, net_of, netns_of, ptr, state_of, tuple_of, Access, TCP_CLOSE, TCP_ESTABLISHED,
-        TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
+        bit, fixed, flag, int, layout, net_of, netns_of, state_of, tuple_of, Access, TCP_CLOSE,
+        TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
     maps::{
         bump, conn_state, count, emit_with, follow, forget, get16, now, put16, ConnState, Measure, Process,
@@ -192,7 +192,7 @@ pub fn on_retransmit<A: Access>(sk: *const u8) {
         unsafe {
             (*state).retransmits += 1;
             (*state).last_retrans_ns = now();
-            (*state).sport = int::<A>(sk, layout!(skc_num)) as u16;
+            (*state).sport = fixed!(A, sk, skc_num: u16);
         }
     }
 }
@@ -207,7 +207,7 @@ fn client_connect<A: Access>(sk: *const u8) {
     if tp.is_null() {
         return;
     }
-    if ptr::<A>(tp, layout!(fastopen_req)).is_null() && !flag::<A>(tp, layout!(fastopen_connect)) {
+    if fixed!(A, tp, fastopen_req: u64) == 0 && !bit!(A, tp, fastopen_connect) {
         return; // a plain connect
     }
     let process = current_process();
@@ -237,9 +237,9 @@ struct ClientFlags {
 #[inline(always)]
 fn client_flags<A: Access>(tp: *const u8) -> ClientFlags {
     ClientFlags {
-        syn_data: flag::<A>(tp, layout!(syn_data)),
-        syn_fastopen: flag::<A>(tp, layout!(syn_fastopen)),
-        exp: flag::<A>(tp, layout!(syn_fastopen_exp)),
+        syn_data: bit!(A, tp, syn_data),
+        syn_fastopen: bit!(A, tp, syn_fastopen),
+        exp: bit!(A, tp, syn_fastopen_exp),
     }
 }
 
@@ -247,7 +247,7 @@ fn client_flags<A: Access>(tp: *const u8) -> ClientFlags {
 /// handshake resolves, so bytes_sent is its length (retransmitted SYNs carry none).
 #[inline(always)]
 fn syn_data_bytes<A: Access>(tp: *const u8) -> u32 {
-    int::<A>(tp, layout!(bytes_sent)) as u32
+    fixed!(A, tp, bytes_sent: u64) as u32
 }
 
 /// Whether a connection whose SYN had no TFO option may still have asked for TFO (and be
@@ -259,7 +259,7 @@ fn syn_data_bytes<A: Access>(tp: *const u8) -> u32 {
 /// lack of option space, as with TCP-MD5; its state ages out of the LRU hash.)
 #[inline(always)]
 fn may_have_left_option_out<A: Access>(sk: *const u8, tp: *const u8) -> bool {
-    flag::<A>(tp, layout!(fastopen_connect))
+    bit!(A, tp, fastopen_connect)
         || layout!(net_tfo_active_disable_times).present == 0
         || active_disable_times::<A>(sk) != 0
 }
@@ -282,10 +282,10 @@ fn client_established<A: Access>(sk: *const u8) {
     }
     let conn = Known::of(state);
     let at_ns = if conn.known { now() } else { 0 }; // one clock read: handshake and event
-    let total_retrans = int::<A>(tp, layout!(total_retrans)) as u32;
+    let total_retrans = fixed!(A, tp, total_retrans: u32);
     let outcome = if f.syn_data {
         // tcp_rcv_fastopen_synack: data = tp->syn_data ? tcp_rtx_queue_head(sk) : NULL.
-        if ptr::<A>(sk, layout!(tcp_rtx_queue)).is_null() {
+        if fixed!(A, sk, tcp_rtx_queue: u64) == 0 {
             Outcome::Accepted
         } else if total_retrans > 0 {
             Outcome::SynRetransmitted
@@ -334,7 +334,7 @@ fn client_failed<A: Access>(sk: *const u8) {
     if tp.is_null() {
         return;
     }
-    let total_retrans = int::<A>(tp, layout!(total_retrans)) as u32;
+    let total_retrans = fixed!(A, tp, total_retrans: u32);
     let f = client_flags::<A>(tp);
     // A deferred TCP_FASTOPEN_CONNECT socket closed before its first write sent nothing.
     if !(f.syn_data || f.syn_fastopen || total_retrans > 0) {
@@ -417,7 +417,7 @@ pub fn detect_blackhole_exit<A: Access>(sk: *const u8) {
     }
     let f = client_flags::<A>(tp);
     let data = if f.syn_data { syn_data_bytes::<A>(tp) } else { 0 };
-    let retransmits = int::<A>(tp, layout!(total_retrans)) as u32;
+    let retransmits = fixed!(A, tp, total_retrans: u32);
     let measure = Measure { stall_ns: conn.stall_ns(), syn_data_bytes: data, retransmits, handshake_ns: 0 };
     record::<A>(sk, Role::Client, Outcome::ActiveDisabled, netns_of::<A>(sk), &conn, 0, measure, |_| {});
 }
@@ -443,7 +443,7 @@ pub fn on_cookie_cached<A: Access>(sk: *const u8, cookie: *const u8) {
     }
     let exp = flag::<A>(cookie, layout!(foc_exp));
     let tp = A::tcp_sock(sk);
-    let retransmits = if tp.is_null() { 0 } else { int::<A>(tp, layout!(total_retrans)) as u32 };
+    let retransmits = if tp.is_null() { 0 } else { fixed!(A, tp, total_retrans: u32) };
     let measure = Measure { stall_ns: 0, syn_data_bytes: 0, retransmits, handshake_ns: 0 };
     record::<A>(sk, Role::Client, Outcome::CookieReceived, netns_of::<A>(sk), &conn, 0, measure, |ev| {
         ev.cookie_len = len as u8;
@@ -464,19 +464,16 @@ fn server_child_resolved<A: Access>(sk: *const u8) {
         return;
     }
     let child_field = layout!(syn_fastopen_child);
-    let is_tfo_child = if child_field.present != 0 {
-        flag::<A>(tp, child_field)
-    } else {
-        flag::<A>(tp, layout!(syn_data_acked))
-    };
+    let is_tfo_child =
+        if child_field.present != 0 { flag::<A>(tp, child_field) } else { bit!(A, tp, syn_data_acked) };
     if !is_tfo_child {
         return;
     }
     // The handshake of a child is its SYN-ACK's round trip, which tcp_rcv_state_process()
     // has just measured (tcp_synack_rtt_meas) into srtt_us (<< 3); 0 where Karn's rule
     // gave no sample (the SYN-ACK was retransmitted).
-    let handshake_ns = (int::<A>(tp, layout!(srtt_us)) >> 3) * 1000;
-    let data = int::<A>(tp, layout!(bytes_received)) as u32;
+    let handshake_ns = (fixed!(A, tp, srtt_us: u32) as u64 >> 3) * 1000;
+    let data = fixed!(A, tp, bytes_received: u64) as u32;
     let netns = netns_of::<A>(sk);
     if !server_selected::<A>(sk, netns) {
         return;
@@ -505,7 +502,7 @@ pub fn on_synack_retransmit<A: Access>(sk: *const u8, req: *const u8) {
         return;
     }
     let before = int::<A>(req, layout!(req_num_retrans)) as u32;
-    let data = int::<A>(tp, layout!(bytes_received)) as u32;
+    let data = fixed!(A, tp, bytes_received: u64) as u32;
     let netns = netns_of::<A>(sk);
     if !server_selected::<A>(sk, netns) {
         return;
@@ -520,7 +517,7 @@ pub fn on_synack_retransmit<A: Access>(sk: *const u8, req: *const u8) {
 /// A listener is known by its namespace and local port (what a child socket shares).
 #[inline(always)]
 pub(crate) fn listener_key<A: Access>(sk: *const u8) -> ListenerKey {
-    ListenerKey { netns: netns_of::<A>(sk), port: int::<A>(sk, layout!(skc_num)) as u16, _pad: 0 }
+    ListenerKey { netns: netns_of::<A>(sk), port: fixed!(A, sk, skc_num: u16), _pad: 0 }
 }
 
 /// Server events name the process that called listen() on that port.

@@ -23,6 +23,35 @@ macro_rules! layout {
 }
 pub(crate) use layout;
 
+/// A member every supported kernel has at the size `$t` (userspace checks both in the
+/// kernel's BTF before load, `probes/layout.rs` `fixed`): one load at a verifier-known
+/// offset, where [`int`] decodes a whole [`Field`] (presence, size, bit range) at run time,
+/// on the path every connection takes.
+macro_rules! fixed {
+    ($a:ty, $base:expr, $field:ident: $t:ty) => {{
+        // SAFETY: LAYOUT is a valid static; volatile only defeats constant folding.
+        #[allow(unused_unsafe)]
+        let off = unsafe { core::ptr::read_volatile(&$crate::globals::LAYOUT.$field.off) };
+        <$a as $crate::kernel::Access>::load::<$t>($base, off)
+    }};
+}
+pub(crate) use fixed;
+
+/// A one-bit member every supported kernel has (checked likewise, `one_bit`): a byte load
+/// at its first byte and a shift.
+macro_rules! bit {
+    ($a:ty, $base:expr, $field:ident) => {{
+        // SAFETY: as for `fixed!`.
+        #[allow(unused_unsafe)]
+        let (off, shift) = unsafe {
+            let f = &$crate::globals::LAYOUT.$field;
+            (core::ptr::read_volatile(&f.off), core::ptr::read_volatile(&f.shift))
+        };
+        (<$a as $crate::kernel::Access>::load::<u8>($base, off) >> (shift & 7)) & 1 != 0
+    }};
+}
+pub(crate) use bit;
+
 pub const IPPROTO_TCP: u64 = 6;
 const AF_INET: u64 = 2;
 const AF_INET6: u64 = 10;
@@ -95,6 +124,7 @@ impl Access for Probe {
 }
 
 /// An integer field (or bitfield) widened to u64; 0 when this kernel has no such field.
+/// For the members some kernels lack or size differently; the others use `fixed!`/`bit!`.
 #[inline(always)]
 pub fn int<A: Access>(base: *const u8, f: Field) -> u64 {
     if f.present == 0 {
@@ -118,16 +148,6 @@ pub fn flag<A: Access>(base: *const u8, f: Field) -> bool {
     int::<A>(base, f) != 0
 }
 
-/// A pointer field, to load from next; null when absent. Never shifted or masked: the
-/// verifier allows a kernel pointer nothing but offsets.
-#[inline(always)]
-pub fn ptr<A: Access>(base: *const u8, f: Field) -> *const u8 {
-    if f.present == 0 {
-        return core::ptr::null();
-    }
-    A::load::<u64>(base, f.off) as *const u8
-}
-
 /// A 16-byte field (an IPv6 address), in two 8-byte loads.
 #[inline(always)]
 fn words16<A: Access>(base: *const u8, f: Field) -> [u64; 2] {
@@ -137,7 +157,7 @@ fn words16<A: Access>(base: *const u8, f: Field) -> [u64; 2] {
 /// The socket's `struct net` (sk->__sk_common.skc_net.net).
 #[inline(always)]
 pub fn net_of<A: Access>(sk: *const u8) -> *const u8 {
-    ptr::<A>(sk, layout!(skc_net))
+    fixed!(A, sk, skc_net: u64) as *const u8
 }
 
 /// Network namespace inode of a socket: its net->ns.inum.
@@ -147,13 +167,13 @@ pub fn netns_of<A: Access>(sk: *const u8) -> u32 {
     if net.is_null() {
         return 0;
     }
-    int::<A>(net, layout!(net_ns_inum)) as u32
+    fixed!(A, net, net_ns_inum: u32)
 }
 
 /// The state of a socket (sk_state).
 #[inline(always)]
 pub fn state_of<A: Access>(sk: *const u8) -> i32 {
-    int::<A>(sk, layout!(skc_state)) as i32
+    fixed!(A, sk, skc_state: u8) as i32
 }
 
 /// Addresses as the event holds them: 16 bytes each, IPv4 in the first four, network
@@ -170,19 +190,19 @@ pub struct Tuple {
 /// a request sock, which starts with the same sock_common.
 #[inline(always)]
 pub fn tuple_of<A: Access>(sk: *const u8) -> Tuple {
-    let family = int::<A>(sk, layout!(skc_family));
+    let family = fixed!(A, sk, skc_family: u16) as u64;
     let mut t = Tuple {
         family: 0,
         saddr: [0; 2],
         daddr: [0; 2],
-        sport: int::<A>(sk, layout!(skc_num)) as u16,
-        dport: u16::from_be(int::<A>(sk, layout!(skc_dport)) as u16),
+        sport: fixed!(A, sk, skc_num: u16),
+        dport: u16::from_be(fixed!(A, sk, skc_dport: u16)),
     };
     if family == AF_INET {
         t.family = FAMILY_V4;
         // Little-endian words: the address's four bytes, as loaded, are the low half.
-        t.saddr[0] = int::<A>(sk, layout!(skc_rcv_saddr));
-        t.daddr[0] = int::<A>(sk, layout!(skc_daddr));
+        t.saddr[0] = fixed!(A, sk, skc_rcv_saddr: u32) as u64;
+        t.daddr[0] = fixed!(A, sk, skc_daddr: u32) as u64;
     } else if family == AF_INET6 {
         t.family = FAMILY_V6;
         t.saddr = words16::<A>(sk, layout!(skc_v6_rcv_saddr));

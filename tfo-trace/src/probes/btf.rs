@@ -271,12 +271,12 @@ impl Btf {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Builds a tiny BTF blob: struct inner { u32 a; u32 b:3; u32 c:2; };
     /// struct outer { u64 x; union { struct inner in; u64 y; }; }
-    fn sample() -> Vec<u8> {
+    pub(crate) fn sample() -> Vec<u8> {
         let strings = b"\0inner\0a\0b\0c\0outer\0x\0in\0y\0u32\0".to_vec();
         let s = |name: &str| -> u32 {
             let needle = format!("\0{name}\0");

@@ -1,7 +1,7 @@
 //! Builds the [`KernelLayout`] the eBPF programs read kernel structs with, from the
 //! running kernel's BTF. This is our stand-in for CO-RE relocations, which Rust eBPF
 //! cannot emit: one offset table per boot, never one generated for a single kernel.
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use tfo_trace_common::{Field, KernelLayout};
 
 use super::btf::{Btf, MemberLocation};
@@ -24,12 +24,56 @@ fn to_field(loc: MemberLocation) -> Field {
 
 /// A member every supported kernel has: its absence is an error naming it.
 fn required(btf: &Btf, strukt: &str, path: &[&str]) -> Result<Field> {
-    optional(btf, strukt, path).ok_or_else(|| {
+    located(btf, strukt, path).map(to_field)
+}
+
+fn located(btf: &Btf, strukt: &str, path: &[&str]) -> Result<MemberLocation> {
+    btf.member_path(strukt, path).ok_or_else(|| {
         anyhow!(
             "this kernel's BTF has no `struct {strukt}` member `{}`: unsupported kernel layout",
             path.join(".")
         )
     })
+}
+
+/// A member the programs load at exactly `bytes` (`fixed!` in tfo-trace-ebpf/src/kernel.rs,
+/// one load with no decoding on every connection's path): a kernel where it is missing,
+/// a bitfield or another size is refused by name rather than misread.
+fn fixed(btf: &Btf, strukt: &str, path: &[&str], bytes: u32) -> Result<Field> {
+    let loc = located(btf, strukt, path)?;
+    if loc.bitfield_size != 0 || loc.byte_size != bytes {
+        bail!(
+            "this kernel's `struct {strukt}` member `{}` is {}, where tfo-trace reads {bytes} bytes: \
+             unsupported kernel layout",
+            path.join("."),
+            shape(loc)
+        );
+    }
+    Ok(to_field(loc))
+}
+
+/// A one-bit member the programs read with a byte load and a shift (`bit!`), refused
+/// likewise where it is anything else.
+fn one_bit(btf: &Btf, strukt: &str, path: &[&str]) -> Result<Field> {
+    let loc = located(btf, strukt, path)?;
+    let field = to_field(loc);
+    if field.bits != 1 || field.size != 1 {
+        bail!(
+            "this kernel's `struct {strukt}` member `{}` is {}, where tfo-trace reads one bit: \
+             unsupported kernel layout",
+            path.join("."),
+            shape(loc)
+        );
+    }
+    Ok(field)
+}
+
+fn shape(loc: MemberLocation) -> String {
+    if loc.bitfield_size != 0 {
+        format!("a {}-bit bitfield", loc.bitfield_size)
+    } else {
+        format!("{} bytes", loc.byte_size)
+    }
 }
 
 fn optional(btf: &Btf, strukt: &str, path: &[&str]) -> Option<Field> {
@@ -38,30 +82,30 @@ fn optional(btf: &Btf, strukt: &str, path: &[&str]) -> Option<Field> {
 
 pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
     Ok(KernelLayout {
-        skc_family: required(btf, "sock", &["skc_family"])?,
-        skc_state: required(btf, "sock", &["skc_state"])?,
-        skc_num: required(btf, "sock", &["skc_num"])?,
-        skc_dport: required(btf, "sock", &["skc_dport"])?,
-        skc_rcv_saddr: required(btf, "sock", &["skc_rcv_saddr"])?,
-        skc_daddr: required(btf, "sock", &["skc_daddr"])?,
+        skc_family: fixed(btf, "sock", &["skc_family"], 2)?,
+        skc_state: fixed(btf, "sock", &["skc_state"], 1)?,
+        skc_num: fixed(btf, "sock", &["skc_num"], 2)?,
+        skc_dport: fixed(btf, "sock", &["skc_dport"], 2)?,
+        skc_rcv_saddr: fixed(btf, "sock", &["skc_rcv_saddr"], 4)?,
+        skc_daddr: fixed(btf, "sock", &["skc_daddr"], 4)?,
         skc_v6_rcv_saddr: required(btf, "sock", &["skc_v6_rcv_saddr"])?,
         skc_v6_daddr: required(btf, "sock", &["skc_v6_daddr"])?,
-        skc_net: required(btf, "sock", &["skc_net"])?,
+        skc_net: fixed(btf, "sock", &["skc_net"], 8)?,
         sk_protocol: required(btf, "sock", &["sk_protocol"])?,
-        tcp_rtx_queue: required(btf, "sock", &["tcp_rtx_queue"])?,
-        net_ns_inum: required(btf, "net", &["ns", "inum"])?,
-        fastopen_req: required(btf, "tcp_sock", &["fastopen_req"])?,
-        total_retrans: required(btf, "tcp_sock", &["total_retrans"])?,
-        bytes_sent: required(btf, "tcp_sock", &["bytes_sent"])?,
-        bytes_received: required(btf, "tcp_sock", &["bytes_received"])?,
-        fastopen_connect: required(btf, "tcp_sock", &["fastopen_connect"])?,
-        syn_data: required(btf, "tcp_sock", &["syn_data"])?,
-        syn_fastopen: required(btf, "tcp_sock", &["syn_fastopen"])?,
-        syn_fastopen_exp: required(btf, "tcp_sock", &["syn_fastopen_exp"])?,
-        syn_data_acked: required(btf, "tcp_sock", &["syn_data_acked"])?,
+        tcp_rtx_queue: fixed(btf, "sock", &["tcp_rtx_queue"], 8)?,
+        net_ns_inum: fixed(btf, "net", &["ns", "inum"], 4)?,
+        fastopen_req: fixed(btf, "tcp_sock", &["fastopen_req"], 8)?,
+        total_retrans: fixed(btf, "tcp_sock", &["total_retrans"], 4)?,
+        bytes_sent: fixed(btf, "tcp_sock", &["bytes_sent"], 8)?,
+        bytes_received: fixed(btf, "tcp_sock", &["bytes_received"], 8)?,
+        fastopen_connect: one_bit(btf, "tcp_sock", &["fastopen_connect"])?,
+        syn_data: one_bit(btf, "tcp_sock", &["syn_data"])?,
+        syn_fastopen: one_bit(btf, "tcp_sock", &["syn_fastopen"])?,
+        syn_fastopen_exp: one_bit(btf, "tcp_sock", &["syn_fastopen_exp"])?,
+        syn_data_acked: one_bit(btf, "tcp_sock", &["syn_data_acked"])?,
         // Added in 6.x; older kernels fall back to syn_data_acked (see handlers.rs).
         syn_fastopen_child: optional(btf, "tcp_sock", &["syn_fastopen_child"]).unwrap_or_default(),
-        srtt_us: required(btf, "tcp_sock", &["srtt_us"])?,
+        srtt_us: fixed(btf, "tcp_sock", &["srtt_us"], 4)?,
         // Read only by the tcp_try_fastopen hooks of the fentry/kprobe backends; a kernel
         // without one of them loses that detail, not the tracer.
         foc_len: optional(btf, "tcp_fastopen_cookie", &["len"]).unwrap_or_default(),
@@ -98,5 +142,20 @@ mod tests {
         assert_eq!(to_field(loc(64, 0, 2)).size, 2);
         assert_eq!(to_field(loc(64, 0, 4)).size, 4);
         assert_eq!(to_field(loc(64, 0, 16)).size, 8);
+    }
+
+    #[test]
+    fn fixed_size_reads_refuse_a_kernel_where_the_member_differs() {
+        let btf = Btf::parse(&crate::probes::btf::tests::sample()).unwrap();
+        assert_eq!(fixed(&btf, "outer", &["x"], 4).unwrap(), to_field(loc(0, 0, 4)));
+        let err = |r: Result<Field>| r.unwrap_err().to_string();
+        assert!(
+            err(fixed(&btf, "outer", &["x"], 2)).contains("`x` is 4 bytes, where tfo-trace reads 2 bytes")
+        );
+        assert!(err(fixed(&btf, "outer", &["c"], 4)).contains("is a 2-bit bitfield"));
+        assert!(
+            err(one_bit(&btf, "outer", &["c"])).contains("a 2-bit bitfield, where tfo-trace reads one bit")
+        );
+        assert!(err(fixed(&btf, "outer", &["nope"], 4)).contains("has no `struct outer` member `nope`"));
     }
 }
