@@ -133,9 +133,7 @@ impl Known {
 
 /// One outcome: counted in `COUNTS` (always), then sent as an event with the fields
 /// every outcome shares, filled in place in the ring-buffer slot (no event-sized copy on
-/// the 512-byte BPF stack), plus what `extra` adds. `at_ns`: when it happened, where the
-/// caller read the clock already (for the handshake time); 0: read it only if an event is
-/// sent (counts need no time).
+/// the 512-byte BPF stack), plus what `extra` adds.
 #[inline(always)]
 pub(crate) fn record<A: Access>(
     sk: *const u8,
@@ -143,7 +141,6 @@ pub(crate) fn record<A: Access>(
     outcome: Outcome,
     netns: u32,
     conn: &Known,
-    at_ns: u64,
     measure: Measure,
     extra: impl FnOnce(&mut TfoEvent),
 ) {
@@ -154,7 +151,7 @@ pub(crate) fn record<A: Access>(
     count(key, &measure);
     emit_with(|ev| {
         let t = tuple_of::<A>(sk);
-        ev.ts_ns = if at_ns != 0 { at_ns } else { now() };
+        ev.ts_ns = if measure.at_ns != 0 { measure.at_ns } else { now() };
         put16(&mut ev.saddr, t.saddr);
         put16(&mut ev.daddr, t.daddr);
         ev.netns = netns;
@@ -307,8 +304,9 @@ fn client_established<A: Access>(sk: *const u8) {
         syn_data_bytes: data,
         retransmits: total_retrans,
         handshake_ns: conn.since_start(at_ns),
+        at_ns,
     };
-    record::<A>(sk, Role::Client, outcome, netns_of::<A>(sk), &conn, at_ns, measure, |ev| {
+    record::<A>(sk, Role::Client, outcome, netns_of::<A>(sk), &conn, measure, |ev| {
         if f.exp {
             ev.flags |= flags::EXP_OPTION;
         }
@@ -346,8 +344,9 @@ fn client_failed<A: Access>(sk: *const u8) {
         syn_data_bytes: data,
         retransmits: total_retrans,
         handshake_ns: 0,
+        at_ns: 0,
     };
-    record::<A>(sk, Role::Client, Outcome::ConnectFailed, netns_of::<A>(sk), &conn, 0, measure, |ev| {
+    record::<A>(sk, Role::Client, Outcome::ConnectFailed, netns_of::<A>(sk), &conn, measure, |ev| {
         if ev.sport == 0 {
             ev.sport = conn.sport;
         }
@@ -418,8 +417,9 @@ pub fn detect_blackhole_exit<A: Access>(sk: *const u8) {
     let f = client_flags::<A>(tp);
     let data = if f.syn_data { syn_data_bytes::<A>(tp) } else { 0 };
     let retransmits = fixed!(A, tp, total_retrans: u32);
-    let measure = Measure { stall_ns: conn.stall_ns(), syn_data_bytes: data, retransmits, handshake_ns: 0 };
-    record::<A>(sk, Role::Client, Outcome::ActiveDisabled, netns_of::<A>(sk), &conn, 0, measure, |_| {});
+    let measure =
+        Measure { stall_ns: conn.stall_ns(), syn_data_bytes: data, retransmits, handshake_ns: 0, at_ns: 0 };
+    record::<A>(sk, Role::Client, Outcome::ActiveDisabled, netns_of::<A>(sk), &conn, measure, |_| {});
 }
 
 /// tcp_fastopen_cache_set(sk, mss, cookie, syn_lost, try_exp): the SYN-ACK's cookie going
@@ -444,8 +444,8 @@ pub fn on_cookie_cached<A: Access>(sk: *const u8, cookie: *const u8) {
     let exp = flag::<A>(cookie, layout!(foc_exp));
     let tp = A::tcp_sock(sk);
     let retransmits = if tp.is_null() { 0 } else { fixed!(A, tp, total_retrans: u32) };
-    let measure = Measure { stall_ns: 0, syn_data_bytes: 0, retransmits, handshake_ns: 0 };
-    record::<A>(sk, Role::Client, Outcome::CookieReceived, netns_of::<A>(sk), &conn, 0, measure, |ev| {
+    let measure = Measure { stall_ns: 0, syn_data_bytes: 0, retransmits, handshake_ns: 0, at_ns: 0 };
+    record::<A>(sk, Role::Client, Outcome::CookieReceived, netns_of::<A>(sk), &conn, measure, |ev| {
         ev.cookie_len = len as u8;
         ev.flags |= flags::COOKIE_LEN_KNOWN;
         if exp {
@@ -478,8 +478,8 @@ fn server_child_resolved<A: Access>(sk: *const u8) {
     if !server_selected::<A>(sk, netns) {
         return;
     }
-    let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: 0, handshake_ns };
-    record::<A>(sk, Role::Server, Outcome::Accepted, netns, &Known::NONE, 0, measure, |ev| {
+    let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: 0, handshake_ns, at_ns: 0 };
+    record::<A>(sk, Role::Server, Outcome::Accepted, netns, &Known::NONE, measure, |ev| {
         if handshake_ns > 0 {
             ev.start_ns = ev.ts_ns.saturating_sub(handshake_ns);
             ev.flags |= flags::START_KNOWN;
@@ -508,8 +508,9 @@ pub fn on_synack_retransmit<A: Access>(sk: *const u8, req: *const u8) {
         return;
     }
     // inet_rtx_syn_ack() counts this one after the send: the event counts it already.
-    let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: before + 1, handshake_ns: 0 };
-    record::<A>(sk, Role::Server, Outcome::SynackRetransmitted, netns, &Known::NONE, 0, measure, |ev| {
+    let measure =
+        Measure { stall_ns: 0, syn_data_bytes: data, retransmits: before + 1, handshake_ns: 0, at_ns: 0 };
+    record::<A>(sk, Role::Server, Outcome::SynackRetransmitted, netns, &Known::NONE, measure, |ev| {
         name_listener_owner(ev, &ListenerKey { netns, port: ev.sport, _pad: 0 });
     });
 }
@@ -551,7 +552,7 @@ pub(crate) fn server_selected<A: Access>(sk: *const u8, netns: u32) -> bool {
     }
     let listener = ListenerKey { netns, port: t.sport, _pad: 0 };
     // SAFETY: a value of LISTENERS, read at once.
-    LISTENERS.get_ptr(&listener).is_some_and(|o| unsafe { (*o).selected } != 0)
+    LISTENERS.get_ptr(listener).is_some_and(|o| unsafe { (*o).selected } != 0)
 }
 
 /// listen() runs in the owner's process context: remember who owns the port.

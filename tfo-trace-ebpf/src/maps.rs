@@ -164,6 +164,9 @@ pub struct Measure {
     pub retransmits: u32,
     /// From the SYN (or the child) to the outcome; 0 where the start is unknown.
     pub handshake_ns: u64,
+    /// When it happened, where the caller read the clock already (for `handshake_ns`); 0:
+    /// the event reads it, if one is sent (counts need no time).
+    pub at_ns: u64,
 }
 
 #[inline(always)]

@@ -115,11 +115,16 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs, child: *const u8) {
 
     let server = |what: Outcome, cookie_len: i32, extra_flags: u8| {
         // The child is judged at the SYN, before any handshake: no handshake time.
-        let measure =
-            Measure { stall_ns: 0, syn_data_bytes: seen.syn_data_bytes, retransmits: 0, handshake_ns: 0 };
+        let measure = Measure {
+            stall_ns: 0,
+            syn_data_bytes: seen.syn_data_bytes,
+            retransmits: 0,
+            handshake_ns: 0,
+            at_ns: 0,
+        };
         // The request sock starts with a sock_common holding the SYN's addresses and
         // ports (tcp_v4_init_req / tcp_openreq_init ran before tcp_try_fastopen).
-        record::<A>(req, Role::Server, what, netns, &Known::NONE, 0, measure, |ev| {
+        record::<A>(req, Role::Server, what, netns, &Known::NONE, measure, |ev| {
             ev.start_ns = seen.start_ns;
             ev.queue_len = qlen;
             ev.queue_max = max_qlen;
