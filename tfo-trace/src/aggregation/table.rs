@@ -6,7 +6,7 @@
 //! A busy host can talk to a million destinations, so each table keeps at most
 //! `capacity` groups: a new group beyond that evicts the least recently seen one, and
 //! the number evicted is kept (the header shows it; totals still count every event).
-use std::{hash::Hash, net::SocketAddr, time::Duration};
+use std::{hash::Hash, net::SocketAddr, sync::Arc, time::Duration};
 
 use lru::LruCache;
 use serde::Serialize;
@@ -16,7 +16,7 @@ use super::{
     rates::{Cumulative, Rates, StallHistory, Trend, HOST_HISTORY, ROW_HISTORY},
     stall,
 };
-use crate::events::{Event, Outcome, Role};
+use crate::events::{Event, Interner, Outcome, Role};
 
 /// Groups kept per table by default.
 pub const DEFAULT_CAPACITY: usize = 10_000;
@@ -68,10 +68,10 @@ pub enum GroupKey {
     },
     Process {
         pid: u32,
-        comm: String,
+        comm: Arc<str>,
     },
     /// None: no container, unit or cgroup below the root (the host).
-    Container(Option<String>),
+    Container(Option<Arc<str>>),
 }
 
 impl GroupKey {
@@ -82,15 +82,15 @@ impl GroupKey {
             GroupKey::Listener { addr, netns } => vec![addr.to_string(), netns.to_string()],
             GroupKey::Process { pid, comm } => vec![
                 if *pid == 0 { "-".into() } else { pid.to_string() },
-                if comm.is_empty() { "-".into() } else { comm.clone() },
+                if comm.is_empty() { "-".into() } else { comm.to_string() },
             ],
-            GroupKey::Container(label) => vec![label.clone().unwrap_or_else(|| "-".into())],
+            GroupKey::Container(label) => vec![label.as_deref().unwrap_or("-").to_string()],
         }
     }
 
-    /// The container row of an event.
-    pub fn container(e: &Event) -> GroupKey {
-        GroupKey::Container(e.container_label().map(str::to_owned))
+    /// The container row of an event, its label shared through `labels`.
+    fn container(e: &Event, labels: &mut Interner) -> GroupKey {
+        GroupKey::Container(e.container_label().map(|l| labels.get(l)))
     }
 
     /// `/` filter: a case-insensitive substring of the address:port, the port, the netns,
@@ -285,6 +285,8 @@ pub struct TopModel {
     pub listeners: BoundedTable,
     pub processes: BoundedTable,
     pub containers: BoundedTable,
+    /// The containers' row keys: an event borrows its label, a row owns one.
+    container_labels: Interner,
     /// Every event, including those of evicted groups.
     pub total: GroupStats,
     pub client_total: GroupStats,
@@ -313,6 +315,7 @@ impl TopModel {
             listeners: BoundedTable::new(capacity),
             processes: BoundedTable::new(capacity),
             containers: BoundedTable::new(capacity),
+            container_labels: Interner::default(),
             total: GroupStats::default(),
             client_total: GroupStats::default(),
             server_total: GroupStats::default(),
@@ -340,7 +343,7 @@ impl TopModel {
             }
         }
         self.processes.add(GroupKey::Process { pid: e.pid, comm: e.comm.clone() }, e);
-        self.containers.add(GroupKey::container(e), e);
+        self.containers.add(GroupKey::container(e, &mut self.container_labels), e);
         if let Some(us) = e.handshake_us {
             self.decades.record(us);
         }
@@ -820,6 +823,6 @@ pub(crate) mod tests {
 
     #[test]
     fn unknown_process_shows_a_dash() {
-        assert_eq!(GroupKey::Process { pid: 0, comm: String::new() }.cells(), vec!["-", "-"]);
+        assert_eq!(GroupKey::Process { pid: 0, comm: "".into() }.cells(), vec!["-", "-"]);
     }
 }

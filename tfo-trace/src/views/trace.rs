@@ -8,7 +8,11 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use crate::{events::Event, probes::LoadOptions, views::session::Session};
+use crate::{
+    events::{Event, Timestamp},
+    probes::LoadOptions,
+    views::session::Session,
+};
 
 pub struct TraceOptions {
     pub load: LoadOptions,
@@ -27,12 +31,7 @@ pub const HEADER: &str = "TIME                     ROLE   OUTCOME            PID
 pub fn write_text_line(buf: &mut Vec<u8>, e: &Event) {
     let start = buf.len();
     let mut line = Columns { buf, start };
-    // "2026-12-01T01:38:48.937123456Z" -> "2026-12-01 01:38:48.937"
-    let ts = e.ts.get(..23).unwrap_or(&e.ts);
-    match ts.split_once('T') {
-        Some((date, time)) => line.left(&[date, " ", time], 24),
-        None => line.left(&[ts], 24),
-    }
+    line.left_time(&e.ts, 24);
     line.left(&[e.role.name()], 6);
     line.left(&[e.outcome.name()], 18);
     line.left(&[itoa::Buffer::new().format(e.pid)], 7);
@@ -81,6 +80,15 @@ impl Columns<'_> {
         self.separate();
         self.pad(chars(parts), width);
         parts.iter().for_each(|p| self.buf.extend_from_slice(p.as_bytes()));
+    }
+
+    /// `2026-12-01 01:38:48.937`.
+    fn left_time(&mut self, ts: &Timestamp, width: usize) {
+        self.separate();
+        let before = self.buf.len();
+        ts.write_millis(self.buf);
+        let used = self.buf.len() - before;
+        self.pad(used, width);
     }
 
     /// `198.18.0.2:8080`, `[fd00::2]:8080`.
@@ -170,7 +178,8 @@ mod tests {
     fn built_per_field(e: &Event) -> String {
         // Half up, in integers: `{:.1}` of a float rounds 1.05 ms down (it is 1.0499..).
         let millis = |us: u64| format!("{}.{}ms", (us + 50) / 1000, (us + 50) / 100 % 10);
-        let time = e.ts.get(..23).unwrap_or(&e.ts).replace('T', " ");
+        let ts = e.ts.to_string();
+        let time = ts.get(..23).unwrap_or(&ts).replace('T', " ");
         format!(
             "{time:<24} {:<6} {:<18} {:<7} {:<16} {:<22} {:<22} {:<11} {:>4} {:>3} {:>9} {:>9}  {}",
             e.role.name(),
@@ -191,13 +200,14 @@ mod tests {
     #[test]
     fn lines_are_unchanged_by_writing_by_hand() {
         let v6 = |s: &str| s.parse().unwrap();
+        let ts = |s: &str| Timestamp::parse(s).unwrap();
         let events = [
             Event {
-                ts: "2026-12-01T01:38:48.937123456Z".into(),
+                ts: ts("2026-12-01T01:38:48.937123456Z"),
                 ..sample_event(Role::Client, Outcome::Accepted)
             },
             Event {
-                ts: "2026-12-01T01:38:49.967000000Z".into(),
+                ts: ts("2026-12-01T01:38:49.967000000Z"),
                 handshake_us: Some(1_019_650),
                 stall_us: 123_456_789_012,
                 retransmits: 3,
@@ -205,9 +215,10 @@ mod tests {
                 ..sample_event(Role::Client, Outcome::SynRetransmitted)
             },
             Event {
-                ts: "short".into(),
+                // Shorter than to the millisecond (a recording may say so).
+                ts: ts("2026-12-01T01:38:49.5Z"),
                 handshake_us: None,
-                comm: String::new(),
+                comm: "".into(),
                 pid: u32::MAX,
                 netns: u32::MAX,
                 syn_data_bytes: 123_456,
