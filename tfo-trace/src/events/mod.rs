@@ -218,7 +218,7 @@ pub fn rfc3339(unix_ns: u128) -> String {
 /// it).
 #[derive(Default)]
 pub struct Interner {
-    names: HashSet<Arc<str>>,
+    names: HashSet<Arc<str>, foldhash::fast::RandomState>,
 }
 
 impl Interner {

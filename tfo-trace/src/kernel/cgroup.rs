@@ -125,7 +125,7 @@ pub struct CgroupNames {
     paths: HashMap<u64, String>,
     /// Each cgroup named so far, with its container: every event names one, so it is
     /// parsed once per cgroup, not once per event.
-    named: HashMap<u64, NamedCgroup>,
+    named: HashMap<u64, NamedCgroup, foldhash::fast::RandomState>,
     walked_at: Option<Instant>,
 }
 
