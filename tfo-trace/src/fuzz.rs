@@ -14,7 +14,7 @@ use crate::{
         table::{self, Sort, View},
         verdict::Facts,
     },
-    events::{record, Clock, Event},
+    events::{record, Clock, Event, Interner},
 };
 
 /// A realtime-minus-monotonic offset as on a real host (2025, booted an hour ago), fixed
@@ -89,13 +89,13 @@ pub fn replay(data: &[u8]) {
 /// One ring-buffer record, as `EventSource` hands it to [`Event::from_bytes`]: any bytes
 /// give an event or a one-line error, and a decoded event can be recorded and read back.
 pub fn event_decoder(data: &[u8]) {
-    match Event::from_bytes(data, Clock::fixed(CLOCK_OFFSET_NS)) {
+    match Event::from_bytes(data, Clock::fixed(CLOCK_OFFSET_NS), &mut Interner::default()) {
         Err(e) => assert_one_line(&format!("{e:#}")),
         Ok(e) => round_trips(&e),
     }
 }
 
-/// What a recorder writes for `e` reads back as `e` (ts_unix_ns included).
+/// What a recorder writes for `e` reads back as `e` (its time to the ns included).
 fn round_trips(e: &Event) {
     let line = serde_json::to_string(e).expect("an event always serializes");
     assert!(!line.contains('\n'), "a recording line holds one event: {line}");
@@ -155,7 +155,10 @@ mod tests {
         assert!(events_read >= Some(5), "no seed recording with events: {recordings:?}");
         let decoded = corpus_files("seeds", "event_decoder")
             .iter()
-            .filter(|f| Event::from_bytes(&std::fs::read(f).unwrap(), Clock::fixed(0)).is_ok())
+            .filter(|f| {
+                Event::from_bytes(&std::fs::read(f).unwrap(), Clock::fixed(0), &mut Interner::default())
+                    .is_ok()
+            })
             .count();
         assert!(decoded >= 2, "fuzz/seeds/event_decoder has {decoded} valid event records");
     }

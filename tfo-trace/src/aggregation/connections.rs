@@ -33,7 +33,7 @@ impl OneConn {
     pub fn of(e: &Event, host: u32) -> OneConn {
         let s = stall::of(e);
         OneConn {
-            ts_ns: u64::try_from(e.ts_unix_ns).unwrap_or(u64::MAX),
+            ts_ns: u64::try_from(e.ts.unix_ns()).unwrap_or(u64::MAX),
             stall_us: s.map(|s| s.lost_us).unwrap_or(0),
             extra_rt_us: stall::extra_round_trip_us(e).unwrap_or(0),
             host,
@@ -261,7 +261,7 @@ impl Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{sample_event, Role};
+    use crate::events::{sample_event, Role, Timestamp};
 
     fn conn(outcome: Outcome, data: u32, stall_us: u64, host: u32, t: u128) -> OneConn {
         let e = Event {
@@ -269,7 +269,7 @@ mod tests {
             retransmits: u32::from(stall_us > 0),
             stall_us,
             handshake_us: Some(200 + stall_us),
-            ts_unix_ns: t,
+            ts: Timestamp::from_unix_ns(t),
             ..sample_event(Role::Client, outcome)
         };
         OneConn::of(&e, host)

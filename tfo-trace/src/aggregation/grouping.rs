@@ -144,7 +144,7 @@ impl GroupOptions {
     /// otherwise (no name needs storing).
     pub fn tag_name(&self, e: &Event) -> Option<String> {
         match self.by {
-            GroupBy::Process => Some(e.comm.clone()),
+            GroupBy::Process => Some(e.comm.to_string()),
             GroupBy::Container => Some(e.container_name().unwrap_or_default()),
             _ => None,
         }

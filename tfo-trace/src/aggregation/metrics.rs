@@ -506,7 +506,7 @@ mod tests {
         let in_docker = |id: &str| Event {
             container_id: Some(id.into()),
             container_runtime: Some("docker".into()),
-            cgroup: Some(format!("/system.slice/docker-{id}.scope")),
+            cgroup: Some(format!("/system.slice/docker-{id}.scope").into()),
             ..ev(Role::Client, Outcome::Accepted, 2, 10, 100, 0)
         };
         let events = [

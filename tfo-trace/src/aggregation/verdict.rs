@@ -924,7 +924,10 @@ pub fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Na
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{aggregation::report::of_events as report, events::Event};
+    use crate::{
+        aggregation::report::of_events as report,
+        events::{Event, Timestamp},
+    };
 
     const NS_CLI: u32 = 4026532177;
     const NS_SRV: u32 = 4026532246;
@@ -945,7 +948,7 @@ mod tests {
             "handshake_us": 200 + stall_us, "stall_us": stall_us,
         }))
         .unwrap();
-        e.ts_unix_ns = u128::from(t_ms) * 1_000_000;
+        e.ts = Timestamp::from_unix_ns(u128::from(t_ms) * 1_000_000);
         e
     }
 

@@ -3,7 +3,11 @@ pub mod counts;
 pub mod reader;
 pub mod record;
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::{
+    collections::HashSet,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    sync::Arc,
+};
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -13,14 +17,12 @@ use tfo_trace_common::{flags, TfoEvent, FAMILY_V4, FAMILY_V6};
 pub use tfo_trace_common::{Outcome, Role};
 
 /// One decoded TFO event. Field names are the JSON contract users script against.
-/// Deserialize (recordings): `ts_unix_ns` is not in the JSON; `events::record` computes it
-/// from `ts` when it reads a line.
+/// Names (process, namespace, cgroup, container) are shared with every event of the same
+/// one: an event costs no allocation of its own.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Event {
-    /// RFC 3339 wall-clock time with ns precision.
-    pub ts: String,
-    #[serde(skip)]
-    pub ts_unix_ns: u128,
+    /// Wall-clock time with ns precision.
+    pub ts: Timestamp,
     pub role: Role,
     pub outcome: Outcome,
     pub family: u8,
@@ -31,9 +33,9 @@ pub struct Event {
     pub netns: u32,
     /// The namespace's `ip netns` name, where it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub netns_name: Option<String>,
+    pub netns_name: Option<Arc<str>>,
     pub pid: u32,
-    pub comm: String,
+    pub comm: Arc<str>,
     pub syn_data_bytes: u32,
     /// Length of the TFO cookie, where the backend saw it (null otherwise).
     pub cookie_len: Option<u8>,
@@ -59,14 +61,14 @@ pub struct Event {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup_id: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<String>,
+    pub cgroup: Option<Arc<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container_id: Option<String>,
+    pub container_id: Option<Arc<str>>,
     /// `docker`, `containerd`, `crio`, `podman`, or a systemd unit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container_runtime: Option<String>,
+    pub container_runtime: Option<Arc<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_uid: Option<String>,
+    pub pod_uid: Option<Arc<str>>,
 }
 
 /// Converts CLOCK_MONOTONIC (what bpf_ktime_get_ns returns) to wall-clock time.
@@ -99,35 +101,146 @@ impl Clock {
     }
 }
 
-/// RFC 3339 in UTC with nanoseconds, e.g. `2026-11-30T08:00:00.123456789Z`. Events come
-/// thousands per second: the calendar part (jiff) is made once per second, the nanoseconds
-/// are appended.
-pub fn rfc3339(unix_ns: u128) -> String {
-    thread_local! {
-        static SECOND: std::cell::RefCell<(i64, String)> = const { std::cell::RefCell::new((i64::MIN, String::new())) };
-    }
-    let secs = i64::try_from(unix_ns / 1_000_000_000).unwrap_or(i64::MAX);
-    let nanos = (unix_ns % 1_000_000_000) as u32;
-    SECOND.with(|cell| {
-        let mut cached = cell.borrow_mut();
-        if cached.0 != secs {
-            let day_and_time = jiff::Timestamp::from_second(secs)
-                .unwrap_or(jiff::Timestamp::MAX)
-                .strftime("%Y-%m-%dT%H:%M:%S")
-                .to_string();
-            *cached = (secs, day_and_time);
-        }
-        let mut s = String::with_capacity(cached.1.len() + 11);
-        s.push_str(&cached.1);
-        // Writing into a String cannot fail.
-        let _ = std::fmt::Write::write_fmt(&mut s, format_args!(".{nanos:09}Z"));
-        s
-    })
+/// When an event happened (ns since the epoch), printed as RFC 3339 in UTC with
+/// nanoseconds: `ts` in the JSON, e.g. `2026-11-30T08:00:00.123456789Z`. Events come by
+/// the hundred thousand a second and most views never print their time, so the text is
+/// made when printed, not stored.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Timestamp {
+    unix_ns: u128,
+    /// A recording's text where it is not what this type prints for `unix_ns` (fewer
+    /// digits, a leap second): printed back as it was written.
+    written: Option<Box<str>>,
 }
 
-fn comm_string(comm: &[u8]) -> String {
+impl Timestamp {
+    pub fn from_unix_ns(unix_ns: u128) -> Self {
+        Timestamp { unix_ns, written: None }
+    }
+
+    /// Text as [`record::parse_rfc3339`] reads it; None for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut ts = Timestamp::from_unix_ns(record::parse_rfc3339(text)?);
+        if ts.to_string() != text {
+            ts.written = Some(text.into());
+        }
+        Some(ts)
+    }
+
+    pub fn unix_ns(&self) -> u128 {
+        self.unix_ns
+    }
+
+    /// Appends `2026-11-30 08:00:00.123`: the time to the millisecond, as the text views
+    /// print it.
+    pub fn write_millis(&self, out: &mut Vec<u8>) {
+        self.with_text(|to_second, rest| {
+            let start = out.len();
+            out.extend_from_slice(to_second.as_bytes());
+            out.extend_from_slice(rest.as_bytes());
+            let text = &mut out[start..];
+            if let Some(t) = text.iter().position(|&b| b == b'T') {
+                text[t] = b' ';
+            }
+            let millis = text.len().min("2026-11-30T08:00:00.123".len());
+            out.truncate(start + millis);
+        })
+    }
+
+    /// [`Timestamp::write_millis`] as a String.
+    pub fn millis(&self) -> String {
+        let mut text = Vec::new();
+        self.write_millis(&mut text);
+        String::from_utf8_lossy(&text).into_owned()
+    }
+
+    /// Hands `f` the text in two parts: up to the second, and the rest (`.123456789Z`). The
+    /// calendar part is made once per second (jiff); the rest is digits.
+    fn with_text<R>(&self, f: impl FnOnce(&str, &str) -> R) -> R {
+        thread_local! {
+            static SECOND: std::cell::RefCell<(i64, String)> = const { std::cell::RefCell::new((i64::MIN, String::new())) };
+        }
+        if let Some(text) = &self.written {
+            return f(text, "");
+        }
+        let secs = i64::try_from(self.unix_ns / 1_000_000_000).unwrap_or(i64::MAX);
+        let mut nanos = (self.unix_ns % 1_000_000_000) as u32;
+        let mut rest = *b".000000000Z";
+        for digit in rest[1..10].iter_mut().rev() {
+            *digit = b'0' + (nanos % 10) as u8;
+            nanos /= 10;
+        }
+        let rest = std::str::from_utf8(&rest).expect("ASCII digits");
+        SECOND.with(|cell| {
+            let mut cached = cell.borrow_mut();
+            if cached.0 != secs {
+                let day_and_time = jiff::Timestamp::from_second(secs)
+                    .unwrap_or(jiff::Timestamp::MAX)
+                    .strftime("%Y-%m-%dT%H:%M:%S")
+                    .to_string();
+                *cached = (secs, day_and_time);
+            }
+            f(&cached.1, rest)
+        })
+    }
+}
+
+impl std::fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.with_text(|to_second, rest| {
+            f.write_str(to_second)?;
+            f.write_str(rest)
+        })
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Timestamp::parse(&text).ok_or_else(|| serde::de::Error::custom(format!("bad time {text:?}")))
+    }
+}
+
+/// RFC 3339 in UTC with nanoseconds, e.g. `2026-11-30T08:00:00.123456789Z`.
+pub fn rfc3339(unix_ns: u128) -> String {
+    Timestamp::from_unix_ns(unix_ns).to_string()
+}
+
+/// Names shared by the events and rows that carry them (process names, container
+/// labels): each distinct name is allocated once, not once per event. A host has few
+/// distinct names; past [`Interner::MAX`] the table starts over (what holds a name keeps
+/// it).
+#[derive(Default)]
+pub struct Interner {
+    names: HashSet<Arc<str>, foldhash::fast::RandomState>,
+}
+
+impl Interner {
+    const MAX: usize = 4096;
+
+    pub fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(shared) = self.names.get(name) {
+            return shared.clone();
+        }
+        if self.names.len() >= Self::MAX {
+            self.names.clear();
+        }
+        let shared: Arc<str> = name.into();
+        self.names.insert(shared.clone());
+        shared
+    }
+}
+
+/// A `comm` as the kernel sends it: NUL-padded bytes.
+fn comm_name(comm: &[u8], names: &mut Interner) -> Arc<str> {
     let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end]).into_owned()
+    names.get(&String::from_utf8_lossy(&comm[..end]))
 }
 
 fn addr(family: u8, raw: &[u8; 16]) -> IpAddr {
@@ -139,19 +252,17 @@ fn addr(family: u8, raw: &[u8; 16]) -> IpAddr {
 }
 
 impl Event {
-    pub fn decode(raw: &TfoEvent, clock: Clock) -> Result<Self> {
+    pub fn decode(raw: &TfoEvent, clock: Clock, names: &mut Interner) -> Result<Self> {
         if raw.family != FAMILY_V4 && raw.family != FAMILY_V6 {
             bail!("unknown address family {} in event", raw.family);
         }
-        let ts_unix_ns = clock.to_unix_ns(raw.ts_ns);
         let start_known = raw.flags & flags::START_KNOWN != 0 && raw.start_ns <= raw.ts_ns;
         let Some(outcome) = Outcome::from_u8(raw.outcome) else {
             bail!("unknown outcome {} in event", raw.outcome)
         };
         let Some(role) = Role::from_u8(raw.role) else { bail!("unknown role {} in event", raw.role) };
         Ok(Event {
-            ts: rfc3339(ts_unix_ns),
-            ts_unix_ns,
+            ts: Timestamp::from_unix_ns(clock.to_unix_ns(raw.ts_ns)),
             role,
             outcome,
             family: raw.family,
@@ -162,7 +273,7 @@ impl Event {
             netns: raw.netns,
             netns_name: None,
             pid: raw.pid,
-            comm: comm_string(&raw.comm),
+            comm: comm_name(&raw.comm, names),
             syn_data_bytes: raw.syn_data_bytes,
             cookie_len: (raw.flags & flags::COOKIE_LEN_KNOWN != 0).then_some(raw.cookie_len),
             cookie_issued: (role == Role::Server && outcome == Outcome::CookieRequested)
@@ -182,14 +293,14 @@ impl Event {
     }
 
     /// Decodes the bytes of one ring-buffer record.
-    pub fn from_bytes(bytes: &[u8], clock: Clock) -> Result<Self> {
+    pub fn from_bytes(bytes: &[u8], clock: Clock, names: &mut Interner) -> Result<Self> {
         if bytes.len() < std::mem::size_of::<TfoEvent>() {
             bail!("short event record: {} bytes", bytes.len());
         }
         // SAFETY: length checked above; TfoEvent is plain old data (any bit pattern is
         // valid) and read_unaligned makes no alignment assumption.
         let raw = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const TfoEvent) };
-        Self::decode(&raw, clock)
+        Self::decode(&raw, clock, names)
     }
 
     /// What users call the container (or unit) of the process: its id shortened as
@@ -201,7 +312,7 @@ impl Event {
     /// [`Event::container_name`], borrowed (the views print it for every event).
     pub fn container_label(&self) -> Option<&str> {
         match (&self.container_id, &self.container_runtime) {
-            (Some(id), _) => Some(id.char_indices().nth(12).map_or(id.as_str(), |(end, _)| &id[..end])),
+            (Some(id), _) => Some(id.char_indices().nth(12).map_or(id, |(end, _)| &id[..end])),
             (None, Some(unit)) => Some(unit),
             (None, None) => self.cgroup.as_deref().filter(|p| *p != "/"),
         }
@@ -228,8 +339,7 @@ pub(crate) fn sample_event(role: Role, outcome: Outcome) -> Event {
         Role::Server => (server, 8080, client, 40000),
     };
     Event {
-        ts: String::new(),
-        ts_unix_ns: 0,
+        ts: Timestamp::default(),
         role,
         outcome,
         family: 4,
@@ -297,32 +407,33 @@ mod tests {
 
     #[test]
     fn decodes_a_client_stall() {
-        let e = Event::decode(&raw(), Clock::fixed(1_000_000_000_000_000_000)).unwrap();
+        let e =
+            Event::decode(&raw(), Clock::fixed(1_000_000_000_000_000_000), &mut Interner::default()).unwrap();
         assert_eq!(e.outcome, Outcome::SynRetransmitted);
         assert_eq!(e.role, Role::Client);
         assert_eq!(e.destination(), "198.18.0.2:8080");
-        assert_eq!(e.comm, "curl");
+        assert_eq!(&*e.comm, "curl");
         assert_eq!(e.handshake_us, Some(1_100_000));
         assert_eq!(e.stall_us, 1_020_000);
         assert_eq!(e.cookie_len, None);
         assert_eq!(e.cookie_issued, None);
-        assert_eq!(e.ts, "2001-09-09T01:46:45.000000000Z");
+        assert_eq!(e.ts.to_string(), "2001-09-09T01:46:45.000000000Z");
     }
 
     #[test]
     fn rejects_unknown_values() {
         let mut r = raw();
         r.outcome = 200;
-        assert!(Event::decode(&r, Clock::fixed(0)).is_err());
+        assert!(Event::decode(&r, Clock::fixed(0), &mut Interner::default()).is_err());
         let mut r = raw();
         r.family = 9;
-        assert!(Event::decode(&r, Clock::fixed(0)).is_err());
-        assert!(Event::from_bytes(&[0u8; 10], Clock::fixed(0)).is_err());
+        assert!(Event::decode(&r, Clock::fixed(0), &mut Interner::default()).is_err());
+        assert!(Event::from_bytes(&[0u8; 10], Clock::fixed(0), &mut Interner::default()).is_err());
     }
 
     #[test]
     fn json_has_the_documented_fields() {
-        let e = Event::decode(&raw(), Clock::fixed(0)).unwrap();
+        let e = Event::decode(&raw(), Clock::fixed(0), &mut Interner::default()).unwrap();
         let v = serde_json::to_value(&e).unwrap();
         for key in [
             "ts",
@@ -347,6 +458,24 @@ mod tests {
         assert_eq!(v["outcome"], "syn_retransmitted");
         assert_eq!(v["role"], "client");
         assert_eq!(v["saddr"], "198.18.0.1");
+    }
+
+    #[test]
+    fn timestamps_print_as_recorded() {
+        let canonical = "2024-02-29T23:59:59.000000001Z";
+        let ts = Timestamp::parse(canonical).unwrap();
+        assert_eq!(ts, Timestamp::from_unix_ns(1_709_251_199_000_000_001), "no text kept when it is ours");
+        assert_eq!((ts.to_string(), ts.millis()), (canonical.into(), "2024-02-29 23:59:59.000".into()));
+        // A recording's shorter text is printed back as it was written.
+        let short = Timestamp::parse("2024-02-29T23:59:59.5Z").unwrap();
+        assert_eq!(short.unix_ns(), 1_709_251_199_500_000_000);
+        assert_eq!(
+            (short.to_string(), short.millis()),
+            ("2024-02-29T23:59:59.5Z".into(), "2024-02-29 23:59:59.5Z".into())
+        );
+        assert_eq!(serde_json::to_string(&short).unwrap(), r#""2024-02-29T23:59:59.5Z""#);
+        let bad = serde_json::from_str::<Timestamp>(r#""x0""#).unwrap_err().to_string();
+        assert!(bad.contains(r#"bad time "x0""#), "{bad}");
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! Reading the `EVENTS` ring buffer and the loss counters from userspace.
-use std::os::fd::{AsFd as _, AsRawFd, RawFd};
+use std::{
+    os::fd::{AsFd as _, AsRawFd, RawFd},
+    sync::Arc,
+};
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
@@ -9,7 +12,7 @@ use aya::{
 use tfo_trace_common::{counter, CountKey, Counts};
 use tokio::io::unix::AsyncFd;
 
-use super::{counts::KernelCounts, Clock, Event, Role};
+use super::{counts::KernelCounts, Clock, Event, Interner, Role};
 use crate::kernel::listeners::OwnerCache;
 
 /// tokio wants AsRawFd; aya's RingBuf offers AsFd.
@@ -29,6 +32,8 @@ pub struct EventSource {
     counters: PerCpuArray<MapData, u64>,
     counts: PerCpuHashMap<MapData, CountKey, Counts>,
     clock: Clock,
+    /// Process names, one copy each.
+    comms: Interner,
     /// Records that did not decode (a kernel/userspace mismatch): counted, never silent.
     pub malformed: u64,
     owners: OwnerCache,
@@ -40,19 +45,20 @@ pub struct EventSource {
 /// comes from a namespace not seen yet: namespaces come and go while we trace.
 #[derive(Default)]
 struct NetnsNames {
-    names: std::collections::BTreeMap<u64, String>,
+    names: std::collections::BTreeMap<u64, Arc<str>>,
     unknown: std::collections::BTreeSet<u32>,
     read_at: Option<std::time::Instant>,
 }
 
 impl NetnsNames {
-    fn name(&mut self, inode: u32) -> Option<String> {
+    fn name(&mut self, inode: u32) -> Option<Arc<str>> {
         if let Some(n) = self.names.get(&u64::from(inode)) {
             return Some(n.clone());
         }
         let stale = self.read_at.is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(2));
         if !self.unknown.contains(&inode) || stale {
-            self.names = crate::kernel::netns::netns_names();
+            self.names =
+                crate::kernel::netns::netns_names().into_iter().map(|(i, n)| (i, n.into())).collect();
             self.read_at = Some(std::time::Instant::now());
             self.unknown.clear();
         }
@@ -69,18 +75,18 @@ fn name_listener_owner(owners: &mut OwnerCache, ev: &mut Event) {
     if ev.role == Role::Server && ev.pid == 0 {
         if let Some(owner) = owners.lookup(ev.netns, ev.sport) {
             ev.pid = owner.pid;
-            ev.comm = owner.comm;
+            ev.comm = owner.comm.into();
         }
     }
 }
 
 /// The cgroup path of the event's process, and the container it names.
 fn name_cgroup(cgroups: &mut crate::kernel::cgroup::CgroupNames, ev: &mut Event) {
-    let Some((path, c)) = ev.cgroup_id.and_then(|id| cgroups.path_and_container(id)) else { return };
-    ev.container_id = c.id;
-    ev.container_runtime = c.runtime;
-    ev.pod_uid = c.pod_uid;
-    ev.cgroup = Some(path);
+    let Some(named) = ev.cgroup_id.and_then(|id| cgroups.named(id)) else { return };
+    ev.container_id = named.container_id.clone();
+    ev.container_runtime = named.container_runtime.clone();
+    ev.pod_uid = named.pod_uid.clone();
+    ev.cgroup = Some(named.path.clone());
 }
 
 impl EventSource {
@@ -101,6 +107,7 @@ impl EventSource {
             counters,
             counts,
             clock: Clock::now(),
+            comms: Interner::default(),
             malformed: 0,
             owners: OwnerCache::default(),
             netns_names: NetnsNames::default(),
@@ -112,7 +119,7 @@ impl EventSource {
     pub fn drain(&mut self, out: &mut Vec<Event>) {
         let ring = &mut self.ring.get_mut().0;
         while let Some(item) = ring.next() {
-            match Event::from_bytes(&item, self.clock) {
+            match Event::from_bytes(&item, self.clock, &mut self.comms) {
                 Ok(mut ev) => {
                     name_listener_owner(&mut self.owners, &mut ev);
                     ev.netns_name = self.netns_names.name(ev.netns);

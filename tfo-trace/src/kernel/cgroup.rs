@@ -6,6 +6,7 @@ use std::{
     collections::HashMap,
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -94,15 +95,37 @@ pub fn container_of(path: &str) -> Container {
     c
 }
 
+/// A cgroup's path and the container it names, as events carry them: made once per
+/// cgroup and shared by its events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedCgroup {
+    pub path: Arc<str>,
+    pub container_id: Option<Arc<str>>,
+    pub container_runtime: Option<Arc<str>>,
+    pub pod_uid: Option<Arc<str>>,
+}
+
+impl NamedCgroup {
+    fn of(path: &str) -> Self {
+        let c = container_of(path);
+        NamedCgroup {
+            path: path.into(),
+            container_id: c.id.map(Into::into),
+            container_runtime: c.runtime.map(Into::into),
+            pod_uid: c.pod_uid.map(Into::into),
+        }
+    }
+}
+
 /// Paths of cgroup ids, found by walking the v2 hierarchy, cached; walked again (at most
 /// every few seconds) when an id is not known yet: cgroups come and go while we trace.
 #[derive(Default)]
 pub struct CgroupNames {
     root: Option<PathBuf>,
     paths: HashMap<u64, String>,
-    /// The container of each path named so far: every event names one, so it is parsed
-    /// once per cgroup, not once per event.
-    containers: HashMap<u64, Container>,
+    /// Each cgroup named so far, with its container: every event names one, so it is
+    /// parsed once per cgroup, not once per event.
+    named: HashMap<u64, NamedCgroup, foldhash::fast::RandomState>,
     walked_at: Option<Instant>,
 }
 
@@ -116,32 +139,33 @@ impl CgroupNames {
     }
 
     /// The path below the v2 root of cgroup `id` (`/` for the root), if it exists.
-    pub fn path(&mut self, id: u64) -> Option<String> {
+    fn path(&mut self, id: u64) -> Option<&str> {
         if id == 0 {
             return None;
         }
-        if let Some(p) = self.paths.get(&id) {
-            return Some(p.clone());
+        if !self.paths.contains_key(&id) {
+            if self.walked_at.is_some_and(|t| t.elapsed() < REWALK) {
+                return None;
+            }
+            self.walk();
         }
-        if self.walked_at.is_some_and(|t| t.elapsed() < REWALK) {
-            return None;
-        }
-        self.walk();
-        self.paths.get(&id).cloned()
+        self.paths.get(&id).map(String::as_str)
     }
 
-    /// [`CgroupNames::path`] with the container the path names.
-    pub fn path_and_container(&mut self, id: u64) -> Option<(String, Container)> {
-        let path = self.path(id)?;
-        let container = self.containers.entry(id).or_insert_with(|| container_of(&path)).clone();
-        Some((path, container))
+    /// Cgroup `id`'s path and the container it names, if the cgroup exists.
+    pub fn named(&mut self, id: u64) -> Option<&NamedCgroup> {
+        if !self.named.contains_key(&id) {
+            let named = NamedCgroup::of(self.path(id)?);
+            self.named.insert(id, named);
+        }
+        self.named.get(&id)
     }
 
     fn walk(&mut self) {
         self.walked_at = Some(Instant::now());
         let Some(root) = self.root.clone() else { return };
         self.paths.clear();
-        self.containers.clear();
+        self.named.clear();
         let mut stack = vec![root.clone()];
         while let Some(dir) = stack.pop() {
             if self.paths.len() >= MAX_CGROUPS {

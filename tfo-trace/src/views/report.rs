@@ -692,7 +692,7 @@ mod tests {
     use super::*;
     use crate::{
         aggregation::grouping::GroupBy,
-        events::{Event, Outcome},
+        events::{Event, Outcome, Timestamp},
     };
 
     fn event(outcome: &str, daddr: &str, sport: u16, data: u32, stall_us: u64) -> Event {
@@ -704,7 +704,7 @@ mod tests {
             "stall_us": stall_us,
         }))
         .unwrap();
-        e.ts_unix_ns = u128::from(sport);
+        e.ts = Timestamp::from_unix_ns(u128::from(sport));
         e
     }
 

@@ -16,7 +16,7 @@ use crate::{
         stall::{self, Cause, StallTally},
         verdict::human_us,
     },
-    events::Event,
+    events::{Event, Timestamp},
     probes::LoadOptions,
     views::session::Session,
 };
@@ -31,7 +31,7 @@ pub struct StallsOptions {
 
 #[derive(Serialize)]
 struct StallLine<'a> {
-    ts: &'a str,
+    ts: &'a Timestamp,
     pid: u32,
     comm: &'a str,
     saddr: String,
@@ -71,7 +71,7 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
         writeln!(
             out,
             "{:<23} {:<7} {:<16} {:<24} {:<24} {:>9.3}s {:>3}  {}",
-            e.ts.get(..23).unwrap_or(&e.ts).replace('T', " "),
+            e.ts.millis(),
             e.pid,
             if e.comm.is_empty() { "-" } else { &e.comm },
             e.destination(),
@@ -165,7 +165,7 @@ mod tests {
 
     fn ev(outcome: Outcome, host: u8, data: u32, stall_us: u64) -> Event {
         Event {
-            ts: "2026-11-30T08:00:00.000000000Z".into(),
+            ts: Timestamp::parse("2026-11-30T08:00:00.000000000Z").unwrap(),
             sport: 1,
             daddr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, host)),
             dport: 443,

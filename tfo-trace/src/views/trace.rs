@@ -8,7 +8,11 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use crate::{events::Event, probes::LoadOptions, views::session::Session};
+use crate::{
+    events::{Event, Timestamp},
+    probes::LoadOptions,
+    views::session::Session,
+};
 
 pub struct TraceOptions {
     pub load: LoadOptions,
@@ -27,24 +31,19 @@ pub const HEADER: &str = "TIME                     ROLE   OUTCOME            PID
 pub fn write_text_line(buf: &mut Vec<u8>, e: &Event) {
     let start = buf.len();
     let mut line = Columns { buf, start };
-    // "2026-12-01T01:38:48.937123456Z" -> "2026-12-01 01:38:48.937"
-    let ts = e.ts.get(..23).unwrap_or(&e.ts);
-    match ts.split_once('T') {
-        Some((date, time)) => line.left(&[date, " ", time], 24),
-        None => line.left(&[ts], 24),
-    }
-    line.left(&[e.role.name()], 6);
-    line.left(&[e.outcome.name()], 18);
-    line.left(&[itoa::Buffer::new().format(e.pid)], 7);
-    line.left(&[if e.comm.is_empty() { "-" } else { &e.comm }], 16);
+    line.left_time(&e.ts, 24);
+    line.left(e.role.name(), 6);
+    line.left(e.outcome.name(), 18);
+    line.left_int(e.pid, 7);
+    line.left(if e.comm.is_empty() { "-" } else { &e.comm }, 16);
     line.left_addr(e.saddr, e.sport, 22);
     line.left_addr(e.daddr, e.dport, 22);
-    line.left(&[itoa::Buffer::new().format(e.netns)], 11);
-    line.right(&[itoa::Buffer::new().format(e.syn_data_bytes)], 4);
-    line.right(&[itoa::Buffer::new().format(e.retransmits)], 3);
+    line.left_int(e.netns, 11);
+    line.right_int(e.syn_data_bytes, 4);
+    line.right_int(e.retransmits, 3);
     match e.handshake_us {
         Some(us) => line.right_millis(us, 9),
-        None => line.right(&["-"], 9),
+        None => line.right("-", 9),
     }
     line.right_millis(e.stall_us, 9);
     line.buf.extend_from_slice(b"  ");
@@ -70,17 +69,42 @@ impl Columns<'_> {
         self.buf.resize(self.buf.len() + width.saturating_sub(used), b' ');
     }
 
-    fn left(&mut self, parts: &[&str], width: usize) {
+    fn left(&mut self, text: &str, width: usize) {
         self.separate();
-        let used = chars(parts);
-        parts.iter().for_each(|p| self.buf.extend_from_slice(p.as_bytes()));
-        self.pad(used, width);
+        self.buf.extend_from_slice(text.as_bytes());
+        self.pad(chars(text), width);
     }
 
-    fn right(&mut self, parts: &[&str], width: usize) {
+    fn right(&mut self, text: &str, width: usize) {
         self.separate();
-        self.pad(chars(parts), width);
-        parts.iter().for_each(|p| self.buf.extend_from_slice(p.as_bytes()));
+        self.pad(chars(text), width);
+        self.buf.extend_from_slice(text.as_bytes());
+    }
+
+    /// Integers are ASCII: their width is their length.
+    fn left_int(&mut self, n: impl itoa::Integer, width: usize) {
+        self.separate();
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(n);
+        self.buf.extend_from_slice(digits.as_bytes());
+        self.pad(digits.len(), width);
+    }
+
+    fn right_int(&mut self, n: impl itoa::Integer, width: usize) {
+        self.separate();
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(n);
+        self.pad(digits.len(), width);
+        self.buf.extend_from_slice(digits.as_bytes());
+    }
+
+    /// `2026-12-01 01:38:48.937`.
+    fn left_time(&mut self, ts: &Timestamp, width: usize) {
+        self.separate();
+        let before = self.buf.len();
+        ts.write_millis(self.buf);
+        let used = self.buf.len() - before;
+        self.pad(used, width);
     }
 
     /// `198.18.0.2:8080`, `[fd00::2]:8080`.
@@ -89,12 +113,11 @@ impl Columns<'_> {
         let before = self.buf.len();
         match ip {
             IpAddr::V4(v4) => {
-                let mut digits = itoa::Buffer::new();
                 for (i, octet) in v4.octets().into_iter().enumerate() {
                     if i > 0 {
                         self.buf.push(b'.');
                     }
-                    self.buf.extend_from_slice(digits.format(octet).as_bytes());
+                    push_octet(self.buf, octet);
                 }
             }
             // Rare on the hot path: std's formatting (the :: compression) is worth its cost.
@@ -108,15 +131,34 @@ impl Columns<'_> {
 
     /// Microseconds as milliseconds to the tenth (half up): `1019.7ms`.
     fn right_millis(&mut self, us: u64, width: usize) {
+        self.separate();
         let tenths = us.saturating_add(50) / 100;
-        let (mut whole, mut tenth) = (itoa::Buffer::new(), itoa::Buffer::new());
-        self.right(&[whole.format(tenths / 10), ".", tenth.format(tenths % 10), "ms"], width);
+        let mut whole = itoa::Buffer::new();
+        let whole = whole.format(tenths / 10);
+        self.pad(whole.len() + ".0ms".len(), width);
+        self.buf.extend_from_slice(whole.as_bytes());
+        self.buf.extend_from_slice(&[b'.', b'0' + (tenths % 10) as u8, b'm', b's']);
     }
 }
 
-/// Characters in `parts`, as `{:<width$}` counts them (bytes where ASCII, the usual case).
-fn chars(parts: &[&str]) -> usize {
-    parts.iter().map(|p| if p.is_ascii() { p.len() } else { p.chars().count() }).sum()
+/// One IPv4 octet in decimal, without itoa's buffer for one to three digits.
+fn push_octet(buf: &mut Vec<u8>, octet: u8) {
+    if octet >= 100 {
+        buf.push(b'0' + octet / 100);
+    }
+    if octet >= 10 {
+        buf.push(b'0' + octet / 10 % 10);
+    }
+    buf.push(b'0' + octet % 10);
+}
+
+/// Characters in `text`, as `{:<width$}` counts them (bytes where ASCII, the usual case).
+fn chars(text: &str) -> usize {
+    if text.is_ascii() {
+        text.len()
+    } else {
+        text.chars().count()
+    }
 }
 
 /// [`write_text_line`] as a String, without the newline.
@@ -144,8 +186,9 @@ pub fn write_events(out: &mut impl Write, events: &[Event], json: bool) -> io::R
 
 pub async fn run(opts: TraceOptions) -> Result<()> {
     let mut session = Session::start(&opts.load, opts.record.as_deref())?;
-    // One write per batch, not per line (stdout alone is line-buffered: a syscall per event).
-    let mut stdout = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
+    // One write per batch: write_events hands stdout the batch's lines at once, which its
+    // line buffering passes through whole (no syscall per line, no copy).
+    let mut stdout = io::stdout().lock();
     if !opts.json {
         writeln!(stdout, "{HEADER}").context("writing to stdout")?;
     }
@@ -170,7 +213,8 @@ mod tests {
     fn built_per_field(e: &Event) -> String {
         // Half up, in integers: `{:.1}` of a float rounds 1.05 ms down (it is 1.0499..).
         let millis = |us: u64| format!("{}.{}ms", (us + 50) / 1000, (us + 50) / 100 % 10);
-        let time = e.ts.get(..23).unwrap_or(&e.ts).replace('T', " ");
+        let ts = e.ts.to_string();
+        let time = ts.get(..23).unwrap_or(&ts).replace('T', " ");
         format!(
             "{time:<24} {:<6} {:<18} {:<7} {:<16} {:<22} {:<22} {:<11} {:>4} {:>3} {:>9} {:>9}  {}",
             e.role.name(),
@@ -191,13 +235,14 @@ mod tests {
     #[test]
     fn lines_are_unchanged_by_writing_by_hand() {
         let v6 = |s: &str| s.parse().unwrap();
+        let ts = |s: &str| Timestamp::parse(s).unwrap();
         let events = [
             Event {
-                ts: "2026-12-01T01:38:48.937123456Z".into(),
+                ts: ts("2026-12-01T01:38:48.937123456Z"),
                 ..sample_event(Role::Client, Outcome::Accepted)
             },
             Event {
-                ts: "2026-12-01T01:38:49.967000000Z".into(),
+                ts: ts("2026-12-01T01:38:49.967000000Z"),
                 handshake_us: Some(1_019_650),
                 stall_us: 123_456_789_012,
                 retransmits: 3,
@@ -205,9 +250,10 @@ mod tests {
                 ..sample_event(Role::Client, Outcome::SynRetransmitted)
             },
             Event {
-                ts: "short".into(),
+                // Shorter than to the millisecond (a recording may say so).
+                ts: ts("2026-12-01T01:38:49.5Z"),
                 handshake_us: None,
-                comm: String::new(),
+                comm: "".into(),
                 pid: u32::MAX,
                 netns: u32::MAX,
                 syn_data_bytes: 123_456,

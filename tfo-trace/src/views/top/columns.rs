@@ -301,11 +301,11 @@ pub fn key_json(key: &GroupKey) -> serde_json::Map<String, serde_json::Value> {
         }
         GroupKey::Process { pid, comm } => {
             m.insert("pid".into(), (*pid).into());
-            m.insert("comm".into(), comm.clone().into());
+            m.insert("comm".into(), (**comm).into());
         }
         GroupKey::Container(label) => {
             // null: the host (no container, unit or cgroup below the root).
-            m.insert("container".into(), label.clone().into());
+            m.insert("container".into(), label.as_deref().into());
         }
     }
     m
