@@ -28,7 +28,7 @@ use crate::{
     filter,
     globals::config_has,
     kernel::{
-        bit, fixed, flag, int, layout, net_of, netns_of, state_of, tuple_of, Access, TCP_CLOSE,
+        bit, fixed, flag, int, layout, net_of, netns_of, present, state_of, tuple_of, Access, TCP_CLOSE,
         TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
     maps::{
@@ -257,7 +257,7 @@ fn syn_data_bytes<A: Access>(tp: *const u8) -> u32 {
 #[inline(always)]
 fn may_have_left_option_out<A: Access>(sk: *const u8, tp: *const u8) -> bool {
     bit!(A, tp, fastopen_connect)
-        || layout!(net_tfo_active_disable_times).present == 0
+        || !present!(net_tfo_active_disable_times)
         || active_disable_times::<A>(sk) != 0
 }
 
@@ -359,13 +359,15 @@ fn client_failed<A: Access>(sk: *const u8) {
 #[map]
 static BLACKHOLE_SEEN: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
 
+/// The socket's namespace's tfo_active_disable_times; 0 where this kernel has none
+/// (userspace gives the member only at the 4 bytes read here).
 #[inline(always)]
 fn active_disable_times<A: Access>(sk: *const u8) -> u64 {
     let net = net_of::<A>(sk);
-    if net.is_null() {
+    if !present!(net_tfo_active_disable_times) || net.is_null() {
         return 0;
     }
-    int::<A>(net, layout!(net_tfo_active_disable_times))
+    fixed!(A, net, net_tfo_active_disable_times: u32) as u64
 }
 
 /// Entry of tcp_fastopen_active_detect_blackhole(sk, expired), called on every SYN or
@@ -463,9 +465,12 @@ fn server_child_resolved<A: Access>(sk: *const u8) {
     if tp.is_null() {
         return;
     }
-    let child_field = layout!(syn_fastopen_child);
-    let is_tfo_child =
-        if child_field.present != 0 { flag::<A>(tp, child_field) } else { bit!(A, tp, syn_data_acked) };
+    // Userspace gives syn_fastopen_child only as the one bit read here.
+    let is_tfo_child = if present!(syn_fastopen_child) {
+        bit!(A, tp, syn_fastopen_child)
+    } else {
+        bit!(A, tp, syn_data_acked)
+    };
     if !is_tfo_child {
         return;
     }

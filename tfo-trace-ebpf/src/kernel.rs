@@ -52,6 +52,17 @@ macro_rules! bit {
 }
 pub(crate) use bit;
 
+/// Whether this kernel has a member: one load, where `layout!` reads the whole `Field`.
+macro_rules! present {
+    ($field:ident) => {{
+        // SAFETY: as for `fixed!`.
+        #[allow(unused_unsafe)]
+        let present = unsafe { core::ptr::read_volatile(&$crate::globals::LAYOUT.$field.present) };
+        present != 0
+    }};
+}
+pub(crate) use present;
+
 pub const IPPROTO_TCP: u64 = 6;
 const AF_INET: u64 = 2;
 const AF_INET6: u64 = 10;

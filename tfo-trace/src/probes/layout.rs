@@ -104,7 +104,9 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         syn_fastopen_exp: one_bit(btf, "tcp_sock", &["syn_fastopen_exp"])?,
         syn_data_acked: one_bit(btf, "tcp_sock", &["syn_data_acked"])?,
         // Added in 6.x; older kernels fall back to syn_data_acked (see handlers.rs).
-        syn_fastopen_child: optional(btf, "tcp_sock", &["syn_fastopen_child"]).unwrap_or_default(),
+        syn_fastopen_child: optional(btf, "tcp_sock", &["syn_fastopen_child"])
+            .filter(|f| f.bits == 1 && f.size == 1)
+            .unwrap_or_default(),
         srtt_us: fixed(btf, "tcp_sock", &["srtt_us"], 4)?,
         // Read only by the tcp_try_fastopen hooks of the fentry/kprobe backends; a kernel
         // without one of them loses that detail, not the tracer.
@@ -118,7 +120,10 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         fastopenq_max_qlen: optional(btf, "tcp_sock", &["icsk_accept_queue", "fastopenq", "max_qlen"])
             .unwrap_or_default(),
         net_sysctl_tcp_fastopen: optional(btf, "net", &["ipv4", "sysctl_tcp_fastopen"]).unwrap_or_default(),
+        // Read as 4 bytes (an atomic_t) on every plain client's handshake; absent (and the
+        // programs' fallback taken) where it is anything else.
         net_tfo_active_disable_times: optional(btf, "net", &["ipv4", "tfo_active_disable_times"])
+            .filter(|f| f.size == 4 && f.bits == 0)
             .unwrap_or_default(),
         req_num_retrans: optional(btf, "request_sock", &["num_retrans"]).unwrap_or_default(),
     })
