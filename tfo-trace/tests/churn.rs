@@ -37,7 +37,7 @@ fn maps_of(pid: u32) -> Vec<(u64, String, String)> {
         .collect()
 }
 
-/// Keys of a map that can be walked (hashes; socket storage cannot be, by design), as bytes.
+/// Keys of a hash map, as bytes.
 fn keys(id: u64) -> Vec<Vec<u8>> {
     let out = Command::new("bpftool").args(["map", "dump", "id", &id.to_string(), "-j"]).output().unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
@@ -125,8 +125,7 @@ fn a_million_connections_leave_nothing_behind_and_miss_no_count() {
     assert!(!maps.is_empty(), "no maps found for the exporter");
     for (id, name, kind) in &maps {
         match name.as_str() {
-            // Raw backends keep connection state in this hash; typed ones in socket
-            // storage, freed with each socket (and not walkable: nothing to count).
+            // Every backend keeps a TFO connect's state in this hash until its outcome.
             "CONNS" => assert_eq!(keys(*id).len(), 0, "connection state left behind"),
             // Listeners elsewhere on the host stay known; the lab's closed ones must not.
             "LISTENERS" => {
