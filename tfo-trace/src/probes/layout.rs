@@ -36,36 +36,62 @@ fn located(btf: &Btf, strukt: &str, path: &[&str]) -> Result<MemberLocation> {
     })
 }
 
-/// A member the programs load at exactly `bytes` (`fixed!` in tfo-trace-ebpf/src/kernel.rs,
-/// one load with no decoding on every connection's path): a kernel where it is missing,
-/// a bitfield or another size is refused by name rather than misread.
-fn fixed(btf: &Btf, strukt: &str, path: &[&str], bytes: u32) -> Result<Field> {
+/// How the programs read a member without decoding its `Field` at run time: `fixed!` (one
+/// load of exactly this many bytes) or `bit!` (a byte load and a shift), in
+/// tfo-trace-ebpf/src/kernel.rs.
+#[derive(Clone, Copy)]
+enum Read {
+    Bytes(u32),
+    OneBit,
+}
+
+impl Read {
+    fn fits(self, loc: MemberLocation) -> bool {
+        match self {
+            Read::Bytes(n) => loc.bitfield_size == 0 && loc.byte_size == n,
+            Read::OneBit => {
+                let f = to_field(loc);
+                f.bits == 1 && f.size == 1
+            }
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Read::Bytes(n) => format!("{n} bytes"),
+            Read::OneBit => "one bit".into(),
+        }
+    }
+}
+
+/// A member every supported kernel has in the shape `read` expects: a kernel where it is
+/// missing or shaped otherwise is refused by name rather than misread.
+fn shaped(btf: &Btf, strukt: &str, path: &[&str], read: Read) -> Result<Field> {
     let loc = located(btf, strukt, path)?;
-    if loc.bitfield_size != 0 || loc.byte_size != bytes {
+    if !read.fits(loc) {
         bail!(
-            "this kernel's `struct {strukt}` member `{}` is {}, where tfo-trace reads {bytes} bytes: \
+            "this kernel's `struct {strukt}` member `{}` is {}, where tfo-trace reads {}: \
              unsupported kernel layout",
             path.join("."),
-            shape(loc)
+            shape(loc),
+            read.describe()
         );
     }
     Ok(to_field(loc))
 }
 
-/// A one-bit member the programs read with a byte load and a shift (`bit!`), refused
-/// likewise where it is anything else.
+fn fixed(btf: &Btf, strukt: &str, path: &[&str], bytes: u32) -> Result<Field> {
+    shaped(btf, strukt, path, Read::Bytes(bytes))
+}
+
 fn one_bit(btf: &Btf, strukt: &str, path: &[&str]) -> Result<Field> {
-    let loc = located(btf, strukt, path)?;
-    let field = to_field(loc);
-    if field.bits != 1 || field.size != 1 {
-        bail!(
-            "this kernel's `struct {strukt}` member `{}` is {}, where tfo-trace reads one bit: \
-             unsupported kernel layout",
-            path.join("."),
-            shape(loc)
-        );
-    }
-    Ok(field)
+    shaped(btf, strukt, path, Read::OneBit)
+}
+
+/// A member some kernels lack, given only in the shape `read` expects (absent, and the
+/// programs' fallback taken, where it is shaped otherwise).
+fn optional_shaped(btf: &Btf, strukt: &str, path: &[&str], read: Read) -> Field {
+    btf.member_path(strukt, path).filter(|&loc| read.fits(loc)).map(to_field).unwrap_or_default()
 }
 
 fn shape(loc: MemberLocation) -> String {
@@ -104,9 +130,7 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         syn_fastopen_exp: one_bit(btf, "tcp_sock", &["syn_fastopen_exp"])?,
         syn_data_acked: one_bit(btf, "tcp_sock", &["syn_data_acked"])?,
         // Added in 6.x; older kernels fall back to syn_data_acked (see handlers.rs).
-        syn_fastopen_child: optional(btf, "tcp_sock", &["syn_fastopen_child"])
-            .filter(|f| f.bits == 1 && f.size == 1)
-            .unwrap_or_default(),
+        syn_fastopen_child: optional_shaped(btf, "tcp_sock", &["syn_fastopen_child"], Read::OneBit),
         srtt_us: fixed(btf, "tcp_sock", &["srtt_us"], 4)?,
         // Read only by the tcp_try_fastopen hooks of the fentry/kprobe backends; a kernel
         // without one of them loses that detail, not the tracer.
@@ -120,11 +144,13 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         fastopenq_max_qlen: optional(btf, "tcp_sock", &["icsk_accept_queue", "fastopenq", "max_qlen"])
             .unwrap_or_default(),
         net_sysctl_tcp_fastopen: optional(btf, "net", &["ipv4", "sysctl_tcp_fastopen"]).unwrap_or_default(),
-        // Read as 4 bytes (an atomic_t) on every plain client's handshake; absent (and the
-        // programs' fallback taken) where it is anything else.
-        net_tfo_active_disable_times: optional(btf, "net", &["ipv4", "tfo_active_disable_times"])
-            .filter(|f| f.size == 4 && f.bits == 0)
-            .unwrap_or_default(),
+        // Read as 4 bytes (an atomic_t) on every plain client's handshake.
+        net_tfo_active_disable_times: optional_shaped(
+            btf,
+            "net",
+            &["ipv4", "tfo_active_disable_times"],
+            Read::Bytes(4),
+        ),
         req_num_retrans: optional(btf, "request_sock", &["num_retrans"]).unwrap_or_default(),
     })
 }
