@@ -334,6 +334,8 @@ pub struct KernelLayout {
     pub tcp_rtx_queue: Field,
     // struct net -> ns.inum
     pub net_ns_inum: Field,
+    // struct net -> net_cookie (8 bytes where present): validates the per-CPU name cache
+    pub net_cookie: Field,
     // struct tcp_sock (offsets from struct tcp_sock)
     pub fastopen_req: Field,
     pub total_retrans: Field,

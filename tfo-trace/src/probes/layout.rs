@@ -120,6 +120,8 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         sk_protocol: required(btf, "sock", &["sk_protocol"])?,
         tcp_rtx_queue: fixed(btf, "sock", &["tcp_rtx_queue"], 8)?,
         net_ns_inum: fixed(btf, "net", &["ns", "inum"], 4)?,
+        // Without it (or at another size) each outcome reads ns.inum itself.
+        net_cookie: optional_shaped(btf, "net", &["net_cookie"], Read::Bytes(8)),
         fastopen_req: fixed(btf, "tcp_sock", &["fastopen_req"], 8)?,
         total_retrans: fixed(btf, "tcp_sock", &["total_retrans"], 4)?,
         bytes_sent: fixed(btf, "tcp_sock", &["bytes_sent"], 8)?,
