@@ -12,6 +12,17 @@ pub static LAYOUT: KernelLayout = KernelLayout::zeroed();
 #[no_mangle]
 pub static CONFIG: u32 = 0;
 
+/// Bytes of unread events at which an event wakes the reader: 1/16 of the `EVENTS` ring
+/// (`maps::emit_with`). 0 (not set): every event wakes it.
+#[no_mangle]
+pub static WAKEUP_BYTES: u64 = 0;
+
+#[inline(always)]
+pub fn wakeup_bytes() -> u64 {
+    // SAFETY: as for CONFIG.
+    unsafe { core::ptr::read_volatile(&WAKEUP_BYTES) }
+}
+
 #[inline(always)]
 pub fn config_has(bit: u32) -> bool {
     // SAFETY: CONFIG is a valid static; volatile only defeats constant folding (the

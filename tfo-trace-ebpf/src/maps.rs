@@ -1,10 +1,7 @@
 //! Maps shared by every program. Sizes here are defaults; userspace may resize `EVENTS`
 //! (`--ring-buffer-size`).
 use aya_ebpf::{
-    bindings::{
-        BPF_F_NO_COMMON_LRU, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP,
-        BPF_RB_RING_SIZE,
-    },
+    bindings::{BPF_F_NO_COMMON_LRU, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::map,
     maps::{LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
@@ -12,7 +9,7 @@ use tfo_trace_common::{
     config, counter, handshake_bucket, CountKey, Counts, ListenerKey, ProcInfo, TfoEvent,
 };
 
-use crate::globals::config_has;
+use crate::globals::{config_has, wakeup_bytes};
 
 /// Per-connection state between the SYN and its outcome. Byte arrays are kept as u64
 /// words: the BPF backend copies and zeroes byte arrays with calls to a byte-loop memset
@@ -232,9 +229,9 @@ pub fn emit_with(fill: impl FnOnce(&mut TfoEvent)) {
             // bytes are a valid TfoEvent (plain integers), so the reference is sound.
             zero_event(ev);
             unsafe { fill(&mut *ev) };
+            // The ring's size is known at load: one query per event, not two.
             let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-            let size = EVENTS.query(BPF_RB_RING_SIZE as u64);
-            let flags = if pending >= size / 16 { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP };
+            let flags = if pending >= wakeup_bytes() { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP };
             entry.submit(flags as u64);
         }
         None => bump(counter::EVENTS_LOST),

@@ -221,12 +221,16 @@ fn load_backend(
     if opts.counts_only {
         flags |= config::COUNTS_ONLY;
     }
+    let ring_bytes = if opts.counts_only { 4096 } else { opts.ring_buffer_bytes };
+    // The reader is woken once 1/16 of the ring holds unread events (maps::emit_with).
+    let wakeup_bytes = u64::from(ring_bytes) / 16;
     let mut loader = EbpfLoader::new();
     loader
         .override_global("LAYOUT", kernel_layout, true)
         .override_global("CONFIG", &flags, true)
         .override_global("FILTER", &opts.filter, true)
-        .map_max_entries("EVENTS", if opts.counts_only { 4096 } else { opts.ring_buffer_bytes });
+        .override_global("WAKEUP_BYTES", &wakeup_bytes, true)
+        .map_max_entries("EVENTS", ring_bytes);
     let mut ebpf = loader.load(EBPF_OBJECT).context("loading the eBPF object")?;
     fill_cgroup_filter(&mut ebpf, &opts.cgroups)?;
     prefill_listeners(&mut ebpf, opts)?;
