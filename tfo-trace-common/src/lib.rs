@@ -350,6 +350,8 @@ pub struct KernelLayout {
     /// Smoothed RTT << 3, in us: for a server child leaving SYN_RECV, the SYN-ACK's RTT
     /// (tcp_synack_rtt_meas), the child's handshake.
     pub srtt_us: Field,
+    /// 8 bytes where present: the time of the packet being processed (handlers.rs).
+    pub tcp_clock_cache: Field,
     // Server hooks on tcp_try_fastopen (fentry/kprobe backends)
     /// struct tcp_fastopen_cookie: len (s8), exp (bool)
     pub foc_len: Field,

@@ -240,6 +240,22 @@ fn client_flags<A: Access>(tp: *const u8) -> ClientFlags {
     }
 }
 
+/// When the packet that changes this socket's state is being processed. Before it changes
+/// a state, tcp_rcv_state_process() (and its SYN_SENT branch) refreshes tp->tcp_clock_cache
+/// from the clock bpf_ktime_get_ns reads, so this is a load from a line the kernel has just
+/// written instead of a clock read (a paravirtual clock call in a VM); a few microseconds
+/// earlier than the state change itself. A clock read where the kernel has no such member.
+#[inline(always)]
+fn packet_time_ns<A: Access>(tp: *const u8) -> u64 {
+    if present!(tcp_clock_cache) {
+        let t = fixed!(A, tp, tcp_clock_cache: u64);
+        if t != 0 {
+            return t;
+        }
+    }
+    now()
+}
+
 /// Payload bytes of the SYN-data: nothing but the SYN-data has been sent before the
 /// handshake resolves, so bytes_sent is its length (retransmitted SYNs carry none).
 #[inline(always)]
@@ -278,7 +294,7 @@ fn client_established<A: Access>(sk: *const u8) {
         return; // plain, or filtered out at connect (or older than the tracer, with filters)
     }
     let conn = Known::of(state);
-    let at_ns = if conn.known { now() } else { 0 }; // one clock read: handshake and event
+    let at_ns = if conn.known { packet_time_ns::<A>(tp) } else { 0 }; // handshake and event
     let total_retrans = fixed!(A, tp, total_retrans: u32);
     let outcome = if f.syn_data {
         // tcp_rcv_fastopen_synack: data = tp->syn_data ? tcp_rtx_queue_head(sk) : NULL.
@@ -483,7 +499,9 @@ fn server_child_resolved<A: Access>(sk: *const u8) {
     if !server_selected::<A>(sk, netns) {
         return;
     }
-    let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: 0, handshake_ns, at_ns: 0 };
+    // The time only the event needs: none in counts-only mode.
+    let at_ns = if config_has(config::COUNTS_ONLY) { 0 } else { packet_time_ns::<A>(tp) };
+    let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: 0, handshake_ns, at_ns };
     record::<A>(sk, Role::Server, Outcome::Accepted, netns, &Known::NONE, measure, |ev| {
         if handshake_ns > 0 {
             ev.start_ns = ev.ts_ns.saturating_sub(handshake_ns);

@@ -134,6 +134,8 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         // Added in 6.x; older kernels fall back to syn_data_acked (see handlers.rs).
         syn_fastopen_child: optional_shaped(btf, "tcp_sock", &["syn_fastopen_child"], Read::OneBit),
         srtt_us: fixed(btf, "tcp_sock", &["srtt_us"], 4)?,
+        // Without it (or at another size) outcomes read the clock.
+        tcp_clock_cache: optional_shaped(btf, "tcp_sock", &["tcp_clock_cache"], Read::Bytes(8)),
         // Read only by the tcp_try_fastopen hooks of the fentry/kprobe backends; a kernel
         // without one of them loses that detail, not the tracer.
         foc_len: optional(btf, "tcp_fastopen_cookie", &["len"]).unwrap_or_default(),
