@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
-use tfo_trace_common::{flags, TfoEvent, FAMILY_V4, FAMILY_V6};
+use tfo_trace_common::{flags, TfoEvent, FAMILY_V4, FAMILY_V6, TASK_COMM_LEN};
 
 /// Roles and outcomes are declared once, in tfo-trace-common, with their wire numbers.
 pub use tfo_trace_common::{Outcome, Role};
@@ -219,7 +219,15 @@ pub fn rfc3339(unix_ns: u128) -> String {
 #[derive(Default)]
 pub struct Interner {
     names: HashSet<Arc<str>, foldhash::fast::RandomState>,
+    /// The last few `comm`s asked for, as the kernel sent them, and their names: busy
+    /// processes (their threads, client and server) send event after event, and 16 bytes
+    /// compared are cheaper than a lossy UTF-8 pass, a hash and a lookup.
+    recent_comms: [Option<([u8; TASK_COMM_LEN], Arc<str>)>; RECENT_COMMS],
+    /// Where the next `comm` not in `recent_comms` goes (round robin).
+    next_recent: usize,
 }
+
+const RECENT_COMMS: usize = 4;
 
 impl Interner {
     const MAX: usize = 4096;
@@ -235,12 +243,22 @@ impl Interner {
         self.names.insert(shared.clone());
         shared
     }
-}
 
-/// A `comm` as the kernel sends it: NUL-padded bytes.
-fn comm_name(comm: &[u8], names: &mut Interner) -> Arc<str> {
-    let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
-    names.get(&String::from_utf8_lossy(&comm[..end]))
+    /// A `comm` as the kernel sends it (NUL-padded bytes), as a name.
+    pub fn comm(&mut self, comm: &[u8; TASK_COMM_LEN]) -> &Arc<str> {
+        let at = match self.recent_comms.iter().position(|r| r.as_ref().is_some_and(|(raw, _)| raw == comm)) {
+            Some(at) => at,
+            None => {
+                let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
+                let name = self.get(&String::from_utf8_lossy(&comm[..end]));
+                let at = self.next_recent;
+                self.next_recent = (at + 1) % RECENT_COMMS;
+                self.recent_comms[at] = Some((*comm, name));
+                at
+            }
+        };
+        &self.recent_comms[at].as_ref().expect("found or just set").1
+    }
 }
 
 fn addr(family: u8, raw: &[u8; 16]) -> IpAddr {
@@ -273,7 +291,7 @@ impl Event {
             netns: raw.netns,
             netns_name: None,
             pid: raw.pid,
-            comm: comm_name(&raw.comm, names),
+            comm: names.comm(&raw.comm).clone(),
             syn_data_bytes: raw.syn_data_bytes,
             cookie_len: (raw.flags & flags::COOKIE_LEN_KNOWN != 0).then_some(raw.cookie_len),
             cookie_issued: (role == Role::Server && outcome == Outcome::CookieRequested)
@@ -371,7 +389,6 @@ pub(crate) fn sample_event(role: Role, outcome: Outcome) -> Event {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tfo_trace_common::TASK_COMM_LEN;
 
     fn raw() -> TfoEvent {
         let mut comm = [0u8; TASK_COMM_LEN];
@@ -429,6 +446,26 @@ mod tests {
         r.family = 9;
         assert!(Event::decode(&r, Clock::fixed(0), &mut Interner::default()).is_err());
         assert!(Event::from_bytes(&[0u8; 10], Clock::fixed(0), &mut Interner::default()).is_err());
+    }
+
+    #[test]
+    fn comms_are_named_past_the_recent_ones() {
+        let mut names = Interner::default();
+        let comm = |name: &str| {
+            let mut c = [0u8; TASK_COMM_LEN];
+            c[..name.len()].copy_from_slice(name.as_bytes());
+            c
+        };
+        // More names than are kept as recent, in turn, twice; then bytes that are not UTF-8.
+        let all = ["a", "bb", "ccc", "dddd", "eeeee", "f\u{e9}"];
+        for _ in 0..2 {
+            for name in all {
+                assert_eq!(&**names.comm(&comm(name)), name);
+            }
+        }
+        assert_eq!(&**names.comm(&[0xff; TASK_COMM_LEN]), "\u{fffd}".repeat(TASK_COMM_LEN));
+        let bb = names.comm(&comm("bb")).clone();
+        assert!(Arc::ptr_eq(&bb, &names.get("bb")), "one copy of each name");
     }
 
     #[test]
