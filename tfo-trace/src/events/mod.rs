@@ -269,16 +269,74 @@ fn addr(family: u8, raw: &[u8; 16]) -> IpAddr {
     }
 }
 
+/// The role and outcome of a record, once its family, role and outcome are known values.
+fn checked(raw: &TfoEvent) -> Result<(Role, Outcome)> {
+    if raw.family != FAMILY_V4 && raw.family != FAMILY_V6 {
+        bail!("unknown address family {} in event", raw.family);
+    }
+    let Some(outcome) = Outcome::from_u8(raw.outcome) else {
+        bail!("unknown outcome {} in event", raw.outcome)
+    };
+    let Some(role) = Role::from_u8(raw.role) else { bail!("unknown role {} in event", raw.role) };
+    Ok((role, outcome))
+}
+
+/// SYN sent (client) or child created (server) to the outcome, where the start is known.
+fn handshake_us(raw: &TfoEvent) -> Option<u64> {
+    let start_known = raw.flags & flags::START_KNOWN != 0 && raw.start_ns <= raw.ts_ns;
+    start_known.then(|| (raw.ts_ns - raw.start_ns) / 1000)
+}
+
+/// The bytes of one ring-buffer record as the record they hold.
+fn record_of(bytes: &[u8]) -> Result<TfoEvent> {
+    if bytes.len() < std::mem::size_of::<TfoEvent>() {
+        bail!("short event record: {} bytes", bytes.len());
+    }
+    // SAFETY: length checked above; TfoEvent is plain old data (any bit pattern is
+    // valid) and read_unaligned makes no alignment assumption.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const TfoEvent) })
+}
+
+/// What users call the container (or unit) of a process, from its cgroup's names: the
+/// container id shortened as `docker ps` does, else the runtime's unit, else the cgroup
+/// path (not the root's).
+pub fn container_label<'a>(
+    id: Option<&'a str>,
+    runtime: Option<&'a str>,
+    cgroup: Option<&'a str>,
+) -> Option<&'a str> {
+    match (id, runtime) {
+        (Some(id), _) => Some(id.char_indices().nth(12).map_or(id, |(end, _)| &id[..end])),
+        (None, Some(unit)) => Some(unit),
+        (None, None) => cgroup.filter(|p| *p != "/"),
+    }
+}
+
+/// An event as `top`'s tables count it: its numbers and the parts of its rows' keys, its
+/// names borrowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventRef<'a> {
+    pub role: Role,
+    pub outcome: Outcome,
+    pub saddr: IpAddr,
+    pub sport: u16,
+    pub daddr: IpAddr,
+    pub dport: u16,
+    pub netns: u32,
+    pub pid: u32,
+    pub comm: &'a str,
+    pub syn_data_bytes: u32,
+    pub retransmits: u32,
+    pub handshake_us: Option<u64>,
+    pub stall_us: u64,
+    pub cgroup_id: Option<u64>,
+    /// [`Event::container_label`].
+    pub container: Option<&'a str>,
+}
+
 impl Event {
     pub fn decode(raw: &TfoEvent, clock: Clock, names: &mut Interner) -> Result<Self> {
-        if raw.family != FAMILY_V4 && raw.family != FAMILY_V6 {
-            bail!("unknown address family {} in event", raw.family);
-        }
-        let start_known = raw.flags & flags::START_KNOWN != 0 && raw.start_ns <= raw.ts_ns;
-        let Some(outcome) = Outcome::from_u8(raw.outcome) else {
-            bail!("unknown outcome {} in event", raw.outcome)
-        };
-        let Some(role) = Role::from_u8(raw.role) else { bail!("unknown role {} in event", raw.role) };
+        let (role, outcome) = checked(raw)?;
         Ok(Event {
             ts: Timestamp::from_unix_ns(clock.to_unix_ns(raw.ts_ns)),
             role,
@@ -298,7 +356,7 @@ impl Event {
                 .then_some(raw.flags & flags::COOKIE_ISSUED != 0),
             exp_option: raw.flags & flags::EXP_OPTION != 0,
             retransmits: raw.retransmits,
-            handshake_us: start_known.then(|| (raw.ts_ns - raw.start_ns) / 1000),
+            handshake_us: handshake_us(raw),
             stall_us: raw.stall_ns / 1000,
             queue_len: (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_len),
             queue_max: (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_max),
@@ -312,13 +370,28 @@ impl Event {
 
     /// Decodes the bytes of one ring-buffer record.
     pub fn from_bytes(bytes: &[u8], clock: Clock, names: &mut Interner) -> Result<Self> {
-        if bytes.len() < std::mem::size_of::<TfoEvent>() {
-            bail!("short event record: {} bytes", bytes.len());
+        Self::decode(&record_of(bytes)?, clock, names)
+    }
+
+    /// The event as `top`'s tables count it.
+    pub fn view(&self) -> EventRef<'_> {
+        EventRef {
+            role: self.role,
+            outcome: self.outcome,
+            saddr: self.saddr,
+            sport: self.sport,
+            daddr: self.daddr,
+            dport: self.dport,
+            netns: self.netns,
+            pid: self.pid,
+            comm: &self.comm,
+            syn_data_bytes: self.syn_data_bytes,
+            retransmits: self.retransmits,
+            handshake_us: self.handshake_us,
+            stall_us: self.stall_us,
+            cgroup_id: self.cgroup_id,
+            container: self.container_label(),
         }
-        // SAFETY: length checked above; TfoEvent is plain old data (any bit pattern is
-        // valid) and read_unaligned makes no alignment assumption.
-        let raw = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const TfoEvent) };
-        Self::decode(&raw, clock, names)
     }
 
     /// What users call the container (or unit) of the process: its id shortened as
@@ -329,11 +402,11 @@ impl Event {
 
     /// [`Event::container_name`], borrowed (the views print it for every event).
     pub fn container_label(&self) -> Option<&str> {
-        match (&self.container_id, &self.container_runtime) {
-            (Some(id), _) => Some(id.char_indices().nth(12).map_or(id, |(end, _)| &id[..end])),
-            (None, Some(unit)) => Some(unit),
-            (None, None) => self.cgroup.as_deref().filter(|p| *p != "/"),
-        }
+        container_label(
+            self.container_id.as_deref(),
+            self.container_runtime.as_deref(),
+            self.cgroup.as_deref(),
+        )
     }
 
     /// The destination as users name it: `198.18.0.2:8080`, `[fd00::2]:8080`.
