@@ -313,7 +313,8 @@ pub fn container_label<'a>(
 }
 
 /// An event as `top`'s tables count it: its numbers and the parts of its rows' keys, its
-/// names borrowed.
+/// names borrowed. Made straight from a ring-buffer record ([`reader::EventSource::drain_each`])
+/// or from an [`Event`] ([`Event::view`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventRef<'a> {
     pub role: Role,
@@ -332,6 +333,37 @@ pub struct EventRef<'a> {
     pub cgroup_id: Option<u64>,
     /// [`Event::container_label`].
     pub container: Option<&'a str>,
+}
+
+impl<'a> EventRef<'a> {
+    /// What [`Event::decode`] makes of `raw`, seen as [`Event::view`] sees it, its process
+    /// name `comm` (the record's, named): no container yet, as decoded.
+    pub(crate) fn of(raw: &TfoEvent, comm: &'a str) -> Result<Self> {
+        let (role, outcome) = checked(raw)?;
+        Ok(EventRef {
+            role,
+            outcome,
+            saddr: addr(raw.family, &raw.saddr),
+            sport: raw.sport,
+            daddr: addr(raw.family, &raw.daddr),
+            dport: raw.dport,
+            netns: raw.netns,
+            pid: raw.pid,
+            comm,
+            syn_data_bytes: raw.syn_data_bytes,
+            retransmits: raw.retransmits,
+            handshake_us: handshake_us(raw),
+            stall_us: raw.stall_ns / 1000,
+            cgroup_id: (raw.cgroup_id != 0).then_some(raw.cgroup_id),
+            container: None,
+        })
+    }
+
+    /// [`EventRef::of`] the bytes of one ring-buffer record.
+    pub(crate) fn from_bytes(bytes: &[u8], names: &'a mut Interner) -> Result<Self> {
+        let raw = record_of(bytes)?;
+        Self::of(&raw, names.comm(&raw.comm))
+    }
 }
 
 impl Event {
@@ -519,6 +551,30 @@ mod tests {
         r.family = 9;
         assert!(Event::decode(&r, Clock::fixed(0), &mut Interner::default()).is_err());
         assert!(Event::from_bytes(&[0u8; 10], Clock::fixed(0), &mut Interner::default()).is_err());
+    }
+
+    #[test]
+    fn views_of_a_record_and_of_its_event_agree() {
+        let mut server = raw();
+        server.role = Role::Server as u8;
+        server.outcome = Outcome::CookieRequested as u8;
+        server.flags = 0;
+        server.cgroup_id = 77;
+        // The record's bytes, as the ring buffer holds them.
+        let bytes = |r: &TfoEvent| {
+            // SAFETY: TfoEvent is plain old data without padding; the slice lives no longer.
+            unsafe { std::slice::from_raw_parts(r as *const TfoEvent as *const u8, size_of::<TfoEvent>()) }
+                .to_vec()
+        };
+        for r in [raw(), server] {
+            let e = Event::from_bytes(&bytes(&r), Clock::fixed(0), &mut Interner::default()).unwrap();
+            let mut names = Interner::default();
+            assert_eq!(EventRef::from_bytes(&bytes(&r), &mut names).unwrap(), e.view());
+        }
+        let mut bad = raw();
+        bad.role = 9;
+        assert!(EventRef::from_bytes(&bytes(&bad), &mut Interner::default()).is_err());
+        assert!(EventRef::from_bytes(&bytes(&raw())[..10], &mut Interner::default()).is_err());
     }
 
     #[test]
