@@ -75,19 +75,22 @@ fn ends_client_connection(o: Outcome) -> bool {
 
 /// The stall this event tells of, if it is one (see the module's documentation).
 pub fn of(e: &Event) -> Option<Stall> {
-    if e.role != Role::Client || !ends_client_connection(e.outcome) {
-        return None;
-    }
-    let syn_timed_out = e.outcome == Outcome::SynRetransmitted || e.retransmits > 0 || e.stall_us > 0;
-    if !syn_timed_out {
-        return None;
-    }
+    let lost_us = lost_us(e.role, e.outcome, e.retransmits, e.stall_us)?;
     let cause = match e.outcome {
         Outcome::SynRetransmitted if e.syn_data_bytes > 0 => Cause::SynDataDropped,
         Outcome::SynRetransmitted => Cause::CookieRequestDropped,
         _ => Cause::SynTimeout,
     };
-    Some(Stall { cause, lost_us: e.stall_us })
+    Some(Stall { cause, lost_us })
+}
+
+/// The time lost if an event of these numbers is a stall ([`of`], without its cause).
+pub fn lost_us(role: Role, outcome: Outcome, retransmits: u32, stall_us: u64) -> Option<u64> {
+    if role != Role::Client || !ends_client_connection(outcome) {
+        return None;
+    }
+    let syn_timed_out = outcome == Outcome::SynRetransmitted || retransmits > 0 || stall_us > 0;
+    syn_timed_out.then_some(stall_us)
 }
 
 /// For `data_not_acked` (not a stall): the estimated cost of the extra round trip the

@@ -6,7 +6,13 @@
 //! A busy host can talk to a million destinations, so each table keeps at most
 //! `capacity` groups: a new group beyond that evicts the least recently seen one, and
 //! the number evicted is kept (the header shows it; totals still count every event).
-use std::{hash::Hash, net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    borrow::Borrow,
+    hash::{Hash, Hasher},
+    net::SocketAddr,
+    sync::Arc,
+    time::Duration,
+};
 
 use lru::LruCache;
 use serde::Serialize;
@@ -16,7 +22,7 @@ use super::{
     rates::{Cumulative, Rates, StallHistory, Trend, HOST_HISTORY, ROW_HISTORY},
     stall,
 };
-use crate::events::{Event, Interner, Outcome, Role};
+use crate::events::{Event, EventRef, Interner, Outcome, Role};
 
 /// Groups kept per table by default.
 pub const DEFAULT_CAPACITY: usize = 10_000;
@@ -59,7 +65,7 @@ impl View {
 }
 
 /// What a row is about.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum GroupKey {
     Destination(SocketAddr),
     Listener {
@@ -88,9 +94,14 @@ impl GroupKey {
         }
     }
 
-    /// The container row of an event, its label shared through `labels`.
-    fn container(e: &Event, labels: &mut Interner) -> GroupKey {
-        GroupKey::Container(e.container_label().map(|l| labels.get(l)))
+    /// The key a row of `key` keeps, its names shared through `names`.
+    fn owned(key: KeyRef<'_>, names: &mut Interner) -> GroupKey {
+        match key {
+            KeyRef::Destination(a) => GroupKey::Destination(a),
+            KeyRef::Listener { addr, netns } => GroupKey::Listener { addr, netns },
+            KeyRef::Process { pid, comm } => GroupKey::Process { pid, comm: names.get(comm) },
+            KeyRef::Container(label) => GroupKey::Container(label.map(|l| names.get(l))),
+        }
     }
 
     /// `/` filter: a case-insensitive substring of the address:port, the port, the netns,
@@ -98,6 +109,88 @@ impl GroupKey {
     /// lower case.
     pub fn matches(&self, needle: &str) -> bool {
         needle.is_empty() || self.cells().iter().any(|c| c.to_lowercase().contains(needle))
+    }
+}
+
+/// A [`GroupKey`] as an event has it, its names borrowed: rows are found with it, and
+/// only a new row makes a key of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum KeyRef<'a> {
+    Destination(SocketAddr),
+    Listener { addr: SocketAddr, netns: u32 },
+    Process { pid: u32, comm: &'a str },
+    Container(Option<&'a str>),
+}
+
+/// What a table is looked up by: a row's own key or an event's [`KeyRef`], hashed and
+/// compared as the same [`KeyRef`] (the usual way to look a map up by a borrowed key).
+trait AsKeyRef {
+    fn key_ref(&self) -> KeyRef<'_>;
+}
+
+impl AsKeyRef for GroupKey {
+    fn key_ref(&self) -> KeyRef<'_> {
+        match self {
+            GroupKey::Destination(a) => KeyRef::Destination(*a),
+            GroupKey::Listener { addr, netns } => KeyRef::Listener { addr: *addr, netns: *netns },
+            GroupKey::Process { pid, comm } => KeyRef::Process { pid: *pid, comm },
+            GroupKey::Container(label) => KeyRef::Container(label.as_deref()),
+        }
+    }
+}
+
+impl AsKeyRef for KeyRef<'_> {
+    fn key_ref(&self) -> KeyRef<'_> {
+        *self
+    }
+}
+
+impl<'a> Borrow<dyn AsKeyRef + 'a> for GroupKey {
+    fn borrow(&self) -> &(dyn AsKeyRef + 'a) {
+        self
+    }
+}
+
+impl Hash for dyn AsKeyRef + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key_ref().hash(state)
+    }
+}
+
+impl PartialEq for dyn AsKeyRef + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.key_ref() == other.key_ref()
+    }
+}
+
+impl Eq for dyn AsKeyRef + '_ {}
+
+/// As its [`KeyRef`], so that a table finds a row by either.
+impl Hash for GroupKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key_ref().hash(state)
+    }
+}
+
+/// What one event adds to each row it counts in, worked out once for all of them.
+struct Tally {
+    /// Index in [`GroupStats::outcomes`].
+    outcome: usize,
+    /// Time lost, if the event is a stall ([`stall::lost_us`]).
+    stall_us: Option<u64>,
+    /// SYN retransmissions (client events only).
+    retransmits: u64,
+    handshake_us: Option<u64>,
+}
+
+impl Tally {
+    fn of(e: &EventRef<'_>) -> Tally {
+        Tally {
+            outcome: outcome_index(e.outcome),
+            stall_us: stall::lost_us(e.role, e.outcome, e.retransmits, e.stall_us),
+            retransmits: if e.role == Role::Client { u64::from(e.retransmits) } else { 0 },
+            handshake_us: e.handshake_us,
+        }
     }
 }
 
@@ -114,22 +207,25 @@ pub struct GroupStats {
     pub handshake: LogHistogram,
 }
 
+/// [`Outcome::ALL`] is in the order of the outcomes' numbers, from 1.
 fn outcome_index(o: Outcome) -> usize {
-    Outcome::ALL.iter().position(|&x| x == o).unwrap_or(0)
+    o as usize - 1
 }
 
 impl GroupStats {
     pub fn add(&mut self, e: &Event) {
-        self.outcomes[outcome_index(e.outcome)] += 1;
+        self.tally(&Tally::of(&e.view()));
+    }
+
+    fn tally(&mut self, t: &Tally) {
+        self.outcomes[t.outcome] += 1;
         // Saturating: a recording may hold any numbers (the replay fuzz target found this).
-        if let Some(s) = stall::of(e) {
+        if let Some(lost_us) = t.stall_us {
             self.stalls += 1;
-            self.stall_us = self.stall_us.saturating_add(s.lost_us);
+            self.stall_us = self.stall_us.saturating_add(lost_us);
         }
-        if e.role == Role::Client {
-            self.retransmits = self.retransmits.saturating_add(u64::from(e.retransmits));
-        }
-        if let Some(us) = e.handshake_us {
+        self.retransmits = self.retransmits.saturating_add(t.retransmits);
+        if let Some(us) = t.handshake_us {
             self.handshake.record(us);
         }
     }
@@ -227,17 +323,24 @@ impl BoundedTable {
         BoundedTable { capacity: capacity.max(1), groups: LruCache::unbounded(), evicted: 0 }
     }
 
-    pub fn add(&mut self, key: GroupKey, e: &Event) {
-        if let Some(entry) = self.groups.get_mut(&key) {
-            entry.stats.add(e);
+    /// Counts `t` in the row of `key`, made (its key's names shared through `names`) if new.
+    fn add(&mut self, key: KeyRef<'_>, t: &Tally, names: &mut Interner) {
+        // The row of the last event first: events come in runs (a destination's connections,
+        // a process's), and that row is counted again without a hash or a reorder.
+        if let Some((_, entry)) = self.groups.iter_mut().next().filter(|(k, _)| k.key_ref() == key) {
+            entry.stats.tally(t);
+            return;
+        }
+        if let Some(entry) = self.groups.get_mut(&key as &dyn AsKeyRef) {
+            entry.stats.tally(t);
             return;
         }
         if self.groups.len() >= self.capacity && self.groups.pop_lru().is_some() {
             self.evicted += 1;
         }
         let mut stats = GroupStats::default();
-        stats.add(e);
-        self.groups.put(key, Entry { stats, trend: Trend::default() });
+        stats.tally(t);
+        self.groups.put(GroupKey::owned(key, names), Entry { stats, trend: Trend::default() });
     }
 
     /// Closes a refresh interval for every group: their rates and stall histories.
@@ -285,8 +388,9 @@ pub struct TopModel {
     pub listeners: BoundedTable,
     pub processes: BoundedTable,
     pub containers: BoundedTable,
-    /// The containers' row keys: an event borrows its label, a row owns one.
-    container_labels: Interner,
+    /// The names in the rows' keys (processes, containers): an event borrows its names, a
+    /// row owns them.
+    names: Interner,
     /// Every event, including those of evicted groups.
     pub total: GroupStats,
     pub client_total: GroupStats,
@@ -315,7 +419,7 @@ impl TopModel {
             listeners: BoundedTable::new(capacity),
             processes: BoundedTable::new(capacity),
             containers: BoundedTable::new(capacity),
-            container_labels: Interner::default(),
+            names: Interner::default(),
             total: GroupStats::default(),
             client_total: GroupStats::default(),
             server_total: GroupStats::default(),
@@ -329,21 +433,28 @@ impl TopModel {
     }
 
     pub fn add(&mut self, e: &Event) {
+        self.add_view(e.view());
+    }
+
+    /// [`TopModel::add`] for an event as the ring buffer's reader hands it over.
+    pub fn add_view(&mut self, e: EventRef<'_>) {
+        let t = Tally::of(&e);
         self.events += 1;
-        self.total.add(e);
+        self.total.tally(&t);
         match e.role {
             Role::Client => {
-                self.client_total.add(e);
-                self.destinations.add(GroupKey::Destination(SocketAddr::new(e.daddr, e.dport)), e);
+                self.client_total.tally(&t);
+                let key = KeyRef::Destination(SocketAddr::new(e.daddr, e.dport));
+                self.destinations.add(key, &t, &mut self.names);
             }
             Role::Server => {
-                self.server_total.add(e);
-                let addr = SocketAddr::new(e.saddr, e.sport);
-                self.listeners.add(GroupKey::Listener { addr, netns: e.netns }, e);
+                self.server_total.tally(&t);
+                let key = KeyRef::Listener { addr: SocketAddr::new(e.saddr, e.sport), netns: e.netns };
+                self.listeners.add(key, &t, &mut self.names);
             }
         }
-        self.processes.add(GroupKey::Process { pid: e.pid, comm: e.comm.clone() }, e);
-        self.containers.add(GroupKey::container(e, &mut self.container_labels), e);
+        self.processes.add(KeyRef::Process { pid: e.pid, comm: e.comm }, &t, &mut self.names);
+        self.containers.add(KeyRef::Container(e.container), &t, &mut self.names);
         if let Some(us) = e.handshake_us {
             self.decades.record(us);
         }
@@ -819,6 +930,37 @@ pub(crate) mod tests {
         assert_eq!((small.containers.len(), small.containers.evicted), (2, 1));
         assert!(small.containers.get(&GroupKey::Container(Some("nginx.service".into()))).is_none());
         assert_eq!(small.snapshot().evicted(), 1, "the other tables keep everything here");
+    }
+
+    #[test]
+    fn rows_are_found_whatever_the_order_of_their_events() {
+        // Processes in turn, so a row is found by its hash as often as as the last one
+        // counted; one table bounded to two rows.
+        let named = |pid: u32, comm: &str| Event {
+            pid,
+            comm: comm.into(),
+            ..sample_event(Role::Client, Outcome::Accepted)
+        };
+        let events: Vec<Event> =
+            [(1, "a"), (2, "b"), (1, "a"), (1, "a"), (3, "b"), (2, "b"), (1, "a"), (3, "b")]
+                .map(|(p, c)| named(p, c))
+                .into();
+        let m = model_of(&events);
+        let key = |pid: u32, comm: &str| GroupKey::Process { pid, comm: comm.into() };
+        let counts: Vec<u64> = [key(1, "a"), key(2, "b"), key(3, "b")]
+            .iter()
+            .map(|k| m.processes.get(k).map_or(0, |s| s.count(Outcome::Accepted)))
+            .collect();
+        assert_eq!((counts, m.processes.len(), m.processes.evicted), (vec![4, 2, 2], 3, 0));
+        assert_eq!(m.destinations.len(), 1);
+
+        let mut small = TopModel::new(2);
+        events.iter().for_each(|e| small.add(e));
+        // 3 evicts 2 (least recently seen), 2 then evicts 1, 1 evicts 3, 3 evicts 2.
+        assert_eq!(small.processes.evicted, 4);
+        assert_eq!(small.processes.get(&key(3, "b")).map(|s| s.count(Outcome::Accepted)), Some(1));
+        assert_eq!(small.processes.get(&key(1, "a")).map(|s| s.count(Outcome::Accepted)), Some(1));
+        assert!(small.processes.get(&key(2, "b")).is_none());
     }
 
     #[test]

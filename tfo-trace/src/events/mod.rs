@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
-use tfo_trace_common::{flags, TfoEvent, FAMILY_V4, FAMILY_V6};
+use tfo_trace_common::{flags, TfoEvent, FAMILY_V4, FAMILY_V6, TASK_COMM_LEN};
 
 /// Roles and outcomes are declared once, in tfo-trace-common, with their wire numbers.
 pub use tfo_trace_common::{Outcome, Role};
@@ -219,7 +219,15 @@ pub fn rfc3339(unix_ns: u128) -> String {
 #[derive(Default)]
 pub struct Interner {
     names: HashSet<Arc<str>, foldhash::fast::RandomState>,
+    /// The last few `comm`s asked for, as the kernel sent them, and their names: busy
+    /// processes (their threads, client and server) send event after event, and 16 bytes
+    /// compared are cheaper than a lossy UTF-8 pass, a hash and a lookup.
+    recent_comms: [Option<([u8; TASK_COMM_LEN], Arc<str>)>; RECENT_COMMS],
+    /// Where the next `comm` not in `recent_comms` goes (round robin).
+    next_recent: usize,
 }
+
+const RECENT_COMMS: usize = 4;
 
 impl Interner {
     const MAX: usize = 4096;
@@ -235,12 +243,22 @@ impl Interner {
         self.names.insert(shared.clone());
         shared
     }
-}
 
-/// A `comm` as the kernel sends it: NUL-padded bytes.
-fn comm_name(comm: &[u8], names: &mut Interner) -> Arc<str> {
-    let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
-    names.get(&String::from_utf8_lossy(&comm[..end]))
+    /// A `comm` as the kernel sends it (NUL-padded bytes), as a name.
+    pub fn comm(&mut self, comm: &[u8; TASK_COMM_LEN]) -> &Arc<str> {
+        let at = match self.recent_comms.iter().position(|r| r.as_ref().is_some_and(|(raw, _)| raw == comm)) {
+            Some(at) => at,
+            None => {
+                let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
+                let name = self.get(&String::from_utf8_lossy(&comm[..end]));
+                let at = self.next_recent;
+                self.next_recent = (at + 1) % RECENT_COMMS;
+                self.recent_comms[at] = Some((*comm, name));
+                at
+            }
+        };
+        &self.recent_comms[at].as_ref().expect("found or just set").1
+    }
 }
 
 fn addr(family: u8, raw: &[u8; 16]) -> IpAddr {
@@ -251,16 +269,106 @@ fn addr(family: u8, raw: &[u8; 16]) -> IpAddr {
     }
 }
 
+/// The role and outcome of a record, once its family, role and outcome are known values.
+fn checked(raw: &TfoEvent) -> Result<(Role, Outcome)> {
+    if raw.family != FAMILY_V4 && raw.family != FAMILY_V6 {
+        bail!("unknown address family {} in event", raw.family);
+    }
+    let Some(outcome) = Outcome::from_u8(raw.outcome) else {
+        bail!("unknown outcome {} in event", raw.outcome)
+    };
+    let Some(role) = Role::from_u8(raw.role) else { bail!("unknown role {} in event", raw.role) };
+    Ok((role, outcome))
+}
+
+/// SYN sent (client) or child created (server) to the outcome, where the start is known.
+fn handshake_us(raw: &TfoEvent) -> Option<u64> {
+    let start_known = raw.flags & flags::START_KNOWN != 0 && raw.start_ns <= raw.ts_ns;
+    start_known.then(|| (raw.ts_ns - raw.start_ns) / 1000)
+}
+
+/// The bytes of one ring-buffer record as the record they hold.
+fn record_of(bytes: &[u8]) -> Result<TfoEvent> {
+    if bytes.len() < std::mem::size_of::<TfoEvent>() {
+        bail!("short event record: {} bytes", bytes.len());
+    }
+    // SAFETY: length checked above; TfoEvent is plain old data (any bit pattern is
+    // valid) and read_unaligned makes no alignment assumption.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const TfoEvent) })
+}
+
+/// What users call the container (or unit) of a process, from its cgroup's names: the
+/// container id shortened as `docker ps` does, else the runtime's unit, else the cgroup
+/// path (not the root's).
+pub fn container_label<'a>(
+    id: Option<&'a str>,
+    runtime: Option<&'a str>,
+    cgroup: Option<&'a str>,
+) -> Option<&'a str> {
+    match (id, runtime) {
+        (Some(id), _) => Some(id.char_indices().nth(12).map_or(id, |(end, _)| &id[..end])),
+        (None, Some(unit)) => Some(unit),
+        (None, None) => cgroup.filter(|p| *p != "/"),
+    }
+}
+
+/// An event as `top`'s tables count it: its numbers and the parts of its rows' keys, its
+/// names borrowed. Made straight from a ring-buffer record ([`reader::EventSource::drain_each`])
+/// or from an [`Event`] ([`Event::view`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventRef<'a> {
+    pub role: Role,
+    pub outcome: Outcome,
+    pub saddr: IpAddr,
+    pub sport: u16,
+    pub daddr: IpAddr,
+    pub dport: u16,
+    pub netns: u32,
+    pub pid: u32,
+    pub comm: &'a str,
+    pub syn_data_bytes: u32,
+    pub retransmits: u32,
+    pub handshake_us: Option<u64>,
+    pub stall_us: u64,
+    pub cgroup_id: Option<u64>,
+    /// [`Event::container_label`].
+    pub container: Option<&'a str>,
+}
+
+impl<'a> EventRef<'a> {
+    /// What [`Event::decode`] makes of `raw`, seen as [`Event::view`] sees it, its process
+    /// name `comm` (the record's, named): no container yet, as decoded.
+    pub(crate) fn of(raw: &TfoEvent, comm: &'a str) -> Result<Self> {
+        let (role, outcome) = checked(raw)?;
+        Ok(EventRef {
+            role,
+            outcome,
+            saddr: addr(raw.family, &raw.saddr),
+            sport: raw.sport,
+            daddr: addr(raw.family, &raw.daddr),
+            dport: raw.dport,
+            netns: raw.netns,
+            pid: raw.pid,
+            comm,
+            syn_data_bytes: raw.syn_data_bytes,
+            retransmits: raw.retransmits,
+            handshake_us: handshake_us(raw),
+            stall_us: raw.stall_ns / 1000,
+            cgroup_id: (raw.cgroup_id != 0).then_some(raw.cgroup_id),
+            container: None,
+        })
+    }
+
+    /// [`EventRef::of`] the bytes of one ring-buffer record.
+    pub(crate) fn from_bytes(bytes: &[u8], names: &'a mut Interner) -> Result<Self> {
+        let raw = record_of(bytes)?;
+        Self::of(&raw, names.comm(&raw.comm))
+    }
+}
+
 impl Event {
     pub fn decode(raw: &TfoEvent, clock: Clock, names: &mut Interner) -> Result<Self> {
-        if raw.family != FAMILY_V4 && raw.family != FAMILY_V6 {
-            bail!("unknown address family {} in event", raw.family);
-        }
-        let start_known = raw.flags & flags::START_KNOWN != 0 && raw.start_ns <= raw.ts_ns;
-        let Some(outcome) = Outcome::from_u8(raw.outcome) else {
-            bail!("unknown outcome {} in event", raw.outcome)
-        };
-        let Some(role) = Role::from_u8(raw.role) else { bail!("unknown role {} in event", raw.role) };
+        let (role, outcome) = checked(raw)?;
         Ok(Event {
             ts: Timestamp::from_unix_ns(clock.to_unix_ns(raw.ts_ns)),
             role,
@@ -273,14 +381,14 @@ impl Event {
             netns: raw.netns,
             netns_name: None,
             pid: raw.pid,
-            comm: comm_name(&raw.comm, names),
+            comm: names.comm(&raw.comm).clone(),
             syn_data_bytes: raw.syn_data_bytes,
             cookie_len: (raw.flags & flags::COOKIE_LEN_KNOWN != 0).then_some(raw.cookie_len),
             cookie_issued: (role == Role::Server && outcome == Outcome::CookieRequested)
                 .then_some(raw.flags & flags::COOKIE_ISSUED != 0),
             exp_option: raw.flags & flags::EXP_OPTION != 0,
             retransmits: raw.retransmits,
-            handshake_us: start_known.then(|| (raw.ts_ns - raw.start_ns) / 1000),
+            handshake_us: handshake_us(raw),
             stall_us: raw.stall_ns / 1000,
             queue_len: (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_len),
             queue_max: (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_max),
@@ -294,13 +402,28 @@ impl Event {
 
     /// Decodes the bytes of one ring-buffer record.
     pub fn from_bytes(bytes: &[u8], clock: Clock, names: &mut Interner) -> Result<Self> {
-        if bytes.len() < std::mem::size_of::<TfoEvent>() {
-            bail!("short event record: {} bytes", bytes.len());
+        Self::decode(&record_of(bytes)?, clock, names)
+    }
+
+    /// The event as `top`'s tables count it.
+    pub fn view(&self) -> EventRef<'_> {
+        EventRef {
+            role: self.role,
+            outcome: self.outcome,
+            saddr: self.saddr,
+            sport: self.sport,
+            daddr: self.daddr,
+            dport: self.dport,
+            netns: self.netns,
+            pid: self.pid,
+            comm: &self.comm,
+            syn_data_bytes: self.syn_data_bytes,
+            retransmits: self.retransmits,
+            handshake_us: self.handshake_us,
+            stall_us: self.stall_us,
+            cgroup_id: self.cgroup_id,
+            container: self.container_label(),
         }
-        // SAFETY: length checked above; TfoEvent is plain old data (any bit pattern is
-        // valid) and read_unaligned makes no alignment assumption.
-        let raw = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const TfoEvent) };
-        Self::decode(&raw, clock, names)
     }
 
     /// What users call the container (or unit) of the process: its id shortened as
@@ -311,11 +434,11 @@ impl Event {
 
     /// [`Event::container_name`], borrowed (the views print it for every event).
     pub fn container_label(&self) -> Option<&str> {
-        match (&self.container_id, &self.container_runtime) {
-            (Some(id), _) => Some(id.char_indices().nth(12).map_or(id, |(end, _)| &id[..end])),
-            (None, Some(unit)) => Some(unit),
-            (None, None) => self.cgroup.as_deref().filter(|p| *p != "/"),
-        }
+        container_label(
+            self.container_id.as_deref(),
+            self.container_runtime.as_deref(),
+            self.cgroup.as_deref(),
+        )
     }
 
     /// The destination as users name it: `198.18.0.2:8080`, `[fd00::2]:8080`.
@@ -371,7 +494,6 @@ pub(crate) fn sample_event(role: Role, outcome: Outcome) -> Event {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tfo_trace_common::TASK_COMM_LEN;
 
     fn raw() -> TfoEvent {
         let mut comm = [0u8; TASK_COMM_LEN];
@@ -429,6 +551,50 @@ mod tests {
         r.family = 9;
         assert!(Event::decode(&r, Clock::fixed(0), &mut Interner::default()).is_err());
         assert!(Event::from_bytes(&[0u8; 10], Clock::fixed(0), &mut Interner::default()).is_err());
+    }
+
+    #[test]
+    fn views_of_a_record_and_of_its_event_agree() {
+        let mut server = raw();
+        server.role = Role::Server as u8;
+        server.outcome = Outcome::CookieRequested as u8;
+        server.flags = 0;
+        server.cgroup_id = 77;
+        // The record's bytes, as the ring buffer holds them.
+        let bytes = |r: &TfoEvent| {
+            // SAFETY: TfoEvent is plain old data without padding; the slice lives no longer.
+            unsafe { std::slice::from_raw_parts(r as *const TfoEvent as *const u8, size_of::<TfoEvent>()) }
+                .to_vec()
+        };
+        for r in [raw(), server] {
+            let e = Event::from_bytes(&bytes(&r), Clock::fixed(0), &mut Interner::default()).unwrap();
+            let mut names = Interner::default();
+            assert_eq!(EventRef::from_bytes(&bytes(&r), &mut names).unwrap(), e.view());
+        }
+        let mut bad = raw();
+        bad.role = 9;
+        assert!(EventRef::from_bytes(&bytes(&bad), &mut Interner::default()).is_err());
+        assert!(EventRef::from_bytes(&bytes(&raw())[..10], &mut Interner::default()).is_err());
+    }
+
+    #[test]
+    fn comms_are_named_past_the_recent_ones() {
+        let mut names = Interner::default();
+        let comm = |name: &str| {
+            let mut c = [0u8; TASK_COMM_LEN];
+            c[..name.len()].copy_from_slice(name.as_bytes());
+            c
+        };
+        // More names than are kept as recent, in turn, twice; then bytes that are not UTF-8.
+        let all = ["a", "bb", "ccc", "dddd", "eeeee", "f\u{e9}"];
+        for _ in 0..2 {
+            for name in all {
+                assert_eq!(&**names.comm(&comm(name)), name);
+            }
+        }
+        assert_eq!(&**names.comm(&[0xff; TASK_COMM_LEN]), "\u{fffd}".repeat(TASK_COMM_LEN));
+        let bb = names.comm(&comm("bb")).clone();
+        assert!(Arc::ptr_eq(&bb, &names.get("bb")), "one copy of each name");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use aya::{
 use tfo_trace_common::{counter, CountKey, Counts};
 use tokio::io::unix::AsyncFd;
 
-use super::{counts::KernelCounts, Clock, Event, Interner, Role};
+use super::{counts::KernelCounts, Clock, Event, EventRef, Interner, Role};
 use crate::kernel::listeners::OwnerCache;
 
 /// tokio wants AsRawFd; aya's RingBuf offers AsFd.
@@ -134,13 +134,56 @@ impl EventSource {
         }
     }
 
+    /// Everything already in the ring buffer, without waiting, each record handed to `each`
+    /// as the view [`Event::view`] gives of the event [`EventSource::drain`] makes of it
+    /// (the same listener owner and container), without making the event: what `top`
+    /// counts, with no name cloned. Returns how many records were handed over.
+    pub fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> u64 {
+        let EventSource { ring, comms, malformed, owners, cgroups, .. } = self;
+        let ring = &mut ring.get_mut().0;
+        let mut handed = 0;
+        while let Some(item) = ring.next() {
+            let owner;
+            let mut e = match EventRef::from_bytes(&item, comms) {
+                Ok(e) => e,
+                Err(err) => {
+                    *malformed += 1;
+                    log::debug!("malformed event: {err:#}");
+                    continue;
+                }
+            };
+            // As name_listener_owner and name_cgroup do for an event.
+            if e.role == Role::Server && e.pid == 0 {
+                owner = owners.lookup(e.netns, e.sport);
+                if let Some(o) = &owner {
+                    (e.pid, e.comm) = (o.pid, &o.comm);
+                }
+            }
+            if let Some(id) = e.cgroup_id {
+                e.container = cgroups.named(id).and_then(|n| {
+                    let (id, runtime) = (n.container_id.as_deref(), n.container_runtime.as_deref());
+                    super::container_label(id, runtime, Some(&n.path))
+                });
+            }
+            handed += 1;
+            each(e);
+        }
+        handed
+    }
+
     /// Waits until the kernel wakes us (it does so once the ring is 1/16 full, see
     /// `emit` in the eBPF maps) or 100 ms pass, then drains what is there.
     pub async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
+        self.wait().await?;
+        self.drain(out);
+        Ok(())
+    }
+
+    /// Waits until the kernel wakes us or 100 ms pass (then there may be events to drain).
+    pub async fn wait(&mut self) -> Result<()> {
         if let Ok(ready) = tokio::time::timeout(POLL_INTERVAL, self.ring.readable_mut()).await {
             ready.context("waiting on the ring buffer")?.clear_ready();
         }
-        self.drain(out);
         Ok(())
     }
 

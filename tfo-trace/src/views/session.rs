@@ -12,7 +12,7 @@ use crate::{
         counts::KernelCounts,
         reader::EventSource,
         record::{Header, Recorder},
-        Event,
+        Event, EventRef,
     },
     probes::{self, LoadOptions, Tracer},
     views::stop::Stop,
@@ -49,6 +49,24 @@ impl Session {
         let from = out.len();
         self.source.drain(out);
         self.delivered(&out[from..])
+    }
+
+    /// Waits until the kernel wakes us or 100 ms pass (then [`Session::drain_each`]).
+    pub async fn wait(&mut self) -> Result<()> {
+        self.source.wait().await
+    }
+
+    /// [`Session::drain`], each event handed to `each` as its [`Event::view`]: no event is
+    /// made unless one is recorded (what `top` counts, at the rate of a busy host).
+    pub fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> Result<()> {
+        if self.recorder.is_some() {
+            let mut batch = Vec::new();
+            self.drain(&mut batch)?;
+            batch.iter().for_each(|e| each(e.view()));
+            return Ok(());
+        }
+        self.seen += self.source.drain_each(each);
+        Ok(())
     }
 
     fn delivered(&mut self, events: &[Event]) -> Result<()> {

@@ -113,10 +113,10 @@ impl HeaderInfo {
 /// Where `top` gets its events: the live ring buffer or a recording.
 #[allow(async_fn_in_trait)] // used generically only, never as `dyn`
 pub trait EventFeed {
-    /// Waits for more events and appends them to `out`.
-    async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()>;
-    /// Appends what is already there, without waiting.
-    fn drain(&mut self, out: &mut Vec<Event>) -> Result<()>;
+    /// Waits for more events and counts them in `model`.
+    async fn next_batch(&mut self, model: &mut TopModel) -> Result<()>;
+    /// Counts what is already there in `model`, without waiting.
+    fn drain(&mut self, model: &mut TopModel) -> Result<()>;
     /// Events lost before they reached us.
     fn lost(&self) -> u64;
     /// What the kernel counted, where a kernel counts (live): the totals then come from
@@ -136,11 +136,12 @@ pub trait EventFeed {
 }
 
 impl EventFeed for Session {
-    async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
-        Session::next_batch(self, out).await
+    async fn next_batch(&mut self, model: &mut TopModel) -> Result<()> {
+        self.wait().await?;
+        EventFeed::drain(self, model)
     }
-    fn drain(&mut self, out: &mut Vec<Event>) -> Result<()> {
-        Session::drain(self, out)
+    fn drain(&mut self, model: &mut TopModel) -> Result<()> {
+        self.drain_each(|e| model.add_view(e))
     }
     fn lost(&self) -> u64 {
         Session::lost(self)
@@ -161,7 +162,7 @@ pub struct Replay<I> {
     pub error: Option<crate::events::record::ReplayError>,
 }
 
-/// Events handed to the model per batch when replaying.
+/// Events counted per batch when replaying.
 const REPLAY_CHUNK: usize = 4096;
 
 impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::ReplayError>>> Replay<I> {
@@ -173,16 +174,16 @@ impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::Replay
 impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::ReplayError>>> EventFeed
     for Replay<I>
 {
-    async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
+    async fn next_batch(&mut self, model: &mut TopModel) -> Result<()> {
         if self.done {
             std::future::pending::<()>().await;
         }
-        self.drain(out)
+        self.drain(model)
     }
-    fn drain(&mut self, out: &mut Vec<Event>) -> Result<()> {
+    fn drain(&mut self, model: &mut TopModel) -> Result<()> {
         for _ in 0..REPLAY_CHUNK {
             match self.events.next() {
-                Some(Ok(e)) => out.push(e),
+                Some(Ok(e)) => model.add(&e),
                 Some(Err(bad)) => {
                     self.error = Some(bad);
                     self.done = true;
@@ -249,7 +250,6 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
     let start = tokio::time::Instant::now();
     let mut ticker = tokio::time::interval_at(start + opts.interval, opts.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut batch = Vec::new();
     let mut refreshes = 0u64;
     let mut clock = RefreshClock { last: start.into_std() };
     info.live = feed.live();
@@ -260,10 +260,9 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
         loop {
             let mut done = false;
             tokio::select! {
-                r = feed.next_batch(&mut batch) => r?,
+                r = feed.next_batch(&mut model) => r?,
                 _ = ticker.tick() => {
-                    feed.drain(&mut batch)?;
-                    ingest(&mut model, &mut batch);
+                    feed.drain(&mut model)?;
                     refreshes += 1;
                     done = opts.count.is_some_and(|n| refreshes >= n);
                     info.lost = feed.lost();
@@ -274,7 +273,6 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
                 }
                 _ = stop.requested() => done = true,
             }
-            ingest(&mut model, &mut batch);
             if feed.exhausted() && printed_events.is_none() {
                 // A recording: everything is in; one snapshot says it all.
                 info.lost = feed.lost();
@@ -286,8 +284,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
             }
         }
         // Stopped between two refreshes: what came since the last one is not lost.
-        feed.drain(&mut batch)?;
-        ingest(&mut model, &mut batch);
+        feed.drain(&mut model)?;
         if printed_events != Some(model.events) && opts.count.is_none_or(|n| refreshes < n) {
             info.lost = feed.lost();
             // Its rates are those of the part interval since the last refresh.
@@ -315,15 +312,13 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
             redraw = false;
         }
         tokio::select! {
-            r = feed.next_batch(&mut batch) => {
+            r = feed.next_batch(&mut model) => {
                 r?;
-                ingest(&mut model, &mut batch);
                 // A recording shows as soon as it is read; live events wait for the tick.
                 redraw = feed.exhausted();
             }
             _ = ticker.tick() => {
-                feed.drain(&mut batch)?;
-                ingest(&mut model, &mut batch);
+                feed.drain(&mut model)?;
                 refreshes += 1;
                 if opts.count.is_some_and(|n| refreshes >= n) {
                     break;
@@ -396,12 +391,6 @@ fn refresh<F: EventFeed>(model: &mut TopModel, feed: &F, clock: &mut RefreshCloc
         model.tick(clock.lap(), &totals);
     }
     model.snapshot_with(totals)
-}
-
-fn ingest(model: &mut TopModel, batch: &mut Vec<Event>) {
-    for e in batch.drain(..) {
-        model.add(&e);
-    }
 }
 
 /// Prints one snapshot; false when stdout is gone (a closed pipe ends `top` quietly).
