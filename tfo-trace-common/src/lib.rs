@@ -8,11 +8,6 @@
 
 pub const TASK_COMM_LEN: usize = 16;
 
-/// The helper number the programs call where they mean the `bpf_rdonly_cast` kfunc. aya's
-/// loader resolves no kfunc call, so userspace rewrites each call of this number into a
-/// call of the kfunc (`probes/kfunc.rs`) before the object loads; no helper has it.
-pub const RDONLY_CAST_PLACEHOLDER: u32 = 0x7fff_0001;
-
 /// Which end of the connection an event describes. Numbers are part of the wire format.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

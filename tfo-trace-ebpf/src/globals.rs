@@ -12,17 +12,6 @@ pub static LAYOUT: KernelLayout = KernelLayout::zeroed();
 #[no_mangle]
 pub static CONFIG: u32 = 0;
 
-/// BTF id of `struct tcp_sock` in the running kernel, where `bpf_rdonly_cast` is callable
-/// (userspace rewrote its placeholder calls, `kernel::Direct::tcp_sock`); 0: it is not.
-#[no_mangle]
-pub static TCP_SOCK_BTF_ID: u32 = 0;
-
-#[inline(always)]
-pub fn tcp_sock_btf_id() -> u32 {
-    // SAFETY: as for CONFIG.
-    unsafe { core::ptr::read_volatile(&TCP_SOCK_BTF_ID) }
-}
-
 /// Bytes of unread events at which an event wakes the reader: 1/16 of the `EVENTS` ring
 /// (`maps::emit_with`). 0 (not set): every event wakes it.
 #[no_mangle]

@@ -103,16 +103,6 @@ impl Access for Direct {
 
     #[inline(always)]
     fn tcp_sock(sk: *const u8) -> *const u8 {
-        let tcp_sock_id = crate::globals::tcp_sock_btf_id();
-        if tcp_sock_id != 0 {
-            // bpf_rdonly_cast is a register move once verified, where the helper below is a
-            // call (and, on CPUs with return thunks, a costly return: BENCHMARKS.md). It
-            // checks nothing, so the protocol is checked here; every hook passes full sockets.
-            if int::<Direct>(sk, layout!(sk_protocol)) != IPPROTO_TCP {
-                return core::ptr::null();
-            }
-            return rdonly_cast(sk, tcp_sock_id);
-        }
         // SAFETY: a helper the verifier checks; it returns NULL for anything but a full
         // TCP socket (so it is the protocol check too).
         unsafe { bpf_skc_to_tcp_sock(sk as *mut _) as *const u8 }
@@ -123,21 +113,6 @@ impl Access for Direct {
         // SAFETY: `base` is a BTF-typed kernel pointer; the verifier checks this load
         // against the type at that offset and turns it into a fault-tolerant one.
         unsafe { core::ptr::read_volatile(base.wrapping_add(off as usize) as *const T) }
-    }
-}
-
-/// `bpf_rdonly_cast(obj, btf_id)`: `obj` as a read-only pointer to the kernel type `btf_id`
-/// (a constant the verifier knows, from frozen read-only data). Compiled as a call of a
-/// placeholder helper number that userspace rewrites into the kfunc call before loading.
-#[inline(always)]
-fn rdonly_cast(obj: *const u8, btf_id: u32) -> *const u8 {
-    // SAFETY: as aya-ebpf calls helpers: a function pointer made from a call number. This
-    // number is never left in a program that runs (`tcp_sock_btf_id()` is 0 unless
-    // userspace rewrote every call of it; otherwise the verifier prunes this branch).
-    unsafe {
-        let kfunc: unsafe extern "C" fn(*const u8, u32) -> *const u8 =
-            core::mem::transmute(tfo_trace_common::RDONLY_CAST_PLACEHOLDER as usize);
-        kfunc(obj, btf_id)
     }
 }
 

@@ -72,13 +72,7 @@ pub struct Btf {
     /// Index = type id; id 0 is `void`.
     types: Vec<Type>,
     structs_by_name: HashMap<String, u32>,
-    /// Ids of the functions in [`FUNCS_KEPT`] that this BTF has.
-    funcs_by_name: HashMap<&'static str, u32>,
 }
-
-/// The kernel functions whose BTF ids the loader needs (kfuncs the programs call); the
-/// tens of thousands of others are not kept.
-pub const FUNCS_KEPT: &[&str] = &["bpf_rdonly_cast"];
 
 fn u16_at(b: &[u8], off: usize) -> Result<u16> {
     let s = b.get(off..off + 2).context("BTF truncated")?;
@@ -133,7 +127,6 @@ impl Btf {
 
         let mut types = vec![Type::Other]; // id 0: void
         let mut structs_by_name = HashMap::new();
-        let mut funcs_by_name = HashMap::new();
         let mut pos = 0usize;
         while pos < types_sec.len() {
             let name_off = u32_at(types_sec, pos)?;
@@ -201,30 +194,12 @@ impl Btf {
                 }
                 KIND_FLOAT => Type::Scalar { size: size_or_type },
                 KIND_PTR => Type::Scalar { size: 8 },
-                KIND_FUNC => {
-                    let name = strings.get(name_off as usize..).unwrap_or(&[]);
-                    let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
-                    if let Some(kept) = FUNCS_KEPT.iter().find(|f| f.as_bytes() == name) {
-                        funcs_by_name.entry(*kept).or_insert(id);
-                    }
-                    Type::Other
-                }
-                KIND_FWD => Type::Other,
+                KIND_FWD | KIND_FUNC => Type::Other,
                 other => bail!("unknown BTF kind {other} at type id {id}"),
             };
             types.push(ty);
         }
-        Ok(Btf { types, structs_by_name, funcs_by_name })
-    }
-
-    /// The type id of `struct name`.
-    pub fn struct_id(&self, name: &str) -> Option<u32> {
-        self.structs_by_name.get(name).copied()
-    }
-
-    /// The type id of the function `name`, one of [`FUNCS_KEPT`].
-    pub fn func_id(&self, name: &str) -> Option<u32> {
-        self.funcs_by_name.get(name).copied()
+        Ok(Btf { types, structs_by_name })
     }
 
     fn resolve(&self, mut id: u32) -> Option<&Type> {
@@ -302,7 +277,7 @@ pub(crate) mod tests {
     /// Builds a tiny BTF blob: struct inner { u32 a; u32 b:3; u32 c:2; };
     /// struct outer { u64 x; union { struct inner in; u64 y; }; }
     pub(crate) fn sample() -> Vec<u8> {
-        let strings = b"\0inner\0a\0b\0c\0outer\0x\0in\0y\0u32\0bpf_rdonly_cast\0tcp_init\0".to_vec();
+        let strings = b"\0inner\0a\0b\0c\0outer\0x\0in\0y\0u32\0".to_vec();
         let s = |name: &str| -> u32 {
             let needle = format!("\0{name}\0");
             strings.windows(needle.len()).position(|w| w == needle.as_bytes()).unwrap() as u32 + 1
@@ -328,9 +303,6 @@ pub(crate) mod tests {
         push(&[s("outer"), (KIND_STRUCT << 24) | 2, 16]);
         push(&[s("x"), 1, 0]);
         push(&[0, 3, 64]);
-        // 5, 6: two functions (their prototypes are not needed here), one of FUNCS_KEPT
-        push(&[s("tcp_init"), KIND_FUNC << 24, 1]);
-        push(&[s("bpf_rdonly_cast"), KIND_FUNC << 24, 1]);
         let mut b = Vec::new();
         b.extend_from_slice(&BTF_MAGIC.to_le_bytes());
         b.extend_from_slice(&[1, 0]);
@@ -356,16 +328,6 @@ pub(crate) mod tests {
         assert_eq!(btf.member("outer", "nope"), None);
         assert_eq!(btf.member("nope", "x"), None);
         assert_eq!(btf.member_path("outer", &["in", "c"]), loc(64 + 35, 2, 4));
-    }
-
-    #[test]
-    fn keeps_the_ids_of_named_structs_and_of_the_kfuncs_it_is_asked_for() {
-        let btf = Btf::parse(&sample()).unwrap();
-        assert_eq!(btf.struct_id("inner"), Some(2));
-        assert_eq!(btf.struct_id("outer"), Some(4));
-        assert_eq!(btf.struct_id("nope"), None);
-        assert_eq!(btf.func_id("bpf_rdonly_cast"), Some(6));
-        assert_eq!(btf.func_id("tcp_init"), None, "not one of FUNCS_KEPT");
     }
 
     #[test]

@@ -1,6 +1,5 @@
 //! Loading and attaching the kernel programs: BTF layout, backend choice, fallbacks.
 pub mod btf;
-mod kfunc;
 pub mod layout;
 pub mod table;
 
@@ -15,7 +14,7 @@ use aya::{
     programs::{BtfTracePoint, FEntry, FExit, KProbe, RawTracePoint},
     Btf, Ebpf, EbpfLoader,
 };
-use tfo_trace_common::{config, RDONLY_CAST_PLACEHOLDER};
+use tfo_trace_common::config;
 
 use table::HookKind;
 pub use table::{Backend, BackendChoice};
@@ -140,7 +139,7 @@ fn unavailable(backend: Backend) -> Option<String> {
 pub fn load(opts: &LoadOptions) -> Result<Tracer> {
     let started = Instant::now();
     raise_memlock_rlimit();
-    let kernel = kernel_types(opts.btf.as_deref())?;
+    let kernel_layout = kernel_layout(opts.btf.as_deref())?;
     let mut skipped = Vec::new();
     for &backend in opts.backend.candidates() {
         if let Some(reason) = unavailable(backend) {
@@ -150,7 +149,7 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
             skipped.push(Skipped { backend, reason });
             continue;
         }
-        match load_backend(backend, opts, &kernel) {
+        match load_backend(backend, opts, &kernel_layout) {
             Ok(ebpf) => {
                 return Ok(Tracer { ebpf, backend, skipped, attach_time: started.elapsed() });
             }
@@ -174,31 +173,14 @@ fn raise_memlock_rlimit() {
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
 }
 
-/// What the programs need to know of this kernel's types, parsed once per start.
-struct KernelTypes {
-    /// Where it keeps the fields the programs read.
-    layout: tfo_trace_common::KernelLayout,
-    /// BTF ids for `bpf_rdonly_cast` to `struct tcp_sock`, where the kernel has that kfunc
-    /// (6.2+) and its own BTF was read: ids from `--btf FILE` need not be the kernel's.
-    rdonly_cast: Option<RdonlyCast>,
-}
-
-struct RdonlyCast {
-    kfunc: u32,
-    tcp_sock: u32,
-}
-
-/// From the kernel's own BTF or from `--btf FILE`.
-fn kernel_types(file: Option<&Path>) -> Result<KernelTypes> {
+/// Where this kernel keeps the fields the programs read (parsed once per start), from its
+/// own BTF or from `--btf FILE`.
+fn kernel_layout(file: Option<&Path>) -> Result<tfo_trace_common::KernelLayout> {
     let btf = match file {
         Some(f) => btf::Btf::from_file(f)?,
         None => btf::Btf::from_sys_fs()?,
     };
-    let rdonly_cast = match (file, btf.func_id("bpf_rdonly_cast"), btf.struct_id("tcp_sock")) {
-        (None, Some(kfunc), Some(tcp_sock)) => Some(RdonlyCast { kfunc, tcp_sock }),
-        _ => None,
-    };
-    Ok(KernelTypes { layout: layout::from_btf(&btf)?, rdonly_cast })
+    layout::from_btf(&btf)
 }
 
 /// The step that failed and the kernel's errno, without aya's verifier-log noise:
@@ -224,7 +206,11 @@ fn errno_name(n: i32) -> String {
     }
 }
 
-fn load_backend(backend: Backend, opts: &LoadOptions, kernel: &KernelTypes) -> Result<Ebpf> {
+fn load_backend(
+    backend: Backend,
+    opts: &LoadOptions,
+    kernel_layout: &tfo_trace_common::KernelLayout,
+) -> Result<Ebpf> {
     let mut flags = 0;
     if table::server_from_state(backend) {
         flags |= config::SERVER_FROM_STATE;
@@ -238,25 +224,14 @@ fn load_backend(backend: Backend, opts: &LoadOptions, kernel: &KernelTypes) -> R
     let ring_bytes = if opts.counts_only { 4096 } else { opts.ring_buffer_bytes };
     // The reader is woken once 1/16 of the ring holds unread events (maps::emit_with).
     let wakeup_bytes = u64::from(ring_bytes) / 16;
-    // The BTF-typed programs read a `struct tcp_sock` through bpf_rdonly_cast where the
-    // kernel has it (a register move), else through the bpf_skc_to_tcp_sock helper.
-    let (object, tcp_sock_btf_id) = match &kernel.rdonly_cast {
-        Some(cast) => {
-            let (object, _) = kfunc::rewrite_calls(EBPF_OBJECT, RDONLY_CAST_PLACEHOLDER, cast.kfunc)?;
-            (Some(object), cast.tcp_sock)
-        }
-        None => (None, 0),
-    };
     let mut loader = EbpfLoader::new();
     loader
-        .override_global("LAYOUT", &kernel.layout, true)
+        .override_global("LAYOUT", kernel_layout, true)
         .override_global("CONFIG", &flags, true)
         .override_global("FILTER", &opts.filter, true)
         .override_global("WAKEUP_BYTES", &wakeup_bytes, true)
-        .override_global("TCP_SOCK_BTF_ID", &tcp_sock_btf_id, true)
         .map_max_entries("EVENTS", ring_bytes);
-    let object = object.as_ref().map_or(EBPF_OBJECT, kfunc::AlignedObject::bytes);
-    let mut ebpf = loader.load(object).context("loading the eBPF object")?;
+    let mut ebpf = loader.load(EBPF_OBJECT).context("loading the eBPF object")?;
     fill_cgroup_filter(&mut ebpf, &opts.cgroups)?;
     prefill_listeners(&mut ebpf, opts)?;
     attach_all(&mut ebpf, table::hooks(backend))?;
@@ -383,7 +358,7 @@ pub fn load_floor(backend: Backend) -> Result<Ebpf> {
 /// For `doctor`: whether each backend loads and attaches here, and what it sees.
 /// Loads each one for real (then detaches it) when `try_load`, else only the static facts.
 pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
-    let kernel = kernel_types(None).map_err(|e| format!("{e:#}"));
+    let layout = kernel_layout(None).map_err(|e| format!("{e:#}"));
     Backend::ALL
         .iter()
         .map(|&backend| {
@@ -397,10 +372,9 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
                         counts_only: true,
                         ..LoadOptions::default()
                     };
-                    kernel
-                        .as_ref()
-                        .map_err(Clone::clone)
-                        .and_then(|k| load_backend(backend, &opts, k).map(drop).map_err(|e| short_reason(&e)))
+                    layout.clone().and_then(|l| {
+                        load_backend(backend, &opts, &l).map(drop).map_err(|e| short_reason(&e))
+                    })
                 }
             };
             (backend, verdict)
