@@ -333,12 +333,15 @@ pub struct EventRef<'a> {
     pub cgroup_id: Option<u64>,
     /// [`Event::container_label`].
     pub container: Option<&'a str>,
+    /// When it happened, ns since the epoch ([`Timestamp::unix_ns`]): a number, so that
+    /// `trace` makes the text only as it prints it.
+    pub unix_ns: u128,
 }
 
 impl<'a> EventRef<'a> {
     /// What [`Event::decode`] makes of `raw`, seen as [`Event::view`] sees it, its process
     /// name `comm` (the record's, named): no container yet, as decoded.
-    pub(crate) fn of(raw: &TfoEvent, comm: &'a str) -> Result<Self> {
+    pub(crate) fn of(raw: &TfoEvent, clock: Clock, comm: &'a str) -> Result<Self> {
         let (role, outcome) = checked(raw)?;
         Ok(EventRef {
             role,
@@ -356,13 +359,14 @@ impl<'a> EventRef<'a> {
             stall_us: raw.stall_ns / 1000,
             cgroup_id: (raw.cgroup_id != 0).then_some(raw.cgroup_id),
             container: None,
+            unix_ns: clock.to_unix_ns(raw.ts_ns),
         })
     }
 
     /// [`EventRef::of`] the bytes of one ring-buffer record.
-    pub(crate) fn from_bytes(bytes: &[u8], names: &'a mut Interner) -> Result<Self> {
+    pub(crate) fn from_bytes(bytes: &[u8], clock: Clock, names: &'a mut Interner) -> Result<Self> {
         let raw = record_of(bytes)?;
-        Self::of(&raw, names.comm(&raw.comm))
+        Self::of(&raw, clock, names.comm(&raw.comm))
     }
 }
 
@@ -423,6 +427,7 @@ impl Event {
             stall_us: self.stall_us,
             cgroup_id: self.cgroup_id,
             container: self.container_label(),
+            unix_ns: self.ts.unix_ns(),
         }
     }
 
@@ -569,12 +574,14 @@ mod tests {
         for r in [raw(), server] {
             let e = Event::from_bytes(&bytes(&r), Clock::fixed(0), &mut Interner::default()).unwrap();
             let mut names = Interner::default();
-            assert_eq!(EventRef::from_bytes(&bytes(&r), &mut names).unwrap(), e.view());
+            assert_eq!(EventRef::from_bytes(&bytes(&r), Clock::fixed(0), &mut names).unwrap(), e.view());
         }
         let mut bad = raw();
         bad.role = 9;
-        assert!(EventRef::from_bytes(&bytes(&bad), &mut Interner::default()).is_err());
-        assert!(EventRef::from_bytes(&bytes(&raw())[..10], &mut Interner::default()).is_err());
+        assert!(EventRef::from_bytes(&bytes(&bad), Clock::fixed(0), &mut Interner::default()).is_err());
+        assert!(
+            EventRef::from_bytes(&bytes(&raw())[..10], Clock::fixed(0), &mut Interner::default()).is_err()
+        );
     }
 
     #[test]

@@ -139,12 +139,12 @@ impl EventSource {
     /// (the same listener owner and container), without making the event: what `top`
     /// counts, with no name cloned. Returns how many records were handed over.
     pub fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> u64 {
-        let EventSource { ring, comms, malformed, owners, cgroups, .. } = self;
+        let EventSource { ring, clock, comms, malformed, owners, cgroups, .. } = self;
         let ring = &mut ring.get_mut().0;
         let mut handed = 0;
         while let Some(item) = ring.next() {
             let owner;
-            let mut e = match EventRef::from_bytes(&item, comms) {
+            let mut e = match EventRef::from_bytes(&item, *clock, comms) {
                 Ok(e) => e,
                 Err(err) => {
                     *malformed += 1;

@@ -85,18 +85,31 @@ impl Session {
         duration: Option<Duration>,
         mut each: impl FnMut(&mut Vec<Event>) -> Result<ControlFlow<()>>,
     ) -> Result<()> {
-        let mut stop = Stop::new(duration)?;
         let mut batch = Vec::new();
+        self.on_each_wakeup(duration, |session| {
+            session.drain(&mut batch)?;
+            let flow = each(&mut batch);
+            batch.clear();
+            flow
+        })
+        .await
+    }
+
+    /// Calls `take` each time the kernel wakes us or 100 ms pass, to drain what is there
+    /// ([`Session::drain`], [`Session::drain_each`]), until a stop is requested (then once
+    /// more, for what the kernel had already written) or `take` breaks.
+    pub async fn on_each_wakeup(
+        &mut self,
+        duration: Option<Duration>,
+        mut take: impl FnMut(&mut Session) -> Result<ControlFlow<()>>,
+    ) -> Result<()> {
+        let mut stop = Stop::new(duration)?;
         loop {
             let stopping = tokio::select! {
-                r = self.next_batch(&mut batch) => { r?; false }
+                r = self.wait() => { r?; false }
                 _ = stop.requested() => true,
             };
-            if stopping {
-                self.drain(&mut batch)?;
-            }
-            let flow = each(&mut batch)?;
-            batch.clear();
+            let flow = take(self)?;
             if stopping || flow.is_break() {
                 return Ok(());
             }

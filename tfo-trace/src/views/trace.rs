@@ -9,7 +9,7 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    events::{Event, Timestamp},
+    events::{Event, EventRef, Timestamp},
     probes::LoadOptions,
     views::session::Session,
 };
@@ -25,17 +25,19 @@ pub struct TraceOptions {
 
 pub const HEADER: &str = "TIME                     ROLE   OUTCOME            PID     COMM             SOURCE                 DESTINATION            NETNS       DATA RTX HANDSHAKE     STALL  CONTAINER";
 
-/// Appends one event's text line (with its newline) to `buf`. `trace` prints every event
-/// of a busy host: columns are padded and integers written by hand into one buffer per
-/// batch, because core::fmt's padding and a String per field were most of its CPU.
-pub fn write_text_line(buf: &mut Vec<u8>, e: &Event) {
+/// Appends one event's text line (with its newline) to `buf`, the event seen as
+/// [`Event::view`] sees it and its time `ts`. `trace` prints every event of a busy host:
+/// columns are padded and integers written by hand into one buffer per batch, because
+/// core::fmt's padding and a String per field were most of its CPU; and the line is made
+/// from the view of the ring-buffer record (no [`Event`] made and dropped per line).
+pub fn write_text_line(buf: &mut Vec<u8>, ts: &Timestamp, e: &EventRef<'_>) {
     let start = buf.len();
     let mut line = Columns { buf, start };
-    line.left_time(&e.ts, 24);
+    line.left_time(ts, 24);
     line.left(e.role.name(), 6);
     line.left(e.outcome.name(), 18);
     line.left_int(e.pid, 7);
-    line.left(if e.comm.is_empty() { "-" } else { &e.comm }, 16);
+    line.left(if e.comm.is_empty() { "-" } else { e.comm }, 16);
     line.left_addr(e.saddr, e.sport, 22);
     line.left_addr(e.daddr, e.dport, 22);
     line.left_int(e.netns, 11);
@@ -47,7 +49,7 @@ pub fn write_text_line(buf: &mut Vec<u8>, e: &Event) {
     }
     line.right_millis(e.stall_us, 9);
     line.buf.extend_from_slice(b"  ");
-    line.buf.extend_from_slice(e.container_label().unwrap_or("-").as_bytes());
+    line.buf.extend_from_slice(e.container.unwrap_or("-").as_bytes());
     line.buf.push(b'\n');
 }
 
@@ -164,7 +166,7 @@ fn chars(text: &str) -> usize {
 /// [`write_text_line`] as a String, without the newline.
 pub fn text_line(e: &Event) -> String {
     let mut line = Vec::with_capacity(HEADER.len() + 16);
-    write_text_line(&mut line, e);
+    write_text_line(&mut line, &e.ts, &e.view());
     line.pop();
     String::from_utf8(line).expect("every field is UTF-8")
 }
@@ -177,28 +179,45 @@ pub fn write_events(out: &mut impl Write, events: &[Event], json: bool) -> io::R
             serde_json::to_writer(&mut buf, e)?;
             buf.push(b'\n');
         } else {
-            write_text_line(&mut buf, e);
+            write_text_line(&mut buf, &e.ts, &e.view());
         }
     }
-    out.write_all(&buf)?;
+    write_batch(out, &buf)
+}
+
+/// One batch's lines, in one write.
+fn write_batch(out: &mut impl Write, lines: &[u8]) -> io::Result<()> {
+    out.write_all(lines)?;
     out.flush()
 }
 
 pub async fn run(opts: TraceOptions) -> Result<()> {
     let mut session = Session::start(&opts.load, opts.record.as_deref())?;
-    // One write per batch: write_events hands stdout the batch's lines at once, which its
-    // line buffering passes through whole (no syscall per line, no copy).
+    // One write per batch: the batch's lines go to stdout at once, which its line
+    // buffering passes through whole (no syscall per line, no copy).
     let mut stdout = io::stdout().lock();
-    if !opts.json {
+    // A reader that went away (`| head`) ends the trace, quietly.
+    let flow = |written: io::Result<()>| match written {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(ControlFlow::Break(())),
+        r => r.context("writing to stdout").map(ControlFlow::Continue),
+    };
+    if opts.json {
+        session.run(opts.duration, |batch| flow(write_events(&mut stdout, batch, true))).await?;
+    } else {
         writeln!(stdout, "{HEADER}").context("writing to stdout")?;
+        let mut lines = Vec::new();
+        session
+            .on_each_wakeup(opts.duration, |session| {
+                lines.clear();
+                session
+                    .drain_each(|e| write_text_line(&mut lines, &Timestamp::from_unix_ns(e.unix_ns), &e))?;
+                if lines.is_empty() {
+                    return Ok(ControlFlow::Continue(()));
+                }
+                flow(write_batch(&mut stdout, &lines))
+            })
+            .await?;
     }
-    session
-        .run(opts.duration, |batch| match write_events(&mut stdout, batch, opts.json) {
-            // A reader that went away (`| head`) ends the trace, quietly.
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(ControlFlow::Break(())),
-            r => r.context("writing to stdout").map(ControlFlow::Continue),
-        })
-        .await?;
     eprintln!("{}", session.closing_line());
     Ok(())
 }
