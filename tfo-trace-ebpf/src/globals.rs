@@ -12,7 +12,7 @@ pub static LAYOUT: KernelLayout = KernelLayout::zeroed();
 #[no_mangle]
 pub static CONFIG: u32 = 0;
 
-/// Bytes of unread events at which an event wakes the reader: 1/16 of the `EVENTS` ring
+/// Bytes of unread events at which an event wakes the reader: 1/4 of the `EVENTS` ring
 /// (`maps::emit_with`). 0 (not set): every event wakes it.
 #[no_mangle]
 pub static WAKEUP_BYTES: u64 = 0;

@@ -215,7 +215,7 @@ pub fn count(mut key: CountKey, m: &Measure) {
 ///
 /// Waking the reader on every event costs a self-IPI per event (irq_work), measured as
 /// most of our per-connection cost under load; so events are submitted quietly and the
-/// reader is woken once 1/16 of the ring has filled. Userspace also polls every 100 ms,
+/// reader is woken once 1/4 of the ring has filled. Userspace also polls every 100 ms,
 /// which bounds the delay of a lone event.
 #[inline(always)]
 pub fn emit_with(fill: impl FnOnce(&mut TfoEvent)) {

@@ -171,7 +171,7 @@ impl EventSource {
         handed
     }
 
-    /// Waits until the kernel wakes us (it does so once the ring is 1/16 full, see
+    /// Waits until the kernel wakes us (it does so once the ring is 1/4 full, see
     /// `emit` in the eBPF maps) or 100 ms pass, then drains what is there.
     pub async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
         self.wait().await?;
