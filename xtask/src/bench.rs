@@ -221,7 +221,6 @@ struct Env {
     scratch: PathBuf,
     old_bpf_stats: Option<String>,
     mounted_tracefs: bool,
-    clk_tck: f64,
     /// The backend tfo-trace picked (auto) here, for the floor.
     backend: String,
 }
@@ -282,7 +281,16 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let mut runs: BTreeMap<(Mode, Config), Vec<Run>> = BTreeMap::new();
     // Another engineer's VM may start after we waited: say so next to the numbers.
     let mut qemu_seen = BTreeSet::new();
+    // Sampled once per round: the host may move this VM's CPUs closer or further apart.
+    let mut line_transfer_ns = Vec::new();
     for round in 0..args.rounds {
+        let line_ns = cache_line_transfer_ns();
+        println!(
+            "bench: round {}/{} cache-line transfer CPU 0 <-> CPU 1: {line_ns:.0?} ns",
+            round + 1,
+            args.rounds
+        );
+        line_transfer_ns.extend(line_ns);
         for mode in Mode::ALL {
             for cfg in Config::ALL {
                 let r = env.measure(cfg, mode, threads, 0, window, None)?;
@@ -361,6 +369,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let report = Report {
         command,
         loadavg,
+        line_transfer_ns,
         qemu_note,
         backend: env.backend.clone(),
         threads,
@@ -372,7 +381,6 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         million,
         report_scale,
         elapsed_s: started.elapsed().as_secs_f64(),
-        clk_tck: env.clk_tck,
     };
     let text = report.render();
     println!("\n{text}");
@@ -457,17 +465,12 @@ impl Env {
         sweep_stale_namespaces();
         let scratch = std::env::temp_dir().join(format!("tfobench-{pid}"));
         fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
-        let clk_tck = capture(Command::new("getconf").arg("CLK_TCK"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(100.0);
         let mut env = Env {
             bin: release_bin(),
             ns: format!("tfobench-{pid}"),
             scratch,
             old_bpf_stats: None,
             mounted_tracefs: false,
-            clk_tck,
             backend: "tracepoint".into(),
         };
         // bpftrace reads tracepoint formats from tracefs, which is not mounted here at boot.
@@ -536,16 +539,16 @@ impl Env {
         }
         let ids = tracer.as_ref().map(|t| prog_ids(t.pid())).unwrap_or_default();
         let before_progs = prog_stats(&ids)?;
-        let before_cpu = tracer.as_ref().map(|t| cpu_ticks(t.pid())).unwrap_or(0);
+        let before_cpu = tracer.as_ref().map(|t| cpu_ns(t.pid())).unwrap_or(0);
         let load = self.load(mode, threads, rate, dur);
-        let after_cpu = tracer.as_ref().map(|t| cpu_ticks(t.pid())).unwrap_or(0);
+        let after_cpu = tracer.as_ref().map(|t| cpu_ns(t.pid())).unwrap_or(0);
         let after_progs = prog_stats(&ids)?;
         if let Some(t) = &tracer {
             run.vm_hwm_kib = status_kib(t.pid(), "VmHWM").unwrap_or(0);
         }
         let stopped = tracer.take().map(Tracer::stop).transpose()?;
         run.load = load?;
-        run.cpu_s = after_cpu.saturating_sub(before_cpu) as f64 / self.clk_tck;
+        run.cpu_s = after_cpu.saturating_sub(before_cpu) as f64 / 1e9;
         run.progs = ids
             .iter()
             .filter_map(|id| {
@@ -1107,14 +1110,80 @@ fn prog_stats(ids: &BTreeSet<u64>) -> Result<BTreeMap<u64, ProgStat>> {
     Ok(m)
 }
 
-/// utime + stime (clock ticks) of a process, from /proc/PID/stat.
-fn cpu_ticks(pid: u32) -> u64 {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
-    // Fields after the command name (which may contain spaces) start with field 3.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0 };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    get(11) + get(12) // fields 14 (utime) and 15 (stime)
+/// CPU time (ns) of a whole process, its exited threads included: its CPU-time clock
+/// (clock_getcpuclockid), to the nanosecond where /proc/PID/stat counts clock ticks (10 ms:
+/// a fifth of what `trace` uses in a 3 s round). 0 once it is gone.
+fn cpu_ns(pid: u32) -> u64 {
+    // 0 (and what wraps to -1) would name the caller itself.
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return 0 };
+    if pid <= 0 {
+        return 0;
+    }
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: clock_getcpuclockid writes one clockid_t; clock_gettime one timespec.
+    unsafe {
+        if libc::clock_getcpuclockid(pid, &mut clock) != 0 {
+            return 0;
+        }
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        if libc::clock_gettime(clock, &mut ts) != 0 {
+            return 0;
+        }
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+}
+
+/// How long a written cache line takes to reach another CPU, one way: two threads on CPU 0
+/// and CPU 1 take turns incrementing one counter. Every ring-buffer record pays this, twice
+/// or more (its lines move to the reader and back to the writer), so it is printed with
+/// the figures it explains: machines of this kind differ in it by 3x, and one VM by as
+/// much from one second to the next (40 or 240 ns: where the host runs its CPUs). None
+/// with one CPU, or when the two threads did not take their turns within 10 s.
+fn cache_line_transfer_ns() -> Option<f64> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const TURNS: u64 = 200_000;
+    /// Bounds the waiting where the other thread never gets a CPU.
+    const GIVE_UP: Duration = Duration::from_secs(10);
+    fn pin(cpu: usize) -> bool {
+        // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    }
+    /// Takes the turns of parity `mine`; false if the other side stopped answering.
+    fn take_turns(counter: &AtomicU64, mine: u64, deadline: Instant) -> bool {
+        let mut n = mine;
+        while n < TURNS {
+            let mut spins = 0u32;
+            while counter.load(Ordering::Acquire) != n {
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(4096) && Instant::now() > deadline {
+                    return false;
+                }
+                std::hint::spin_loop();
+            }
+            counter.store(n + 1, Ordering::Release);
+            n += 2;
+        }
+        true
+    }
+    if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) < 2 {
+        return None;
+    }
+    let counter = &AtomicU64::new(0);
+    let deadline = Instant::now() + GIVE_UP;
+    let started = Instant::now();
+    // Both sides on threads of their own: pinning this one would pin every process the
+    // benchmark starts after it.
+    let both_done = std::thread::scope(|scope| {
+        let sides =
+            [0, 1].map(|cpu| scope.spawn(move || pin(cpu) && take_turns(counter, cpu as u64, deadline)));
+        sides.into_iter().all(|side| side.join().unwrap_or(false))
+    });
+    let elapsed = started.elapsed();
+    both_done.then(|| elapsed.as_nanos() as f64 / TURNS as f64)
 }
 
 /// A `kB` line of /proc/PID/status, e.g. VmHWM.
@@ -1188,6 +1257,8 @@ fn median(it: impl Iterator<Item = f64>) -> f64 {
 struct Report {
     command: String,
     loadavg: String,
+    /// [`cache_line_transfer_ns`], once per round (none with one CPU).
+    line_transfer_ns: Vec<f64>,
     qemu_note: String,
     backend: String,
     threads: u32,
@@ -1199,7 +1270,6 @@ struct Report {
     million: Million,
     report_scale: ReportScale,
     elapsed_s: f64,
-    clk_tck: f64,
 }
 
 fn met(ok: bool) -> &'static str {
@@ -1241,6 +1311,22 @@ impl Report {
         }))
     }
 
+    /// The per-round samples of [`cache_line_transfer_ns`]: median, min and max.
+    fn line_transfer(&self) -> String {
+        let v = &self.line_transfer_ns;
+        if v.is_empty() {
+            return "not measured (one CPU, or no turn-taking within 10 s)".into();
+        }
+        let (min, max) = v.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        format!(
+            "median {:.0} ns, {:.0}-{:.0} ns over {} rounds",
+            median(v.iter().copied()),
+            min,
+            max,
+            v.len()
+        )
+    }
+
     fn render(&self) -> String {
         let mut s = String::new();
         let w = &mut s;
@@ -1250,7 +1336,8 @@ impl Report {
         let bpftrace = capture(Command::new("bpftrace").arg("--version")).unwrap_or_default();
         w.push_str(&format!(
             "# tfo-trace benchmarks\n\n\
-             - date: {}\n- kernel: {}\n- cores: {cores}\n- load average at the start: {}\n\
+             - date: {}\n- kernel: {}\n- cores: {cores}\n- cache-line transfer between CPU 0 and CPU 1 \
+             (one way; a line written in turn by each, once per round): {}\n- load average at the start: {}\n\
              - other VMs (qemu): {}\n- command: `{}`\n- tracer: tfo-trace release build ({} backend), {}\n\
              - load: `tfo-trace lab-load` ({} client + {} server thread(s) in one process, on 127.0.0.1 in a \
              namespace of its own, net.ipv4.tcp_fastopen=3): plain connections (connect / write / read / \
@@ -1258,6 +1345,7 @@ impl Report {
              configuration, interleaved\n- elapsed: {:.0} s\n\n",
             date.trim(),
             kernel.trim(),
+            self.line_transfer(),
             self.loadavg,
             self.qemu_note,
             self.command,
@@ -1481,11 +1569,10 @@ impl Report {
             ));
         }
         w.push_str(&format!(
-            "\nCPU is utime + stime over the generator's window (clock ticks of 1/{:.0} s); outcomes are those \
+            "\nCPU is the tracer's CPU-time clock (clock_getcpuclockid, ns) over the generator's window; outcomes are those \
              the kernel counted (tfo-trace's closing line). `top --batch --from` a recording of 1,000,000 \
              events to 1,000,000 distinct destinations ({:.0} MiB of JSON lines): peak RSS \
              {million_mib:.1} MiB, evicted {}, {:.1} s, {} output lines.\n",
-            self.clk_tck,
             self.million.file_bytes as f64 / (1024.0 * 1024.0),
             self.million.evicted.map(|e| e.to_string()).unwrap_or_else(|| "not shown".into()),
             self.million.seconds,
@@ -1557,5 +1644,23 @@ mod tests {
             ExitLine { events: Some(9), lost: Some(1), counted: None }
         );
         assert_eq!(parse_exit_line(&l("something else")), ExitLine::default());
+    }
+
+    #[test]
+    fn a_cache_line_crosses_between_two_cpus() {
+        let ns = cache_line_transfer_ns();
+        eprintln!("cache-line transfer: {ns:?} ns");
+        if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) < 2 {
+            assert_eq!(ns, None, "one CPU: nothing to measure");
+        } else {
+            // A cache line moves in tens to hundreds of ns; this bounds a broken turn-taking.
+            let ns = ns.expect("two CPUs take turns");
+            assert!((1.0..100_000.0).contains(&ns), "{ns} ns");
+        }
+        let mut gone = Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        assert_eq!(cpu_ns(gone.id()), 0, "a process that has exited and been reaped");
+        assert_eq!(cpu_ns(0), 0, "not a process (0 would name the caller)");
+        assert!(cpu_ns(std::process::id()) > 0, "this test's own CPU time");
     }
 }
