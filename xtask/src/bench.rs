@@ -1137,11 +1137,14 @@ fn cpu_ns(pid: u32) -> u64 {
 /// and CPU 1 take turns incrementing one counter. Every ring-buffer record pays this, twice
 /// or more (its lines move to the reader and back to the writer), so it is printed with
 /// the figures it explains: machines of this kind differ in it by 3x, and one VM by as
-/// much from one second to the next (40 or 240 ns: where the host runs its CPUs). None
-/// with one CPU, or when the two threads did not take their turns within 10 s.
+/// much from one second to the next (40 or 240 ns: where the host runs its CPUs). The
+/// median of 41 laps of 4096 turns: a lap in which either thread was preempted (the last
+/// round's sockets still being torn down) does not count. None with one CPU, or when the
+/// two threads did not take their turns within 10 s.
 fn cache_line_transfer_ns() -> Option<f64> {
     use std::sync::atomic::{AtomicU64, Ordering};
-    const TURNS: u64 = 200_000;
+    const LAP: u64 = 4096;
+    const LAPS: u64 = 41;
     /// Bounds the waiting where the other thread never gets a CPU.
     const GIVE_UP: Duration = Duration::from_secs(10);
     fn pin(cpu: usize) -> bool {
@@ -1152,38 +1155,47 @@ fn cache_line_transfer_ns() -> Option<f64> {
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
         }
     }
-    /// Takes the turns of parity `mine`; false if the other side stopped answering.
-    fn take_turns(counter: &AtomicU64, mine: u64, deadline: Instant) -> bool {
+    /// Takes the turns of parity `mine`, timing each lap; None if the other side stopped
+    /// answering.
+    fn take_turns(counter: &AtomicU64, mine: u64, deadline: Instant) -> Option<Vec<Duration>> {
+        let mut laps = Vec::new();
+        let mut lap_start = Instant::now();
         let mut n = mine;
-        while n < TURNS {
+        while n < LAP * LAPS {
             let mut spins = 0u32;
             while counter.load(Ordering::Acquire) != n {
                 spins = spins.wrapping_add(1);
                 if spins.is_multiple_of(4096) && Instant::now() > deadline {
-                    return false;
+                    return None;
                 }
                 std::hint::spin_loop();
             }
             counter.store(n + 1, Ordering::Release);
             n += 2;
+            if n.is_multiple_of(LAP) {
+                laps.push(lap_start.elapsed());
+                lap_start = Instant::now();
+            }
         }
-        true
+        Some(laps)
     }
     if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) < 2 {
         return None;
     }
     let counter = &AtomicU64::new(0);
     let deadline = Instant::now() + GIVE_UP;
-    let started = Instant::now();
     // Both sides on threads of their own: pinning this one would pin every process the
     // benchmark starts after it.
-    let both_done = std::thread::scope(|scope| {
-        let sides =
-            [0, 1].map(|cpu| scope.spawn(move || pin(cpu) && take_turns(counter, cpu as u64, deadline)));
-        sides.into_iter().all(|side| side.join().unwrap_or(false))
+    let [here, there] = std::thread::scope(|scope| {
+        [0, 1]
+            .map(|cpu| {
+                scope.spawn(move || if pin(cpu) { take_turns(counter, cpu as u64, deadline) } else { None })
+            })
+            .map(|side| side.join().ok().flatten())
     });
-    let elapsed = started.elapsed();
-    both_done.then(|| elapsed.as_nanos() as f64 / TURNS as f64)
+    there?;
+    let laps = here?.into_iter().map(|lap| lap.as_nanos() as f64 / LAP as f64);
+    Some(median(laps))
 }
 
 /// A `kB` line of /proc/PID/status, e.g. VmHWM.
