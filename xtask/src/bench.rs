@@ -190,7 +190,7 @@ struct Run {
     attaching_line_ms: Option<f64>,
     /// Deltas over the generator's window, per program.
     progs: Vec<ProgStat>,
-    /// utime + stime of the tracer over the generator's window (s).
+    /// CPU time of the tracer over the generator's window (s), from its CPU-time clock.
     cpu_s: f64,
     vm_hwm_kib: u64,
     events: Option<u64>,
@@ -285,11 +285,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let mut line_transfer_ns = Vec::new();
     for round in 0..args.rounds {
         let line_ns = cache_line_transfer_ns();
-        println!(
-            "bench: round {}/{} cache-line transfer CPU 0 <-> CPU 1: {line_ns:.0?} ns",
-            round + 1,
-            args.rounds
-        );
+        let said = line_ns.map_or_else(|| "not measured".to_string(), |ns| format!("{ns:.0} ns"));
+        println!("bench: round {}/{} cache-line transfer CPU 0 <-> CPU 1: {said}", round + 1, args.rounds);
         line_transfer_ns.extend(line_ns);
         for mode in Mode::ALL {
             for cfg in Config::ALL {

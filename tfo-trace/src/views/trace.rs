@@ -171,16 +171,13 @@ pub fn text_line(e: &Event) -> String {
     String::from_utf8(line).expect("every field is UTF-8")
 }
 
-/// Writes a batch of events, text or JSON lines, in one write.
-pub fn write_events(out: &mut impl Write, events: &[Event], json: bool) -> io::Result<()> {
+/// Writes a batch of events as JSON lines, in one write (text lines are written from the
+/// ring buffer's records, in [`run`]).
+fn write_json_events(out: &mut impl Write, events: &[Event]) -> io::Result<()> {
     let mut buf = Vec::with_capacity(events.len() * (HEADER.len() + 16));
     for e in events {
-        if json {
-            serde_json::to_writer(&mut buf, e)?;
-            buf.push(b'\n');
-        } else {
-            write_text_line(&mut buf, &e.ts, &e.view());
-        }
+        serde_json::to_writer(&mut buf, e)?;
+        buf.push(b'\n');
     }
     write_batch(out, &buf)
 }
@@ -202,7 +199,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
         r => r.context("writing to stdout").map(ControlFlow::Continue),
     };
     if opts.json {
-        session.run(opts.duration, |batch| flow(write_events(&mut stdout, batch, true))).await?;
+        session.run(opts.duration, |batch| flow(write_json_events(&mut stdout, batch))).await?;
     } else {
         writeln!(stdout, "{HEADER}").context("writing to stdout")?;
         let mut lines = Vec::new();
