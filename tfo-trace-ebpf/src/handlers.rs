@@ -120,6 +120,19 @@ impl Known {
         }
     }
 
+    /// [`Known::stall_ns`] once the SYN-ACK is in, for a connection whose SYN was
+    /// retransmitted: where the retransmission's hook run never came (seen on 6.18 under
+    /// load: a SYN retransmission that neither these programs nor bpftrace's saw, no
+    /// recursion miss counted), the handshake less the round trip tcp_ack() has just
+    /// measured on the last SYN says the same, to a millisecond.
+    #[inline(always)]
+    fn stall_at_synack_ns(&self, handshake_ns: u64, last_syn_rtt_ns: u64) -> u64 {
+        match self.stall_ns() {
+            0 => handshake_ns.saturating_sub(last_syn_rtt_ns),
+            stall => stall,
+        }
+    }
+
     /// From the SYN to `at_ns`; 0 (unknown) without state.
     #[inline(always)]
     fn since_start(&self, at_ns: u64) -> u64 {
@@ -256,6 +269,14 @@ fn packet_time_ns<A: Access>(tp: *const u8) -> u64 {
     now()
 }
 
+/// The smoothed round trip (`srtt_us`, kept << 3), in ns. Right after the handshake it is
+/// the handshake's own sample: tcp_ack() on the SYN-ACK (client, timed from the last SYN's
+/// timestamp echo) or tcp_synack_rtt_meas() (server child); 0 where Karn's rule gave none.
+#[inline(always)]
+fn srtt_ns<A: Access>(tp: *const u8) -> u64 {
+    (fixed!(A, tp, srtt_us: u32) as u64 >> 3) * 1000
+}
+
 /// Payload bytes of the SYN-data: nothing but the SYN-data has been sent before the
 /// handshake resolves, so bytes_sent is its length (retransmitted SYNs carry none).
 #[inline(always)]
@@ -315,13 +336,13 @@ fn client_established<A: Access>(sk: *const u8) {
         Outcome::NotAttempted
     };
     let data = if f.syn_data { syn_data_bytes::<A>(tp) } else { 0 };
-    let measure = Measure {
-        stall_ns: conn.stall_ns(),
-        syn_data_bytes: data,
-        retransmits: total_retrans,
-        handshake_ns: conn.since_start(at_ns),
-        at_ns,
+    let handshake_ns = conn.since_start(at_ns);
+    let stall_ns = if total_retrans > 0 {
+        conn.stall_at_synack_ns(handshake_ns, srtt_ns::<A>(tp))
+    } else {
+        conn.stall_ns()
     };
+    let measure = Measure { stall_ns, syn_data_bytes: data, retransmits: total_retrans, handshake_ns, at_ns };
     record::<A>(sk, Role::Client, outcome, netns_of::<A>(sk), &conn, measure, |ev| {
         if f.exp {
             ev.flags |= flags::EXP_OPTION;
@@ -491,9 +512,9 @@ fn server_child_resolved<A: Access>(sk: *const u8) {
         return;
     }
     // The handshake of a child is its SYN-ACK's round trip, which tcp_rcv_state_process()
-    // has just measured (tcp_synack_rtt_meas) into srtt_us (<< 3); 0 where Karn's rule
-    // gave no sample (the SYN-ACK was retransmitted).
-    let handshake_ns = (fixed!(A, tp, srtt_us: u32) as u64 >> 3) * 1000;
+    // has just measured (tcp_synack_rtt_meas); 0 where Karn's rule gave no sample (the
+    // SYN-ACK was retransmitted).
+    let handshake_ns = srtt_ns::<A>(tp);
     let data = fixed!(A, tp, bytes_received: u64) as u32;
     let netns = netns_of::<A>(sk);
     if !server_selected::<A>(sk, netns) {
