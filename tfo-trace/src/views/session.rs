@@ -128,7 +128,8 @@ impl Session {
 
     /// What a live view says when it stops: events delivered, and every way one could have
     /// gone missing: lost in a full ring buffer (the kernel still counted those), skipped by
-    /// the kernel (a hook hit again while running), not decodable; and where the recording is.
+    /// the kernel (a hook hit again while running), connects the kernel would not let us
+    /// follow, outcomes it could not count, not decodable; and where the recording is.
     pub fn closing_line(&self) -> String {
         let mut line = format!("tfo-trace: {} events, {} lost", self.seen, self.source.lost());
         if let Ok(counts) = self.source.kernel_counts() {
@@ -138,6 +139,17 @@ impl Session {
         let missed = self.tracer.run_stats().missed;
         if missed > 0 {
             line.push_str(&format!(", {missed} hook runs missed by the kernel (recursion)"));
+        }
+        let stateless = self.source.state_failures();
+        if stateless > 0 {
+            line.push_str(&format!(
+                ", {stateless} TFO connects not followed (the kernel refused their map entry: \
+                 no process or timing in their events)"
+            ));
+        }
+        let uncounted = self.source.uncounted();
+        if uncounted > 0 {
+            line.push_str(&format!(", {uncounted} outcomes not counted (the namespace table was full)"));
         }
         if self.source.malformed > 0 {
             line.push_str(&format!(", {} malformed", self.source.malformed));
