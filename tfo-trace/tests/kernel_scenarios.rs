@@ -174,7 +174,7 @@ fn middlebox_drops_syn_data(v6: bool) {
     let tracer = Tracer::start(&[]);
     let n = 3;
     let run = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::MsgFastopen)).unwrap();
-    let (events, _) = tracer.stop();
+    let (events, stderr) = tracer.stop();
     let syns = wire.stop();
     let (dc, _) = deltas(&lab, &before);
     let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
@@ -186,7 +186,10 @@ fn middlebox_drops_syn_data(v6: bool) {
     assert_eq!(dc.get("TcpExtTCPSynRetrans"), u64::from(n), "client counters: {dc:?}");
     // And the tracer agrees with both.
     let stalls = count(&events, cli_ns, "client", "syn_retransmitted");
-    assert_eq!(stalls, dc.get("TcpExtTCPSynRetrans"));
+    let seen = || {
+        format!("client events: {:?}; tracer: {stderr:?}; SYNs: {syns:?}", of_role(&events, cli_ns, "client"))
+    };
+    assert_eq!(stalls, dc.get("TcpExtTCPSynRetrans"), "{}", seen());
     assert_eq!(stalls, dropped);
     assert_eq!(stalls, dc.get("TcpExtTCPFastOpenActiveFail"));
     for e in of_role(&events, cli_ns, "client") {
@@ -197,7 +200,8 @@ fn middlebox_drops_syn_data(v6: bool) {
         let stall = Duration::from_micros(e["stall_us"].as_u64().unwrap());
         assert!(
             stall >= Duration::from_millis(900) && stall <= Duration::from_millis(1500),
-            "stall {stall:?} should be the 1 s initial RTO: {e}"
+            "stall {stall:?} should be the 1 s initial RTO: {e}; {}",
+            seen()
         );
         let sport = e["sport"].as_u64().unwrap() as u16;
         let conn = run.results.iter().find(|r| r.sport == sport).expect("event matches a connection");
@@ -260,7 +264,7 @@ fn middlebox_drops_tfo_option(v6: bool) {
     let tracer = Tracer::start(&[]);
     let n = 2;
     let run = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::MsgFastopen)).unwrap();
-    let (events, _) = tracer.stop();
+    let (events, stderr) = tracer.stop();
     let (dc, ds) = deltas(&lab, &before);
     let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
     assert_eq!(run.ok_count(), n as usize, "plain handshakes after the timeout");
@@ -271,7 +275,13 @@ fn middlebox_drops_tfo_option(v6: bool) {
         assert_eq!(dc.get(counter), 0, "{counter}: {dc:?}");
     }
     assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 0, "no cookie request reached the server");
-    assert_eq!(count(&events, cli_ns, "client", "syn_retransmitted"), dc.get("TcpExtTCPSynRetrans"));
+    let seen = || format!("client events: {:?}; tracer: {stderr:?}", of_role(&events, cli_ns, "client"));
+    assert_eq!(
+        count(&events, cli_ns, "client", "syn_retransmitted"),
+        dc.get("TcpExtTCPSynRetrans"),
+        "{}",
+        seen()
+    );
     for e in of_role(&events, cli_ns, "client") {
         assert_eq!(e["outcome"], "syn_retransmitted", "{e}");
         assert_eq!(e["syn_data_bytes"], 0, "a cookie request carries no data: {e}");
