@@ -191,7 +191,22 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
             println!("  {s}");
         }
     }
-    println!("summary: {} passed, {} failed, {} skipped", tally.passed, tally.failed, tally.ignored);
+    if !host.retried.is_empty() {
+        println!(
+            "retried ({}): kernel tests that failed once, then passed on their second run:",
+            host.retried.len()
+        );
+        for r in &host.retried {
+            println!("  {r}");
+        }
+    }
+    println!(
+        "summary: {} passed ({} on a second run), {} failed, {} skipped",
+        tally.passed,
+        host.retried.len(),
+        tally.failed,
+        tally.ignored
+    );
     if !problems.is_empty() {
         bail!("{}", problems.join("\n"));
     }
@@ -235,6 +250,9 @@ struct HostRun {
     problems: Vec<String>,
     /// `binary test: reason` for each test that said it cannot run here.
     skipped: Vec<String>,
+    /// `binary test ...`: kernel tests that failed once and passed on their second run
+    /// (the harness's `retried:` lines, tests/common/harness.rs).
+    retried: Vec<String>,
     /// cargo's `Finished` time for the build.
     build_s: Option<f64>,
     /// Seconds per test binary, from libtest's `finished in` lines.
@@ -276,6 +294,7 @@ fn run_tests(args: &[String]) -> Result<HostRun> {
         tally: Tally::default(),
         problems: Vec::new(),
         skipped: Vec::new(),
+        retried: Vec::new(),
         build_s: None,
         binary_s: Vec::new(),
     };
@@ -289,6 +308,8 @@ fn run_tests(args: &[String]) -> Result<HostRun> {
             binary = rest.split(" (").next().unwrap_or(rest).to_string();
         } else if let Some((name, reason)) = vm::skipped_test(l) {
             run.skipped.push(format!("{binary} {name}: {reason}"));
+        } else if let Some(what) = l.strip_prefix("retried: ") {
+            run.retried.push(format!("{binary} {what}"));
         } else if l.starts_with("test result:") {
             if let Some(s) = seconds_after(l, "finished in ") {
                 run.binary_s.push((binary.clone(), s));

@@ -62,13 +62,15 @@ pub fn skip_reason() -> Option<String> {
     None
 }
 
-/// Skips the calling test when the kernel tests cannot run here, with the reason.
+/// Skips the calling test when the kernel tests cannot run here, with the reason; else
+/// marks it a kernel test, which runs once more if it fails (`harness.rs` says why).
 #[macro_export]
 macro_rules! require_kernel {
     () => {
         if let Some(why) = common::skip_reason() {
             common::skip(why);
         }
+        common::harness::uses_kernel();
     };
 }
 
