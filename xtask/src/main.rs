@@ -150,6 +150,7 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     let host = run_tests(args)?;
     let host_s = start.elapsed().as_secs_f64() - setup_s - lint_s;
     let (mut tally, mut problems, mut skipped) = (host.tally, host.problems, host.skipped);
+    let mut retried = host.retried;
     // A gate that fails fails the run, but the tests still run: both verdicts at once.
     tally.failed += lint_problems.len() as u64;
     problems.extend(lint_problems);
@@ -163,6 +164,7 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
                 tally.ignored += r.ignored;
                 problems.extend(r.problems.into_iter().map(|p| format!("vm: {p}")));
                 skipped.extend(r.skipped.into_iter().map(|s| format!("vm {s}")));
+                retried.extend(r.retried.into_iter().map(|s| format!("vm {s}")));
             }
             Err(e) => {
                 tally.failed += 1;
@@ -191,19 +193,19 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
             println!("  {s}");
         }
     }
-    if !host.retried.is_empty() {
+    if !retried.is_empty() {
         println!(
             "retried ({}): kernel tests that failed once, then passed on their second run:",
-            host.retried.len()
+            retried.len()
         );
-        for r in &host.retried {
+        for r in &retried {
             println!("  {r}");
         }
     }
     println!(
         "summary: {} passed ({} on a second run), {} failed, {} skipped",
         tally.passed,
-        host.retried.len(),
+        retried.len(),
         tally.failed,
         tally.ignored
     );

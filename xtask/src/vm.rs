@@ -183,6 +183,9 @@ pub struct Report {
     pub problems: Vec<String>,
     /// Tests that reported themselves as unable to run here: `cell test: reason`.
     pub skipped: Vec<String>,
+    /// Kernel tests that failed once and passed on their second run: `cell test ...`
+    /// (the harness's `retried:` lines, tests/common/harness.rs).
+    pub retried: Vec<String>,
 }
 
 /// `cargo xtask vm`: errors when any cell failed.
@@ -887,6 +890,8 @@ struct TestRun {
     ignored: u64,
     /// Why the test said it cannot run here.
     skip_reason: Option<String>,
+    /// The harness's `retried:` line: it passed on its second run, after this failure.
+    retried: Option<String>,
 }
 
 /// What one boot of one cell gave.
@@ -1152,6 +1157,8 @@ impl Console {
             }
         } else if let Some((_, reason)) = skipped_test(l) {
             self.cur.skip_reason = Some(reason);
+        } else if let Some(what) = l.strip_prefix("retried: ") {
+            self.cur.retried = Some(what.to_string());
         } else if l.contains("Kernel panic") && self.panic.is_none() {
             self.panic = Some(l.to_string());
         }
@@ -1188,6 +1195,9 @@ fn summarize(cells: &[Cell], boots: &[Boot]) -> Report {
                 report.ignored += r.ignored;
                 if let Some(reason) = &r.skip_reason {
                     report.skipped.push(format!("{what}: {reason}"));
+                }
+                if let Some(retried) = &r.retried {
+                    report.retried.push(format!("{}: {retried}", cell.label()));
                 }
                 let ran_nothing = r.exit == 0 && r.passed + r.ignored == 0;
                 if r.exit != 0 || ran_nothing {
@@ -1355,6 +1365,32 @@ mod tests {
         assert_eq!(verdict(r), "skipped");
         assert_eq!(c.unloadable.as_deref(), Some("the fentry backend cannot load here: EACCES"));
         assert_eq!(c.current, Some(("lab".into(), "hangs".into())), "the test a hung guest was running");
+    }
+
+    #[test]
+    fn a_test_passed_on_its_second_run_is_listed() {
+        let mut c = Console::default();
+        for l in [
+            "TFO-VM-TEST stalls a",
+            "retried: a passed on its second run; its first run failed: 2 != 3",
+            "test a ... ok",
+            "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 9 filtered out; finished in 9s",
+            "TFO-VM-END stalls a 0 9",
+        ] {
+            c.line(l);
+        }
+        let bin = TestBin { name: "stalls".into(), path: "/x/stalls".into() };
+        let cell =
+            Cell { kernel: "6.1".into(), name: "tracepoint".into(), runs: vec![(bin, vec!["a".into()])] };
+        let boot = Boot { results: c.results, ..Boot::default() };
+        let r = summarize(&[cell], &[boot]);
+        assert_eq!((r.passed, r.failed), (1, 0));
+        assert_eq!(r.retried.len(), 1, "{:?}", r.retried);
+        assert!(
+            r.retried[0].contains("a passed on its second run; its first run failed: 2 != 3"),
+            "{:?}",
+            r.retried
+        );
     }
 
     #[test]
