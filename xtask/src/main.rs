@@ -310,7 +310,7 @@ fn run_tests(args: &[String]) -> Result<HostRun> {
             binary = rest.split(" (").next().unwrap_or(rest).to_string();
         } else if let Some((name, reason)) = vm::skipped_test(l) {
             run.skipped.push(format!("{binary} {name}: {reason}"));
-        } else if let Some(what) = l.strip_prefix("retried: ") {
+        } else if let Some(what) = vm::retried_test(l) {
             run.retried.push(format!("{binary} {what}"));
         } else if l.starts_with("test result:") {
             if let Some(s) = seconds_after(l, "finished in ") {

@@ -1157,12 +1157,18 @@ impl Console {
             }
         } else if let Some((_, reason)) = skipped_test(l) {
             self.cur.skip_reason = Some(reason);
-        } else if let Some(what) = l.strip_prefix("retried: ") {
+        } else if let Some(what) = retried_test(l) {
             self.cur.retried = Some(what.to_string());
         } else if l.contains("Kernel panic") && self.panic.is_none() {
             self.panic = Some(l.to_string());
         }
     }
+}
+
+/// The harness's `retried: NAME passed on its second run; ...` line
+/// (tests/common/harness.rs): what follows the marker.
+pub fn retried_test(line: &str) -> Option<&str> {
+    line.strip_prefix("retried: ")
 }
 
 /// `test NAME   ... ignored (REASON)` (libtest-mimic pads the name): (name, reason).
