@@ -8,6 +8,11 @@ use tfo_trace_common::KernelLayout;
 #[no_mangle]
 pub static LAYOUT: KernelLayout = KernelLayout::zeroed();
 
+/// This kernel's BTF type id of `struct tcp_sock`: the second argument of the
+/// bpf_rdonly_cast kfunc (`kernel::Direct::tcp_sock`), which the verifier needs as a constant.
+#[no_mangle]
+pub static TCP_SOCK_BTF_ID: u32 = 0;
+
 /// Bits of `tfo_trace_common::config`.
 #[no_mangle]
 pub static CONFIG: u32 = 0;
@@ -21,6 +26,12 @@ pub static WAKEUP_BYTES: u64 = 0;
 pub fn wakeup_bytes() -> u64 {
     // SAFETY: as for CONFIG.
     unsafe { core::ptr::read_volatile(&WAKEUP_BYTES) }
+}
+
+#[inline(always)]
+pub fn tcp_sock_btf_id() -> u32 {
+    // SAFETY: as for CONFIG.
+    unsafe { core::ptr::read_volatile(&TCP_SOCK_BTF_ID) }
 }
 
 #[inline(always)]

@@ -4,6 +4,7 @@
 //! (raw), `fentry`, `kprobes`. `floor` holds empty programs for the benchmark. See
 //! tfo-trace/src/probes/table.rs for which hook serves which outcome on which backend.
 #![no_std]
+#![feature(asm_experimental_arch)] // kernel::cast_to_tcp_sock
 #![no_main]
 
 mod btf_tracepoints;

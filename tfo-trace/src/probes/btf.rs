@@ -72,6 +72,7 @@ pub struct Btf {
     /// Index = type id; id 0 is `void`.
     types: Vec<Type>,
     structs_by_name: HashMap<String, u32>,
+    funcs_by_name: HashMap<String, u32>,
 }
 
 fn u16_at(b: &[u8], off: usize) -> Result<u16> {
@@ -127,6 +128,7 @@ impl Btf {
 
         let mut types = vec![Type::Other]; // id 0: void
         let mut structs_by_name = HashMap::new();
+        let mut funcs_by_name = HashMap::new();
         let mut pos = 0usize;
         while pos < types_sec.len() {
             let name_off = u32_at(types_sec, pos)?;
@@ -194,12 +196,16 @@ impl Btf {
                 }
                 KIND_FLOAT => Type::Scalar { size: size_or_type },
                 KIND_PTR => Type::Scalar { size: 8 },
-                KIND_FWD | KIND_FUNC => Type::Other,
+                KIND_FUNC => {
+                    funcs_by_name.entry(str_at(strings, name_off)).or_insert(id);
+                    Type::Other
+                }
+                KIND_FWD => Type::Other,
                 other => bail!("unknown BTF kind {other} at type id {id}"),
             };
             types.push(ty);
         }
-        Ok(Btf { types, structs_by_name })
+        Ok(Btf { types, structs_by_name, funcs_by_name })
     }
 
     fn resolve(&self, mut id: u32) -> Option<&Type> {
@@ -267,6 +273,16 @@ impl Btf {
 
     pub fn has_struct(&self, name: &str) -> bool {
         self.structs_by_name.contains_key(name)
+    }
+
+    /// The type id of a named struct (the first of that name).
+    pub fn struct_id(&self, name: &str) -> Option<u32> {
+        self.structs_by_name.get(name).copied()
+    }
+
+    /// The type id of a named function (kfuncs are found by it).
+    pub fn func_id(&self, name: &str) -> Option<u32> {
+        self.funcs_by_name.get(name).copied()
     }
 }
 

@@ -1,5 +1,6 @@
 //! Loading and attaching the kernel programs: BTF layout, backend choice, fallbacks.
 pub mod btf;
+mod cast;
 pub mod layout;
 pub mod table;
 
@@ -16,6 +17,7 @@ use aya::{
 };
 use tfo_trace_common::config;
 
+use cast::TcpSockCast;
 use table::HookKind;
 pub use table::{Backend, BackendChoice};
 
@@ -139,7 +141,7 @@ fn unavailable(backend: Backend) -> Option<String> {
 pub fn load(opts: &LoadOptions) -> Result<Tracer> {
     let started = Instant::now();
     raise_memlock_rlimit();
-    let kernel_layout = kernel_layout(opts.btf.as_deref())?;
+    let kernel = kernel_facts(opts.btf.as_deref())?;
     let mut skipped = Vec::new();
     for &backend in opts.backend.candidates() {
         if let Some(reason) = unavailable(backend) {
@@ -149,7 +151,7 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
             skipped.push(Skipped { backend, reason });
             continue;
         }
-        match load_backend(backend, opts, &kernel_layout) {
+        match load_backend(backend, opts, &kernel) {
             Ok(ebpf) => {
                 return Ok(Tracer { ebpf, backend, skipped, attach_time: started.elapsed() });
             }
@@ -173,24 +175,37 @@ fn raise_memlock_rlimit() {
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
 }
 
-/// Where this kernel keeps the fields the programs read (parsed once per start), from its
-/// own BTF or from `--btf FILE`.
-fn kernel_layout(file: Option<&Path>) -> Result<tfo_trace_common::KernelLayout> {
-    let btf = match file {
-        Some(f) => btf::Btf::from_file(f)?,
-        None => btf::Btf::from_sys_fs()?,
+/// What the programs are told about this kernel before load, from one parse of its BTF.
+#[derive(Clone)]
+struct KernelFacts {
+    /// Where this kernel keeps the fields the programs read.
+    layout: tfo_trace_common::KernelLayout,
+    cast: TcpSockCast,
+}
+
+/// From the kernel's own BTF, or from `--btf FILE`: the layout then comes from the file, and
+/// the cast is the helper, since the kfunc needs type ids of the kernel's own BTF.
+fn kernel_facts(file: Option<&Path>) -> Result<KernelFacts> {
+    let (btf, own) = match file {
+        Some(f) => (btf::Btf::from_file(f)?, false),
+        None => (btf::Btf::from_sys_fs()?, true),
     };
-    layout::from_btf(&btf)
+    let cast = if own { TcpSockCast::for_kernel(&btf) } else { TcpSockCast::Helper };
+    Ok(KernelFacts { layout: layout::from_btf(&btf)?, cast })
 }
 
 /// The step that failed and the kernel's errno, without aya's verifier-log noise:
 /// "loading/attaching tfo_try_fastopen_fentry (FEntry tcp_try_fastopen): EPERM".
 pub fn short_reason(err: &anyhow::Error) -> String {
-    let errno = err.chain().filter_map(|e| e.downcast_ref::<std::io::Error>()).find_map(|e| e.raw_os_error());
-    match errno {
+    match errno_of(err) {
         Some(n) => format!("{err}: {} ({})", errno_name(n), std::io::Error::from_raw_os_error(n)),
         None => format!("{err:#}"),
     }
+}
+
+/// The kernel's errno behind `err`, where a syscall failed.
+fn errno_of(err: &anyhow::Error) -> Option<i32> {
+    err.chain().filter_map(|e| e.downcast_ref::<std::io::Error>()).find_map(|e| e.raw_os_error())
 }
 
 fn errno_name(n: i32) -> String {
@@ -206,10 +221,24 @@ fn errno_name(n: i32) -> String {
     }
 }
 
-fn load_backend(
+/// Loads and attaches `backend` with the kernel's cheapest socket cast; with the helper
+/// where the kfunc does not load (a kernel that has bpf_rdonly_cast but refuses it here),
+/// unless the kernel refused the backend itself (EPERM: fentry on some kernels).
+fn load_backend(backend: Backend, opts: &LoadOptions, kernel: &KernelFacts) -> Result<Ebpf> {
+    match load_backend_with(backend, opts, &kernel.layout, kernel.cast) {
+        Err(err) if kernel.cast != TcpSockCast::Helper && errno_of(&err) != Some(libc::EPERM) => {
+            log::info!("{backend} backend with the {}: {err:#}; trying the helper", kernel.cast.name());
+            load_backend_with(backend, opts, &kernel.layout, TcpSockCast::Helper)
+        }
+        loaded => loaded,
+    }
+}
+
+fn load_backend_with(
     backend: Backend,
     opts: &LoadOptions,
     kernel_layout: &tfo_trace_common::KernelLayout,
+    cast: TcpSockCast,
 ) -> Result<Ebpf> {
     let mut flags = 0;
     if table::server_from_state(backend) {
@@ -228,14 +257,18 @@ fn load_backend(
     // ring is still left for the time it takes to be scheduled. Lone events wait at most
     // the reader's 100 ms poll.
     let wakeup_bytes = u64::from(ring_bytes) / 4;
+    let tcp_sock_btf_id = cast.tcp_sock_btf_id();
     let mut loader = EbpfLoader::new();
     loader
         .override_global("LAYOUT", kernel_layout, true)
         .override_global("CONFIG", &flags, true)
         .override_global("FILTER", &opts.filter, true)
         .override_global("WAKEUP_BYTES", &wakeup_bytes, true)
+        .override_global("TCP_SOCK_BTF_ID", &tcp_sock_btf_id, true)
         .map_max_entries("EVENTS", ring_bytes);
-    let mut ebpf = loader.load(EBPF_OBJECT).context("loading the eBPF object")?;
+    let (object, casts) = cast::patch(EBPF_OBJECT, cast)?;
+    log::debug!("{backend} backend: {casts} socket casts as the {}", cast.name());
+    let mut ebpf = loader.load(object.bytes()).context("loading the eBPF object")?;
     fill_cgroup_filter(&mut ebpf, &opts.cgroups)?;
     prefill_listeners(&mut ebpf, opts)?;
     attach_all(&mut ebpf, table::hooks(backend))?;
@@ -362,7 +395,7 @@ pub fn load_floor(backend: Backend) -> Result<Ebpf> {
 /// For `doctor`: whether each backend loads and attaches here, and what it sees.
 /// Loads each one for real (then detaches it) when `try_load`, else only the static facts.
 pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
-    let layout = kernel_layout(None).map_err(|e| format!("{e:#}"));
+    let kernel = kernel_facts(None).map_err(|e| format!("{e:#}"));
     Backend::ALL
         .iter()
         .map(|&backend| {
@@ -376,8 +409,8 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
                         counts_only: true,
                         ..LoadOptions::default()
                     };
-                    layout.clone().and_then(|l| {
-                        load_backend(backend, &opts, &l).map(drop).map_err(|e| short_reason(&e))
+                    kernel.clone().and_then(|k| {
+                        load_backend(backend, &opts, &k).map(drop).map_err(|e| short_reason(&e))
                     })
                 }
             };
