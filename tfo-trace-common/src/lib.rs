@@ -405,7 +405,6 @@ pub struct ProcInfo {
     pub cgroup_id: u64,
 }
 
-/// How many values each kind of filter takes (`--pid` given more often is a usage error).
 /// The call instruction the eBPF object carries where it casts a socket to `struct
 /// tcp_sock` (`kernel::Direct::tcp_sock`): a helper number no kernel has, which userspace
 /// rewrites before load into the kfunc bpf_rdonly_cast (6.2+; the verifier turns it into a
@@ -413,6 +412,7 @@ pub struct ProcInfo {
 /// (aya has no kfunc relocations: this placeholder is ours.)
 pub const TCP_SOCK_CAST_CALL: i32 = 0x7f7c_0001;
 
+/// How many values each kind of filter takes (`--pid` given more often is a usage error).
 pub const FILTER_SLOTS: usize = 8;
 
 /// An address prefix, for `--daddr` / `--saddr`: `addr` masked to `bits`, IPv4 in the

@@ -91,6 +91,16 @@ fn str_at(strings: &[u8], off: u32) -> String {
     String::from_utf8_lossy(&rest[..end]).into_owned()
 }
 
+/// Whether the string at `off` is `name`, without copying it.
+fn name_is(strings: &[u8], off: u32, name: &str) -> bool {
+    let rest = strings.get(off as usize..).unwrap_or(&[]);
+    rest.strip_prefix(name.as_bytes()).is_some_and(|tail| tail.first() == Some(&0))
+}
+
+/// The kernel functions (kfuncs) the programs may call, the only functions [`Btf::func_id`]
+/// finds.
+pub const KFUNCS: &[&str] = &["bpf_rdonly_cast"];
+
 /// The running kernel's own BTF.
 pub const KERNEL_BTF: &str = crate::kernel::uname::BTF_VMLINUX_PATH;
 
@@ -197,7 +207,10 @@ impl Btf {
                 KIND_FLOAT => Type::Scalar { size: size_or_type },
                 KIND_PTR => Type::Scalar { size: 8 },
                 KIND_FUNC => {
-                    funcs_by_name.entry(str_at(strings, name_off)).or_insert(id);
+                    // Only the kfuncs the programs call: vmlinux names some 60,000 functions.
+                    if let Some(name) = KFUNCS.iter().find(|k| name_is(strings, name_off, k)) {
+                        funcs_by_name.entry(name.to_string()).or_insert(id);
+                    }
                     Type::Other
                 }
                 KIND_FWD => Type::Other,
@@ -280,7 +293,7 @@ impl Btf {
         self.structs_by_name.get(name).copied()
     }
 
-    /// The type id of a named function (kfuncs are found by it).
+    /// The type id of a named function, one of [`KFUNCS`].
     pub fn func_id(&self, name: &str) -> Option<u32> {
         self.funcs_by_name.get(name).copied()
     }
@@ -328,6 +341,14 @@ pub(crate) mod tests {
         b.extend_from_slice(&t);
         b.extend_from_slice(&strings);
         b
+    }
+
+    #[test]
+    fn a_name_matches_whole_not_as_a_prefix() {
+        let strings = b"\0bpf_rdonly_cast_x\0bpf_rdonly_cast\0";
+        assert!(!name_is(strings, 1, "bpf_rdonly_cast"));
+        assert!(name_is(strings, 19, "bpf_rdonly_cast"));
+        assert!(!name_is(strings, 99, "bpf_rdonly_cast"));
     }
 
     #[test]

@@ -90,8 +90,7 @@ pub fn patch(object: &[u8], cast: TcpSockCast) -> Result<(AlignedObject, usize)>
             bail!("a code section of the eBPF object lies outside it");
         };
         for insn in code.chunks_exact_mut(8) {
-            let imm = i32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]);
-            if insn[0] != OP_CALL || insn[1] >> 4 != 0 || imm != TCP_SOCK_CAST_CALL {
+            if call_of(insn) != Some((0, TCP_SOCK_CAST_CALL)) {
                 continue;
             }
             let (src_reg, imm) = match cast {
@@ -107,6 +106,12 @@ pub fn patch(object: &[u8], cast: TcpSockCast) -> Result<(AlignedObject, usize)>
     Ok((out, patched))
 }
 
+/// A call instruction's src_reg (0: a helper) and imm (the helper's number, or the
+/// function's BTF id); None for any other instruction.
+fn call_of(insn: &[u8]) -> Option<(u8, i32)> {
+    (insn[0] == OP_CALL).then(|| (insn[1] >> 4, i32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]])))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,17 +120,7 @@ mod tests {
         let file = object::File::parse(object).unwrap();
         file.sections()
             .filter(|s| s.kind() == SectionKind::Text)
-            .map(|s| {
-                s.data()
-                    .unwrap()
-                    .chunks_exact(8)
-                    .filter(|i| {
-                        i[0] == OP_CALL
-                            && i[1] >> 4 == src_reg
-                            && i32::from_le_bytes([i[4], i[5], i[6], i[7]]) == imm
-                    })
-                    .count()
-            })
+            .map(|s| s.data().unwrap().chunks_exact(8).filter(|i| call_of(i) == Some((src_reg, imm))).count())
             .sum()
     }
 
@@ -147,7 +142,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cast_is_found_in_a_kernel_btf_or_falls_back() {
+    fn a_btf_without_the_kfunc_falls_back_to_the_helper() {
         let btf = Btf::parse(&super::super::btf::tests::sample()).unwrap();
         assert_eq!(TcpSockCast::for_kernel(&btf), TcpSockCast::Helper);
         assert_eq!(TcpSockCast::Helper.tcp_sock_btf_id(), 0);
