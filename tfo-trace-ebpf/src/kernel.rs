@@ -79,12 +79,26 @@ pub const TCP_LISTEN: i32 = 10;
 /// Absent values are null pointers and zeros, never `Option`s of pointers or structs: the
 /// BPF backend leaves the payload of such a `None` unset and may still copy it, and the
 /// verifier refuses a read of an unset register.
-pub trait Access {
+pub trait Access: Sized {
     /// Typed (BTF) pointers: a hook's own arguments are what direct loads may read from;
     /// an address remembered as a number from an earlier hook is not.
     const TYPED: bool;
+    /// The socket as a `struct tcp_sock` to read TCP members from, before anything says it
+    /// is TCP: on a socket of another protocol (SCTP also passes through SYN_SENT) what is
+    /// read there means nothing, so a handler reads the members that send a plain
+    /// connection back first and asks [`is_tcp`] only for the few that go on: the protocol
+    /// is one load fewer on the path of every connection. Null where the cast refuses.
+    fn tcp_view(sk: *const u8) -> *const u8;
+
     /// The socket as a `struct tcp_sock`, or null when it is not a TCP socket.
-    fn tcp_sock(sk: *const u8) -> *const u8;
+    #[inline(always)]
+    fn tcp_sock(sk: *const u8) -> *const u8 {
+        if is_tcp::<Self>(sk) {
+            Self::tcp_view(sk)
+        } else {
+            core::ptr::null()
+        }
+    }
     /// `size_of::<T>()` bytes at `base + off`; 0 when unreadable. (No Option here: the BPF
     /// backend turned the payload of a `None` into a read of an unset register, which the
     /// verifier refuses.)
@@ -98,12 +112,9 @@ impl Access for Direct {
     const TYPED: bool = true;
 
     /// The hooks that use it see full sockets only (a state change, a retransmission, a
-    /// listener or TFO child), so the protocol is all there is to check.
+    /// listener or TFO child), so the protocol is all there is to check ([`is_tcp`]).
     #[inline(always)]
-    fn tcp_sock(sk: *const u8) -> *const u8 {
-        if sk.is_null() || int::<Direct>(sk, layout!(sk_protocol)) != IPPROTO_TCP {
-            return core::ptr::null();
-        }
+    fn tcp_view(sk: *const u8) -> *const u8 {
         cast_to_tcp_sock(sk)
     }
 
@@ -149,12 +160,8 @@ impl Access for Probe {
     const TYPED: bool = false;
 
     #[inline(always)]
-    fn tcp_sock(sk: *const u8) -> *const u8 {
-        if int::<Probe>(sk, layout!(sk_protocol)) == IPPROTO_TCP {
-            sk
-        } else {
-            core::ptr::null()
-        }
+    fn tcp_view(sk: *const u8) -> *const u8 {
+        sk
     }
 
     #[inline(always)]
@@ -162,6 +169,12 @@ impl Access for Probe {
         // SAFETY: bpf_probe_read_kernel checks the address; a bad one returns an error.
         unsafe { bpf_probe_read_kernel(base.wrapping_add(off as usize) as *const T) }.unwrap_or_default()
     }
+}
+
+/// Whether a socket is a TCP one (a u16 `sk_protocol` on every supported kernel, 5.6+).
+#[inline(always)]
+pub fn is_tcp<A: Access>(sk: *const u8) -> bool {
+    !sk.is_null() && fixed!(A, sk, sk_protocol: u16) as u64 == IPPROTO_TCP
 }
 
 /// An integer field (or bitfield) widened to u64; 0 when this kernel has no such field.

@@ -117,7 +117,7 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         skc_v6_rcv_saddr: required(btf, "sock", &["skc_v6_rcv_saddr"])?,
         skc_v6_daddr: required(btf, "sock", &["skc_v6_daddr"])?,
         skc_net: fixed(btf, "sock", &["skc_net"], 8)?,
-        sk_protocol: required(btf, "sock", &["sk_protocol"])?,
+        sk_protocol: fixed(btf, "sock", &["sk_protocol"], 2)?,
         tcp_rtx_queue: fixed(btf, "sock", &["tcp_rtx_queue"], 8)?,
         net_ns_inum: fixed(btf, "net", &["ns", "inum"], 4)?,
         // Without it (or at another size) each outcome reads ns.inum itself.
