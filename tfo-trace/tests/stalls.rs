@@ -10,7 +10,7 @@ use std::{net::SocketAddr, path::PathBuf, process::Command, time::Duration};
 use common::{netns_inode, Tracer};
 use serde_json::Value;
 use tfo_trace::{
-    aggregation::metrics::{BuildInfo, Metrics},
+    aggregation::metrics::{BuildInfo, Health, Metrics},
     events::record,
     kernel::netstat::Netstat,
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
@@ -180,7 +180,7 @@ fn one_recording_gives_the_same_stalls_in_every_view() {
     // the way the kernel counts them.
     let mut counts = tfo_trace::events::counts::KernelCounts::default();
     events.iter().filter(|e| e.netns == cli_ns).for_each(|e| counts.add_event(e));
-    metrics.set_kernel(counts, 0);
+    metrics.set_kernel(counts, Health::default());
     let text = metrics.encode();
     let exported: f64 = text
         .lines()

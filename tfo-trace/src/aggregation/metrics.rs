@@ -5,9 +5,12 @@
 //!
 //! Every series without a `destination` label comes from the kernel's per-CPU `COUNTS`
 //! table, so it stays exact when the event stream falls behind (events lost show in
-//! `tfo_trace_events_lost_total`, not as missing counts). Labels stay bounded: `role`
-//! (2 values), `outcome` (13), and one opt-in label, `destination` or `container`, only when
-//! the user asks for it, with a cap ([`Breakdown`]).
+//! `tfo_trace_events_lost_total`, not as missing counts). What can make those counts short
+//! is exported beside them ([`Health`]): `tfo_trace_hook_runs_missed_total` (runs the kernel
+//! skipped), `tfo_trace_outcomes_uncounted_total` (the namespace table was full), and
+//! `tfo_trace_connects_unfollowed_total` (counted, but without process or timing). Labels
+//! stay bounded: `role` (2 values), `outcome` (13), and one opt-in label, `destination` or
+//! `container`, only when the user asks for it, with a cap ([`Breakdown`]).
 use std::{
     collections::{BTreeMap, HashSet},
     sync::{Arc, Mutex},
@@ -49,6 +52,9 @@ pub const EXPOSED: &[(&str, &str)] = &[
     ("tfo_trace_stall_seconds_total", "[{destination|container}] counter"),
     ("tfo_trace_handshake_seconds", "{role} histogram, buckets resolving the 1 s SYN timeout"),
     ("tfo_trace_events_lost_total", "counter"),
+    ("tfo_trace_hook_runs_missed_total", "counter"),
+    ("tfo_trace_connects_unfollowed_total", "counter"),
+    ("tfo_trace_outcomes_uncounted_total", "counter"),
     ("tfo_trace_build_info", "{version,backend,kernel} gauge = 1"),
 ];
 
@@ -150,12 +156,41 @@ pub fn server_address(e: &Event) -> String {
     }
 }
 
+/// The kernel's running totals of everything that can leave the other series short (or
+/// without detail); what every view's closing line reports, as counters a fleet can alert
+/// on. Each only grows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Health {
+    /// Events the ring buffer could not take (the kernel still counted them).
+    pub events_lost: u64,
+    /// Program runs the kernel skipped (a hook hit again while the same program was running
+    /// on that CPU): the outcomes they would have decided are neither counted nor sent.
+    pub hook_runs_missed: u64,
+    /// TFO connects the kernel could not follow (map entry refused): still counted, but
+    /// their events lack process and timing.
+    pub connects_unfollowed: u64,
+    /// Outcomes not counted because the kernel's table of namespaces was full.
+    pub outcomes_uncounted: u64,
+}
+
+impl Health {
+    /// Each total the larger of the two, so that a counter never goes back.
+    fn max(self, o: Health) -> Health {
+        Health {
+            events_lost: self.events_lost.max(o.events_lost),
+            hook_runs_missed: self.hook_runs_missed.max(o.hook_runs_missed),
+            connects_unfollowed: self.connects_unfollowed.max(o.connects_unfollowed),
+            outcomes_uncounted: self.outcomes_uncounted.max(o.outcomes_uncounted),
+        }
+    }
+}
+
 /// Everything the exposition is made of, shared with the registry's collector.
 #[derive(Debug)]
 struct Model {
     backend: Backend,
     kernel: KernelCounts,
-    events_lost: u64,
+    health: Health,
     breakdown: Option<Capped>,
 }
 
@@ -172,7 +207,7 @@ impl Metrics {
         let model = Arc::new(Mutex::new(Model {
             backend: build.backend,
             kernel: KernelCounts::default(),
-            events_lost: 0,
+            health: Health::default(),
             breakdown: breakdown.map(Capped::new),
         }));
         registry.register_collector(Box::new(ModelCollector(model.clone())));
@@ -194,11 +229,12 @@ impl Metrics {
         self.model.lock().map(|m| m.breakdown.is_some()).unwrap_or(false)
     }
 
-    /// The kernel's counts now (they only grow), and its running total of lost events.
-    pub fn set_kernel(&self, counts: KernelCounts, events_lost: u64) {
+    /// The kernel's counts now (they only grow), and its running totals of what can make
+    /// them short ([`Health`]).
+    pub fn set_kernel(&self, counts: KernelCounts, health: Health) {
         if let Ok(mut m) = self.model.lock() {
             m.kernel = counts;
-            m.events_lost = m.events_lost.max(events_lost);
+            m.health = m.health.max(health);
         }
     }
 
@@ -341,14 +377,38 @@ impl Collector for ModelCollector {
             )?;
         }
 
-        let mut e = encoder.encode_descriptor(
-            "tfo_trace_events_lost",
-            "Events the kernel could not hand to tfo-trace because its ring buffer was full (the \
-             counts above include them)",
-            None,
-            MetricType::Counter,
-        )?;
-        e.encode_counter::<Labels, _, u64>(&m.events_lost, None)?;
+        let h = m.health;
+        for (name, help, total) in [
+            (
+                "tfo_trace_events_lost",
+                "Events the kernel could not hand to tfo-trace because its ring buffer was full \
+                 (the counts above include them)",
+                h.events_lost,
+            ),
+            (
+                "tfo_trace_hook_runs_missed",
+                "Program runs the kernel skipped (a hook hit again while the same program was \
+                 running on that CPU): outcomes those runs would have decided are missing from \
+                 the other series",
+                h.hook_runs_missed,
+            ),
+            (
+                "tfo_trace_connects_unfollowed",
+                "TFO connects the kernel could not follow (map entry refused): still counted, but \
+                 without process or timing",
+                h.connects_unfollowed,
+            ),
+            (
+                "tfo_trace_outcomes_uncounted",
+                "Outcomes not counted because the kernel's table of namespaces was full: the \
+                 connection series undercount by this much",
+                h.outcomes_uncounted,
+            ),
+        ] {
+            encoder
+                .encode_descriptor(name, help, None, MetricType::Counter)?
+                .encode_counter::<Labels, _, u64>(&total, None)?;
+        }
         Ok(())
     }
 }
@@ -417,8 +477,8 @@ mod tests {
             ev(Role::Client, Outcome::SynRetransmitted, 3, 64, 1_020_000, 1_010_000),
             ev(Role::Client, Outcome::SynRetransmitted, 3, 64, 1_030_000, 1_020_000),
         ];
-        m.set_kernel(counted(&events), 3);
-        m.set_kernel(counted(&events), 5);
+        m.set_kernel(counted(&events), lost(3));
+        m.set_kernel(counted(&events), lost(5));
         let t = m.encode();
         assert_eq!(sample(&t, r#"tfo_trace_connections_total{role="client",outcome="accepted"}"#), Some(1.0));
         assert_eq!(
@@ -449,7 +509,7 @@ mod tests {
     #[test]
     fn doctor_lists_what_export_serves() {
         let m = Metrics::new(&build(), None);
-        m.set_kernel(counted(&[ev(Role::Client, Outcome::Accepted, 2, 64, 120, 0)]), 0);
+        m.set_kernel(counted(&[ev(Role::Client, Outcome::Accepted, 2, 64, 120, 0)]), Health::default());
         let t = m.encode();
         for (name, _) in EXPOSED {
             assert!(t.lines().any(|l| l.starts_with(name)), "{name} not in the exposition:\n{t}");
@@ -472,7 +532,7 @@ mod tests {
         for e in &events {
             m.observe(e);
         }
-        m.set_kernel(kernel, 1);
+        m.set_kernel(kernel, lost(1));
         let t = m.encode();
         let conns = |role: &str, dst: &str| {
             sample(
@@ -518,7 +578,7 @@ mod tests {
         for e in &events {
             m.observe(e);
         }
-        m.set_kernel(counted(&events), 0);
+        m.set_kernel(counted(&events), Health::default());
         let t = m.encode();
         let conns = |c: &str| {
             sample(
@@ -545,7 +605,7 @@ mod tests {
                 ev(Role::Client, Outcome::DataNotAcked, 2, 64, 900, 0),
                 ev(Role::Client, Outcome::ActiveDisabled, 3, 64, 1_000_000, 1_020_000),
             ]),
-            0,
+            Health::default(),
         );
         assert_eq!(sample(&m.encode(), "tfo_trace_stall_seconds_total"), Some(1.02));
     }
@@ -553,8 +613,42 @@ mod tests {
     #[test]
     fn lost_counter_follows_the_kernel_total() {
         let m = Metrics::new(&build(), None);
-        m.set_kernel(KernelCounts::default(), 7);
-        m.set_kernel(KernelCounts::default(), 2); // never goes back
+        m.set_kernel(KernelCounts::default(), lost(7));
+        m.set_kernel(KernelCounts::default(), lost(2)); // never goes back
         assert_eq!(sample(&m.encode(), "tfo_trace_events_lost_total"), Some(7.0));
+    }
+
+    #[test]
+    fn health_counters_are_exported_from_zero_and_never_go_back() {
+        let m = Metrics::new(&build(), None);
+        let t = m.encode();
+        for name in [
+            "tfo_trace_hook_runs_missed_total",
+            "tfo_trace_connects_unfollowed_total",
+            "tfo_trace_outcomes_uncounted_total",
+        ] {
+            assert_eq!(sample(&t, name), Some(0.0), "{name} exists before it happens:\n{t}");
+            assert!(t.contains(&format!("# TYPE {name} counter")), "{t}");
+        }
+        let health =
+            Health { events_lost: 1, hook_runs_missed: 3, connects_unfollowed: 4, outcomes_uncounted: 5 };
+        m.set_kernel(KernelCounts::default(), health);
+        // A later read that is lower in one total (say, a map read that failed) keeps it.
+        m.set_kernel(KernelCounts::default(), Health { connects_unfollowed: 6, ..Health::default() });
+        let t = m.encode();
+        let lines: Vec<&str> = t.lines().collect();
+        for line in [
+            "tfo_trace_events_lost_total 1",
+            "tfo_trace_hook_runs_missed_total 3",
+            "tfo_trace_connects_unfollowed_total 6",
+            "tfo_trace_outcomes_uncounted_total 5",
+        ] {
+            assert!(lines.contains(&line), "no {line:?} in\n{t}");
+        }
+    }
+
+    /// Health with only `events_lost` set.
+    fn lost(events_lost: u64) -> Health {
+        Health { events_lost, ..Health::default() }
     }
 }

@@ -218,9 +218,10 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-/// The kernel's counts of the namespaces asked for (all without --netns), into the model.
+/// The kernel's counts of the namespaces asked for (all without --netns), into the model,
+/// with its health totals (of every namespace: the kernel keeps those only in all).
 fn refresh(metrics: &Metrics, session: &Session, netns: &[u32]) -> Result<()> {
-    metrics.set_kernel(session.kernel_counts()?.only_netns(netns), session.lost());
+    metrics.set_kernel(session.kernel_counts()?.only_netns(netns), session.health());
     Ok(())
 }
 

@@ -8,6 +8,7 @@ use std::{ops::ControlFlow, path::Path, time::Duration};
 use anyhow::Result;
 
 use crate::{
+    aggregation::metrics::Health,
     events::{
         counts::KernelCounts,
         reader::EventSource,
@@ -121,6 +122,16 @@ impl Session {
         self.source.lost()
     }
 
+    /// The kernel's running totals of every way its counts or events can fall short.
+    pub fn health(&self) -> Health {
+        Health {
+            events_lost: self.source.lost(),
+            hook_runs_missed: self.tracer.run_stats().missed,
+            connects_unfollowed: self.source.state_failures(),
+            outcomes_uncounted: self.source.uncounted(),
+        }
+    }
+
     /// What the kernel counted: exact even when events were lost.
     pub fn kernel_counts(&self) -> Result<KernelCounts> {
         self.source.kernel_counts()
@@ -131,23 +142,24 @@ impl Session {
     /// the kernel (a hook hit again while running), connects the kernel would not let us
     /// follow, outcomes it could not count, not decodable; and where the recording is.
     pub fn closing_line(&self) -> String {
-        let mut line = format!("tfo-trace: {} events, {} lost", self.seen, self.source.lost());
+        let health = self.health();
+        let mut line = format!("tfo-trace: {} events, {} lost", self.seen, health.events_lost);
         if let Ok(counts) = self.source.kernel_counts() {
             let counted: u64 = counts.iter().map(|(_, _, _, c)| c.events).sum();
             line.push_str(&format!(" ({counted} outcomes counted in the kernel)"));
         }
-        let missed = self.tracer.run_stats().missed;
+        let missed = health.hook_runs_missed;
         if missed > 0 {
             line.push_str(&format!(", {missed} hook runs missed by the kernel (recursion)"));
         }
-        let stateless = self.source.state_failures();
+        let stateless = health.connects_unfollowed;
         if stateless > 0 {
             line.push_str(&format!(
                 ", {stateless} TFO connects not followed (the kernel refused their map entry: \
                  no process or timing in their events)"
             ));
         }
-        let uncounted = self.source.uncounted();
+        let uncounted = health.outcomes_uncounted;
         if uncounted > 0 {
             line.push_str(&format!(", {uncounted} outcomes not counted (the namespace table was full)"));
         }
