@@ -95,9 +95,12 @@ fn report_on_a_recorded_middlebox_drop() {
     let dst = format!("{}:{PORT}", lab.server_addr(0, false).unwrap());
     let d = destination(&out.json, &dst, cli_ns);
     assert_eq!(d["verdict"]["kind"], "syn_data_dropped", "{d:#}");
-    assert_eq!(d["syn_data_dropped"], delta.get("TcpExtTCPSynRetrans"));
-    assert_eq!(d["syn_data_dropped"], dropped);
-    assert_eq!(d["syn_data_dropped"], delta.get("TcpExtTCPFastOpenActiveFail"));
+    // On a mismatch (seen under CI load, 2 against 3, here and in the merge test below),
+    // the events tell which connection the report filed elsewhere, and why.
+    let why = format!("{d:#}\nevents: {:#}", Value::from(events.clone()));
+    assert_eq!(d["syn_data_dropped"], delta.get("TcpExtTCPSynRetrans"), "{why}");
+    assert_eq!(d["syn_data_dropped"], dropped, "{why}");
+    assert_eq!(d["syn_data_dropped"], delta.get("TcpExtTCPFastOpenActiveFail"), "{why}");
     assert_eq!(d["syn_data_sent"], u64::from(n));
     let sentence = d["verdict"]["sentence"].as_str().unwrap();
     assert!(
@@ -319,7 +322,7 @@ fn report_merges_recordings_of_two_hosts() {
     let row = &rows[0];
     assert_eq!(row["destination"], "198.18.0.0/16");
     assert_eq!(row["verdict"]["kind"], "syn_data_dropped", "{row:#}");
-    assert_eq!(row["syn_data_dropped"], retrans(&da) + retrans(&db));
+    assert_eq!(row["syn_data_dropped"], retrans(&da) + retrans(&db), "{r:#}");
     assert_eq!(row["accepted"], active(&da) + active(&db));
     assert_eq!(row["data_not_acked"], da.get("TcpExtTCPFastOpenActiveFail") - retrans(&da));
     let showing = [&da, &db].iter().filter(|d| retrans(d) > 0).count();
