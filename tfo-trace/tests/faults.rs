@@ -93,7 +93,7 @@ fn signal_under_load_detaches_and_completes_the_recording(signal: i32) {
     tracer.signal(signal);
     let (events, stderr) = tracer.stop(); // asserts exit 0
     let _ = load.wait();
-    let summary = stderr.iter().find(|l| l.contains(" events, ")).unwrap_or_else(|| panic!("{stderr:?}"));
+    let summary = common::closing_line(&stderr).unwrap_or_else(|| panic!("{stderr:?}"));
     let seen: usize =
         summary.split("tfo-trace: ").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
     assert_eq!(events.len(), seen, "stdout has every event the summary counts: {summary}");

@@ -55,10 +55,8 @@ fn client(lab: &Lab, count: u32) -> ClientArgs {
     ClientArgs { count, mode: ClientMode::MsgFastopen, payload_bytes: 100, ..ClientArgs::new(dst) }
 }
 
-/// Records `n` connections with `tfo-trace trace --json --record FILE`; returns the events
-/// printed on stdout and the client counter deltas over the recording.
-/// What one `trace --record` run saw: its events, the client's counters over it, the
-/// backend it used, and its closing line (which names hook runs the kernel missed).
+/// What one `trace --record` run saw: the events it printed on stdout, the client's
+/// counter deltas over it, the backend it used, and its closing line.
 struct Recorded {
     events: Vec<Value>,
     delta: Netstat,
@@ -66,6 +64,7 @@ struct Recorded {
     closing: String,
 }
 
+/// Records `n` connections with `tfo-trace trace --json --record FILE`.
 fn record(lab: &Lab, file: &TempFile, n: u32) -> Recorded {
     let before = lab.netstat(Side::Client).unwrap();
     let tracer = Tracer::start_command(&["trace", "--json", "--record", file.path()]);
@@ -77,7 +76,7 @@ fn record(lab: &Lab, file: &TempFile, n: u32) -> Recorded {
     let mode = std::fs::metadata(&file.0).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "recordings are private");
     let backend = common::backend_of(&stderr).to_string();
-    let closing = stderr.iter().rev().find(|l| l.contains(" events, ")).cloned().unwrap_or_default();
+    let closing = common::closing_line(&stderr).unwrap_or_default().to_string();
     Recorded { events, delta, backend, closing }
 }
 
@@ -262,8 +261,8 @@ fn report_on_recorded_key_rotation_and_queue_overflow() {
 
 /// One lab as one "host": cookies fetched, then `n` connections recorded with `trace
 /// --record --netns` (its client namespace only, in the kernel), the middlebox dropping
-/// SYN-data or not. Returns the client counter deltas over the recording.
-/// The client's counters over the run, and the tracer's closing line.
+/// SYN-data or not. Returns the client counter deltas over the recording, and the tracer's
+/// closing line.
 fn record_host(lab: &Lab, file: &TempFile, n: u32, drop: bool) -> (Netstat, String) {
     let _server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
     assert_eq!(lab.run_client(common::exe(), &client(lab, 1)).unwrap().ok_count(), 1, "cookie fetched");
@@ -276,7 +275,7 @@ fn record_host(lab: &Lab, file: &TempFile, n: u32, drop: bool) -> (Netstat, Stri
     let run = lab.run_client(common::exe(), &client(lab, n)).unwrap();
     let (_, stderr) = tracer.stop();
     assert_eq!(run.ok_count(), n as usize, "lab connections failed: {run:?}");
-    let closing = stderr.iter().rev().find(|l| l.contains(" events, ")).cloned().unwrap_or_default();
+    let closing = common::closing_line(&stderr).unwrap_or_default().to_string();
     (Netstat::delta(&before, &lab.netstat(Side::Client).unwrap()), closing)
 }
 

@@ -219,6 +219,12 @@ impl Drop for Tracer {
     }
 }
 
+/// A tracer's closing line (`tfo-trace: N events, M lost ...`), which also names hook runs
+/// the kernel missed, connects not followed and outcomes not counted.
+pub fn closing_line(stderr: &[String]) -> Option<&str> {
+    stderr.iter().rev().find(|l| l.contains(" events, ")).map(String::as_str)
+}
+
 /// The backend a tracer ran with, from its "attached with the X backend" line.
 pub fn backend_of(stderr: &[String]) -> tfo_trace::probes::Backend {
     use tfo_trace::probes::Backend;
