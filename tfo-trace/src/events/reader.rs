@@ -206,6 +206,12 @@ impl EventSource {
         self.counter(counter::CONN_STATE_FAILED)
     }
 
+    /// Cgroup records the kernel could not write because their ring was full (those
+    /// cgroups are named by a walk of the hierarchy, where they still exist).
+    pub fn cgroup_records_lost(&self) -> u64 {
+        self.counter(counter::CGROUP_EVENTS_LOST)
+    }
+
     /// Outcomes the kernel could not count because its table of namespaces was full.
     pub fn uncounted(&self) -> u64 {
         self.counter(counter::COUNTS_FULL)

@@ -163,6 +163,10 @@ impl Session {
         if uncounted > 0 {
             line.push_str(&format!(", {uncounted} outcomes not counted (the namespace table was full)"));
         }
+        let cgroups_lost = self.source.cgroup_records_lost();
+        if cgroups_lost > 0 {
+            line.push_str(&format!(", {cgroups_lost} cgroup records lost (ring full)"));
+        }
         if self.source.unnamed > 0 {
             line.push_str(&format!(", {} from an unknown container (cgroup not named)", self.source.unnamed));
         }
