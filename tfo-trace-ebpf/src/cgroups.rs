@@ -4,7 +4,7 @@
 //! after it. These run on a mkdir or rmdir of a cgroup, never on a connection.
 //!
 //! TP_PROTO(struct cgroup *cgrp, const char *path) (include/trace/events/cgroup.h, the
-//! same from 4.19 to 6.18); `path` is cgroup_path() of the cgroup in its own hierarchy
+//! same in 5.10, 6.1, 6.12 and 6.18); `path` is cgroup_path() of the cgroup in its own hierarchy
 //! (kernel/cgroup/cgroup.c, TRACE_CGROUP_PATH). Raw tracepoints: the arguments need no
 //! BTF and no tracefs, and every backend attaches the same two programs.
 use aya_ebpf::{
