@@ -2,7 +2,8 @@
 //! data root, exec root, pid file and socket under the test's scratch directory, and Podman
 //! with its own storage; images made offline from a binary on this host (nothing can be
 //! pulled). Everything an engine made is removed when it is dropped: its containers, the
-//! daemon (stopped by its pid), its mounts and its directories. A test that cannot start an
+//! daemon (stopped by its pid), its mounts, its directories and the parent cgroups its
+//! runtime made. A test that cannot start an
 //! engine here skips with the reason.
 //!
 //! ```ignore
@@ -40,6 +41,32 @@ pub struct Engine {
     dir: PathBuf,
     /// The engine's command-line client (`docker`, `podman`).
     cli: PathBuf,
+    /// The parent cgroups its runtime makes for containers (`docker`, `libpod_parent`) in
+    /// each hierarchy, where they were not there before it: removed with it.
+    parent_cgroups: Vec<PathBuf>,
+}
+
+/// `name` in every cgroup hierarchy (v1 and v2) where it is not there yet.
+fn cgroups_not_there(name: &str) -> Vec<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 2 && matches!(f[2], "cgroup" | "cgroup2")).then(|| Path::new(f[1]).join(name))
+        })
+        .filter(|d| !d.exists())
+        .collect()
+}
+
+/// Removes the cgroup tree at `dir`, deepest first (a cgroup still in use stays).
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+            remove_cgroup_tree(&e.path());
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
 }
 
 fn which(program: &str) -> Option<PathBuf> {
@@ -74,6 +101,7 @@ impl Engine {
             ));
         }
         let dir = scratch(if driver == CgroupDriver::Systemd { "dockerd-systemd" } else { "dockerd" });
+        let parent_cgroups = cgroups_not_there("docker");
         let socket = dir.join("docker.sock");
         let log = std::fs::File::create(dir.join("dockerd.log")).expect("creating dockerd.log");
         let driver_opt = match driver {
@@ -95,7 +123,7 @@ impl Engine {
             .stderr(log)
             .spawn()
             .expect("spawning dockerd");
-        let engine = Engine { kind: Kind::Docker { daemon, socket }, dir, cli };
+        let engine = Engine { kind: Kind::Docker { daemon, socket }, dir, cli, parent_cgroups };
         engine.wait_ready();
         engine
     }
@@ -107,7 +135,8 @@ impl Engine {
         let Some(cli) = which("podman") else {
             skip("needs podman (Debian's package; `cargo xtask setup` installs it)")
         };
-        let engine = Engine { kind: Kind::Podman, dir: scratch("podman"), cli };
+        let parent_cgroups = cgroups_not_there("libpod_parent");
+        let engine = Engine { kind: Kind::Podman, dir: scratch("podman"), cli, parent_cgroups };
         let out =
             engine.command(&["info", "--format", "{{.Host.CgroupManager}}"]).output().expect("podman info");
         if !out.status.success() {
@@ -310,5 +339,8 @@ impl Drop for Engine {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        for parent in &self.parent_cgroups {
+            remove_cgroup_tree(parent);
+        }
     }
 }
