@@ -191,7 +191,40 @@ pub mod counter {
     pub const CONN_STATE_FAILED: u32 = 1;
     /// Outcomes not counted in `COUNTS` because its table of namespaces was full.
     pub const COUNTS_FULL: u32 = 2;
-    pub const COUNT: u32 = 3;
+    /// Cgroup records dropped because the `CGROUP_EVENTS` ring buffer was full (userspace
+    /// then names those cgroups by walking the hierarchy, as far as they still exist).
+    pub const CGROUP_EVENTS_LOST: u32 = 3;
+    pub const COUNT: u32 = 4;
+}
+
+/// The longest cgroup path a [`CgroupEvent`] carries, with its NUL (the kernel's own
+/// buffer for these tracepoints holds 1024: TRACE_CGROUP_PATH_LEN). Kubernetes' deepest
+/// systemd form is under 200 bytes; a longer path arrives cut and is looked up on disk.
+pub const CGROUP_PATH_LEN: usize = 512;
+
+/// What happened to a cgroup (`CgroupEvent::kind`).
+pub mod cgroup_event {
+    /// `cgroup:cgroup_mkdir`: the cgroup exists from now on.
+    pub const MADE: u32 = 1;
+    /// `cgroup:cgroup_rmdir`: the cgroup is gone (events may still name it: a socket
+    /// outlives its process).
+    pub const REMOVED: u32 = 2;
+}
+
+/// One cgroup v2 made or removed, written to the `CGROUP_EVENTS` ring buffer: the
+/// containers' cgroups are learnt as they come, not by walking the hierarchy after them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupEvent {
+    /// The cgroup's id: its kernfs node id, what bpf_get_current_cgroup_id() returns and
+    /// the inode of its directory.
+    pub id: u64,
+    /// [`cgroup_event`].
+    pub kind: u32,
+    /// Bytes of `path` before its NUL; `CGROUP_PATH_LEN - 1` may be a cut path.
+    pub path_len: u32,
+    /// Below the v2 root: `/system.slice/docker-<id>.scope` (NUL-terminated).
+    pub path: [u8; CGROUP_PATH_LEN],
 }
 
 /// Upper bounds (ns, inclusive) of the handshake histogram the kernel keeps per
@@ -369,6 +402,12 @@ pub struct KernelLayout {
     pub net_tfo_active_disable_times: Field,
     /// struct request_sock: num_retrans (u8), SYN-ACKs retransmitted so far
     pub req_num_retrans: Field,
+    /// The cgroup tracepoints' `struct cgroup`: `kn` (its kernfs node, whose `id` is the
+    /// cgroup id) and `root` (whose `hierarchy_id` is 0 for the v2 hierarchy).
+    pub cgroup_kn: Field,
+    pub cgroup_root: Field,
+    pub kernfs_node_id: Field,
+    pub cgroup_root_hierarchy_id: Field,
 }
 
 /// Global flags userspace sets before load (read-only data: the verifier prunes the
@@ -476,6 +515,7 @@ mod pod {
     // SAFETY: all of these are repr(C), made only of integers and byte arrays, with
     // every padding byte spelled out as a field, so any bit pattern is a valid value.
     unsafe impl aya::Pod for super::TfoEvent {}
+    unsafe impl aya::Pod for super::CgroupEvent {}
     unsafe impl aya::Pod for super::Field {}
     unsafe impl aya::Pod for super::KernelLayout {}
     unsafe impl aya::Pod for super::ListenerKey {}
@@ -502,6 +542,7 @@ mod tests {
     #[test]
     fn wire_sizes_have_no_hidden_padding() {
         assert_eq!(size_of::<TfoEvent>(), 120);
+        assert_eq!(size_of::<CgroupEvent>(), 16 + CGROUP_PATH_LEN);
         assert_eq!(size_of::<Field>(), 8);
         assert_eq!(size_of::<ListenerKey>(), 8);
         assert_eq!(size_of::<ProcInfo>(), 32);

@@ -3,11 +3,13 @@
 //! points of each kind of hook: `btf_tracepoints` (typed, direct loads), `tracepoints`
 //! (raw), `fentry`, `kprobes`. `floor` holds empty programs for the benchmark. See
 //! tfo-trace/src/probes/table.rs for which hook serves which outcome on which backend.
+//! `cgroups` learns cgroups as they are made, for the names of containers.
 #![no_std]
 #![feature(asm_experimental_arch)] // kernel::cast_to_tcp_sock
 #![no_main]
 
 mod btf_tracepoints;
+mod cgroups;
 mod fentry;
 mod filter;
 mod floor;

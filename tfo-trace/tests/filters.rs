@@ -13,10 +13,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{count, netns_inode, Tracer};
+use common::{
+    cgroups::{rel, Cgroups},
+    count, netns_inode, Tracer,
+};
 use serde_json::Value;
 use tfo_trace::{
-    kernel::{cgroup, netstat::Netstat},
+    kernel::netstat::Netstat,
     lab::{
         traffic::{ClientArgs, ServerArgs},
         Lab, LabConfig, ServerHandle, Side,
@@ -25,49 +28,6 @@ use tfo_trace::{
 
 const CONTAINER: &str = "4f1e6d9a0c2b3a4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5";
 const OTHER_CONTAINER: &str = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
-
-/// Cgroups made for one test under the v2 root, removed (bounded retries: the kernel
-/// frees a cgroup once its last process is gone) when dropped.
-struct Cgroups {
-    base: PathBuf,
-    dirs: Vec<PathBuf>,
-}
-
-impl Cgroups {
-    fn new() -> Cgroups {
-        let Some(root) = cgroup::v2_mount() else { common::skip("no cgroup v2 hierarchy is mounted") };
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let base = root.join(format!("tfo-test-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&base)
-            .unwrap_or_else(|e| common::skip(format!("cannot make cgroups here: {e}")));
-        Cgroups { base, dirs: Vec::new() }
-    }
-
-    fn make(&mut self, name: &str) -> PathBuf {
-        let dir = self.base.join(name);
-        std::fs::create_dir(&dir).unwrap();
-        self.dirs.push(dir.clone());
-        dir
-    }
-}
-
-impl Drop for Cgroups {
-    fn drop(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for dir in self.dirs.iter().rev().chain(std::iter::once(&self.base)) {
-            while std::fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
-}
-
-/// A cgroup's path below the v2 root, as events name it.
-fn rel(dir: &Path) -> String {
-    let root = cgroup::v2_mount().unwrap();
-    format!("/{}", dir.strip_prefix(&root).unwrap().display())
-}
 
 fn client_and_server_name_their_cgroup_and_container() {
     require_kernel!();

@@ -12,8 +12,9 @@ use crate::util::{capture, cargo_home, is_root, nightly, probe, run, which};
 /// Debian packages the tests and the demo use (ip/nstat, nft, tcpdump, sysctl, tmux, bpftool).
 const DEB_REQUIRED: &[&str] = &["iproute2", "nftables", "tcpdump", "procps", "tmux", "bpftool"];
 /// Nice to have (prometheus + promtool for tests/export.rs,
-/// setcap for tests/capabilities.rs, which skip without them); a failed install is only a warning.
-const DEB_OPTIONAL: &[&str] = &["prometheus", "libcap2-bin"];
+/// setcap for tests/capabilities.rs, dockerd and podman for tests/containers.rs, which skip
+/// without them); a failed install is only a warning.
+const DEB_OPTIONAL: &[&str] = &["prometheus", "libcap2-bin", "docker.io", "podman"];
 /// Records the LLVM major the installed bpf-linker was built for (it can't tell itself).
 const STAMP: &str = "bpf-linker.llvm-major";
 

@@ -12,7 +12,7 @@
 //! stay bounded: `role` (2 values), `outcome` (13), and one opt-in label, `destination` or
 //! `container`, only when the user asks for it, with a cap ([`Breakdown`]).
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex},
 };
 
@@ -37,8 +37,7 @@ pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 /// cap is counted under, and whatever the kernel counted that no event brought (events lost).
 pub const OTHER: &str = "other";
 
-/// The `container` value of a process in no container (the root cgroup, or a cgroup
-/// tfo-trace could not name).
+/// The `container` value of a process in no container (the root cgroup).
 pub const NO_CONTAINER: &str = "none";
 
 /// Label pairs of one series; a Vec so that the opt-in label exists only when asked for.
@@ -93,6 +92,20 @@ impl Breakdown {
         }
     }
 
+    /// The labels of `e`'s series (the value's `self.label()`, and for a Kubernetes
+    /// container `pod` and `namespace`, with `container` its name in the pod).
+    fn series_labels(self, e: &Event, value: &str) -> Labels {
+        match (self, &e.pod) {
+            (Breakdown::Containers(_), Some(pod)) => {
+                let name = e.container_name.as_deref().unwrap_or(value);
+                let mut l: Labels = vec![("container", name.to_string()), ("pod", pod.to_string())];
+                l.extend(e.pod_namespace.as_deref().map(|ns| ("namespace", ns.to_string())));
+                l
+            }
+            _ => vec![(self.label(), value.to_string())],
+        }
+    }
+
     fn cap(self) -> usize {
         match self {
             Breakdown::Destinations(k) | Breakdown::Containers(k) => k,
@@ -109,7 +122,8 @@ impl Breakdown {
 #[derive(Debug)]
 struct Capped {
     breakdown: Breakdown,
-    admitted: HashSet<String>,
+    /// Each value with a series of its own, and its series' labels.
+    admitted: HashMap<String, Labels>,
     connections: BTreeMap<(Role, Outcome, String), u64>,
     stall_ns: BTreeMap<String, u64>,
 }
@@ -118,7 +132,7 @@ impl Capped {
     fn new(breakdown: Breakdown) -> Capped {
         Capped {
             breakdown,
-            admitted: HashSet::new(),
+            admitted: HashMap::new(),
             connections: BTreeMap::new(),
             stall_ns: BTreeMap::new(),
         }
@@ -126,11 +140,11 @@ impl Capped {
 
     fn observe(&mut self, e: &Event) {
         let value = self.breakdown.value(e);
-        if !self.admitted.contains(&value) {
+        if !self.admitted.contains_key(&value) {
             if self.admitted.len() >= self.breakdown.cap() {
                 return; // counted under "other", from the kernel's total
             }
-            self.admitted.insert(value.clone());
+            self.admitted.insert(value.clone(), self.breakdown.series_labels(e, &value));
         }
         if let Some(s) = stall::of(e).filter(|s| s.lost_us > 0) {
             *self.stall_ns.entry(value.clone()).or_default() += s.lost_us * 1000;
@@ -139,9 +153,11 @@ impl Capped {
     }
 }
 
-/// The `container` label of an event: its container (the id's first 12 characters, as
-/// docker shows it), the systemd unit or cgroup path outside one, [`NO_CONTAINER`] in the
-/// root cgroup or when unknown.
+/// The `container` value of an event: its container as the views name it (its name, else
+/// the id's first 12 characters as docker shows it), the systemd unit or cgroup path
+/// outside one, `unknown` where its cgroup could not be named, [`NO_CONTAINER`] in the root
+/// cgroup. A Kubernetes container's series say `container` (its name in the pod), `pod`
+/// and `namespace` apart ([`Breakdown::series_labels`]).
 pub fn container_label(e: &Event) -> String {
     e.container_name().unwrap_or_else(|| NO_CONTAINER.to_string())
 }
@@ -260,15 +276,20 @@ impl Metrics {
 struct ModelCollector(Arc<Mutex<Model>>);
 
 /// `extra`: the opt-in label and its value.
-fn labels(role: Role, outcome: Option<Outcome>, extra: Option<(&'static str, &str)>) -> Labels {
+fn labels(role: Role, outcome: Option<Outcome>, extra: &[(&'static str, String)]) -> Labels {
     let mut l: Labels = vec![("role", role.name().to_string())];
     if let Some(o) = outcome {
         l.push(("outcome", o.name().to_string()));
     }
-    if let Some((name, value)) = extra {
-        l.push((name, value.to_string()));
-    }
+    l.extend_from_slice(extra);
     l
+}
+
+impl Capped {
+    /// The labels of the series of `value` (an admitted one, or [`OTHER`]).
+    fn labels_of(&self, value: &str) -> Labels {
+        self.admitted.get(value).cloned().unwrap_or_else(|| vec![(self.breakdown.label(), value.to_string())])
+    }
 }
 
 impl Collector for ModelCollector {
@@ -296,20 +317,19 @@ impl Collector for ModelCollector {
             let total = m.kernel.total(role, outcome).events;
             match &m.breakdown {
                 None => e
-                    .encode_family(&labels(role, Some(outcome), None))?
+                    .encode_family(&labels(role, Some(outcome), &[]))?
                     .encode_counter::<Labels, _, u64>(&total, None)?,
                 Some(d) => {
-                    let label = d.breakdown.label();
                     let mut named = 0;
                     for ((r, o, value), n) in &d.connections {
                         if (*r, *o) == (role, outcome) {
                             named += n;
-                            e.encode_family(&labels(role, Some(outcome), Some((label, value))))?
+                            e.encode_family(&labels(role, Some(outcome), &d.labels_of(value)))?
                                 .encode_counter::<Labels, _, u64>(n, None)?;
                         }
                     }
                     let other = total.saturating_sub(named);
-                    e.encode_family(&labels(role, Some(outcome), Some((label, OTHER))))?
+                    e.encode_family(&labels(role, Some(outcome), &d.labels_of(OTHER)))?
                         .encode_counter::<Labels, _, u64>(&other, None)?;
                 }
             }
@@ -323,7 +343,7 @@ impl Collector for ModelCollector {
         )?;
         for &role in &roles {
             let bytes = m.kernel.role_total(role).syn_data_bytes;
-            e.encode_family(&labels(role, None, None))?.encode_counter::<Labels, _, u64>(&bytes, None)?;
+            e.encode_family(&labels(role, None, &[]))?.encode_counter::<Labels, _, u64>(&bytes, None)?;
         }
 
         let mut e = encoder.encode_descriptor(
@@ -342,14 +362,13 @@ impl Collector for ModelCollector {
         match &m.breakdown {
             None => e.encode_counter::<Labels, _, f64>(&(stall_ns as f64 / 1e9), None)?,
             Some(d) => {
-                let label = d.breakdown.label();
                 let mut named = 0;
                 for (value, ns) in &d.stall_ns {
                     named += ns;
-                    let l: Labels = vec![(label, value.clone())];
-                    e.encode_family(&l)?.encode_counter::<Labels, _, f64>(&(*ns as f64 / 1e9), None)?;
+                    e.encode_family(&d.labels_of(value))?
+                        .encode_counter::<Labels, _, f64>(&(*ns as f64 / 1e9), None)?;
                 }
-                let l: Labels = vec![(label, OTHER.to_string())];
+                let l = d.labels_of(OTHER);
                 let other = stall_ns.saturating_sub(named) as f64 / 1e9;
                 e.encode_family(&l)?.encode_counter::<Labels, _, f64>(&other, None)?;
             }
@@ -369,7 +388,7 @@ impl Collector for ModelCollector {
                 .chain([f64::INFINITY])
                 .zip(t.handshake_buckets)
                 .collect();
-            e.encode_family(&labels(role, None, None))?.encode_histogram::<Labels>(
+            e.encode_family(&labels(role, None, &[]))?.encode_histogram::<Labels>(
                 t.handshake_ns as f64 / 1e9,
                 t.handshakes,
                 &buckets,
@@ -575,6 +594,7 @@ mod tests {
             in_docker("99aa00bb11cc22dd33ee"),
             ev(Role::Client, Outcome::Accepted, 2, 10, 100, 0),
         ];
+        assert_eq!(container_label(&events[3]), NO_CONTAINER);
         for e in &events {
             m.observe(e);
         }
@@ -591,7 +611,31 @@ mod tests {
         assert_eq!(conns("4f1e6d9a0c2b"), Some(2.0), "docker's 12-character id: {t}");
         assert_eq!(conns("other"), Some(2.0), "beyond the cap, and the root cgroup's: {t}");
         assert!(!t.contains("99aa00bb11cc") && !t.contains("destination="), "{t}");
-        assert_eq!(container_label(&events[3]), NO_CONTAINER);
+
+        // Kubernetes: the container's name in its pod, the pod and its namespace apart.
+        let m = Metrics::new(&build(), Some(Breakdown::Containers(2)));
+        let in_pod = |pod: &str| Event {
+            container_name: Some("app".into()),
+            pod: Some(pod.into()),
+            pod_namespace: Some("shop".into()),
+            container: Some(format!("shop/{pod}/app").into()),
+            ..in_docker("4f1e6d9a0c2b3a4d5e6f")
+        };
+        let events = [in_pod("web-0"), in_pod("web-1"), in_pod("web-1")];
+        for e in &events {
+            m.observe(e);
+        }
+        m.set_kernel(counted(&events), Health::default());
+        let t = m.encode();
+        let series = |pod: &str| {
+            sample(
+                &t,
+                &format!(
+                    r#"tfo_trace_connections_total{{role="client",outcome="accepted",container="app",pod="{pod}",namespace="shop"}}"#
+                ),
+            )
+        };
+        assert_eq!((series("web-0"), series("web-1")), (Some(1.0), Some(2.0)), "{t}");
     }
 
     #[test]

@@ -1,4 +1,5 @@
 //! Decoding kernel events into [`Event`], the record every view and the JSON output use.
+pub mod cgroups;
 pub mod counts;
 pub mod reader;
 pub mod record;
@@ -64,11 +65,25 @@ pub struct Event {
     pub cgroup: Option<Arc<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_id: Option<Arc<str>>,
-    /// `docker`, `containerd`, `crio`, `podman`, or a systemd unit.
+    /// `docker`, `containerd`, `crio`, `podman` (the runtime whose state has the container;
+    /// `unknown` for an id no runtime here knows), or a systemd unit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_runtime: Option<Arc<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<Arc<str>>,
+    /// Docker's or Podman's name of the container; a Kubernetes container's name in its pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_name: Option<Arc<str>>,
+    /// A Kubernetes pod's name and namespace (from the runtime's CRI labels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<Arc<str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_namespace: Option<Arc<str>>,
+    /// What the views show as CONTAINER: the name (`namespace/pod/container` in
+    /// Kubernetes), else the short id, the systemd unit or the cgroup path; `unknown` where
+    /// the cgroup could not be named; absent for the host (the root cgroup).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<Arc<str>>,
 }
 
 /// Converts CLOCK_MONOTONIC (what bpf_ktime_get_ns returns) to wall-clock time.
@@ -297,19 +312,23 @@ fn record_of(bytes: &[u8]) -> Result<TfoEvent> {
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const TfoEvent) })
 }
 
-/// What users call the container (or unit) of a process, from its cgroup's names: the
-/// container id shortened as `docker ps` does, else the runtime's unit, else the cgroup
-/// path (not the root's).
+/// What users call the container (or unit) of a process in a recording made before events
+/// carried their `container`: the container id shortened as `docker ps` does, else the
+/// runtime's unit, else the cgroup path (not the root's).
 pub fn container_label<'a>(
     id: Option<&'a str>,
     runtime: Option<&'a str>,
     cgroup: Option<&'a str>,
 ) -> Option<&'a str> {
-    match (id, runtime) {
-        (Some(id), _) => Some(id.char_indices().nth(12).map_or(id, |(end, _)| &id[..end])),
-        (None, Some(unit)) => Some(unit),
-        (None, None) => cgroup.filter(|p| *p != "/"),
+    crate::kernel::cgroup::plain_label(id, runtime, cgroup)
+}
+
+/// The shared `unknown` label.
+fn unknown_label() -> Arc<str> {
+    thread_local! {
+        static UNKNOWN: Arc<str> = crate::kernel::cgroup::UNKNOWN.into();
     }
+    UNKNOWN.with(Arc::clone)
 }
 
 /// An event as `top`'s tables count it: its numbers and the parts of its rows' keys, its
@@ -401,6 +420,10 @@ impl Event {
             container_id: None,
             container_runtime: None,
             pod_uid: None,
+            container_name: None,
+            pod: None,
+            pod_namespace: None,
+            container: None,
         })
     }
 
@@ -431,19 +454,40 @@ impl Event {
         }
     }
 
-    /// What users call the container (or unit) of the process: its id shortened as
-    /// `docker ps` does, else the runtime's unit, else the cgroup path.
+    /// What users call the container (or unit) of the process ([`Event::container`]),
+    /// owned.
     pub fn container_name(&self) -> Option<String> {
         self.container_label().map(str::to_owned)
     }
 
-    /// [`Event::container_name`], borrowed (the views print it for every event).
+    /// [`Event::container`], borrowed (the views print it for every event); for a
+    /// recording made before events carried it, [`container_label`] of its cgroup's names.
     pub fn container_label(&self) -> Option<&str> {
+        if let Some(label) = &self.container {
+            return Some(label);
+        }
         container_label(
             self.container_id.as_deref(),
             self.container_runtime.as_deref(),
             self.cgroup.as_deref(),
         )
+    }
+
+    /// Names the event's cgroup from the cgroup table: its path and container, or
+    /// [`UNKNOWN`](crate::kernel::cgroup::UNKNOWN) where no one could name it.
+    pub fn name_cgroup(&mut self, named: Option<&crate::kernel::cgroup::NamedCgroup>) {
+        let Some(n) = named else {
+            self.container = Some(unknown_label());
+            return;
+        };
+        self.cgroup = Some(n.path.clone());
+        self.container_id = n.container_id.clone();
+        self.container_runtime = n.container_runtime.clone();
+        self.pod_uid = n.pod_uid.clone();
+        self.container_name = n.container_name.clone();
+        self.pod = n.pod.clone();
+        self.pod_namespace = n.pod_namespace.clone();
+        self.container = n.label.clone();
     }
 
     /// The destination as users name it: `198.18.0.2:8080`, `[fd00::2]:8080`.
@@ -493,6 +537,10 @@ pub(crate) fn sample_event(role: Role, outcome: Outcome) -> Event {
         container_id: None,
         container_runtime: None,
         pod_uid: None,
+        container_name: None,
+        pod: None,
+        pod_namespace: None,
+        container: None,
     }
 }
 

@@ -38,7 +38,9 @@ pub struct EventSource {
     pub malformed: u64,
     owners: OwnerCache,
     netns_names: NetnsNames,
-    cgroups: crate::kernel::cgroup::CgroupNames,
+    cgroups: super::cgroups::CgroupLearner,
+    /// Events whose cgroup no one could name (`container: unknown`).
+    pub unnamed: u64,
 }
 
 /// `ip netns` names by namespace inode, re-read (at most every few seconds) when an event
@@ -70,27 +72,21 @@ impl NetnsNames {
     }
 }
 
-/// A listener opened before we attached has no owner in the kernel map: ask /proc.
+/// A listener opened before we attached has no owner in the kernel map: ask /proc (its
+/// process and cgroup).
 fn name_listener_owner(owners: &mut OwnerCache, ev: &mut Event) {
     if ev.role == Role::Server && ev.pid == 0 {
         if let Some(owner) = owners.lookup(ev.netns, ev.sport) {
             ev.pid = owner.pid;
             ev.comm = owner.comm.into();
+            ev.cgroup_id = ev.cgroup_id.or(owner.cgroup_id);
         }
     }
 }
 
-/// The cgroup path of the event's process, and the container it names.
-fn name_cgroup(cgroups: &mut crate::kernel::cgroup::CgroupNames, ev: &mut Event) {
-    let Some(named) = ev.cgroup_id.and_then(|id| cgroups.named(id)) else { return };
-    ev.container_id = named.container_id.clone();
-    ev.container_runtime = named.container_runtime.clone();
-    ev.pod_uid = named.pod_uid.clone();
-    ev.cgroup = Some(named.path.clone());
-}
-
 impl EventSource {
-    pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
+    /// `cgroup_hooks`: whether the cgroup hooks attached (see [`super::cgroups`]).
+    pub fn new(ebpf: &mut Ebpf, cgroup_hooks: bool) -> Result<Self> {
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
             .context("opening the EVENTS ring buffer")?;
         let counters =
@@ -111,19 +107,22 @@ impl EventSource {
             malformed: 0,
             owners: OwnerCache::default(),
             netns_names: NetnsNames::default(),
-            cgroups: crate::kernel::cgroup::CgroupNames::new(),
+            cgroups: super::cgroups::CgroupLearner::new(ebpf, cgroup_hooks)?,
+            unnamed: 0,
         })
     }
 
     /// Everything already in the ring buffer, without waiting.
     pub fn drain(&mut self, out: &mut Vec<Event>) {
         let ring = &mut self.ring.get_mut().0;
+        let mut learning = self.cgroups.names();
         while let Some(item) = ring.next() {
             match Event::from_bytes(&item, self.clock, &mut self.comms) {
                 Ok(mut ev) => {
                     name_listener_owner(&mut self.owners, &mut ev);
                     ev.netns_name = self.netns_names.name(ev.netns);
-                    name_cgroup(&mut self.cgroups, &mut ev);
+                    ev.name_cgroup(ev.cgroup_id.and_then(|id| learning.names.named(id)));
+                    self.unnamed += u64::from(ev.cgroup.is_none());
                     out.push(ev)
                 }
                 Err(err) => {
@@ -132,6 +131,7 @@ impl EventSource {
                 }
             }
         }
+        learning.names.events_read();
     }
 
     /// Everything already in the ring buffer, without waiting, each record handed to `each`
@@ -139,8 +139,9 @@ impl EventSource {
     /// (the same listener owner and container), without making the event: what `top`
     /// counts, with no name cloned. Returns how many records were handed over.
     pub fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> u64 {
-        let EventSource { ring, clock, comms, malformed, owners, cgroups, .. } = self;
+        let EventSource { ring, clock, comms, malformed, owners, cgroups, unnamed, .. } = self;
         let ring = &mut ring.get_mut().0;
+        let mut learning = cgroups.names();
         let mut handed = 0;
         while let Some(item) = ring.next() {
             let owner;
@@ -157,17 +158,20 @@ impl EventSource {
                 owner = owners.lookup(e.netns, e.sport);
                 if let Some(o) = &owner {
                     (e.pid, e.comm) = (o.pid, &o.comm);
+                    e.cgroup_id = e.cgroup_id.or(o.cgroup_id);
                 }
             }
-            if let Some(id) = e.cgroup_id {
-                e.container = cgroups.named(id).and_then(|n| {
-                    let (id, runtime) = (n.container_id.as_deref(), n.container_runtime.as_deref());
-                    super::container_label(id, runtime, Some(&n.path))
-                });
-            }
+            e.container = match e.cgroup_id.and_then(|id| learning.names.named(id)) {
+                Some(n) => n.label.as_deref(),
+                None => {
+                    *unnamed += 1;
+                    Some(crate::kernel::cgroup::UNKNOWN)
+                }
+            };
             handed += 1;
             each(e);
         }
+        learning.names.events_read();
         handed
     }
 
@@ -200,6 +204,12 @@ impl EventSource {
     /// TFO connects whose state could not be stored (their events lack pid and timing).
     pub fn state_failures(&self) -> u64 {
         self.counter(counter::CONN_STATE_FAILED)
+    }
+
+    /// Cgroup records the kernel could not write because their ring was full (those
+    /// cgroups are named by a walk of the hierarchy, where they still exist).
+    pub fn cgroup_records_lost(&self) -> u64 {
+        self.counter(counter::CGROUP_EVENTS_LOST)
     }
 
     /// Outcomes the kernel could not count because its table of namespaces was full.

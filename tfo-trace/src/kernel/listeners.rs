@@ -26,6 +26,8 @@ const NEGATIVE_TTL: Duration = Duration::from_secs(5);
 pub struct Owner {
     pub pid: u32,
     pub comm: String,
+    /// Its cgroup v2 id, where /proc and the v2 mount say.
+    pub cgroup_id: Option<u64>,
 }
 
 /// Listening sockets in a /proc/net/tcp or tcp6 text: (local address, socket inode).
@@ -95,7 +97,7 @@ pub fn find_owner(netns: u32, port: u16) -> Option<Owner> {
         return None;
     }
     let pid = in_ns.into_iter().find(|&p| socket_fds(p).any(|(_, i)| inodes.contains(&i)))?;
-    Some(Owner { pid, comm: comm_of(pid)? })
+    Some(Owner { pid, comm: comm_of(pid)?, cgroup_id: super::cgroup::id_of_pid(pid) })
 }
 
 /// A listener and the process that holds it, in any network namespace.

@@ -1,8 +1,10 @@
 //! Host facts: what the running kernel and this host say, each read by one collector
 //! (kernel release and BTF, privileges, tracing facilities and BPF program types, kallsyms,
-//! TFO sysctls per namespace, counters, tcp_metrics, listeners and their owners).
+//! TFO sysctls per namespace, counters, tcp_metrics, listeners and their owners, cgroups and
+//! the containers the runtimes keep in them).
 //! `host` gathers the ones `doctor` judges.
 pub mod cgroup;
+pub mod containers;
 pub mod host;
 pub mod kallsyms;
 pub mod listeners;

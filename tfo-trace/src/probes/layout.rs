@@ -156,6 +156,12 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
             Read::Bytes(4),
         ),
         req_num_retrans: optional(btf, "request_sock", &["num_retrans"]).unwrap_or_default(),
+        // Read only by the cgroup tracepoints (a new or removed cgroup, never a
+        // connection); without them containers are named by walking the hierarchy.
+        cgroup_kn: optional_shaped(btf, "cgroup", &["kn"], Read::Bytes(8)),
+        cgroup_root: optional_shaped(btf, "cgroup", &["root"], Read::Bytes(8)),
+        kernfs_node_id: optional_shaped(btf, "kernfs_node", &["id"], Read::Bytes(8)),
+        cgroup_root_hierarchy_id: optional_shaped(btf, "cgroup_root", &["hierarchy_id"], Read::Bytes(4)),
     })
 }
 

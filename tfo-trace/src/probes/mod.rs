@@ -64,6 +64,9 @@ pub struct Tracer {
     pub ebpf: Ebpf,
     pub backend: Backend,
     pub skipped: Vec<Skipped>,
+    /// Whether the cgroup hooks attached (containers named from their first event), or
+    /// why not (named by walking the hierarchy, up to 2 s late).
+    pub cgroup_hooks: Result<(), String>,
     /// From the start of `load` to the last program attached.
     pub attach_time: Duration,
 }
@@ -152,8 +155,19 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
             continue;
         }
         match load_backend(backend, opts, &kernel) {
-            Ok(ebpf) => {
-                return Ok(Tracer { ebpf, backend, skipped, attach_time: started.elapsed() });
+            Ok(mut ebpf) => {
+                let l = &kernel.layout;
+                let cgroup_hooks = if opts.counts_only {
+                    Err("not needed: counts only, no events to name".into())
+                } else if [l.cgroup_kn, l.cgroup_root, l.kernfs_node_id, l.cgroup_root_hierarchy_id]
+                    .iter()
+                    .any(|f| f.present == 0)
+                {
+                    Err("this kernel's BTF lacks struct cgroup's kn/root or their id fields".into())
+                } else {
+                    attach_cgroup_hooks(&mut ebpf)
+                };
+                return Ok(Tracer { ebpf, backend, skipped, cgroup_hooks, attach_time: started.elapsed() });
             }
             Err(err) => {
                 log::info!("{backend} backend: {err:#}"); // with the verifier log, for -v
@@ -343,6 +357,17 @@ fn attach_all(ebpf: &mut Ebpf, hooks: &[table::Hook]) -> Result<()> {
         attach(ebpf, hook, aya_btf.as_ref()).with_context(|| format!("loading/attaching {what}"))?;
     }
     Ok(())
+}
+
+/// The cgroup hooks ([`table::cgroup_hooks`]), after the backend's: a kernel that refuses
+/// them (or lacks the `struct cgroup` members they read) loses only the immediacy of
+/// container names, so the reason is returned, not raised.
+fn attach_cgroup_hooks(ebpf: &mut Ebpf) -> Result<(), String> {
+    let attached = attach_all(ebpf, table::cgroup_hooks()).map_err(|e| short_reason(&e));
+    if let Err(why) = &attached {
+        log::info!("cgroup hooks: {why}; containers are named by walking the cgroup hierarchy");
+    }
+    attached
 }
 
 fn attach(ebpf: &mut Ebpf, hook: &table::Hook, btf: Option<&Btf>) -> Result<()> {

@@ -292,6 +292,27 @@ const FLOOR_RAW_HOOKS: [Hook; 3] = [
     },
 ];
 
+/// Cgroups as they are made and removed, for the names of containers (every backend; raw
+/// tracepoints, so no BTF and no tracefs): a hook that sees no connection, attached after
+/// the backend's and allowed to fail (the names then come from walking the hierarchy, up
+/// to 2 s late, as `doctor` says).
+const CGROUP_HOOKS: [Hook; 2] = [
+    Hook {
+        program: "tfo_cgroup_mkdir",
+        kind: HookKind::RawTracepoint,
+        target: "cgroup_mkdir",
+        sees: &[],
+        why: "a container's cgroup is named from the moment it exists, however briefly it lives",
+    },
+    Hook {
+        program: "tfo_cgroup_rmdir",
+        kind: HookKind::RawTracepoint,
+        target: "cgroup_rmdir",
+        sees: &[],
+        why: "a removed cgroup's name is kept until the events that name it are read",
+    },
+];
+
 /// Outcomes no hook of a backend can see, with the reason: what `doctor` prints and
 /// what a test must not expect.
 pub struct Blind {
@@ -359,6 +380,11 @@ pub fn floor_hooks(backend: Backend) -> &'static [Hook] {
     }
 }
 
+/// The cgroup hooks, the same on every backend ([`CGROUP_HOOKS`]).
+pub fn cgroup_hooks() -> &'static [Hook] {
+    &CGROUP_HOOKS
+}
+
 /// Whether the backend's hooks are BTF-typed (direct loads) rather than
 /// raw (probe reads, a hash keyed by socket).
 pub fn uses_btf(backend: Backend) -> bool {
@@ -384,7 +410,11 @@ pub fn sees(backend: Backend, role: Role, outcome: Outcome) -> bool {
 
 /// Every program name the table attaches, on any backend, and the floor's.
 pub fn all_programs() -> impl Iterator<Item = &'static str> {
-    Backend::ALL.iter().flat_map(|b| hooks(*b).iter().chain(floor_hooks(*b))).map(|h| h.program)
+    Backend::ALL
+        .iter()
+        .flat_map(|b| hooks(*b).iter().chain(floor_hooks(*b)))
+        .chain(cgroup_hooks())
+        .map(|h| h.program)
 }
 
 #[cfg(test)]

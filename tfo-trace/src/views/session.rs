@@ -32,7 +32,7 @@ impl Session {
     /// file (its header names the backend that runs).
     pub fn start(load: &LoadOptions, record: Option<&Path>) -> Result<Session> {
         let mut tracer = attach(load)?;
-        let source = EventSource::new(&mut tracer.ebpf)?;
+        let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok())?;
         let recorder =
             record.map(|p| Recorder::create(p, &Header::now(tracer.backend.name()))).transpose()?;
         Ok(Session { tracer, source, recorder, seen: 0 })
@@ -163,6 +163,13 @@ impl Session {
         if uncounted > 0 {
             line.push_str(&format!(", {uncounted} outcomes not counted (the namespace table was full)"));
         }
+        let cgroups_lost = self.source.cgroup_records_lost();
+        if cgroups_lost > 0 {
+            line.push_str(&format!(", {cgroups_lost} cgroup records lost (ring full)"));
+        }
+        if self.source.unnamed > 0 {
+            line.push_str(&format!(", {} from an unknown container (cgroup not named)", self.source.unnamed));
+        }
         if self.source.malformed > 0 {
             line.push_str(&format!(", {} malformed", self.source.malformed));
         }
@@ -189,6 +196,14 @@ fn attach(load: &LoadOptions) -> Result<Tracer> {
         tracer.backend,
         tracer.attach_time.as_millis()
     );
+    if let Err(why) = &tracer.cgroup_hooks {
+        if !load.counts_only {
+            eprintln!(
+                "tfo-trace: containers are named by walking the cgroup hierarchy, up to 2 s late \
+                 (the cgroup hooks did not attach: {why})"
+            );
+        }
+    }
     Ok(tracer)
 }
 

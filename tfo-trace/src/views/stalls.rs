@@ -40,11 +40,21 @@ struct StallLine<'a> {
     cause: Cause,
     lost_us: u64,
     retransmits: u32,
-    /// The process's cgroup and container, where known.
+    /// The process's cgroup and container, where known (as `trace --json` says them).
     #[serde(skip_serializing_if = "Option::is_none")]
     cgroup: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    container: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     container_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container_runtime: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod_namespace: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pod_uid: Option<&'a str>,
 }
@@ -62,7 +72,12 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
             lost_us,
             retransmits: e.retransmits,
             cgroup: e.cgroup.as_deref(),
+            container: e.container_label(),
             container_id: e.container_id.as_deref(),
+            container_name: e.container_name.as_deref(),
+            container_runtime: e.container_runtime.as_deref(),
+            pod: e.pod.as_deref(),
+            pod_namespace: e.pod_namespace.as_deref(),
             pod_uid: e.pod_uid.as_deref(),
         };
         serde_json::to_writer(&mut *out, &line)?;

@@ -1,7 +1,10 @@
-//! Shared by the kernel tests: the harness (skips reported as skips), skip rules and a
-//! handle on a running `tfo-trace trace`.
+//! Shared by the kernel tests: the harness (skips reported as skips), skip rules, a
+//! handle on a running `tfo-trace trace`, cgroups (`cgroups`) and private container
+//! engines (`docker`).
 #![allow(dead_code, unused_imports)]
 
+pub mod cgroups;
+pub mod docker;
 pub mod harness;
 pub use harness::skip;
 

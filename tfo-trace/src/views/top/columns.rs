@@ -189,7 +189,7 @@ fn key_min_widths(view: View) -> &'static [usize] {
         View::Destinations => &[21],
         View::Listeners => &[21, 10],
         View::Processes => &[7, 15],
-        // A container id as `docker ps` shortens it.
+        // A container id as `docker ps` shortens it; names grow as addresses do.
         View::Containers => &[12],
     }
 }
