@@ -3,6 +3,7 @@
 //! TFO sysctls per namespace, counters, tcp_metrics, listeners and their owners).
 //! `host` gathers the ones `doctor` judges.
 pub mod cgroup;
+pub mod every_netns;
 pub mod host;
 pub mod kallsyms;
 pub mod listeners;
