@@ -89,6 +89,72 @@ fn with_netns_sees_other_namespace_sysctl() {
     assert_ne!(here.trim(), "1543");
 }
 
+/// A SYN with an empty TFO option (a cookie request) from a fresh socket of the calling
+/// thread's namespace to `port` on loopback (sendto(MSG_FASTOPEN) with no cookie cached).
+fn request_a_cookie(port: u16) {
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes([127, 0, 0, 1]) },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: a socket we own and close; sendto reads one byte and a sockaddr_in of the size given.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let sent = libc::sendto(
+            fd,
+            b"x".as_ptr().cast(),
+            1,
+            libc::MSG_FASTOPEN,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(sent, 1, "sendto(MSG_FASTOPEN): {}", std::io::Error::last_os_error());
+        libc::close(fd);
+    }
+}
+
+/// A namespace whose mount is gone and where no process runs, held only by a listener
+/// another namespace's process keeps, is still found (through the socket), entered and
+/// read; and what it counted stays counted after it is gone.
+fn a_namespace_only_a_listener_holds_is_still_counted() {
+    use tfo_trace::{
+        events::{Outcome, Role},
+        kernel::every_netns::{self, Way},
+        probes::Backend,
+        views::namespace_counters::NamespaceCounters,
+    };
+    require_root();
+    let name = format!("tfo-held-t{}", std::process::id());
+    let ok = Command::new("ip").args(["netns", "add", &name]).status();
+    assert!(matches!(ok, Ok(s) if s.success()), "ip netns add {name}: {ok:?}");
+    let guard = TempNetns(name.clone());
+    let up = Command::new("ip").args(["-n", &name, "link", "set", "lo", "up"]).status().unwrap();
+    assert!(up.success());
+    let path = Path::new(netns::NAMED_NETNS_DIR).join(&name);
+    let inode = netns::netns_inode_of(&path).unwrap() as u32;
+    // The listener is made in the namespace and held by this process, which runs elsewhere.
+    let listener = netns::with_netns(&path, || std::net::TcpListener::bind("127.0.0.1:0").unwrap()).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut counters = NamespaceCounters::start(Backend::Tracepoint, &tfo_trace_common::Filter::none());
+    netns::with_netns(&path, || request_a_cookie(port)).unwrap();
+    drop(guard); // unmounts it: only the listener holds it now
+    assert!(!every_netns::every_netns().iter().any(|n| n.inode == inode), "no process, no mount");
+    let held = every_netns::held_by_sockets(&every_netns::every_netns());
+    let found = held.iter().find(|n| n.inode == inode).unwrap_or_else(|| panic!("not found: {held:?}"));
+    assert_eq!(
+        found.way,
+        Way::Socket { pid: std::process::id(), fd: std::os::fd::AsRawFd::as_raw_fd(&listener) }
+    );
+    let counted = counters.counted();
+    assert_eq!(counted.total(Role::Server, Outcome::CookieRequested), 1, "{counted:?}");
+    let row = counted.rows.iter().find(|r| r.outcome == Outcome::CookieRequested).unwrap();
+    assert_eq!((row.netns, row.counter), (inode, "TcpExtTCPFastOpenCookieReqd"));
+    drop(listener); // the namespace goes; its count stays
+    assert_eq!(counters.counted().total(Role::Server, Outcome::CookieRequested), 1);
+}
+
 /// `ip tcp_metrics` of this namespace runs and parses (it may have no entries).
 fn tcp_metrics_reads_this_namespace() {
     if Command::new("ip").arg("-V").output().is_err() {
@@ -100,6 +166,7 @@ fn tcp_metrics_reads_this_namespace() {
 
 tests_main!(
     btf_layout_resolves_on_the_running_kernel,
+    a_namespace_only_a_listener_holds_is_still_counted,
     with_netns_own_namespace,
     with_netns_sees_other_namespace_sysctl,
     tcp_metrics_reads_this_namespace,
