@@ -205,6 +205,10 @@ pub struct VmArgs {
     /// Which CPU architecture's kernels to boot
     #[arg(long, value_enum, default_value = "x86_64")]
     pub arch: ArchChoice,
+    /// Only boot each kernel with a busybox /init that prints a marker and powers off: the
+    /// architecture's plumbing (package, emulator, console, initramfs), no tests
+    #[arg(long)]
+    pub boot_only: bool,
     /// Tracer backends to run the backend-dependent tests with (TFO_TRACE_BACKEND in the VM)
     #[arg(long, value_delimiter = ',', default_value = "tracepoint,raw-tracepoint,fentry,kprobe")]
     pub backend: Vec<String>,
@@ -238,6 +242,7 @@ impl Default for VmArgs {
         VmArgs {
             kernel: KernelChoice::All,
             arch: ArchChoice::X86_64,
+            boot_only: false,
             backend: ["tracepoint", "raw-tracepoint", "fentry", "kprobe"].map(String::from).to_vec(),
             bins: Vec::new(),
             accel: Accel::Tcg,
@@ -261,9 +266,10 @@ impl VmArgs {
             ensure!(b != ONCE_CELL, "`{ONCE_CELL}` names the per-kernel cell, not a backend");
         }
         ensure!(
-            self.arch.arch().name == X86_64.name,
+            self.boot_only || self.arch.arch().name == X86_64.name,
             "--arch {}: the tests inside an {} guest must be built for it, and this branch has no \
-             cross build of them yet (the aarch64 build comes with `cargo xtask dist`)",
+             cross build of them yet (the aarch64 build comes with `cargo xtask dist`); \
+             --boot-only boots its kernels without tests",
             self.arch.arch().name,
             self.arch.arch().name
         );
@@ -298,7 +304,7 @@ pub struct Report {
 
 /// `cargo xtask vm`: errors when any cell failed.
 pub fn vm(args: &VmArgs) -> Result<()> {
-    let report = matrix(args)?;
+    let report = if args.boot_only { boot_only(args)? } else { matrix(args)? };
     if !report.problems.is_empty() {
         bail!("VM matrix: {} problem(s):\n  {}", report.problems.len(), report.problems.join("\n  "));
     }
@@ -354,6 +360,134 @@ pub fn matrix(args: &VmArgs) -> Result<Report> {
         start.elapsed().as_secs_f64()
     );
     Ok(report)
+}
+
+/// `--boot-only`: each kernel of the architecture boots to a busybox /init that prints the
+/// markers the matrix reads (with `uname -m`) and powers off. What an architecture needs
+/// before its tests can run there: its kernel package, emulator, board, console.
+fn boot_only(args: &VmArgs) -> Result<Report> {
+    let start = Instant::now();
+    args.check()?;
+    let work = workspace_root().join("target/vm");
+    fs::create_dir_all(work.join("debs")).context("creating target/vm/debs")?;
+    let arch = args.arch.arch();
+    host_packages(arch)?;
+    foreign_arch(arch)?;
+    let kernels = kernels(args.kernel, arch, &work)?;
+    let busybox = busybox_for(arch, &work)?;
+    let mut report = Report::default();
+    for k in &kernels {
+        println!("vm: kernel {} is {} ({}, {})", k.short, k.release, k.package, k.arch.name);
+        let initrd = boot_initramfs(&work, k, &busybox)?;
+        let cell = Cell { kernel: k.short.clone(), name: BOOT_CELL.into(), runs: Vec::new() };
+        let boot = boot(k, &cell, &initrd, args)?;
+        match (boot.boot_s, &boot.end) {
+            (Some(s), None) => {
+                println!("vm: {} ({}) booted to /init in {s:.1} s, powered off", k.short, k.arch.name);
+                report.passed += 1;
+            }
+            (_, end) => {
+                report.failed += 1;
+                let why = end.clone().unwrap_or_else(|| "no boot marker".into());
+                report.problems.push(format!("{} boot: {why}", k.short));
+            }
+        }
+    }
+    println!("vm: boot only, {} kernel(s), {:.1} s", kernels.len(), start.elapsed().as_secs_f64());
+    Ok(report)
+}
+
+/// The cell name of `--boot-only` boots.
+const BOOT_CELL: &str = "boot";
+
+/// The host's own architecture in Debian's words (`dpkg --print-architecture`).
+fn host_deb_arch() -> String {
+    probe(Command::new("dpkg").arg("--print-architecture")).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// apt must know the architecture's packages to download its kernel and busybox
+/// (`dpkg --add-architecture`, then `apt-get update`); nothing of it is installed.
+fn foreign_arch(arch: &Arch) -> Result<()> {
+    if arch.deb == host_deb_arch() {
+        return Ok(());
+    }
+    let known = probe(Command::new("dpkg").arg("--print-foreign-architectures")).unwrap_or_default();
+    if known.split_whitespace().any(|a| a == arch.deb) {
+        return Ok(());
+    }
+    ensure!(
+        is_root(),
+        "apt does not list {} packages: as root, `dpkg --add-architecture {}`",
+        arch.deb,
+        arch.deb
+    );
+    run(Command::new("dpkg").args(["--add-architecture", arch.deb]))?;
+    run(Command::new("apt-get").args(["update", "-q"]))
+}
+
+/// A static busybox for `arch`: the host's own, or the architecture's busybox-static
+/// package unpacked under target/vm.
+fn busybox_for(arch: &Arch, work: &Path) -> Result<PathBuf> {
+    if arch.deb == host_deb_arch() {
+        return Ok(PathBuf::from("/bin/busybox"));
+    }
+    let dir = work.join(format!("busybox-{}", arch.deb));
+    let exe = dir.join("bin/busybox");
+    if exe.exists() {
+        return Ok(exe);
+    }
+    let debs = work.join("debs");
+    let qualified = format!("busybox-static:{}", arch.deb);
+    run(Command::new("apt-get").current_dir(&debs).args(["download", &qualified]))
+        .with_context(|| format!("apt-get download {qualified}"))?;
+    let deb = fs::read_dir(&debs)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with("busybox-static_") && n.ends_with(&format!("_{}.deb", arch.deb))
+            })
+        })
+        .with_context(|| format!("apt-get download left no busybox-static_*_{}.deb", arch.deb))?;
+    fs::create_dir_all(&dir)?;
+    run(Command::new("dpkg").arg("-x").arg(&deb).arg(&dir))?;
+    ensure!(exe.exists(), "{} has no bin/busybox", deb.display());
+    Ok(exe)
+}
+
+/// The initramfs of a boot-only run: busybox and an /init that says where it runs.
+fn boot_initramfs(work: &Path, k: &Kernel, busybox: &Path) -> Result<PathBuf> {
+    let dir = work.join(&k.short);
+    let root = dir.join("boot-root");
+    let _ = fs::remove_dir_all(&root);
+    for d in ["bin", "proc", "sys", "dev"] {
+        fs::create_dir_all(root.join(d))?;
+    }
+    copy_file(busybox, &root.join("bin/busybox"))?;
+    let init = root.join("init");
+    fs::write(
+        &init,
+        format!(
+            "#!/bin/busybox sh
+             # Generated by `cargo xtask vm --boot-only` for {package}.
+             /bin/busybox mount -t proc proc /proc
+             read up _ < /proc/uptime
+             echo \"TFO-VM-BOOT $(/bin/busybox uname -r) cell={BOOT_CELL} uptime=$up\"
+             echo \"TFO-VM-ARCH $(/bin/busybox uname -m)\"
+             echo TFO-VM-DONE
+             /bin/busybox poweroff -f
+",
+            package = k.package
+        ),
+    )?;
+    fs::set_permissions(&init, fs::Permissions::from_mode(0o755))?;
+    let cpio = dir.join("boot.cpio");
+    let mut sh = Command::new("sh");
+    sh.current_dir(&root)
+        .arg("-c")
+        .arg(format!("find . -print0 | cpio --null -o -H newc -R 0:0 --quiet > '{}'", cpio.display()));
+    run(&mut sh).context("packing the boot initramfs")?;
+    Ok(cpio)
 }
 
 // ---- 1. host packages ---------------------------------------------------------------------
@@ -480,8 +614,10 @@ fn kernel(series: &Series, arch: &'static Arch, work: &Path) -> Result<Kernel> {
         }
         None => {
             println!("downloading: {package}");
-            run(Command::new("apt-get").current_dir(&debs).args(["download", &package]))
-                .with_context(|| format!("apt-get download {package}"))?;
+            // Qualified with its architecture: apt picks the host's by default.
+            let qualified = format!("{package}:{}", arch.deb);
+            run(Command::new("apt-get").current_dir(&debs).args(["download", &qualified]))
+                .with_context(|| format!("apt-get download {qualified}"))?;
             cached(&package).with_context(|| format!("apt-get download left no {package}_*.deb"))?
         }
     };
