@@ -150,8 +150,9 @@ fn header_lines(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -
     lines
 }
 
-/// `kernel* counted by each namespace's own kernel counters ...: netns 4026532246: server
-/// queue_overflow 3 | ...`; None where the backend's hooks see every outcome.
+/// `kernel* netns 4026532246 (lab-srv): server queue_overflow 3 | ...`: what each
+/// namespace's own counters counted of the outcomes no hook of the backend sees (`*` in
+/// the lines above); None where the hooks see every outcome.
 fn counted_line(counted: &KernelCounted, info: &HeaderInfo, st: &Styles) -> Option<Line<'static>> {
     let text = if let Some(why) = &counted.unavailable {
         format!("outcomes no {} hook sees are {why}", info.backend)
@@ -159,12 +160,15 @@ fn counted_line(counted: &KernelCounted, info: &HeaderInfo, st: &Styles) -> Opti
         return None;
     } else {
         let per_ns = counted.per_namespace();
-        let which = if per_ns.is_empty() {
-            format!("none yet in {} namespaces", counted.namespaces)
+        // The numbers first: why they come from there is in `?` and after the closing line.
+        if per_ns.is_empty() {
+            format!(
+                "none yet in {} namespaces (their own counters; no listener or process)",
+                counted.namespaces
+            )
         } else {
             per_ns.join(" | ")
-        };
-        format!("{}: {which}", KernelCounted::provenance(&info.backend))
+        }
     };
     Some(Line::from(vec![Span::styled("kernel* ", st.bold), Span::styled(text, st.dim)]))
 }
@@ -518,6 +522,9 @@ fn draw_help(frame: &mut Frame, area: Rect) {
         "  OVERFLOW  TFO queue full   INVALID  bad cookie",
         "  ALT_KEY   backup key used  P50/P99  handshake",
         "  evicted: groups dropped beyond the table cap",
+        "  *         counted by the kernel's own counters per",
+        "            namespace (no hook of this backend sees it):",
+        "            no listener or process; `kernel*` line",
     ];
     let w = (text.iter().map(|l| l.len()).max().unwrap_or(0) as u16 + 4).min(area.width);
     let h = (text.len() as u16 + 2).min(area.height);
