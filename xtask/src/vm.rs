@@ -1569,6 +1569,16 @@ fn print_time_table(cells: &[Cell], boots: &[Boot], prepared_s: f64, total_s: f6
             slowest.map_or(String::new(), |((b, t), r)| format!("{b}::{t} {} s", r.seconds))
         );
     }
+    // Per kernel: what one more kernel costs the test command.
+    let mut per_kernel: BTreeMap<&str, (usize, f64)> = BTreeMap::new();
+    for (cell, boot) in cells.iter().zip(boots) {
+        let k = per_kernel.entry(cell.kernel.as_str()).or_default();
+        k.0 += 1;
+        k.1 += boot.total_s;
+    }
+    for (kernel, (n, s)) in &per_kernel {
+        println!("vm: time: kernel {kernel}: {n} cell(s), {s:.1} s of guest time");
+    }
     println!(
         "vm: time: {prepared_s:.1} s preparing (packages, kernels, test build, initramfs), \
          {guest_s:.1} s of guest time in {:.1} s with {jobs} guest(s) at once",
