@@ -337,6 +337,14 @@ fn every_outcome_is_counted_in_each_namespace_against_nstat() {
         (Outcome::CookieRequested, "TcpExtTCPFastOpenCookieReqd"),
     ] {
         let outcome_name = outcome.name();
+        // The figures, for the record (the closing note of a change quotes them).
+        eprintln!(
+            "server {outcome_name}: export {} / nstat {counter} {} (netns {a_srv}: {}, netns {b_srv}: {})",
+            conns("server", outcome_name),
+            servers(counter),
+            da_srv.get(counter),
+            db_srv.get(counter)
+        );
         assert_eq!(
             conns("server", outcome_name),
             servers(counter),
@@ -373,6 +381,7 @@ fn every_outcome_is_counted_in_each_namespace_against_nstat() {
         "{last}"
     );
     let counted = &last["kernel_counted"];
+    eprintln!("top totals.server: {server}; kernel_counted: {counted}");
     if visible(&top_err, Role::Server, Outcome::QueueOverflow) {
         assert!(counted.is_null(), "every outcome has a hook here: {counted}");
         return;

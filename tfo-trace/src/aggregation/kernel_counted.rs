@@ -219,7 +219,8 @@ impl KernelCounted {
             .filter(|b| scope.outcomes == 0 || scope.outcomes & (1 << b.outcome as u8) != 0)
             .map(|b| (b.role, b.outcome))
             .collect();
-        KernelCounted { outcomes, namespaces: deltas.len(), rows, ..KernelCounted::default() }
+        let namespaces = deltas.keys().filter(|n| scope.netns.is_empty() || scope.netns.contains(n)).count();
+        KernelCounted { outcomes, namespaces, rows, ..KernelCounted::default() }
     }
 
     /// Whether (role, outcome) is counted by the namespaces' counters here.
@@ -394,6 +395,7 @@ mod tests {
         let scope = Scope::of(&f).unwrap();
         let some = KernelCounted::of(Backend::Tracepoint, &deltas, &scope);
         assert_eq!(some.rows.len(), 1);
+        assert_eq!(some.namespaces, 1, "only those --netns names");
         assert_eq!((some.rows[0].role, some.rows[0].outcome), (Role::Client, Outcome::ActiveDisabled));
         f.n_pids = 1;
         assert!(Scope::of(&f).unwrap_err().contains("--pid"));
