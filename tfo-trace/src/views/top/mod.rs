@@ -302,7 +302,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
             let events_changed = printed_events != Some(model.events);
             // Its rates are those of the part interval since the last refresh.
             let snap = refresh(&mut model, feed, &mut clock);
-            if events_changed || snap.kernel_counted != printed_counted {
+            if events_changed || snap.kernel_counted.rows != printed_counted.rows {
                 info.lost = feed.lost();
                 print(&mut out, &snap, &info, opts)?;
             }
