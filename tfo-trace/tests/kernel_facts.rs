@@ -155,6 +155,53 @@ fn a_namespace_only_a_listener_holds_is_still_counted() {
     assert_eq!(counters.counted().total(Role::Server, Outcome::CookieRequested), 1);
 }
 
+/// A namespace made after the counters' start counts from its birth: its whole
+/// CookieReqd, read from inside it by `nstat` as well, is a server cookie_requested there.
+fn a_namespace_born_while_tracing_counts_from_its_birth() {
+    use tfo_trace::{
+        events::{Outcome, Role},
+        kernel::netstat::Netstat,
+        probes::Backend,
+        views::namespace_counters::NamespaceCounters,
+    };
+    require_root();
+    let mut counters = NamespaceCounters::start(Backend::Tracepoint, &tfo_trace_common::Filter::none());
+    let name = format!("tfo-born-t{}", std::process::id());
+    let ok = Command::new("ip").args(["netns", "add", &name]).status();
+    assert!(matches!(ok, Ok(s) if s.success()), "ip netns add {name}: {ok:?}");
+    let _guard = TempNetns(name.clone());
+    let up = Command::new("ip").args(["-n", &name, "link", "set", "lo", "up"]).status().unwrap();
+    assert!(up.success());
+    let path = Path::new(netns::NAMED_NETNS_DIR).join(&name);
+    let inode = netns::netns_inode_of(&path).unwrap() as u32;
+    netns::with_netns(&path, || {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        for _ in 0..2 {
+            request_a_cookie(listener.local_addr().unwrap().port());
+        }
+    })
+    .unwrap();
+    let nstat = Command::new("ip").args(["netns", "exec", &name, "nstat", "-az"]).output().unwrap();
+    let text = String::from_utf8_lossy(&nstat.stdout);
+    let reqd: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("TcpExtTCPFastOpenCookieReqd")?.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no CookieReqd in nstat: {text}"));
+    assert_eq!(reqd, 2, "{text}");
+    let counted = counters.counted();
+    let here: u64 = counted
+        .rows
+        .iter()
+        .filter(|r| r.netns == inode && (r.role, r.outcome) == (Role::Server, Outcome::CookieRequested))
+        .map(|r| r.count)
+        .sum();
+    assert_eq!(here, reqd, "{counted:?}");
+    assert_eq!(
+        counters.deltas().get(&inode).map(|n: &Netstat| n.get("TcpExtTCPFastOpenCookieReqd")),
+        Some(2)
+    );
+}
+
 /// `ip tcp_metrics` of this namespace runs and parses (it may have no entries).
 fn tcp_metrics_reads_this_namespace() {
     if Command::new("ip").arg("-V").output().is_err() {
@@ -167,6 +214,7 @@ fn tcp_metrics_reads_this_namespace() {
 tests_main!(
     btf_layout_resolves_on_the_running_kernel,
     a_namespace_only_a_listener_holds_is_still_counted,
+    a_namespace_born_while_tracing_counts_from_its_birth,
     with_netns_own_namespace,
     with_netns_sees_other_namespace_sysctl,
     tcp_metrics_reads_this_namespace,

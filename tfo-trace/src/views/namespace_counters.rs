@@ -49,14 +49,15 @@ impl NamespaceCounters {
 
     fn read(&mut self, at_start: bool) {
         let mut found = every_netns::every_netns();
-        let lost_one = self.deltas.live().any(|i| !found.iter().any(|n| n.inode == i));
-        if at_start || lost_one {
-            let mut held = every_netns::held_by_sockets(&found);
-            held.retain(|h| !self.socket_held.iter().any(|s| s.inode == h.inode));
-            self.socket_held.extend(held);
-        }
+        // Found again through a process or a mount: no socket needed for it any more.
         self.socket_held.retain(|s| !found.iter().any(|n| n.inode == s.inode));
         found.extend(self.socket_held.iter().cloned());
+        let lost_one = self.deltas.live().any(|i| !found.iter().any(|n| n.inode == i));
+        if at_start || lost_one {
+            let held = every_netns::held_by_sockets(&found);
+            self.socket_held.extend(held.iter().cloned());
+            found.extend(held);
+        }
         let readings: BTreeMap<u32, Result<NetnsReading, String>> =
             every_netns::run_in_each(&found, NetnsReading::here)
                 .into_iter()
