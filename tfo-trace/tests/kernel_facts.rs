@@ -89,6 +89,20 @@ fn with_netns_sees_other_namespace_sysctl() {
     assert_ne!(here.trim(), "1543");
 }
 
+/// A throwaway namespace (`tfo-<tag>-t<pid>`, deleted when the guard drops) with its
+/// loopback up: the guard, its path and its inode.
+fn netns_with_loopback(tag: &str) -> (TempNetns, std::path::PathBuf, u32) {
+    let name = format!("tfo-{tag}-t{}", std::process::id());
+    let ok = Command::new("ip").args(["netns", "add", &name]).status();
+    assert!(matches!(ok, Ok(s) if s.success()), "ip netns add {name}: {ok:?}");
+    let guard = TempNetns(name.clone());
+    let up = Command::new("ip").args(["-n", &name, "link", "set", "lo", "up"]).status().unwrap();
+    assert!(up.success());
+    let path = Path::new(netns::NAMED_NETNS_DIR).join(&name);
+    let inode = netns::netns_inode_of(&path).unwrap() as u32;
+    (guard, path, inode)
+}
+
 /// A SYN with an empty TFO option (a cookie request) from a fresh socket of the calling
 /// thread's namespace to `port` on loopback (sendto(MSG_FASTOPEN) with no cookie cached).
 fn request_a_cookie(port: u16) {
@@ -126,14 +140,7 @@ fn a_namespace_only_a_listener_holds_is_still_counted() {
         views::namespace_counters::NamespaceCounters,
     };
     require_root();
-    let name = format!("tfo-held-t{}", std::process::id());
-    let ok = Command::new("ip").args(["netns", "add", &name]).status();
-    assert!(matches!(ok, Ok(s) if s.success()), "ip netns add {name}: {ok:?}");
-    let guard = TempNetns(name.clone());
-    let up = Command::new("ip").args(["-n", &name, "link", "set", "lo", "up"]).status().unwrap();
-    assert!(up.success());
-    let path = Path::new(netns::NAMED_NETNS_DIR).join(&name);
-    let inode = netns::netns_inode_of(&path).unwrap() as u32;
+    let (guard, path, inode) = netns_with_loopback("held");
     // The listener is made in the namespace and held by this process, which runs elsewhere.
     let listener = netns::with_netns(&path, || std::net::TcpListener::bind("127.0.0.1:0").unwrap()).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -166,14 +173,8 @@ fn a_namespace_born_while_tracing_counts_from_its_birth() {
     };
     require_root();
     let mut counters = NamespaceCounters::start(Backend::Tracepoint, &tfo_trace_common::Filter::none());
-    let name = format!("tfo-born-t{}", std::process::id());
-    let ok = Command::new("ip").args(["netns", "add", &name]).status();
-    assert!(matches!(ok, Ok(s) if s.success()), "ip netns add {name}: {ok:?}");
-    let _guard = TempNetns(name.clone());
-    let up = Command::new("ip").args(["-n", &name, "link", "set", "lo", "up"]).status().unwrap();
-    assert!(up.success());
-    let path = Path::new(netns::NAMED_NETNS_DIR).join(&name);
-    let inode = netns::netns_inode_of(&path).unwrap() as u32;
+    let (guard, path, inode) = netns_with_loopback("born");
+    let name = guard.0.clone();
     netns::with_netns(&path, || {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         for _ in 0..2 {
