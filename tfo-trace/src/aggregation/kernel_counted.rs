@@ -33,6 +33,9 @@ pub struct CounterDeltas {
     no_base: BTreeSet<u32>,
     /// Counted by namespaces that are gone (per inode: a later namespace may reuse it).
     retired: BTreeMap<u32, Netstat>,
+    /// The last of each namespace no longer found: one found again (a process entered it,
+    /// a socket holding it turned up) goes on from where it was, not from 0.
+    gone: BTreeMap<u32, Followed>,
 }
 
 #[derive(Debug)]
@@ -80,6 +83,7 @@ impl CounterDeltas {
                     self.retire(inode);
                     self.follow(inode, r, Netstat::default());
                 }
+                None if self.gone.get(&inode).is_some_and(|g| g.same(r)) => self.resume(inode, r),
                 None => {
                     let from_start = first || self.no_base.remove(&inode);
                     let base = if from_start { r.counters.clone() } else { Netstat::default() };
@@ -99,7 +103,22 @@ impl CounterDeltas {
             for (k, v) in f.delta().0 {
                 *kept.0.entry(k).or_default() += v;
             }
+            self.gone.insert(inode, f);
         }
+    }
+
+    /// A namespace retired while it was only out of sight: its count moves back from
+    /// `retired` to the live one, which goes on from its old baseline.
+    fn resume(&mut self, inode: u32, r: &NetnsReading) {
+        let Some(mut f) = self.gone.remove(&inode) else { return };
+        if let Some(kept) = self.retired.get_mut(&inode) {
+            for (k, v) in f.delta().0 {
+                let left = kept.0.entry(k).or_default();
+                *left = left.saturating_sub(v);
+            }
+        }
+        f.last = r.counters.clone();
+        self.live.insert(inode, f);
     }
 
     /// Each namespace's counter deltas (those gone included).
@@ -341,6 +360,22 @@ mod tests {
         d.update(&round(&[(1, reading(&[(OVERFLOW, 12)], None))]));
         d.update(&round(&[(1, reading(&[(OVERFLOW, 3)], None))]));
         assert_eq!(d.deltas()[&1].get(OVERFLOW), 5);
+    }
+
+    #[test]
+    fn a_namespace_out_of_sight_for_a_while_goes_on_where_it_was() {
+        let mut d = CounterDeltas::default();
+        d.update(&round(&[(1, reading(&[(OVERFLOW, 10)], Some(100)))]));
+        d.update(&round(&[(1, reading(&[(OVERFLOW, 12)], Some(100)))]));
+        d.update(&round(&[]));
+        d.update(&round(&[(1, reading(&[(OVERFLOW, 15)], Some(100)))]));
+        assert_eq!(d.deltas()[&1].get(OVERFLOW), 5, "counted once, from the start");
+        // Without cookies: no counter gone back is the same namespace too.
+        let mut d = CounterDeltas::default();
+        d.update(&round(&[(1, reading(&[(OVERFLOW, 10)], None))]));
+        d.update(&round(&[]));
+        d.update(&round(&[(1, reading(&[(OVERFLOW, 11)], None))]));
+        assert_eq!(d.deltas()[&1].get(OVERFLOW), 1);
     }
 
     #[test]

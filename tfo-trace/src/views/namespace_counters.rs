@@ -6,7 +6,10 @@
 //! each from inside it. A namespace that only a socket holds (its processes gone, its
 //! mount removed) is looked for at the start and whenever a followed namespace stops
 //! being found, which costs a walk of every process's fds.
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use crate::{
     aggregation::kernel_counted::{CounterDeltas, KernelCounted, Scope},
@@ -17,6 +20,13 @@ use crate::{
     probes::{table, Backend},
 };
 
+/// The walk of every process's fds for namespaces only a socket holds, when a followed
+/// namespace is no longer found, runs at most this often (the first time at once): on a
+/// host where containers come and go every second, each one gone would start a walk. A
+/// namespace that meanwhile only a socket holds keeps its count and goes on from it once
+/// found (aggregation::kernel_counted).
+const SOCKET_WALK_EVERY: Duration = Duration::from_secs(30);
+
 pub struct NamespaceCounters {
     backend: Backend,
     /// What the filters let through, or why kernel counts cannot honour them.
@@ -25,6 +35,7 @@ pub struct NamespaceCounters {
     /// Namespaces found only through a socket, until they cannot be entered any more.
     socket_held: Vec<Netns>,
     unreadable: BTreeMap<u32, String>,
+    last_socket_walk: Option<Instant>,
 }
 
 impl NamespaceCounters {
@@ -36,6 +47,7 @@ impl NamespaceCounters {
             deltas: CounterDeltas::default(),
             socket_held: Vec::new(),
             unreadable: BTreeMap::new(),
+            last_socket_walk: None,
         };
         me.read(true);
         me
@@ -53,7 +65,12 @@ impl NamespaceCounters {
         self.socket_held.retain(|s| !found.iter().any(|n| n.inode == s.inode));
         found.extend(self.socket_held.iter().cloned());
         let lost_one = self.deltas.live().any(|i| !found.iter().any(|n| n.inode == i));
-        if at_start || lost_one {
+        let walked_lately = self.last_socket_walk.is_some_and(|t| t.elapsed() < SOCKET_WALK_EVERY);
+        if at_start || (lost_one && !walked_lately) {
+            // The start's walk does not count: the first namespace lost is looked for at once.
+            if !at_start {
+                self.last_socket_walk = Some(Instant::now());
+            }
             let held = every_netns::held_by_sockets(&found);
             self.socket_held.extend(held.iter().cloned());
             found.extend(held);
