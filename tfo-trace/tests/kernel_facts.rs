@@ -89,6 +89,127 @@ fn with_netns_sees_other_namespace_sysctl() {
     assert_ne!(here.trim(), "1543");
 }
 
+/// A throwaway namespace (`tfo-<tag>-t<pid>`, deleted when the guard drops) with its
+/// loopback up: the guard, its path and its inode.
+fn netns_with_loopback(tag: &str) -> (TempNetns, std::path::PathBuf, u32) {
+    let name = format!("tfo-{tag}-t{}", std::process::id());
+    let ok = Command::new("ip").args(["netns", "add", &name]).status();
+    assert!(matches!(ok, Ok(s) if s.success()), "ip netns add {name}: {ok:?}");
+    let guard = TempNetns(name.clone());
+    let up = Command::new("ip").args(["-n", &name, "link", "set", "lo", "up"]).status().unwrap();
+    assert!(up.success());
+    let path = Path::new(netns::NAMED_NETNS_DIR).join(&name);
+    let inode = netns::netns_inode_of(&path).unwrap() as u32;
+    (guard, path, inode)
+}
+
+/// A SYN with an empty TFO option (a cookie request) from a fresh socket of the calling
+/// thread's namespace to `port` on loopback (sendto(MSG_FASTOPEN) with no cookie cached).
+fn request_a_cookie(port: u16) {
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes([127, 0, 0, 1]) },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: a socket we own and close; sendto reads one byte and a sockaddr_in of the size given.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let sent = libc::sendto(
+            fd,
+            b"x".as_ptr().cast(),
+            1,
+            libc::MSG_FASTOPEN,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(sent, 1, "sendto(MSG_FASTOPEN): {}", std::io::Error::last_os_error());
+        libc::close(fd);
+    }
+}
+
+/// A namespace whose mount is gone and where no process runs, held only by a listener
+/// another namespace's process keeps, is still found (through the socket), entered and
+/// read; and what it counted stays counted after it is gone.
+fn a_namespace_only_a_listener_holds_is_still_counted() {
+    use tfo_trace::{
+        events::{Outcome, Role},
+        kernel::every_netns::{self, Way},
+        probes::Backend,
+        views::namespace_counters::NamespaceCounters,
+    };
+    require_root();
+    let (guard, path, inode) = netns_with_loopback("held");
+    // The listener is made in the namespace and held by this process, which runs elsewhere.
+    let listener = netns::with_netns(&path, || std::net::TcpListener::bind("127.0.0.1:0").unwrap()).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut counters = NamespaceCounters::start(Backend::Tracepoint, &tfo_trace_common::Filter::none());
+    netns::with_netns(&path, || request_a_cookie(port)).unwrap();
+    drop(guard); // unmounts it: only the listener holds it now
+    assert!(!every_netns::every_netns().iter().any(|n| n.inode == inode), "no process, no mount");
+    let held = every_netns::held_by_sockets(&every_netns::every_netns());
+    let found = held.iter().find(|n| n.inode == inode).unwrap_or_else(|| panic!("not found: {held:?}"));
+    assert_eq!(
+        found.way,
+        Way::Socket { pid: std::process::id(), fd: std::os::fd::AsRawFd::as_raw_fd(&listener) }
+    );
+    // Other tests of this binary make namespaces at the same time: only this one's rows.
+    let requested_here = |c: &tfo_trace::aggregation::kernel_counted::KernelCounted| -> Vec<(u64, &str)> {
+        c.rows
+            .iter()
+            .filter(|r| r.netns == inode && (r.role, r.outcome) == (Role::Server, Outcome::CookieRequested))
+            .map(|r| (r.count, r.counter))
+            .collect()
+    };
+    let counted = counters.counted();
+    assert_eq!(requested_here(&counted), [(1, "TcpExtTCPFastOpenCookieReqd")], "{counted:?}");
+    drop(listener); // the namespace goes; its count stays
+    let counted = counters.counted();
+    assert_eq!(requested_here(&counted), [(1, "TcpExtTCPFastOpenCookieReqd")], "{counted:?}");
+}
+
+/// A namespace made after the counters' start counts from its birth: its whole
+/// CookieReqd, read from inside it by `nstat` as well, is a server cookie_requested there.
+fn a_namespace_born_while_tracing_counts_from_its_birth() {
+    use tfo_trace::{
+        events::{Outcome, Role},
+        kernel::netstat::Netstat,
+        probes::Backend,
+        views::namespace_counters::NamespaceCounters,
+    };
+    require_root();
+    let mut counters = NamespaceCounters::start(Backend::Tracepoint, &tfo_trace_common::Filter::none());
+    let (guard, path, inode) = netns_with_loopback("born");
+    let name = guard.0.clone();
+    netns::with_netns(&path, || {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        for _ in 0..2 {
+            request_a_cookie(listener.local_addr().unwrap().port());
+        }
+    })
+    .unwrap();
+    let nstat = Command::new("ip").args(["netns", "exec", &name, "nstat", "-az"]).output().unwrap();
+    let text = String::from_utf8_lossy(&nstat.stdout);
+    let reqd: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("TcpExtTCPFastOpenCookieReqd")?.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no CookieReqd in nstat: {text}"));
+    assert_eq!(reqd, 2, "{text}");
+    let counted = counters.counted();
+    let here: u64 = counted
+        .rows
+        .iter()
+        .filter(|r| r.netns == inode && (r.role, r.outcome) == (Role::Server, Outcome::CookieRequested))
+        .map(|r| r.count)
+        .sum();
+    assert_eq!(here, reqd, "{counted:?}");
+    assert_eq!(
+        counters.deltas().get(&inode).map(|n: &Netstat| n.get("TcpExtTCPFastOpenCookieReqd")),
+        Some(2)
+    );
+}
+
 /// `ip tcp_metrics` of this namespace runs and parses (it may have no entries).
 fn tcp_metrics_reads_this_namespace() {
     if Command::new("ip").arg("-V").output().is_err() {
@@ -100,6 +221,8 @@ fn tcp_metrics_reads_this_namespace() {
 
 tests_main!(
     btf_layout_resolves_on_the_running_kernel,
+    a_namespace_only_a_listener_holds_is_still_counted,
+    a_namespace_born_while_tracing_counts_from_its_birth,
     with_netns_own_namespace,
     with_netns_sees_other_namespace_sysctl,
     tcp_metrics_reads_this_namespace,

@@ -8,7 +8,7 @@
 //!   and on the eBPF crate for the bpf target.
 //! - `test`: setup, the gates (`lint`), then the whole test suite (unit + root-only kernel
 //!   tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
-//! - `vm`: boots Debian's 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
+//! - `vm`: boots Debian's 5.10, 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
 //!   once per tracer backend (see docs/vm.md).
 //! - `demo`: setup, release build, then runs `tfo-trace demo` as root.
 //! - `bench`: release build, then measures tfo-trace against no tracer, empty programs on
@@ -60,7 +60,7 @@ enum Task {
     },
     /// The gates: `cargo fmt --check` and clippy -D warnings (host crates, and the eBPF crate for bpf)
     Lint,
-    /// Boot Debian's 6.1 / 6.12 kernels under qemu and run the kernel tests inside, per backend
+    /// Boot Debian's 5.10 / 6.1 / 6.12 kernels under qemu and run the kernel tests inside, per backend
     Vm(vm::VmArgs),
     /// Benchmark as root: connection rate, BPF cost, loss, CPU/RSS and start-up of tfo-trace
     /// vs no tracer and bpftrace; prints a table and writes BENCHMARKS.md

@@ -25,7 +25,8 @@ pub fn setup() -> Result<()> {
     rust_components()?;
     let major = llvm_major(&rustc_vv)?;
     bpf_linker(&major, &cargo_bin)?;
-    debian_packages()
+    debian_packages()?;
+    vm_kernel_suites()
 }
 
 /// bpf-linker lands in `$CARGO_HOME/bin`; the eBPF build (aya-build -> rustc) finds it in PATH.
@@ -238,6 +239,74 @@ fn debian_packages() -> Result<()> {
     Ok(())
 }
 
+// ---- Debian suites for the VM kernels --------------------------------------------------
+
+/// Where setup lists the suites the VM matrix takes kernels from (deb822 format).
+const VM_SUITES_FILE: &str = "/etc/apt/sources.list.d/tfo-trace-vm-kernels.sources";
+/// The suites beyond the machine's own (bookworm) that hold kernels the VM matrix boots:
+/// bullseye (Debian 11) has the 5.10 cloud kernel, what Debian 11, Amazon Linux 2 and older
+/// Bottlerocket fleets run.
+const VM_SUITES: &[&str] = &["bullseye"];
+
+/// Adds [`VM_SUITES`] to apt's sources (once: a suite listed anywhere already is left
+/// alone) and refreshes the index when it added one. Older suites never win an upgrade
+/// (their versions are lower), so the machine's own packages stay as they are.
+fn vm_kernel_suites() -> Result<()> {
+    let listed = listed_suites();
+    let missing: Vec<&str> = VM_SUITES.iter().copied().filter(|s| !listed.iter().any(|l| l == s)).collect();
+    if missing.is_empty() {
+        println!("ok: apt suites for the VM kernels ({})", VM_SUITES.join(", "));
+        return Ok(());
+    }
+    if !is_root() || which("apt-get").is_none() {
+        println!(
+            "warning: apt lists no {} suite: `cargo xtask vm --kernel 5.10` needs it (run setup as root)",
+            missing.join(", ")
+        );
+        return Ok(());
+    }
+    println!("installing: apt suite(s) {} ({VM_SUITES_FILE})", missing.join(", "));
+    let entry = format!(
+        "# Added by `cargo xtask setup`: kernels for `cargo xtask vm` (docs/vm.md).\n\
+         Types: deb\nURIs: http://deb.debian.org/debian\nSuites: {}\nComponents: main\n\
+         Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+        missing.join(" ")
+    );
+    fs::write(VM_SUITES_FILE, entry).with_context(|| format!("writing {VM_SUITES_FILE}"))?;
+    run(apt().args(["update", "-q"])).context("apt-get update")
+}
+
+/// Every suite named in apt's sources (one-line and deb822 formats).
+fn listed_suites() -> Vec<String> {
+    let mut files = vec![PathBuf::from("/etc/apt/sources.list")];
+    if let Ok(dir) = fs::read_dir("/etc/apt/sources.list.d") {
+        files.extend(
+            dir.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "list" || x == "sources")),
+        );
+    }
+    files.iter().filter_map(|f| fs::read_to_string(f).ok()).flat_map(|t| suites_in(&t)).collect()
+}
+
+/// The suites of one sources file: `Suites: a b` lines (deb822), or the third word of
+/// `deb [opts] URI SUITE COMPONENTS` lines.
+fn suites_in(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.starts_with('#')) {
+        if let Some(rest) = line.strip_prefix("Suites:") {
+            out.extend(rest.split_whitespace().map(str::to_string));
+        } else if let Some(rest) = line.strip_prefix("deb ") {
+            let rest = match rest.trim_start().strip_prefix('[') {
+                Some(r) => r.split_once(']').map_or("", |(_, r)| r),
+                None => rest,
+            };
+            out.extend(rest.split_whitespace().nth(1).map(str::to_string));
+        }
+    }
+    out
+}
+
 /// Prints one line per package; returns those not installed.
 fn missing<'a>(pkgs: &[&'a str]) -> Vec<&'a str> {
     pkgs.iter()
@@ -276,6 +345,15 @@ mod tests {
         let vv = "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\nhost: x\nLLVM version: 22.1.4\n";
         assert_eq!(llvm_major(vv).ok().as_deref(), Some("22"));
         assert!(llvm_major("rustc 1.0\n").is_err());
+    }
+
+    #[test]
+    fn suites_of_both_source_formats() {
+        let deb822 = "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n";
+        assert_eq!(suites_in(deb822), ["bookworm", "bookworm-updates"]);
+        let one_line = "deb [arch=amd64] http://deb.debian.org/debian bullseye main\n# deb x trixie main\n";
+        assert_eq!(suites_in(one_line), ["bullseye"]);
+        assert_eq!(suites_in("deb https://x/apt cloud-sdk-bookworm main"), ["cloud-sdk-bookworm"]);
     }
 
     #[test]

@@ -1,14 +1,17 @@
-//! `cargo xtask vm`: the kernel matrix. Boots Debian's 6.1 and 6.12 cloud kernels under
-//! qemu and runs tfo-trace's integration tests inside, once per tracer backend.
+//! `cargo xtask vm`: the kernel matrix. Boots Debian's 5.10, 6.1 and 6.12 cloud kernels
+//! under qemu and runs tfo-trace's integration tests inside, once per tracer backend.
 //!
 //! The way there (docs/vm.md says more):
 //! 1. Debian packages on the host: qemu, a static busybox, cpio, xz, and the userspace the
 //!    tests call (`ip`, `tc`, `nstat`, `nft`, `sysctl`, `tcpdump`), copied into the VM with their
 //!    shared libraries as `ldd` lists them.
-//! 2. The newest `linux-image-6.1.0-N-cloud-amd64-unsigned` and
-//!    `linux-image-6.12.N+deb12-cloud-amd64-unsigned` that apt knows, downloaded once into
-//!    `target/vm/debs/` and unpacked (vmlinuz + the modules the lab needs: veth, sch_netem,
-//!    nf_tables, with their dependencies from each module's `.modinfo`).
+//! 2. The newest cloud kernel of each series ([`SERIES`]: `linux-image-5.10.0-N-cloud-amd64-unsigned`
+//!    from bullseye, `linux-image-6.1.0-N-cloud-amd64-unsigned` and
+//!    `linux-image-6.12.N+deb12-cloud-amd64-unsigned` from bookworm) that apt knows,
+//!    downloaded once into `target/vm/debs/` and unpacked (vmlinuz + the modules the lab
+//!    needs: veth, sch_netem, nf_tables, with their dependencies from each module's `.modinfo`).
+//!    What differs between CPU architectures (qemu, machine, console, the package's
+//!    architecture) is data ([`Arch`]).
 //! 3. The test executables, built on the host, and their tests (`--list`).
 //!    `env!("CARGO_BIN_EXE_tfo-trace")` is fixed at compile time, so every binary goes into
 //!    the initramfs at its host path.
@@ -40,7 +43,6 @@ use crate::util::{capture, cargo, is_root, probe, run, workspace_root};
 /// Debian packages the host needs for the VM runs (the tests' userspace comes from
 /// iproute2, nftables and procps, which `cargo xtask setup` installs already).
 const DEB_HOST: &[(&str, &str)] = &[
-    ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
     ("busybox-static", "/bin/busybox"),
     ("cpio", "/usr/bin/cpio"),
     ("xz-utils", "/usr/bin/xz"),
@@ -64,6 +66,10 @@ const VM_PROGRAMS: &[&str] = &[
 const VM_ETC: &[&str] = &["/etc/iproute2", "/usr/share/iproute2", "/etc/protocols", "/etc/services"];
 /// Kernel modules the lab needs; their dependencies are added from `.modinfo`.
 const VM_MODULES: &[&str] = &["veth", "sch_netem", "nf_tables"];
+/// Modules the lab needs where the kernel has them as modules rather than built in: the
+/// nft `counter` expression (the middlebox rules count their drops) is `nft_counter.ko` on
+/// 5.10 and part of nf_tables from 5.14 on.
+const VM_MODULES_IF_PRESENT: &[&str] = &["nft_counter"];
 /// The scenario tests (tracer against the kernel's counters): run once per backend, with
 /// TFO_TRACE_BACKEND set (tests/common passes it as `--backend`).
 const VM_PER_BACKEND: &[&str] = &["kernel_scenarios", "server_outcomes", "stalls", "report"];
@@ -82,13 +88,104 @@ const TEST_LIMIT_S: u64 = 300;
 /// 10 s under TCG; `doctor` adds 5 s in the lab cell).
 const BOOT_LIMIT_S: u64 = 300;
 
+/// A CPU architecture the matrix boots: everything that differs between them, as data,
+/// so that one more is one more entry.
+#[derive(Debug)]
+pub struct Arch {
+    /// What `--arch` and the tables call it.
+    name: &'static str,
+    /// Debian's name, as kernel package names spell it.
+    deb: &'static str,
+    /// The emulator, and the Debian package that has it.
+    qemu: &'static str,
+    qemu_package: &'static str,
+    /// qemu arguments that pick the board and CPU under TCG.
+    machine: &'static [&'static str],
+    /// The serial console the kernel writes to (`console=`).
+    console: &'static str,
+}
+
+const X86_64: Arch = Arch {
+    name: "x86_64",
+    deb: "amd64",
+    qemu: "qemu-system-x86_64",
+    qemu_package: "qemu-system-x86",
+    // TCG: every CPU feature qemu can emulate (the kernels' BPF JIT uses what it finds).
+    machine: &["-cpu", "max"],
+    console: "ttyS0",
+};
+
+const ARM64: Arch = Arch {
+    name: "arm64",
+    deb: "arm64",
+    qemu: "qemu-system-aarch64",
+    qemu_package: "qemu-system-arm",
+    machine: &["-machine", "virt", "-cpu", "max"],
+    console: "ttyAMA0",
+};
+
+const ARCHES: &[&Arch] = &[&X86_64, &ARM64];
+
+/// A kernel series the matrix boots: the Debian package that has it, for any [`Arch`].
+#[derive(Debug)]
+struct Series {
+    /// `5.10`, as `--kernel` takes it.
+    short: &'static str,
+    /// The Debian suite it comes from (`cargo xtask setup` adds the ones the machine lacks).
+    suite: &'static str,
+    /// Package name before the ABI number...
+    prefix: &'static str,
+    /// ...and after it, up to the architecture: the package is
+    /// `{prefix}{N}{flavour}{arch.deb}-unsigned`.
+    flavour: &'static str,
+}
+
+/// Every series, oldest first: 5.10 (Debian 11; Amazon Linux 2 and older Bottlerocket run
+/// 5.10 too), 6.1 (Debian 12, AL2023), 6.12 (a bookworm backport, Debian 13's series).
+const SERIES: &[Series] = &[
+    Series { short: "5.10", suite: "bullseye", prefix: "linux-image-5.10.0-", flavour: "-cloud-" },
+    Series { short: "6.1", suite: "bookworm", prefix: "linux-image-6.1.0-", flavour: "-cloud-" },
+    Series { short: "6.12", suite: "bookworm", prefix: "linux-image-6.12.", flavour: "+deb12-cloud-" },
+];
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum KernelChoice {
+    #[value(name = "5.10")]
+    V5_10,
     #[value(name = "6.1")]
     V6_1,
     #[value(name = "6.12")]
     V6_12,
     All,
+}
+
+impl KernelChoice {
+    fn series(self) -> Vec<&'static Series> {
+        let one = |short: &str| SERIES.iter().filter(|s| s.short == short).collect();
+        match self {
+            KernelChoice::V5_10 => one("5.10"),
+            KernelChoice::V6_1 => one("6.1"),
+            KernelChoice::V6_12 => one("6.12"),
+            KernelChoice::All => SERIES.iter().collect(),
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ArchChoice {
+    #[value(name = "x86_64")]
+    X86_64,
+    Arm64,
+}
+
+impl ArchChoice {
+    fn arch(self) -> &'static Arch {
+        let name = match self {
+            ArchChoice::X86_64 => "x86_64",
+            ArchChoice::Arm64 => "arm64",
+        };
+        ARCHES.iter().copied().find(|a| a.name == name).unwrap_or(&X86_64)
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -105,6 +202,13 @@ pub struct VmArgs {
     /// Which Debian kernel(s) to boot
     #[arg(long, value_enum, default_value = "all")]
     pub kernel: KernelChoice,
+    /// Which CPU architecture's kernels to boot
+    #[arg(long, value_enum, default_value = "x86_64")]
+    pub arch: ArchChoice,
+    /// Only boot each kernel with a busybox /init that prints a marker and powers off: the
+    /// architecture's plumbing (package, emulator, console, initramfs), no tests
+    #[arg(long)]
+    pub boot_only: bool,
     /// Tracer backends to run the backend-dependent tests with (TFO_TRACE_BACKEND in the VM)
     #[arg(long, value_delimiter = ',', default_value = "tracepoint,raw-tracepoint,fentry,kprobe")]
     pub backend: Vec<String>,
@@ -137,6 +241,8 @@ impl Default for VmArgs {
     fn default() -> Self {
         VmArgs {
             kernel: KernelChoice::All,
+            arch: ArchChoice::X86_64,
+            boot_only: false,
             backend: ["tracepoint", "raw-tracepoint", "fentry", "kprobe"].map(String::from).to_vec(),
             bins: Vec::new(),
             accel: Accel::Tcg,
@@ -159,6 +265,14 @@ impl VmArgs {
             );
             ensure!(b != ONCE_CELL, "`{ONCE_CELL}` names the per-kernel cell, not a backend");
         }
+        ensure!(
+            self.boot_only || self.arch.arch().name == X86_64.name,
+            "--arch {}: the tests inside an {} guest must be built for it, and this branch has no \
+             cross build of them yet (the aarch64 build comes with `cargo xtask dist`); \
+             --boot-only boots its kernels without tests",
+            self.arch.arch().name,
+            self.arch.arch().name
+        );
         ensure!(self.smp >= 1, "--smp must be at least 1");
         ensure!(self.jobs != Some(0), "--jobs must be at least 1");
         ensure!(self.test_limit_s >= 10, "--test-limit-s below 10 s would call every test hung");
@@ -190,7 +304,7 @@ pub struct Report {
 
 /// `cargo xtask vm`: errors when any cell failed.
 pub fn vm(args: &VmArgs) -> Result<()> {
-    let report = matrix(args)?;
+    let report = if args.boot_only { boot_only(args)? } else { matrix(args)? };
     if !report.problems.is_empty() {
         bail!("VM matrix: {} problem(s):\n  {}", report.problems.len(), report.problems.join("\n  "));
     }
@@ -204,10 +318,11 @@ pub fn matrix(args: &VmArgs) -> Result<Report> {
     let root = workspace_root();
     let work = root.join("target/vm");
     fs::create_dir_all(work.join("debs")).context("creating target/vm/debs")?;
-    host_packages()?;
-    let kernels = kernels(args.kernel, &work)?;
+    let arch = args.arch.arch();
+    host_packages(arch)?;
+    let kernels = kernels(args.kernel, arch, &work)?;
     for k in &kernels {
-        println!("vm: kernel {} is {} ({})", k.short, k.release, k.package);
+        println!("vm: kernel {} is {} ({}, {})", k.short, k.release, k.package, k.arch.name);
     }
     let build = build_tests(&root)?;
     let bins = select_bins(&build, &args.bins)?;
@@ -247,16 +362,143 @@ pub fn matrix(args: &VmArgs) -> Result<Report> {
     Ok(report)
 }
 
+/// `--boot-only`: each kernel of the architecture boots to a busybox /init that prints the
+/// markers the matrix reads (with `uname -m`) and powers off. What an architecture needs
+/// before its tests can run there: its kernel package, emulator, board, console.
+fn boot_only(args: &VmArgs) -> Result<Report> {
+    let start = Instant::now();
+    args.check()?;
+    let work = workspace_root().join("target/vm");
+    fs::create_dir_all(work.join("debs")).context("creating target/vm/debs")?;
+    let arch = args.arch.arch();
+    host_packages(arch)?;
+    foreign_arch(arch)?;
+    let kernels = kernels(args.kernel, arch, &work)?;
+    let busybox = busybox_for(arch, &work)?;
+    let mut report = Report::default();
+    for k in &kernels {
+        println!("vm: kernel {} is {} ({}, {})", k.short, k.release, k.package, k.arch.name);
+        let initrd = boot_initramfs(&work, k, &busybox)?;
+        let cell = Cell { kernel: k.short.clone(), name: BOOT_CELL.into(), runs: Vec::new() };
+        let boot = boot(k, &cell, &initrd, args)?;
+        match (boot.boot_s, &boot.end) {
+            (Some(s), None) => {
+                println!("vm: {} ({}) booted to /init in {s:.1} s, powered off", k.short, k.arch.name);
+                report.passed += 1;
+            }
+            (_, end) => {
+                report.failed += 1;
+                let why = end.clone().unwrap_or_else(|| "no boot marker".into());
+                report.problems.push(format!("{} boot: {why}", k.short));
+            }
+        }
+    }
+    println!("vm: boot only, {} kernel(s), {:.1} s", kernels.len(), start.elapsed().as_secs_f64());
+    Ok(report)
+}
+
+/// The cell name of `--boot-only` boots.
+const BOOT_CELL: &str = "boot";
+
+/// The host's own architecture in Debian's words (`dpkg --print-architecture`).
+fn host_deb_arch() -> String {
+    probe(Command::new("dpkg").arg("--print-architecture")).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// apt must know the architecture's packages to download its kernel and busybox
+/// (`dpkg --add-architecture`, then `apt-get update`); nothing of it is installed.
+fn foreign_arch(arch: &Arch) -> Result<()> {
+    if arch.deb == host_deb_arch() {
+        return Ok(());
+    }
+    let known = probe(Command::new("dpkg").arg("--print-foreign-architectures")).unwrap_or_default();
+    if known.split_whitespace().any(|a| a == arch.deb) {
+        return Ok(());
+    }
+    ensure!(
+        is_root(),
+        "apt does not list {} packages: as root, `dpkg --add-architecture {}`",
+        arch.deb,
+        arch.deb
+    );
+    run(Command::new("dpkg").args(["--add-architecture", arch.deb]))?;
+    run(Command::new("apt-get").args(["update", "-q"]))
+}
+
+/// A static busybox for `arch`: the host's own, or the architecture's busybox-static
+/// package unpacked under target/vm.
+fn busybox_for(arch: &Arch, work: &Path) -> Result<PathBuf> {
+    if arch.deb == host_deb_arch() {
+        return Ok(PathBuf::from("/bin/busybox"));
+    }
+    let dir = work.join(format!("busybox-{}", arch.deb));
+    let exe = dir.join("bin/busybox");
+    if exe.exists() {
+        return Ok(exe);
+    }
+    let debs = work.join("debs");
+    let qualified = format!("busybox-static:{}", arch.deb);
+    run(Command::new("apt-get").current_dir(&debs).args(["download", &qualified]))
+        .with_context(|| format!("apt-get download {qualified}"))?;
+    let deb = fs::read_dir(&debs)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with("busybox-static_") && n.ends_with(&format!("_{}.deb", arch.deb))
+            })
+        })
+        .with_context(|| format!("apt-get download left no busybox-static_*_{}.deb", arch.deb))?;
+    fs::create_dir_all(&dir)?;
+    run(Command::new("dpkg").arg("-x").arg(&deb).arg(&dir))?;
+    ensure!(exe.exists(), "{} has no bin/busybox", deb.display());
+    Ok(exe)
+}
+
+/// The initramfs of a boot-only run: busybox and an /init that says where it runs.
+fn boot_initramfs(work: &Path, k: &Kernel, busybox: &Path) -> Result<PathBuf> {
+    let dir = work.join(&k.short);
+    let root = dir.join("boot-root");
+    let _ = fs::remove_dir_all(&root);
+    for d in ["bin", "proc", "sys", "dev"] {
+        fs::create_dir_all(root.join(d))?;
+    }
+    copy_file(busybox, &root.join("bin/busybox"))?;
+    let init = root.join("init");
+    fs::write(
+        &init,
+        format!(
+            "#!/bin/busybox sh
+             # Generated by `cargo xtask vm --boot-only` for {package}.
+             /bin/busybox mount -t proc proc /proc
+             read up _ < /proc/uptime
+             echo \"TFO-VM-BOOT $(/bin/busybox uname -r) cell={BOOT_CELL} uptime=$up\"
+             echo \"TFO-VM-ARCH $(/bin/busybox uname -m)\"
+             echo TFO-VM-DONE
+             /bin/busybox poweroff -f
+",
+            package = k.package
+        ),
+    )?;
+    fs::set_permissions(&init, fs::Permissions::from_mode(0o755))?;
+    let cpio = dir.join("boot.cpio");
+    let mut sh = Command::new("sh");
+    sh.current_dir(&root)
+        .arg("-c")
+        .arg(format!("find . -print0 | cpio --null -o -H newc -R 0:0 --quiet > '{}'", cpio.display()));
+    run(&mut sh).context("packing the boot initramfs")?;
+    Ok(cpio)
+}
+
 // ---- 1. host packages ---------------------------------------------------------------------
 
-fn host_packages() -> Result<()> {
-    let missing: Vec<&str> =
-        DEB_HOST.iter().filter(|(_, p)| !Path::new(p).exists()).map(|(d, _)| *d).collect();
+fn host_packages(arch: &Arch) -> Result<()> {
+    let qemu = format!("/usr/bin/{}", arch.qemu);
+    let wanted: Vec<(&str, &str)> =
+        DEB_HOST.iter().copied().chain([(arch.qemu_package, qemu.as_str())]).collect();
+    let missing: Vec<&str> = wanted.iter().filter(|(_, p)| !Path::new(p).exists()).map(|(d, _)| *d).collect();
     if missing.is_empty() {
-        println!(
-            "ok: VM host packages ({})",
-            DEB_HOST.iter().map(|(d, _)| *d).collect::<Vec<_>>().join(", ")
-        );
+        println!("ok: VM host packages ({})", wanted.iter().map(|(d, _)| *d).collect::<Vec<_>>().join(", "));
     } else {
         ensure!(
             is_root(),
@@ -288,8 +530,10 @@ fn host_packages() -> Result<()> {
 
 /// One Debian kernel, unpacked.
 struct Kernel {
-    /// `6.1`, `6.12`
+    /// `5.10`, `6.1`, `6.12` on x86_64; `6.1-arm64` on another architecture: the
+    /// tables' KERNEL column and the folder under target/vm.
     short: String,
+    arch: &'static Arch,
     /// The package name, e.g. `linux-image-6.1.0-57-cloud-amd64-unsigned`.
     package: String,
     /// `uname -r` inside, e.g. `6.1.0-57-cloud-amd64`.
@@ -299,22 +543,14 @@ struct Kernel {
     modules: PathBuf,
 }
 
-fn kernels(choice: KernelChoice, work: &Path) -> Result<Vec<Kernel>> {
-    let wanted: &[&str] = match choice {
-        KernelChoice::V6_1 => &["6.1"],
-        KernelChoice::V6_12 => &["6.12"],
-        KernelChoice::All => &["6.1", "6.12"],
-    };
-    wanted.iter().map(|s| kernel(s, work)).collect()
+fn kernels(choice: KernelChoice, arch: &'static Arch, work: &Path) -> Result<Vec<Kernel>> {
+    choice.series().into_iter().map(|s| kernel(s, arch, work)).collect()
 }
 
-/// Package name pattern: 6.1 is `linux-image-6.1.0-<abi>-cloud-amd64-unsigned`, 6.12 (a
-/// bookworm backport) is `linux-image-6.12.<n>+deb12-cloud-amd64-unsigned`.
-fn kernel_prefix(short: &str) -> (String, &'static str) {
-    match short {
-        "6.1" => ("linux-image-6.1.0-".into(), "-cloud-amd64-unsigned"),
-        s => (format!("linux-image-{s}."), "+deb12-cloud-amd64-unsigned"),
-    }
+/// Package name pattern of a series on an architecture: (prefix, suffix) around the ABI
+/// number, e.g. `linux-image-5.10.0-` `-cloud-amd64-unsigned`.
+fn kernel_prefix(series: &Series, arch: &Arch) -> (String, String) {
+    (series.prefix.to_string(), format!("{}{}-unsigned", series.flavour, arch.deb))
 }
 
 /// The number between prefix and suffix (`57` in `...6.1.0-57-cloud...`), for ordering.
@@ -323,8 +559,14 @@ fn abi_number(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
 }
 
 /// The newest package of one series apt knows, downloaded (cached) and unpacked (cached).
-fn kernel(short: &str, work: &Path) -> Result<Kernel> {
-    let (prefix, suffix) = kernel_prefix(short);
+fn kernel(series: &Series, arch: &'static Arch, work: &Path) -> Result<Kernel> {
+    let (prefix, suffix) = kernel_prefix(series, arch);
+    let suffix = suffix.as_str();
+    let short = if arch.name == X86_64.name {
+        series.short.to_string()
+    } else {
+        format!("{}-{}", series.short, arch.name)
+    };
     let newest = |names: &str| {
         names
             .lines()
@@ -356,8 +598,13 @@ fn kernel(short: &str, work: &Path) -> Result<Kernel> {
                     e.file_name().to_str().and_then(|n| n.split('_').next()).map(|n| format!("{n}\n"))
                 })
                 .collect();
-            newest(&names)
-                .with_context(|| format!("apt knows no {prefix}*{suffix} package and none is cached"))?
+            newest(&names).with_context(|| {
+                format!(
+                    "apt knows no {prefix}*{suffix} package and none is cached (it is in Debian's {} \
+                     suite: `cargo xtask setup` adds it to apt's sources)",
+                    series.suite
+                )
+            })?
         }
     };
     let deb = match cached(&package) {
@@ -367,8 +614,10 @@ fn kernel(short: &str, work: &Path) -> Result<Kernel> {
         }
         None => {
             println!("downloading: {package}");
-            run(Command::new("apt-get").current_dir(&debs).args(["download", &package]))
-                .with_context(|| format!("apt-get download {package}"))?;
+            // Qualified with its architecture: apt picks the host's by default.
+            let qualified = format!("{package}:{}", arch.deb);
+            run(Command::new("apt-get").current_dir(&debs).args(["download", &qualified]))
+                .with_context(|| format!("apt-get download {qualified}"))?;
             cached(&package).with_context(|| format!("apt-get download left no {package}_*.deb"))?
         }
     };
@@ -387,13 +636,7 @@ fn kernel(short: &str, work: &Path) -> Result<Kernel> {
         .context("lib/modules is empty")?;
     let vmlinuz = dir.join("boot").join(format!("vmlinuz-{release}"));
     ensure!(vmlinuz.exists(), "{} missing from {package}", vmlinuz.display());
-    Ok(Kernel {
-        short: short.into(),
-        package,
-        modules: dir.join("lib/modules").join(&release),
-        release,
-        vmlinuz,
-    })
+    Ok(Kernel { short, arch, package, modules: dir.join("lib/modules").join(&release), release, vmlinuz })
 }
 
 // ---- 3. test binaries ---------------------------------------------------------------------
@@ -706,6 +949,9 @@ fn modules(k: &Kernel, root: &Path) -> Result<Vec<String>> {
     for m in VM_MODULES {
         add_module(m, &index, &mut seen, &mut order)?;
     }
+    for m in VM_MODULES_IF_PRESENT.iter().filter(|m| index.contains_key(**m)) {
+        add_module(m, &index, &mut seen, &mut order)?;
+    }
     let dst = root.join("modules");
     fs::create_dir_all(&dst)?;
     let mut names = Vec::new();
@@ -880,6 +1126,21 @@ fn accel(a: Accel) -> &'static str {
     }
 }
 
+/// The board and CPU arguments: the architecture's, less `-cpu max` under KVM (the host's
+/// CPU is what a KVM guest gets).
+fn qemu_machine(arch: &Arch, accel: Accel) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let mut it = arch.machine.iter();
+    while let Some(&a) = it.next() {
+        if a == "-cpu" && accel == Accel::Kvm {
+            it.next();
+            continue;
+        }
+        out.push(a);
+    }
+    out
+}
+
 /// One test's run inside the guest.
 #[derive(Clone, Debug, Default)]
 struct TestRun {
@@ -942,22 +1203,21 @@ fn boot(k: &Kernel, cell: &Cell, initrd: &Path, args: &VmArgs) -> Result<Boot> {
     let accel = accel(args.accel);
     let log_path = initrd.with_file_name(format!("console-{}.log", cell.name));
     let mut log = fs::File::create(&log_path)?;
-    let mut cmd = Command::new("qemu-system-x86_64");
+    let mut cmd = Command::new(k.arch.qemu);
     cmd.args(["-accel", accel, "-m", &args.memory_mb.to_string(), "-smp", &args.smp.to_string()])
-        // TCG: every CPU feature qemu can emulate (the kernels' BPF JIT uses what it finds).
-        .args(if accel == "tcg" { &["-cpu", "max"][..] } else { &[] })
+        .args(qemu_machine(k.arch, args.accel))
         .args(["-nographic", "-no-reboot", "-nic", "none", "-serial", "mon:stdio"])
         .arg("-kernel")
         .arg(&k.vmlinuz)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", &format!("console=ttyS0 panic=-1 quiet tfo_cell={}", cell.name)])
+        .args(["-append", &format!("console={} panic=-1 quiet tfo_cell={}", k.arch.console, cell.name)])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     println!("+ {}", crate::util::display(&cmd));
     let start = Instant::now();
-    let mut child = cmd.spawn().context("starting qemu-system-x86_64")?;
+    let mut child = cmd.spawn().with_context(|| format!("starting {}", k.arch.qemu))?;
     let pid = child.id();
     let (tx, rx) = mpsc::channel::<String>();
     let stdout = child.stdout.take().context("qemu stdout")?;
@@ -1309,6 +1569,16 @@ fn print_time_table(cells: &[Cell], boots: &[Boot], prepared_s: f64, total_s: f6
             slowest.map_or(String::new(), |((b, t), r)| format!("{b}::{t} {} s", r.seconds))
         );
     }
+    // Per kernel: what one more kernel costs the test command.
+    let mut per_kernel: BTreeMap<&str, (usize, f64)> = BTreeMap::new();
+    for (cell, boot) in cells.iter().zip(boots) {
+        let k = per_kernel.entry(cell.kernel.as_str()).or_default();
+        k.0 += 1;
+        k.1 += boot.total_s;
+    }
+    for (kernel, (n, s)) in &per_kernel {
+        println!("vm: time: kernel {kernel}: {n} cell(s), {s:.1} s of guest time");
+    }
     println!(
         "vm: time: {prepared_s:.1} s preparing (packages, kernels, test build, initramfs), \
          {guest_s:.1} s of guest time in {:.1} s with {jobs} guest(s) at once",
@@ -1322,12 +1592,25 @@ mod tests {
 
     #[test]
     fn newest_kernel_package_by_abi_number() {
-        let (p, s) = kernel_prefix("6.1");
-        assert_eq!(abi_number("linux-image-6.1.0-57-cloud-amd64-unsigned", &p, s), Some(57));
-        assert_eq!(abi_number("linux-image-6.1.0-57-cloud-amd64", &p, s), None);
-        let (p, s) = kernel_prefix("6.12");
-        assert_eq!(abi_number("linux-image-6.12.117+deb12-cloud-amd64-unsigned", &p, s), Some(117));
-        assert_eq!(abi_number("linux-image-6.12.117+deb12-amd64-unsigned", &p, s), None);
+        let series = |short| SERIES.iter().find(|s| s.short == short).unwrap();
+        let (p, s) = kernel_prefix(series("6.1"), &X86_64);
+        assert_eq!(abi_number("linux-image-6.1.0-57-cloud-amd64-unsigned", &p, &s), Some(57));
+        assert_eq!(abi_number("linux-image-6.1.0-57-cloud-amd64", &p, &s), None);
+        let (p, s) = kernel_prefix(series("6.12"), &X86_64);
+        assert_eq!(abi_number("linux-image-6.12.117+deb12-cloud-amd64-unsigned", &p, &s), Some(117));
+        assert_eq!(abi_number("linux-image-6.12.117+deb12-amd64-unsigned", &p, &s), None);
+        let (p, s) = kernel_prefix(series("5.10"), &X86_64);
+        assert_eq!(abi_number("linux-image-5.10.0-35-cloud-amd64-unsigned", &p, &s), Some(35));
+        let (p, s) = kernel_prefix(series("5.10"), &ARM64);
+        assert_eq!(abi_number("linux-image-5.10.0-35-cloud-arm64-unsigned", &p, &s), Some(35));
+        assert_eq!(abi_number("linux-image-5.10.0-35-cloud-amd64-unsigned", &p, &s), None);
+    }
+
+    #[test]
+    fn kvm_guests_get_the_host_cpu() {
+        assert_eq!(qemu_machine(&X86_64, Accel::Tcg), ["-cpu", "max"]);
+        assert!(qemu_machine(&X86_64, Accel::Kvm).is_empty());
+        assert_eq!(qemu_machine(&ARM64, Accel::Kvm), ["-machine", "virt"]);
     }
 
     #[test]

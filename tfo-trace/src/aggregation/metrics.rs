@@ -11,6 +11,12 @@
 //! `tfo_trace_connects_unfollowed_total` (counted, but without process or timing). Labels
 //! stay bounded: `role` (2 values), `outcome` (13), and one opt-in label, `destination` or
 //! `container`, only when the user asks for it, with a cap ([`Breakdown`]).
+//!
+//! Outcomes no hook of the running backend sees are counted by the kernel's own
+//! per-namespace counters instead ([`super::kernel_counted`]): their series carry
+//! `source="kernel_counter"` (and `other` as the opt-in label's value: no destination or
+//! container is known), so `tfo_trace_connections_total{role,outcome}` summed over its
+//! series means the same on every backend.
 use std::{
     collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex},
@@ -24,7 +30,10 @@ use prometheus_client::{
 };
 use tfo_trace_common::HANDSHAKE_BOUNDS_NS;
 
-use super::stall;
+use super::{
+    kernel_counted::{self, KernelCounted},
+    stall,
+};
 use crate::{
     events::{counts::KernelCounts, Event, Outcome, Role},
     probes::{table, Backend},
@@ -46,7 +55,10 @@ type Labels = Vec<(&'static str, String)>;
 /// The series `tfo-trace export` serves, as `doctor` lists them (a test checks each one
 /// against the real exposition).
 pub const EXPOSED: &[(&str, &str)] = &[
-    ("tfo_trace_connections_total", "{role,outcome[,destination|container]} counter"),
+    (
+        "tfo_trace_connections_total",
+        "{role,outcome[,destination|container][,source=\"kernel_counter\"]} counter",
+    ),
     ("tfo_trace_syn_data_bytes_total", "{role} counter"),
     ("tfo_trace_stall_seconds_total", "[{destination|container}] counter"),
     ("tfo_trace_handshake_seconds", "{role} histogram, buckets resolving the 1 s SYN timeout"),
@@ -206,8 +218,23 @@ impl Health {
 struct Model {
     backend: Backend,
     kernel: KernelCounts,
+    /// The namespaces' counters of what no hook of the backend sees.
+    counted: KernelCounted,
     health: Health,
     breakdown: Option<Capped>,
+    /// The highest value each connection series has shown: a count adjusted by a kernel
+    /// counter (accepted, less those made on the backup key) may lag for a moment, and a
+    /// counter must never go back.
+    shown: BTreeMap<(Role, Outcome, bool), u64>,
+}
+
+impl Model {
+    /// `value`, or the series' highest shown value if that is more; remembered.
+    fn never_less(&mut self, role: Role, outcome: Outcome, kernel_counter: bool, value: u64) -> u64 {
+        let shown = self.shown.entry((role, outcome, kernel_counter)).or_default();
+        *shown = (*shown).max(value);
+        *shown
+    }
 }
 
 pub struct Metrics {
@@ -223,8 +250,10 @@ impl Metrics {
         let model = Arc::new(Mutex::new(Model {
             backend: build.backend,
             kernel: KernelCounts::default(),
+            counted: KernelCounted::default(),
             health: Health::default(),
             breakdown: breakdown.map(Capped::new),
+            shown: BTreeMap::new(),
         }));
         registry.register_collector(Box::new(ModelCollector(model.clone())));
         let info: Labels = vec![
@@ -254,6 +283,13 @@ impl Metrics {
         }
     }
 
+    /// What the namespaces' counters counted of the outcomes no hook sees (they only grow).
+    pub fn set_kernel_counted(&self, counted: KernelCounted) {
+        if let Ok(mut m) = self.model.lock() {
+            m.counted = counted;
+        }
+    }
+
     /// Counts one event in the opt-in series (nothing without them).
     pub fn observe(&self, e: &Event) {
         if let Ok(mut m) = self.model.lock() {
@@ -275,6 +311,14 @@ impl Metrics {
 #[derive(Debug)]
 struct ModelCollector(Arc<Mutex<Model>>);
 
+/// A kernel-counted series' labels: the opt-in label (if any) says `other`, then the source.
+fn counted_labels(role: Role, outcome: Outcome, breakdown: Option<&'static str>) -> Labels {
+    let extra: Vec<(&'static str, String)> = breakdown.map(|b| (b, OTHER.to_string())).into_iter().collect();
+    let mut l = labels(role, Some(outcome), &extra);
+    l.push(("source", kernel_counted::SOURCE.to_string()));
+    l
+}
+
 /// `extra`: the opt-in label and its value.
 fn labels(role: Role, outcome: Option<Outcome>, extra: &[(&'static str, String)]) -> Labels {
     let mut l: Labels = vec![("role", role.name().to_string())];
@@ -294,7 +338,7 @@ impl Capped {
 
 impl Collector for ModelCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Ok(m) = self.0.lock() else { return Ok(()) };
+        let Ok(mut m) = self.0.lock() else { return Ok(()) };
         // Every series this backend can ever report exists, at 0 until it happens, so that
         // `increase()` sees the first event and a dashboard can tell "none happened" from
         // "not exported". Outcomes the backend cannot see stay absent rather than a
@@ -314,7 +358,11 @@ impl Collector for ModelCollector {
             MetricType::Counter,
         )?;
         for &(role, outcome) in &seen {
-            let total = m.kernel.total(role, outcome).events;
+            // What the hooks report as this outcome, less what a kernel counter says was
+            // another one (accepted on the backup key, on the tracepoint backends).
+            let hooked = m.kernel.total(role, outcome).events;
+            let total = hooked.saturating_sub(m.counted.moved_from(None, role, outcome));
+            let total = m.never_less(role, outcome, false, total);
             match &m.breakdown {
                 None => e
                     .encode_family(&labels(role, Some(outcome), &[]))?
@@ -332,6 +380,15 @@ impl Collector for ModelCollector {
                     e.encode_family(&labels(role, Some(outcome), &d.labels_of(OTHER)))?
                         .encode_counter::<Labels, _, u64>(&other, None)?;
                 }
+            }
+        }
+        if m.counted.unavailable.is_none() {
+            let label = m.breakdown.as_ref().map(|d| d.breakdown.label());
+            for (role, outcome, _) in KernelCounted::series(m.backend) {
+                let total = m.counted.total(role, outcome);
+                let total = m.never_less(role, outcome, true, total);
+                e.encode_family(&counted_labels(role, outcome, label))?
+                    .encode_counter::<Labels, _, u64>(&total, None)?;
             }
         }
 
@@ -482,8 +539,31 @@ mod tests {
             sample(&zero, r#"tfo_trace_connections_total{role="client",outcome="accepted"}"#),
             Some(0.0)
         );
-        // The tracepoint backend cannot see server cookie requests: no series for them.
-        assert!(!zero.contains(r#"role="server",outcome="cookie_requested""#), "{zero}");
+        // The tracepoint backend cannot see server cookie requests: the namespaces' counters
+        // count them, in a series that says so (none from the hooks).
+        assert!(!zero.contains(r#"role="server",outcome="cookie_requested"}"#), "{zero}");
+        let requested = r#"tfo_trace_connections_total{role="server",outcome="cookie_requested",source="kernel_counter"}"#;
+        assert_eq!(sample(&zero, requested), Some(0.0), "{zero}");
+        // Nor queue overflows: 3 in one namespace, 2 in another, counted by the kernel.
+        let row = |netns, count| crate::aggregation::kernel_counted::CountedRow {
+            netns,
+            role: Role::Server,
+            outcome: Outcome::QueueOverflow,
+            count,
+            counter: "TcpExtTCPFastOpenListenOverflow",
+            within: None,
+        };
+        m.set_kernel_counted(KernelCounted {
+            outcomes: vec![(Role::Server, Outcome::QueueOverflow)],
+            rows: vec![row(7, 3), row(8, 2)],
+            ..KernelCounted::default()
+        });
+        let overflow =
+            r#"tfo_trace_connections_total{role="server",outcome="queue_overflow",source="kernel_counter"}"#;
+        assert_eq!(sample(&m.encode(), overflow), Some(5.0));
+        // A count never goes back (a namespace's counters may be unreadable for a moment).
+        m.set_kernel_counted(KernelCounted::default());
+        assert_eq!(sample(&m.encode(), overflow), Some(5.0));
         assert_eq!(
             sample(&zero, r#"tfo_trace_build_info{version="0.1.0",backend="tracepoint",kernel="6.18.0"}"#),
             Some(1.0)
@@ -576,7 +656,12 @@ mod tests {
                 .filter(|o| crate::probes::table::sees(crate::probes::Backend::Tracepoint, role, **o))
                 .count()
         };
-        assert_eq!(series, seen(Role::Client) + 2 + seen(Role::Server) + 1, "{t}");
+        // And one per outcome the namespaces' counters count, under "other" with its source.
+        let counted = KernelCounted::series(crate::probes::Backend::Tracepoint).count();
+        assert_eq!(series, seen(Role::Client) + 2 + seen(Role::Server) + 1 + counted, "{t}");
+        let overflow =
+            r#"{role="server",outcome="queue_overflow",destination="other",source="kernel_counter"}"#;
+        assert!(t.contains(overflow), "{t}");
     }
 
     #[test]

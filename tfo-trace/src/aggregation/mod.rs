@@ -1,6 +1,7 @@
 //! Pure counting over decoded events: no I/O, so every view and test can share it.
 pub mod connections;
 pub mod grouping;
+pub mod kernel_counted;
 pub mod metrics;
 pub mod quantiles;
 pub mod rates;

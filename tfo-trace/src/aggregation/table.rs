@@ -521,6 +521,7 @@ impl TopModel {
             listeners: table(View::Listeners),
             processes: table(View::Processes),
             containers: table(View::Containers),
+            kernel_counted: Default::default(),
         }
     }
 }
@@ -565,6 +566,8 @@ pub struct Snapshot {
     pub listeners: TableSnapshot,
     pub processes: TableSnapshot,
     pub containers: TableSnapshot,
+    /// What the namespaces' counters counted of the outcomes no hook sees (live only).
+    pub kernel_counted: super::kernel_counted::KernelCounted,
 }
 
 impl Snapshot {

@@ -1,12 +1,22 @@
 //! `top`'s totals from the kernel's counts rather than from the events that arrived: the
-//! same columns, exact when the reader fell behind and events were lost.
+//! same columns, exact when the reader fell behind and events were lost; with the outcomes
+//! no hook of the backend sees taken from the namespaces' own counters.
 use crate::events::{counts::KernelCounts, Role};
 
-use super::table::{GroupStats, RowStats};
+use super::{
+    kernel_counted::KernelCounted,
+    table::{GroupStats, RowStats},
+};
 
-/// The kernel's counts of one role (or both) as a row of `top`. Handshake quantiles are
-/// not in the kernel's coarse histogram's resolution: they stay those of the events.
-pub fn row(counts: &KernelCounts, role: Option<Role>, from_events: &RowStats) -> RowStats {
+/// The kernel's counts of one role (or both) as a row of `top`, with what its namespace
+/// counters counted that no hook sees (`counted`). Handshake quantiles are not in the
+/// kernel's coarse histogram's resolution: they stay those of the events.
+pub fn row(
+    counts: &KernelCounts,
+    counted: &KernelCounted,
+    role: Option<Role>,
+    from_events: &RowStats,
+) -> RowStats {
     let mut g = GroupStats::default();
     for (_, r, o, c) in counts.iter() {
         if role.is_some_and(|want| want != r) {
@@ -20,6 +30,14 @@ pub fn row(counts: &KernelCounts, role: Option<Role>, from_events: &RowStats) ->
         }
         if r == Role::Client {
             g.retransmits += c.retransmits;
+        }
+    }
+    // After the hooks' counts: some of what they report as one outcome was another.
+    for r in counted.rows.iter().filter(|r| role.is_none_or(|want| want == r.role)) {
+        g.outcomes[r.outcome as usize - 1] += r.count;
+        if let Some(of) = r.within {
+            let i = of as usize - 1;
+            g.outcomes[i] = g.outcomes[i].saturating_sub(r.count);
         }
     }
     RowStats { p50_us: from_events.p50_us, p99_us: from_events.p99_us, ..g.row() }
@@ -53,11 +71,41 @@ mod tests {
             counts.add_event(e);
         }
         let snap = model.snapshot();
-        assert_eq!(row(&counts, None, &snap.total), snap.total);
-        assert_eq!(row(&counts, Some(Role::Client), &snap.client), snap.client);
-        assert_eq!(row(&counts, Some(Role::Server), &snap.server), snap.server);
+        let none = KernelCounted::default();
+        assert_eq!(row(&counts, &none, None, &snap.total), snap.total);
+        assert_eq!(row(&counts, &none, Some(Role::Client), &snap.client), snap.client);
+        assert_eq!(row(&counts, &none, Some(Role::Server), &snap.server), snap.server);
         // One more accepted connection the kernel counted but whose event was lost.
         counts.add_event(&sample_event(Role::Client, Outcome::Accepted));
-        assert_eq!(row(&counts, Some(Role::Client), &snap.client).accepted, snap.client.accepted + 1);
+        assert_eq!(row(&counts, &none, Some(Role::Client), &snap.client).accepted, snap.client.accepted + 1);
+    }
+
+    #[test]
+    fn outcomes_no_hook_sees_come_from_the_namespace_counters() {
+        use crate::aggregation::kernel_counted::CountedRow;
+        let mut counts = KernelCounts::default();
+        for _ in 0..3 {
+            counts.add_event(&sample_event(Role::Server, Outcome::Accepted));
+        }
+        let row_of = |outcome, count, counter, within| CountedRow {
+            netns: 7,
+            role: Role::Server,
+            outcome,
+            count,
+            counter,
+            within,
+        };
+        let counted = KernelCounted {
+            rows: vec![
+                row_of(Outcome::QueueOverflow, 2, "TcpExtTCPFastOpenListenOverflow", None),
+                row_of(Outcome::AcceptedAltKey, 1, "TcpExtTCPFastOpenPassiveAltKey", Some(Outcome::Accepted)),
+            ],
+            ..KernelCounted::default()
+        };
+        let server = row(&counts, &counted, Some(Role::Server), &RowStats::default());
+        assert_eq!(server.queue_overflows, 2);
+        assert_eq!(server.backup_key_hits, 1);
+        assert_eq!(server.accepted, 3, "two on the primary key, one on the backup");
+        assert_eq!(row(&counts, &counted, Some(Role::Client), &RowStats::default()).queue_overflows, 0);
     }
 }

@@ -275,11 +275,14 @@ pub struct ListenerReport {
     pub verdict: Verdict,
 }
 
-/// From a namespace's counters, for what the backend's events cannot show.
+/// From a namespace's counters, for what the backend's events cannot show: counted by
+/// the kernel, never attributed to a listener or a process.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct NamespaceFinding {
     pub netns: u32,
     pub verdict: Verdict,
+    /// Where its counts come from: [`super::kernel_counted::SOURCE`].
+    pub source: &'static str,
 }
 
 /// `1.02 s`, `35.0 ms`, `120 us`.
@@ -878,6 +881,7 @@ pub fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Na
             }
             out.push(NamespaceFinding {
                 netns,
+                source: super::kernel_counted::SOURCE,
                 verdict: counted(Kind::QueueOverflow, sentence, evidence, overflow),
             });
         }
@@ -889,6 +893,7 @@ pub fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Na
             };
             out.push(NamespaceFinding {
                 netns,
+                source: super::kernel_counted::SOURCE,
                 verdict: counted(
                     Kind::CookieInvalid,
                     format!(
@@ -907,6 +912,7 @@ pub fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Na
         if alt > seen(Outcome::AcceptedAltKey) {
             out.push(NamespaceFinding {
                 netns,
+                source: super::kernel_counted::SOURCE,
                 verdict: counted(
                     Kind::KeyRotated,
                     format!(

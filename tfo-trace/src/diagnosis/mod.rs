@@ -72,7 +72,7 @@ pub struct BackendVerdict {
 }
 
 /// The report on `facts`, with `loader`'s verdict per backend (`probes::verdicts`).
-pub fn diagnose(facts: HostFacts, loader: Vec<(Backend, Result<(), String>)>) -> DoctorReport {
+pub fn diagnose(facts: HostFacts, loader: Vec<(Backend, Result<String, String>)>) -> DoctorReport {
     let backends = backend_verdicts(loader);
     let checks = checks::checks(&facts.namespaces, &facts.listeners, &facts.key_files);
     let mut advice = advice::advice(&facts);
@@ -119,7 +119,7 @@ fn program_type_note(name: &str, facilities: &TracingFacilities) -> Option<Strin
 
 /// The backends as the loader sees them: which load here, what each one sees and what it
 /// cannot see (from the probe table), so `doctor` and the tracer never disagree.
-fn backend_verdicts(loader: Vec<(Backend, Result<(), String>)>) -> Vec<BackendVerdict> {
+fn backend_verdicts(loader: Vec<(Backend, Result<String, String>)>) -> Vec<BackendVerdict> {
     loader
         .into_iter()
         .map(|(backend, verdict)| {
@@ -135,11 +135,18 @@ fn backend_verdicts(loader: Vec<(Backend, Result<(), String>)>) -> Vec<BackendVe
                 .iter()
                 .map(|b| {
                     let (role, name) = (b.role.name(), b.outcome.name());
-                    format!("{role} {name} ({})", b.why)
+                    let counted = match b.counter {
+                        table::KernelCounter::Exact(c) => format!("counted by the kernel instead: {c}"),
+                        table::KernelCounter::Within { counter, of } => {
+                            format!("counted by the kernel instead: {counter} (out of {})", of.name())
+                        }
+                        table::KernelCounter::None(why) => format!("not counted: {why}"),
+                    };
+                    format!("{role} {name} ({}); {counted}", b.why)
                 })
                 .collect();
             let (loads, reason) = match verdict {
-                Ok(()) => (true, String::from("loads and attaches here")),
+                Ok(how) => (true, how),
                 Err(e) => (false, e),
             };
             BackendVerdict { name: backend.name().to_string(), loads, reason, sees, blind }
@@ -218,15 +225,21 @@ mod tests {
     fn the_loader_s_choice_leads_the_advice() {
         let loader = vec![
             (Backend::Fentry, Err("loading/attaching ...: EPERM".to_string())),
-            (Backend::Tracepoint, Ok(())),
+            (Backend::Tracepoint, Ok("socket cast: kfunc bpf_rdonly_cast".into())),
         ];
         let r = diagnose(sample_facts(), loader);
         assert_eq!(r.advice[0], "auto would choose the tracepoint backend");
         assert_eq!(r.backends.len(), 2);
         assert!(!r.backends[0].loads && r.backends[0].reason.ends_with("EPERM"));
-        assert_eq!(r.backends[1].reason, "loads and attaches here");
+        assert_eq!(r.backends[1].reason, "socket cast: kfunc bpf_rdonly_cast");
         assert!(r.backends[1].sees.contains(&"client syn_retransmitted".to_string()));
-        assert!(r.backends[1].blind.iter().any(|b| b.starts_with("server queue_overflow (")));
+        let overflow = r.backends[1].blind.iter().find(|b| b.starts_with("server queue_overflow ("));
+        assert!(
+            overflow.is_some_and(
+                |b| b.ends_with("counted by the kernel instead: TcpExtTCPFastOpenListenOverflow")
+            ),
+            "{overflow:?}"
+        );
         assert_eq!(r.checks.len(), 5);
 
         let none_loads = diagnose(sample_facts(), vec![(Backend::Kprobe, Err("no kprobes".into()))]);

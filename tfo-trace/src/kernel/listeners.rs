@@ -61,7 +61,7 @@ pub fn listening_inodes(proc_net_tcp: &str, port: u16) -> Vec<u64> {
     parse_proc_listeners(proc_net_tcp).into_iter().filter(|(a, _)| a.port() == port).map(|(_, i)| i).collect()
 }
 
-fn pids() -> impl Iterator<Item = u32> {
+pub(crate) fn pids() -> impl Iterator<Item = u32> {
     fs::read_dir("/proc").into_iter().flatten().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
 }
 
@@ -74,7 +74,7 @@ fn comm_of(pid: u32) -> Option<String> {
 }
 
 /// The sockets a process holds: (fd, socket inode), from /proc/PID/fd.
-fn socket_fds(pid: u32) -> impl Iterator<Item = (i32, u64)> {
+pub(crate) fn socket_fds(pid: u32) -> impl Iterator<Item = (i32, u64)> {
     fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten().filter_map(|fd| {
         let num = fd.file_name().to_str()?.parse::<i32>().ok()?;
         let target = fs::read_link(fd.path()).ok()?;

@@ -117,6 +117,58 @@ impl Netstat {
     }
 }
 
+/// The counters tfo-trace follows in every namespace while it traces (the kernel-counted
+/// outcomes, `report`'s findings): the TFO family and SYN retransmissions.
+pub fn is_tfo_counter(key: &str) -> bool {
+    key.starts_with("TcpExtTCPFastOpen") || key == "TcpExtTCPSynRetrans"
+}
+
+/// One namespace's TFO counters, read from inside it, and what tells this namespace from
+/// a later one that gets the same inode.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetnsReading {
+    pub counters: Netstat,
+    /// The namespace's cookie (SO_NETNS_COOKIE, 5.14+): never reused, where an inode is.
+    pub cookie: Option<u64>,
+}
+
+/// SO_NETNS_COOKIE (include/uapi/asm-generic/socket.h; x86_64 and arm64 alike).
+const SO_NETNS_COOKIE: libc::c_int = 71;
+
+impl NetnsReading {
+    /// The calling thread's namespace (run inside `every_netns::run_in_each`).
+    pub fn here() -> Result<NetnsReading> {
+        let all = Netstat::read_files(&[Path::new("/proc/thread-self/net/netstat")])?;
+        let counters = Netstat(all.0.into_iter().filter(|(k, _)| is_tfo_counter(k)).collect());
+        Ok(NetnsReading { counters, cookie: netns_cookie_here() })
+    }
+}
+
+/// The calling thread's namespace cookie, from a socket made there (a Unix one: no
+/// network stack involved); None before 5.14.
+fn netns_cookie_here() -> Option<u64> {
+    use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+    // SAFETY: socket() returns a new fd (owned below) or -1; getsockopt writes at most
+    // `len` bytes into a live u64.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let sock = OwnedFd::from_raw_fd(fd);
+        let mut cookie: u64 = 0;
+        let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_NETNS_COOKIE,
+            (&mut cookie as *mut u64).cast(),
+            &mut len,
+        );
+        (rc == 0 && cookie != 0).then_some(cookie)
+    }
+}
+
 /// `"TcpExt: a b c"` -> `("TcpExt", " a b c")`.
 fn split_tag(line: &str) -> Option<(&str, &str)> {
     let (tag, rest) = line.split_once(':')?;

@@ -155,7 +155,7 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
             continue;
         }
         match load_backend(backend, opts, &kernel) {
-            Ok(mut ebpf) => {
+            Ok((mut ebpf, _)) => {
                 let l = &kernel.layout;
                 let cgroup_hooks = if opts.counts_only {
                     Err("not needed: counts only, no events to name".into())
@@ -237,14 +237,32 @@ fn errno_name(n: i32) -> String {
 
 /// Loads and attaches `backend` with the kernel's cheapest socket cast; with the helper
 /// where the kfunc does not load (a kernel that has bpf_rdonly_cast but refuses it here),
-/// unless the kernel refused the backend itself (EPERM: fentry on some kernels).
-fn load_backend(backend: Backend, opts: &LoadOptions, kernel: &KernelFacts) -> Result<Ebpf> {
+/// unless the kernel refused the backend itself (EPERM: fentry on some kernels). Returns
+/// the cast it loaded with.
+fn load_backend(backend: Backend, opts: &LoadOptions, kernel: &KernelFacts) -> Result<(Ebpf, TcpSockCast)> {
     match load_backend_with(backend, opts, &kernel.layout, kernel.cast) {
         Err(err) if kernel.cast != TcpSockCast::Helper && errno_of(&err) != Some(libc::EPERM) => {
             log::info!("{backend} backend with the {}: {err:#}; trying the helper", kernel.cast.name());
             load_backend_with(backend, opts, &kernel.layout, TcpSockCast::Helper)
+                .map(|e| (e, TcpSockCast::Helper))
         }
-        loaded => loaded,
+        loaded => loaded.map(|e| (e, kernel.cast)),
+    }
+}
+
+/// How a backend that loaded reads a `struct tcp_sock`, for `doctor`: the typed backends
+/// cast a socket with the kfunc (6.2+) or fall back to the helper, and say why.
+fn cast_note(backend: Backend, cast: TcpSockCast) -> String {
+    if !table::uses_btf(backend) {
+        return "probe reads (bpf_probe_read_kernel): no socket cast".into();
+    }
+    match cast {
+        TcpSockCast::Kfunc { .. } => format!("socket cast: {}", cast.name()),
+        TcpSockCast::Helper => format!(
+            "socket cast: {} (a helper call per state change a handler reads; the kfunc \
+             bpf_rdonly_cast is 6.2+ and not usable here)",
+            cast.name()
+        ),
     }
 }
 
@@ -417,9 +435,10 @@ pub fn load_floor(backend: Backend) -> Result<Ebpf> {
     Ok(ebpf)
 }
 
-/// For `doctor`: whether each backend loads and attaches here, and what it sees.
-/// Loads each one for real (then detaches it) when `try_load`, else only the static facts.
-pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
+/// For `doctor`: whether each backend loads and attaches here (and how: its socket cast),
+/// or why not. Loads each one for real (then detaches it) when `try_load`, else only the
+/// static facts.
+pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<String, String>)> {
     let kernel = kernel_facts(None).map_err(|e| format!("{e:#}"));
     Backend::ALL
         .iter()
@@ -435,7 +454,9 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<(), String>)> {
                         ..LoadOptions::default()
                     };
                     kernel.clone().and_then(|k| {
-                        load_backend(backend, &opts, &k).map(drop).map_err(|e| short_reason(&e))
+                        load_backend(backend, &opts, &k)
+                            .map(|(_, cast)| cast_note(backend, cast))
+                            .map_err(|e| short_reason(&e))
                     })
                 }
             };

@@ -94,6 +94,9 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         c.kill();
     }
     eprintln!("{}; lab removed", session.closing_line().replacen("tfo-trace:", "tfo-trace demo:", 1));
+    if let Some(line) = session.kernel_counted_line() {
+        eprintln!("{line}");
+    }
     drop(lab);
     Ok(())
 }

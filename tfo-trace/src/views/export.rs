@@ -178,7 +178,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
             Some(first) = waiting.recv(), if serving => {
                 // Each scrape sees the kernel's counts as they are now; the scrapes that
                 // asked meanwhile share this refresh and its text.
-                refresh(&metrics, &session, &opts.netns)?;
+                refresh(&metrics, &mut session, &opts.netns)?;
                 let text = Bytes::from(metrics.encode());
                 let _ = first.send(text.clone());
                 while let Ok(next) = waiting.try_recv() {
@@ -187,7 +187,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
             }
             _ = textfile_tick.tick() => {
                 if let Some(path) = &opts.textfile {
-                    refresh(&metrics, &session, &opts.netns)?;
+                    refresh(&metrics, &mut session, &opts.netns)?;
                     write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
                 }
             }
@@ -202,11 +202,11 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
         session.drain(&mut batch)?;
         observe(&metrics, &mut batch, &opts.netns);
     }
-    refresh(&metrics, &session, &opts.netns)?;
+    refresh(&metrics, &mut session, &opts.netns)?;
     if let Some(path) = &opts.textfile {
         write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
     }
-    eprintln!("{}", session.closing_line());
+    session.say_closing();
     Ok(())
 }
 
@@ -220,8 +220,9 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// The kernel's counts of the namespaces asked for (all without --netns), into the model,
 /// with its health totals (of every namespace: the kernel keeps those only in all).
-fn refresh(metrics: &Metrics, session: &Session, netns: &[u32]) -> Result<()> {
+fn refresh(metrics: &Metrics, session: &mut Session, netns: &[u32]) -> Result<()> {
     metrics.set_kernel(session.kernel_counts()?.only_netns(netns), session.health());
+    metrics.set_kernel_counted(session.kernel_counted().only_netns(netns));
     Ok(())
 }
 

@@ -225,8 +225,6 @@ fn from_recordings(
 async fn live(args: &ReportArgs, group: GroupOptions, top: Option<usize>) -> Result<(Source, Built)> {
     let load = args.probe.load_options();
     let mut session = Session::start(&load, None)?;
-    let namespaces = sysctl::tfo_namespaces();
-    let before = Netstat::per_namespace(&namespaces);
     let started = std::time::Instant::now();
     let start = record::Header::now(session.tracer.backend.name()).start;
     let mut b = ReportBuilder::new(group, false);
@@ -242,11 +240,11 @@ async fn live(args: &ReportArgs, group: GroupOptions, top: Option<usize>) -> Res
         })
         .await?;
     let window_s = started.elapsed().as_secs_f64();
-    // Namespaces created during the window (a lab, a container) are read too.
+    // Every namespace's counters over the window, those created during it (a lab, a
+    // container) from their birth, those gone during it up to their last reading.
+    let deltas = session.counter_deltas();
     let namespaces = sysctl::tfo_namespaces();
-    let after = Netstat::per_namespace(&namespaces);
-    let facts =
-        gather_facts(b.client_namespaces(), &namespaces, &before, &after, session.tracer.backend.name());
+    let facts = gather_facts(b.client_namespaces(), &namespaces, deltas, session.tracer.backend.name());
     let events = b.events();
     let built = b.finish(facts, top);
     let src = Source {
@@ -266,16 +264,10 @@ async fn live(args: &ReportArgs, group: GroupOptions, top: Option<usize>) -> Res
 fn gather_facts(
     client_ns: &std::collections::BTreeSet<u32>,
     namespaces: &[TfoNamespace],
-    before: &BTreeMap<u32, Netstat>,
-    after: &BTreeMap<u32, Netstat>,
+    counters: BTreeMap<u32, Netstat>,
     backend: &str,
 ) -> Facts {
-    let mut facts = Facts { backend: Some(backend.to_string()), ..Default::default() };
-    for (inode, a) in after {
-        // A namespace born during the window counts from zero.
-        let d = Netstat::delta(before.get(inode).unwrap_or(&Netstat::default()), a);
-        facts.counters.insert(*inode, d);
-    }
+    let mut facts = Facts { backend: Some(backend.to_string()), counters, ..Default::default() };
     for ns in namespaces {
         let Some(inode) = ns.inode.map(|i| i as u32) else { continue };
         if let Some(n) = &ns.name {
@@ -601,7 +593,10 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
         write_verdict_text(w, &l.verdict)?;
     }
     if !b.namespaces.is_empty() {
-        writeln!(w, "\nFrom the kernel's counters (not visible as events)")?;
+        writeln!(
+            w,
+            "\nFrom the kernel's counters (not visible as events: per namespace, no listener or process named)"
+        )?;
     }
     for n in &b.namespaces {
         writeln!(w, "netns {}", n.netns)?;
@@ -676,7 +671,7 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
         }
     }
     if !b.namespaces.is_empty() {
-        writeln!(w, "\n## From the kernel's counters\n")?;
+        writeln!(w, "\n## From the kernel's counters (per namespace, no listener or process named)\n")?;
         for n in &b.namespaces {
             writeln!(w, "- netns {}: {}", n.netns, md(&n.verdict.sentence))?;
             for e in &n.verdict.evidence {

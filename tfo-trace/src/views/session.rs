@@ -8,7 +8,7 @@ use std::{ops::ControlFlow, path::Path, time::Duration};
 use anyhow::Result;
 
 use crate::{
-    aggregation::metrics::Health,
+    aggregation::{kernel_counted::KernelCounted, metrics::Health},
     events::{
         counts::KernelCounts,
         reader::EventSource,
@@ -16,7 +16,7 @@ use crate::{
         Event, EventRef,
     },
     probes::{self, LoadOptions, Tracer},
-    views::stop::Stop,
+    views::{namespace_counters::NamespaceCounters, stop::Stop},
 };
 
 pub struct Session {
@@ -25,17 +25,24 @@ pub struct Session {
     recorder: Option<Recorder>,
     /// Events delivered so far.
     seen: u64,
+    /// Every namespace's counters since the programs attached: the outcomes no hook sees.
+    counters: NamespaceCounters,
 }
 
 impl Session {
     /// Loads and attaches the programs after the privilege check, and opens the `--record`
     /// file (its header names the backend that runs).
     pub fn start(load: &LoadOptions, record: Option<&Path>) -> Result<Session> {
-        let mut tracer = attach(load)?;
+        check_privileges()?;
+        let mut tracer = probes::load(load)?;
         let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok())?;
         let recorder =
             record.map(|p| Recorder::create(p, &Header::now(tracer.backend.name()))).transpose()?;
-        Ok(Session { tracer, source, recorder, seen: 0 })
+        // The counters' baseline before "attached" is said: what happens after that line is
+        // counted by both the hooks and the counters.
+        let counters = NamespaceCounters::start(tracer.backend, &load.filter);
+        say_attached(&tracer, load);
+        Ok(Session { tracer, source, recorder, seen: 0, counters })
     }
 
     /// Waits for events and appends them to `out` (and to the recording).
@@ -137,6 +144,17 @@ impl Session {
         self.source.kernel_counts()
     }
 
+    /// Every namespace's TFO counter deltas since the start (read now).
+    pub fn counter_deltas(&mut self) -> std::collections::BTreeMap<u32, crate::kernel::netstat::Netstat> {
+        self.counters.deltas()
+    }
+
+    /// What the kernel's own per-namespace counters counted since the start, of the
+    /// outcomes no hook of this backend sees (read now).
+    pub fn kernel_counted(&mut self) -> KernelCounted {
+        self.counters.counted()
+    }
+
     /// What a live view says when it stops: events delivered, and every way one could have
     /// gone missing: lost in a full ring buffer (the kernel still counted those), skipped by
     /// the kernel (a hook hit again while running), connects the kernel would not let us
@@ -178,13 +196,29 @@ impl Session {
         }
         line
     }
+
+    /// Said after the closing line: what the kernel's own counters counted that no hook
+    /// of this backend sees, per namespace (None when nothing).
+    pub fn kernel_counted_line(&mut self) -> Option<String> {
+        let namespaces = self.kernel_counted().per_namespace();
+        if namespaces.is_empty() {
+            return None;
+        }
+        let provenance = KernelCounted::provenance(self.tracer.backend.name());
+        Some(format!("tfo-trace: {provenance}: {}", namespaces.join("; ")))
+    }
+
+    /// The closing line, then [`Session::kernel_counted_line`] if any, on stderr.
+    pub fn say_closing(&mut self) {
+        eprintln!("{}", self.closing_line());
+        if let Some(line) = self.kernel_counted_line() {
+            eprintln!("{line}");
+        }
+    }
 }
 
-/// Loads and attaches the programs after the privilege check, and says on stderr which
-/// backend runs and why any richer one was passed over.
-fn attach(load: &LoadOptions) -> Result<Tracer> {
-    check_privileges()?;
-    let tracer = probes::load(load)?;
+/// Says on stderr which backend runs and why any richer one was passed over.
+fn say_attached(tracer: &Tracer, load: &LoadOptions) {
     if !tracer.skipped.is_empty() {
         let why: Vec<String> =
             tracer.skipped.iter().map(|s| format!("{}: {}", s.backend, s.reason)).collect();
@@ -204,7 +238,6 @@ fn attach(load: &LoadOptions) -> Result<Tracer> {
             );
         }
     }
-    Ok(tracer)
 }
 
 /// The privileges tracing needs, as one line main prints alone.

@@ -169,6 +169,9 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
         "tfo-trace: {total} stalled connections; {}",
         session.closing_line().trim_start_matches("tfo-trace: ")
     );
+    if let Some(line) = session.kernel_counted_line() {
+        eprintln!("{line}");
+    }
     Ok(())
 }
 

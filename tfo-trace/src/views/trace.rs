@@ -215,7 +215,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
             })
             .await?;
     }
-    eprintln!("{}", session.closing_line());
+    session.say_closing();
     Ok(())
 }
 

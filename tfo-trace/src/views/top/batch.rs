@@ -9,7 +9,10 @@ use super::{
     columns::{key_json, Layout},
     HeaderInfo,
 };
-use crate::aggregation::table::{RowStats, Snapshot, Sort, View};
+use crate::aggregation::{
+    kernel_counted::{self, KernelCounted},
+    table::{RowStats, Snapshot, Sort, View},
+};
 
 fn stats_json(s: &RowStats) -> Map<String, Value> {
     match serde_json::to_value(s) {
@@ -50,6 +53,9 @@ pub fn write_text(
         rate(c.lost_per_s),
         rate(s.attempts_per_s),
     )?;
+    if let Some(line) = counted_text(&snap.kernel_counted, &info.backend) {
+        writeln!(out, "{line}")?;
+    }
     for view in View::ALL {
         let rows = snap.rows(view, sort, filter);
         let layout = Layout::full(view, &rows);
@@ -61,6 +67,59 @@ pub fn write_text(
     }
     writeln!(out)?;
     out.flush()
+}
+
+/// `kernel_counted source=kernel_counter netns=4026532246 server_queue_overflow=3 ...`, one
+/// line per namespace where a count moved (key=value for scripts, as the summary line); a
+/// line saying why, when the filters keep them out; None where no outcome is counted so.
+fn counted_text(counted: &KernelCounted, backend: &str) -> Option<String> {
+    if let Some(why) = &counted.unavailable {
+        return Some(format!("kernel_counted unavailable: outcomes no {backend} hook sees are {why}"));
+    }
+    if counted.outcomes.is_empty() {
+        return None;
+    }
+    let mut lines = vec![format!(
+        "kernel_counted source={} namespaces={} ({})",
+        kernel_counted::SOURCE,
+        counted.namespaces,
+        KernelCounted::provenance(backend)
+    )];
+    for (ns, rows) in counted.by_namespace() {
+        let each: Vec<String> =
+            rows.iter().map(|r| format!("{}_{}={}", r.role.name(), r.outcome.name(), r.count)).collect();
+        lines.push(format!("kernel_counted netns={ns} {}", each.join(" ")));
+    }
+    Some(lines.join("\n"))
+}
+
+/// The `kernel_counted` object of a JSON snapshot: null where no outcome is counted so.
+fn counted_json(counted: &KernelCounted) -> Value {
+    if counted.outcomes.is_empty() && counted.unavailable.is_none() {
+        return Value::Null;
+    }
+    let rows: Vec<Value> = counted
+        .rows
+        .iter()
+        .map(|r| {
+            json!({
+                "netns": r.netns,
+                "netns_name": counted.netns_names.get(&r.netns),
+                "role": r.role.name(),
+                "outcome": r.outcome.name(),
+                "count": r.count,
+                "counter": r.counter,
+            })
+        })
+        .collect();
+    json!({
+        "source": kernel_counted::SOURCE,
+        "outcomes": counted.outcomes.iter().map(|(r, o)| format!("{}/{}", r.name(), o.name())).collect::<Vec<_>>(),
+        "namespaces": counted.namespaces,
+        "rows": rows,
+        "unavailable": counted.unavailable,
+        "unreadable": counted.unreadable,
+    })
 }
 
 /// One snapshot as one JSON line.
@@ -103,6 +162,7 @@ pub fn write_json(
         "listeners": table(View::Listeners),
         "processes": table(View::Processes),
         "containers": table(View::Containers),
+        "kernel_counted": counted_json(&snap.kernel_counted),
     });
     serde_json::to_writer(&mut *out, &v)?;
     out.write_all(b"\n")?;

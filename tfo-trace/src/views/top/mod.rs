@@ -22,6 +22,7 @@ use crossterm::event::{self as term_event, Event as TermEvent};
 
 use crate::{
     aggregation::{
+        kernel_counted::KernelCounted,
         table::{Snapshot, Sort, TopModel, Totals, View},
         totals,
     },
@@ -124,6 +125,11 @@ pub trait EventFeed {
     fn kernel_counts(&self) -> Option<KernelCounts> {
         None
     }
+    /// What the namespaces' own counters counted of the outcomes no hook sees, read now
+    /// (live only).
+    fn kernel_counted(&mut self) -> KernelCounted {
+        KernelCounted::default()
+    }
     /// No event will ever come again (the end of a recording).
     fn exhausted(&self) -> bool {
         false
@@ -148,6 +154,9 @@ impl EventFeed for Session {
     }
     fn kernel_counts(&self) -> Option<KernelCounts> {
         Session::kernel_counts(self).ok()
+    }
+    fn kernel_counted(&mut self) -> KernelCounted {
+        Session::kernel_counted(self)
     }
     fn live(&self) -> bool {
         true
@@ -226,7 +235,7 @@ pub async fn run(opts: TopOptions) -> Result<()> {
     let mut session = Session::start(&opts.load, opts.record.as_deref())?;
     let info = HeaderInfo::new(session.tracer.backend.to_string(), opts.interval);
     run_on(&mut session, &opts, info).await?;
-    eprintln!("{}", session.closing_line());
+    session.say_closing();
     Ok(())
 }
 
@@ -251,12 +260,13 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
     let mut ticker = tokio::time::interval_at(start + opts.interval, opts.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut refreshes = 0u64;
-    let mut clock = RefreshClock { last: start.into_std() };
+    let mut clock = RefreshClock { last: start.into_std(), counted: KernelCounted::default() };
     info.live = feed.live();
 
     if !tui {
         let mut out = io::stdout().lock();
         let mut printed_events = None;
+        let mut printed_counted = KernelCounted::default();
         loop {
             let mut done = false;
             tokio::select! {
@@ -267,7 +277,9 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
                     done = opts.count.is_some_and(|n| refreshes >= n);
                     info.lost = feed.lost();
                     printed_events = Some(model.events);
-                    if !print(&mut out, &refresh(&mut model, feed, &mut clock), &info, opts)? {
+                    let snap = refresh(&mut model, feed, &mut clock);
+                    printed_counted = snap.kernel_counted.clone();
+                    if !print(&mut out, &snap, &info, opts)? {
                         return Ok(model.events);
                     }
                 }
@@ -276,19 +288,24 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
             if feed.exhausted() && printed_events.is_none() {
                 // A recording: everything is in; one snapshot says it all.
                 info.lost = feed.lost();
-                print(&mut out, &snapshot(&model, feed), &info, opts)?;
+                print(&mut out, &snapshot(&model, feed, &clock), &info, opts)?;
                 return Ok(model.events);
             }
             if done {
                 break;
             }
         }
-        // Stopped between two refreshes: what came since the last one is not lost.
+        // Stopped between two refreshes: what came since the last one (events, or counts
+        // of the namespaces' counters) is not lost.
         feed.drain(&mut model)?;
-        if printed_events != Some(model.events) && opts.count.is_none_or(|n| refreshes < n) {
-            info.lost = feed.lost();
+        if opts.count.is_none_or(|n| refreshes < n) {
+            let events_changed = printed_events != Some(model.events);
             // Its rates are those of the part interval since the last refresh.
-            print(&mut out, &refresh(&mut model, feed, &mut clock), &info, opts)?;
+            let snap = refresh(&mut model, feed, &mut clock);
+            if events_changed || snap.kernel_counted.rows != printed_counted.rows {
+                info.lost = feed.lost();
+                print(&mut out, &snap, &info, opts)?;
+            }
         }
         return Ok(model.events);
     }
@@ -306,7 +323,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
         if redraw {
             info.lost = feed.lost();
             if !ui.paused {
-                snap = fresh.take().unwrap_or_else(|| snapshot(&model, feed));
+                snap = fresh.take().unwrap_or_else(|| snapshot(&model, feed, &clock));
             }
             guard.terminal.draw(|f| render::draw(f, &snap, &ui, &info)).context("drawing the screen")?;
             redraw = false;
@@ -352,9 +369,11 @@ fn finish(guard: terminal::TerminalGuard, events: u64) -> Result<u64> {
 }
 
 /// When the last refresh was: rates divide by the real time since, not by the interval
-/// asked for (a refresh can come late on a busy machine).
+/// asked for (a refresh can come late on a busy machine); and what the namespaces'
+/// counters said then (read once per refresh, not per redraw).
 struct RefreshClock {
     last: std::time::Instant,
+    counted: KernelCounted,
 }
 
 impl RefreshClock {
@@ -366,31 +385,37 @@ impl RefreshClock {
     }
 }
 
-/// The totals from the events, or from the kernel's counts where it counts.
-fn totals_of<F: EventFeed>(model: &TopModel, feed: &F) -> Totals {
+/// The totals from the events, or from the kernel's counts where it counts (and its
+/// namespaces' counters for what no hook sees).
+fn totals_of<F: EventFeed>(model: &TopModel, feed: &F, counted: &KernelCounted) -> Totals {
     let mut t = model.event_totals();
     if let Some(counts) = feed.kernel_counts() {
-        t.total = totals::row(&counts, None, &t.total);
-        t.client = totals::row(&counts, Some(crate::events::Role::Client), &t.client);
-        t.server = totals::row(&counts, Some(crate::events::Role::Server), &t.server);
+        t.total = totals::row(&counts, counted, None, &t.total);
+        t.client = totals::row(&counts, counted, Some(crate::events::Role::Client), &t.client);
+        t.server = totals::row(&counts, counted, Some(crate::events::Role::Server), &t.server);
     }
     t
 }
 
-/// The tables from the events, the totals as [`totals_of`] takes them; rates as of the
-/// last refresh.
-fn snapshot<F: EventFeed>(model: &TopModel, feed: &F) -> Snapshot {
-    model.snapshot_with(totals_of(model, feed))
+/// The tables from the events, the totals as [`totals_of`] takes them; rates and the
+/// namespaces' counters as of the last refresh.
+fn snapshot<F: EventFeed>(model: &TopModel, feed: &F, clock: &RefreshClock) -> Snapshot {
+    let mut snap = model.snapshot_with(totals_of(model, feed, &clock.counted));
+    snap.kernel_counted = clock.counted.clone();
+    snap
 }
 
 /// A refresh: closes the interval (rates over the real time since the last refresh, for
 /// live events) and takes the snapshot to show.
-fn refresh<F: EventFeed>(model: &mut TopModel, feed: &F, clock: &mut RefreshClock) -> Snapshot {
-    let totals = totals_of(model, feed);
+fn refresh<F: EventFeed>(model: &mut TopModel, feed: &mut F, clock: &mut RefreshClock) -> Snapshot {
+    clock.counted = feed.kernel_counted();
+    let totals = totals_of(model, feed, &clock.counted);
     if feed.live() {
         model.tick(clock.lap(), &totals);
     }
-    model.snapshot_with(totals)
+    let mut snap = model.snapshot_with(totals);
+    snap.kernel_counted = clock.counted.clone();
+    snap
 }
 
 /// Prints one snapshot; false when stdout is gone (a closed pipe ends `top` quietly).

@@ -18,18 +18,20 @@ use super::{
     state::{UiState, KEYS_HELP},
     HeaderInfo,
 };
-use crate::aggregation::{
-    quantiles::Decades,
-    rates::HOST_HISTORY,
-    table::{Row, RowStats, Snapshot, View},
+use crate::{
+    aggregation::{
+        kernel_counted::KernelCounted,
+        quantiles::Decades,
+        rates::HOST_HISTORY,
+        table::{Row, RowStats, Snapshot, View},
+    },
+    events::{Outcome, Role},
 };
 
 /// Below this height the histogram folds into one line.
 const FULL_HISTOGRAM_MIN_HEIGHT: u16 = 22;
 /// From this height on, every table is shown at once, stacked; below it, one table and tabs.
 pub const STACKED_MIN_HEIGHT: u16 = 40;
-/// Header lines: title, client totals, server totals, now.
-const HEADER_HEIGHT: u16 = 4;
 
 struct Styles {
     bold: Style,
@@ -71,17 +73,18 @@ pub fn draw(frame: &mut Frame, snap: &Snapshot, ui: &UiState, info: &HeaderInfo)
     let area = frame.area();
     let st = Styles::new(info.color);
     let hist_height = if area.height >= FULL_HISTOGRAM_MIN_HEIGHT { 5 } else { 1 };
+    let header = header_lines(snap, info, area.width as usize, &st);
     let parts = Split::default()
         .direction(Direction::Vertical)
         .constraints([
-            Constraint::Length(HEADER_HEIGHT),
+            Constraint::Length(header.len() as u16),
             Constraint::Length(hist_height),
             Constraint::Length(1),
             Constraint::Min(2),
             Constraint::Length(1),
         ])
         .split(area);
-    frame.render_widget(Paragraph::new(header_lines(snap, info, area.width as usize, &st)), parts[0]);
+    frame.render_widget(Paragraph::new(header), parts[0]);
     frame.render_widget(Paragraph::new(histogram_lines(&snap.decades, parts[1], &st)), parts[1]);
     let stack = stacked(area.height);
     frame.render_widget(Paragraph::new(tabs_line(snap, ui, info.interval, stack, area.width, &st)), parts[2]);
@@ -96,6 +99,8 @@ pub fn draw(frame: &mut Frame, snap: &Snapshot, ui: &UiState, info: &HeaderInfo)
     }
 }
 
+/// Header lines: title, client totals, server totals, now; then, where the backend takes
+/// outcomes from the namespaces' counters, one line of those.
 fn header_lines(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -> Vec<Line<'static>> {
     // Most important first: what is cut at 80 columns is the sysctl's spelled-out bits.
     let lost_style = if info.lost > 0 { st.alert } else { Style::default() };
@@ -107,6 +112,8 @@ fn header_lines(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -
         Span::raw(format!("  tcp_fastopen {}", info.fastopen_text())),
     ];
     let c = &snap.client;
+    // `*`: the number comes from the namespaces' counters (see the `kernel*` line).
+    let k = |role, outcome| if snap.kernel_counted.counts(role, outcome) { "*" } else { "" };
     let stalls = Span::styled(
         format!("{} stalls {} lost", c.stalls, fmt_us(c.stall_us)),
         if c.stalls > 0 { st.alert } else { Style::default() },
@@ -125,16 +132,45 @@ fn header_lines(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -
     let server = Line::from(vec![
         Span::styled("server ", st.bold),
         Span::raw(format!(
-            "{} conns  {} accepted  {} cookie  {} overflows  {} invalid  {} alt_key",
+            "{} conns  {} accepted  {} cookie{}  {} overflows{}  {} invalid{}  {} alt_key{}",
             s.attempts,
             s.accepted,
             s.cookie_requests,
+            k(Role::Server, Outcome::CookieRequested),
             s.queue_overflows,
+            k(Role::Server, Outcome::QueueOverflow),
             s.invalid_cookies,
-            s.backup_key_hits
+            k(Role::Server, Outcome::CookieInvalid),
+            s.backup_key_hits,
+            k(Role::Server, Outcome::AcceptedAltKey),
         )),
     ]);
-    vec![Line::from(first), client, server, now_line(snap, info, width, st)]
+    let mut lines = vec![Line::from(first), client, server, now_line(snap, info, width, st)];
+    lines.extend(counted_line(&snap.kernel_counted, info, st));
+    lines
+}
+
+/// `kernel* netns 4026532246 (lab-srv): server queue_overflow 3 | ...`: what each
+/// namespace's own counters counted of the outcomes no hook of the backend sees (`*` in
+/// the lines above); None where the hooks see every outcome.
+fn counted_line(counted: &KernelCounted, info: &HeaderInfo, st: &Styles) -> Option<Line<'static>> {
+    let text = if let Some(why) = &counted.unavailable {
+        format!("outcomes no {} hook sees are {why}", info.backend)
+    } else if counted.outcomes.is_empty() {
+        return None;
+    } else {
+        let per_ns = counted.per_namespace();
+        // The numbers first: why they come from there is in `?` and after the closing line.
+        if per_ns.is_empty() {
+            format!(
+                "none yet in {} namespaces (their own counters; no listener or process)",
+                counted.namespaces
+            )
+        } else {
+            per_ns.join(" | ")
+        }
+    };
+    Some(Line::from(vec![Span::styled("kernel* ", st.bold), Span::styled(text, st.dim)]))
 }
 
 /// The client's rates over the last refresh, then (as wide as the terminal allows) the
@@ -486,6 +522,9 @@ fn draw_help(frame: &mut Frame, area: Rect) {
         "  OVERFLOW  TFO queue full   INVALID  bad cookie",
         "  ALT_KEY   backup key used  P50/P99  handshake",
         "  evicted: groups dropped beyond the table cap",
+        "  *         counted by the kernel's own counters per",
+        "            namespace (no hook of this backend sees it):",
+        "            no listener or process; `kernel*` line",
     ];
     let w = (text.iter().map(|l| l.len()).max().unwrap_or(0) as u16 + 4).min(area.width);
     let h = (text.len() as u16 + 2).min(area.height);

@@ -1,0 +1,258 @@
+//! Every network namespace on this host, and a way into each: what the kernel's
+//! per-namespace counters (`/proc/net/netstat` shows the reader's namespace) are read
+//! through, for namespaces no one named as well as for `ip netns` ones.
+//!
+//! A namespace lives as long as something holds it: a process in it, a bind mount of its
+//! nsfs file (`ip netns add` under /run/netns, container runtimes under /run/docker/netns),
+//! or a socket made in it that a process elsewhere holds (a listener left in a namespace
+//! whose processes are gone). The first two are in /proc ([`every_netns`]); the third is
+//! found from the TCP sockets no known namespace lists ([`held_by_sockets`]), through a
+//! copy of the socket (pidfd_getfd) and SIOCGSKNS, which gives its namespace.
+use std::{
+    collections::{BTreeMap, HashSet},
+    fs::File,
+    io,
+    os::{
+        fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+        unix::fs::MetadataExt as _,
+    },
+    path::PathBuf,
+};
+
+use anyhow::{anyhow, Context as _, Result};
+
+use super::netns;
+
+/// SIOCGSKNS (include/uapi/linux/sockios.h): a socket's network namespace as an nsfs fd
+/// (4.9+).
+const SIOCGSKNS: libc::c_ulong = 0x894C;
+
+/// How to enter a namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Way {
+    /// The one tfo-trace runs in.
+    Current,
+    /// A process in it (`/proc/PID/ns/net`).
+    Process(u32),
+    /// A bind mount of its nsfs file.
+    Mount(PathBuf),
+    /// A socket made in it, held by process `pid` as `fd` (no process or mount left in it).
+    Socket { pid: u32, fd: i32 },
+}
+
+/// A network namespace: its nsfs inode (what events carry as `netns`) and a way in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Netns {
+    pub inode: u32,
+    pub way: Way,
+}
+
+/// Every namespace a process or a mount holds, the current one first, each once. Cheap
+/// enough to run at every refresh: one stat per process, one read of the mount table.
+pub fn every_netns() -> Vec<Netns> {
+    let mut out: Vec<Netns> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut add = |inode: u64, way: Way| {
+        if seen.insert(inode as u32) {
+            out.push(Netns { inode: inode as u32, way });
+        }
+    };
+    if let Ok(i) = netns::netns_inode_of(netns::SELF_NETNS) {
+        add(i, Way::Current);
+    }
+    for path in nsfs_mounts() {
+        if let Ok(i) = netns::netns_inode_of(&path) {
+            add(i, Way::Mount(path));
+        }
+    }
+    for pid in super::listeners::pids() {
+        if let Ok(i) = netns::netns_inode_of(format!("/proc/{pid}/ns/net")) {
+            add(i, Way::Process(pid));
+        }
+    }
+    out
+}
+
+/// Mount points of nsfs files (`ip netns` names, container runtimes), from our mount
+/// table; those of other namespace types are weeded out when their inode is read as a
+/// network namespace's (a file that is not one fails to enter).
+fn nsfs_mounts() -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    text.lines().filter_map(nsfs_mount_point).collect()
+}
+
+/// The mount point of one /proc/PID/mountinfo line when its file system is nsfs:
+/// `ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [TAGS...] - FSTYPE SOURCE SUPER_OPTIONS`,
+/// with spaces in paths written `\040`.
+fn nsfs_mount_point(line: &str) -> Option<PathBuf> {
+    let (left, right) = line.split_once(" - ")?;
+    if right.split_whitespace().next()? != "nsfs" || !left.split_whitespace().nth(3)?.starts_with("net:") {
+        return None;
+    }
+    let raw = left.split_whitespace().nth(4)?;
+    Some(PathBuf::from(raw.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")))
+}
+
+/// The namespaces that only sockets hold: TCP sockets held by some process that no
+/// namespace in `known` lists in its /proc/net/tcp{,6} (a socket is listed only in the
+/// namespace it was made in), each asked for its namespace. Costs a walk of every
+/// process's fds: for the start and for a namespace that lost its last process.
+pub fn held_by_sockets(known: &[Netns]) -> Vec<Netns> {
+    let listed: HashSet<u64> = run_in_each(known, tcp_socket_inodes_here)
+        .into_iter()
+        .filter_map(|(_, r)| r.ok())
+        .flatten()
+        .collect();
+    let mut found = BTreeMap::new();
+    let known_inodes: HashSet<u32> = known.iter().map(|n| n.inode).collect();
+    for pid in super::listeners::pids() {
+        for (fd, inode) in super::listeners::socket_fds(pid) {
+            if listed.contains(&inode) || !is_tcp_fd(pid, fd) {
+                continue;
+            }
+            let Ok(ns) = socket_netns(pid, fd) else { continue };
+            let Ok(meta) = File::from(ns).metadata() else { continue };
+            let ns_inode = meta.ino() as u32;
+            if !known_inodes.contains(&ns_inode) {
+                found.entry(ns_inode).or_insert(Way::Socket { pid, fd });
+            }
+        }
+    }
+    found.into_iter().map(|(inode, way)| Netns { inode, way }).collect()
+}
+
+/// Whether `/proc/PID/fd/FD` is a TCP socket (sockfs names its protocol in an xattr:
+/// no copy of the socket needed).
+fn is_tcp_fd(pid: u32, fd: i32) -> bool {
+    let Ok(path) = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}")) else { return false };
+    let mut buf = [0u8; 32];
+    // SAFETY: both strings are NUL-terminated; the kernel writes at most buf.len() bytes.
+    let n = unsafe {
+        libc::getxattr(path.as_ptr(), c"system.sockprotoname".as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+    };
+    n > 0 && matches!(&buf[..n as usize], b"TCP\0" | b"TCPv6\0" | b"TCP" | b"TCPv6")
+}
+
+/// The socket inodes of every TCP socket of the calling thread's namespace.
+fn tcp_socket_inodes_here() -> Vec<u64> {
+    let mut out = Vec::new();
+    for f in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/thread-self/net/{f}")) else { continue };
+        out.extend(text.lines().skip(1).filter_map(|l| l.split_whitespace().nth(9)?.parse::<u64>().ok()));
+    }
+    out
+}
+
+/// An nsfs fd of the namespace the socket `fd` of `pid` was made in (pidfd_getfd, 5.6+;
+/// ptrace rights over `pid`).
+fn socket_netns(pid: u32, fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscalls; every fd they return is owned (and closed) by an OwnedFd.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) as i32;
+        if pidfd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd);
+        let dup = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) as i32;
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let sock = OwnedFd::from_raw_fd(dup);
+        let ns = libc::ioctl(sock.as_raw_fd(), SIOCGSKNS as _);
+        if ns < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from_raw_fd(ns))
+    }
+}
+
+impl Netns {
+    /// An nsfs fd of this namespace, checked to be the one its inode names (a pid or a
+    /// mount may name another namespace by now).
+    fn open(&self) -> Result<OwnedFd> {
+        let fd: OwnedFd = match &self.way {
+            Way::Current => File::open(netns::SELF_NETNS).context("opening /proc/self/ns/net")?.into(),
+            Way::Process(pid) => File::open(format!("/proc/{pid}/ns/net"))
+                .with_context(|| format!("opening /proc/{pid}/ns/net"))?
+                .into(),
+            Way::Mount(path) => {
+                File::open(path).with_context(|| format!("opening {}", path.display()))?.into()
+            }
+            Way::Socket { pid, fd } => {
+                socket_netns(*pid, *fd).with_context(|| format!("the namespace of fd {fd} of pid {pid}"))?
+            }
+        };
+        let fd = File::from(fd);
+        let inode = fd.metadata().context("stat of an nsfs fd")?.ino() as u32;
+        if inode != self.inode {
+            return Err(anyhow!("{:?} now leads to netns {inode}, not {}", self.way, self.inode));
+        }
+        Ok(fd.into())
+    }
+}
+
+/// Runs `f` inside each namespace of `list`, on one thread that enters them in turn
+/// (setns, CAP_SYS_ADMIN); the calling thread stays where it is. Inside `f`, read
+/// /proc/thread-self/net, not /proc/self/net (the thread-group leader's).
+pub fn run_in_each<T: Send>(list: &[Netns], f: impl Fn() -> T + Sync) -> Vec<(u32, Result<T, String>)> {
+    let work = || -> Vec<(u32, Result<T, String>)> {
+        // The thread starts in tfo-trace's own namespace: reading it needs no setns (and
+        // no CAP_SYS_ADMIN) until the thread has moved.
+        let mut moved = false;
+        list.iter()
+            .map(|ns| {
+                if ns.way == Way::Current && !moved {
+                    return (ns.inode, Ok(f()));
+                }
+                moved = true;
+                let entered = ns.open().and_then(|fd| {
+                    // SAFETY: setns on an nsfs fd we own, for this thread only.
+                    if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                        return Err(anyhow!(io::Error::last_os_error()).context("setns(CLONE_NEWNET)"));
+                    }
+                    Ok(())
+                });
+                (ns.inode, entered.map(|()| f()).map_err(|e| format!("{e:#}")))
+            })
+            .collect()
+    };
+    std::thread::scope(|s| match std::thread::Builder::new().name("tfo-netns".into()).spawn_scoped(s, work) {
+        Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        Err(e) => list.iter().map(|ns| (ns.inode, Err(format!("spawning a thread: {e}")))).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nsfs_mount_points_from_mountinfo() {
+        let line = "593 29 0:4 net:[4026532246] /run/netns/tfo\\040lab rw shared:302 - nsfs nsfs rw";
+        assert_eq!(nsfs_mount_point(line), Some(PathBuf::from("/run/netns/tfo lab")));
+        let uts = "594 29 0:4 uts:[4026532247] /run/uts/x rw - nsfs nsfs rw";
+        assert_eq!(nsfs_mount_point(uts), None);
+        let proc = "23 29 0:22 / /proc rw,nosuid shared:12 - proc proc rw";
+        assert_eq!(nsfs_mount_point(proc), None);
+    }
+
+    #[test]
+    fn the_current_namespace_comes_first_and_can_be_entered() {
+        let all = every_netns();
+        let me = netns::current_netns_inode().unwrap() as u32;
+        assert_eq!(all.first(), Some(&Netns { inode: me, way: Way::Current }));
+        let mut inodes: Vec<u32> = all.iter().map(|n| n.inode).collect();
+        inodes.sort();
+        inodes.dedup();
+        assert_eq!(inodes.len(), all.len(), "each namespace once");
+        let read = run_in_each(&all[..1], || netns::current_netns_inode().map(|i| i as u32).ok());
+        assert_eq!(read, vec![(me, Ok(Some(me)))]);
+    }
+
+    #[test]
+    fn a_way_that_leads_elsewhere_is_refused() {
+        let wrong = Netns { inode: 1, way: Way::Process(std::process::id()) };
+        let read = run_in_each(&[wrong], || ());
+        assert!(read[0].1.as_ref().is_err_and(|e| e.contains("not 1")), "{read:?}");
+    }
+}
