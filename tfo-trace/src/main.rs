@@ -1,9 +1,15 @@
-use std::process::ExitCode;
+// As in lib.rs: stdout and stderr go through `views::output` (a closed pipe ends quietly).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+use std::{
+    io::{self, Write as _},
+    process::ExitCode,
+};
 
 use tfo_trace::{
     aggregation::metrics::Breakdown,
     cli::{Cli, Command},
-    views::{self, session::PrivilegeError},
+    views::{self, output, session::PrivilegeError},
 };
 
 fn main() -> ExitCode {
@@ -16,11 +22,15 @@ fn main() -> ExitCode {
     tfo_trace::views::logging::init(level);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that went away (`| head -1`) ends any command quietly.
+        Err(err) if output::is_output_closed(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            match err.downcast_ref::<PrivilegeError>() {
-                Some(p) => eprintln!("tfo-trace: {p}"),
-                None => eprintln!("tfo-trace: error: {err:#}"),
-            }
+            // Written as a note is, so a closed stderr cannot make this a panic; the exit
+            // code still says it failed.
+            let _ = match err.downcast_ref::<PrivilegeError>() {
+                Some(p) => tfo_trace::note!("tfo-trace: {p}"),
+                None => tfo_trace::note!("tfo-trace: error: {err:#}"),
+            };
             ExitCode::from(1)
         }
     }
@@ -75,13 +85,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         })),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "tfo-trace", &mut std::io::stdout());
-            Ok(())
+            // Into memory first: clap_complete panics when its writer fails.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "tfo-trace", &mut script);
+            output::stdout_written(io::stdout().lock().write_all(&script))
         }
         Command::Man => {
             let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?;
-            Ok(())
+            output::stdout_written(clap_mangen::Man::new(cmd).render(&mut io::stdout().lock()))
         }
         Command::Demo(a) => runtime()?.block_on(views::demo::run(a)),
         Command::LabServer(a) => tfo_trace::lab::traffic::run_server(&a),

@@ -182,7 +182,82 @@ fn completions_and_man_page_name_the_subcommands() {
     assert_eq!(tfo_trace(&["completions", "tcsh"]).status.code(), Some(2));
 }
 
+/// A pipe whose reader is already gone: what `| head -1` leaves once head has exited.
+fn closed_pipe() -> std::process::Stdio {
+    use std::os::fd::FromRawFd as _;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe writes two new descriptors into the array; each is owned right away.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fds[0] is ours and closed here; fds[1] is owned by the Stdio.
+    unsafe {
+        drop(std::os::fd::OwnedFd::from_raw_fd(fds[0]));
+        std::process::Stdio::from(std::os::fd::OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+/// `args` with its stdout, its stderr, then both closed pipes: every time exit 0 and no
+/// panic (a panic's message has nowhere to go, its exit code says it: 101). A command that
+/// fails after writing all of its stdout still fails (`failing`: exit 1) when only its
+/// stderr is gone: the closed pipe cut nothing short, and the failure is not a success.
+fn ends_quietly_on_closed_pipes(args: &[&str], failing: bool) {
+    for (out_closed, err_closed) in [(true, false), (false, true), (true, true)] {
+        let mut cmd = Command::new(common::exe());
+        cmd.args(args).stdin(std::process::Stdio::null());
+        cmd.stdout(if out_closed { closed_pipe() } else { std::process::Stdio::null() });
+        cmd.stderr(if err_closed { closed_pipe() } else { std::process::Stdio::piped() });
+        let out = cmd.output().expect("running tfo-trace");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let which = match (out_closed, err_closed) {
+            (true, false) => "stdout",
+            (false, true) => "stderr",
+            _ => "stdout and stderr",
+        };
+        let code = if failing && !out_closed { 1 } else { 0 };
+        assert_eq!(out.status.code(), Some(code), "{args:?} with {which} closed: {:?}: {err}", out.status);
+        assert!(err.is_empty() || !err.contains("roken pipe"), "{args:?}: quietly, not {err:?}");
+    }
+}
+
+/// One rule for every command: a reader that went away (`| head -1`, `2>&1 | head -1`) on
+/// stdout or stderr ends it quietly with exit 0 (issue 31, item 4).
+fn closed_stdout_or_stderr_ends_every_command_quietly() {
+    let rec = common::TempFile::new("closed-pipes");
+    std::fs::copy(LAB_RECORDING, &rec.0).unwrap();
+    let bad = common::TempFile::new("closed-pipes-bad");
+    let mut text = std::fs::read_to_string(LAB_RECORDING).unwrap();
+    text.push_str("junk\n");
+    std::fs::write(&bad.0, text).unwrap();
+    let runs: [&[&str]; 8] = [
+        &["doctor"],
+        &["doctor", "--json"],
+        &["man"],
+        &["completions", "bash"],
+        &["--help"],
+        &["report", "--from", rec.path()],
+        &["report", "--from", bad.path()],
+        &["top", "--batch", "--from", rec.path()],
+    ];
+    for args in runs {
+        ends_quietly_on_closed_pipes(args, args.contains(&bad.path()));
+    }
+    if common::skip_reason().is_some() {
+        common::skip("the tracing commands need root and BTF (the others passed)");
+    }
+    for args in [
+        &["trace", "--duration", "2s"][..],
+        &["trace", "--json", "--duration", "2s"],
+        &["stalls", "--duration", "2s"],
+        &["top", "--batch", "--duration", "2s"],
+        &["report", "--duration", "2s"],
+    ] {
+        ends_quietly_on_closed_pipes(args, false);
+    }
+}
+
+const LAB_RECORDING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds/recording/lab.jsonl");
+
 tests_main!(
+    closed_stdout_or_stderr_ends_every_command_quietly,
     unknown_flags_are_usage_errors,
     bad_durations_are_usage_errors,
     bad_ring_buffer_sizes_are_usage_errors,

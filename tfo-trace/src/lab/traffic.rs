@@ -204,7 +204,7 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => continue,
             Err(e) => {
                 // ECONNABORTED and the like: transient, the listener is still good.
-                eprintln!("lab-server: accept: {e}");
+                log::warn!("lab-server: accept: {e}");
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
@@ -238,7 +238,7 @@ fn serve_one(mut s: TcpStream, reply: &[u8]) {
     })();
     if let Err(e) = result {
         let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-        eprintln!("lab-server: connection from {peer}: {e}");
+        log::warn!("lab-server: connection from {peer}: {e}");
     }
 }
 

@@ -3,6 +3,7 @@ pub mod doctor;
 pub mod export;
 pub mod floor;
 pub mod logging;
+pub mod output;
 pub mod report;
 pub mod session;
 pub mod stalls;

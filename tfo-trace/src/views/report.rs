@@ -94,17 +94,15 @@ pub fn run(args: ReportArgs) -> Result<()> {
     let mut out = io::stdout().lock();
     let errors: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     let r = Rendered { source: &source, sources: &sources, built: &built };
-    match render(&mut out, args.format, &r, &errors) {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
-        r => r.context("writing to stdout")?,
-    }
+    crate::views::output::stdout_written(render(&mut out, args.format, &r, &errors))?;
     match errors.len() {
         // Everything the good lines give is printed; each bad line is one error line.
         0 => Ok(()),
         1 => bail!("{}", errors[0]),
         _ => {
             for e in &errors[..errors.len() - 1] {
-                eprintln!("Error: {e}");
+                // A failure stays one, whether or not stderr is there to say so.
+                let _ = crate::note!("Error: {e}");
             }
             bail!("{}", errors[errors.len() - 1])
         }
@@ -154,7 +152,7 @@ fn from_recordings(
     for (path, in_folder) in recording_paths(from)? {
         match record::Events::open(&path) {
             Ok((header, events)) => opened.push((path, header, events)),
-            Err(e) if in_folder => eprintln!("note: skipping {}: {e:#}", path.display()),
+            Err(e) if in_folder => crate::note!("note: skipping {}: {e:#}", path.display())?,
             Err(e) => return Err(e),
         }
     }

@@ -181,14 +181,14 @@ fn attach(load: &LoadOptions) -> Result<Tracer> {
     if !tracer.skipped.is_empty() {
         let why: Vec<String> =
             tracer.skipped.iter().map(|s| format!("{}: {}", s.backend, s.reason)).collect();
-        eprintln!("tfo-trace: using the {} backend ({})", tracer.backend, why.join("; "));
+        crate::note!("tfo-trace: using the {} backend ({})", tracer.backend, why.join("; "))?;
     }
-    eprintln!(
+    crate::note!(
         "tfo-trace: {} programs attached with the {} backend in {} ms; Ctrl-C to stop",
         probes::table::hooks(tracer.backend).len(),
         tracer.backend,
         tracer.attach_time.as_millis()
-    );
+    )?;
     Ok(tracer)
 }
 

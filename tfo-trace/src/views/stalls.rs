@@ -147,13 +147,13 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
         return Ok(());
     }
     if !opts.json {
-        write_summary(&mut out, &per_dst).context("writing to stdout")?;
+        crate::views::output::stdout_written(write_summary(&mut out, &per_dst))?;
     }
     let total: u64 = per_dst.values().map(|d| d.stalls).sum();
-    eprintln!(
+    crate::note!(
         "tfo-trace: {total} stalled connections; {}",
         session.closing_line().trim_start_matches("tfo-trace: ")
-    );
+    )?;
     Ok(())
 }
 

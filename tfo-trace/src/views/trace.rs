@@ -201,7 +201,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
     if opts.json {
         session.run(opts.duration, |batch| flow(write_json_events(&mut stdout, batch))).await?;
     } else {
-        writeln!(stdout, "{HEADER}").context("writing to stdout")?;
+        crate::views::output::stdout_written(writeln!(stdout, "{HEADER}"))?;
         let mut lines = Vec::new();
         session
             .on_each_wakeup(opts.duration, |session| {
@@ -215,7 +215,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
             })
             .await?;
     }
-    eprintln!("{}", session.closing_line());
+    crate::note!("{}", session.closing_line())?;
     Ok(())
 }
 

@@ -211,7 +211,7 @@ async fn run_from(path: &std::path::Path, opts: &TopOptions) -> Result<()> {
     let info = HeaderInfo::new(format!("{} (recorded on {})", header.backend, header.host), opts.interval);
     let mut replay = Replay::new(events);
     let seen = run_on(&mut replay, opts, info).await?;
-    eprintln!("tfo-trace: {seen} events from {}", path.display());
+    crate::note!("tfo-trace: {seen} events from {}", path.display())?;
     match replay.error {
         Some(e) => Err(anyhow::anyhow!("{e}")),
         None => Ok(()),
@@ -225,9 +225,15 @@ pub async fn run(opts: TopOptions) -> Result<()> {
     }
     let mut session = Session::start(&opts.load, opts.record.as_deref())?;
     let info = HeaderInfo::new(session.tracer.backend.to_string(), opts.interval);
-    run_on(&mut session, &opts, info).await?;
-    eprintln!("{}", session.closing_line());
-    Ok(())
+    let ended = run_on(&mut session, &opts, info).await;
+    // A closed stdout ends the tables, not the closing line (as in `trace`).
+    if let Err(e) = &ended {
+        if !crate::views::output::is_output_closed(e) {
+            return ended.map(drop);
+        }
+    }
+    crate::note!("{}", session.closing_line())?;
+    ended.map(drop)
 }
 
 /// `top` over recorded events (for `top --from FILE`): the same tables, UI and output.
@@ -267,9 +273,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
                     done = opts.count.is_some_and(|n| refreshes >= n);
                     info.lost = feed.lost();
                     printed_events = Some(model.events);
-                    if !print(&mut out, &refresh(&mut model, feed, &mut clock), &info, opts)? {
-                        return Ok(model.events);
-                    }
+                    print(&mut out, &refresh(&mut model, feed, &mut clock), &info, opts)?;
                 }
                 _ = stop.requested() => done = true,
             }
@@ -393,16 +397,13 @@ fn refresh<F: EventFeed>(model: &mut TopModel, feed: &F, clock: &mut RefreshCloc
     model.snapshot_with(totals)
 }
 
-/// Prints one snapshot; false when stdout is gone (a closed pipe ends `top` quietly).
-fn print(out: &mut impl io::Write, snap: &Snapshot, info: &HeaderInfo, opts: &TopOptions) -> Result<bool> {
+/// Prints one snapshot; a closed stdout is [`crate::views::output::OutputClosed`], which
+/// ends `top` quietly.
+fn print(out: &mut impl io::Write, snap: &Snapshot, info: &HeaderInfo, opts: &TopOptions) -> Result<()> {
     let ts = now_rfc3339();
-    let r = if opts.json {
+    crate::views::output::stdout_written(if opts.json {
         batch::write_json(out, &ts, snap, info, opts.sort, &opts.filter)
     } else {
         batch::write_text(out, &ts, snap, info, opts.sort, &opts.filter)
-    };
-    match r {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
-        r => r.context("writing to stdout").map(|()| true),
-    }
+    })
 }
