@@ -88,6 +88,21 @@ impl Cli {
         }
     }
 
+    /// The command line a user may type: the hidden helpers `cargo xtask` runs (lab-*,
+    /// floor) left out, for the completion scripts (clap_complete lists hidden subcommands).
+    pub fn visible_command() -> clap::Command {
+        use clap::CommandFactory as _;
+        let full = Cli::command();
+        let mut visible = clap::Command::new("tfo-trace")
+            .version(env!("CARGO_PKG_VERSION"))
+            .args(full.get_arguments().filter(|a| !a.is_hide_set()).cloned())
+            .subcommands(full.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+        if let Some(about) = full.get_about() {
+            visible = visible.about(about.clone());
+        }
+        visible
+    }
+
     /// What clap cannot check value by value (how often a filter is given), as clap's own
     /// usage error: its message format, exit 2.
     pub fn parse_checked() -> Cli {
@@ -95,6 +110,13 @@ impl Cli {
         let cli = Cli::parse();
         if let Some(msg) = cli.probe_args().and_then(|p| p.filter.too_many()) {
             Cli::command().error(clap::error::ErrorKind::TooManyValues, msg).exit();
+        }
+        if let Command::Report(a) = &cli.command {
+            // A folder that cannot be read is the run's error (exit 1), said there.
+            let named = crate::events::record::recordings_named(&a.from).unwrap_or_default();
+            if let Some(msg) = crate::events::record::given_twice(&named) {
+                Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg).exit();
+            }
         }
         cli
     }
@@ -198,7 +220,7 @@ pub struct TopArgs {
     #[arg(short = 'd', long = "delay", value_name = "SECS", default_value = "1", value_parser = parse_duration)]
     pub delay: Duration,
     /// Stop after N refreshes.
-    #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'n', long, value_name = "N", value_parser = parse_count)]
     pub count: Option<u64>,
     /// Stop after this long (e.g. 30s, 5m).
     #[arg(long, value_parser = parse_duration)]
@@ -225,6 +247,13 @@ pub struct TopArgs {
     /// Show the tables of a recording instead of tracing live.
     #[arg(long, value_name = "FILE")]
     pub from: Option<std::path::PathBuf>,
+}
+
+fn parse_count(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("`{s}`: the number of refreshes is a whole number, at least 1")),
+    }
 }
 
 fn parse_max_groups(s: &str) -> Result<usize, String> {
@@ -300,6 +329,7 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+        Cli::visible_command().debug_assert();
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::kernel::{cgroup, netns};
 #[derive(Args, Debug, Clone, Default)]
 pub struct FilterArgs {
     /// Only connections of this process (the client's, or the listener's owner); repeat for more.
-    #[arg(long, value_name = "PID", help_heading = "Filters (in the kernel; repeat a flag for OR)")]
+    #[arg(long, value_name = "PID", value_parser = parse_pid, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub pid: Vec<u32>,
     /// Only processes with this name (as in /proc/PID/comm, at most 15 characters).
     #[arg(long, value_name = "NAME", value_parser = parse_comm, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
@@ -58,6 +58,16 @@ impl From<RoleArg> for Role {
     }
 }
 
+/// A process id; 0 is the idle task, which makes no connection (and, as a listener's
+/// owner, stands for "not known").
+fn parse_pid(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("pid 0 is no process: no connection would match".into()),
+        Ok(pid) => Ok(pid),
+        Err(_) => Err(format!("`{s}` is not a process id")),
+    }
+}
+
 fn parse_comm(s: &str) -> Result<String, String> {
     if s.is_empty() || s.len() >= TASK_COMM_LEN {
         return Err(format!(
@@ -73,8 +83,10 @@ fn parse_cgroup(s: &str) -> Result<PathBuf, String> {
 }
 
 fn parse_netns(s: &str) -> Result<u32, String> {
-    if let Ok(inode) = s.parse::<u32>() {
-        return Ok(inode);
+    match s.parse::<u32>() {
+        Ok(0) => return Err("no namespace has inode 0: nothing would match".into()),
+        Ok(inode) => return Ok(inode),
+        Err(_) => {}
     }
     let path = std::path::Path::new(netns::NAMED_NETNS_DIR).join(s);
     if s.contains('/') || s.is_empty() {
@@ -219,6 +231,10 @@ mod tests {
         assert!(parse_netns("no-such-namespace-here").is_err());
         assert!(parse_netns("../etc").is_err());
         assert_eq!(parse_netns("4026531840"), Ok(4026531840));
+        assert!(parse_netns("0").is_err());
+        assert!(parse_pid("0").is_err() && parse_pid("x").is_err());
+        assert_eq!(parse_pid("1"), Ok(1));
+        assert!(parse_comm("").is_err());
         let many = FilterArgs { port: (1..=9).collect(), ..FilterArgs::default() };
         assert_eq!(many.too_many().as_deref(), Some("--port given 9 times: at most 8"));
     }

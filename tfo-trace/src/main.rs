@@ -84,7 +84,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             duration: a.duration,
         })),
         Command::Completions { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut cmd = Cli::visible_command();
             // Into memory first: clap_complete panics when its writer fails.
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cmd, "tfo-trace", &mut script);

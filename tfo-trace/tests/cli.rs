@@ -53,9 +53,12 @@ fn bad_durations_are_usage_errors() {
             "-5s",
             "5 parsecs",
             "1e9",
+            "1e3",
+            "+5",
             "inf",
             "NaN",
-            "5d",
+            "1mo",
+            "1y",
             "1.2.3s",
             "",
             "367d",
@@ -80,6 +83,97 @@ fn bad_backends_are_usage_errors() {
     for sub in ["trace", "stalls", "top", "report", "export", "demo"] {
         for bad in ["dtrace", "", "FENTRY", "kprobe,fentry", "tracepoint "] {
             assert_usage_error(&[sub, "--backend", bad], "--backend");
+        }
+    }
+}
+
+/// What the messages of the usage errors say: in the user's words (no library type, no
+/// 2^64 - 1), and durations in days as the range they name ("1ms to 366 days") says.
+fn usage_messages_speak_the_users_language() {
+    let message = |args: &[&str]| {
+        let out = tfo_trace(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("").to_string()
+    };
+    for bad in ["soon", "5 parsecs", "1e3"] {
+        let m = message(&["trace", "--duration", bad]);
+        assert!(!m.contains("jiff") && !m.contains("Span"), "{m}");
+        assert!(m.contains("30s") && m.contains("2d"), "examples of what is meant: {m}");
+    }
+    assert!(message(&["trace", "--duration", "1mo"]).contains("say it in days, like 30d"));
+    assert!(message(&["trace", "--duration", "367d"]).contains("1ms to 366 days"));
+    let m = message(&["top", "-n", "0"]);
+    assert!(!m.contains("18446744073709551615") && m.contains("at least 1"), "{m}");
+    // Days and weeks are what they say; a replay with them runs.
+    for good in ["1d", "2 days", "1w", "366d", "1d 2h", "90", "0.5"] {
+        let out = tfo_trace(&["top", "--batch", "--from", LAB_RECORDING, "--duration", good]);
+        assert_eq!(out.status.code(), Some(0), "--duration {good}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// Flags that could do nothing are refused (exit 2) before anything runs: a filter on
+/// pid 0, netns 0 or an empty process name, the same recording given twice (its events
+/// would count twice), directly or through its folder.
+fn flags_that_can_do_nothing_are_usage_errors() {
+    // With a duration, so that a flag taken (the fault) ends the run instead of hanging it.
+    for sub in ["trace", "stalls", "top", "report", "export"] {
+        assert_usage_error(&[sub, "--duration", "1s", "--pid", "0"], "--pid");
+        assert_usage_error(&[sub, "--duration", "1s", "--netns", "0"], "--netns");
+        assert_usage_error(&[sub, "--duration", "1s", "--comm", ""], "--comm");
+    }
+    let dir = std::env::temp_dir().join(format!("tfo-test-{}-twice", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rec = dir.join("web-1.jsonl");
+    std::fs::copy(LAB_RECORDING, &rec).unwrap();
+    let link = std::env::temp_dir().join(format!("tfo-test-{}-twice-link.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&rec, &link).unwrap();
+    let (rec_s, dir_s, link_s) = (rec.to_str().unwrap(), dir.to_str().unwrap(), link.to_str().unwrap());
+    for args in [
+        &["report", "--from", rec_s, "--from", rec_s][..],
+        &["report", "--from", dir_s, "--from", rec_s],
+        &["report", "--from", link_s, "--from", rec_s],
+    ] {
+        assert_usage_error(args, "twice");
+    }
+    let _ = std::fs::remove_file(&link);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--outcome` naming an outcome the backend that runs cannot see: one warning line, as
+/// `doctor` would say it; an outcome it sees: none.
+fn outcomes_the_backend_cannot_see_are_named() {
+    require_kernel!();
+    for outcome in ["cookie_received", "accepted_alt_key", "accepted"] {
+        let out = tfo_trace(&["trace", "--outcome", outcome, "--duration", "1s"]);
+        let err: Vec<String> = String::from_utf8_lossy(&out.stderr).lines().map(String::from).collect();
+        assert_eq!(out.status.code(), Some(0), "{err:?}");
+        let backend = common::backend_of(&err);
+        let blind: Vec<&tfo_trace::probes::table::Blind> = tfo_trace::probes::table::blind_spots(backend)
+            .iter()
+            .filter(|b| b.outcome.name() == outcome)
+            .collect();
+        let warnings: Vec<&String> = err.iter().filter(|l| l.contains("cannot see")).collect();
+        if blind.is_empty() {
+            assert!(warnings.is_empty(), "{outcome} on {backend}: {err:?}");
+        } else {
+            assert_eq!(warnings.len(), 1, "{outcome} on {backend}: one line: {err:?}");
+            assert!(warnings[0].contains(outcome) && warnings[0].contains(blind[0].why), "{}", warnings[0]);
+        }
+    }
+}
+
+/// Completions offer what a user may type: not the hidden helpers of xtask.
+fn completions_leave_out_the_hidden_subcommands() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = tfo_trace(&["completions", shell]);
+        assert_eq!(out.status.code(), Some(0));
+        let script = String::from_utf8_lossy(&out.stdout);
+        for hidden in ["lab-server", "lab-client", "lab-load", "lab-soak", "floor"] {
+            assert!(!script.contains(hidden), "{shell} completion offers {hidden}");
+        }
+        for sub in ["trace", "stalls", "top", "report", "doctor", "export", "demo", "outcome"] {
+            assert!(script.contains(sub), "{shell} completion lacks {sub}");
         }
     }
 }
@@ -258,6 +352,10 @@ const LAB_RECORDING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds/
 
 tests_main!(
     closed_stdout_or_stderr_ends_every_command_quietly,
+    usage_messages_speak_the_users_language,
+    flags_that_can_do_nothing_are_usage_errors,
+    outcomes_the_backend_cannot_see_are_named,
+    completions_leave_out_the_hidden_subcommands,
     unknown_flags_are_usage_errors,
     bad_durations_are_usage_errors,
     bad_ring_buffer_sizes_are_usage_errors,

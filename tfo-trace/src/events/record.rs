@@ -124,6 +124,54 @@ impl Recorder {
     }
 }
 
+/// The recordings `--from` names: files as given (`true`: in a folder), a folder's files
+/// (not hidden) by name. A file in a folder that is not a recording is skipped with a note
+/// by the caller; one named on its own is an error.
+pub fn recordings_named(from: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
+    let mut out = Vec::new();
+    for p in from {
+        if p.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading the folder {}", p.display()))?
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .map(|e| e.path())
+                .collect();
+            files.sort();
+            if files.is_empty() {
+                bail!("{}: no recordings in this folder", p.display());
+            }
+            out.extend(files.into_iter().map(|f| (f, true)));
+        } else {
+            out.push((p.clone(), false));
+        }
+    }
+    Ok(out)
+}
+
+/// The first file named twice (the same file: by a second path, a link, or its folder),
+/// as a usage error: its events would count twice.
+pub fn given_twice(named: &[(PathBuf, bool)]) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut seen: std::collections::HashMap<(u64, u64), &Path> = std::collections::HashMap::new();
+    for (path, _) in named {
+        let Ok(m) = std::fs::metadata(path) else { continue };
+        if let Some(first) = seen.insert((m.dev(), m.ino()), path) {
+            let how = if first == path.as_path() {
+                String::new()
+            } else {
+                format!(" (as {} and {})", first.display(), path.display())
+            };
+            return Some(format!(
+                "the recording {} is given twice{how}: its events would count twice",
+                path.display()
+            ));
+        }
+    }
+    None
+}
+
 /// The first bad line of a recording; everything before it was used.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplayError {

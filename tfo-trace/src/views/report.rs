@@ -14,7 +14,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 use serde::Serialize;
 
 use crate::{
@@ -109,31 +109,6 @@ pub fn run(args: ReportArgs) -> Result<()> {
     }
 }
 
-/// The recordings named: files as given, a folder's files (not hidden) by name. A file in a
-/// folder that is not a recording is skipped with a note; one named on its own is an error.
-fn recording_paths(from: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
-    let mut out = Vec::new();
-    for p in from {
-        if p.is_dir() {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("reading the folder {}", p.display()))?
-                .filter_map(|e| e.ok())
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-                .map(|e| e.path())
-                .collect();
-            files.sort();
-            if files.is_empty() {
-                bail!("{}: no recordings in this folder", p.display());
-            }
-            out.extend(files.into_iter().map(|f| (f, true)));
-        } else {
-            out.push((p.clone(), false));
-        }
-    }
-    Ok(out)
-}
-
 /// The name a recording's host goes by: its header's, else the file's name.
 pub fn host_name(header: &record::Header, path: &Path) -> String {
     if !header.host.trim().is_empty() {
@@ -149,7 +124,7 @@ fn from_recordings(
     top: Option<usize>,
 ) -> Result<(Source, Vec<Source>, Built, Vec<ReplayError>)> {
     let mut opened = Vec::new();
-    for (path, in_folder) in recording_paths(from)? {
+    for (path, in_folder) in record::recordings_named(from)? {
         match record::Events::open(&path) {
             Ok((header, events)) => opened.push((path, header, events)),
             Err(e) if in_folder => crate::note!("note: skipping {}: {e:#}", path.display())?,

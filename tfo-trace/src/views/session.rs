@@ -189,6 +189,17 @@ fn attach(load: &LoadOptions) -> Result<Tracer> {
         tracer.backend,
         tracer.attach_time.as_millis()
     )?;
+    let blind = probes::table::blind_selected(tracer.backend, &load.filter);
+    if !blind.is_empty() {
+        let what: Vec<String> =
+            blind.iter().map(|b| format!("{} {} ({})", b.role.name(), b.outcome.name(), b.why)).collect();
+        crate::note!(
+            "tfo-trace: warning: the {} backend cannot see {}: --outcome shows none of it \
+             (`tfo-trace doctor` lists what each backend sees)",
+            tracer.backend,
+            what.join("; ")
+        )?;
+    }
     Ok(tracer)
 }
 
