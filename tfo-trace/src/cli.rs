@@ -167,6 +167,20 @@ pub struct TraceArgs {
     /// `tfo-trace report --from FILE`.
     #[arg(long, value_name = "FILE")]
     pub record: Option<std::path::PathBuf>,
+    /// With --record: replace FILE if it exists (a symbolic link is never followed).
+    #[arg(long, requires = "record")]
+    pub force: bool,
+}
+
+impl TraceArgs {
+    /// Where `--record` writes.
+    pub fn record_to(&self) -> Option<crate::events::record::RecordTo> {
+        record_to(&self.record, self.force)
+    }
+}
+
+fn record_to(record: &Option<std::path::PathBuf>, force: bool) -> Option<crate::events::record::RecordTo> {
+    record.clone().map(|path| crate::events::record::RecordTo { path, replace: force })
 }
 
 #[derive(Args, Debug)]
@@ -244,6 +258,9 @@ pub struct TopArgs {
     /// Also write every event to FILE (JSON lines, mode 0600) for `top --from` / `report --from`.
     #[arg(long, value_name = "FILE", conflicts_with = "from")]
     pub record: Option<std::path::PathBuf>,
+    /// With --record: replace FILE if it exists (a symbolic link is never followed).
+    #[arg(long, requires = "record")]
+    pub force: bool,
     /// Show the tables of a recording instead of tracing live.
     #[arg(long, value_name = "FILE")]
     pub from: Option<std::path::PathBuf>,
@@ -253,6 +270,13 @@ fn parse_count(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(format!("`{s}`: the number of refreshes is a whole number, at least 1")),
+    }
+}
+
+impl TopArgs {
+    /// Where `--record` writes.
+    pub fn record_to(&self) -> Option<crate::events::record::RecordTo> {
+        record_to(&self.record, self.force)
     }
 }
 

@@ -9,6 +9,7 @@ use std::{
 use tfo_trace::{
     aggregation::metrics::Breakdown,
     cli::{Cli, Command},
+    events::record::RecordRefused,
     views::{self, output, session::PrivilegeError},
 };
 
@@ -24,6 +25,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that went away (`| head -1`) ends any command quietly.
         Err(err) if output::is_output_closed(&err) => ExitCode::SUCCESS,
+        Err(err) if err.is::<RecordRefused>() => {
+            let _ = tfo_trace::note!("tfo-trace: error: {err}");
+            ExitCode::from(2)
+        }
         Err(err) => {
             // Written as a note is, so a closed stderr cannot make this a panic; the exit
             // code still says it failed.
@@ -46,16 +51,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             load: a.probe.load_options(),
             json: a.json,
             duration: a.duration,
-            record: a.record,
+            record: a.record_to(),
         })),
         Command::Stalls(a) => runtime()?.block_on(views::stalls::run(views::stalls::StallsOptions {
             load: a.probe.load_options(),
             json: a.json,
             duration: a.duration,
-            record: a.record,
+            record: a.record_to(),
         })),
         Command::Top(a) => runtime()?.block_on(views::top::run(views::top::TopOptions {
             load: a.probe.load_options(),
+            record: a.record_to(),
             interval: a.delay,
             count: a.count,
             duration: a.duration,
@@ -65,7 +71,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             filter: a.filter,
             view: tfo_trace::aggregation::table::View::Destinations,
             max_groups: a.max_groups,
-            record: a.record,
             from: a.from,
         })),
         Command::Report(a) => views::report::run(a),

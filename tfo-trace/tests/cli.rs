@@ -178,6 +178,56 @@ fn completions_leave_out_the_hidden_subcommands() {
     }
 }
 
+/// `--record` never follows a symbolic link (a root-run tracer writing under /tmp) and
+/// never replaces a file unless told to with `--force`: one line says why, exit 2, and the
+/// files are as they were. A new file, or `--force`, records (mode 0600).
+fn record_refuses_links_and_existing_files() {
+    require_kernel!();
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir().join(format!("tfo-test-{}-record", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let at = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let precious = at("precious.txt");
+    std::fs::write(&precious, "keep me\n").unwrap();
+    std::fs::set_permissions(&precious, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::symlink(&precious, at("link.jsonl")).unwrap();
+    std::os::unix::fs::symlink(at("nowhere.txt"), at("dangling.jsonl")).unwrap();
+    std::fs::write(at("old.jsonl"), "an older recording\n").unwrap();
+    let refused = |args: &[&str], why: &str| {
+        let out = tfo_trace(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(why), "{args:?}: {why:?} not in {err}");
+    };
+    for sub in ["trace", "stalls", "top"] {
+        for force in [&[][..], &["--force"]] {
+            let link = at("link.jsonl");
+            refused(&[&[sub, "--duration", "1s", "--record", &link][..], force].concat(), "symbolic link");
+            let dangling = at("dangling.jsonl");
+            refused(
+                &[&[sub, "--duration", "1s", "--record", &dangling][..], force].concat(),
+                "symbolic link",
+            );
+        }
+        refused(&[sub, "--duration", "1s", "--record", &at("old.jsonl")], "--force");
+    }
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me\n");
+    assert_eq!(std::fs::metadata(&precious).unwrap().permissions().mode() & 0o777, 0o644);
+    assert!(!dir.join("nowhere.txt").exists(), "nothing made through a dangling link");
+    assert_eq!(std::fs::read_to_string(at("old.jsonl")).unwrap(), "an older recording\n");
+
+    for (file, extra) in [("new.jsonl", &[][..]), ("old.jsonl", &["--force"][..])] {
+        let out = tfo_trace(&[&["trace", "--duration", "1s", "--record", &at(file)][..], extra].concat());
+        assert_eq!(out.status.code(), Some(0), "{file}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = std::fs::read_to_string(at(file)).unwrap();
+        assert!(text.starts_with("{\"tfo_trace_recording\":1"), "{file}: {text}");
+        assert_eq!(std::fs::metadata(at(file)).unwrap().permissions().mode() & 0o777, 0o600, "{file}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The flags that take an address, a port or a number naming a thing, and the lab's
 /// address flags (there is no CIDR flag today).
 fn bad_addresses_ports_and_numbers_are_usage_errors() {
@@ -352,6 +402,7 @@ const LAB_RECORDING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds/
 
 tests_main!(
     closed_stdout_or_stderr_ends_every_command_quietly,
+    record_refuses_links_and_existing_files,
     usage_messages_speak_the_users_language,
     flags_that_can_do_nothing_are_usage_errors,
     outcomes_the_backend_cannot_see_are_named,

@@ -275,6 +275,7 @@ fn top_tables_each_container() {
     let lab = ContainerLab::new();
     let cli_ns = netns_inode(&lab.lab, Side::Client).to_string();
     let recording = std::env::temp_dir().join(format!("tfo-top-containers-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&recording); // a first run's, if this is the retry
     let top = Tracer::start_command(&[
         "top",
         "--batch",

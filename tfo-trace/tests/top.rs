@@ -115,6 +115,7 @@ fn batch_rows_match_the_kernel_counters() {
     let srv_ns = netns_inode(&lab, Side::Server);
     let before = counters(&lab);
     let recording = std::env::temp_dir().join(format!("tfo-top-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&recording); // a first run's, if this is the retry
 
     let mut child = Command::new(common::exe())
         .args(["top", "--batch", "-d", "1", "--record"])

@@ -69,10 +69,31 @@ impl Header {
     }
 }
 
+/// Where `--record` writes, and whether an existing file may be replaced (`--force`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordTo {
+    pub path: PathBuf,
+    pub replace: bool,
+}
+
+/// Why `--record` refused its file: the user's to fix (a usage error, exit 2).
+#[derive(Debug)]
+pub struct RecordRefused(pub String);
+
+impl std::fmt::Display for RecordRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RecordRefused {}
+
 /// Writes a recording. Every [`Recorder::write_batch`] ends with a flush to the kernel.
 pub struct Recorder {
     out: BufWriter<File>,
     path: PathBuf,
+    /// This recorder made the file (removed again by [`Recorder::discard`]).
+    created: bool,
     /// Events written so far.
     pub events: u64,
 }
@@ -80,29 +101,104 @@ pub struct Recorder {
 impl Recorder {
     /// Creates (or truncates) `path` with mode 0600 and writes the header line.
     pub fn create(path: &Path, header: &Header) -> Result<Recorder> {
+        let mut r = Recorder::open(&RecordTo { path: path.to_path_buf(), replace: true })?;
+        r.write_header(header)?;
+        Ok(r)
+    }
+
+    /// Opens `to.path` for a recording, before anything is traced (the header follows
+    /// with [`Recorder::write_header`] once the backend is known). A tracer runs as root
+    /// and recordings go under /tmp: the last component is never followed if it is a
+    /// symbolic link (O_NOFOLLOW), and an existing file is replaced only with
+    /// `to.replace`. A FIFO or a terminal (`/dev/stdout`, a link to one included) is written
+    /// as it is, never truncated.
+    pub fn open(to: &RecordTo) -> Result<Recorder> {
+        let path = to.path.as_path();
+        let refused =
+            |why: String| anyhow::Error::new(RecordRefused(format!("--record {}: {why}", path.display())));
+        let new = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path);
+        let (file, created) = match new {
+            Ok(f) => (f, true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (Self::open_existing(to, &refused)?, false),
+            Err(e) => return Err(e).with_context(|| format!("creating the recording {}", path.display())),
+        };
+        Ok(Recorder { out: BufWriter::new(file), path: path.to_path_buf(), created, events: 0 })
+    }
+
+    /// What is already at `to.path`: a FIFO or character device (directly, or by a link,
+    /// as /dev/stdout is one) is written as it is; a regular file only with `to.replace`;
+    /// a link to anything else never.
+    fn open_existing(to: &RecordTo, refused: &dyn Fn(String) -> anyhow::Error) -> Result<File> {
+        use std::os::unix::fs::FileTypeExt as _;
+        let path = to.path.as_path();
+        let stream = |t: std::fs::FileType| t.is_fifo() || t.is_char_device();
+        let link = std::fs::symlink_metadata(path).with_context(|| format!("stat {}", path.display()))?;
+        if link.file_type().is_symlink() {
+            if !std::fs::metadata(path).is_ok_and(|m| stream(m.file_type())) {
+                return Err(refused(
+                    "is a symbolic link; refused (a tracer run as root must not write where a link points)"
+                        .into(),
+                ));
+            }
+            // Opened without O_CREAT or O_TRUNC: a link switched meanwhile to a file cannot
+            // harm it, and is caught by the check of what was opened.
+            let file = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            let opened = file.metadata().with_context(|| format!("stat {}", path.display()))?;
+            if !stream(opened.file_type()) {
+                return Err(refused("changed into a link to a file while opened; refused".into()));
+            }
+            return Ok(file);
+        }
+        if stream(link.file_type()) {
+            return OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+                .with_context(|| format!("opening {}", path.display()));
+        }
+        if !link.is_file() {
+            return Err(refused("is not a file".into()));
+        }
+        if !to.replace {
+            return Err(refused("the file exists; --force replaces it".into()));
+        }
         let file = OpenOptions::new()
             .write(true)
-            .create(true)
             .truncate(true)
-            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
-            .with_context(|| format!("creating the recording {}", path.display()))?;
-        // `mode` applies only to a file this call created: an existing regular file keeps its
-        // old permissions unless we set them. Devices and pipes (/dev/stdout) are left alone.
-        let meta = file.metadata().with_context(|| format!("stat {}", path.display()))?;
-        if meta.is_file() && meta.permissions().mode() & 0o777 != 0o600 {
-            file.set_permissions(std::fs::Permissions::from_mode(0o600))
-                .with_context(|| format!("chmod 0600 {}", path.display()))?;
-        }
-        let mut r = Recorder { out: BufWriter::new(file), path: path.to_path_buf(), events: 0 };
-        serde_json::to_writer(&mut r.out, header)
+            .with_context(|| format!("replacing the recording {}", path.display()))?;
+        // `mode` applies only to a file open() creates: a replaced one keeps its old
+        // permissions unless we set them (it names hosts, ports and processes).
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("chmod 0600 {}", path.display()))?;
+        Ok(file)
+    }
+
+    /// The header line, first in the file.
+    pub fn write_header(&mut self, header: &Header) -> Result<()> {
+        serde_json::to_writer(&mut self.out, header)
             .map_err(io::Error::from)
             .and_then(|()| {
-                r.out.write_all(b"\n")?;
-                r.out.flush()
+                self.out.write_all(b"\n")?;
+                self.out.flush()
             })
-            .with_context(|| format!("writing to the recording {}", path.display()))?;
-        Ok(r)
+            .with_context(|| format!("writing to the recording {}", self.path.display()))
+    }
+
+    /// Removes the file again if this recorder made it (nothing was traced into it).
+    pub fn discard(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 
     /// Appends one line per event and flushes.
@@ -442,6 +538,36 @@ mod tests {
         let mode = std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777;
         std::fs::remove_file(&fresh).unwrap();
         assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn links_are_never_followed_and_files_replaced_only_when_asked() {
+        let dir = tmp("links");
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("precious");
+        std::fs::write(&target, "keep").unwrap();
+        let link = dir.join("link.jsonl");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let to = |p: &Path, replace| RecordTo { path: p.to_path_buf(), replace };
+        for replace in [false, true] {
+            let e = Recorder::open(&to(&link, replace)).err().unwrap();
+            assert!(e.is::<RecordRefused>() && e.to_string().contains("symbolic link"), "{e}");
+        }
+        let e = Recorder::open(&to(&target, false)).err().unwrap();
+        assert!(e.to_string().ends_with("the file exists; --force replaces it"), "{e}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        // A link to a terminal or a pipe, as /dev/stdout is, is written through.
+        let null = dir.join("null.jsonl");
+        std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+        let r = Recorder::open(&to(&null, false)).unwrap();
+        assert!(!r.created);
+        r.discard();
+        assert!(Path::new("/dev/null").exists());
+        let fresh = Recorder::open(&to(&dir.join("new.jsonl"), false)).unwrap();
+        assert!(fresh.created);
+        fresh.discard();
+        assert!(!dir.join("new.jsonl").exists(), "discarded: made by it, removed by it");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

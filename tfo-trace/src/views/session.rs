@@ -3,7 +3,7 @@
 //! backend runs), read the ring buffer, write every event to the `--record` file, stop on
 //! Ctrl-C, SIGTERM or `--duration` with what the kernel already wrote still delivered, and
 //! say at the end how many events came and every way one could have gone missing.
-use std::{ops::ControlFlow, path::Path, time::Duration};
+use std::{ops::ControlFlow, time::Duration};
 
 use anyhow::Result;
 
@@ -12,7 +12,7 @@ use crate::{
     events::{
         counts::KernelCounts,
         reader::EventSource,
-        record::{Header, Recorder},
+        record::{Header, RecordTo, Recorder},
         Event, EventRef,
     },
     probes::{self, LoadOptions, Tracer},
@@ -29,13 +29,27 @@ pub struct Session {
 
 impl Session {
     /// Loads and attaches the programs after the privilege check, and opens the `--record`
-    /// file (its header names the backend that runs).
-    pub fn start(load: &LoadOptions, record: Option<&Path>) -> Result<Session> {
-        let mut tracer = attach(load)?;
-        let source = EventSource::new(&mut tracer.ebpf)?;
-        let recorder =
-            record.map(|p| Recorder::create(p, &Header::now(tracer.backend.name()))).transpose()?;
-        Ok(Session { tracer, source, recorder, seen: 0 })
+    /// file (before loading: a file refused is said at once; its header names the backend
+    /// that runs).
+    pub fn start(load: &LoadOptions, record: Option<&RecordTo>) -> Result<Session> {
+        check_privileges()?;
+        let mut recorder = record.map(Recorder::open).transpose()?;
+        let started = attach(load).and_then(|mut tracer| {
+            let source = EventSource::new(&mut tracer.ebpf)?;
+            if let Some(r) = &mut recorder {
+                r.write_header(&Header::now(tracer.backend.name()))?;
+            }
+            Ok((tracer, source))
+        });
+        match started {
+            Ok((tracer, source)) => Ok(Session { tracer, source, recorder, seen: 0 }),
+            Err(e) => {
+                if let Some(r) = recorder {
+                    r.discard();
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Waits for events and appends them to `out` (and to the recording).
@@ -173,10 +187,9 @@ impl Session {
     }
 }
 
-/// Loads and attaches the programs after the privilege check, and says on stderr which
+/// Loads and attaches the programs (privileges checked), and says on stderr which
 /// backend runs and why any richer one was passed over.
 fn attach(load: &LoadOptions) -> Result<Tracer> {
-    check_privileges()?;
     let tracer = probes::load(load)?;
     if !tracer.skipped.is_empty() {
         let why: Vec<String> =

@@ -26,7 +26,7 @@ pub struct StallsOptions {
     pub json: bool,
     pub duration: Option<Duration>,
     /// `--record FILE`: every event (not only the stalls) also goes there.
-    pub record: Option<std::path::PathBuf>,
+    pub record: Option<crate::events::record::RecordTo>,
 }
 
 #[derive(Serialize)]
@@ -111,7 +111,7 @@ fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -
 }
 
 pub async fn run(opts: StallsOptions) -> Result<()> {
-    let mut session = Session::start(&opts.load, opts.record.as_deref())?;
+    let mut session = Session::start(&opts.load, opts.record.as_ref())?;
     // One write per batch, not per line (stdout alone is line-buffered).
     let mut out = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
     if !opts.json {

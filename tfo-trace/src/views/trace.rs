@@ -20,7 +20,7 @@ pub struct TraceOptions {
     /// Stop by itself after this long (scripts, tests); None = until Ctrl-C.
     pub duration: Option<Duration>,
     /// `--record FILE`: every event also goes there (see `events::record`).
-    pub record: Option<std::path::PathBuf>,
+    pub record: Option<crate::events::record::RecordTo>,
 }
 
 pub const HEADER: &str = "TIME                     ROLE   OUTCOME            PID     COMM             SOURCE                 DESTINATION            NETNS       DATA RTX HANDSHAKE     STALL  CONTAINER";
@@ -189,7 +189,7 @@ fn write_batch(out: &mut impl Write, lines: &[u8]) -> io::Result<()> {
 }
 
 pub async fn run(opts: TraceOptions) -> Result<()> {
-    let mut session = Session::start(&opts.load, opts.record.as_deref())?;
+    let mut session = Session::start(&opts.load, opts.record.as_ref())?;
     // One write per batch: the batch's lines go to stdout at once, which its line
     // buffering passes through whole (no syscall per line, no copy).
     let mut stdout = io::stdout().lock();

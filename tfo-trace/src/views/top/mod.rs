@@ -49,7 +49,7 @@ pub struct TopOptions {
     /// Groups kept per table (least recently seen evicted beyond it).
     pub max_groups: usize,
     /// `--record FILE`: every live event also goes there.
-    pub record: Option<std::path::PathBuf>,
+    pub record: Option<crate::events::record::RecordTo>,
     /// `--from FILE`: the tables of a recording instead of live events.
     pub from: Option<std::path::PathBuf>,
 }
@@ -223,7 +223,7 @@ pub async fn run(opts: TopOptions) -> Result<()> {
     if let Some(path) = &opts.from {
         return run_from(path, &opts).await;
     }
-    let mut session = Session::start(&opts.load, opts.record.as_deref())?;
+    let mut session = Session::start(&opts.load, opts.record.as_ref())?;
     let info = HeaderInfo::new(session.tracer.backend.to_string(), opts.interval);
     let ended = run_on(&mut session, &opts, info).await;
     // A closed stdout ends the tables, not the closing line (as in `trace`).
