@@ -4,6 +4,7 @@ pub mod export;
 pub mod floor;
 pub mod logging;
 pub mod output;
+pub mod replay;
 pub mod report;
 pub mod session;
 pub mod stalls;

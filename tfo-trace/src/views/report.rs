@@ -27,14 +27,18 @@ use crate::{
         },
     },
     cli::{ReportArgs, ReportFormat},
-    events::record::{self, ReplayError},
+    events::record,
+    filter::EventFilter,
     kernel::{
         listeners,
         netstat::Netstat,
         sysctl::{self, TfoNamespace},
         tcp_metrics,
     },
-    views::session::Session,
+    views::{
+        replay::{Replay, Replayed},
+        session::Session,
+    },
 };
 
 /// Where the events came from: one recording, the live kernel, or (the top-level `source`
@@ -55,6 +59,11 @@ pub struct Source {
     pub events_lost: Option<u64>,
     /// Seconds traced; live only.
     pub window_s: Option<f64>,
+    /// Headers read in the recording for this host (recordings of it joined in one
+    /// file: `cat a b`); recordings only.
+    pub segments: Option<u32>,
+    /// Lines of the recording that could not be read, skipped (0 live).
+    pub bad_lines: u64,
 }
 
 #[derive(Serialize)]
@@ -68,9 +77,10 @@ struct JsonReport<'a> {
     rest: &'a Option<Rest>,
     listeners: &'a [ListenerReport],
     namespaces: &'a [NamespaceFinding],
-    /// The first bad line of a recording (everything before it is in the report).
+    /// The error line of the first recording with bad lines (how many were skipped, the
+    /// first few named; every other line is in the report).
     replay_error: Option<String>,
-    /// The first bad line of each recording that has one.
+    /// The error line of each recording with bad lines.
     replay_errors: Vec<String>,
 }
 
@@ -89,10 +99,9 @@ pub fn run(args: ReportArgs) -> Result<()> {
         let (s, b) = rt.block_on(live(&args, group, top))?;
         (s, Vec::new(), b, Vec::new())
     } else {
-        from_recordings(&args.from, group, top)?
+        from_recordings(&args.from, &args.probe.filter.event_filter(), group, top)?
     };
     let mut out = io::stdout().lock();
-    let errors: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     let r = Rendered { source: &source, sources: &sources, built: &built };
     crate::views::output::stdout_written(render(&mut out, args.format, &r, &errors))?;
     match errors.len() {
@@ -102,7 +111,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
         _ => {
             for e in &errors[..errors.len() - 1] {
                 // A failure stays one, whether or not stderr is there to say so.
-                let _ = crate::note!("Error: {e}");
+                let _ = crate::note!("tfo-trace: error: {e}");
             }
             bail!("{}", errors[errors.len() - 1])
         }
@@ -118,15 +127,43 @@ pub fn host_name(header: &record::Header, path: &Path) -> String {
     name.strip_suffix(".jsonl").map(str::to_string).unwrap_or(name)
 }
 
+/// A source for the recording `path` from one of its headers.
+fn recording_source(path: &Path, header: record::Header) -> Source {
+    Source {
+        kind: "recording",
+        path: Some(path.display().to_string()),
+        host: Some(host_name(&header, path)),
+        kernel: Some(header.kernel),
+        backend: Some(header.backend),
+        start: Some(header.start),
+        events: 0,
+        events_lost: None,
+        window_s: None,
+        segments: Some(1),
+        bad_lines: 0,
+    }
+}
+
+/// Every recording named, as the filter selects their events: one source per recording
+/// and host (recordings joined with `cat a b` hold several: a header of the same host
+/// starts a new segment of its source, one of another host a new source), and the error
+/// line of each recording with bad lines. A recording met twice is read twice and said.
 fn from_recordings(
     from: &[PathBuf],
+    filter: &EventFilter,
     group: GroupOptions,
     top: Option<usize>,
-) -> Result<(Source, Vec<Source>, Built, Vec<ReplayError>)> {
+) -> Result<(Source, Vec<Source>, Built, Vec<String>)> {
     let mut opened = Vec::new();
+    let mut hosts = std::collections::BTreeSet::new();
     for (path, in_folder) in record::recordings_named(from)? {
-        match record::Events::open(&path) {
-            Ok((header, events)) => opened.push((path, header, events)),
+        match Replay::open(&path, filter.clone()) {
+            Ok((header, replay)) => {
+                // Several hosts make a fleet (namespace inodes then name nothing), also
+                // when joined in one file: its headers are read first.
+                hosts.extend(record::headers_in(&path)?.iter().map(|h| host_name(h, &path)));
+                opened.push((path, header, replay));
+            }
             Err(e) if in_folder => crate::note!("note: skipping {}: {e:#}", path.display())?,
             Err(e) => return Err(e),
         }
@@ -137,34 +174,56 @@ fn from_recordings(
             from.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
         );
     }
-    let fleet = opened.len() > 1;
+    let fleet = opened.len() > 1 || hosts.len() > 1;
     let mut b = ReportBuilder::new(group, fleet);
-    let mut sources = Vec::new();
+    let mut sources: Vec<Source> = Vec::new();
     let mut errors = Vec::new();
-    for (path, header, events) in opened {
-        let host_label = host_name(&header, &path);
-        let host = b.host(&host_label);
-        let mut n = 0u64;
-        for e in events {
-            match e {
-                Ok(e) => {
-                    b.add(&e, host);
-                    n += 1;
-                }
-                Err(bad) => errors.push(bad),
+    // Each segment's header, and where it was first met: the same one again is the same
+    // recording read twice.
+    let mut segments: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut seen_segment = |path: &Path, h: &record::Header| -> Result<()> {
+        let key = (host_name(h, path), h.start.clone());
+        let here = path.display().to_string();
+        match segments.get(&key) {
+            Some(first) => crate::note!(
+                "tfo-trace: warning: {here}: the recording of {} started {} appears twice (also in {first}): \
+                 its events count twice",
+                key.0,
+                key.1
+            )?,
+            None => {
+                segments.insert(key, here);
             }
         }
-        sources.push(Source {
-            kind: "recording",
-            path: Some(path.display().to_string()),
-            host: Some(host_label),
-            kernel: Some(header.kernel),
-            backend: Some(header.backend),
-            start: Some(header.start),
-            events: n,
-            events_lost: None,
-            window_s: None,
-        });
+        Ok(())
+    };
+    for (path, header, mut replay) in opened {
+        seen_segment(&path, &header)?;
+        let mut source = recording_source(&path, header);
+        let mut host = b.host(source.host.as_deref().unwrap_or_default());
+        let mut bad_before = 0;
+        while let Some(r) = replay.next() {
+            match r {
+                Replayed::Event(e) => {
+                    b.add(&e, host);
+                    source.events += 1;
+                }
+                Replayed::Header(h) => {
+                    seen_segment(&path, &h)?;
+                    if host_name(&h, &path) == source.host.as_deref().unwrap_or_default() {
+                        source.segments = source.segments.map(|n| n + 1);
+                        continue;
+                    }
+                    source.bad_lines = replay.bad.count - bad_before;
+                    bad_before = replay.bad.count;
+                    sources.push(std::mem::replace(&mut source, recording_source(&path, h)));
+                    host = b.host(source.host.as_deref().unwrap_or_default());
+                }
+            }
+        }
+        source.bad_lines = replay.bad.count - bad_before;
+        sources.push(source);
+        errors.extend(replay.bad.summary());
     }
     let backends: std::collections::BTreeSet<&str> =
         sources.iter().filter_map(|s| s.backend.as_deref()).collect();
@@ -190,6 +249,8 @@ fn from_recordings(
             events: sources.iter().map(|s| s.events).sum(),
             events_lost: None,
             window_s: None,
+            segments: None,
+            bad_lines: sources.iter().map(|s| s.bad_lines).sum(),
         }
     };
     Ok((source, sources, built, errors))
@@ -232,6 +293,8 @@ async fn live(args: &ReportArgs, group: GroupOptions, top: Option<usize>) -> Res
         events,
         events_lost: Some(session.lost()),
         window_s: Some(window_s),
+        segments: None,
+        bad_lines: 0,
     };
     Ok((src, built))
 }
@@ -692,6 +755,8 @@ mod tests {
             events,
             events_lost: None,
             window_s: None,
+            segments: Some(1),
+            bad_lines: 0,
         }
     }
 

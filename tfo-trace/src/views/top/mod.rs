@@ -155,25 +155,21 @@ impl EventFeed for Session {
 }
 
 /// Recorded events, delivered a chunk at a time (a recording may hold millions).
-pub struct Replay<I> {
+pub struct Recorded<I> {
     events: I,
     done: bool,
-    /// The first bad line of the recording, if any: reported after the tables.
-    pub error: Option<crate::events::record::ReplayError>,
 }
 
 /// Events counted per batch when replaying.
 const REPLAY_CHUNK: usize = 4096;
 
-impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::ReplayError>>> Replay<I> {
+impl<I: Iterator<Item = Event>> Recorded<I> {
     pub fn new(events: I) -> Self {
-        Replay { events, done: false, error: None }
+        Recorded { events, done: false }
     }
 }
 
-impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::ReplayError>>> EventFeed
-    for Replay<I>
-{
+impl<I: Iterator<Item = Event>> EventFeed for Recorded<I> {
     async fn next_batch(&mut self, model: &mut TopModel) -> Result<()> {
         if self.done {
             std::future::pending::<()>().await;
@@ -183,12 +179,7 @@ impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::Replay
     fn drain(&mut self, model: &mut TopModel) -> Result<()> {
         for _ in 0..REPLAY_CHUNK {
             match self.events.next() {
-                Some(Ok(e)) => model.add(&e),
-                Some(Err(bad)) => {
-                    self.error = Some(bad);
-                    self.done = true;
-                    break;
-                }
+                Some(e) => model.add(&e),
                 None => {
                     self.done = true;
                     break;
@@ -205,15 +196,16 @@ impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::Replay
     }
 }
 
-/// `top --from FILE`: every good line of the recording, then its first bad line as the error.
+/// `top --from FILE`: the tables of every good line of the recording (of every segment,
+/// as the filter flags select them), then one error line for the bad ones.
 async fn run_from(path: &std::path::Path, opts: &TopOptions) -> Result<()> {
-    let (header, events) = crate::events::record::Events::open(path)?;
+    let filter = crate::filter::EventFilter::new(opts.load.filter, &opts.load.cgroups);
+    let (header, mut replay) = crate::views::replay::Replay::open(path, filter)?;
     let info = HeaderInfo::new(format!("{} (recorded on {})", header.backend, header.host), opts.interval);
-    let mut replay = Replay::new(events);
-    let seen = run_on(&mut replay, opts, info).await?;
+    let seen = run_on(&mut Recorded::new(replay.events()), opts, info).await?;
     crate::note!("tfo-trace: {seen} events from {}", path.display())?;
-    match replay.error {
-        Some(e) => Err(anyhow::anyhow!("{e}")),
+    match replay.bad.summary() {
+        Some(line) => Err(anyhow::anyhow!(line)),
         None => Ok(()),
     }
 }
@@ -240,7 +232,7 @@ pub async fn run(opts: TopOptions) -> Result<()> {
 /// With a terminal the UI stays until `q`; in batch/JSON mode one snapshot is printed.
 /// `info.backend` names where the events came from (the recording's backend).
 pub async fn run_model_on(events: Vec<Event>, opts: &TopOptions, info: HeaderInfo) -> Result<u64> {
-    run_on(&mut Replay::new(events.into_iter().map(Ok)), opts, info).await
+    run_on(&mut Recorded::new(events.into_iter()), opts, info).await
 }
 
 fn now_rfc3339() -> String {
