@@ -385,13 +385,23 @@ pub mod config {
     pub const COUNTS_ONLY: u32 = 1 << 2;
 }
 
-/// Key of the kernel-side listener table: who called listen() on which port.
+/// Key of the kernel-side listener table: who called listen() on which port, of which
+/// family. `0.0.0.0:80` and an IPv6-only `[::]:80` are two listeners, often of two
+/// processes; a child socket has its listener's family (sk_clone_lock copies it).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ListenerKey {
     pub netns: u32,
     pub port: u16,
-    pub _pad: u16,
+    /// [`FAMILY_V4`] or [`FAMILY_V6`].
+    pub family: u8,
+    pub _pad: u8,
+}
+
+impl ListenerKey {
+    pub const fn new(netns: u32, port: u16, family: u8) -> ListenerKey {
+        ListenerKey { netns, port, family, _pad: 0 }
+    }
 }
 
 /// The process that owns a listener.

@@ -33,8 +33,8 @@ use crate::{
     filter,
     globals::config_has,
     kernel::{
-        bit, fixed, flag, int, is_tcp, layout, net_of, netns_of, present, state_of, tuple_of, Access,
-        TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
+        bit, family_of, fixed, flag, int, is_tcp, layout, net_of, netns_of, present, state_of, tuple_of,
+        Access, TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
     maps::{
         bump, conn_state, count, emit_with, follow, forget, get16, now, put16, ConnState, Measure, Process,
@@ -559,7 +559,7 @@ fn server_child_tfo<A: Access>(sk: *const u8) {
             ev.start_ns = ev.ts_ns.saturating_sub(handshake_ns);
             ev.flags |= flags::START_KNOWN;
         }
-        name_listener_owner(ev, &ListenerKey { netns, port: ev.sport, _pad: 0 });
+        name_listener_owner(ev, &ListenerKey::new(netns, ev.sport, ev.family));
     });
 }
 
@@ -586,14 +586,15 @@ pub fn on_synack_retransmit<A: Access>(sk: *const u8, req: *const u8) {
     let measure =
         Measure { stall_ns: 0, syn_data_bytes: data, retransmits: before + 1, handshake_ns: 0, at_ns: 0 };
     record::<A>(sk, Role::Server, Outcome::SynackRetransmitted, netns, &Known::NONE, measure, |ev| {
-        name_listener_owner(ev, &ListenerKey { netns, port: ev.sport, _pad: 0 });
+        name_listener_owner(ev, &ListenerKey::new(netns, ev.sport, ev.family));
     });
 }
 
-/// A listener is known by its namespace and local port (what a child socket shares).
+/// A listener is known by its namespace, local port and family (what a child socket
+/// shares).
 #[inline(always)]
 pub(crate) fn listener_key<A: Access>(sk: *const u8) -> ListenerKey {
-    ListenerKey { netns: netns_of::<A>(sk), port: fixed!(A, sk, skc_num: u16), _pad: 0 }
+    ListenerKey::new(netns_of::<A>(sk), fixed!(A, sk, skc_num: u16), family_of::<A>(sk))
 }
 
 /// Server events name the process that called listen() on that port.
@@ -625,7 +626,7 @@ pub(crate) fn server_selected<A: Access>(sk: *const u8, netns: u32) -> bool {
     if !filter::by_process() {
         return true;
     }
-    let listener = ListenerKey { netns, port: t.sport, _pad: 0 };
+    let listener = ListenerKey::new(netns, t.sport, t.family);
     // SAFETY: a value of LISTENERS, read at once.
     LISTENERS.get_ptr(listener).is_some_and(|o| unsafe { (*o).selected } != 0)
 }

@@ -43,7 +43,6 @@ struct CellKey {
 #[derive(Debug, Default)]
 struct ListenerAcc {
     tally: Tally,
-    locals: BTreeSet<SocketAddr>,
     hosts: BTreeMap<u32, Tally>,
 }
 
@@ -58,7 +57,8 @@ pub struct ReportBuilder {
     host_acc: Vec<(ConnAcc, u64)>,
     names: IndexSet<String>,
     cells: IndexMap<CellKey, Slot>,
-    listeners: IndexMap<(Option<u32>, u16), ListenerAcc>,
+    /// By namespace (none across hosts) and listener name.
+    listeners: IndexMap<(Option<u32>, SocketAddr), ListenerAcc>,
     client_netns: BTreeSet<u32>,
     all: ConnAcc,
     events: u64,
@@ -128,9 +128,8 @@ impl ReportBuilder {
                 self.server_events += 1;
                 self.host_acc[h].1 += 1;
                 let netns = (!self.fleet).then_some(e.netns);
-                let l = self.listeners.entry((netns, e.sport)).or_default();
+                let l = self.listeners.entry((netns, e.view().listener_name())).or_default();
                 l.tally.add(e);
-                l.locals.insert(SocketAddr::new(e.saddr, e.sport));
                 l.hosts.entry(host).or_default().add(e);
             }
         }
@@ -617,7 +616,7 @@ impl Built {
     }
 
     fn listener_reports(&self) -> Vec<ListenerReport> {
-        let mut keys: Vec<&(Option<u32>, u16)> = self.b.listeners.keys().collect();
+        let mut keys: Vec<&(Option<u32>, SocketAddr)> = self.b.listeners.keys().collect();
         keys.sort();
         keys.into_iter()
             .filter_map(|k| {
@@ -627,7 +626,7 @@ impl Built {
                     .iter()
                     .map(|(h, t)| (self.b.hosts.get_index(*h as usize).cloned().unwrap_or_default(), t))
                     .collect::<Vec<_>>();
-                Some(verdict::listener_row(k.0, k.1, &l.tally, &l.locals, &hosts, self.b.fleet, &self.facts))
+                Some(verdict::listener_row(k.0, k.1, &l.tally, &hosts, self.b.fleet, &self.facts))
             })
             .collect()
     }

@@ -449,7 +449,7 @@ impl TopModel {
             }
             Role::Server => {
                 self.server_total.tally(&t);
-                let key = KeyRef::Listener { addr: SocketAddr::new(e.saddr, e.sport), netns: e.netns };
+                let key = KeyRef::Listener { addr: e.listener_name(), netns: e.netns };
                 self.listeners.add(key, &t, &mut self.names);
             }
         }

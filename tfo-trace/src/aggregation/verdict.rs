@@ -14,10 +14,7 @@
 //! `queue_overflow`, `cookie_invalid`, `accepted_alt_key` and `listener_disabled` never
 //! appear, so the verdicts built on them are unit-tested here on synthetic events; on that
 //! backend the namespace's counters stand in ([`NamespaceFinding`]).
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    net::SocketAddr,
-};
+use std::{collections::BTreeMap, net::SocketAddr};
 
 use serde::Serialize;
 
@@ -655,24 +652,18 @@ pub fn remembered_drop(m: &TcpMetric, netns: u32, facts: &Facts) -> DestinationR
     }
 }
 
-/// The verdict on one listening port: its events (`locals`: the addresses they arrived on),
-/// each host's share, and the kernel's facts about it.
+/// The verdict on one listener (named as `ss -ltn` names it: [`crate::events::EventRef::listener_name`]):
+/// its events, each host's share, and the kernel's facts about that listening socket.
 pub fn listener_row(
     netns: Option<u32>,
-    port: u16,
+    listener: SocketAddr,
     t: &Tally,
-    locals: &BTreeSet<SocketAddr>,
     hosts: &[(String, &Tally)],
     fleet: bool,
     facts: &Facts,
 ) -> ListenerReport {
-    let fact = netns.and_then(|ns| facts.listeners.iter().find(|l| l.netns == ns && l.addr.port() == port));
-    let label = match (fact, locals.len()) {
-        (Some(f), _) => f.addr.to_string(),
-        (None, 1) => locals.iter().next().map(|a| a.to_string()).unwrap_or_default(),
-        (None, _) => format!("*:{port}"),
-    };
-    let mut r = listener_report(label, netns, t, fact.and_then(|f| f.max_qlen), facts);
+    let fact = netns.and_then(|ns| facts.listeners.iter().find(|l| l.netns == ns && l.addr == listener));
+    let mut r = listener_report(listener.to_string(), netns, t, fact.and_then(|f| f.max_qlen), facts);
     let shown = |t: &Tally| listener_shown_by(r.verdict.kind, t).0;
     r.hosts = hosts
         .iter()
@@ -1069,6 +1060,8 @@ mod tests {
     fn queue_overflow_uses_max_qlen_and_somaxconn() {
         let mut events: Vec<Event> = (0..37).map(|i| srv("queue_overflow", i)).collect();
         events.push(srv("accepted", 100));
+        // The listening socket, as the live reader names it from /proc.
+        events.iter_mut().for_each(|e| e.listener = Some("0.0.0.0:81".parse().unwrap()));
         let mut facts = Facts::default();
         facts.listeners.push(ListenerFact {
             netns: NS_SRV,
@@ -1091,7 +1084,18 @@ mod tests {
             "{:?}",
             r.listeners[0]
         );
-        // No listener facts: the address the SYNs arrived on, max_qlen unknown.
+        // Another listener on the port (IPv6 only): its own row, never the IPv4 one's queue.
+        let mut v6 = srv("accepted", 200);
+        (v6.family, v6.saddr, v6.listener) =
+            (6, "fd00:7f0::2".parse().unwrap(), Some("[::]:81".parse().unwrap()));
+        let both: Vec<Event> = events.iter().cloned().chain([v6]).collect();
+        let r = report(&both, &facts);
+        let names: Vec<(&str, Option<u32>)> =
+            r.listeners.iter().map(|l| (l.listener.as_str(), l.max_qlen)).collect();
+        assert_eq!(names, [("0.0.0.0:81", Some(16)), ("[::]:81", None)]);
+        // No listener named (a recording made before events named it): the address the
+        // SYNs arrived on, max_qlen unknown.
+        events.iter_mut().for_each(|e| e.listener = None);
         let r = report(&events, &Facts::default());
         assert_eq!(
             r.listeners[0].verdict.sentence,

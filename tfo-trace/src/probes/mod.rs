@@ -311,7 +311,8 @@ fn prefill_listeners(ebpf: &mut Ebpf, opts: &LoadOptions) -> Result<()> {
         comm[..n].copy_from_slice(&l.comm.as_bytes()[..n]);
         let name = String::from_utf8_lossy(&comm[..n]);
         let selected = filter.process_selected(l.pid, &name, l.cgroup.as_deref());
-        let key = ListenerKey { netns: l.netns, port: l.port, _pad: 0 };
+        let family = if l.addr.is_ipv4() { tfo_trace_common::FAMILY_V4 } else { tfo_trace_common::FAMILY_V6 };
+        let key = ListenerKey::new(l.netns, l.port, family);
         let owner = ProcInfo { pid: l.pid, selected: u32::from(selected), comm, cgroup_id };
         // A full table (16,384 listeners) keeps the first ones: the rest are named in
         // userspace, as before.
