@@ -341,6 +341,9 @@ pub struct KernelLayout {
     pub total_retrans: Field,
     pub bytes_sent: Field,
     pub bytes_received: Field,
+    /// inet_sock's bound port (network order), in struct tcp_sock: still set when the
+    /// socket reaches CLOSE, where inet_put_port() has already cleared skc_num.
+    pub inet_sport: Field,
     pub fastopen_connect: Field,
     pub syn_data: Field,
     pub syn_fastopen: Field,

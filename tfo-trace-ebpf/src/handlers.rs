@@ -88,13 +88,12 @@ pub(crate) struct Known {
     pub last_retrans_ns: u64,
     pub pid: u32,
     pub comm: [u64; 2],
-    pub sport: u16,
     pub cgroup_id: u64,
 }
 
 impl Known {
     pub const NONE: Known =
-        Known { known: false, start_ns: 0, last_retrans_ns: 0, pid: 0, comm: [0; 2], sport: 0, cgroup_id: 0 };
+        Known { known: false, start_ns: 0, last_retrans_ns: 0, pid: 0, comm: [0; 2], cgroup_id: 0 };
 
     /// Copies the state at `p` (null: none).
     #[inline(always)]
@@ -110,7 +109,6 @@ impl Known {
             last_retrans_ns: s.last_retrans_ns,
             pid: s.pid,
             comm: s.comm,
-            sport: s.sport,
             cgroup_id: s.cgroup_id,
         }
     }
@@ -207,7 +205,6 @@ pub fn on_retransmit<A: Access>(sk: *const u8) {
         unsafe {
             (*state).retransmits += 1;
             (*state).last_retrans_ns = now();
-            (*state).sport = fixed!(A, sk, skc_num: u16);
         }
     }
 }
@@ -406,9 +403,13 @@ fn client_failed<A: Access>(sk: *const u8) {
         handshake_ns: 0,
         at_ns: 0,
     };
+    // tcp_set_state(TCP_CLOSE) runs inet_put_port(), which zeroes skc_num, before this
+    // tracepoint fires (for a reset as for a timeout): the port the SYN left from is
+    // still in inet_sport.
+    let bound_port = u16::from_be(fixed!(A, tp, inet_sport: u16));
     record::<A>(sk, Role::Client, Outcome::ConnectFailed, netns_of::<A>(sk), &conn, measure, |ev| {
         if ev.sport == 0 {
-            ev.sport = conn.sport;
+            ev.sport = bound_port;
         }
     });
 }

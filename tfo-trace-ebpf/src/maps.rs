@@ -22,11 +22,6 @@ pub struct ConnState {
     pub pid: u32,
     pub retransmits: u32,
     pub comm: [u64; 2],
-    /// Source port seen while the SYN was outstanding: a socket that fails is unhashed
-    /// (port 0) by the time it reaches CLOSE.
-    pub sport: u16,
-    pub _pad16: u16,
-    pub _pad32: u32,
     /// cgroup v2 id of the connecting process.
     pub cgroup_id: u64,
 }
@@ -41,9 +36,6 @@ impl ConnState {
             pid: p.pid,
             retransmits: 0,
             comm: p.comm,
-            sport: 0,
-            _pad16: 0,
-            _pad32: 0,
             cgroup_id: p.cgroup_id,
         }
     }
