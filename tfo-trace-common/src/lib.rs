@@ -237,7 +237,8 @@ pub struct CountKey {
 pub struct Counts {
     /// Outcomes seen (events, whether or not the ring buffer took them).
     pub events: u64,
-    /// Sum of `stall_ns` (time lost to SYN timeouts).
+    /// Sum of the time lost to SYN timeouts, each outcome's in whole microseconds (as its
+    /// event's `stall_us`), in ns: equal to the events' sum when none was lost.
     pub stall_ns: u64,
     /// Events whose SYN (or SYN-ACK) timed out: `stall_ns` or `retransmits` above 0.
     pub stalls: u64,

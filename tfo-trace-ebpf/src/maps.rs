@@ -166,7 +166,9 @@ fn add(row: *mut Counts, m: &Measure) {
     // A SYN timed out (aggregation/stall.rs: which rows' stalls userspace counts).
     if m.stall_ns > 0 || m.retransmits > 0 {
         row.stalls += 1;
-        row.stall_ns += m.stall_ns;
+        // In whole microseconds, as the event's stall_us is made: the kernel's sum and the
+        // sum of the events' are then equal to the unit when no event was lost.
+        row.stall_ns += m.stall_ns / 1000 * 1000;
     }
     row.syn_data_bytes += m.syn_data_bytes as u64;
     row.retransmits += m.retransmits as u64;
