@@ -332,7 +332,8 @@ pub struct DemoArgs {
     /// How long the lab makes traffic before it cleans up and exits.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Print the events as JSON lines.
+    /// Print `top`'s tables as JSON lines (one snapshot every 5 s and at the end, as
+    /// `top --json`) instead of the terminal UI.
     #[arg(long)]
     pub json: bool,
 }

@@ -157,11 +157,8 @@ impl Session {
     /// follow, outcomes it could not count, not decodable; and where the recording is.
     pub fn closing_line(&self) -> String {
         let health = self.health();
-        let mut line = format!("tfo-trace: {} events, {} lost", self.seen, health.events_lost);
-        if let Ok(counts) = self.source.kernel_counts() {
-            let counted: u64 = counts.iter().map(|(_, _, _, c)| c.events).sum();
-            line.push_str(&format!(" ({counted} outcomes counted in the kernel)"));
-        }
+        let counted = self.source.kernel_counts().ok().map(|c| c.iter().map(|(_, _, _, c)| c.events).sum());
+        let mut line = format!("tfo-trace: {}", events_accounted(self.seen, &health, counted));
         let missed = health.hook_runs_missed;
         if missed > 0 {
             line.push_str(&format!(", {missed} hook runs missed by the kernel (recursion)"));
@@ -185,6 +182,22 @@ impl Session {
         }
         line
     }
+}
+
+/// `40 events, 0 lost, 1 after the last read (41 outcomes counted in the kernel)`: the
+/// events delivered, those lost, and those the kernel counted after the view last read the
+/// ring buffer (a connection that ended as the view stopped), which add up to the kernel's
+/// count; or, where the kernel counted fewer (its namespace table full: said apart), the
+/// count alone.
+fn events_accounted(seen: u64, health: &Health, counted: Option<u64>) -> String {
+    let mut line = format!("{seen} events, {} lost", health.events_lost);
+    let Some(counted) = counted else { return line };
+    let unread = counted.saturating_sub(seen + health.events_lost);
+    if unread > 0 {
+        line.push_str(&format!(", {unread} after the last read"));
+    }
+    line.push_str(&format!(" ({counted} outcomes counted in the kernel)"));
+    line
 }
 
 /// Loads and attaches the programs (privileges checked), and says on stderr which
@@ -232,3 +245,27 @@ impl std::fmt::Display for PrivilegeError {
 }
 
 impl std::error::Error for PrivilegeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_closing_counts_add_up() {
+        let lost = |events_lost| Health { events_lost, ..Health::default() };
+        assert_eq!(
+            events_accounted(40, &lost(0), Some(41)),
+            "40 events, 0 lost, 1 after the last read (41 outcomes counted in the kernel)"
+        );
+        assert_eq!(
+            events_accounted(40, &lost(2), Some(42)),
+            "40 events, 2 lost (42 outcomes counted in the kernel)"
+        );
+        assert_eq!(events_accounted(7, &lost(0), None), "7 events, 0 lost");
+        // Fewer counted than delivered: the namespace table was full (said apart).
+        assert_eq!(
+            events_accounted(9, &lost(0), Some(8)),
+            "9 events, 0 lost (8 outcomes counted in the kernel)"
+        );
+    }
+}
