@@ -490,7 +490,57 @@ fn one_listener_one_name_in_every_view() {
     assert_eq!(in_doctor, names, "doctor");
 }
 
+/// What only the kernel's cache (`ip tcp_metrics`) knows, kept apart from the window's
+/// connections (issue 31, item 7): SYN-data to an IPv6 destination was dropped before the
+/// live report started, and no connection went there during it. The report must not give
+/// that destination a row of connections (it said "connections: 0 ... strong: 39 of 39
+/// connections", 39 being the cache's fo_syn_drops); it lists it apart, as the kernel's
+/// cache, named as rows are (`[fd..]:*`, the cache knowing no port), with the count the
+/// kernel's own `ip tcp_metrics` shows.
+fn the_kernel_cache_is_kept_apart_from_the_window() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, true).unwrap();
+    let v6 = SocketAddr::new(lab.server_addr(0, true).unwrap(), PORT);
+    assert_eq!(lab.run_client(common::exe(), &ClientArgs::new(v6)).unwrap().ok_count(), 1, "cookie");
+    lab.middlebox_drop_syn_data(Some(v6.ip())).unwrap();
+    let n = 2;
+    assert_eq!(
+        lab.run_client(common::exe(), &ClientArgs { count: n, ..ClientArgs::new(v6) }).unwrap().ok_count(),
+        n as usize
+    );
+    let cached = tfo_trace::kernel::tcp_metrics::parse(&lab.tcp_metrics(Side::Client).unwrap()).unwrap();
+    let drops = cached.iter().find(|m| m.dst == v6.ip()).map(|m| m.fo_syn_drops).unwrap_or(0);
+    assert!(drops > 0, "the kernel cached the drops: {cached:?}");
+
+    let cli = lab.netns(Side::Client).to_string();
+    let json = Tracer::start_command(&["report", "--format", "json", "--netns", &cli]);
+    let text = Tracer::start_command(&["report", "--netns", &cli]);
+    // In the window, connections to the IPv4 address only (the live report reads the
+    // cache of the namespaces its clients ran in).
+    let v4 = SocketAddr::new(lab.server_addr(0, false).unwrap(), PORT);
+    let _v4_server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
+    assert_eq!(lab.run_client(common::exe(), &ClientArgs::new(v4)).unwrap().ok_count(), 1);
+    let (json, _) = json.stop_lines();
+    let (text, _) = text.stop_lines();
+    let r: Value = serde_json::from_str(&json.join("\n")).unwrap();
+    let name = format!("[{}]:*", v6.ip());
+    let rows: Vec<&Value> = r["destinations"].as_array().unwrap().iter().map(|d| &d["destination"]).collect();
+    assert_eq!(rows, [&Value::from(v4.to_string())], "rows are the window's connections: {r:#}");
+    assert_eq!(r["summary"]["connections"], 1);
+    let kept = r["kernel_cache"].as_array().unwrap_or_else(|| panic!("no kernel_cache: {r:#}"));
+    let entry = kept.iter().find(|c| c["destination"] == name.as_str()).unwrap_or_else(|| panic!("{r:#}"));
+    assert_eq!(entry["fo_syn_drops"], drops, "as ip tcp_metrics shows it: {entry}");
+    let text = text.join("\n");
+    assert!(text.contains(&format!("\n{name} (netns ")), "{text}");
+    assert!(!text.contains("connections: 0"), "{text}");
+    assert!(text.contains("  1 client connection to 1 destination\n"), "the summary is the window's: {text}");
+    assert!(!text.contains(&format!("of {drops} connections")), "drops are no connections: {text}");
+    assert!(text.contains("ip tcp_metrics"), "{text}");
+}
+
 tests_main!(
+    the_kernel_cache_is_kept_apart_from_the_window,
     one_listener_one_name_in_every_view,
     report_merges_recordings_of_two_hosts,
     report_on_a_recorded_middlebox_drop,

@@ -22,7 +22,7 @@ use crate::{
         grouping::GroupOptions,
         report::{Built, ReportBuilder, Rest, Summary},
         verdict::{
-            human_us, plural, thousands, DestinationReport, Facts, ListenerFact, ListenerReport,
+            human_us, plural, thousands, CachedDrops, DestinationReport, Facts, ListenerFact, ListenerReport,
             NamespaceFinding, Verdict,
         },
     },
@@ -77,6 +77,9 @@ struct JsonReport<'a> {
     rest: &'a Option<Rest>,
     listeners: &'a [ListenerReport],
     namespaces: &'a [NamespaceFinding],
+    /// Destinations the kernel's cache (ip tcp_metrics) remembers losing SYN-data to, with
+    /// no connection in the window (live only): not connections, and not in `destinations`.
+    kernel_cache: &'a [CachedDrops],
     /// The error line of the first recording with bad lines (how many were skipped, the
     /// first few named; every other line is in the report).
     replay_error: Option<String>,
@@ -459,6 +462,7 @@ pub fn render(w: &mut impl Write, format: ReportFormat, r: &Rendered, errors: &[
                 rest: &b.rest,
                 listeners: &b.listeners,
                 namespaces: &b.namespaces,
+                kernel_cache: &b.kernel_cache,
                 replay_error: errors.first().cloned(),
                 replay_errors: errors.to_vec(),
             };
@@ -598,7 +602,7 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     let s = &b.summary;
     writeln!(w, "tfo-trace report: {}", source_line(r.source, r.sources))?;
     let nothing =
-        s.groups == 0 && b.remembered.is_empty() && b.listeners.is_empty() && b.namespaces.is_empty();
+        s.groups == 0 && b.kernel_cache.is_empty() && b.listeners.is_empty() && b.namespaces.is_empty();
     if nothing {
         writeln!(w, "\nno TFO connections seen")?;
         return Ok(());
@@ -608,7 +612,7 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
         writeln!(w, "  {l}")?;
     }
     let rows = s.group_by.rows();
-    if s.groups > 0 || !b.remembered.is_empty() {
+    if s.groups > 0 {
         let cap = rows[..1].to_uppercase() + &rows[1..];
         let shown = if b.rest.is_some() {
             format!(", the {} that lost the most time of {}", thousands(s.shown), thousands(s.groups))
@@ -642,6 +646,13 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     for n in &b.namespaces {
         writeln!(w, "netns {}", n.netns)?;
         write_verdict_text(w, &n.verdict)?;
+    }
+    if !b.kernel_cache.is_empty() {
+        writeln!(w, "\nFrom the kernel's TFO cache (ip tcp_metrics: no connection there in this window)")?;
+    }
+    for c in &b.kernel_cache {
+        writeln!(w, "{} (netns {})", c.destination, c.netns)?;
+        writeln!(w, "  {}", c.sentence)?;
     }
     Ok(())
 }
@@ -718,6 +729,12 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
             for e in &n.verdict.evidence {
                 writeln!(w, "  - {}", md(e))?;
             }
+        }
+    }
+    if !b.kernel_cache.is_empty() {
+        writeln!(w, "\n## From the kernel's TFO cache (ip tcp_metrics)\n")?;
+        for c in &b.kernel_cache {
+            writeln!(w, "- {} (netns {}): {}", md(&c.destination), c.netns, md(&c.sentence))?;
         }
     }
     Ok(())
