@@ -248,8 +248,8 @@ pub struct TopArgs {
     /// Initial sort (the `s` key cycles it).
     #[arg(long, value_enum, default_value_t = crate::aggregation::table::Sort::Attempts)]
     pub sort: crate::aggregation::table::Sort,
-    /// Only rows whose address, port, netns, pid, process name or container contains TEXT
-    /// (the `/` key).
+    /// Only rows whose address, port, netns (inode or `ip netns` name), pid, process name or
+    /// container contains TEXT (the `/` key).
     #[arg(long, value_name = "TEXT", default_value = "")]
     pub filter: String,
     /// Groups kept per table; beyond it the least recently seen is evicted (and counted).

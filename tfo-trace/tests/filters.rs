@@ -444,6 +444,16 @@ fn filters_narrow_a_replay_without_a_kernel() {
     assert_eq!(top["events"], top["totals"]["server"]["attempts"]);
     let (_, top) = replayed(&[], lab, &["--pid", "1"]);
     assert_eq!(top["events"], 0);
+    // top's `/` filter (--filter) on a namespace's `ip netns` name (issue 31, item 12).
+    let out = Command::new(common::exe())
+        .args(["top", "--batch", "--json", "--filter", "tfolab-24622-0-srv", "--from"])
+        .arg(lab)
+        .output()
+        .unwrap();
+    let snap: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows: Vec<&Value> = snap["listeners"].as_array().unwrap().iter().collect();
+    assert!(!rows.is_empty() && rows.iter().all(|l| l["netns"] == 4026532246u32), "{snap}");
+    assert_eq!(snap["destinations"], serde_json::json!([]), "no destination has that name: {snap}");
 }
 
 /// Bad filter values are usage errors, before anything loads: clap's message, exit 2.

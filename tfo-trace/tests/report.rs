@@ -437,7 +437,10 @@ fn one_listener_one_name_in_every_view() {
     let scope = ["--netns", srv.as_str(), "--port", "8082"];
     let file = TempFile::new("listeners");
     let report = Tracer::start_command(&[&["report", "--format", "json"][..], &scope].concat());
-    let top = Tracer::start_command(&[&["top", "--batch", "--json", "-d", "1"][..], &scope].concat());
+    // Its `/` filter (--filter) by the namespace's name, as the live reader names it.
+    let top = Tracer::start_command(
+        &[&["top", "--batch", "--json", "-d", "1", "--filter", &srv][..], &scope].concat(),
+    );
     let trace = Tracer::start_command(&[&["trace", "--json", "--record", file.path()][..], &scope].concat());
     let before = lab.netstat(Side::Server).unwrap();
     let (n6, n4) = (3u32, 2u32);

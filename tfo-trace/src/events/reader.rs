@@ -146,11 +146,11 @@ impl EventSource {
     /// (the same listener owner and container), without making the event: what `top`
     /// counts, with no name cloned. Returns how many records were handed over.
     pub fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> u64 {
-        let EventSource { ring, clock, comms, malformed, owners, listeners, cgroups, .. } = self;
+        let EventSource { ring, clock, comms, malformed, owners, listeners, netns_names, cgroups, .. } = self;
         let ring = &mut ring.get_mut().0;
         let mut handed = 0;
         while let Some(item) = ring.next() {
-            let owner;
+            let (owner, ns_name);
             let mut e = match EventRef::from_bytes(&item, *clock, comms) {
                 Ok(e) => e,
                 Err(err) => {
@@ -162,6 +162,8 @@ impl EventSource {
             // As name_listener and name_cgroup do for an event.
             if e.role == Role::Server {
                 e.listener = listeners.lookup(e.netns, e.pid, std::net::SocketAddr::new(e.saddr, e.sport));
+                ns_name = netns_names.name(e.netns);
+                e.netns_name = ns_name.as_deref();
                 if e.pid == 0 {
                     owner = owners.lookup(e.netns, e.sport, e.listener);
                     if let Some(o) = &owner {
