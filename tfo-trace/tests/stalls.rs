@@ -51,12 +51,22 @@ fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
     for l in &mine {
         assert_eq!(l["cause"], "syn_data_dropped", "{l}");
         assert_eq!(l["pid"], run.pid, "the stalled process: {l}");
-        assert_eq!(l["daddr"], dst.to_string());
+        // The event's own fields, as `trace --json` has them (one schema everywhere).
+        assert_eq!(
+            (&l["daddr"], &l["dport"]),
+            (&Value::from(dst.ip().to_string()), &Value::from(dst.port()))
+        );
+        assert!(l["sport"].as_u64().is_some_and(|p| p > 0) && l.get("lost_us").is_none(), "{l}");
         assert_eq!(l["retransmits"], 1);
-        let lost = Duration::from_micros(l["lost_us"].as_u64().unwrap());
+        let lost = Duration::from_micros(l["stall_us"].as_u64().unwrap());
         assert!(lost >= Duration::from_millis(900) && lost <= Duration::from_millis(1500), "{l}");
     }
-    assert!(stderr.iter().any(|l| l.contains("stalled connections")), "{stderr:?}");
+    // `N stalled connections;` (this host's, all of them), `1 stalled connection;`.
+    let closing = common::closing_line(&stderr).unwrap_or_default();
+    let count: u64 = closing.trim_start_matches("tfo-trace: ").split(' ').next().unwrap().parse().unwrap();
+    assert!(count >= u64::from(n), "{closing}");
+    let words = if count == 1 { " stalled connection;" } else { " stalled connections;" };
+    assert!(closing.contains(words), "{closing}");
 }
 
 /// Deleted on drop, also when the test fails.
@@ -129,12 +139,10 @@ fn one_recording_gives_the_same_stalls_in_every_view() {
 
     // stalls: one line per stalled connection.
     let mine: Vec<&Value> = lines.iter().filter(|l| l["netns"] == cli_ns).collect();
-    let stalls_lost: u64 = mine.iter().map(|l| l["lost_us"].as_u64().unwrap()).sum();
+    let stalls_lost: u64 = mine.iter().map(|l| l["stall_us"].as_u64().unwrap()).sum();
     assert_eq!(mine.len() as u64, kernel_stalls, "stalls lines: {mine:?}");
-    assert!(
-        mine.iter().all(|l| l["cause"] == "syn_data_dropped" && l["daddr"] == blocked.to_string()),
-        "{mine:?}"
-    );
+    let to_blocked = |l: &&Value| l["daddr"] == blocked.ip().to_string() && l["dport"] == blocked.port();
+    assert!(mine.iter().all(|l| l["cause"] == "syn_data_dropped" && to_blocked(l)), "{mine:?}");
     assert!(
         (900_000 * kernel_stalls..=1_500_000 * kernel_stalls).contains(&stalls_lost),
         "each stall one initial SYN RTO: {stalls_lost} us"
@@ -261,7 +269,7 @@ fn kernel_and_event_sums_of_time_lost_agree() {
         let closing = common::closing_line(err).unwrap_or_default();
         assert!(closing.contains(" 0 lost"), "nothing lost, or the sums may differ: {closing}");
     }
-    let listed_us: u64 = listed.iter().map(|e| e["lost_us"].as_u64().unwrap()).sum();
+    let listed_us: u64 = listed.iter().map(|e| e["stall_us"].as_u64().unwrap()).sum();
     assert_eq!(listed.len() as u64, retrans, "{listed:?}");
 
     // Each tracer times a stall with its own programs' clock reads, microseconds apart:

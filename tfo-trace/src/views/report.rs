@@ -657,6 +657,15 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     Ok(())
 }
 
+/// Time lost in a table cell, in the words the text report uses for none.
+fn lost_cell(us: u64) -> String {
+    if us == 0 {
+        "no time lost".into()
+    } else {
+        human_us(us)
+    }
+}
+
 /// `|` would end a table cell.
 fn md(s: &str) -> String {
     s.replace('|', "\\|")
@@ -689,8 +698,8 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
                 d.accepted,
                 d.syn_data_dropped,
                 d.data_not_acked,
-                human_us(d.lost_us_total),
-                human_us(d.lost_us_per_stalled),
+                lost_cell(d.lost_us_total),
+                if d.stalled == 0 { "-".to_string() } else { human_us(d.lost_us_per_stalled) },
                 md(&d.verdict.sentence),
                 md(&strength_line(&d.verdict))
             )?;
@@ -794,6 +803,18 @@ mod tests {
         render(&mut out, format, &Rendered { source: &s, sources: std::slice::from_ref(&s), built }, errors)
             .unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn markdown_says_no_time_lost_as_the_text_does() {
+        let mut events = dropped3();
+        events.push(event("accepted", "198.18.0.2", 41000, 64, 0));
+        let b = build(&events, GroupBy::Destination, None);
+        let m = rendered(&b, ReportFormat::Markdown, &[]);
+        let healthy = m.lines().find(|l| l.starts_with("| 198.18.0.2:8080 ")).unwrap();
+        assert!(!healthy.contains("0 us"), "{healthy}");
+        assert!(healthy.contains("| no time lost | - |"), "{healthy}");
+        assert!(rendered(&b, ReportFormat::Text, &[]).contains("added latency: no time lost"));
     }
 
     #[test]
