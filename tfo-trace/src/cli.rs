@@ -106,8 +106,22 @@ impl Cli {
     /// What clap cannot check value by value (how often a filter is given), as clap's own
     /// usage error: its message format, exit 2.
     pub fn parse_checked() -> Cli {
-        use clap::CommandFactory as _;
-        let cli = Cli::parse();
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let matches = Cli::command().get_matches();
+        let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        // A replay traces nothing: the kernel side's flags given with --from do nothing.
+        if let Some((_, sub)) = matches.subcommand().filter(|(name, _)| ["report", "top"].contains(name)) {
+            let given = |id: &str| sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+            if given("from") {
+                if let Some(flag) = ["backend", "ring_buffer_size", "btf"].into_iter().find(|id| given(id)) {
+                    let msg = format!(
+                        "--{} does nothing with --from: a recording is read, nothing is traced",
+                        flag.replace('_', "-")
+                    );
+                    Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg).exit();
+                }
+            }
+        }
         if let Some(msg) = cli.probe_args().and_then(|p| p.filter.too_many()) {
             Cli::command().error(clap::error::ErrorKind::TooManyValues, msg).exit();
         }

@@ -121,6 +121,12 @@ fn flags_that_can_do_nothing_are_usage_errors() {
         assert_usage_error(&[sub, "--duration", "1s", "--netns", "0"], "--netns");
         assert_usage_error(&[sub, "--duration", "1s", "--comm", ""], "--comm");
     }
+    // A replay traces nothing: the flags of the kernel side can do nothing with --from.
+    for sub in ["report", "top"] {
+        for (flag, value) in [("--backend", "fentry"), ("--ring-buffer-size", "8192"), ("--btf", "/x.btf")] {
+            assert_usage_error(&[sub, "--from", LAB_RECORDING, flag, value], flag);
+        }
+    }
     let dir = std::env::temp_dir().join(format!("tfo-test-{}-twice", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let rec = dir.join("web-1.jsonl");
