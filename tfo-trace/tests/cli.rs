@@ -127,8 +127,8 @@ fn flags_that_can_do_nothing_are_usage_errors() {
             assert_usage_error(&[sub, "--from", LAB_RECORDING, flag, value], flag);
         }
     }
-    let dir = std::env::temp_dir().join(format!("tfo-test-{}-twice", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let folder = common::TempDir::new("twice");
+    let dir = folder.0.clone();
     let rec = dir.join("web-1.jsonl");
     std::fs::copy(LAB_RECORDING, &rec).unwrap();
     let link = std::env::temp_dir().join(format!("tfo-test-{}-twice-link.jsonl", std::process::id()));
@@ -143,7 +143,6 @@ fn flags_that_can_do_nothing_are_usage_errors() {
         assert_usage_error(args, "twice");
     }
     let _ = std::fs::remove_file(&link);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--outcome` naming an outcome the backend that runs cannot see: one warning line, as
@@ -190,9 +189,8 @@ fn completions_leave_out_the_hidden_subcommands() {
 fn record_refuses_links_and_existing_files() {
     require_kernel!();
     use std::os::unix::fs::PermissionsExt as _;
-    let dir = std::env::temp_dir().join(format!("tfo-test-{}-record", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let folder = common::TempDir::new("record");
+    let dir = &folder.0;
     let at = |name: &str| dir.join(name).to_str().unwrap().to_string();
     let precious = at("precious.txt");
     std::fs::write(&precious, "keep me\n").unwrap();
@@ -231,7 +229,6 @@ fn record_refuses_links_and_existing_files() {
         assert!(text.starts_with("{\"tfo_trace_recording\":1"), "{file}: {text}");
         assert_eq!(std::fs::metadata(at(file)).unwrap().permissions().mode() & 0o777, 0o600, "{file}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The flags that take an address, a port or a number naming a thing, and the lab's

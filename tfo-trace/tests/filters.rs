@@ -377,9 +377,8 @@ fn filters_select_the_same_in_a_replay() {
     }
     let (cli_name, srv_name) = (lab.netns(Side::Client).to_string(), lab.netns(Side::Server).to_string());
     let ours = ["--netns", &cli_name, "--netns", &srv_name];
-    let dir = std::env::temp_dir().join(format!("tfo-test-{}-replay-filters", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let folder = common::TempDir::new("replay-filters");
+    let dir = &folder.0;
     let s1_pid = servers[0].pid().to_string();
     let (a_cgroup, v6_prefix, client_v4) =
         (rel(&cg_a), format!("{v6}/128"), format!("{}/32", lab.client_addr(false)));
@@ -426,7 +425,6 @@ fn filters_select_the_same_in_a_replay() {
         );
         assert_eq!(replayed(&[], &all, flags), kernel, "{flags:?}: the replay filters as the kernel did");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The same without a kernel, on the lab recording: a filter narrows the replay, and
