@@ -270,7 +270,8 @@ pub struct CountKey {
 pub struct Counts {
     /// Outcomes seen (events, whether or not the ring buffer took them).
     pub events: u64,
-    /// Sum of `stall_ns` (time lost to SYN timeouts).
+    /// Sum of the time lost to SYN timeouts, each outcome's in whole microseconds (as its
+    /// event's `stall_us`), in ns: equal to the events' sum when none was lost.
     pub stall_ns: u64,
     /// Events whose SYN (or SYN-ACK) timed out: `stall_ns` or `retransmits` above 0.
     pub stalls: u64,
@@ -374,6 +375,9 @@ pub struct KernelLayout {
     pub total_retrans: Field,
     pub bytes_sent: Field,
     pub bytes_received: Field,
+    /// inet_sock's bound port (network order), in struct tcp_sock: still set when the
+    /// socket reaches CLOSE, where inet_put_port() has already cleared skc_num.
+    pub inet_sport: Field,
     pub fastopen_connect: Field,
     pub syn_data: Field,
     pub syn_fastopen: Field,
@@ -424,13 +428,23 @@ pub mod config {
     pub const COUNTS_ONLY: u32 = 1 << 2;
 }
 
-/// Key of the kernel-side listener table: who called listen() on which port.
+/// Key of the kernel-side listener table: who called listen() on which port, of which
+/// family. `0.0.0.0:80` and an IPv6-only `[::]:80` are two listeners, often of two
+/// processes; a child socket has its listener's family (sk_clone_lock copies it).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ListenerKey {
     pub netns: u32,
     pub port: u16,
-    pub _pad: u16,
+    /// [`FAMILY_V4`] or [`FAMILY_V6`].
+    pub family: u8,
+    pub _pad: u8,
+}
+
+impl ListenerKey {
+    pub const fn new(netns: u32, port: u16, family: u8) -> ListenerKey {
+        ListenerKey { netns, port, family, _pad: 0 }
+    }
 }
 
 /// The process that owns a listener.

@@ -33,8 +33,8 @@ use crate::{
     filter,
     globals::config_has,
     kernel::{
-        bit, fixed, flag, int, is_tcp, layout, net_of, netns_of, present, state_of, tuple_of, Access,
-        TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
+        bit, family_of, fixed, flag, int, is_tcp, layout, net_of, netns_of, present, state_of, tuple_of,
+        Access, TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
     maps::{
         bump, conn_state, count, emit_with, follow, forget, get16, now, put16, ConnState, Measure, Process,
@@ -88,13 +88,12 @@ pub(crate) struct Known {
     pub last_retrans_ns: u64,
     pub pid: u32,
     pub comm: [u64; 2],
-    pub sport: u16,
     pub cgroup_id: u64,
 }
 
 impl Known {
     pub const NONE: Known =
-        Known { known: false, start_ns: 0, last_retrans_ns: 0, pid: 0, comm: [0; 2], sport: 0, cgroup_id: 0 };
+        Known { known: false, start_ns: 0, last_retrans_ns: 0, pid: 0, comm: [0; 2], cgroup_id: 0 };
 
     /// Copies the state at `p` (null: none).
     #[inline(always)]
@@ -110,7 +109,6 @@ impl Known {
             last_retrans_ns: s.last_retrans_ns,
             pid: s.pid,
             comm: s.comm,
-            sport: s.sport,
             cgroup_id: s.cgroup_id,
         }
     }
@@ -207,7 +205,6 @@ pub fn on_retransmit<A: Access>(sk: *const u8) {
         unsafe {
             (*state).retransmits += 1;
             (*state).last_retrans_ns = now();
-            (*state).sport = fixed!(A, sk, skc_num: u16);
         }
     }
 }
@@ -406,9 +403,13 @@ fn client_failed<A: Access>(sk: *const u8) {
         handshake_ns: 0,
         at_ns: 0,
     };
+    // tcp_set_state(TCP_CLOSE) runs inet_put_port(), which zeroes skc_num, before this
+    // tracepoint fires (for a reset as for a timeout): the port the SYN left from is
+    // still in inet_sport.
+    let bound_port = u16::from_be(fixed!(A, tp, inet_sport: u16));
     record::<A>(sk, Role::Client, Outcome::ConnectFailed, netns_of::<A>(sk), &conn, measure, |ev| {
         if ev.sport == 0 {
-            ev.sport = conn.sport;
+            ev.sport = bound_port;
         }
     });
 }
@@ -559,7 +560,7 @@ fn server_child_tfo<A: Access>(sk: *const u8) {
             ev.start_ns = ev.ts_ns.saturating_sub(handshake_ns);
             ev.flags |= flags::START_KNOWN;
         }
-        name_listener_owner(ev, &ListenerKey { netns, port: ev.sport, _pad: 0 });
+        name_listener_owner(ev, &ListenerKey::new(netns, ev.sport, ev.family));
     });
 }
 
@@ -586,14 +587,15 @@ pub fn on_synack_retransmit<A: Access>(sk: *const u8, req: *const u8) {
     let measure =
         Measure { stall_ns: 0, syn_data_bytes: data, retransmits: before + 1, handshake_ns: 0, at_ns: 0 };
     record::<A>(sk, Role::Server, Outcome::SynackRetransmitted, netns, &Known::NONE, measure, |ev| {
-        name_listener_owner(ev, &ListenerKey { netns, port: ev.sport, _pad: 0 });
+        name_listener_owner(ev, &ListenerKey::new(netns, ev.sport, ev.family));
     });
 }
 
-/// A listener is known by its namespace and local port (what a child socket shares).
+/// A listener is known by its namespace, local port and family (what a child socket
+/// shares).
 #[inline(always)]
 pub(crate) fn listener_key<A: Access>(sk: *const u8) -> ListenerKey {
-    ListenerKey { netns: netns_of::<A>(sk), port: fixed!(A, sk, skc_num: u16), _pad: 0 }
+    ListenerKey::new(netns_of::<A>(sk), fixed!(A, sk, skc_num: u16), family_of::<A>(sk))
 }
 
 /// Server events name the process that called listen() on that port.
@@ -625,7 +627,7 @@ pub(crate) fn server_selected<A: Access>(sk: *const u8, netns: u32) -> bool {
     if !filter::by_process() {
         return true;
     }
-    let listener = ListenerKey { netns, port: t.sport, _pad: 0 };
+    let listener = ListenerKey::new(netns, t.sport, t.family);
     // SAFETY: a value of LISTENERS, read at once.
     LISTENERS.get_ptr(listener).is_some_and(|o| unsafe { (*o).selected } != 0)
 }

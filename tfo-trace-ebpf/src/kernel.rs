@@ -275,6 +275,16 @@ pub struct Tuple {
     pub dport: u16,
 }
 
+/// The socket's family as events carry it: [`FAMILY_V4`], [`FAMILY_V6`], or 0 for another.
+#[inline(always)]
+pub fn family_of<A: Access>(sk: *const u8) -> u8 {
+    match fixed!(A, sk, skc_family: u16) as u64 {
+        AF_INET => FAMILY_V4,
+        AF_INET6 => FAMILY_V6,
+        _ => 0,
+    }
+}
+
 /// The 4-tuple as the socket holds it once connected (ports in host order). Also works on
 /// a request sock, which starts with the same sock_common.
 #[inline(always)]

@@ -22,11 +22,6 @@ pub struct ConnState {
     pub pid: u32,
     pub retransmits: u32,
     pub comm: [u64; 2],
-    /// Source port seen while the SYN was outstanding: a socket that fails is unhashed
-    /// (port 0) by the time it reaches CLOSE.
-    pub sport: u16,
-    pub _pad16: u16,
-    pub _pad32: u32,
     /// cgroup v2 id of the connecting process.
     pub cgroup_id: u64,
 }
@@ -41,9 +36,6 @@ impl ConnState {
             pid: p.pid,
             retransmits: 0,
             comm: p.comm,
-            sport: 0,
-            _pad16: 0,
-            _pad32: 0,
             cgroup_id: p.cgroup_id,
         }
     }
@@ -174,7 +166,9 @@ fn add(row: *mut Counts, m: &Measure) {
     // A SYN timed out (aggregation/stall.rs: which rows' stalls userspace counts).
     if m.stall_ns > 0 || m.retransmits > 0 {
         row.stalls += 1;
-        row.stall_ns += m.stall_ns;
+        // In whole microseconds, as the event's stall_us is made: the kernel's sum and the
+        // sum of the events' are then equal to the unit when no event was lost.
+        row.stall_ns += m.stall_ns / 1000 * 1000;
     }
     row.syn_data_bytes += m.syn_data_bytes as u64;
     row.retransmits += m.retransmits as u64;

@@ -136,7 +136,7 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs, child: *const u8) {
             if exp {
                 ev.flags |= flags::EXP_OPTION;
             }
-            name_listener_owner(ev, &ListenerKey { netns, port: ev.sport, _pad: 0 });
+            name_listener_owner(ev, &ListenerKey::new(netns, ev.sport, ev.family));
         })
     };
 

@@ -88,13 +88,49 @@ impl Cli {
         }
     }
 
+    /// The command line a user may type: the hidden helpers `cargo xtask` runs (lab-*,
+    /// floor) left out, for the completion scripts (clap_complete lists hidden subcommands).
+    pub fn visible_command() -> clap::Command {
+        use clap::CommandFactory as _;
+        let full = Cli::command();
+        let mut visible = clap::Command::new("tfo-trace")
+            .version(env!("CARGO_PKG_VERSION"))
+            .args(full.get_arguments().filter(|a| !a.is_hide_set()).cloned())
+            .subcommands(full.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+        if let Some(about) = full.get_about() {
+            visible = visible.about(about.clone());
+        }
+        visible
+    }
+
     /// What clap cannot check value by value (how often a filter is given), as clap's own
     /// usage error: its message format, exit 2.
     pub fn parse_checked() -> Cli {
-        use clap::CommandFactory as _;
-        let cli = Cli::parse();
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let matches = Cli::command().get_matches();
+        let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        // A replay traces nothing: the kernel side's flags given with --from do nothing.
+        if let Some((_, sub)) = matches.subcommand().filter(|(name, _)| ["report", "top"].contains(name)) {
+            let given = |id: &str| sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+            if given("from") {
+                if let Some(flag) = ["backend", "ring_buffer_size", "btf"].into_iter().find(|id| given(id)) {
+                    let msg = format!(
+                        "--{} does nothing with --from: a recording is read, nothing is traced",
+                        flag.replace('_', "-")
+                    );
+                    Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg).exit();
+                }
+            }
+        }
         if let Some(msg) = cli.probe_args().and_then(|p| p.filter.too_many()) {
             Cli::command().error(clap::error::ErrorKind::TooManyValues, msg).exit();
+        }
+        if let Command::Report(a) = &cli.command {
+            // A folder that cannot be read is the run's error (exit 1), said there.
+            let named = crate::events::record::recordings_named(&a.from).unwrap_or_default();
+            if let Some(msg) = crate::events::record::given_twice(&named) {
+                Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg).exit();
+            }
         }
         cli
     }
@@ -145,6 +181,20 @@ pub struct TraceArgs {
     /// `tfo-trace report --from FILE`.
     #[arg(long, value_name = "FILE")]
     pub record: Option<std::path::PathBuf>,
+    /// With --record: replace FILE if it exists (a symbolic link is never followed).
+    #[arg(long, requires = "record")]
+    pub force: bool,
+}
+
+impl TraceArgs {
+    /// Where `--record` writes.
+    pub fn record_to(&self) -> Option<crate::events::record::RecordTo> {
+        record_to(&self.record, self.force)
+    }
+}
+
+fn record_to(record: &Option<std::path::PathBuf>, force: bool) -> Option<crate::events::record::RecordTo> {
+    record.clone().map(|path| crate::events::record::RecordTo { path, replace: force })
 }
 
 #[derive(Args, Debug)]
@@ -198,7 +248,7 @@ pub struct TopArgs {
     #[arg(short = 'd', long = "delay", value_name = "SECS", default_value = "1", value_parser = parse_duration)]
     pub delay: Duration,
     /// Stop after N refreshes.
-    #[arg(short = 'n', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'n', long, value_name = "N", value_parser = parse_count)]
     pub count: Option<u64>,
     /// Stop after this long (e.g. 30s, 5m).
     #[arg(long, value_parser = parse_duration)]
@@ -212,8 +262,8 @@ pub struct TopArgs {
     /// Initial sort (the `s` key cycles it).
     #[arg(long, value_enum, default_value_t = crate::aggregation::table::Sort::Attempts)]
     pub sort: crate::aggregation::table::Sort,
-    /// Only rows whose address, port, netns, pid, process name or container contains TEXT
-    /// (the `/` key).
+    /// Only rows whose address, port, netns (inode or `ip netns` name), pid, process name or
+    /// container contains TEXT (the `/` key).
     #[arg(long, value_name = "TEXT", default_value = "")]
     pub filter: String,
     /// Groups kept per table; beyond it the least recently seen is evicted (and counted).
@@ -222,9 +272,26 @@ pub struct TopArgs {
     /// Also write every event to FILE (JSON lines, mode 0600) for `top --from` / `report --from`.
     #[arg(long, value_name = "FILE", conflicts_with = "from")]
     pub record: Option<std::path::PathBuf>,
+    /// With --record: replace FILE if it exists (a symbolic link is never followed).
+    #[arg(long, requires = "record")]
+    pub force: bool,
     /// Show the tables of a recording instead of tracing live.
     #[arg(long, value_name = "FILE")]
     pub from: Option<std::path::PathBuf>,
+}
+
+fn parse_count(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("`{s}`: the number of refreshes is a whole number, at least 1")),
+    }
+}
+
+impl TopArgs {
+    /// Where `--record` writes.
+    pub fn record_to(&self) -> Option<crate::events::record::RecordTo> {
+        record_to(&self.record, self.force)
+    }
 }
 
 fn parse_max_groups(s: &str) -> Result<usize, String> {
@@ -279,7 +346,8 @@ pub struct DemoArgs {
     /// How long the lab makes traffic before it cleans up and exits.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Print the events as JSON lines.
+    /// Print `top`'s tables as JSON lines (one snapshot every 5 s and at the end, as
+    /// `top --json`) instead of the terminal UI.
     #[arg(long)]
     pub json: bool,
 }
@@ -300,6 +368,7 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+        Cli::visible_command().debug_assert();
     }
 
     #[test]

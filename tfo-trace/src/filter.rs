@@ -7,12 +7,15 @@ use std::{net::IpAddr, os::unix::fs::MetadataExt as _, path::PathBuf};
 use clap::Args;
 use tfo_trace_common::{Cidr, Filter, Outcome, Role, FAMILY_V4, FAMILY_V6, FILTER_SLOTS, TASK_COMM_LEN};
 
-use crate::kernel::{cgroup, netns};
+use crate::{
+    events::Event,
+    kernel::{cgroup, netns},
+};
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct FilterArgs {
     /// Only connections of this process (the client's, or the listener's owner); repeat for more.
-    #[arg(long, value_name = "PID", help_heading = "Filters (in the kernel; repeat a flag for OR)")]
+    #[arg(long, value_name = "PID", value_parser = parse_pid, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub pid: Vec<u32>,
     /// Only processes with this name (as in /proc/PID/comm, at most 15 characters).
     #[arg(long, value_name = "NAME", value_parser = parse_comm, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
@@ -58,6 +61,16 @@ impl From<RoleArg> for Role {
     }
 }
 
+/// A process id; 0 is the idle task, which makes no connection (and, as a listener's
+/// owner, stands for "not known").
+fn parse_pid(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("pid 0 is no process: no connection would match".into()),
+        Ok(pid) => Ok(pid),
+        Err(_) => Err(format!("`{s}` is not a process id")),
+    }
+}
+
 fn parse_comm(s: &str) -> Result<String, String> {
     if s.is_empty() || s.len() >= TASK_COMM_LEN {
         return Err(format!(
@@ -73,8 +86,10 @@ fn parse_cgroup(s: &str) -> Result<PathBuf, String> {
 }
 
 fn parse_netns(s: &str) -> Result<u32, String> {
-    if let Ok(inode) = s.parse::<u32>() {
-        return Ok(inode);
+    match s.parse::<u32>() {
+        Ok(0) => return Err("no namespace has inode 0: nothing would match".into()),
+        Ok(inode) => return Ok(inode),
+        Err(_) => {}
     }
     let path = std::path::Path::new(netns::NAMED_NETNS_DIR).join(s);
     if s.contains('/') || s.is_empty() {
@@ -155,10 +170,104 @@ impl FilterArgs {
         f
     }
 
+    /// The same selection, on recorded events.
+    pub fn event_filter(&self) -> EventFilter {
+        EventFilter::new(self.kernel_filter(), self.cgroups())
+    }
+
     /// The cgroup directories of `--cgroup`, for the kernel's cgroup array.
     pub fn cgroups(&self) -> &[PathBuf] {
         &self.cgroup[..self.cgroup.len().min(FILTER_SLOTS)]
     }
+}
+
+/// The filter flags as a replay applies them (`report --from`, `top --from`): the
+/// selection the kernel programs make live (tfo-trace-ebpf/src/filter.rs), on recorded
+/// events, from the same [`Filter`]. A process filter applies to the process that
+/// connected (client) or listens (server), as recorded; the server's port and address are
+/// where the connection goes, the client's address where it comes from.
+#[derive(Clone, Debug)]
+pub struct EventFilter {
+    filter: Filter,
+    /// `--cgroup`, as events name cgroups: the path below the v2 root.
+    cgroups: Vec<String>,
+}
+
+impl EventFilter {
+    /// `filter` and the cgroup directories of `--cgroup` (as [`FilterArgs::cgroups`]).
+    pub fn new(filter: Filter, cgroup_dirs: &[PathBuf]) -> EventFilter {
+        let root = cgroup::v2_mount();
+        let cgroups = cgroup_dirs
+            .iter()
+            .map(|d| {
+                let below = root.as_deref().and_then(|r| d.strip_prefix(r).ok()).unwrap_or(d);
+                format!("/{}", below.to_string_lossy().trim_matches('/'))
+            })
+            .collect();
+        EventFilter { filter, cgroups }
+    }
+
+    /// Whether no flag narrows anything.
+    pub fn selects_all(&self) -> bool {
+        self.filter == Filter::none()
+    }
+
+    /// `--pid`, `--comm`, `--cgroup`: whether the process (its cgroup path below the v2
+    /// root, where known) is one of those asked for. Also what the loader tells the kernel
+    /// about listeners opened before it attached.
+    pub fn process_selected(&self, pid: u32, comm: &str, cgroup: Option<&str>) -> bool {
+        let f = &self.filter;
+        let pid_listed = f.n_pids == 0 || f.pids[..f.n_pids as usize].contains(&pid);
+        let comm_listed = f.n_comms == 0
+            || f.comms[..f.n_comms as usize].iter().any(|c| {
+                let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+                &c[..end] == comm.as_bytes()
+            });
+        let in_cgroup = self.cgroups.is_empty()
+            || cgroup.is_some_and(|path| {
+                self.cgroups.iter().any(|c| {
+                    c == "/"
+                        || path == c
+                        || path.strip_prefix(c.as_str()).is_some_and(|rest| rest.starts_with('/'))
+                })
+            });
+        pid_listed && comm_listed && in_cgroup
+    }
+
+    /// Whether the kernel would have let `e` through.
+    pub fn selects(&self, e: &Event) -> bool {
+        let f = &self.filter;
+        let listed = |n: u8, slots: &[u32], v: u32| n == 0 || slots[..n as usize].contains(&v);
+        let (server, server_port, client) = match e.role {
+            Role::Client => (e.daddr, e.dport, e.saddr),
+            Role::Server => (e.saddr, e.sport, e.daddr),
+        };
+        let port_listed = f.n_ports == 0 || f.ports[..f.n_ports as usize].contains(&server_port);
+        let in_prefixes =
+            |n: u8, list: &[Cidr], ip: IpAddr| n == 0 || list[..n as usize].iter().any(|c| in_prefix(c, ip));
+        self.process_selected(e.pid, &e.comm, e.cgroup.as_deref())
+            && listed(f.n_netns, &f.netns, e.netns)
+            && port_listed
+            && in_prefixes(f.n_daddrs, &f.daddrs, server)
+            && in_prefixes(f.n_saddrs, &f.saddrs, client)
+            && (f.roles == 0 || f.roles & (1 << e.role as u8) != 0)
+            && (f.outcomes == 0 || f.outcomes & (1 << e.outcome as u8) != 0)
+    }
+}
+
+/// Whether `ip` is in the prefix `c` (of its own family only, as the kernel compares).
+fn in_prefix(c: &Cidr, ip: IpAddr) -> bool {
+    let (family, bytes, max) = match ip {
+        IpAddr::V4(a) => (FAMILY_V4, a.octets().to_vec(), 32),
+        IpAddr::V6(a) => (FAMILY_V6, a.octets().to_vec(), 128),
+    };
+    if c.family != family {
+        return false;
+    }
+    let bits = usize::from(c.bits).min(max);
+    let whole = bits / 8;
+    let mask = (0xffu16 << (8 - bits % 8)) as u8;
+    bytes[..whole] == c.addr[..whole] && (bits % 8 == 0 || bytes[whole] & mask == c.addr[whole] & mask)
 }
 
 /// A prefix as the kernel compares it: the address as events hold it (IPv4 in the first
@@ -211,6 +320,51 @@ mod tests {
     }
 
     #[test]
+    fn recorded_events_are_selected_as_the_kernel_selects() {
+        use crate::events::sample_event;
+        let client = Event {
+            saddr: "198.18.0.1".parse().unwrap(),
+            daddr: "203.0.113.7".parse().unwrap(),
+            dport: 443,
+            pid: 10,
+            comm: "curl".into(),
+            cgroup: Some("/system.slice/a.service/sub".into()),
+            ..sample_event(Role::Client, Outcome::Accepted)
+        };
+        let server =
+            Event { saddr: client.daddr, sport: 443, daddr: client.saddr, dport: 40000, ..client.clone() };
+        let server = Event { role: Role::Server, ..server };
+        let sel = |args: FilterArgs, e: &Event| EventFilter::new(args.kernel_filter(), &[]).selects(e);
+        let none = FilterArgs::default();
+        assert!(none.event_filter().selects_all() && sel(none, &client));
+        let net = |s: &str| vec![parse_cidr(s).unwrap()];
+        for e in [&client, &server] {
+            // The server's address and port, the client's address, whichever end reports.
+            assert!(sel(FilterArgs { daddr: net("203.0.113.0/24"), ..Default::default() }, e));
+            assert!(sel(FilterArgs { saddr: net("198.18.0.1"), port: vec![443], ..Default::default() }, e));
+            assert!(!sel(FilterArgs { daddr: net("198.18.0.0/15"), ..Default::default() }, e));
+            assert!(!sel(FilterArgs { daddr: net("2001:db8::/32"), ..Default::default() }, e), "family");
+            assert!(!sel(FilterArgs { port: vec![80], ..Default::default() }, e));
+            assert!(sel(FilterArgs { pid: vec![9, 10], comm: vec!["curl".into()], ..Default::default() }, e));
+            assert!(!sel(FilterArgs { comm: vec!["cur".into()], ..Default::default() }, e));
+            assert!(!sel(FilterArgs { outcome: vec![Outcome::DataNotAcked], ..Default::default() }, e));
+        }
+        assert!(!sel(FilterArgs { role: vec![RoleArg::Server], ..Default::default() }, &client));
+        assert!(
+            sel(FilterArgs { daddr: net("203.0.113.6/31"), ..Default::default() }, &client),
+            "/31 by bits"
+        );
+        assert!(!sel(FilterArgs { daddr: net("203.0.113.8/30"), ..Default::default() }, &client));
+        let cg = |path: &str| EventFilter {
+            filter: Filter { n_cgroups: 1, ..Filter::none() },
+            cgroups: vec![path.into()],
+        };
+        assert!(cg("/system.slice/a.service").selects(&client), "a cgroup and below it");
+        assert!(!cg("/system.slice/a.serv").selects(&client), "a whole path component");
+        assert!(!cg("/system.slice").selects(&Event { cgroup: None, ..client.clone() }));
+    }
+
+    #[test]
     fn bad_values_say_why() {
         assert!(parse_comm("a-name-far-too-long").unwrap_err().contains("15"));
         assert!(parse_cidr("10.0.0.0/33").is_err());
@@ -219,6 +373,10 @@ mod tests {
         assert!(parse_netns("no-such-namespace-here").is_err());
         assert!(parse_netns("../etc").is_err());
         assert_eq!(parse_netns("4026531840"), Ok(4026531840));
+        assert!(parse_netns("0").is_err());
+        assert!(parse_pid("0").is_err() && parse_pid("x").is_err());
+        assert_eq!(parse_pid("1"), Ok(1));
+        assert!(parse_comm("").is_err());
         let many = FilterArgs { port: (1..=9).collect(), ..FilterArgs::default() };
         assert_eq!(many.too_many().as_deref(), Some("--port given 9 times: at most 8"));
     }

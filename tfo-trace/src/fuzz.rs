@@ -44,9 +44,10 @@ pub fn recording(data: &[u8]) {
     match whole {
         Err(e) => assert_one_line(&format!("{e:#}")),
         Ok((_, events, bad)) => {
-            if let Some(bad) = bad {
-                assert_one_line(&bad.to_string());
+            if let Some(summary) = bad.summary() {
+                assert_one_line(&summary);
             }
+            assert!(bad.first.len() <= record::BadLines::NAMED && bad.first.len() as u64 <= bad.count);
             let lines = data.split(|&b| b == b'\n').count();
             assert!(events.len() < lines, "{} events from {lines} lines", events.len());
             for e in &events {

@@ -8,6 +8,9 @@
 //! that the demo and the tests trace. `cli` is the command line; `duration` parses the
 //! durations it and the lab's helpers take; `filter` turns its filter flags into what the
 //! kernel programs decide with.
+// stdout and stderr are written through `views::output`, where a closed pipe ends the
+// command quietly instead of panicking as `println!`/`eprintln!` do.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 pub mod aggregation;
 pub mod cli;
 pub mod diagnosis;

@@ -1,9 +1,16 @@
-use std::process::ExitCode;
+// As in lib.rs: stdout and stderr go through `views::output` (a closed pipe ends quietly).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+use std::{
+    io::{self, Write as _},
+    process::ExitCode,
+};
 
 use tfo_trace::{
     aggregation::metrics::Breakdown,
     cli::{Cli, Command},
-    views::{self, session::PrivilegeError},
+    events::record::RecordRefused,
+    views::{self, output, session::PrivilegeError},
 };
 
 fn main() -> ExitCode {
@@ -16,11 +23,19 @@ fn main() -> ExitCode {
     tfo_trace::views::logging::init(level);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that went away (`| head -1`) ends any command quietly.
+        Err(err) if output::is_output_closed(&err) => ExitCode::SUCCESS,
+        Err(err) if err.is::<RecordRefused>() => {
+            let _ = tfo_trace::note!("tfo-trace: error: {err}");
+            ExitCode::from(2)
+        }
         Err(err) => {
-            match err.downcast_ref::<PrivilegeError>() {
-                Some(p) => eprintln!("tfo-trace: {p}"),
-                None => eprintln!("tfo-trace: error: {err:#}"),
-            }
+            // Written as a note is, so a closed stderr cannot make this a panic; the exit
+            // code still says it failed.
+            let _ = match err.downcast_ref::<PrivilegeError>() {
+                Some(p) => tfo_trace::note!("tfo-trace: {p}"),
+                None => tfo_trace::note!("tfo-trace: error: {err:#}"),
+            };
             ExitCode::from(1)
         }
     }
@@ -36,16 +51,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             load: a.probe.load_options(),
             json: a.json,
             duration: a.duration,
-            record: a.record,
+            record: a.record_to(),
         })),
         Command::Stalls(a) => runtime()?.block_on(views::stalls::run(views::stalls::StallsOptions {
             load: a.probe.load_options(),
             json: a.json,
             duration: a.duration,
-            record: a.record,
+            record: a.record_to(),
         })),
         Command::Top(a) => runtime()?.block_on(views::top::run(views::top::TopOptions {
             load: a.probe.load_options(),
+            record: a.record_to(),
             interval: a.delay,
             count: a.count,
             duration: a.duration,
@@ -55,7 +71,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             filter: a.filter,
             view: tfo_trace::aggregation::table::View::Destinations,
             max_groups: a.max_groups,
-            record: a.record,
             from: a.from,
         })),
         Command::Report(a) => views::report::run(a),
@@ -74,14 +89,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             duration: a.duration,
         })),
         Command::Completions { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "tfo-trace", &mut std::io::stdout());
-            Ok(())
+            let mut cmd = Cli::visible_command();
+            // Into memory first: clap_complete panics when its writer fails.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "tfo-trace", &mut script);
+            output::stdout_written(io::stdout().lock().write_all(&script))
         }
         Command::Man => {
             let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(cmd).render(&mut std::io::stdout())?;
-            Ok(())
+            output::stdout_written(clap_mangen::Man::new(cmd).render(&mut io::stdout().lock()))
         }
         Command::Demo(a) => runtime()?.block_on(views::demo::run(a)),
         Command::LabServer(a) => tfo_trace::lab::traffic::run_server(&a),

@@ -1,6 +1,8 @@
 //! Recordings of every shape through the real CLI, `report --from FILE` and `top --from
-//! FILE --batch`: a bad line gives exit 1 and one error line naming it, never a panic, and
-//! what is shown for the good lines before it is exactly what those lines alone give.
+//! FILE --batch`: bad lines are skipped and the replay reads on; exit 1 and one error line
+//! counting them and naming the first few, never a panic; and what is shown is exactly
+//! what the good lines alone give. Recordings joined (`cat a b`) are read whole, each
+//! header starting a new segment (the same host) or a new source (another host).
 //! The good lines are real ones, recorded from the lab (the fuzz seed corpus keeps them).
 mod common;
 
@@ -65,32 +67,40 @@ fn error_line(args: &[&str], r: &Run) -> String {
     errors[0].to_string()
 }
 
-/// Good lines, then `bad` as line `good_events + 2`, then more good lines that must not be
-/// read: every command shows what the good lines alone show, and names the bad line.
+/// Good lines, then `bad` as line `good_events + 2`, then the other good lines: every
+/// command shows what the good lines alone show, and names the bad line.
 fn good_lines_then(name: &str, bad: &[u8], reason: &str) {
     good_lines_then_bad(name, bad, reason, true)
 }
 
-fn good_lines_then_bad(name: &str, bad: &[u8], reason: &str, more_after: bool) {
+/// The good lines of the file as its own recording, and the file with `bad` inserted after
+/// its fourth line (its third event); without `more_after` the file ends there.
+fn with_bad_lines(name: &str, bad: &[u8], more_after: bool) -> (TempFile, TempFile) {
     let lines = lab_lines();
     let good_events = 3;
+    let end = if more_after { lines.len() } else { good_events + 1 };
     let good = TempFile::new(&format!("{name}-good"));
-    std::fs::write(&good.0, join(&lines[..=good_events])).unwrap();
+    std::fs::write(&good.0, join(&lines[..end])).unwrap();
     let file = TempFile::new(name);
     let mut data = join(&lines[..=good_events]);
     data.extend_from_slice(bad);
-    if more_after {
-        data.extend_from_slice(&join(&lines[good_events + 1..]));
-    }
+    data.extend_from_slice(&join(&lines[good_events + 1..end]));
     std::fs::write(&file.0, data).unwrap();
+    (good, file)
+}
+
+/// Every command on `file` shows what it shows on `good`, exits 1, and its error line
+/// has each of `expected` in it; the JSON report carries that line and the count.
+fn shows_the_good_lines(name: &str, good: &TempFile, file: &TempFile, bad_lines: u64, expected: &[String]) {
     for args in COMMANDS {
-        let expected = run(args, &good);
-        assert_eq!(expected.code, Some(0), "{args:?} on the good lines: {}", expected.stderr);
-        assert!(!expected.stdout.is_empty(), "{args:?} shows the good lines");
-        let r = run(args, &file);
+        let expected_run = run(args, good);
+        assert_eq!(expected_run.code, Some(0), "{args:?} on the good lines: {}", expected_run.stderr);
+        assert!(!expected_run.stdout.is_empty(), "{args:?} shows the good lines");
+        let r = run(args, file);
         let err = error_line(args, &r);
-        let line = good_events + 2;
-        assert!(err.contains(&format!("FILE: line {line}: {reason}")), "{name}: {args:?}: {err}");
+        for e in expected {
+            assert!(err.contains(e.as_str()), "{name}: {args:?}: {e:?} not in {err}");
+        }
         let mut shown = r.stdout.clone();
         if args.contains(&"json") {
             // The JSON report also carries the error; the rest must be the good lines' report.
@@ -100,15 +110,105 @@ fn good_lines_then_bad(name: &str, bad: &[u8], reason: &str, more_after: bool) {
             // One error per recording in a merged report: here the one recording's.
             let replay_errors = v["replay_errors"].take();
             assert_eq!(replay_errors, serde_json::json!([replay_error]), "{name}: {args:?}");
+            assert_eq!(v["source"]["bad_lines"].take(), bad_lines, "{name}: {args:?}");
+            assert_eq!(v["sources"][0]["bad_lines"].take(), bad_lines, "{name}: {args:?}");
             shown = serde_json::to_string_pretty(&v).unwrap();
-            let mut e: serde_json::Value = serde_json::from_str(&expected.stdout).unwrap();
+            let mut e: serde_json::Value = serde_json::from_str(&expected_run.stdout).unwrap();
             e["replay_error"].take();
             assert_eq!(e["replay_errors"].take(), serde_json::json!([]), "{name}: {args:?}: the good lines");
+            assert_eq!(e["source"]["bad_lines"].take(), 0);
+            e["sources"][0]["bad_lines"].take();
             assert_eq!(shown, serde_json::to_string_pretty(&e).unwrap(), "{name}: {args:?}");
         } else {
-            assert_eq!(shown, expected.stdout, "{name}: {args:?}: the report of the good lines");
+            assert_eq!(shown, expected_run.stdout, "{name}: {args:?}: the report of the good lines");
         }
     }
+}
+
+fn good_lines_then_bad(name: &str, bad: &[u8], reason: &str, more_after: bool) {
+    let (good, file) = with_bad_lines(name, bad, more_after);
+    let expected = ["FILE: 1 bad line skipped".to_string(), format!("line 5: {reason}")];
+    shows_the_good_lines(name, &good, &file, 1, &expected);
+}
+
+/// Two junk lines after line 4: both skipped, counted and named, every good line after
+/// them read (issue 31, item 6: the report stopped at the first).
+fn junk_lines_are_skipped_and_the_rest_read() {
+    let (good, file) = with_bad_lines("junk-2", b"junk\n{\"half\":\n", true);
+    let expected =
+        ["FILE: 2 bad lines skipped", "line 5: corrupt event", "line 6: corrupt event"].map(String::from);
+    shows_the_good_lines("junk-2", &good, &file, 2, &expected);
+    // Many: the first few named, the rest counted.
+    let (good, file) = with_bad_lines("junk-9", "junk\n".repeat(9).as_bytes(), true);
+    let expected = ["FILE: 9 bad lines skipped", "line 5: ", "line 7: ", "and 6 more"].map(String::from);
+    shows_the_good_lines("junk-9", &good, &file, 9, &expected);
+}
+
+/// `cat a b`: two recordings in one file, read whole. Of one host, one source in two
+/// segments, as if recorded in one go; of two hosts, two sources, the same report as
+/// `--from a --from b`. The same recording twice in one file is named (its events count
+/// twice).
+fn joined_recordings_are_read_whole() {
+    let lines = lab_lines();
+    let header = |host: &str, start: &str| {
+        let mut h: serde_json::Value = serde_json::from_slice(&lines[0]).unwrap();
+        h["host"] = host.into();
+        h["start"] = start.into();
+        serde_json::to_vec(&h).unwrap()
+    };
+    let recording = |host: &str, start: &str| [&[header(host, start)][..], &lines[1..]].concat();
+    let a = recording("web-1", "2026-11-30T22:40:40.000000000Z");
+    let b_same = recording("web-1", "2026-11-30T23:00:00.000000000Z");
+    let b_other = recording("web-2", "2026-11-30T23:00:00.000000000Z");
+    let write = |name: &str, parts: &[&Vec<Vec<u8>>]| {
+        let f = TempFile::new(name);
+        std::fs::write(&f.0, parts.iter().map(|p| join(p)).collect::<Vec<Vec<u8>>>().concat()).unwrap();
+        f
+    };
+    let report = |files: &[&TempFile]| -> (serde_json::Value, String) {
+        let mut cmd = Command::new(common::exe());
+        cmd.args(["report", "--format", "json"]);
+        for f in files {
+            cmd.arg("--from").arg(&f.0);
+        }
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        (serde_json::from_slice(&out.stdout).unwrap(), err)
+    };
+    // One host: as one recording of both segments' events.
+    let joined = write("joined-same", &[&a, &b_same]);
+    let one_go = write("one-go", &[&[&a[..], &lines[1..]].concat()]);
+    let (j, _) = report(&[&joined]);
+    let (o, _) = report(&[&one_go]);
+    assert_eq!(j["summary"], o["summary"], "one host, two segments");
+    assert_eq!(j["destinations"], o["destinations"]);
+    assert_eq!(j["source"]["segments"], 2, "{}", j["source"]);
+    assert_eq!(j["sources"].as_array().unwrap().len(), 1);
+    assert_eq!(j["source"]["events"], 2 * (lines.len() - 1));
+    // Two hosts: as two recordings.
+    let joined = write("joined-other", &[&a, &b_other]);
+    let (fa, fb) = (write("a", &[&a]), write("b", &[&b_other]));
+    let (j, _) = report(&[&joined]);
+    let (m, _) = report(&[&fa, &fb]);
+    assert_eq!(j["summary"], m["summary"], "two hosts, a fleet");
+    assert_eq!(j["destinations"], m["destinations"]);
+    let hosts: Vec<&serde_json::Value> =
+        j["sources"].as_array().unwrap().iter().map(|s| &s["host"]).collect();
+    assert_eq!(hosts, ["web-1", "web-2"]);
+    // The same recording twice: read, and said.
+    let twice = write("twice", &[&a, &a]);
+    let (_, err) = report(&[&twice]);
+    assert!(err.contains("appears twice") && err.contains("web-1"), "{err}");
+    let out = Command::new(common::exe())
+        .args(["top", "--batch", "--json", "--from"])
+        .arg(&joined.0)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let snap: serde_json::Value =
+        serde_json::from_slice(out.stdout.split(|&c| c == b'\n').next().unwrap()).unwrap();
+    assert_eq!(snap["events"], 2 * (lines.len() - 1), "top reads both");
 }
 
 /// A file that is bad from line 1: one error line, nothing shown.
@@ -165,8 +265,7 @@ fn an_empty_file() {
 
 fn json_of_the_wrong_shape() {
     let lines = lab_lines();
-    for (i, bad) in [&b"[1,2,3]"[..], b"null", b"\"tfo\"", b"{\"ts\":5}", b"{}", &lines[0]].iter().enumerate()
-    {
+    for (i, bad) in [&b"[1,2,3]"[..], b"null", b"\"tfo\"", b"{\"ts\":5}", b"{}"].iter().enumerate() {
         good_lines_then(&format!("shape-{i}"), &[bad, &b"\n"[..]].concat(), "corrupt event");
     }
     // An event whose field has the wrong type, and one with an unknown outcome whose name
@@ -251,6 +350,8 @@ fn extreme_values() {
 }
 
 tests_main!(
+    junk_lines_are_skipped_and_the_rest_read,
+    joined_recordings_are_read_whole,
     garbage,
     a_50_mb_line,
     a_future_format_version,

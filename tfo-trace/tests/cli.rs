@@ -53,9 +53,12 @@ fn bad_durations_are_usage_errors() {
             "-5s",
             "5 parsecs",
             "1e9",
+            "1e3",
+            "+5",
             "inf",
             "NaN",
-            "5d",
+            "1mo",
+            "1y",
             "1.2.3s",
             "",
             "367d",
@@ -81,6 +84,150 @@ fn bad_backends_are_usage_errors() {
         for bad in ["dtrace", "", "FENTRY", "kprobe,fentry", "tracepoint "] {
             assert_usage_error(&[sub, "--backend", bad], "--backend");
         }
+    }
+}
+
+/// What the messages of the usage errors say: in the user's words (no library type, no
+/// 2^64 - 1), and durations in days as the range they name ("1ms to 366 days") says.
+fn usage_messages_speak_the_users_language() {
+    let message = |args: &[&str]| {
+        let out = tfo_trace(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("").to_string()
+    };
+    for bad in ["soon", "5 parsecs", "1e3"] {
+        let m = message(&["trace", "--duration", bad]);
+        assert!(!m.contains("jiff") && !m.contains("Span"), "{m}");
+        assert!(m.contains("30s") && m.contains("2d"), "examples of what is meant: {m}");
+    }
+    assert!(message(&["trace", "--duration", "1mo"]).contains("say it in days, like 30d"));
+    assert!(message(&["trace", "--duration", "367d"]).contains("1ms to 366 days"));
+    let m = message(&["top", "-n", "0"]);
+    assert!(!m.contains("18446744073709551615") && m.contains("at least 1"), "{m}");
+    // Days and weeks are what they say; a replay with them runs.
+    for good in ["1d", "2 days", "1w", "366d", "1d 2h", "90", "0.5"] {
+        let out = tfo_trace(&["top", "--batch", "--from", LAB_RECORDING, "--duration", good]);
+        assert_eq!(out.status.code(), Some(0), "--duration {good}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// Flags that could do nothing are refused (exit 2) before anything runs: a filter on
+/// pid 0, netns 0 or an empty process name, the same recording given twice (its events
+/// would count twice), directly or through its folder.
+fn flags_that_can_do_nothing_are_usage_errors() {
+    // With a duration, so that a flag taken (the fault) ends the run instead of hanging it.
+    for sub in ["trace", "stalls", "top", "report", "export"] {
+        assert_usage_error(&[sub, "--duration", "1s", "--pid", "0"], "--pid");
+        assert_usage_error(&[sub, "--duration", "1s", "--netns", "0"], "--netns");
+        assert_usage_error(&[sub, "--duration", "1s", "--comm", ""], "--comm");
+    }
+    // A replay traces nothing: the flags of the kernel side can do nothing with --from.
+    for sub in ["report", "top"] {
+        for (flag, value) in [("--backend", "fentry"), ("--ring-buffer-size", "8192"), ("--btf", "/x.btf")] {
+            assert_usage_error(&[sub, "--from", LAB_RECORDING, flag, value], flag);
+        }
+    }
+    let folder = common::TempDir::new("twice");
+    let dir = folder.0.clone();
+    let rec = dir.join("web-1.jsonl");
+    std::fs::copy(LAB_RECORDING, &rec).unwrap();
+    let link = std::env::temp_dir().join(format!("tfo-test-{}-twice-link.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&rec, &link).unwrap();
+    let (rec_s, dir_s, link_s) = (rec.to_str().unwrap(), dir.to_str().unwrap(), link.to_str().unwrap());
+    for args in [
+        &["report", "--from", rec_s, "--from", rec_s][..],
+        &["report", "--from", dir_s, "--from", rec_s],
+        &["report", "--from", link_s, "--from", rec_s],
+    ] {
+        assert_usage_error(args, "twice");
+    }
+    let _ = std::fs::remove_file(&link);
+}
+
+/// `--outcome` naming an outcome the backend that runs cannot see: one warning line, as
+/// `doctor` would say it; an outcome it sees: none.
+fn outcomes_the_backend_cannot_see_are_named() {
+    require_kernel!();
+    for outcome in ["cookie_received", "accepted_alt_key", "accepted"] {
+        let out = tfo_trace(&["trace", "--outcome", outcome, "--duration", "1s"]);
+        let err: Vec<String> = String::from_utf8_lossy(&out.stderr).lines().map(String::from).collect();
+        assert_eq!(out.status.code(), Some(0), "{err:?}");
+        let backend = common::backend_of(&err);
+        let blind: Vec<&tfo_trace::probes::table::Blind> = tfo_trace::probes::table::blind_spots(backend)
+            .iter()
+            .filter(|b| b.outcome.name() == outcome)
+            .collect();
+        let warnings: Vec<&String> = err.iter().filter(|l| l.contains("cannot see")).collect();
+        if blind.is_empty() {
+            assert!(warnings.is_empty(), "{outcome} on {backend}: {err:?}");
+        } else {
+            assert_eq!(warnings.len(), 1, "{outcome} on {backend}: one line: {err:?}");
+            assert!(warnings[0].contains(outcome) && warnings[0].contains(blind[0].why), "{}", warnings[0]);
+        }
+    }
+}
+
+/// Completions offer what a user may type: not the hidden helpers of xtask.
+fn completions_leave_out_the_hidden_subcommands() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = tfo_trace(&["completions", shell]);
+        assert_eq!(out.status.code(), Some(0));
+        let script = String::from_utf8_lossy(&out.stdout);
+        for hidden in ["lab-server", "lab-client", "lab-load", "lab-soak", "floor"] {
+            assert!(!script.contains(hidden), "{shell} completion offers {hidden}");
+        }
+        for sub in ["trace", "stalls", "top", "report", "doctor", "export", "demo", "outcome"] {
+            assert!(script.contains(sub), "{shell} completion lacks {sub}");
+        }
+    }
+}
+
+/// `--record` never follows a symbolic link (a root-run tracer writing under /tmp) and
+/// never replaces a file unless told to with `--force`: one line says why, exit 2, and the
+/// files are as they were. A new file, or `--force`, records (mode 0600).
+fn record_refuses_links_and_existing_files() {
+    require_kernel!();
+    use std::os::unix::fs::PermissionsExt as _;
+    let folder = common::TempDir::new("record");
+    let dir = &folder.0;
+    let at = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let precious = at("precious.txt");
+    std::fs::write(&precious, "keep me\n").unwrap();
+    std::fs::set_permissions(&precious, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::symlink(&precious, at("link.jsonl")).unwrap();
+    std::os::unix::fs::symlink(at("nowhere.txt"), at("dangling.jsonl")).unwrap();
+    std::fs::write(at("old.jsonl"), "an older recording\n").unwrap();
+    let refused = |args: &[&str], why: &str| {
+        let out = tfo_trace(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(why), "{args:?}: {why:?} not in {err}");
+    };
+    for sub in ["trace", "stalls", "top"] {
+        for force in [&[][..], &["--force"]] {
+            let link = at("link.jsonl");
+            refused(&[&[sub, "--duration", "1s", "--record", &link][..], force].concat(), "symbolic link");
+            let dangling = at("dangling.jsonl");
+            refused(
+                &[&[sub, "--duration", "1s", "--record", &dangling][..], force].concat(),
+                "symbolic link",
+            );
+        }
+        refused(&[sub, "--duration", "1s", "--record", &at("old.jsonl")], "--force");
+    }
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me\n");
+    assert_eq!(std::fs::metadata(&precious).unwrap().permissions().mode() & 0o777, 0o644);
+    assert!(!dir.join("nowhere.txt").exists(), "nothing made through a dangling link");
+    assert_eq!(std::fs::read_to_string(at("old.jsonl")).unwrap(), "an older recording\n");
+
+    for (file, extra) in [("new.jsonl", &[][..]), ("old.jsonl", &["--force"][..])] {
+        let out = tfo_trace(&[&["trace", "--duration", "1s", "--record", &at(file)][..], extra].concat());
+        assert_eq!(out.status.code(), Some(0), "{file}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = std::fs::read_to_string(at(file)).unwrap();
+        assert!(text.starts_with("{\"tfo_trace_recording\":1"), "{file}: {text}");
+        assert_eq!(std::fs::metadata(at(file)).unwrap().permissions().mode() & 0o777, 0o600, "{file}");
     }
 }
 
@@ -182,7 +329,87 @@ fn completions_and_man_page_name_the_subcommands() {
     assert_eq!(tfo_trace(&["completions", "tcsh"]).status.code(), Some(2));
 }
 
+/// A pipe whose reader is already gone: what `| head -1` leaves once head has exited.
+fn closed_pipe() -> std::process::Stdio {
+    use std::os::fd::FromRawFd as _;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe writes two new descriptors into the array; each is owned right away.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fds[0] is ours and closed here; fds[1] is owned by the Stdio.
+    unsafe {
+        drop(std::os::fd::OwnedFd::from_raw_fd(fds[0]));
+        std::process::Stdio::from(std::os::fd::OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+/// `args` with its stdout, its stderr, then both closed pipes: every time exit 0 and no
+/// panic (a panic's message has nowhere to go, its exit code says it: 101). A command that
+/// fails after writing all of its stdout still fails (`failing`: exit 1) when only its
+/// stderr is gone: the closed pipe cut nothing short, and the failure is not a success.
+fn ends_quietly_on_closed_pipes(args: &[&str], failing: bool) {
+    for (out_closed, err_closed) in [(true, false), (false, true), (true, true)] {
+        let mut cmd = Command::new(common::exe());
+        cmd.args(args).stdin(std::process::Stdio::null());
+        cmd.stdout(if out_closed { closed_pipe() } else { std::process::Stdio::null() });
+        cmd.stderr(if err_closed { closed_pipe() } else { std::process::Stdio::piped() });
+        let out = cmd.output().expect("running tfo-trace");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let which = match (out_closed, err_closed) {
+            (true, false) => "stdout",
+            (false, true) => "stderr",
+            _ => "stdout and stderr",
+        };
+        let code = if failing && !out_closed { 1 } else { 0 };
+        assert_eq!(out.status.code(), Some(code), "{args:?} with {which} closed: {:?}: {err}", out.status);
+        assert!(err.is_empty() || !err.contains("roken pipe"), "{args:?}: quietly, not {err:?}");
+    }
+}
+
+/// One rule for every command: a reader that went away (`| head -1`, `2>&1 | head -1`) on
+/// stdout or stderr ends it quietly with exit 0 (issue 31, item 4).
+fn closed_stdout_or_stderr_ends_every_command_quietly() {
+    let rec = common::TempFile::new("closed-pipes");
+    std::fs::copy(LAB_RECORDING, &rec.0).unwrap();
+    let bad = common::TempFile::new("closed-pipes-bad");
+    let mut text = std::fs::read_to_string(LAB_RECORDING).unwrap();
+    text.push_str("junk\n");
+    std::fs::write(&bad.0, text).unwrap();
+    let runs: [&[&str]; 8] = [
+        &["doctor"],
+        &["doctor", "--json"],
+        &["man"],
+        &["completions", "bash"],
+        &["--help"],
+        &["report", "--from", rec.path()],
+        &["report", "--from", bad.path()],
+        &["top", "--batch", "--from", rec.path()],
+    ];
+    for args in runs {
+        ends_quietly_on_closed_pipes(args, args.contains(&bad.path()));
+    }
+    if common::skip_reason().is_some() {
+        common::skip("the tracing commands need root and BTF (the others passed)");
+    }
+    for args in [
+        &["trace", "--duration", "2s"][..],
+        &["trace", "--json", "--duration", "2s"],
+        &["stalls", "--duration", "2s"],
+        &["top", "--batch", "--duration", "2s"],
+        &["report", "--duration", "2s"],
+    ] {
+        ends_quietly_on_closed_pipes(args, false);
+    }
+}
+
+const LAB_RECORDING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds/recording/lab.jsonl");
+
 tests_main!(
+    closed_stdout_or_stderr_ends_every_command_quietly,
+    record_refuses_links_and_existing_files,
+    usage_messages_speak_the_users_language,
+    flags_that_can_do_nothing_are_usage_errors,
+    outcomes_the_backend_cannot_see_are_named,
+    completions_leave_out_the_hidden_subcommands,
     unknown_flags_are_usage_errors,
     bad_durations_are_usage_errors,
     bad_ring_buffer_sizes_are_usage_errors,

@@ -145,7 +145,7 @@ fn cookies_are_never_printed() {
 }
 
 /// Every command that records, through the real binary, with umask 0 and over an existing
-/// world-readable file: the recording ends up 0600.
+/// world-readable file (replaced with `--force`): the recording ends up 0600.
 fn recordings_are_private() {
     require_kernel!();
     for args in [
@@ -161,6 +161,9 @@ fn recordings_are_private() {
             }
             let mut cmd = Command::new(common::exe());
             cmd.args(args).arg("--record").arg(&file.0);
+            if existing {
+                cmd.arg("--force"); // replacing a file is asked for, never done by default
+            }
             // SAFETY: umask is async-signal-safe and only touches the child.
             unsafe {
                 cmd.pre_exec(|| {

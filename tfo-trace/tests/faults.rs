@@ -84,6 +84,7 @@ fn signal_under_load_detaches_and_completes_the_recording(signal: i32) {
     let lab = Lab::create(LabConfig::default()).unwrap();
     let file = std::env::temp_dir().join(format!("tfo-faults-{signal}-{}.jsonl", std::process::id()));
     let path = file.to_string_lossy().into_owned();
+    let _ = std::fs::remove_file(&file); // a first run's, if this is the retry
     let tracer = Tracer::start_command(&["trace", "--json", "--record", &path]);
     let ours = prog_ids(tracer.pid());
     assert!(!ours.is_empty(), "the tracer holds its programs");

@@ -375,7 +375,50 @@ fn cookie_request_without_answer_falls_back_to_the_experimental_option() {
     assert_eq!(exp_seen, [false, true, false], "RFC option, then the experimental one, then back");
 }
 
+/// A TFO connect refused by RST (issue 31, item 3): the client has the server's cookie,
+/// the server has gone (its port closed), the SYN-data is answered with a RST. The
+/// `connect_failed` event names the port the SYN left from, as the wire shows it (it said
+/// 0: by the time the socket reaches CLOSE, inet_put_port() has cleared its bound port).
+fn connect_refused_by_rst_names_its_port(v6: bool) {
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let server = lab.start_server(common::exe(), 0, PORT, 16, v6).unwrap();
+    let warm = lab.run_client(common::exe(), &client(&lab, v6, 1, ClientMode::MsgFastopen)).unwrap();
+    assert_eq!(warm.ok_count(), 1, "cookie fetched");
+    server.stop();
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let wire = lab.capture_syns(Side::Client).unwrap();
+    let tracer = Tracer::start(&[]);
+    let n = 2;
+    let refused = ClientArgs { timeout_ms: 2000, ..client(&lab, v6, n, ClientMode::MsgFastopen) };
+    let run = lab.run_client(common::exe(), &refused).unwrap();
+    let (events, stderr) = tracer.stop();
+    let syns = wire.stop();
+    assert_eq!(run.ok_count(), 0, "nothing listens: {run:?}");
+    let failed: Vec<_> =
+        of_role(&events, cli_ns, "client").into_iter().filter(|e| e["outcome"] == "connect_failed").collect();
+    let sent: Vec<u16> = syns.iter().filter(|s| !s.syn_ack && s.dport == PORT).map(|s| s.sport).collect();
+    assert_eq!(sent.len(), n as usize, "one SYN-data per connection, no retransmission: {syns:?}");
+    assert_eq!(failed.len(), n as usize, "{failed:?}; tracer: {stderr:?}");
+    for (e, port) in failed.iter().zip(&sent) {
+        assert_eq!(e["sport"], *port, "the port on the wire: {e}; SYNs: {syns:?}");
+        assert_eq!((e["retransmits"].as_u64(), e["syn_data_bytes"].as_u64()), (Some(0), Some(100)), "{e}");
+        assert_eq!(e["pid"], run.pid);
+    }
+}
+
+fn connect_refused_by_rst_names_its_port_ipv4() {
+    require_kernel!();
+    connect_refused_by_rst_names_its_port(false);
+}
+
+fn connect_refused_by_rst_names_its_port_ipv6() {
+    require_kernel!();
+    connect_refused_by_rst_names_its_port(true);
+}
+
 tests_main!(
+    connect_refused_by_rst_names_its_port_ipv4,
+    connect_refused_by_rst_names_its_port_ipv6,
     first_contact_then_tfo_ipv4,
     first_contact_then_tfo_ipv6,
     server_stops_taking_tfo_ipv4,

@@ -115,6 +115,7 @@ fn batch_rows_match_the_kernel_counters() {
     let srv_ns = netns_inode(&lab, Side::Server);
     let before = counters(&lab);
     let recording = std::env::temp_dir().join(format!("tfo-top-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&recording); // a first run's, if this is the retry
 
     let mut child = Command::new(common::exe())
         .args(["top", "--batch", "-d", "1", "--record"])
@@ -573,7 +574,45 @@ fn count_stops_top_by_itself() {
     assert_eq!(text.matches("tfo-trace top ").count(), 2, "--count 2: two snapshots\n{text}");
 }
 
+/// `demo --json` (issue 31, item 9): its help says what it prints, `top`'s tables as JSON
+/// lines, and it prints them; stopped while its clients still connect, its closing line
+/// adds up: events + lost + those counted after the last read = the kernel's count.
+fn demo_json_prints_tables_and_its_closing_line_adds_up() {
+    require_kernel!();
+    let help = Command::new(common::exe()).args(["demo", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let json_help = help.lines().skip_while(|l| !l.contains("--json")).take(3).collect::<Vec<_>>().join(" ");
+    assert!(json_help.contains("top") && json_help.contains("tables"), "{json_help}");
+    assert!(!json_help.contains("events as JSON"), "{json_help}");
+
+    let mut demo = common::Tracer::start_command(&["demo", "--json", "--duration", "60s"]);
+    demo.wait_stderr("tracing for", common::HANG_LIMIT);
+    // Stopped early, while the clients still connect: a snapshot at the stop at least.
+    let (lines, stderr) = demo.stop_lines();
+    assert!(!lines.is_empty(), "{stderr:?}");
+    for l in &lines {
+        let snap: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(snap["destinations"].is_array() && snap["totals"].is_object(), "a top snapshot: {l}");
+    }
+    let closing = common::closing_line(&stderr).expect("a closing line");
+    assert!(closing.starts_with("tfo-trace demo: ") && closing.ends_with("lab removed"), "{closing}");
+    let number_before = |what: &str| -> u64 {
+        closing
+            .split(what)
+            .next()
+            .and_then(|head| head.rsplit(|c: char| !c.is_ascii_digit()).find(|w| !w.is_empty()))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let (events, lost, unread) =
+        (number_before(" events"), number_before(" lost"), number_before(" after the last read"));
+    let counted = number_before(" outcomes counted in the kernel");
+    assert!(events > 0, "{closing}");
+    assert_eq!(events + lost + unread, counted, "{closing}");
+}
+
 tests_main!(
+    demo_json_prints_tables_and_its_closing_line_adds_up,
     count_stops_top_by_itself,
     batch_rows_match_the_kernel_counters,
     tui_in_a_real_terminal_matches_the_kernel,

@@ -175,12 +175,12 @@ pub fn container_label(e: &Event) -> String {
 }
 
 /// The server a connection went to: for a client event its destination, for a server
-/// event the listener's own address (what the client connected to). Never the client's
-/// ephemeral port, which would make the label unbounded.
+/// event its listener as every view names it ([`crate::events::EventRef::listener_name`]).
+/// Never the client's ephemeral port, which would make the label unbounded.
 pub fn server_address(e: &Event) -> String {
     match e.role {
         Role::Client => e.destination(),
-        Role::Server => e.source(),
+        Role::Server => e.view().listener_name().to_string(),
     }
 }
 

@@ -20,8 +20,8 @@ use crate::{
         grouping::{DestKey, GroupBy, GroupKey, GroupOptions},
         stall::Cause,
         verdict::{
-            self, client_report, ClientRow, DestinationReport, Facts, HostShare, Kind, ListenerReport,
-            NamespaceFinding, Strength,
+            self, client_report, CachedDrops, ClientRow, DestinationReport, Facts, HostShare, Kind,
+            ListenerReport, NamespaceFinding, Strength,
         },
         Tally,
     },
@@ -43,7 +43,6 @@ struct CellKey {
 #[derive(Debug, Default)]
 struct ListenerAcc {
     tally: Tally,
-    locals: BTreeSet<SocketAddr>,
     hosts: BTreeMap<u32, Tally>,
 }
 
@@ -58,7 +57,8 @@ pub struct ReportBuilder {
     host_acc: Vec<(ConnAcc, u64)>,
     names: IndexSet<String>,
     cells: IndexMap<CellKey, Slot>,
-    listeners: IndexMap<(Option<u32>, u16), ListenerAcc>,
+    /// By namespace (none across hosts) and listener name.
+    listeners: IndexMap<(Option<u32>, SocketAddr), ListenerAcc>,
     client_netns: BTreeSet<u32>,
     all: ConnAcc,
     events: u64,
@@ -128,9 +128,8 @@ impl ReportBuilder {
                 self.server_events += 1;
                 self.host_acc[h].1 += 1;
                 let netns = (!self.fleet).then_some(e.netns);
-                let l = self.listeners.entry((netns, e.sport)).or_default();
+                let l = self.listeners.entry((netns, e.view().listener_name())).or_default();
                 l.tally.add(e);
-                l.locals.insert(SocketAddr::new(e.saddr, e.sport));
                 l.hosts.entry(host).or_default().add(e);
             }
         }
@@ -266,8 +265,9 @@ pub struct Built {
     shown: usize,
     pub summary: Summary,
     pub rest: Option<Rest>,
-    /// Destinations the kernel remembers losing SYN-data to, with no event (live only).
-    pub remembered: Vec<DestinationReport>,
+    /// Destinations the kernel's cache remembers losing SYN-data to, with no event in the
+    /// window (live only): apart from the rows, which are connections.
+    pub kernel_cache: Vec<CachedDrops>,
     pub listeners: Vec<ListenerReport>,
     pub namespaces: Vec<NamespaceFinding>,
 }
@@ -280,6 +280,7 @@ pub struct Report {
     pub rest: Option<Rest>,
     pub listeners: Vec<ListenerReport>,
     pub namespaces: Vec<NamespaceFinding>,
+    pub kernel_cache: Vec<CachedDrops>,
 }
 
 /// The whole report of `events` from one host, every row, grouped by destination.
@@ -306,7 +307,7 @@ impl Built {
             shown: 0,
             summary: Summary::default(),
             rest: None,
-            remembered: Vec::new(),
+            kernel_cache: Vec::new(),
             listeners: Vec::new(),
             namespaces: Vec::new(),
         };
@@ -317,7 +318,7 @@ impl Built {
         built.shown = shown;
         built.summary = built.summarize(&kinds);
         built.rest = built.rest(&kinds);
-        built.remembered = built.remembered();
+        built.kernel_cache = built.kernel_cache();
         built.listeners = built.listener_reports();
         built.namespaces = verdict::namespace_findings(&built.listeners, &built.facts);
         built
@@ -482,13 +483,9 @@ impl Built {
         }
     }
 
-    /// The shown rows, worst first, built one at a time; then destinations the kernel
-    /// remembers drops to (live, grouping by destination).
+    /// The shown rows, worst first, built one at a time.
     pub fn rows(&self) -> impl Iterator<Item = DestinationReport> + '_ {
-        self.ranked[..self.shown]
-            .iter()
-            .map(|&g| client_report(self.row(g as usize), &self.facts))
-            .chain(self.remembered.iter().cloned())
+        self.ranked[..self.shown].iter().map(|&g| client_report(self.row(g as usize), &self.facts))
     }
 
     pub fn materialize(&self) -> Report {
@@ -498,6 +495,7 @@ impl Built {
             rest: self.rest.clone(),
             listeners: self.listeners.clone(),
             namespaces: self.namespaces.clone(),
+            kernel_cache: self.kernel_cache.clone(),
         }
     }
 
@@ -599,17 +597,14 @@ impl Built {
     }
 
     /// tcp_metrics entries with SYN-data drops and no connection in the report.
-    fn remembered(&self) -> Vec<DestinationReport> {
-        if self.facts.tcp_metrics.is_empty() || self.b.group.by != GroupBy::Destination {
-            return Vec::new();
-        }
+    fn kernel_cache(&self) -> Vec<CachedDrops> {
         let seen: HashSet<(std::net::IpAddr, Option<u32>)> =
             self.b.cells.keys().map(|k| (k.dest.ip, k.dest.netns)).collect();
         let mut out = Vec::new();
         for (&netns, entries) in &self.facts.tcp_metrics {
             for m in entries.iter().filter(|m| m.fo_syn_drops > 0) {
                 if !seen.contains(&(m.dst, Some(netns))) {
-                    out.push(verdict::remembered_drop(m, netns, &self.facts));
+                    out.push(verdict::cached_drops(m, netns, &self.facts));
                 }
             }
         }
@@ -617,7 +612,7 @@ impl Built {
     }
 
     fn listener_reports(&self) -> Vec<ListenerReport> {
-        let mut keys: Vec<&(Option<u32>, u16)> = self.b.listeners.keys().collect();
+        let mut keys: Vec<&(Option<u32>, SocketAddr)> = self.b.listeners.keys().collect();
         keys.sort();
         keys.into_iter()
             .filter_map(|k| {
@@ -627,7 +622,7 @@ impl Built {
                     .iter()
                     .map(|(h, t)| (self.b.hosts.get_index(*h as usize).cloned().unwrap_or_default(), t))
                     .collect::<Vec<_>>();
-                Some(verdict::listener_row(k.0, k.1, &l.tally, &l.locals, &hosts, self.b.fleet, &self.facts))
+                Some(verdict::listener_row(k.0, k.1, &l.tally, &hosts, self.b.fleet, &self.facts))
             })
             .collect()
     }

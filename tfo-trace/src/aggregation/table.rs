@@ -8,6 +8,7 @@
 //! the number evicted is kept (the header shows it; totals still count every event).
 use std::{
     borrow::Borrow,
+    collections::BTreeMap,
     hash::{Hash, Hasher},
     net::SocketAddr,
     sync::Arc,
@@ -104,11 +105,14 @@ impl GroupKey {
         }
     }
 
-    /// `/` filter: a case-insensitive substring of the address:port, the port, the netns,
-    /// the pid, the process name or the container (`-`: the host). `needle` is already
-    /// lower case.
-    pub fn matches(&self, needle: &str) -> bool {
-        needle.is_empty() || self.cells().iter().any(|c| c.to_lowercase().contains(needle))
+    /// `/` filter: a case-insensitive substring of the address:port, the port, the netns
+    /// (its inode, or its `ip netns` name from `netns_names`), the pid, the process name or
+    /// the container (`-`: the host). `needle` is already lower case.
+    pub fn matches(&self, needle: &str, netns_names: &BTreeMap<u32, Arc<str>>) -> bool {
+        let named = |netns: &u32| netns_names.get(netns).is_some_and(|n| n.to_lowercase().contains(needle));
+        needle.is_empty()
+            || self.cells().iter().any(|c| c.to_lowercase().contains(needle))
+            || matches!(self, GroupKey::Listener { netns, .. } if named(netns))
     }
 }
 
@@ -397,6 +401,8 @@ pub struct TopModel {
     pub server_total: GroupStats,
     pub decades: Decades,
     pub events: u64,
+    /// `ip netns` names of the listeners' namespaces, for the `/` filter.
+    netns_names: BTreeMap<u32, Arc<str>>,
     /// The totals' rates (of the totals shown: the kernel's, where it counts); the
     /// client's stall history is the header's graph.
     total_trend: Trend,
@@ -425,6 +431,7 @@ impl TopModel {
             server_total: GroupStats::default(),
             decades: Decades::default(),
             events: 0,
+            netns_names: BTreeMap::new(),
             total_trend: Trend::default(),
             client_trend: Trend::default(),
             server_trend: Trend::default(),
@@ -449,8 +456,11 @@ impl TopModel {
             }
             Role::Server => {
                 self.server_total.tally(&t);
-                let key = KeyRef::Listener { addr: SocketAddr::new(e.saddr, e.sport), netns: e.netns };
+                let key = KeyRef::Listener { addr: e.listener_name(), netns: e.netns };
                 self.listeners.add(key, &t, &mut self.names);
+                if let Some(name) = e.netns_name.filter(|_| !self.netns_names.contains_key(&e.netns)) {
+                    self.netns_names.insert(e.netns, self.names.get(name));
+                }
             }
         }
         self.processes.add(KeyRef::Process { pid: e.pid, comm: e.comm }, &t, &mut self.names);
@@ -522,6 +532,7 @@ impl TopModel {
             processes: table(View::Processes),
             containers: table(View::Containers),
             kernel_counted: Default::default(),
+            netns_names: self.netns_names.clone(),
         }
     }
 }
@@ -568,6 +579,8 @@ pub struct Snapshot {
     pub containers: TableSnapshot,
     /// What the namespaces' counters counted of the outcomes no hook sees (live only).
     pub kernel_counted: super::kernel_counted::KernelCounted,
+    /// `ip netns` names of the listeners' namespaces, for the `/` filter.
+    pub netns_names: BTreeMap<u32, Arc<str>>,
 }
 
 impl Snapshot {
@@ -583,7 +596,8 @@ impl Snapshot {
     /// The rows of one table that pass `filter`, in `sort` order.
     pub fn rows(&self, view: View, sort: Sort, filter: &str) -> Vec<&Row> {
         let needle = filter.trim().to_lowercase();
-        let mut rows: Vec<&Row> = self.table(view).rows.iter().filter(|r| r.key.matches(&needle)).collect();
+        let mut rows: Vec<&Row> =
+            self.table(view).rows.iter().filter(|r| r.key.matches(&needle, &self.netns_names)).collect();
         rows.sort_by(|a, b| sort.compare(a, b));
         rows
     }
@@ -829,6 +843,14 @@ pub(crate) mod tests {
         assert_eq!(s.rows(View::Destinations, Sort::Attempts, "8080").len(), 2, "by port");
         assert_eq!(s.rows(View::Listeners, Sort::Attempts, "8081").len(), 1);
         assert_eq!(s.rows(View::Listeners, Sort::Attempts, "4026532246").len(), 2, "by netns");
+        // By the namespace's `ip netns` name too, as events name it (issue 31, item 12).
+        let named: Vec<Event> = demo_events()
+            .into_iter()
+            .map(|e| Event { netns_name: (e.role == Role::Server).then(|| "tfolab-7-srv".into()), ..e })
+            .collect();
+        let n = model_of(&named).snapshot();
+        assert_eq!(n.rows(View::Listeners, Sort::Attempts, "TFOLAB-7").len(), 2, "by netns name");
+        assert!(s.rows(View::Listeners, Sort::Attempts, "tfolab").is_empty(), "no names known");
         assert_eq!(s.rows(View::Processes, Sort::Attempts, "NGINX").len(), 1, "by name, any case");
         assert_eq!(s.rows(View::Processes, Sort::Attempts, "100").len(), 1, "by pid");
         assert!(s.rows(View::Processes, Sort::Attempts, "nothing").is_empty());

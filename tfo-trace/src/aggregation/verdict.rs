@@ -15,8 +15,8 @@
 //! appear, so the verdicts built on them are unit-tested here on synthetic events; on that
 //! backend the namespace's counters stand in ([`NamespaceFinding`]).
 use std::{
-    collections::{BTreeMap, BTreeSet},
-    net::SocketAddr,
+    collections::BTreeMap,
+    net::{IpAddr, SocketAddr},
 };
 
 use serde::Serialize;
@@ -609,73 +609,56 @@ fn hosts_line(hosts: &[HostShare]) -> String {
     line
 }
 
-/// A destination the kernel remembers losing SYN-data to (`ip tcp_metrics`), with no
-/// connection to it in the window.
-pub fn remembered_drop(m: &TcpMetric, netns: u32, facts: &Facts) -> DestinationReport {
-    let age = m.fo_syn_drop_age_s.map(|s| format!(", the last {s:.0} s ago")).unwrap_or_default();
-    let drops = u64::from(m.fo_syn_drops);
-    DestinationReport {
-        destination: m.dst.to_string(),
-        group: m.dst.to_string(),
-        netns: Some(netns),
-        destinations: 1,
-        connections: 0,
-        outcomes: BTreeMap::new(),
-        syn_data_sent: 0,
-        accepted: 0,
-        syn_data_dropped: 0,
-        data_not_acked: 0,
-        stalled: 0,
-        lost_us_total: 0,
-        lost_us_per_stalled: 0,
-        lost_us_per_connection: 0,
-        extra_round_trips: 0,
-        extra_round_trip_us: 0,
-        hosts: Vec::new(),
-        verdict: Verdict {
-            kind: Kind::SynDataDropped,
-            sentence: format!(
-                "the kernel remembers {} to {} lost on the path{age} (no connection to it in this \
-                 window): expect a ~1 s stall on the next TFO connect there",
-                plural(drops, "SYN-data", "SYN-data"),
-                m.dst
-            ),
-            evidence: vec![format!(
-                "ip tcp_metrics in {}: fo_syn_drops {}{age}",
-                facts.ns(netns),
-                m.fo_syn_drops
-            )],
-            strength: Strength::of(drops, drops),
-            support: Support {
-                connections: drops,
-                of_connections: drops,
-                destinations: Some(1),
-                of_destinations: Some(1),
-                hosts: 1,
-                of_hosts: 1,
-            },
-        },
+/// A destination the kernel's TFO cache (`ip tcp_metrics`) remembers losing SYN-data to,
+/// with no connection to it in the window: what the cache says, kept apart from the
+/// window's connections (its drops are the kernel's memory, not connections seen).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CachedDrops {
+    /// `[fd53::3]:*`, `10.1.2.3:*`: the cache is kept per address, for every port.
+    pub destination: String,
+    pub netns: u32,
+    /// SYN-data lost towards it, as the cache counts them (reset when one is acked again).
+    pub fo_syn_drops: u32,
+    /// Seconds since the last loss, and since the entry was last updated, where shown.
+    pub last_drop_s_ago: Option<f64>,
+    pub entry_age_s: Option<f64>,
+    pub sentence: String,
+}
+
+pub fn cached_drops(m: &TcpMetric, netns: u32, facts: &Facts) -> CachedDrops {
+    let destination = match m.dst {
+        IpAddr::V4(a) => format!("{a}:*"),
+        IpAddr::V6(a) => format!("[{a}]:*"),
+    };
+    let since = m.fo_syn_drop_age_s.map(|s| format!(", the last {s:.0} s ago")).unwrap_or_default();
+    CachedDrops {
+        sentence: format!(
+            "the kernel's TFO cache (ip tcp_metrics in {}) holds {} to {destination} lost on the \
+             path{since}; no connection went there in this window: expect a ~1 s stall on the next \
+             TFO connect there, until one SYN-data gets through",
+            facts.ns(netns),
+            plural(u64::from(m.fo_syn_drops), "SYN-data", "SYN-data"),
+        ),
+        destination,
+        netns,
+        fo_syn_drops: m.fo_syn_drops,
+        last_drop_s_ago: m.fo_syn_drop_age_s,
+        entry_age_s: m.age_s,
     }
 }
 
-/// The verdict on one listening port: its events (`locals`: the addresses they arrived on),
-/// each host's share, and the kernel's facts about it.
+/// The verdict on one listener (named as `ss -ltn` names it: [`crate::events::EventRef::listener_name`]):
+/// its events, each host's share, and the kernel's facts about that listening socket.
 pub fn listener_row(
     netns: Option<u32>,
-    port: u16,
+    listener: SocketAddr,
     t: &Tally,
-    locals: &BTreeSet<SocketAddr>,
     hosts: &[(String, &Tally)],
     fleet: bool,
     facts: &Facts,
 ) -> ListenerReport {
-    let fact = netns.and_then(|ns| facts.listeners.iter().find(|l| l.netns == ns && l.addr.port() == port));
-    let label = match (fact, locals.len()) {
-        (Some(f), _) => f.addr.to_string(),
-        (None, 1) => locals.iter().next().map(|a| a.to_string()).unwrap_or_default(),
-        (None, _) => format!("*:{port}"),
-    };
-    let mut r = listener_report(label, netns, t, fact.and_then(|f| f.max_qlen), facts);
+    let fact = netns.and_then(|ns| facts.listeners.iter().find(|l| l.netns == ns && l.addr == listener));
+    let mut r = listener_report(listener.to_string(), netns, t, fact.and_then(|f| f.max_qlen), facts);
     let shown = |t: &Tally| listener_shown_by(r.verdict.kind, t).0;
     r.hosts = hosts
         .iter()
@@ -1058,13 +1041,17 @@ mod tests {
             .unwrap(),
         );
         let r = report(&[], &facts);
-        assert_eq!(r.destinations.len(), 1);
-        assert!(
-            r.destinations[0].verdict.sentence.contains("remembers 3 SYN-data to 10.1.2.3 lost"),
-            "{:?}",
-            r
+        assert!(r.destinations.is_empty(), "no connection in the window: no row of them");
+        assert_eq!(r.kernel_cache.len(), 1);
+        let c = &r.kernel_cache[0];
+        assert_eq!(
+            (c.destination.as_str(), c.fo_syn_drops, c.last_drop_s_ago),
+            ("10.1.2.3:*", 3, Some(60.0))
         );
-        assert!(r.destinations[0].verdict.sentence.contains("the last 60 s ago"));
+        assert!(
+            c.sentence.contains("holds 3 SYN-data to 10.1.2.3:* lost on the path, the last 60 s ago"),
+            "{c:?}"
+        );
     }
 
     fn srv(outcome: &str, t: u64) -> Event {
@@ -1075,6 +1062,8 @@ mod tests {
     fn queue_overflow_uses_max_qlen_and_somaxconn() {
         let mut events: Vec<Event> = (0..37).map(|i| srv("queue_overflow", i)).collect();
         events.push(srv("accepted", 100));
+        // The listening socket, as the live reader names it from /proc.
+        events.iter_mut().for_each(|e| e.listener = Some("0.0.0.0:81".parse().unwrap()));
         let mut facts = Facts::default();
         facts.listeners.push(ListenerFact {
             netns: NS_SRV,
@@ -1097,7 +1086,18 @@ mod tests {
             "{:?}",
             r.listeners[0]
         );
-        // No listener facts: the address the SYNs arrived on, max_qlen unknown.
+        // Another listener on the port (IPv6 only): its own row, never the IPv4 one's queue.
+        let mut v6 = srv("accepted", 200);
+        (v6.family, v6.saddr, v6.listener) =
+            (6, "fd00:7f0::2".parse().unwrap(), Some("[::]:81".parse().unwrap()));
+        let both: Vec<Event> = events.iter().cloned().chain([v6]).collect();
+        let r = report(&both, &facts);
+        let names: Vec<(&str, Option<u32>)> =
+            r.listeners.iter().map(|l| (l.listener.as_str(), l.max_qlen)).collect();
+        assert_eq!(names, [("0.0.0.0:81", Some(16)), ("[::]:81", None)]);
+        // No listener named (a recording made before events named it): the address the
+        // SYNs arrived on, max_qlen unknown.
+        events.iter_mut().for_each(|e| e.listener = None);
         let r = report(&events, &Facts::default());
         assert_eq!(
             r.listeners[0].verdict.sentence,

@@ -35,6 +35,10 @@ pub struct Event {
     /// The namespace's `ip netns` name, where it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns_name: Option<Arc<str>>,
+    /// Server: the listening socket the connection arrived at, named as `ss -ltn` names it
+    /// (`0.0.0.0:8080`, `[::]:8080`, or its own address), where it was found in /proc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<std::net::SocketAddr>,
     pub pid: u32,
     pub comm: Arc<str>,
     pub syn_data_bytes: u32,
@@ -343,6 +347,8 @@ pub struct EventRef<'a> {
     pub daddr: IpAddr,
     pub dport: u16,
     pub netns: u32,
+    /// [`Event::netns_name`]: what a server event's reader names (the `/` filter of `top`).
+    pub netns_name: Option<&'a str>,
     pub pid: u32,
     pub comm: &'a str,
     pub syn_data_bytes: u32,
@@ -350,6 +356,8 @@ pub struct EventRef<'a> {
     pub handshake_us: Option<u64>,
     pub stall_us: u64,
     pub cgroup_id: Option<u64>,
+    /// [`Event::listener`].
+    pub listener: Option<std::net::SocketAddr>,
     /// [`Event::container_label`].
     pub container: Option<&'a str>,
     /// When it happened, ns since the epoch ([`Timestamp::unix_ns`]): a number, so that
@@ -370,6 +378,7 @@ impl<'a> EventRef<'a> {
             daddr: addr(raw.family, &raw.daddr),
             dport: raw.dport,
             netns: raw.netns,
+            netns_name: None,
             pid: raw.pid,
             comm,
             syn_data_bytes: raw.syn_data_bytes,
@@ -377,6 +386,7 @@ impl<'a> EventRef<'a> {
             handshake_us: handshake_us(raw),
             stall_us: raw.stall_ns / 1000,
             cgroup_id: (raw.cgroup_id != 0).then_some(raw.cgroup_id),
+            listener: None,
             container: None,
             unix_ns: clock.to_unix_ns(raw.ts_ns),
         })
@@ -403,6 +413,7 @@ impl Event {
             dport: raw.dport,
             netns: raw.netns,
             netns_name: None,
+            listener: None,
             pid: raw.pid,
             comm: names.comm(&raw.comm).clone(),
             syn_data_bytes: raw.syn_data_bytes,
@@ -442,6 +453,7 @@ impl Event {
             daddr: self.daddr,
             dport: self.dport,
             netns: self.netns,
+            netns_name: self.netns_name.as_deref(),
             pid: self.pid,
             comm: &self.comm,
             syn_data_bytes: self.syn_data_bytes,
@@ -449,6 +461,7 @@ impl Event {
             handshake_us: self.handshake_us,
             stall_us: self.stall_us,
             cgroup_id: self.cgroup_id,
+            listener: self.listener,
             container: self.container_label(),
             unix_ns: self.ts.unix_ns(),
         }
@@ -500,6 +513,15 @@ impl Event {
     }
 }
 
+impl EventRef<'_> {
+    /// A server event's listener as every view names it: the listening socket `ss -ltn`
+    /// shows ([`Event::listener`]), else (not found, or a recording made before it was
+    /// recorded) the address the connection arrived at.
+    pub fn listener_name(&self) -> std::net::SocketAddr {
+        self.listener.unwrap_or(std::net::SocketAddr::new(self.saddr, self.sport))
+    }
+}
+
 /// An event with plain values, for unit tests to adjust with struct update syntax:
 /// client 198.18.0.1:40000 -> 198.18.0.2:8080 (reversed for a server), netns 1, pid 1.
 #[cfg(test)]
@@ -521,6 +543,7 @@ pub(crate) fn sample_event(role: Role, outcome: Outcome) -> Event {
         dport,
         netns: 1,
         netns_name: None,
+        listener: None,
         pid: 1,
         comm: "c".into(),
         syn_data_bytes: 0,

@@ -13,7 +13,7 @@ use tfo_trace_common::{counter, CountKey, Counts};
 use tokio::io::unix::AsyncFd;
 
 use super::{counts::KernelCounts, Clock, Event, EventRef, Interner, Role};
-use crate::kernel::listeners::OwnerCache;
+use crate::kernel::listeners::{ListenerNames, OwnerCache};
 
 /// tokio wants AsRawFd; aya's RingBuf offers AsFd.
 struct Ring(RingBuf<MapData>);
@@ -37,6 +37,7 @@ pub struct EventSource {
     /// Records that did not decode (a kernel/userspace mismatch): counted, never silent.
     pub malformed: u64,
     owners: OwnerCache,
+    listeners: ListenerNames,
     netns_names: NetnsNames,
     cgroups: super::cgroups::CgroupLearner,
     /// Events whose cgroup no one could name (`container: unknown`).
@@ -72,11 +73,15 @@ impl NetnsNames {
     }
 }
 
-/// A listener opened before we attached has no owner in the kernel map: ask /proc (its
-/// process and cgroup).
-fn name_listener_owner(owners: &mut OwnerCache, ev: &mut Event) {
-    if ev.role == Role::Server && ev.pid == 0 {
-        if let Some(owner) = owners.lookup(ev.netns, ev.sport) {
+/// A server event's listener, as `ss -ltn` names it; and its owner where the kernel map
+/// had none (a listener opened before we attached): both from /proc.
+fn name_listener(listeners: &mut ListenerNames, owners: &mut OwnerCache, ev: &mut Event) {
+    if ev.role != Role::Server {
+        return;
+    }
+    ev.listener = listeners.lookup(ev.netns, ev.pid, std::net::SocketAddr::new(ev.saddr, ev.sport));
+    if ev.pid == 0 {
+        if let Some(owner) = owners.lookup(ev.netns, ev.sport, ev.listener) {
             ev.pid = owner.pid;
             ev.comm = owner.comm.into();
             ev.cgroup_id = ev.cgroup_id.or(owner.cgroup_id);
@@ -106,6 +111,7 @@ impl EventSource {
             comms: Interner::default(),
             malformed: 0,
             owners: OwnerCache::default(),
+            listeners: ListenerNames::default(),
             netns_names: NetnsNames::default(),
             cgroups: super::cgroups::CgroupLearner::new(ebpf, cgroup_hooks)?,
             unnamed: 0,
@@ -119,7 +125,7 @@ impl EventSource {
         while let Some(item) = ring.next() {
             match Event::from_bytes(&item, self.clock, &mut self.comms) {
                 Ok(mut ev) => {
-                    name_listener_owner(&mut self.owners, &mut ev);
+                    name_listener(&mut self.listeners, &mut self.owners, &mut ev);
                     ev.netns_name = self.netns_names.name(ev.netns);
                     ev.name_cgroup(ev.cgroup_id.and_then(|id| learning.names.named(id)));
                     self.unnamed += u64::from(ev.cgroup.is_none());
@@ -139,12 +145,23 @@ impl EventSource {
     /// (the same listener owner and container), without making the event: what `top`
     /// counts, with no name cloned. Returns how many records were handed over.
     pub fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> u64 {
-        let EventSource { ring, clock, comms, malformed, owners, cgroups, unnamed, .. } = self;
+        let EventSource {
+            ring,
+            clock,
+            comms,
+            malformed,
+            owners,
+            listeners,
+            netns_names,
+            cgroups,
+            unnamed,
+            ..
+        } = self;
         let ring = &mut ring.get_mut().0;
         let mut learning = cgroups.names();
         let mut handed = 0;
         while let Some(item) = ring.next() {
-            let owner;
+            let (owner, ns_name);
             let mut e = match EventRef::from_bytes(&item, *clock, comms) {
                 Ok(e) => e,
                 Err(err) => {
@@ -153,12 +170,17 @@ impl EventSource {
                     continue;
                 }
             };
-            // As name_listener_owner and name_cgroup do for an event.
-            if e.role == Role::Server && e.pid == 0 {
-                owner = owners.lookup(e.netns, e.sport);
-                if let Some(o) = &owner {
-                    (e.pid, e.comm) = (o.pid, &o.comm);
-                    e.cgroup_id = e.cgroup_id.or(o.cgroup_id);
+            // As name_listener and name_cgroup do for an event.
+            if e.role == Role::Server {
+                e.listener = listeners.lookup(e.netns, e.pid, std::net::SocketAddr::new(e.saddr, e.sport));
+                ns_name = netns_names.name(e.netns);
+                e.netns_name = ns_name.as_deref();
+                if e.pid == 0 {
+                    owner = owners.lookup(e.netns, e.sport, e.listener);
+                    if let Some(o) = &owner {
+                        (e.pid, e.comm) = (o.pid, &o.comm);
+                        e.cgroup_id = e.cgroup_id.or(o.cgroup_id);
+                    }
                 }
             }
             e.container = match e.cgroup_id.and_then(|id| learning.names.named(id)) {

@@ -10,7 +10,8 @@
 //! The first line is the [`Header`]; every following line is one [`Event`] in the JSON of
 //! `trace --json`. The file is created mode 0600 (it names hosts, ports and processes) and
 //! flushed after every batch, so a crash loses at most the batch being written. Reading
-//! keeps every good line before the first bad one and says which line was bad.
+//! skips a bad line and reads on ([`BadLines`] counts them and keeps the first few); a
+//! header after line 1 (recordings joined with `cat a b`) starts a new segment.
 use std::{
     fs::{File, OpenOptions},
     io::{self, BufRead, BufReader, BufWriter, Write},
@@ -69,10 +70,31 @@ impl Header {
     }
 }
 
+/// Where `--record` writes, and whether an existing file may be replaced (`--force`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordTo {
+    pub path: PathBuf,
+    pub replace: bool,
+}
+
+/// Why `--record` refused its file: the user's to fix (a usage error, exit 2).
+#[derive(Debug)]
+pub struct RecordRefused(pub String);
+
+impl std::fmt::Display for RecordRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RecordRefused {}
+
 /// Writes a recording. Every [`Recorder::write_batch`] ends with a flush to the kernel.
 pub struct Recorder {
     out: BufWriter<File>,
     path: PathBuf,
+    /// This recorder made the file (removed again by [`Recorder::discard`]).
+    created: bool,
     /// Events written so far.
     pub events: u64,
 }
@@ -80,29 +102,104 @@ pub struct Recorder {
 impl Recorder {
     /// Creates (or truncates) `path` with mode 0600 and writes the header line.
     pub fn create(path: &Path, header: &Header) -> Result<Recorder> {
+        let mut r = Recorder::open(&RecordTo { path: path.to_path_buf(), replace: true })?;
+        r.write_header(header)?;
+        Ok(r)
+    }
+
+    /// Opens `to.path` for a recording, before anything is traced (the header follows
+    /// with [`Recorder::write_header`] once the backend is known). A tracer runs as root
+    /// and recordings go under /tmp: the last component is never followed if it is a
+    /// symbolic link (O_NOFOLLOW), and an existing file is replaced only with
+    /// `to.replace`. A FIFO or a terminal (`/dev/stdout`, a link to one included) is written
+    /// as it is, never truncated.
+    pub fn open(to: &RecordTo) -> Result<Recorder> {
+        let path = to.path.as_path();
+        let refused =
+            |why: String| anyhow::Error::new(RecordRefused(format!("--record {}: {why}", path.display())));
+        let new = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path);
+        let (file, created) = match new {
+            Ok(f) => (f, true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (Self::open_existing(to, &refused)?, false),
+            Err(e) => return Err(e).with_context(|| format!("creating the recording {}", path.display())),
+        };
+        Ok(Recorder { out: BufWriter::new(file), path: path.to_path_buf(), created, events: 0 })
+    }
+
+    /// What is already at `to.path`: a FIFO or character device (directly, or by a link,
+    /// as /dev/stdout is one) is written as it is; a regular file only with `to.replace`;
+    /// a link to anything else never.
+    fn open_existing(to: &RecordTo, refused: &dyn Fn(String) -> anyhow::Error) -> Result<File> {
+        use std::os::unix::fs::FileTypeExt as _;
+        let path = to.path.as_path();
+        let stream = |t: std::fs::FileType| t.is_fifo() || t.is_char_device();
+        let link = std::fs::symlink_metadata(path).with_context(|| format!("stat {}", path.display()))?;
+        if link.file_type().is_symlink() {
+            if !std::fs::metadata(path).is_ok_and(|m| stream(m.file_type())) {
+                return Err(refused(
+                    "is a symbolic link; refused (a tracer run as root must not write where a link points)"
+                        .into(),
+                ));
+            }
+            // Opened without O_CREAT or O_TRUNC: a link switched meanwhile to a file cannot
+            // harm it, and is caught by the check of what was opened.
+            let file = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            let opened = file.metadata().with_context(|| format!("stat {}", path.display()))?;
+            if !stream(opened.file_type()) {
+                return Err(refused("changed into a link to a file while opened; refused".into()));
+            }
+            return Ok(file);
+        }
+        if stream(link.file_type()) {
+            return OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+                .with_context(|| format!("opening {}", path.display()));
+        }
+        if !link.is_file() {
+            return Err(refused("is not a file".into()));
+        }
+        if !to.replace {
+            return Err(refused("the file exists; --force replaces it".into()));
+        }
         let file = OpenOptions::new()
             .write(true)
-            .create(true)
             .truncate(true)
-            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
-            .with_context(|| format!("creating the recording {}", path.display()))?;
-        // `mode` applies only to a file this call created: an existing regular file keeps its
-        // old permissions unless we set them. Devices and pipes (/dev/stdout) are left alone.
-        let meta = file.metadata().with_context(|| format!("stat {}", path.display()))?;
-        if meta.is_file() && meta.permissions().mode() & 0o777 != 0o600 {
-            file.set_permissions(std::fs::Permissions::from_mode(0o600))
-                .with_context(|| format!("chmod 0600 {}", path.display()))?;
-        }
-        let mut r = Recorder { out: BufWriter::new(file), path: path.to_path_buf(), events: 0 };
-        serde_json::to_writer(&mut r.out, header)
+            .with_context(|| format!("replacing the recording {}", path.display()))?;
+        // `mode` applies only to a file open() creates: a replaced one keeps its old
+        // permissions unless we set them (it names hosts, ports and processes).
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("chmod 0600 {}", path.display()))?;
+        Ok(file)
+    }
+
+    /// The header line, first in the file.
+    pub fn write_header(&mut self, header: &Header) -> Result<()> {
+        serde_json::to_writer(&mut self.out, header)
             .map_err(io::Error::from)
             .and_then(|()| {
-                r.out.write_all(b"\n")?;
-                r.out.flush()
+                self.out.write_all(b"\n")?;
+                self.out.flush()
             })
-            .with_context(|| format!("writing to the recording {}", path.display()))?;
-        Ok(r)
+            .with_context(|| format!("writing to the recording {}", self.path.display()))
+    }
+
+    /// Removes the file again if this recorder made it (nothing was traced into it).
+    pub fn discard(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 
     /// Appends one line per event and flushes.
@@ -124,7 +221,55 @@ impl Recorder {
     }
 }
 
-/// The first bad line of a recording; everything before it was used.
+/// The recordings `--from` names: files as given (`true`: in a folder), a folder's files
+/// (not hidden) by name. A file in a folder that is not a recording is skipped with a note
+/// by the caller; one named on its own is an error.
+pub fn recordings_named(from: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
+    let mut out = Vec::new();
+    for p in from {
+        if p.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading the folder {}", p.display()))?
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .map(|e| e.path())
+                .collect();
+            files.sort();
+            if files.is_empty() {
+                bail!("{}: no recordings in this folder", p.display());
+            }
+            out.extend(files.into_iter().map(|f| (f, true)));
+        } else {
+            out.push((p.clone(), false));
+        }
+    }
+    Ok(out)
+}
+
+/// The first file named twice (the same file: by a second path, a link, or its folder),
+/// as a usage error: its events would count twice.
+pub fn given_twice(named: &[(PathBuf, bool)]) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut seen: std::collections::HashMap<(u64, u64), &Path> = std::collections::HashMap::new();
+    for (path, _) in named {
+        let Ok(m) = std::fs::metadata(path) else { continue };
+        if let Some(first) = seen.insert((m.dev(), m.ino()), path) {
+            let how = if first == path.as_path() {
+                String::new()
+            } else {
+                format!(" (as {} and {})", first.display(), path.display())
+            };
+            return Some(format!(
+                "the recording {} is given twice{how}: its events would count twice",
+                path.display()
+            ));
+        }
+    }
+    None
+}
+
+/// A bad line of a recording: skipped, counted, and (the first few) named.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplayError {
     pub path: PathBuf,
@@ -139,8 +284,49 @@ impl ReplayError {
     }
 }
 
+/// The bad lines of one recording: how many were skipped, and the first
+/// [`BadLines::NAMED`] of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BadLines {
+    pub count: u64,
+    pub first: Vec<ReplayError>,
+}
+
+impl BadLines {
+    /// Bad lines named in the error line; the others are counted.
+    pub const NAMED: usize = 3;
+
+    pub fn add(&mut self, bad: ReplayError) {
+        self.count += 1;
+        if self.first.len() < Self::NAMED {
+            self.first.push(bad);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The error line: `FILE: 2 bad lines skipped, the other lines read: line 5: corrupt
+    /// event: ...; line 6: ...` (None without bad lines).
+    pub fn summary(&self) -> Option<String> {
+        let first = self.first.first()?;
+        let named: Vec<String> =
+            self.first.iter().map(|b| format!("line {}: {}", b.line, b.reason)).collect();
+        let more = self.count.saturating_sub(self.first.len() as u64);
+        let more = if more > 0 { format!("; and {more} more") } else { String::new() };
+        let lines = if self.count == 1 { "line" } else { "lines" };
+        Some(format!(
+            "{}: {} bad {lines} skipped, the other lines read: {}{more}",
+            first.path.display(),
+            self.count,
+            named.join("; ")
+        ))
+    }
+}
+
 /// The reason as one short line: it may quote the file (serde names an unknown outcome as
-/// written, newlines and all), and it ends up as the one error line on stderr.
+/// written, newlines and all), and it ends up in the one error line on stderr.
 fn one_line(text: &str) -> String {
     const MAX_CHARS: usize = 300;
     let mut out = String::new();
@@ -160,11 +346,16 @@ fn one_line(text: &str) -> String {
 
 /// Reads one line into `buf` (cleared first), `\n` included when there is one, but never
 /// more than [`MAX_LINE_BYTES`] + 1 bytes. `Ok(None)` at the end of the input,
-/// `Ok(Some(false))` for a line longer than the limit.
+/// `Ok(Some(false))` for a line longer than the limit (the rest of which is passed over,
+/// unread, up to its newline).
 fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> io::Result<Option<bool>> {
     buf.clear();
-    let n = io::Read::take(reader, MAX_LINE_BYTES as u64 + 1).read_until(b'\n', buf)?;
-    Ok((n > 0).then(|| n <= MAX_LINE_BYTES || buf.last() == Some(&b'\n')))
+    let n = io::Read::take(&mut *reader, MAX_LINE_BYTES as u64 + 1).read_until(b'\n', buf)?;
+    let fits = n <= MAX_LINE_BYTES || buf.last() == Some(&b'\n');
+    if n > 0 && !fits {
+        reader.skip_until(b'\n')?;
+    }
+    Ok((n > 0).then_some(fits))
 }
 
 fn too_long() -> String {
@@ -180,29 +371,62 @@ impl std::fmt::Display for ReplayError {
 impl std::error::Error for ReplayError {}
 
 /// Reads a recording. `Err` when the file cannot be read or its header (line 1) is not a
-/// recording this build understands; otherwise the header, every event up to the first bad
-/// line, and that line's error (a truncated last line, a corrupt line, a non-UTF-8 line).
-pub fn read_recording(path: &Path) -> Result<(Header, Vec<Event>, Option<ReplayError>)> {
+/// recording this build understands; otherwise the first header, every event (of every
+/// segment), and the bad lines skipped (a truncated last line, a corrupt line, a
+/// non-UTF-8 line).
+pub fn read_recording(path: &Path) -> Result<(Header, Vec<Event>, BadLines)> {
     let file = File::open(path).with_context(|| format!("opening the recording {}", path.display()))?;
     read_from(BufReader::new(file), path)
 }
 
 /// [`read_recording`] on any reader; `path` is only used in messages.
-pub fn read_from(reader: impl BufRead, path: &Path) -> Result<(Header, Vec<Event>, Option<ReplayError>)> {
-    let (header, mut events_in) = Events::start(reader, path)?;
+pub fn read_from(reader: impl BufRead, path: &Path) -> Result<(Header, Vec<Event>, BadLines)> {
+    let (header, lines) = Events::start(reader, path)?;
     let mut events = Vec::new();
-    for e in &mut events_in {
-        match e {
-            Ok(e) => events.push(e),
-            Err(bad) => return Ok((header, events, Some(bad))),
+    let mut bad = BadLines::default();
+    for line in lines {
+        match line {
+            Line::Event(e) => events.push(e),
+            Line::Header(_) => {}
+            Line::Bad(b) => bad.add(b),
         }
     }
-    Ok((header, events, None))
+    Ok((header, events, bad))
 }
 
-/// The events of a recording one at a time, so a replay of millions of events needs no
-/// more memory than the tables it fills. Ends after the first bad line, which it yields
-/// as the error.
+/// Every header of a recording (recordings joined with `cat a b` hold several), read
+/// without decoding the events between them.
+pub fn headers_in(path: &Path) -> Result<Vec<Header>> {
+    let file = File::open(path).with_context(|| format!("opening the recording {}", path.display()))?;
+    let mut reader = BufReader::new(file);
+    let (mut buf, mut headers) = (Vec::new(), Vec::new());
+    while let Some(fits) =
+        read_line(&mut reader, &mut buf).with_context(|| format!("reading {}", path.display()))?
+    {
+        let text = if fits { std::str::from_utf8(&buf).unwrap_or("") } else { "" };
+        if text.contains(HEADER_KEY) {
+            headers.extend(parse_header(text.as_bytes()).ok());
+        }
+    }
+    Ok(headers)
+}
+
+/// What a line of a recording holds.
+#[derive(Clone, Debug, PartialEq)]
+// Nearly every line is an event: boxing it would allocate once per event for the sake
+// of the rare header.
+#[allow(clippy::large_enum_variant)]
+pub enum Line {
+    Event(Event),
+    /// A header after the first line: recordings joined (`cat a b`), a new segment.
+    Header(Header),
+    /// Not readable: skipped, and read on.
+    Bad(ReplayError),
+}
+
+/// The lines of a recording one at a time, so a replay of millions of events needs no
+/// more memory than the tables it fills. A bad line is yielded as such and the reading
+/// goes on (only a read error of the file itself ends it).
 pub struct Events<R> {
     reader: R,
     path: PathBuf,
@@ -233,16 +457,18 @@ impl<R: BufRead> Events<R> {
         Ok((header, Events { reader, path: path.to_path_buf(), line_no: 1, buf, done: false }))
     }
 
-    fn bad(&mut self, reason: String) -> Option<std::result::Result<Event, ReplayError>> {
-        self.done = true;
-        Some(Err(ReplayError::new(&self.path, self.line_no, &reason)))
+    fn bad(&self, reason: String) -> Option<Line> {
+        Some(Line::Bad(ReplayError::new(&self.path, self.line_no, &reason)))
     }
 }
 
-impl<R: BufRead> Iterator for Events<R> {
-    type Item = std::result::Result<Event, ReplayError>;
+/// The key only a header has: a line with it that is no event is read as a header.
+const HEADER_KEY: &str = "\"tfo_trace_recording\"";
 
-    fn next(&mut self) -> Option<Self::Item> {
+impl<R: BufRead> Iterator for Events<R> {
+    type Item = Line;
+
+    fn next(&mut self) -> Option<Line> {
         while !self.done {
             self.line_no += 1;
             match read_line(&mut self.reader, &mut self.buf) {
@@ -252,16 +478,23 @@ impl<R: BufRead> Iterator for Events<R> {
                     self.done = true;
                     return None;
                 }
-                Err(e) => return self.bad(format!("read error: {e}")),
+                Err(e) => {
+                    self.done = true;
+                    return self.bad(format!("read error: {e}"));
+                }
             }
             let complete = self.buf.last() == Some(&b'\n');
-            let parsed = match std::str::from_utf8(&self.buf) {
+            let text = match std::str::from_utf8(&self.buf) {
                 Ok(t) if t.trim().is_empty() => continue,
-                Ok(t) => parse_event(t.trim()),
+                Ok(t) => t.trim(),
                 Err(_) => return self.bad("not UTF-8 text: corrupt".into()),
             };
-            return match parsed {
-                Ok(e) => Some(Ok(e)),
+            return match parse_event(text) {
+                Ok(e) => Some(Line::Event(e)),
+                Err(_) if text.contains(HEADER_KEY) => match parse_header(text.as_bytes()) {
+                    Ok(h) => Some(Line::Header(h)),
+                    Err(reason) => self.bad(reason),
+                },
                 Err(reason) if complete => self.bad(format!("corrupt event: {reason}")),
                 Err(reason) => self.bad(format!("truncated: the last line ends mid-record ({reason})")),
             };
@@ -383,7 +616,7 @@ mod tests {
         let (h, back, err) = read_recording(&p).unwrap();
         std::fs::remove_file(&p).unwrap();
         assert_eq!(mode, 0o600, "an existing file is made 0600 too");
-        assert_eq!(err, None);
+        assert!(err.is_empty());
         assert_eq!(h.tfo_trace_recording, 1);
         assert_eq!(h.backend, "tracepoint");
         assert!(parse_rfc3339(&h.start).is_some(), "{}", h.start);
@@ -397,6 +630,36 @@ mod tests {
     }
 
     #[test]
+    fn links_are_never_followed_and_files_replaced_only_when_asked() {
+        let dir = tmp("links");
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("precious");
+        std::fs::write(&target, "keep").unwrap();
+        let link = dir.join("link.jsonl");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let to = |p: &Path, replace| RecordTo { path: p.to_path_buf(), replace };
+        for replace in [false, true] {
+            let e = Recorder::open(&to(&link, replace)).err().unwrap();
+            assert!(e.is::<RecordRefused>() && e.to_string().contains("symbolic link"), "{e}");
+        }
+        let e = Recorder::open(&to(&target, false)).err().unwrap();
+        assert!(e.to_string().ends_with("the file exists; --force replaces it"), "{e}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        // A link to a terminal or a pipe, as /dev/stdout is, is written through.
+        let null = dir.join("null.jsonl");
+        std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+        let r = Recorder::open(&to(&null, false)).unwrap();
+        assert!(!r.created);
+        r.discard();
+        assert!(Path::new("/dev/null").exists());
+        let fresh = Recorder::open(&to(&dir.join("new.jsonl"), false)).unwrap();
+        assert!(fresh.created);
+        fresh.discard();
+        assert!(!dir.join("new.jsonl").exists(), "discarded: made by it, removed by it");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn truncated_last_line_keeps_the_good_ones() {
         let p = tmp("trunc");
         write_sample(&p, 6);
@@ -405,14 +668,15 @@ mod tests {
         let (_, back, err) = read_recording(&p).unwrap();
         std::fs::remove_file(&p).unwrap();
         assert_eq!(back.len(), 5);
-        let err = err.expect("truncation is reported");
+        assert_eq!(err.count, 1, "truncation is reported");
+        let err = &err.first[0];
         assert_eq!(err.line, 7);
         assert!(err.to_string().contains("line 7: truncated"), "{err}");
         assert!(!err.to_string().contains('\n'));
     }
 
     #[test]
-    fn corrupt_middle_line_stops_there() {
+    fn corrupt_middle_line_is_skipped_and_the_rest_read() {
         let p = tmp("corrupt");
         write_sample(&p, 6);
         let text = std::fs::read_to_string(&p).unwrap();
@@ -421,10 +685,34 @@ mod tests {
         std::fs::write(&p, lines.join("\n") + "\n").unwrap();
         let (_, back, err) = read_recording(&p).unwrap();
         std::fs::remove_file(&p).unwrap();
-        assert_eq!(back.len(), 2, "lines 2 and 3");
-        let err = err.unwrap();
-        assert_eq!(err.line, 4);
-        assert!(err.reason.starts_with("corrupt event"), "{err}");
+        assert_eq!(back.len(), 5, "lines 2, 3, 5, 6, 7");
+        assert_eq!(err.count, 1);
+        assert_eq!(err.first[0].line, 4);
+        assert!(err.first[0].reason.starts_with("corrupt event"), "{err:?}");
+        let summary = err.summary().unwrap();
+        assert!(
+            summary.contains(": 1 bad line skipped, the other lines read: line 4: corrupt event"),
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn many_bad_lines_name_the_first_few_and_a_second_header_is_a_segment() {
+        let h = serde_json::to_string(&Header::now("tracepoint")).unwrap();
+        let good = serde_json::to_string(&ev(0)).unwrap();
+        let data = format!("{h}\n{good}\n{}{h}\n{good}\n", "junk\n".repeat(5));
+        let (_, events, bad) = read_from(data.as_bytes(), Path::new("r")).unwrap();
+        assert_eq!(events.len(), 2, "the good line after the second header too");
+        assert_eq!((bad.count, bad.first.len()), (5, BadLines::NAMED));
+        let summary = bad.summary().unwrap();
+        assert!(
+            summary.starts_with("r: 5 bad lines skipped, the other lines read: line 3: corrupt"),
+            "{summary}"
+        );
+        assert!(summary.contains("; line 5: ") && summary.ends_with("; and 2 more"), "{summary}");
+        let (_, lines) = Events::start(data.as_bytes(), Path::new("r")).unwrap();
+        assert_eq!(lines.filter(|l| matches!(l, Line::Header(_))).count(), 1);
+        assert_eq!(BadLines::default().summary(), None);
     }
 
     #[test]
@@ -449,12 +737,12 @@ mod tests {
         data.extend_from_slice(b"\xff\xfe\n");
         let (_, back, err) = read_from(&data[..], Path::new("r")).unwrap();
         assert_eq!(back.len(), 1);
-        assert_eq!(err.unwrap().line, 3);
+        assert_eq!(err.first[0].line, 3);
         let bad_ts = good.replace("\"ts\":\"20", "\"ts\":\"x0");
         let data = format!("{h}\n{bad_ts}\n");
         let (_, back, err) = read_from(data.as_bytes(), Path::new("r")).unwrap();
         assert!(back.is_empty());
-        assert!(err.unwrap().reason.contains("bad time"));
+        assert!(err.first[0].reason.contains("bad time"));
     }
 
     #[test]
@@ -463,14 +751,14 @@ mod tests {
         let good = serde_json::to_string(&ev(0)).unwrap();
         let huge = format!("{h}\n{good}\n{}\n{good}\n", "x".repeat(MAX_LINE_BYTES + 1));
         let (_, back, err) = read_from(huge.as_bytes(), Path::new("r")).unwrap();
-        assert_eq!(back.len(), 1, "the line before; none after");
+        assert_eq!(back.len(), 2, "the line before and the one after, read past the long one");
         assert_eq!(
-            err.unwrap().to_string(),
+            err.first[0].to_string(),
             "r: line 3: line longer than 64 KiB: not a tfo-trace recording line (corrupt)"
         );
         let at_limit = format!("{h}\n{}\n", " ".repeat(MAX_LINE_BYTES));
         assert!(
-            read_from(at_limit.as_bytes(), Path::new("r")).unwrap().2.is_none(),
+            read_from(at_limit.as_bytes(), Path::new("r")).unwrap().2.is_empty(),
             "a line of the limit is read"
         );
         let e = read_from(format!("{}\n", "y".repeat(MAX_LINE_BYTES + 1)).as_bytes(), Path::new("r"))
@@ -480,11 +768,11 @@ mod tests {
         // serde quotes an unknown outcome as written: its newline must not split the error.
         let odd = good.replace("\"outcome\":\"", "\"outcome\":\"x\\n");
         let (_, _, err) = read_from(format!("{h}\n{odd}\n").as_bytes(), Path::new("r")).unwrap();
-        let err = err.unwrap().to_string();
+        let err = err.summary().unwrap();
         assert!(err.contains("unknown variant `x\\n") && !err.contains('\n'), "{err}");
         let long = good.replace("\"outcome\":\"", &format!("\"outcome\":\"{}", "z".repeat(5000)));
         let (_, _, err) = read_from(format!("{h}\n{long}\n").as_bytes(), Path::new("r")).unwrap();
-        assert!(err.unwrap().reason.len() < 400);
+        assert!(err.first[0].reason.len() < 400);
     }
 
     #[test]

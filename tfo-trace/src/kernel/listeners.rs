@@ -83,14 +83,16 @@ pub(crate) fn socket_fds(pid: u32) -> impl Iterator<Item = (i32, u64)> {
     })
 }
 
-/// Scans /proc once for the owner of a listener on (netns, port).
-pub fn find_owner(netns: u32, port: u16) -> Option<Owner> {
+/// Scans /proc once for the owner of a listener on (netns, port): the one bound to
+/// `listener` where it is known (`0.0.0.0:80` and `[::]:80` may have two owners).
+pub fn find_owner(netns: u32, port: u16, listener: Option<SocketAddr>) -> Option<Owner> {
     let in_ns: Vec<u32> = pids().filter(|&p| netns_of_pid(p) == Some(netns)).collect();
     let first = *in_ns.first()?;
     let mut inodes = Vec::new();
     for file in ["tcp", "tcp6"] {
         if let Ok(text) = fs::read_to_string(format!("/proc/{first}/net/{file}")) {
-            inodes.extend(listening_inodes(&text, port));
+            let ours = |a: &SocketAddr| listener.map_or(a.port() == port, |l| *a == l);
+            inodes.extend(parse_proc_listeners(&text).into_iter().filter(|(a, _)| ours(a)).map(|(_, i)| i));
         }
     }
     if inodes.is_empty() {
@@ -104,6 +106,8 @@ pub fn find_owner(netns: u32, port: u16) -> Option<Owner> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListenerOwner {
     pub netns: u32,
+    /// Its bound address, as `ss -ltn` shows it.
+    pub addr: SocketAddr,
     pub port: u16,
     pub pid: u32,
     pub comm: String,
@@ -129,6 +133,7 @@ pub fn every_listener_owner() -> Vec<ListenerOwner> {
                 let Some(&(owner, _)) = owners.get(&inode) else { continue };
                 out.push(ListenerOwner {
                     netns: ns,
+                    addr,
                     port: addr.port(),
                     pid: owner,
                     comm: comm_of(owner).unwrap_or_default(),
@@ -146,23 +151,84 @@ pub fn cgroup_of(pid: u32) -> Option<String> {
     text.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_string)
 }
 
+/// The listener a connection arrived at, by the name `ss -ltn` gives it: its bound
+/// address, among `listening` (the namespace's listeners), for the connection's local
+/// address. The same address and port first, else the wildcard of the connection's family
+/// (`0.0.0.0:P`, `[::]:P`), else for IPv4 a dual-stack `[::]:P` (which takes IPv4 as
+/// `::ffff:a.b.c.d`).
+pub fn listener_of(local: SocketAddr, listening: &[SocketAddr]) -> Option<SocketAddr> {
+    let on_port = || listening.iter().filter(|l| l.port() == local.port());
+    if let Some(exact) = on_port().find(|l| l.ip() == local.ip()) {
+        return Some(*exact);
+    }
+    let wildcard = |l: &&SocketAddr| l.ip().is_unspecified();
+    let same_family = on_port().filter(wildcard).find(|l| l.is_ipv4() == local.is_ipv4());
+    let dual_stack = || on_port().filter(wildcard).find(|l| local.is_ipv4() && l.is_ipv6());
+    same_family.or_else(dual_stack).copied()
+}
+
+/// Names listeners as [`listener_of`] does, remembering each: /proc is read once per
+/// listener and local address, not once per event.
+#[derive(Default)]
+pub struct ListenerNames {
+    known: HashMap<(u32, SocketAddr), SocketAddr>,
+    unknown: HashMap<(u32, SocketAddr), Instant>,
+}
+
+impl ListenerNames {
+    /// The listener of namespace `netns` that a connection to `local` arrived at; `pid`, a
+    /// process likely in that namespace (the listener's owner), spares a search for one.
+    pub fn lookup(&mut self, netns: u32, pid: u32, local: SocketAddr) -> Option<SocketAddr> {
+        let key = (netns, local);
+        if let Some(l) = self.known.get(&key) {
+            return Some(*l);
+        }
+        if self.unknown.get(&key).is_some_and(|t| t.elapsed() < NEGATIVE_TTL) {
+            return None;
+        }
+        let in_ns = Some(pid).filter(|&p| p != 0 && netns_of_pid(p) == Some(netns));
+        let found = in_ns
+            .or_else(|| pids().find(|&p| netns_of_pid(p) == Some(netns)))
+            .and_then(|p| listener_of(local, &listening_in(p)));
+        match found {
+            Some(l) => {
+                self.known.insert(key, l);
+            }
+            None => {
+                self.unknown.insert(key, Instant::now());
+            }
+        }
+        found
+    }
+}
+
+/// The listening sockets of the namespace process `pid` is in.
+fn listening_in(pid: u32) -> Vec<SocketAddr> {
+    ["tcp", "tcp6"]
+        .iter()
+        .filter_map(|f| fs::read_to_string(format!("/proc/{pid}/net/{f}")).ok())
+        .flat_map(|text| parse_proc_listeners(&text).into_iter().map(|(a, _)| a))
+        .collect()
+}
+
 /// Remembers owners so /proc is scanned once per listener, not once per event.
 #[derive(Default)]
 pub struct OwnerCache {
-    known: HashMap<(u32, u16), Owner>,
-    unknown: HashMap<(u32, u16), Instant>,
+    known: HashMap<(u32, u16, Option<SocketAddr>), Owner>,
+    unknown: HashMap<(u32, u16, Option<SocketAddr>), Instant>,
 }
 
 impl OwnerCache {
-    pub fn lookup(&mut self, netns: u32, port: u16) -> Option<Owner> {
-        let key = (netns, port);
+    /// The owner of the listener on `port` of `netns`, bound to `listener` where known.
+    pub fn lookup(&mut self, netns: u32, port: u16, listener: Option<SocketAddr>) -> Option<Owner> {
+        let key = (netns, port, listener);
         if let Some(o) = self.known.get(&key) {
             return Some(o.clone());
         }
         if self.unknown.get(&key).is_some_and(|t| t.elapsed() < NEGATIVE_TTL) {
             return None;
         }
-        match find_owner(netns, port) {
+        match find_owner(netns, port, listener) {
             Some(o) => {
                 self.known.insert(key, o.clone());
                 Some(o)
@@ -320,11 +386,27 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_is_given_the_listener_ss_names() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let both = [a("0.0.0.0:8082"), a("[::]:8082"), a("127.0.0.1:9000"), a("0.0.0.0:9000")];
+        assert_eq!(listener_of(a("10.253.0.2:8082"), &both), Some(a("0.0.0.0:8082")));
+        assert_eq!(listener_of(a("[fd53::2]:8082"), &both), Some(a("[::]:8082")), "not the IPv4 one");
+        assert_eq!(listener_of(a("127.0.0.1:9000"), &both), Some(a("127.0.0.1:9000")), "bound to it");
+        assert_eq!(listener_of(a("10.0.0.1:9000"), &both), Some(a("0.0.0.0:9000")));
+        assert_eq!(listener_of(a("[fd53::2]:9000"), &both), None, "no IPv6 listener on 9000");
+        // A dual-stack [::] alone takes IPv4 too, as it is or mapped.
+        let dual = [a("[::]:80")];
+        assert_eq!(listener_of(a("10.0.0.1:80"), &dual), Some(a("[::]:80")));
+        assert_eq!(listener_of(a("[::ffff:10.0.0.1]:80"), &dual), Some(a("[::]:80")));
+        assert_eq!(listener_of(a("10.0.0.1:81"), &dual), None);
+    }
+
+    #[test]
     fn finds_the_owner_of_a_listener_of_ours() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let netns = netns_of_pid(std::process::id()).unwrap();
-        let owner = find_owner(netns, port).expect("our own listener");
+        let owner = find_owner(netns, port, None).expect("our own listener");
         assert_eq!(owner.pid, std::process::id());
     }
 }

@@ -178,7 +178,7 @@ pub fn generate(args: &LoadArgs) -> Result<LoadReport> {
     let listeners: Arc<[TcpListener]> = (0..args.listeners)
         .map(|k| {
             let addr = SocketAddr::new(bind_ip, args.listen.port() + k as u16);
-            let l = tfo_listener(addr, args.tfo_queue, 4096, ACCEPT_POLL)?;
+            let l = tfo_listener(addr, args.tfo_queue, 4096, ACCEPT_POLL, false)?;
             l.set_nonblocking(true).context("O_NONBLOCK on a listener")?;
             Ok(l)
         })

@@ -45,6 +45,10 @@ pub struct ServerArgs {
     /// The server exits after this many seconds at most.
     #[arg(long, default_value_t = 300)]
     pub max_seconds: u64,
+    /// An IPv6 listener that takes IPv6 only (IPV6_V6ONLY), so that an IPv4 one can share
+    /// its port, as `[::]:80` and `0.0.0.0:80` of many servers do.
+    #[arg(long)]
+    pub v6_only: bool,
     /// A cgroup v2 directory the lab starts the server in (tests of container attribution).
     #[arg(skip)]
     pub cgroup: Option<PathBuf>,
@@ -52,12 +56,12 @@ pub struct ServerArgs {
 
 impl ServerArgs {
     pub fn new(listen: SocketAddr) -> Self {
-        ServerArgs { listen, tfo_queue: 0, reply_bytes: 64, max_seconds: 300, cgroup: None }
+        ServerArgs { listen, tfo_queue: 0, reply_bytes: 64, max_seconds: 300, v6_only: false, cgroup: None }
     }
 
     /// The flags of `tfo-trace lab-server` that reproduce these arguments.
     pub fn to_cli_args(&self) -> Vec<String> {
-        vec![
+        let mut args = vec![
             "--listen".into(),
             self.listen.to_string(),
             "--tfo-queue".into(),
@@ -66,7 +70,11 @@ impl ServerArgs {
             self.reply_bytes.to_string(),
             "--max-seconds".into(),
             self.max_seconds.to_string(),
-        ]
+        ];
+        if self.v6_only {
+            args.push("--v6-only".into());
+        }
+        args
     }
 }
 
@@ -186,7 +194,7 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
     if args.max_seconds == 0 {
         bail!("--max-seconds must be at least 1");
     }
-    let listener = tfo_listener(args.listen, args.tfo_queue, 128, ACCEPT_POLL)?;
+    let listener = tfo_listener(args.listen, args.tfo_queue, 128, ACCEPT_POLL, args.v6_only)?;
     let stop = Arc::new(AtomicBool::new(false));
     watch_stdin_pipe(Arc::clone(&stop));
 
@@ -204,7 +212,7 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => continue,
             Err(e) => {
                 // ECONNABORTED and the like: transient, the listener is still good.
-                eprintln!("lab-server: accept: {e}");
+                log::warn!("lab-server: accept: {e}");
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
@@ -238,7 +246,7 @@ fn serve_one(mut s: TcpStream, reply: &[u8]) {
     })();
     if let Err(e) = result {
         let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-        eprintln!("lab-server: connection from {peer}: {e}");
+        log::warn!("lab-server: connection from {peer}: {e}");
     }
 }
 

@@ -126,6 +126,7 @@ pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
         total_retrans: fixed(btf, "tcp_sock", &["total_retrans"], 4)?,
         bytes_sent: fixed(btf, "tcp_sock", &["bytes_sent"], 8)?,
         bytes_received: fixed(btf, "tcp_sock", &["bytes_received"], 8)?,
+        inet_sport: fixed(btf, "tcp_sock", &["inet_conn", "icsk_inet", "inet_sport"], 2)?,
         fastopen_connect: one_bit(btf, "tcp_sock", &["fastopen_connect"])?,
         syn_data: one_bit(btf, "tcp_sock", &["syn_data"])?,
         syn_fastopen: one_bit(btf, "tcp_sock", &["syn_fastopen"])?,

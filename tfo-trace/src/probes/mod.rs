@@ -330,6 +330,8 @@ fn prefill_listeners(ebpf: &mut Ebpf, opts: &LoadOptions) -> Result<()> {
     let mut table: aya::maps::HashMap<_, ListenerKey, ProcInfo> =
         aya::maps::HashMap::try_from(map).context("opening the LISTENERS map")?;
     let root = crate::kernel::cgroup::v2_mount();
+    // The process filters as the kernel decides them at listen().
+    let filter = crate::filter::EventFilter::new(opts.filter, &opts.cgroups);
     for l in crate::kernel::listeners::every_listener_owner() {
         let cgroup_dir = root.as_ref().zip(l.cgroup.as_ref()).map(|(r, p)| r.join(p.trim_start_matches('/')));
         let cgroup_id = cgroup_dir.as_ref().and_then(|d| std::fs::metadata(d).ok()).map_or(0, |m| {
@@ -339,29 +341,16 @@ fn prefill_listeners(ebpf: &mut Ebpf, opts: &LoadOptions) -> Result<()> {
         let mut comm = [0u8; TASK_COMM_LEN];
         let n = l.comm.len().min(TASK_COMM_LEN - 1);
         comm[..n].copy_from_slice(&l.comm.as_bytes()[..n]);
-        let selected = process_selected(&opts.filter, &opts.cgroups, l.pid, &comm, cgroup_dir.as_deref());
-        let key = ListenerKey { netns: l.netns, port: l.port, _pad: 0 };
+        let name = String::from_utf8_lossy(&comm[..n]);
+        let selected = filter.process_selected(l.pid, &name, l.cgroup.as_deref());
+        let family = if l.addr.is_ipv4() { tfo_trace_common::FAMILY_V4 } else { tfo_trace_common::FAMILY_V6 };
+        let key = ListenerKey::new(l.netns, l.port, family);
         let owner = ProcInfo { pid: l.pid, selected: u32::from(selected), comm, cgroup_id };
         // A full table (16,384 listeners) keeps the first ones: the rest are named in
         // userspace, as before.
         let _ = table.insert(key, owner, 0);
     }
     Ok(())
-}
-
-/// The process filters as the kernel decides them at listen(), for a process seen in /proc.
-fn process_selected(
-    f: &tfo_trace_common::Filter,
-    cgroups: &[std::path::PathBuf],
-    pid: u32,
-    comm: &[u8; tfo_trace_common::TASK_COMM_LEN],
-    cgroup: Option<&Path>,
-) -> bool {
-    let pids = &f.pids[..f.n_pids as usize];
-    let comms = &f.comms[..f.n_comms as usize];
-    (pids.is_empty() || pids.contains(&pid))
-        && (comms.is_empty() || comms.contains(comm))
-        && (cgroups.is_empty() || cgroup.is_some_and(|c| cgroups.iter().any(|want| c.starts_with(want))))
 }
 
 /// Loads and attaches `hooks` of an object already loaded, each step named on error.

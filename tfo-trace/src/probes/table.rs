@@ -456,6 +456,16 @@ pub fn kernel_counted(backend: Backend) -> impl Iterator<Item = &'static Blind> 
     blind_spots(backend).iter().filter(|b| b.counter.name().is_some())
 }
 
+/// The blind spots of `backend` that `--role`/`--outcome` ask for: what the filter selects
+/// and the backend will never show (none when no `--outcome` is given).
+pub fn blind_selected(backend: Backend, filter: &tfo_trace_common::Filter) -> Vec<&'static Blind> {
+    let role_selected = |r: Role| filter.roles == 0 || filter.roles & (1 << r as u8) != 0;
+    blind_spots(backend)
+        .iter()
+        .filter(|b| filter.outcomes & (1 << b.outcome as u8) != 0 && role_selected(b.role))
+        .collect()
+}
+
 /// Whether `backend` reports (role, outcome) at all.
 pub fn sees(backend: Backend, role: Role, outcome: Outcome) -> bool {
     hooks(backend).iter().any(|h| h.sees.contains(&(role, outcome)))
@@ -473,6 +483,20 @@ pub fn all_programs() -> impl Iterator<Item = &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outcomes_asked_for_and_never_shown() {
+        let mut f = tfo_trace_common::Filter::none();
+        assert!(blind_selected(Backend::Tracepoint, &f).is_empty(), "no --outcome: nothing asked for");
+        f.outcomes = 1 << CookieReceived as u8 | 1 << Accepted as u8;
+        let blind = blind_selected(Backend::Tracepoint, &f);
+        assert_eq!(blind.iter().map(|b| (b.role, b.outcome)).collect::<Vec<_>>(), [(Client, CookieReceived)]);
+        assert!(blind_selected(Backend::Fentry, &f).is_empty());
+        f.outcomes = 1 << CookieRequested as u8;
+        assert_eq!(blind_selected(Backend::Tracepoint, &f).len(), 1, "the server's");
+        f.roles = 1 << Client as u8;
+        assert!(blind_selected(Backend::Tracepoint, &f).is_empty(), "the client's is seen");
+    }
 
     #[test]
     fn tracepoint_backends_see_every_client_outcome_and_state_their_blind_spots() {

@@ -53,7 +53,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     // Privileges are checked (one clear line) before anything is created.
     let mut session = Session::start(&load, None)?;
 
-    eprintln!("tfo-trace demo: building the lab (2 namespaces, 2 destinations, 1 middlebox)");
+    crate::note!("tfo-trace demo: building the lab (2 namespaces, 2 destinations, 1 middlebox)")?;
     let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() })?;
     let _servers = (0..2)
         .flat_map(|i| [(i, false), (i, true)])
@@ -61,13 +61,13 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let dropped = lab.server_addr(1, false)?;
     lab.middlebox_drop_syn_data(Some(dropped))?;
-    eprintln!(
+    crate::note!(
         "tfo-trace demo: server {} is clean, {} sits behind a middlebox dropping SYN-data; \
          tracing for {:?} (Ctrl-C stops early)",
         lab.server_addr(0, false)?,
         dropped,
         args.duration
-    );
+    )?;
     let clients = start_traffic(&lab, &exe, args.duration)?;
 
     // `top` shows the lab: the live UI on a terminal, table snapshots otherwise. It stops
@@ -93,10 +93,12 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     for c in clients {
         c.kill();
     }
-    eprintln!("{}; lab removed", session.closing_line().replacen("tfo-trace:", "tfo-trace demo:", 1));
-    if let Some(line) = session.kernel_counted_line() {
-        eprintln!("{line}");
-    }
+    // Read before the lab's namespaces go: their counters are the last word on them.
+    let kernel_counted = session.kernel_counted_line();
     drop(lab);
+    crate::note!("{}; lab removed", session.closing_line().replacen("tfo-trace:", "tfo-trace demo:", 1))?;
+    if let Some(line) = kernel_counted {
+        crate::note!("{line}")?;
+    }
     Ok(())
 }

@@ -340,12 +340,11 @@ pub fn run(json: bool) -> anyhow::Result<()> {
     let can_load = privileges::check_tracing_privileges().is_ok();
     let report = diagnosis::diagnose(HostFacts::collect(), probes::verdicts(can_load));
     let mut out = io::stdout().lock();
-    if json {
-        render_json(&report, &mut out)?
+    crate::views::output::stdout_written(if json {
+        render_json(&report, &mut out)
     } else {
-        render_text(&report, &mut out)?
-    }
-    Ok(())
+        render_text(&report, &mut out)
+    })
 }
 
 #[cfg(test)]
@@ -415,7 +414,10 @@ mod tests {
         let mut out = Vec::new();
         render_text(&r, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        println!("{text}");
+        #[allow(clippy::print_stdout)] // the test's own output, shown when it fails
+        {
+            println!("{text}");
+        }
         assert!(text.starts_with("Kernel\n"));
         assert!(text.contains("\nPrivileges\n"));
         assert!(text.contains("\nTFO hook points (/proc/kallsyms)\n"));

@@ -124,10 +124,10 @@ fn check_textfile(path: &Path) -> Result<()> {
         bail!("--textfile {}: is a directory, expected a file name like tfo_trace.prom", path.display());
     }
     if path.extension().and_then(|e| e.to_str()) != Some("prom") {
-        eprintln!(
+        crate::note!(
             "tfo-trace: note: node_exporter's textfile collector only reads files ending in .prom ({})",
             path.display()
-        );
+        )?;
     }
     Ok(())
 }
@@ -153,7 +153,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     };
     let metrics = Metrics::new(&build, opts.breakdown);
     if let Some(p) = &opts.textfile {
-        eprintln!("tfo-trace: writing metrics to {} every {:?}", p.display(), opts.interval);
+        crate::note!("tfo-trace: writing metrics to {} every {:?}", p.display(), opts.interval)?;
     }
 
     // The HTTP server runs on its own tasks; a scrape asks this loop, which owns the
@@ -162,7 +162,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     let serving = listener.is_some();
     let server = match listener {
         Some(l) => {
-            eprintln!("tfo-trace: serving metrics on http://{}/metrics", l.local_addr()?);
+            crate::note!("tfo-trace: serving metrics on http://{}/metrics", l.local_addr()?)?;
             Some(tokio::spawn(serve(l, Scrapes(scrapes), connection_cap())))
         }
         None => None,
@@ -206,7 +206,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     if let Some(path) = &opts.textfile {
         write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
     }
-    session.say_closing();
+    session.say_closing()?;
     Ok(())
 }
 
@@ -273,7 +273,8 @@ fn connection_cap() -> usize {
     }
     let room = (limit.rlim_cur as usize).saturating_sub(in_use + SPARE_FDS).clamp(1, MAX_CONNECTIONS);
     if room < MAX_CONNECTIONS {
-        eprintln!(
+        // Said once at start; a closed stderr is noticed by the next note.
+        let _ = crate::note!(
             "tfo-trace: note: the fd limit ({}) leaves room for {room} HTTP connections at once",
             limit.rlim_cur
         );

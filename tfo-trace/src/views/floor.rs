@@ -13,10 +13,10 @@ pub async fn run(args: FloorArgs) -> Result<()> {
         bail!(crate::views::session::PrivilegeError(line));
     }
     let _ebpf = probes::load_floor(*backend)?;
-    eprintln!(
+    crate::note!(
         "tfo-trace: {} floor programs attached with the {backend} backend's attach points",
         probes::table::floor_hooks(*backend).len()
-    );
+    )?;
     Stop::new(args.duration)?.requested().await;
     Ok(())
 }

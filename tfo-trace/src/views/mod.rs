@@ -4,6 +4,8 @@ pub mod export;
 pub mod floor;
 pub mod logging;
 pub mod namespace_counters;
+pub mod output;
+pub mod replay;
 pub mod report;
 pub mod session;
 pub mod stalls;

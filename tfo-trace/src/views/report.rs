@@ -14,7 +14,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 use serde::Serialize;
 
 use crate::{
@@ -22,19 +22,23 @@ use crate::{
         grouping::GroupOptions,
         report::{Built, ReportBuilder, Rest, Summary},
         verdict::{
-            human_us, plural, thousands, DestinationReport, Facts, ListenerFact, ListenerReport,
+            human_us, plural, thousands, CachedDrops, DestinationReport, Facts, ListenerFact, ListenerReport,
             NamespaceFinding, Verdict,
         },
     },
     cli::{ReportArgs, ReportFormat},
-    events::record::{self, ReplayError},
+    events::record,
+    filter::EventFilter,
     kernel::{
         listeners,
         netstat::Netstat,
         sysctl::{self, TfoNamespace},
         tcp_metrics,
     },
-    views::session::Session,
+    views::{
+        replay::{Replay, Replayed},
+        session::Session,
+    },
 };
 
 /// Where the events came from: one recording, the live kernel, or (the top-level `source`
@@ -55,6 +59,11 @@ pub struct Source {
     pub events_lost: Option<u64>,
     /// Seconds traced; live only.
     pub window_s: Option<f64>,
+    /// Headers read in the recording for this host (recordings of it joined in one
+    /// file: `cat a b`); recordings only.
+    pub segments: Option<u32>,
+    /// Lines of the recording that could not be read, skipped (0 live).
+    pub bad_lines: u64,
 }
 
 #[derive(Serialize)]
@@ -68,9 +77,13 @@ struct JsonReport<'a> {
     rest: &'a Option<Rest>,
     listeners: &'a [ListenerReport],
     namespaces: &'a [NamespaceFinding],
-    /// The first bad line of a recording (everything before it is in the report).
+    /// Destinations the kernel's cache (ip tcp_metrics) remembers losing SYN-data to, with
+    /// no connection in the window (live only): not connections, and not in `destinations`.
+    kernel_cache: &'a [CachedDrops],
+    /// The error line of the first recording with bad lines (how many were skipped, the
+    /// first few named; every other line is in the report).
     replay_error: Option<String>,
-    /// The first bad line of each recording that has one.
+    /// The error line of each recording with bad lines.
     replay_errors: Vec<String>,
 }
 
@@ -89,51 +102,23 @@ pub fn run(args: ReportArgs) -> Result<()> {
         let (s, b) = rt.block_on(live(&args, group, top))?;
         (s, Vec::new(), b, Vec::new())
     } else {
-        from_recordings(&args.from, group, top)?
+        from_recordings(&args.from, &args.probe.filter.event_filter(), group, top)?
     };
     let mut out = io::stdout().lock();
-    let errors: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
     let r = Rendered { source: &source, sources: &sources, built: &built };
-    match render(&mut out, args.format, &r, &errors) {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
-        r => r.context("writing to stdout")?,
-    }
+    crate::views::output::stdout_written(render(&mut out, args.format, &r, &errors))?;
     match errors.len() {
         // Everything the good lines give is printed; each bad line is one error line.
         0 => Ok(()),
         1 => bail!("{}", errors[0]),
         _ => {
             for e in &errors[..errors.len() - 1] {
-                eprintln!("Error: {e}");
+                // A failure stays one, whether or not stderr is there to say so.
+                let _ = crate::note!("tfo-trace: error: {e}");
             }
             bail!("{}", errors[errors.len() - 1])
         }
     }
-}
-
-/// The recordings named: files as given, a folder's files (not hidden) by name. A file in a
-/// folder that is not a recording is skipped with a note; one named on its own is an error.
-fn recording_paths(from: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
-    let mut out = Vec::new();
-    for p in from {
-        if p.is_dir() {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("reading the folder {}", p.display()))?
-                .filter_map(|e| e.ok())
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-                .map(|e| e.path())
-                .collect();
-            files.sort();
-            if files.is_empty() {
-                bail!("{}: no recordings in this folder", p.display());
-            }
-            out.extend(files.into_iter().map(|f| (f, true)));
-        } else {
-            out.push((p.clone(), false));
-        }
-    }
-    Ok(out)
 }
 
 /// The name a recording's host goes by: its header's, else the file's name.
@@ -145,16 +130,44 @@ pub fn host_name(header: &record::Header, path: &Path) -> String {
     name.strip_suffix(".jsonl").map(str::to_string).unwrap_or(name)
 }
 
+/// A source for the recording `path` from one of its headers.
+fn recording_source(path: &Path, header: record::Header) -> Source {
+    Source {
+        kind: "recording",
+        path: Some(path.display().to_string()),
+        host: Some(host_name(&header, path)),
+        kernel: Some(header.kernel),
+        backend: Some(header.backend),
+        start: Some(header.start),
+        events: 0,
+        events_lost: None,
+        window_s: None,
+        segments: Some(1),
+        bad_lines: 0,
+    }
+}
+
+/// Every recording named, as the filter selects their events: one source per recording
+/// and host (recordings joined with `cat a b` hold several: a header of the same host
+/// starts a new segment of its source, one of another host a new source), and the error
+/// line of each recording with bad lines. A recording met twice is read twice and said.
 fn from_recordings(
     from: &[PathBuf],
+    filter: &EventFilter,
     group: GroupOptions,
     top: Option<usize>,
-) -> Result<(Source, Vec<Source>, Built, Vec<ReplayError>)> {
+) -> Result<(Source, Vec<Source>, Built, Vec<String>)> {
     let mut opened = Vec::new();
-    for (path, in_folder) in recording_paths(from)? {
-        match record::Events::open(&path) {
-            Ok((header, events)) => opened.push((path, header, events)),
-            Err(e) if in_folder => eprintln!("note: skipping {}: {e:#}", path.display()),
+    let mut hosts = std::collections::BTreeSet::new();
+    for (path, in_folder) in record::recordings_named(from)? {
+        match Replay::open(&path, filter.clone()) {
+            Ok((header, replay)) => {
+                // Several hosts make a fleet (namespace inodes then name nothing), also
+                // when joined in one file: its headers are read first.
+                hosts.extend(record::headers_in(&path)?.iter().map(|h| host_name(h, &path)));
+                opened.push((path, header, replay));
+            }
+            Err(e) if in_folder => crate::note!("note: skipping {}: {e:#}", path.display())?,
             Err(e) => return Err(e),
         }
     }
@@ -164,34 +177,56 @@ fn from_recordings(
             from.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
         );
     }
-    let fleet = opened.len() > 1;
+    let fleet = opened.len() > 1 || hosts.len() > 1;
     let mut b = ReportBuilder::new(group, fleet);
-    let mut sources = Vec::new();
+    let mut sources: Vec<Source> = Vec::new();
     let mut errors = Vec::new();
-    for (path, header, events) in opened {
-        let host_label = host_name(&header, &path);
-        let host = b.host(&host_label);
-        let mut n = 0u64;
-        for e in events {
-            match e {
-                Ok(e) => {
-                    b.add(&e, host);
-                    n += 1;
-                }
-                Err(bad) => errors.push(bad),
+    // Each segment's header, and where it was first met: the same one again is the same
+    // recording read twice.
+    let mut segments: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut seen_segment = |path: &Path, h: &record::Header| -> Result<()> {
+        let key = (host_name(h, path), h.start.clone());
+        let here = path.display().to_string();
+        match segments.get(&key) {
+            Some(first) => crate::note!(
+                "tfo-trace: warning: {here}: the recording of {} started {} appears twice (also in {first}): \
+                 its events count twice",
+                key.0,
+                key.1
+            )?,
+            None => {
+                segments.insert(key, here);
             }
         }
-        sources.push(Source {
-            kind: "recording",
-            path: Some(path.display().to_string()),
-            host: Some(host_label),
-            kernel: Some(header.kernel),
-            backend: Some(header.backend),
-            start: Some(header.start),
-            events: n,
-            events_lost: None,
-            window_s: None,
-        });
+        Ok(())
+    };
+    for (path, header, mut replay) in opened {
+        seen_segment(&path, &header)?;
+        let mut source = recording_source(&path, header);
+        let mut host = b.host(source.host.as_deref().unwrap_or_default());
+        let mut bad_before = 0;
+        while let Some(r) = replay.next() {
+            match r {
+                Replayed::Event(e) => {
+                    b.add(&e, host);
+                    source.events += 1;
+                }
+                Replayed::Header(h) => {
+                    seen_segment(&path, &h)?;
+                    if host_name(&h, &path) == source.host.as_deref().unwrap_or_default() {
+                        source.segments = source.segments.map(|n| n + 1);
+                        continue;
+                    }
+                    source.bad_lines = replay.bad.count - bad_before;
+                    bad_before = replay.bad.count;
+                    sources.push(std::mem::replace(&mut source, recording_source(&path, h)));
+                    host = b.host(source.host.as_deref().unwrap_or_default());
+                }
+            }
+        }
+        source.bad_lines = replay.bad.count - bad_before;
+        sources.push(source);
+        errors.extend(replay.bad.summary());
     }
     let backends: std::collections::BTreeSet<&str> =
         sources.iter().filter_map(|s| s.backend.as_deref()).collect();
@@ -217,6 +252,8 @@ fn from_recordings(
             events: sources.iter().map(|s| s.events).sum(),
             events_lost: None,
             window_s: None,
+            segments: None,
+            bad_lines: sources.iter().map(|s| s.bad_lines).sum(),
         }
     };
     Ok((source, sources, built, errors))
@@ -257,6 +294,8 @@ async fn live(args: &ReportArgs, group: GroupOptions, top: Option<usize>) -> Res
         events,
         events_lost: Some(session.lost()),
         window_s: Some(window_s),
+        segments: None,
+        bad_lines: 0,
     };
     Ok((src, built))
 }
@@ -415,6 +454,7 @@ pub fn render(w: &mut impl Write, format: ReportFormat, r: &Rendered, errors: &[
                 rest: &b.rest,
                 listeners: &b.listeners,
                 namespaces: &b.namespaces,
+                kernel_cache: &b.kernel_cache,
                 replay_error: errors.first().cloned(),
                 replay_errors: errors.to_vec(),
             };
@@ -554,7 +594,7 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     let s = &b.summary;
     writeln!(w, "tfo-trace report: {}", source_line(r.source, r.sources))?;
     let nothing =
-        s.groups == 0 && b.remembered.is_empty() && b.listeners.is_empty() && b.namespaces.is_empty();
+        s.groups == 0 && b.kernel_cache.is_empty() && b.listeners.is_empty() && b.namespaces.is_empty();
     if nothing {
         writeln!(w, "\nno TFO connections seen")?;
         return Ok(());
@@ -564,7 +604,7 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
         writeln!(w, "  {l}")?;
     }
     let rows = s.group_by.rows();
-    if s.groups > 0 || !b.remembered.is_empty() {
+    if s.groups > 0 {
         let cap = rows[..1].to_uppercase() + &rows[1..];
         let shown = if b.rest.is_some() {
             format!(", the {} that lost the most time of {}", thousands(s.shown), thousands(s.groups))
@@ -602,7 +642,23 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
         writeln!(w, "netns {}", n.netns)?;
         write_verdict_text(w, &n.verdict)?;
     }
+    if !b.kernel_cache.is_empty() {
+        writeln!(w, "\nFrom the kernel's TFO cache (ip tcp_metrics: no connection there in this window)")?;
+    }
+    for c in &b.kernel_cache {
+        writeln!(w, "{} (netns {})", c.destination, c.netns)?;
+        writeln!(w, "  {}", c.sentence)?;
+    }
     Ok(())
+}
+
+/// Time lost in a table cell, in the words the text report uses for none.
+fn lost_cell(us: u64) -> String {
+    if us == 0 {
+        "no time lost".into()
+    } else {
+        human_us(us)
+    }
 }
 
 /// `|` would end a table cell.
@@ -637,8 +693,8 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
                 d.accepted,
                 d.syn_data_dropped,
                 d.data_not_acked,
-                human_us(d.lost_us_total),
-                human_us(d.lost_us_per_stalled),
+                lost_cell(d.lost_us_total),
+                if d.stalled == 0 { "-".to_string() } else { human_us(d.lost_us_per_stalled) },
                 md(&d.verdict.sentence),
                 md(&strength_line(&d.verdict))
             )?;
@@ -679,6 +735,12 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
             }
         }
     }
+    if !b.kernel_cache.is_empty() {
+        writeln!(w, "\n## From the kernel's TFO cache (ip tcp_metrics)\n")?;
+        for c in &b.kernel_cache {
+            writeln!(w, "- {} (netns {}): {}", md(&c.destination), c.netns, md(&c.sentence))?;
+        }
+    }
     Ok(())
 }
 
@@ -714,6 +776,8 @@ mod tests {
             events,
             events_lost: None,
             window_s: None,
+            segments: Some(1),
+            bad_lines: 0,
         }
     }
 
@@ -734,6 +798,18 @@ mod tests {
         render(&mut out, format, &Rendered { source: &s, sources: std::slice::from_ref(&s), built }, errors)
             .unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn markdown_says_no_time_lost_as_the_text_does() {
+        let mut events = dropped3();
+        events.push(event("accepted", "198.18.0.2", 41000, 64, 0));
+        let b = build(&events, GroupBy::Destination, None);
+        let m = rendered(&b, ReportFormat::Markdown, &[]);
+        let healthy = m.lines().find(|l| l.starts_with("| 198.18.0.2:8080 ")).unwrap();
+        assert!(!healthy.contains("0 us"), "{healthy}");
+        assert!(healthy.contains("| no time lost | - |"), "{healthy}");
+        assert!(rendered(&b, ReportFormat::Text, &[]).contains("added latency: no time lost"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! backend runs), read the ring buffer, write every event to the `--record` file, stop on
 //! Ctrl-C, SIGTERM or `--duration` with what the kernel already wrote still delivered, and
 //! say at the end how many events came and every way one could have gone missing.
-use std::{ops::ControlFlow, path::Path, time::Duration};
+use std::{ops::ControlFlow, time::Duration};
 
 use anyhow::Result;
 
@@ -12,11 +12,11 @@ use crate::{
     events::{
         counts::KernelCounts,
         reader::EventSource,
-        record::{Header, Recorder},
+        record::{Header, RecordTo, Recorder},
         Event, EventRef,
     },
     probes::{self, LoadOptions, Tracer},
-    views::{namespace_counters::NamespaceCounters, stop::Stop},
+    views::{namespace_counters::NamespaceCounters, output::OutputClosed, stop::Stop},
 };
 
 pub struct Session {
@@ -31,18 +31,31 @@ pub struct Session {
 
 impl Session {
     /// Loads and attaches the programs after the privilege check, and opens the `--record`
-    /// file (its header names the backend that runs).
-    pub fn start(load: &LoadOptions, record: Option<&Path>) -> Result<Session> {
+    /// file (before loading: a file refused is said at once; its header names the backend
+    /// that runs).
+    pub fn start(load: &LoadOptions, record: Option<&RecordTo>) -> Result<Session> {
         check_privileges()?;
-        let mut tracer = probes::load(load)?;
-        let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok())?;
-        let recorder =
-            record.map(|p| Recorder::create(p, &Header::now(tracer.backend.name()))).transpose()?;
-        // The counters' baseline before "attached" is said: what happens after that line is
-        // counted by both the hooks and the counters.
-        let counters = NamespaceCounters::start(tracer.backend, &load.filter);
-        say_attached(&tracer, load);
-        Ok(Session { tracer, source, recorder, seen: 0, counters })
+        let mut recorder = record.map(Recorder::open).transpose()?;
+        let started = probes::load(load).and_then(|mut tracer| {
+            let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok())?;
+            if let Some(r) = &mut recorder {
+                r.write_header(&Header::now(tracer.backend.name()))?;
+            }
+            // The counters' baseline before "attached" is said: what happens after that
+            // line is counted by both the hooks and the counters.
+            let counters = NamespaceCounters::start(tracer.backend, &load.filter);
+            say_attached(&tracer, load)?;
+            Ok((tracer, source, counters))
+        });
+        match started {
+            Ok((tracer, source, counters)) => Ok(Session { tracer, source, recorder, seen: 0, counters }),
+            Err(e) => {
+                if let Some(r) = recorder {
+                    r.discard();
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Waits for events and appends them to `out` (and to the recording).
@@ -161,11 +174,8 @@ impl Session {
     /// follow, outcomes it could not count, not decodable; and where the recording is.
     pub fn closing_line(&self) -> String {
         let health = self.health();
-        let mut line = format!("tfo-trace: {} events, {} lost", self.seen, health.events_lost);
-        if let Ok(counts) = self.source.kernel_counts() {
-            let counted: u64 = counts.iter().map(|(_, _, _, c)| c.events).sum();
-            line.push_str(&format!(" ({counted} outcomes counted in the kernel)"));
-        }
+        let counted = self.source.kernel_counts().ok().map(|c| c.iter().map(|(_, _, _, c)| c.events).sum());
+        let mut line = format!("tfo-trace: {}", events_accounted(self.seen, &health, counted));
         let missed = health.hook_runs_missed;
         if missed > 0 {
             line.push_str(&format!(", {missed} hook runs missed by the kernel (recursion)"));
@@ -209,35 +219,66 @@ impl Session {
     }
 
     /// The closing line, then [`Session::kernel_counted_line`] if any, on stderr.
-    pub fn say_closing(&mut self) {
-        eprintln!("{}", self.closing_line());
+    pub fn say_closing(&mut self) -> Result<(), OutputClosed> {
+        crate::note!("{}", self.closing_line())?;
         if let Some(line) = self.kernel_counted_line() {
-            eprintln!("{line}");
+            crate::note!("{line}")?;
         }
+        Ok(())
     }
 }
 
-/// Says on stderr which backend runs and why any richer one was passed over.
-fn say_attached(tracer: &Tracer, load: &LoadOptions) {
+/// `40 events, 0 lost, 1 after the last read (41 outcomes counted in the kernel)`: the
+/// events delivered, those lost, and those the kernel counted after the view last read the
+/// ring buffer (a connection that ended as the view stopped), which add up to the kernel's
+/// count; or, where the kernel counted fewer (its namespace table full: said apart), the
+/// count alone.
+fn events_accounted(seen: u64, health: &Health, counted: Option<u64>) -> String {
+    let mut line = format!("{seen} events, {} lost", health.events_lost);
+    let Some(counted) = counted else { return line };
+    let unread = counted.saturating_sub(seen + health.events_lost);
+    if unread > 0 {
+        line.push_str(&format!(", {unread} after the last read"));
+    }
+    line.push_str(&format!(" ({counted} outcomes counted in the kernel)"));
+    line
+}
+
+/// Says on stderr which backend runs and why any richer one was passed over, how
+/// containers are learnt if not from the cgroup hooks, and what `--outcome` asks for that
+/// the backend cannot see.
+fn say_attached(tracer: &Tracer, load: &LoadOptions) -> Result<()> {
     if !tracer.skipped.is_empty() {
         let why: Vec<String> =
             tracer.skipped.iter().map(|s| format!("{}: {}", s.backend, s.reason)).collect();
-        eprintln!("tfo-trace: using the {} backend ({})", tracer.backend, why.join("; "));
+        crate::note!("tfo-trace: using the {} backend ({})", tracer.backend, why.join("; "))?;
     }
-    eprintln!(
+    crate::note!(
         "tfo-trace: {} programs attached with the {} backend in {} ms; Ctrl-C to stop",
         probes::table::hooks(tracer.backend).len(),
         tracer.backend,
         tracer.attach_time.as_millis()
-    );
+    )?;
     if let Err(why) = &tracer.cgroup_hooks {
         if !load.counts_only {
-            eprintln!(
+            crate::note!(
                 "tfo-trace: containers are named by walking the cgroup hierarchy, up to 2 s late \
                  (the cgroup hooks did not attach: {why})"
-            );
+            )?;
         }
     }
+    let blind = probes::table::blind_selected(tracer.backend, &load.filter);
+    if !blind.is_empty() {
+        let what: Vec<String> =
+            blind.iter().map(|b| format!("{} {} ({})", b.role.name(), b.outcome.name(), b.why)).collect();
+        crate::note!(
+            "tfo-trace: warning: the {} backend cannot see {}: --outcome shows none of it \
+             (`tfo-trace doctor` lists what each backend sees)",
+            tracer.backend,
+            what.join("; ")
+        )?;
+    }
+    Ok(())
 }
 
 /// The privileges tracing needs, as one line main prints alone.
@@ -256,3 +297,27 @@ impl std::fmt::Display for PrivilegeError {
 }
 
 impl std::error::Error for PrivilegeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_closing_counts_add_up() {
+        let lost = |events_lost| Health { events_lost, ..Health::default() };
+        assert_eq!(
+            events_accounted(40, &lost(0), Some(41)),
+            "40 events, 0 lost, 1 after the last read (41 outcomes counted in the kernel)"
+        );
+        assert_eq!(
+            events_accounted(40, &lost(2), Some(42)),
+            "40 events, 2 lost (42 outcomes counted in the kernel)"
+        );
+        assert_eq!(events_accounted(7, &lost(0), None), "7 events, 0 lost");
+        // Fewer counted than delivered: the namespace table was full (said apart).
+        assert_eq!(
+            events_accounted(9, &lost(0), Some(8)),
+            "9 events, 0 lost (8 outcomes counted in the kernel)"
+        );
+    }
+}

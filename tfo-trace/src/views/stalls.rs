@@ -16,7 +16,7 @@ use crate::{
         stall::{self, Cause, StallTally},
         verdict::human_us,
     },
-    events::{Event, Timestamp},
+    events::Event,
     probes::LoadOptions,
     views::session::Session,
 };
@@ -26,60 +26,21 @@ pub struct StallsOptions {
     pub json: bool,
     pub duration: Option<Duration>,
     /// `--record FILE`: every event (not only the stalls) also goes there.
-    pub record: Option<std::path::PathBuf>,
+    pub record: Option<crate::events::record::RecordTo>,
 }
 
+/// One stalled connection in JSON: its event as `trace --json` prints it (one schema for
+/// an event everywhere; its time lost is `stall_us`), and the cause.
 #[derive(Serialize)]
 struct StallLine<'a> {
-    ts: &'a Timestamp,
-    pid: u32,
-    comm: &'a str,
-    saddr: String,
-    daddr: String,
-    netns: u32,
+    #[serde(flatten)]
+    event: &'a Event,
     cause: Cause,
-    lost_us: u64,
-    retransmits: u32,
-    /// The process's cgroup and container, where known (as `trace --json` says them).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cgroup: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    container: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    container_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    container_name: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    container_runtime: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pod: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pod_namespace: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pod_uid: Option<&'a str>,
 }
 
 fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json: bool) -> io::Result<()> {
     if json {
-        let line = StallLine {
-            ts: &e.ts,
-            pid: e.pid,
-            comm: &e.comm,
-            saddr: e.source(),
-            daddr: e.destination(),
-            netns: e.netns,
-            cause,
-            lost_us,
-            retransmits: e.retransmits,
-            cgroup: e.cgroup.as_deref(),
-            container: e.container_label(),
-            container_id: e.container_id.as_deref(),
-            container_name: e.container_name.as_deref(),
-            container_runtime: e.container_runtime.as_deref(),
-            pod: e.pod.as_deref(),
-            pod_namespace: e.pod_namespace.as_deref(),
-            pod_uid: e.pod_uid.as_deref(),
-        };
+        let line = StallLine { event: e, cause };
         serde_json::to_writer(&mut *out, &line)?;
         writeln!(out)
     } else {
@@ -98,8 +59,19 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
     }
 }
 
+/// `1 stalled connection`, `2 stalled connections`.
+fn stalled_connections(n: u64) -> String {
+    crate::aggregation::verdict::plural(n, "stalled connection", "stalled connections")
+}
+
 fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -> io::Result<()> {
-    writeln!(out, "\n{:<28} {:>7} {:>11} {:>11}  CAUSES", "DESTINATION", "STALLS", "LOST", "PER_CONN")?;
+    // No table at all without a stall (the closing line says 0).
+    let stalled = per_dst.values().any(|d| d.stalls > 0);
+    if stalled {
+        writeln!(out, "\n{:<28} {:>7} {:>11} {:>11}  CAUSES", "DESTINATION", "STALLS", "LOST", "PER_CONN")?;
+    } else if per_dst.values().any(|d| d.extra_round_trips > 0) {
+        writeln!(out)?;
+    }
     for (dst, d) in per_dst.iter().filter(|(_, d)| d.stalls > 0) {
         let causes: Vec<String> = d.by_cause.iter().map(|(c, n)| format!("{}={n}", c.name())).collect();
         writeln!(
@@ -126,7 +98,7 @@ fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -
 }
 
 pub async fn run(opts: StallsOptions) -> Result<()> {
-    let mut session = Session::start(&opts.load, opts.record.as_deref())?;
+    let mut session = Session::start(&opts.load, opts.record.as_ref())?;
     // One write per batch, not per line (stdout alone is line-buffered).
     let mut out = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
     if !opts.json {
@@ -162,15 +134,16 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
         return Ok(());
     }
     if !opts.json {
-        write_summary(&mut out, &per_dst).context("writing to stdout")?;
+        crate::views::output::stdout_written(write_summary(&mut out, &per_dst))?;
     }
     let total: u64 = per_dst.values().map(|d| d.stalls).sum();
-    eprintln!(
-        "tfo-trace: {total} stalled connections; {}",
+    crate::note!(
+        "tfo-trace: {}; {}",
+        stalled_connections(total),
         session.closing_line().trim_start_matches("tfo-trace: ")
-    );
+    )?;
     if let Some(line) = session.kernel_counted_line() {
-        eprintln!("{line}");
+        crate::note!("{line}")?;
     }
     Ok(())
 }
@@ -178,7 +151,7 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{sample_event, Outcome, Role};
+    use crate::events::{sample_event, Outcome, Role, Timestamp};
     use std::net::{IpAddr, Ipv4Addr};
 
     fn ev(outcome: Outcome, host: u8, data: u32, stall_us: u64) -> Event {
@@ -195,6 +168,18 @@ mod tests {
             stall_us,
             ..sample_event(Role::Client, outcome)
         }
+    }
+
+    #[test]
+    fn no_stall_no_summary_table_and_counts_in_words() {
+        let mut per_dst: BTreeMap<String, StallTally> = BTreeMap::new();
+        per_dst.entry("198.18.0.2:443".into()).or_default().add(&ev(Outcome::Accepted, 2, 64, 0));
+        let mut out = Vec::new();
+        write_summary(&mut out, &per_dst).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "", "no header over no rows");
+        assert_eq!(stalled_connections(1), "1 stalled connection");
+        assert_eq!(stalled_connections(0), "0 stalled connections");
+        assert_eq!(stalled_connections(2), "2 stalled connections");
     }
 
     #[test]
@@ -217,8 +202,15 @@ mod tests {
             String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(lines.len(), 2, "one line per stall: {lines:?}");
         assert_eq!(lines[0]["cause"], "syn_data_dropped");
-        assert_eq!(lines[0]["lost_us"], 1_020_000);
+        assert_eq!(lines[0]["stall_us"], 1_020_000);
         assert_eq!(lines[1]["cause"], "cookie_request_dropped");
+        // One schema for an event everywhere (issue 31, item 12): `trace --json`'s object,
+        // plus the cause.
+        for (line, e) in lines.iter().zip([&events[0], &events[1]]) {
+            let mut line = line.clone();
+            line.as_object_mut().unwrap().remove("cause");
+            assert_eq!(line, serde_json::to_value(e).unwrap());
+        }
 
         let mut out = Vec::new();
         write_summary(&mut out, &per_dst).unwrap();

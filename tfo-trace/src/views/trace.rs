@@ -20,17 +20,75 @@ pub struct TraceOptions {
     /// Stop by itself after this long (scripts, tests); None = until Ctrl-C.
     pub duration: Option<Duration>,
     /// `--record FILE`: every event also goes there (see `events::record`).
-    pub record: Option<std::path::PathBuf>,
+    pub record: Option<crate::events::record::RecordTo>,
 }
 
-pub const HEADER: &str = "TIME                     ROLE   OUTCOME            PID     COMM             SOURCE                 DESTINATION            NETNS       DATA RTX HANDSHAKE     STALL  CONTAINER";
+/// Width of the SOURCE and DESTINATION columns: every IPv4 address:port fits
+/// (`255.255.255.255:65535` is 21); a wider (IPv6) one widens them ([`TextLines`]).
+const ADDR_WIDTH: usize = 22;
+
+/// The header line over columns of addresses `addr_width` wide.
+pub fn header(addr_width: usize) -> String {
+    format!(
+        "{:<24} {:<6} {:<18} {:<7} {:<16} {:<w$} {:<w$} {:<11} {:>4} {:>3} {:>9} {:>9}  CONTAINER",
+        "TIME",
+        "ROLE",
+        "OUTCOME",
+        "PID",
+        "COMM",
+        "SOURCE",
+        "DESTINATION",
+        "NETNS",
+        "DATA",
+        "RTX",
+        "HANDSHAKE",
+        "STALL",
+        w = addr_width
+    )
+}
+
+/// `trace`'s text lines, in columns under their header. An address wider than its column
+/// (a long IPv6 one) widens the column for the rest of the run, and the header is printed
+/// again above the line that needed it: every column stays under its title.
+pub struct TextLines {
+    addr_width: usize,
+}
+
+impl Default for TextLines {
+    fn default() -> Self {
+        TextLines { addr_width: ADDR_WIDTH }
+    }
+}
+
+impl TextLines {
+    pub fn header(&self) -> String {
+        header(self.addr_width)
+    }
+
+    /// Appends `e`'s line (after the header again, if its addresses widen the columns).
+    pub fn write(&mut self, buf: &mut Vec<u8>, ts: &Timestamp, e: &EventRef<'_>) {
+        // IPv4 always fits: only an IPv6 address is measured.
+        let width = |ip: IpAddr, port: u16| match ip {
+            IpAddr::V4(_) => 0,
+            IpAddr::V6(_) => std::net::SocketAddr::new(ip, port).to_string().len(),
+        };
+        let needed = width(e.saddr, e.sport).max(width(e.daddr, e.dport));
+        if needed > self.addr_width {
+            self.addr_width = needed;
+            buf.extend_from_slice(self.header().as_bytes());
+            buf.push(b'\n');
+        }
+        write_text_line(buf, ts, e, self.addr_width);
+    }
+}
 
 /// Appends one event's text line (with its newline) to `buf`, the event seen as
-/// [`Event::view`] sees it and its time `ts`. `trace` prints every event of a busy host:
-/// columns are padded and integers written by hand into one buffer per batch, because
-/// core::fmt's padding and a String per field were most of its CPU; and the line is made
-/// from the view of the ring-buffer record (no [`Event`] made and dropped per line).
-pub fn write_text_line(buf: &mut Vec<u8>, ts: &Timestamp, e: &EventRef<'_>) {
+/// [`Event::view`] sees it and its time `ts`, its addresses in columns `addr_width` wide.
+/// `trace` prints every event of a busy host: columns are padded and integers written by
+/// hand into one buffer per batch, because core::fmt's padding and a String per field were
+/// most of its CPU; and the line is made from the view of the ring-buffer record (no
+/// [`Event`] made and dropped per line).
+pub fn write_text_line(buf: &mut Vec<u8>, ts: &Timestamp, e: &EventRef<'_>, addr_width: usize) {
     let start = buf.len();
     let mut line = Columns { buf, start };
     line.left_time(ts, 24);
@@ -38,8 +96,8 @@ pub fn write_text_line(buf: &mut Vec<u8>, ts: &Timestamp, e: &EventRef<'_>) {
     line.left(e.outcome.name(), 18);
     line.left_int(e.pid, 7);
     line.left(if e.comm.is_empty() { "-" } else { e.comm }, 16);
-    line.left_addr(e.saddr, e.sport, 22);
-    line.left_addr(e.daddr, e.dport, 22);
+    line.left_addr(e.saddr, e.sport, addr_width);
+    line.left_addr(e.daddr, e.dport, addr_width);
     line.left_int(e.netns, 11);
     line.right_int(e.syn_data_bytes, 4);
     line.right_int(e.retransmits, 3);
@@ -165,8 +223,8 @@ fn chars(text: &str) -> usize {
 
 /// [`write_text_line`] as a String, without the newline.
 pub fn text_line(e: &Event) -> String {
-    let mut line = Vec::with_capacity(HEADER.len() + 16);
-    write_text_line(&mut line, &e.ts, &e.view());
+    let mut line = Vec::with_capacity(200);
+    write_text_line(&mut line, &e.ts, &e.view(), ADDR_WIDTH);
     line.pop();
     String::from_utf8(line).expect("every field is UTF-8")
 }
@@ -174,7 +232,7 @@ pub fn text_line(e: &Event) -> String {
 /// Writes a batch of events as JSON lines, in one write (text lines are written from the
 /// ring buffer's records, in [`run`]).
 fn write_json_events(out: &mut impl Write, events: &[Event]) -> io::Result<()> {
-    let mut buf = Vec::with_capacity(events.len() * (HEADER.len() + 16));
+    let mut buf = Vec::with_capacity(events.len() * 200);
     for e in events {
         serde_json::to_writer(&mut buf, e)?;
         buf.push(b'\n');
@@ -189,7 +247,7 @@ fn write_batch(out: &mut impl Write, lines: &[u8]) -> io::Result<()> {
 }
 
 pub async fn run(opts: TraceOptions) -> Result<()> {
-    let mut session = Session::start(&opts.load, opts.record.as_deref())?;
+    let mut session = Session::start(&opts.load, opts.record.as_ref())?;
     // One write per batch: the batch's lines go to stdout at once, which its line
     // buffering passes through whole (no syscall per line, no copy).
     let mut stdout = io::stdout().lock();
@@ -201,13 +259,13 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
     if opts.json {
         session.run(opts.duration, |batch| flow(write_json_events(&mut stdout, batch))).await?;
     } else {
-        writeln!(stdout, "{HEADER}").context("writing to stdout")?;
+        let mut text = TextLines::default();
+        crate::views::output::stdout_written(writeln!(stdout, "{}", text.header()))?;
         let mut lines = Vec::new();
         session
             .on_each_wakeup(opts.duration, |session| {
                 lines.clear();
-                session
-                    .drain_each(|e| write_text_line(&mut lines, &Timestamp::from_unix_ns(e.unix_ns), &e))?;
+                session.drain_each(|e| text.write(&mut lines, &Timestamp::from_unix_ns(e.unix_ns), &e))?;
                 if lines.is_empty() {
                     return Ok(ControlFlow::Continue(()));
                 }
@@ -215,7 +273,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
             })
             .await?;
     }
-    session.say_closing();
+    session.say_closing()?;
     Ok(())
 }
 
@@ -246,6 +304,59 @@ mod tests {
             millis(e.stall_us),
             e.container_name().unwrap_or_else(|| "-".into()),
         )
+    }
+
+    /// Long IPv6 addresses (issue 31, item 12): every column of every line starts where
+    /// its title does in the header line printed above it.
+    #[test]
+    fn long_addresses_keep_the_columns_under_their_titles() {
+        let long = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let events = [
+            sample_event(Role::Client, Outcome::Accepted),
+            Event {
+                saddr: long("fd00:7f0:1234:5678:9abc:def0:1234:5678"),
+                daddr: long("fd00:7f0:1234:5678:9abc:def0:1234:9999"),
+                sport: 65535,
+                ..sample_event(Role::Client, Outcome::Accepted)
+            },
+            sample_event(Role::Server, Outcome::Accepted),
+        ];
+        let mut lines = TextLines::default();
+        let mut out = Vec::new();
+        out.extend_from_slice(lines.header().as_bytes());
+        out.push(b'\n');
+        for e in &events {
+            lines.write(&mut out, &e.ts, &e.view());
+        }
+        let text = String::from_utf8(out).unwrap();
+        let mut header = "";
+        for l in text.lines() {
+            if l.starts_with("TIME") {
+                header = l;
+                continue;
+            }
+            for title in ["DESTINATION", "NETNS", "DATA", "CONTAINER"] {
+                let at = header.find(title).unwrap();
+                let before = l.as_bytes()[at - 1];
+                assert_eq!(before, b' ', "{title} column of {l:?} under {header:?}");
+            }
+            let at = header.find("NETNS").unwrap();
+            assert!(l[at..].starts_with("1 "), "{title}: {l:?} under {header:?}", title = "NETNS");
+        }
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("TIME")).count(),
+            2,
+            "the header again, wider: {text}"
+        );
+    }
+
+    #[test]
+    fn the_header_of_the_usual_width_is_unchanged() {
+        assert_eq!(
+            header(ADDR_WIDTH),
+            "TIME                     ROLE   OUTCOME            PID     COMM             SOURCE                 \
+             DESTINATION            NETNS       DATA RTX HANDSHAKE     STALL  CONTAINER"
+        );
     }
 
     #[test]

@@ -50,6 +50,25 @@ impl Drop for TempFile {
     }
 }
 
+/// A folder in the temporary directory, named after the test process, made empty; deleted
+/// with everything in it on drop, also when the test fails.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("tfo-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Kernel tests need root (namespaces, BPF). Says why when they skip.
 pub fn skip_reason() -> Option<String> {
     // SAFETY: geteuid has no preconditions.

@@ -50,7 +50,7 @@ pub struct TopOptions {
     /// Groups kept per table (least recently seen evicted beyond it).
     pub max_groups: usize,
     /// `--record FILE`: every live event also goes there.
-    pub record: Option<std::path::PathBuf>,
+    pub record: Option<crate::events::record::RecordTo>,
     /// `--from FILE`: the tables of a recording instead of live events.
     pub from: Option<std::path::PathBuf>,
 }
@@ -164,25 +164,21 @@ impl EventFeed for Session {
 }
 
 /// Recorded events, delivered a chunk at a time (a recording may hold millions).
-pub struct Replay<I> {
+pub struct Recorded<I> {
     events: I,
     done: bool,
-    /// The first bad line of the recording, if any: reported after the tables.
-    pub error: Option<crate::events::record::ReplayError>,
 }
 
 /// Events counted per batch when replaying.
 const REPLAY_CHUNK: usize = 4096;
 
-impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::ReplayError>>> Replay<I> {
+impl<I: Iterator<Item = Event>> Recorded<I> {
     pub fn new(events: I) -> Self {
-        Replay { events, done: false, error: None }
+        Recorded { events, done: false }
     }
 }
 
-impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::ReplayError>>> EventFeed
-    for Replay<I>
-{
+impl<I: Iterator<Item = Event>> EventFeed for Recorded<I> {
     async fn next_batch(&mut self, model: &mut TopModel) -> Result<()> {
         if self.done {
             std::future::pending::<()>().await;
@@ -192,12 +188,7 @@ impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::Replay
     fn drain(&mut self, model: &mut TopModel) -> Result<()> {
         for _ in 0..REPLAY_CHUNK {
             match self.events.next() {
-                Some(Ok(e)) => model.add(&e),
-                Some(Err(bad)) => {
-                    self.error = Some(bad);
-                    self.done = true;
-                    break;
-                }
+                Some(e) => model.add(&e),
                 None => {
                     self.done = true;
                     break;
@@ -214,15 +205,16 @@ impl<I: Iterator<Item = std::result::Result<Event, crate::events::record::Replay
     }
 }
 
-/// `top --from FILE`: every good line of the recording, then its first bad line as the error.
+/// `top --from FILE`: the tables of every good line of the recording (of every segment,
+/// as the filter flags select them), then one error line for the bad ones.
 async fn run_from(path: &std::path::Path, opts: &TopOptions) -> Result<()> {
-    let (header, events) = crate::events::record::Events::open(path)?;
+    let filter = crate::filter::EventFilter::new(opts.load.filter, &opts.load.cgroups);
+    let (header, mut replay) = crate::views::replay::Replay::open(path, filter)?;
     let info = HeaderInfo::new(format!("{} (recorded on {})", header.backend, header.host), opts.interval);
-    let mut replay = Replay::new(events);
-    let seen = run_on(&mut replay, opts, info).await?;
-    eprintln!("tfo-trace: {seen} events from {}", path.display());
-    match replay.error {
-        Some(e) => Err(anyhow::anyhow!("{e}")),
+    let seen = run_on(&mut Recorded::new(replay.events()), opts, info).await?;
+    crate::note!("tfo-trace: {seen} events from {}", path.display())?;
+    match replay.bad.summary() {
+        Some(line) => Err(anyhow::anyhow!(line)),
         None => Ok(()),
     }
 }
@@ -232,18 +224,24 @@ pub async fn run(opts: TopOptions) -> Result<()> {
     if let Some(path) = &opts.from {
         return run_from(path, &opts).await;
     }
-    let mut session = Session::start(&opts.load, opts.record.as_deref())?;
+    let mut session = Session::start(&opts.load, opts.record.as_ref())?;
     let info = HeaderInfo::new(session.tracer.backend.to_string(), opts.interval);
-    run_on(&mut session, &opts, info).await?;
-    session.say_closing();
-    Ok(())
+    let ended = run_on(&mut session, &opts, info).await;
+    // A closed stdout ends the tables, not the closing line (as in `trace`).
+    if let Err(e) = &ended {
+        if !crate::views::output::is_output_closed(e) {
+            return ended.map(drop);
+        }
+    }
+    session.say_closing()?;
+    ended.map(drop)
 }
 
 /// `top` over recorded events (for `top --from FILE`): the same tables, UI and output.
 /// With a terminal the UI stays until `q`; in batch/JSON mode one snapshot is printed.
 /// `info.backend` names where the events came from (the recording's backend).
 pub async fn run_model_on(events: Vec<Event>, opts: &TopOptions, info: HeaderInfo) -> Result<u64> {
-    run_on(&mut Replay::new(events.into_iter().map(Ok)), opts, info).await
+    run_on(&mut Recorded::new(events.into_iter()), opts, info).await
 }
 
 fn now_rfc3339() -> String {
@@ -279,9 +277,7 @@ pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: Hea
                     printed_events = Some(model.events);
                     let snap = refresh(&mut model, feed, &mut clock);
                     printed_counted = snap.kernel_counted.clone();
-                    if !print(&mut out, &snap, &info, opts)? {
-                        return Ok(model.events);
-                    }
+                    print(&mut out, &snap, &info, opts)?;
                 }
                 _ = stop.requested() => done = true,
             }
@@ -418,16 +414,13 @@ fn refresh<F: EventFeed>(model: &mut TopModel, feed: &mut F, clock: &mut Refresh
     snap
 }
 
-/// Prints one snapshot; false when stdout is gone (a closed pipe ends `top` quietly).
-fn print(out: &mut impl io::Write, snap: &Snapshot, info: &HeaderInfo, opts: &TopOptions) -> Result<bool> {
+/// Prints one snapshot; a closed stdout is [`crate::views::output::OutputClosed`], which
+/// ends `top` quietly.
+fn print(out: &mut impl io::Write, snap: &Snapshot, info: &HeaderInfo, opts: &TopOptions) -> Result<()> {
     let ts = now_rfc3339();
-    let r = if opts.json {
+    crate::views::output::stdout_written(if opts.json {
         batch::write_json(out, &ts, snap, info, opts.sort, &opts.filter)
     } else {
         batch::write_text(out, &ts, snap, info, opts.sort, &opts.filter)
-    };
-    match r {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
-        r => r.context("writing to stdout").map(|()| true),
-    }
+    })
 }

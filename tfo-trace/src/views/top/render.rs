@@ -93,59 +93,84 @@ pub fn draw(frame: &mut Frame, snap: &Snapshot, ui: &UiState, info: &HeaderInfo)
     } else {
         draw_table(frame, snap, ui, ui.view, parts[3], &st);
     }
-    frame.render_widget(Paragraph::new(footer_line(ui, &st)), parts[4]);
+    frame.render_widget(Paragraph::new(footer_line(ui, area.width, &st)), parts[4]);
     if ui.help {
         draw_help(frame, area);
     }
 }
 
+/// The parts of a line that fit in `width`, in their order: while they do not, the least
+/// needed part (the highest `need`) goes, whole. A narrow terminal never cuts a word.
+fn fit(parts: Vec<(u8, Span<'static>)>, width: usize) -> Line<'static> {
+    let mut parts = parts;
+    while parts.iter().map(|(_, s)| s.width()).sum::<usize>() > width {
+        let Some(least) = parts.iter().enumerate().max_by_key(|(i, (need, _))| (*need, *i)).map(|(i, _)| i)
+        else {
+            break;
+        };
+        if parts[least].0 == 0 {
+            break; // what is always said; the terminal cuts the rest
+        }
+        parts.remove(least);
+    }
+    Line::from(parts.into_iter().map(|(_, s)| s).collect::<Vec<_>>())
+}
+
 /// Header lines: title, client totals, server totals, now; then, where the backend takes
 /// outcomes from the namespaces' counters, one line of those.
 fn header_lines(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -> Vec<Line<'static>> {
-    // Most important first: what is cut at 80 columns is the sysctl's spelled-out bits.
+    // Each part with how much it is needed (0: always): a narrow terminal drops the least
+    // needed parts whole, the sysctl's spelled-out bits first.
     let lost_style = if info.lost > 0 { st.alert } else { Style::default() };
     let first = vec![
-        Span::styled("tfo-trace top", st.bold),
-        Span::raw(format!("  backend {}", info.backend)),
-        Span::styled(format!("  lost {}", info.lost), lost_style),
-        Span::raw(format!("  evicted {}", snap.evicted())),
-        Span::raw(format!("  tcp_fastopen {}", info.fastopen_text())),
+        (0, Span::styled("tfo-trace top", st.bold)),
+        (1, Span::raw(format!("  backend {}", info.backend))),
+        (0, Span::styled(format!("  lost {}", info.lost), lost_style)),
+        (2, Span::raw(format!("  evicted {}", snap.evicted()))),
+        (3, Span::raw(format!("  tcp_fastopen {}", info.fastopen_text()))),
     ];
     let c = &snap.client;
     // `*`: the number comes from the namespaces' counters (see the `kernel*` line).
     let k = |role, outcome| if snap.kernel_counted.counts(role, outcome) { "*" } else { "" };
     let stalls = Span::styled(
-        format!("{} stalls {} lost", c.stalls, fmt_us(c.stall_us)),
+        format!("  {} stalls {} lost", c.stalls, fmt_us(c.stall_us)),
         if c.stalls > 0 { st.alert } else { Style::default() },
     );
     let p99 = c.p99_us.map(fmt_us).unwrap_or_else(|| "-".into());
-    let client = Line::from(vec![
-        Span::styled("client ", st.bold),
-        Span::raw(format!(
-            "{} conns  {} accepted  {} cookie  {} not_acked  ",
-            c.attempts, c.accepted, c.cookie_requests, c.data_not_acked
-        )),
-        stalls,
-        Span::raw(format!("  p99 {p99}")),
-    ]);
+    let client = vec![
+        (0, Span::styled("client ", st.bold)),
+        (0, Span::raw(format!("{} conns", c.attempts))),
+        (1, Span::raw(format!("  {} accepted", c.accepted))),
+        (3, Span::raw(format!("  {} cookie", c.cookie_requests))),
+        (3, Span::raw(format!("  {} not_acked", c.data_not_acked))),
+        (0, stalls),
+        (2, Span::raw(format!("  p99 {p99}"))),
+    ];
     let s = &snap.server;
-    let server = Line::from(vec![
-        Span::styled("server ", st.bold),
-        Span::raw(format!(
-            "{} conns  {} accepted  {} cookie{}  {} overflows{}  {} invalid{}  {} alt_key{}",
-            s.attempts,
-            s.accepted,
-            s.cookie_requests,
-            k(Role::Server, Outcome::CookieRequested),
-            s.queue_overflows,
-            k(Role::Server, Outcome::QueueOverflow),
-            s.invalid_cookies,
-            k(Role::Server, Outcome::CookieInvalid),
-            s.backup_key_hits,
-            k(Role::Server, Outcome::AcceptedAltKey),
-        )),
-    ]);
-    let mut lines = vec![Line::from(first), client, server, now_line(snap, info, width, st)];
+    let server = vec![
+        (0, Span::styled("server ", st.bold)),
+        (0, Span::raw(format!("{} conns", s.attempts))),
+        (1, Span::raw(format!("  {} accepted", s.accepted))),
+        (
+            3,
+            Span::raw(format!("  {} cookie{}", s.cookie_requests, k(Role::Server, Outcome::CookieRequested))),
+        ),
+        (
+            2,
+            Span::raw(format!(
+                "  {} overflows{}",
+                s.queue_overflows,
+                k(Role::Server, Outcome::QueueOverflow)
+            )),
+        ),
+        (2, Span::raw(format!("  {} invalid{}", s.invalid_cookies, k(Role::Server, Outcome::CookieInvalid)))),
+        (
+            3,
+            Span::raw(format!("  {} alt_key{}", s.backup_key_hits, k(Role::Server, Outcome::AcceptedAltKey))),
+        ),
+    ];
+    let mut lines =
+        vec![fit(first, width), fit(client, width), fit(server, width), now_line(snap, info, width, st)];
     lines.extend(counted_line(&snap.kernel_counted, info, st));
     lines
 }
@@ -315,7 +340,8 @@ fn tabs_line(
     if !ui.filter.is_empty() {
         status.push(Span::styled(format!("filter: {}  ", ui.filter), st.bold));
     }
-    status.push(Span::raw(format!("sort {}  every {}", ui.sort.name(), fmt_interval(interval))));
+    status.push(Span::raw(format!("sort {}", ui.sort.name())));
+    status.push(Span::raw(format!("  every {}", fmt_interval(interval))));
     if stacked {
         // Each table has its own title line; this one says what applies to all of them.
         let mut spans = vec![Span::styled("all tables", st.bold), Span::raw("  ")];
@@ -323,8 +349,8 @@ fn tabs_line(
         return Line::from(spans);
     }
     // Full names; else short ones; else the row count on the chosen tab only; else only
-    // the keys of the others. The sort and the interval may be cut, never the pause or the
-    // filter if a form leaves room.
+    // the keys of the others. The interval may be cut, never the pause, the filter or the
+    // sort if a form leaves room.
     let tabs = |form: TabForm| {
         let mut spans = Vec::new();
         for v in View::ALL {
@@ -479,23 +505,29 @@ fn stalled(r: &Row) -> bool {
     s.stalls > 0 || s.queue_overflows > 0 || s.invalid_cookies > 0
 }
 
-fn footer_line(ui: &UiState, st: &Styles) -> Line<'static> {
+fn footer_line(ui: &UiState, width: u16, st: &Styles) -> Line<'static> {
     if ui.editing {
         return Line::from(vec![
             Span::styled("filter: ", st.bold),
             Span::raw(format!("{}_", ui.filter)),
             Span::styled(
-                "  (address, port, netns, pid, process, container; Enter keeps, Esc clears)",
+                "  (address, port, netns or its name, pid, process, container; Enter keeps, Esc clears)",
                 st.dim,
             ),
         ]);
     }
-    let mut spans = Vec::new();
-    for (k, what) in &KEYS_HELP[..KEYS_HELP.len() - 1] {
-        spans.push(Span::styled(k.to_string(), st.bold));
-        spans.push(Span::raw(format!(" {what}  ")));
-    }
-    Line::from(spans)
+    // Quitting and help always; then what changes the view; each key whole.
+    let need = |k: &str| match k {
+        "q" | "?" => 0,
+        "s" | "/" => 1,
+        "1-4" | "Space" => 2,
+        _ => 3,
+    };
+    let keys = KEYS_HELP[..KEYS_HELP.len() - 1]
+        .iter()
+        .map(|(k, what)| (need(k), Span::styled(format!("{k} {what}  "), st.bold)))
+        .collect();
+    fit(keys, width as usize)
 }
 
 fn draw_help(frame: &mut Frame, area: Rect) {
@@ -670,12 +702,10 @@ mod tests {
         assert_eq!(bad, ["198.18.0.3:8080", "3", "1.00", "2", "1.00", "2.03s", "1.02s", "1.02s"]);
         assert!(line(&s, "now ").ends_with("stalls/1s ·····██ (last 7s)"), "the graph fits in 80");
         assert!(line(&s, "handshake").contains("<1ms"), "full histogram at 24 rows");
-        // Short tab names, still with the key and the row count.
+        // Short tab names, the row count on the chosen one: the sort is said.
         let tabs = titles(&s);
         assert!(
-            tabs[0].starts_with(
-                " [1] Dest (2 rows)   [2] Listen (2 rows)   [3] Proc (2 rows)   [4] Cont (1 row)"
-            ),
+            tabs[0].starts_with(" [1] Dest (2 rows)   [2] Listen   [3] Proc   [4] Cont   sort attempts"),
             "{tabs:?}"
         );
         assert!(s.last().unwrap().contains("? help"), "footer fits in 80");
@@ -746,10 +776,37 @@ mod tests {
     fn narrow_60x20_degrades_cleanly() {
         let s = screen_of(&demo_refreshes(0).snapshot(), 60, 20, &ui());
         assert!(s.iter().all(|l| l.chars().count() <= 60));
+        // Whole words, never cut mid-word (issue 31, item 12): the header loses its least
+        // needed parts, and says what it keeps in full.
+        let words = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
+        let head = line(&s, "tfo-trace top");
+        assert_eq!(words(head), ["tfo-trace", "top", "backend", "tracepoint", "lost", "0", "evicted", "0"]);
+        let client = line(&s, "client ");
+        assert!(client.contains("2 stalls 2.03s lost") && client.contains("7 accepted"), "{client}");
+        let server = line(&s, "server ");
+        assert!(!server.trim_end().ends_with("invali"), "{server}");
+        assert!(server.contains("1 overflows") && server.contains("1 invalid"), "{server}");
+        // The active sort is always said.
+        assert!(line(&s, "[1]").contains("sort attempts"), "{}", line(&s, "[1]"));
+        // Keys: whole ones, help among them.
+        let footer = s.iter().rev().find(|l| !l.trim().is_empty()).unwrap();
+        assert!(footer.contains("? help") && footer.contains("q quit"), "{footer}");
+        for w in words(footer) {
+            assert!(
+                [
+                    "q", "quit", "?", "help", "s", "sort", "/", "filter", "1-4", "table", "Space", "pause",
+                    "Tab", "next"
+                ]
+                .contains(&w.as_str()),
+                "{footer}"
+            );
+        }
+        // Columns by priority only: no less needed one (COOKIE) while a more needed one
+        // (ACCEPTED) is left out.
         let hdr = tokens(line(&s, "DESTINATION"));
-        assert_eq!(hdr, ["DESTINATION", "ATTEMPTS", "COOKIE", "STALLS", "STALL/S", "LOST"]);
+        assert_eq!(hdr, ["DESTINATION", "ATTEMPTS", "STALLS", "STALL/S", "LOST"]);
         let bad = tokens(line(&s, "198.18.0.3:8080"));
-        assert_eq!(bad, ["198.18.0.3:8080", "3", "1", "2", "1.00", "2.03s"]);
+        assert_eq!(bad, ["198.18.0.3:8080", "3", "2", "1.00", "2.03s"]);
         // The histogram folds into one line.
         let h = line(&s, "handshake");
         assert!(h.contains("<1ms 19"), "{h}");
@@ -768,9 +825,10 @@ mod tests {
         u.filter = "nginx".into();
         let s = screen(120, 30, &u);
         let tabs = line(&s, "filter: nginx");
-        // The filter's line needs the short names at 120; the counts are of the filtered rows.
+        // The filter's line needs the short names at 120; the count is of the filtered rows,
+        // and the sort is said.
         assert!(tabs.contains("[3] Proc (1 of 2 rows)"), "{tabs}");
-        assert!(tabs.contains("[1] Dest (0 of 2 rows)"), "{tabs}");
+        assert!(tabs.contains("filter: nginx  sort attempts"), "{tabs}");
         // Paused and filtered at 80 wide: both still said, before the sort and interval.
         u.paused = true;
         let tabs80 = line(&screen(80, 24, &u), "[3] Proc").to_string();
