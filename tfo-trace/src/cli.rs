@@ -12,7 +12,12 @@ use crate::{
 pub const DEFAULT_EXPORT_LISTEN: &str = "127.0.0.1:9435";
 
 #[derive(Parser, Debug)]
-#[command(name = "tfo-trace", version, about = "eBPF tracer for TCP Fast Open (RFC 7413)")]
+#[command(
+    name = "tfo-trace",
+    version,
+    long_version = crate::build_info::LONG_VERSION,
+    about = "eBPF tracer for TCP Fast Open (RFC 7413)"
+)]
 pub struct Cli {
     /// More diagnostics on stderr (repeat for more).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
