@@ -50,8 +50,8 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) for tfo-trace.
-    Man,
+    /// Print a manual page (roff): tfo-trace(1), or a subcommand's; `--dir` writes them all.
+    Man(ManArgs),
     /// Run the built-in lab (namespaces, TFO server, clients, a middlebox) and trace it.
     Demo(DemoArgs),
     #[command(hide = true)]
@@ -100,6 +100,13 @@ impl Cli {
         let cli = Cli::parse();
         if let Some(msg) = cli.probe_args().and_then(|p| p.filter.too_many()) {
             Cli::command().error(clap::error::ErrorKind::TooManyValues, msg).exit();
+        }
+        if let Command::Man(ManArgs { command: Some(name), .. }) = &cli.command {
+            let pages = crate::views::man::subcommands();
+            if !pages.contains(name) {
+                let msg = format!("no manual page for `{name}`; pages: {}", pages.join(", "));
+                Cli::command().error(clap::error::ErrorKind::InvalidValue, msg).exit();
+            }
         }
         cli
     }
@@ -275,6 +282,16 @@ pub struct ExportArgs {
     /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
+}
+
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// The subcommand whose page to print (e.g. `top`); default: tfo-trace(1).
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
+    /// Write every page (tfo-trace.1, tfo-trace-trace.1, ...) into DIR instead.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
