@@ -10,6 +10,10 @@
 //!   tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
 //! - `vm`: boots Debian's 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
 //!   once per tracer backend (see docs/vm.md).
+//! - `dist`: setup, then static x86_64 and aarch64 binaries, .debs, OCI images and
+//!   SHA256SUMS in target/dist/ (dist/; the cross builds: cross.rs).
+//! - `cross [--arch A] [--tests]`: the static musl build of dist alone (or of the test
+//!   executables, for an arm64 VM or qemu-user), one `arch name path` line each.
 //! - `demo`: setup, release build, then runs `tfo-trace demo` as root.
 //! - `bench`: release build, then measures tfo-trace against no tracer, empty programs on
 //!   the same hooks and bpftrace, and writes BENCHMARKS.md. `bench-report`: its `report
@@ -21,6 +25,8 @@
 //!   the ring-buffer event decoder (fuzz/); a crash is kept in fuzz/regressions/, which
 //!   `test` replays on stable.
 mod bench;
+mod cross;
+mod dist;
 mod fuzz;
 mod setup;
 mod soak;
@@ -60,6 +66,17 @@ enum Task {
     },
     /// The gates: `cargo fmt --check` and clippy -D warnings (host crates, and the eBPF crate for bpf)
     Lint,
+    /// Setup, then target/dist/: static x86_64 and aarch64 binaries, .debs, OCI images, SHA256SUMS
+    Dist(dist::DistArgs),
+    /// Setup, then a static musl build for each --arch (default all): tfo-trace, or with
+    /// --tests the test executables; prints their paths (run aarch64 ones with qemu-aarch64-static)
+    Cross {
+        #[arg(long, value_enum)]
+        arch: Vec<cross::Arch>,
+        /// The test executables (`cargo test --no-run`) instead of tfo-trace
+        #[arg(long)]
+        tests: bool,
+    },
     /// Boot Debian's 6.1 / 6.12 kernels under qemu and run the kernel tests inside, per backend
     Vm(vm::VmArgs),
     /// Benchmark as root: connection rate, BPF cost, loss, CPU/RSS and start-up of tfo-trace
@@ -110,6 +127,16 @@ fn dispatch(task: Task) -> Result<()> {
             args.check()?;
             setup::setup()?;
             vm::vm(&args)
+        }
+        Task::Dist(args) => dist::dist(&args),
+        Task::Cross { arch, tests } => {
+            setup::setup()?;
+            let arches = if arch.is_empty() { cross::Arch::ALL.to_vec() } else { arch };
+            let what = if tests { cross::What::Tests } else { cross::What::Tracer };
+            for b in cross::cross_build(&arches, what)? {
+                println!("{} {} {}", b.arch.name(), b.name, b.exe.display());
+            }
+            Ok(())
         }
         Task::Demo { args } => demo(&args),
         Task::Bench(args) => bench::bench(&args),
