@@ -6,8 +6,9 @@
 //!   the eBPF object).
 //! - `lint`: the gates: `cargo fmt --check`, clippy with `-D warnings` on the host crates
 //!   and on the eBPF crate for the bpf target.
-//! - `test`: setup, the gates (`lint`), then the whole test suite (unit + root-only kernel
-//!   tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
+//! - `test`: setup, the gates (`lint`), `dist` (once, for tests/dist.rs) and a cached
+//!   Debian 11 userspace (userspace.rs), then the whole test suite (unit + root-only
+//!   kernel tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
 //! - `vm`: boots Debian's 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
 //!   once per tracer backend (see docs/vm.md).
 //! - `dist`: setup, then static x86_64 and aarch64 binaries, .debs, OCI images and
@@ -30,6 +31,7 @@ mod dist;
 mod fuzz;
 mod setup;
 mod soak;
+mod userspace;
 mod util;
 mod vm;
 
@@ -174,13 +176,25 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     let setup_s = start.elapsed().as_secs_f64();
     let lint_problems = lint();
     let lint_s = start.elapsed().as_secs_f64() - setup_s;
+    // What `dist` ships, built once here; tests/dist.rs checks it, in the Debian 11
+    // userspace cached here too. A failure fails the run; the tests still run.
+    let mut dist_problems = Vec::new();
+    if let Err(e) = dist::build(&cross::Arch::ALL) {
+        dist_problems.push(format!("dist: {e:#}"));
+    }
+    let dist_s = start.elapsed().as_secs_f64() - setup_s - lint_s;
+    if let Err(e) = userspace::ensure(userspace::SUITE) {
+        println!("warning: no Debian {} userspace, its checks will skip: {e:#}", userspace::SUITE);
+    }
+    let userspace_s = start.elapsed().as_secs_f64() - setup_s - lint_s - dist_s;
     let host = run_tests(args)?;
-    let host_s = start.elapsed().as_secs_f64() - setup_s - lint_s;
+    let host_s = start.elapsed().as_secs_f64() - setup_s - lint_s - dist_s - userspace_s;
     let (mut tally, mut problems, mut skipped) = (host.tally, host.problems, host.skipped);
     let mut retried = host.retried;
     // A gate that fails fails the run, but the tests still run: both verdicts at once.
-    tally.failed += lint_problems.len() as u64;
+    tally.failed += (lint_problems.len() + dist_problems.len()) as u64;
     problems.extend(lint_problems);
+    problems.extend(dist_problems);
     if no_vm {
         println!("vm: skipped (--no-vm / TFO_NO_VM)");
     } else {
@@ -202,9 +216,9 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     let total_s = start.elapsed().as_secs_f64();
     println!();
     println!(
-        "time: setup {setup_s:.1} s, gates {lint_s:.1} s, host build and tests {host_s:.1} s, VM {:.1} s, \
-         total {total_s:.1} s",
-        total_s - setup_s - lint_s - host_s
+        "time: setup {setup_s:.1} s, gates {lint_s:.1} s, dist {dist_s:.1} s, Debian userspace {userspace_s:.1} s, \
+         host build and tests {host_s:.1} s, VM {:.1} s, total {total_s:.1} s",
+        total_s - setup_s - lint_s - dist_s - userspace_s - host_s
     );
     if let Some(build_s) = host.build_s {
         println!("time: host build {build_s:.1} s; slowest host test binaries:");
@@ -295,6 +309,7 @@ fn run_tests(args: &[String]) -> Result<HostRun> {
     }
     let mut cmd = cargo();
     cmd.current_dir(workspace_root()).args(["test", "--workspace", "--exclude", "tfo-trace-ebpf"]).args(args);
+    cmd.env("TFO_DIST_DIR", dist::dist_dir());
     println!("+ {}", util::display(&cmd));
     // libtest prints one `test result:` line per test binary; the last one is often a
     // binary with no tests. Sum them all, so the closing line speaks for the whole suite.
