@@ -34,6 +34,7 @@ use crate::util::{capture, display, nightly, run, target_dir, workspace_root};
 /// The architectures tfo-trace ships for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Arch {
+    #[value(name = "x86_64")]
     X86_64,
     Aarch64,
 }
@@ -166,8 +167,11 @@ pub fn cross_build(arches: &[Arch], what: What) -> Result<Vec<Built>> {
         let tc = toolchain(arch)?;
         cmd.args(["--target", arch.triple()]);
         let specs = format!("-specs={}", tc.specs.display());
-        let flags =
-            format!("-C link-self-contained=no -C link-arg={specs} -L native={}", tc.lib_dir.display());
+        let flags = format!(
+            "-C link-self-contained=no -C link-arg={specs} -L native={} -C link-arg={}",
+            tc.lib_dir.display(),
+            tc.libgcc.display()
+        );
         cmd.env(format!("CARGO_TARGET_{}_LINKER", arch.env_upper()), arch.gcc())
             .env(format!("CARGO_TARGET_{}_RUSTFLAGS", arch.env_upper()), flags)
             // C code in a crate (the cc crate) is compiled for musl too.
@@ -221,6 +225,9 @@ struct Toolchain {
     specs: PathBuf,
     /// Holds libunwind.a.
     lib_dir: PathBuf,
+    /// gcc's libgcc.a, last on the line: C code in a crate (mimalloc) calls its helpers
+    /// (`__popcountdi2`), and rustc links with `-nodefaultlibs`, which leaves it out.
+    libgcc: PathBuf,
 }
 
 /// Writes the specs file and builds libunwind.a for `arch` in `target/cross/<triple>/`
@@ -249,7 +256,8 @@ fn toolchain(arch: Arch) -> Result<Toolchain> {
         build_libunwind(arch, &sources, &specs, &dir)?;
         fs::write(&stamp, want).with_context(|| format!("writing {}", stamp.display()))?;
     }
-    Ok(Toolchain { specs, lib_dir: dir })
+    let libgcc = capture(Command::new(arch.gcc()).arg("-print-libgcc-file-name"))?;
+    Ok(Toolchain { specs, lib_dir: dir, libgcc: PathBuf::from(libgcc.trim()) })
 }
 
 /// Debian's musl-gcc.specs for `arch`, with `-static-pie` handled (rcrt1.o, no dynamic
