@@ -9,6 +9,7 @@
 //! durations it and the lab's helpers take; `filter` turns its filter flags into what the
 //! kernel programs decide with.
 pub mod aggregation;
+pub mod alloc;
 pub mod build_info;
 pub mod cli;
 pub mod diagnosis;

@@ -6,6 +6,11 @@ use tfo_trace::{
     views::{self, session::PrivilegeError},
 };
 
+/// The static (musl) builds allocate as tfo_trace::alloc says; the glibc build with glibc.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: tfo_trace::alloc::Allocator = tfo_trace::alloc::Allocator;
+
 fn main() -> ExitCode {
     let cli = Cli::parse_checked(); // usage errors: clap's message, exit 2
     let level = match cli.verbose {
