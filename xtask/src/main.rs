@@ -19,6 +19,8 @@
 //! - `bench`: release build, then measures tfo-trace against no tracer, empty programs on
 //!   the same hooks and bpftrace, and writes BENCHMARKS.md. `bench-report`: its `report
 //!   --from` a million destinations step alone.
+//! - `bench-static`: dist's static binary against the glibc build: sizes, start-up,
+//!   `report`/`top --from` a million destinations (musl's allocator); BENCHMARKS.md.
 //! - `soak`: release build, then 30 minutes of mixed lab traffic under `top` and `export`
 //!   (memory, fds, counts against the kernel's), and writes SOAK.md.
 //! - `fuzz [--seconds N]`: setup and cargo-fuzz (installed when absent), then a bounded
@@ -87,6 +89,9 @@ enum Task {
     /// Only the benchmark's report step: `report --from` a generated recording of 1,000,000
     /// destinations (text and JSON), peak RSS and time against the targets; no root needed
     BenchReport,
+    /// The static binary of `dist` against the glibc build (as root): sizes, start-up to
+    /// attached, `report`/`top --from` a million destinations; writes its BENCHMARKS.md block
+    BenchStatic,
     /// Long mixed lab traffic under `top` and `export` (default 30 min, as root); writes SOAK.md
     Soak(soak::SoakArgs),
     /// Fuzz the recording reader, report/top on what it reads, and the event decoder for N
@@ -143,6 +148,7 @@ fn dispatch(task: Task) -> Result<()> {
         Task::Demo { args } => demo(&args),
         Task::Bench(args) => bench::bench(&args),
         Task::BenchReport => bench::bench_report(),
+        Task::BenchStatic => bench::bench_static(),
         Task::Soak(args) => {
             setup::setup()?;
             soak::soak(&args)
