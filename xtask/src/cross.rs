@@ -147,6 +147,9 @@ pub struct Built {
     pub arch: Arch,
     /// The cargo target's name (`tfo-trace`, `lab`, `cli`, ...).
     pub name: String,
+    /// A test harness (`cargo test --no-run` also builds the `tfo-trace` binary itself,
+    /// which the integration tests run, under the same name as its unit tests).
+    pub test: bool,
     pub exe: PathBuf,
 }
 
@@ -217,7 +220,8 @@ fn executable(msg: &Value, arches: &[Arch]) -> Option<Built> {
     let exe = PathBuf::from(msg["executable"].as_str()?);
     let arch = *arches.iter().find(|a| exe.components().any(|c| c.as_os_str() == a.triple()))?;
     let name = msg["target"]["name"].as_str()?.to_string();
-    Some(Built { arch, name, exe })
+    let test = msg["profile"]["test"].as_bool().unwrap_or(false);
+    Some(Built { arch, name, test, exe })
 }
 
 /// What the linker needs for one architecture, beyond Debian's packages.
@@ -346,7 +350,10 @@ mod tests {
             "executable": "/w/target/aarch64-unknown-linux-musl/release-static/tfo-trace",
         });
         let b = executable(&msg, &Arch::ALL).unwrap();
-        assert_eq!((b.arch, b.name.as_str()), (Arch::Aarch64, "tfo-trace"));
+        assert_eq!((b.arch, b.name.as_str(), b.test), (Arch::Aarch64, "tfo-trace", false));
+        let mut harness = msg.clone();
+        harness["profile"] = serde_json::json!({"test": true});
+        assert!(executable(&harness, &Arch::ALL).unwrap().test);
         assert!(executable(&msg, &[Arch::X86_64]).is_none(), "not an x86_64 path");
         let lib =
             serde_json::json!({"reason": "compiler-artifact", "target": {"name": "x"}, "executable": null});

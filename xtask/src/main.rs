@@ -14,7 +14,7 @@
 //! - `dist`: setup, then static x86_64 and aarch64 binaries, .debs, OCI images and
 //!   SHA256SUMS in target/dist/ (dist/; the cross builds: cross.rs).
 //! - `cross [--arch A] [--tests]`: the static musl build of dist alone (or of the test
-//!   executables, for an arm64 VM or qemu-user), one `arch name path` line each.
+//!   executables, for an arm64 VM or qemu-user), one `arch bin|test name path` line each.
 //! - `demo`: setup, release build, then runs `tfo-trace demo` as root.
 //! - `bench`: release build, then measures tfo-trace against no tracer, empty programs on
 //!   the same hooks and bpftrace, and writes BENCHMARKS.md. `bench-report`: its `report
@@ -141,7 +141,8 @@ fn dispatch(task: Task) -> Result<()> {
             let arches = if arch.is_empty() { cross::Arch::ALL.to_vec() } else { arch };
             let what = if tests { cross::What::Tests } else { cross::What::Tracer };
             for b in cross::cross_build(&arches, what)? {
-                println!("{} {} {}", b.arch.name(), b.name, b.exe.display());
+                let kind = if b.test { "test" } else { "bin" };
+                println!("{} {kind} {} {}", b.arch.name(), b.name, b.exe.display());
             }
             Ok(())
         }
