@@ -12,7 +12,12 @@ use crate::{
 pub const DEFAULT_EXPORT_LISTEN: &str = "127.0.0.1:9435";
 
 #[derive(Parser, Debug)]
-#[command(name = "tfo-trace", version, about = "eBPF tracer for TCP Fast Open (RFC 7413)")]
+#[command(
+    name = "tfo-trace",
+    version,
+    long_version = crate::build_info::LONG_VERSION,
+    about = "eBPF tracer for TCP Fast Open (RFC 7413)"
+)]
 pub struct Cli {
     /// More diagnostics on stderr (repeat for more).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -45,8 +50,8 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) for tfo-trace.
-    Man,
+    /// Print a manual page (roff): tfo-trace(1), or a subcommand's; `--dir` writes them all.
+    Man(ManArgs),
     /// Run the built-in lab (namespaces, TFO server, clients, a middlebox) and trace it.
     Demo(DemoArgs),
     #[command(hide = true)]
@@ -130,6 +135,13 @@ impl Cli {
             let named = crate::events::record::recordings_named(&a.from).unwrap_or_default();
             if let Some(msg) = crate::events::record::given_twice(&named) {
                 Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg).exit();
+            }
+        }
+        if let Command::Man(ManArgs { command: Some(name), .. }) = &cli.command {
+            let pages = crate::views::man::subcommands();
+            if !pages.contains(name) {
+                let msg = format!("no manual page for `{name}`; pages: {}", pages.join(", "));
+                Cli::command().error(clap::error::ErrorKind::InvalidValue, msg).exit();
             }
         }
         cli
@@ -337,6 +349,16 @@ pub struct ExportArgs {
     /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
+}
+
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// The subcommand whose page to print (e.g. `top`); default: tfo-trace(1).
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
+    /// Write every page (tfo-trace.1, tfo-trace-trace.1, ...) into DIR instead.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]

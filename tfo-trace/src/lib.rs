@@ -12,6 +12,8 @@
 // command quietly instead of panicking as `println!`/`eprintln!` do.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 pub mod aggregation;
+pub mod alloc;
+pub mod build_info;
 pub mod cli;
 pub mod diagnosis;
 pub mod duration;

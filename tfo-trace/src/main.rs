@@ -13,6 +13,11 @@ use tfo_trace::{
     views::{self, output, session::PrivilegeError},
 };
 
+/// The static (musl) builds allocate as tfo_trace::alloc says; the glibc build with glibc.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: tfo_trace::alloc::Allocator = tfo_trace::alloc::Allocator;
+
 fn main() -> ExitCode {
     let cli = Cli::parse_checked(); // usage errors: clap's message, exit 2
     let level = match cli.verbose {
@@ -95,10 +100,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             clap_complete::generate(shell, &mut cmd, "tfo-trace", &mut script);
             output::stdout_written(io::stdout().lock().write_all(&script))
         }
-        Command::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            output::stdout_written(clap_mangen::Man::new(cmd).render(&mut io::stdout().lock()))
-        }
+        Command::Man(a) => views::man::run(a.command.as_deref(), a.dir.as_deref()),
         Command::Demo(a) => runtime()?.block_on(views::demo::run(a)),
         Command::LabServer(a) => tfo_trace::lab::traffic::run_server(&a),
         Command::LabClient(a) => tfo_trace::lab::traffic::run_client(&a),

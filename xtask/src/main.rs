@@ -6,14 +6,21 @@
 //!   the eBPF object).
 //! - `lint`: the gates: `cargo fmt --check`, clippy with `-D warnings` on the host crates
 //!   and on the eBPF crate for the bpf target.
-//! - `test`: setup, the gates (`lint`), then the whole test suite (unit + root-only kernel
-//!   tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
+//! - `test`: setup, the gates (`lint`), `dist` (once, for tests/dist.rs) and a cached
+//!   Debian 11 userspace (userspace.rs), then the whole test suite (unit + root-only
+//!   kernel tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
 //! - `vm`: boots Debian's 5.10, 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
 //!   once per tracer backend (see docs/vm.md).
+//! - `dist`: setup, then static x86_64 and aarch64 binaries, .debs, OCI images and
+//!   SHA256SUMS in target/dist/ (dist/; the cross builds: cross.rs).
+//! - `cross [--arch A] [--tests]`: the static musl build of dist alone (or of the test
+//!   executables, for an arm64 VM or qemu-user), one `arch bin|test name path` line each.
 //! - `demo`: setup, release build, then runs `tfo-trace demo` as root.
 //! - `bench`: release build, then measures tfo-trace against no tracer, empty programs on
 //!   the same hooks and bpftrace, and writes BENCHMARKS.md. `bench-report`: its `report
 //!   --from` a million destinations step alone.
+//! - `bench-static`: dist's static binary against the glibc build: sizes, start-up,
+//!   `report`/`top --from` a million destinations (musl's allocator); BENCHMARKS.md.
 //! - `soak`: release build, then 30 minutes of mixed lab traffic under `top` and `export`
 //!   (memory, fds, counts against the kernel's), and writes SOAK.md.
 //! - `fuzz [--seconds N]`: setup and cargo-fuzz (installed when absent), then a bounded
@@ -21,9 +28,12 @@
 //!   the ring-buffer event decoder (fuzz/); a crash is kept in fuzz/regressions/, which
 //!   `test` replays on stable.
 mod bench;
+mod cross;
+mod dist;
 mod fuzz;
 mod setup;
 mod soak;
+mod userspace;
 mod util;
 mod vm;
 
@@ -60,6 +70,17 @@ enum Task {
     },
     /// The gates: `cargo fmt --check` and clippy -D warnings (host crates, and the eBPF crate for bpf)
     Lint,
+    /// Setup, then target/dist/: static x86_64 and aarch64 binaries, .debs, OCI images, SHA256SUMS
+    Dist(dist::DistArgs),
+    /// Setup, then a static musl build for each --arch (default all): tfo-trace, or with
+    /// --tests the test executables; prints their paths (run aarch64 ones with qemu-aarch64-static)
+    Cross {
+        #[arg(long, value_enum)]
+        arch: Vec<cross::Arch>,
+        /// The test executables (`cargo test --no-run`) instead of tfo-trace
+        #[arg(long)]
+        tests: bool,
+    },
     /// Boot Debian's 5.10 / 6.1 / 6.12 kernels under qemu and run the kernel tests inside, per backend
     Vm(vm::VmArgs),
     /// Benchmark as root: connection rate, BPF cost, loss, CPU/RSS and start-up of tfo-trace
@@ -68,6 +89,9 @@ enum Task {
     /// Only the benchmark's report step: `report --from` a generated recording of 1,000,000
     /// destinations (text and JSON), peak RSS and time against the targets; no root needed
     BenchReport,
+    /// The static binary of `dist` against the glibc build (as root): sizes, start-up to
+    /// attached, `report`/`top --from` a million destinations; writes its BENCHMARKS.md block
+    BenchStatic,
     /// Long mixed lab traffic under `top` and `export` (default 30 min, as root); writes SOAK.md
     Soak(soak::SoakArgs),
     /// Fuzz the recording reader, report/top on what it reads, and the event decoder for N
@@ -111,9 +135,21 @@ fn dispatch(task: Task) -> Result<()> {
             setup::setup()?;
             vm::vm(&args)
         }
+        Task::Dist(args) => dist::dist(&args),
+        Task::Cross { arch, tests } => {
+            setup::setup()?;
+            let arches = if arch.is_empty() { cross::Arch::ALL.to_vec() } else { arch };
+            let what = if tests { cross::What::Tests } else { cross::What::Tracer };
+            for b in cross::cross_build(&arches, what)? {
+                let kind = if b.test { "test" } else { "bin" };
+                println!("{} {kind} {} {}", b.arch.name(), b.name, b.exe.display());
+            }
+            Ok(())
+        }
         Task::Demo { args } => demo(&args),
         Task::Bench(args) => bench::bench(&args),
         Task::BenchReport => bench::bench_report(),
+        Task::BenchStatic => bench::bench_static(),
         Task::Soak(args) => {
             setup::setup()?;
             soak::soak(&args)
@@ -147,13 +183,25 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     let setup_s = start.elapsed().as_secs_f64();
     let lint_problems = lint();
     let lint_s = start.elapsed().as_secs_f64() - setup_s;
+    // What `dist` ships, built once here; tests/dist.rs checks it, in the Debian 11
+    // userspace cached here too. A failure fails the run; the tests still run.
+    let mut dist_problems = Vec::new();
+    if let Err(e) = dist::build(&cross::Arch::ALL) {
+        dist_problems.push(format!("dist: {e:#}"));
+    }
+    let dist_s = start.elapsed().as_secs_f64() - setup_s - lint_s;
+    if let Err(e) = userspace::ensure(userspace::SUITE) {
+        println!("warning: no Debian {} userspace, its checks will skip: {e:#}", userspace::SUITE);
+    }
+    let userspace_s = start.elapsed().as_secs_f64() - setup_s - lint_s - dist_s;
     let host = run_tests(args)?;
-    let host_s = start.elapsed().as_secs_f64() - setup_s - lint_s;
+    let host_s = start.elapsed().as_secs_f64() - setup_s - lint_s - dist_s - userspace_s;
     let (mut tally, mut problems, mut skipped) = (host.tally, host.problems, host.skipped);
     let mut retried = host.retried;
     // A gate that fails fails the run, but the tests still run: both verdicts at once.
-    tally.failed += lint_problems.len() as u64;
+    tally.failed += (lint_problems.len() + dist_problems.len()) as u64;
     problems.extend(lint_problems);
+    problems.extend(dist_problems);
     if no_vm {
         println!("vm: skipped (--no-vm / TFO_NO_VM)");
     } else {
@@ -175,9 +223,9 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     let total_s = start.elapsed().as_secs_f64();
     println!();
     println!(
-        "time: setup {setup_s:.1} s, gates {lint_s:.1} s, host build and tests {host_s:.1} s, VM {:.1} s, \
-         total {total_s:.1} s",
-        total_s - setup_s - lint_s - host_s
+        "time: setup {setup_s:.1} s, gates {lint_s:.1} s, dist {dist_s:.1} s, Debian userspace {userspace_s:.1} s, \
+         host build and tests {host_s:.1} s, VM {:.1} s, total {total_s:.1} s",
+        total_s - setup_s - lint_s - dist_s - userspace_s - host_s
     );
     if let Some(build_s) = host.build_s {
         println!("time: host build {build_s:.1} s; slowest host test binaries:");
@@ -268,6 +316,7 @@ fn run_tests(args: &[String]) -> Result<HostRun> {
     }
     let mut cmd = cargo();
     cmd.current_dir(workspace_root()).args(["test", "--workspace", "--exclude", "tfo-trace-ebpf"]).args(args);
+    cmd.env("TFO_DIST_DIR", dist::dist_dir());
     println!("+ {}", util::display(&cmd));
     // libtest prints one `test result:` line per test binary; the last one is often a
     // binary with no tests. Sum them all, so the closing line speaks for the whole suite.

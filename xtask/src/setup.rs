@@ -11,9 +11,15 @@ use crate::util::{capture, cargo_home, is_root, nightly, probe, run, which};
 
 /// Debian packages the tests and the demo use (ip/nstat, nft, tcpdump, sysctl, tmux, bpftool).
 const DEB_REQUIRED: &[&str] = &["iproute2", "nftables", "tcpdump", "procps", "tmux", "bpftool"];
-/// Nice to have (prometheus + promtool for tests/export.rs,
-/// setcap for tests/capabilities.rs, dockerd and podman for tests/containers.rs, which skip
-/// without them); a failed install is only a warning.
+/// `cargo xtask dist` and its checks in the test suite (tests/dist.rs): the musl and
+/// cross toolchains (with cross.rs's `Arch::packages`), readelf, qemu-user for the
+/// aarch64 binary, debootstrap for a Debian 11 userspace, lintian for the .debs.
+const DEB_DIST: &[&str] = &["binutils", "qemu-user-static", "debootstrap", "lintian"];
+/// The foreign architecture whose packages the aarch64 build needs (musl-dev:arm64).
+const FOREIGN_ARCH: &str = "arm64";
+/// Nice to have (prometheus + promtool for tests/export.rs, setcap for
+/// tests/capabilities.rs, dockerd and podman for tests/containers.rs and the image check of
+/// tests/dist.rs, which skip without them); a failed install is only a warning.
 const DEB_OPTIONAL: &[&str] = &["prometheus", "libcap2-bin", "docker.io", "podman"];
 /// Records the LLVM major the installed bpf-linker was built for (it can't tell itself).
 const STAMP: &str = "bpf-linker.llvm-major";
@@ -215,10 +221,19 @@ fn debian_packages() -> Result<()> {
         println!("warning: no dpkg-query (not Debian?): install by hand: {}", DEB_REQUIRED.join(" "));
         return Ok(());
     }
-    let required = missing(DEB_REQUIRED);
+    let wanted: Vec<&str> = DEB_REQUIRED
+        .iter()
+        .chain(DEB_DIST)
+        .copied()
+        .chain(crate::cross::Arch::ALL.iter().flat_map(|a| a.packages().iter().copied()))
+        .collect();
+    let required = missing(&wanted);
     let optional = missing(DEB_OPTIONAL);
     if required.is_empty() && optional.is_empty() {
         return Ok(());
+    }
+    if is_root() && required.iter().any(|p| p.ends_with(&format!(":{FOREIGN_ARCH}"))) {
+        foreign_architecture()?;
     }
     if !is_root() {
         if required.is_empty() {
@@ -305,6 +320,49 @@ fn suites_in(text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Lets apt install `FOREIGN_ARCH` packages: `dpkg --add-architecture` (once), and, when no
+/// source then offers them (a sources entry limited to amd64), one sources file of our own
+/// for the same suites. Both steps are skipped when already done.
+fn foreign_architecture() -> Result<()> {
+    let foreign = capture(Command::new("dpkg").arg("--print-foreign-architectures"))?;
+    if !foreign.lines().any(|a| a.trim() == FOREIGN_ARCH) {
+        println!("installing: dpkg architecture {FOREIGN_ARCH}");
+        run(Command::new("dpkg").args(["--add-architecture", FOREIGN_ARCH]))?;
+    }
+    run(apt().arg("update")).context("apt-get update")?;
+    let probe_pkg = format!("musl-dev:{FOREIGN_ARCH}");
+    if has_candidate(&probe_pkg) {
+        return Ok(());
+    }
+    let codename = capture(Command::new("sh").args(["-c", ". /etc/os-release && echo $VERSION_CODENAME"]))?;
+    let codename = codename.trim();
+    if codename.is_empty() {
+        bail!("no {FOREIGN_ARCH} packages offered and no VERSION_CODENAME in /etc/os-release");
+    }
+    let path = Path::new(EXTRA_SOURCES);
+    println!("installing: {} ({FOREIGN_ARCH} packages of {codename})", path.display());
+    let text = format!(
+        "# Written by `cargo xtask setup`: the {FOREIGN_ARCH} packages tfo-trace's aarch64 build needs.\n\
+         Types: deb\nURIs: http://deb.debian.org/debian\nSuites: {codename} {codename}-updates\n\
+         Components: main\nArchitectures: {FOREIGN_ARCH}\n\
+         Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+    );
+    fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    run(apt().arg("update")).context("apt-get update")?;
+    if !has_candidate(&probe_pkg) {
+        bail!("apt offers no {probe_pkg} even with {}", path.display());
+    }
+    Ok(())
+}
+
+/// Our own sources file, written only when the machine's sources offer no arm64 packages.
+const EXTRA_SOURCES: &str = "/etc/apt/sources.list.d/tfo-trace-arm64.sources";
+
+fn has_candidate(pkg: &str) -> bool {
+    probe(Command::new("apt-cache").args(["policy", pkg]))
+        .is_some_and(|p| p.lines().any(|l| l.trim().starts_with("Candidate:") && !l.contains("(none)")))
 }
 
 /// Prints one line per package; returns those not installed.

@@ -60,6 +60,15 @@ pub fn workspace_root() -> PathBuf {
     manifest.parent().unwrap_or(manifest).to_path_buf()
 }
 
+/// Cargo's target directory: CARGO_TARGET_DIR (relative to the workspace), else `target/`.
+pub fn target_dir() -> PathBuf {
+    match env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
+        Some(p) if p.is_absolute() => p,
+        Some(p) => workspace_root().join(p),
+        None => workspace_root().join("target"),
+    }
+}
+
 /// The cargo that runs us (same toolchain), or `cargo` from PATH.
 pub fn cargo() -> Command {
     Command::new(env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo")))

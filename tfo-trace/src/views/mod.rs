@@ -3,6 +3,7 @@ pub mod doctor;
 pub mod export;
 pub mod floor;
 pub mod logging;
+pub mod man;
 pub mod namespace_counters;
 pub mod output;
 pub mod replay;

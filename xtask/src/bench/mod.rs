@@ -44,7 +44,10 @@ use serde_json::Value;
 use crate::util::{self, capture, is_root, run, which, workspace_root};
 
 mod host;
+mod static_build;
+
 use host::{cache_line_transfer_ns, fixed_work_ms};
+pub use static_build::bench_static;
 
 /// The bpftrace one-liner a user would write to count connections: one counter, bumped on
 /// every TCP state change.
@@ -715,11 +718,7 @@ fn peak_of(bin: &Path, args: &[&str], path: &Path) -> Result<Peak> {
 
 /// The tfo-trace the benchmarks run: the release build in CARGO_TARGET_DIR (or target/).
 fn release_bin() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map(|p| if p.is_absolute() { p } else { workspace_root().join(p) })
-        .unwrap_or_else(|| workspace_root().join("target"));
-    target.join("release/tfo-trace")
+    util::target_dir().join("release/tfo-trace")
 }
 
 /// `report --from` a recording of 1,000,000 client connections, each to its own

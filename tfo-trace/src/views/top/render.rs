@@ -15,7 +15,7 @@ use ratatui::{
 
 use super::{
     columns::{fmt_lost_rate, fmt_rate, fmt_us, sparkline, Layout},
-    state::{UiState, KEYS_HELP},
+    state::{UiState, KEYS, KEYS_HELP},
     HeaderInfo,
 };
 use crate::{
@@ -531,39 +531,38 @@ fn footer_line(ui: &UiState, width: u16, st: &Styles) -> Line<'static> {
 }
 
 fn draw_help(frame: &mut Frame, area: Rect) {
-    let text = [
-        "Keys",
-        "  q Esc Ctrl-C  quit",
-        "  1 2 3 4 Tab   destinations listeners processes",
-        "                containers (tall: all at once)",
-        "  Space         pause the display (counting goes on)",
-        "  s             sort: attempts stalls stalls/s lost p99",
-        "                accepted name",
-        "  /             filter: address port netns pid name",
-        "                container (a - row: the host)",
-        "  ?             this help (any key closes it)",
-        "Columns: counts since start; /S over the last refresh",
-        "  STALLS    SYN timed out, plain SYN resent (~1 s)",
-        "  STALL/S   stalls per second now (0: none lately)",
-        "  LOST      time lost to SYN timeouts",
-        "  LOST/S    time lost per second now",
-        "  ATT/S     connections per second now",
-        "  STALL_HISTORY  stalls per refresh, newest right",
-        "  COOKIE    cookie requests",
-        "  NOT_ACKED SYN-data not acknowledged",
-        "  OVERFLOW  TFO queue full   INVALID  bad cookie",
-        "  ALT_KEY   backup key used  P50/P99  handshake",
-        "  evicted: groups dropped beyond the table cap",
-        "  *         counted by the kernel's own counters per",
-        "            namespace (no hook of this backend sees it):",
-        "            no listener or process; `kernel*` line",
-    ];
+    let mut text = vec!["Keys".to_string()];
+    for (key, lines) in KEYS {
+        for (i, line) in lines.iter().enumerate() {
+            text.push(format!("  {:<14}{line}", if i == 0 { key } else { "" }));
+        }
+    }
+    text.extend(
+        [
+            "Columns: counts since start; /S over the last refresh",
+            "  STALLS    SYN timed out, plain SYN resent (~1 s)",
+            "  STALL/S   stalls per second now (0: none lately)",
+            "  LOST      time lost to SYN timeouts",
+            "  LOST/S    time lost per second now",
+            "  ATT/S     connections per second now",
+            "  STALL_HISTORY  stalls per refresh, newest right",
+            "  COOKIE    cookie requests",
+            "  NOT_ACKED SYN-data not acknowledged",
+            "  OVERFLOW  TFO queue full   INVALID  bad cookie",
+            "  ALT_KEY   backup key used  P50/P99  handshake",
+            "  evicted: groups dropped beyond the table cap",
+            "  *         counted by the kernel's own counters per",
+            "            namespace (no hook of this backend sees it):",
+            "            no listener or process; `kernel*` line",
+        ]
+        .map(String::from),
+    );
     let w = (text.iter().map(|l| l.len()).max().unwrap_or(0) as u16 + 4).min(area.width);
     let h = (text.len() as u16 + 2).min(area.height);
     let popup =
         Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
     frame.render_widget(Clear, popup);
-    let lines: Vec<Line> = text.iter().map(|l| Line::raw(*l)).collect();
+    let lines: Vec<Line> = text.into_iter().map(Line::raw).collect();
     frame.render_widget(
         Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")),
         popup,

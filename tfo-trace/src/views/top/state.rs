@@ -35,6 +35,17 @@ pub const KEYS_HELP: [(&str, &str); 8] = [
     ("Esc", "quit/close"),
 ];
 
+/// Every key, with what it does, as the help overlay (`?`) and the man page (KEYS in
+/// tfo-trace-top(1)) show it: one entry per key, its text in lines of the overlay's width.
+pub const KEYS: [(&str, &[&str]); 6] = [
+    ("q Esc Ctrl-C", &["quit"]),
+    ("1 2 3 4 Tab", &["destinations listeners processes", "containers (tall: all at once)"]),
+    ("Space", &["pause the display (counting goes on)"]),
+    ("s", &["sort: attempts stalls stalls/s lost p99", "accepted name"]),
+    ("/", &["filter: address port netns pid name", "container (a - row: the host)"]),
+    ("?", &["this help (any key closes it)"]),
+];
+
 impl UiState {
     pub fn new(view: View, sort: Sort, filter: String) -> Self {
         UiState { view, sort, filter, editing: false, paused: false, help: false }
