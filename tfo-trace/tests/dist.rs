@@ -15,11 +15,14 @@ use std::{
     fs,
     net::SocketAddr,
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
-    time::{Duration, Instant},
+    process::{Command, Output, Stdio},
 };
 
-use common::{count, netns_inode, Tracer};
+use common::{
+    count,
+    docker::{CgroupDriver, Engine},
+    netns_inode, Tracer,
+};
 use tfo_trace::{
     kernel::netstat::Netstat,
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
@@ -428,95 +431,12 @@ fn lintian_finds_no_error_in_either_deb() {
     }
 }
 
-/// A dockerd of this test's own (data, state and socket in a temporary folder; no
-/// iptables, no bridge), stopped by pid when dropped. Its start and stop are this function
-/// and that Drop, nothing else, so that tests/common/docker.rs (issue 25) can take it over.
-struct Dockerd {
-    child: Child,
-    dir: PathBuf,
-    host: String,
-}
-
-fn private_dockerd() -> Result<Dockerd, String> {
-    if Command::new("dockerd").arg("--version").output().is_err() {
-        return Err("no dockerd (`cargo xtask setup` installs docker.io)".into());
-    }
-    // Short: containerd's socket path inside must fit in a sockaddr_un.
-    let dir = PathBuf::from(format!("/tmp/tfo-dk-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let host = format!("unix://{}/docker.sock", dir.display());
-    let log = fs::File::create(dir.join("dockerd.log")).map_err(|e| e.to_string())?;
-    let child = Command::new("dockerd")
-        .arg("--data-root")
-        .arg(dir.join("data"))
-        .arg("--exec-root")
-        .arg(dir.join("exec"))
-        .arg("--pidfile")
-        .arg(dir.join("docker.pid"))
-        .args(["-H", &host, "--iptables=false", "--ip6tables=false", "--bridge=none"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("starting dockerd: {e}"))?;
-    let mut d = Dockerd { child, dir, host };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if d.docker(&["version"]).status.success() {
-            return Ok(d);
-        }
-        let exited = d.child.try_wait().ok().flatten();
-        if exited.is_some() || Instant::now() > deadline {
-            let log = fs::read_to_string(d.dir.join("dockerd.log")).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(3).collect();
-            return Err(format!("dockerd did not start ({exited:?}): {}", tail.join(" | ")));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-impl Dockerd {
-    fn command(&self) -> Command {
-        let mut c = Command::new("docker");
-        c.args(["-H", &self.host]).stdin(Stdio::null());
-        c
-    }
-
-    fn docker(&self, args: &[&str]) -> Output {
-        self.command().args(args).output().expect("running docker")
-    }
-}
-
-impl Drop for Dockerd {
-    fn drop(&mut self) {
-        // SAFETY: kill on our own child's pid, not yet reaped.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        // The containerd it started stops with it; if not, by its pid file.
-        let pidfile = self.dir.join("exec/containerd/containerd.pid");
-        if let Some(pid) = fs::read_to_string(pidfile).ok().and_then(|p| p.trim().parse::<i32>().ok()) {
-            // SAFETY: kill on the pid our dockerd's containerd wrote; 0 checks it exists.
-            if unsafe { libc::kill(pid, 0) } == 0 {
-                unsafe { libc::kill(pid, libc::SIGTERM) };
-            }
-        }
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// The privileges README's "Install" names for `docker run`: CAP_BPF and CAP_PERFMON, or
 /// CAP_SYS_ADMIN where Docker is too old to know those two (before 23.0: Debian 12's).
-fn privileges(docker: &Dockerd, image: &str) -> Vec<&'static str> {
+fn privileges(docker: &Engine, image: &str) -> Vec<&'static str> {
     let new = ["--cap-drop", "ALL", "--cap-add", "BPF", "--cap-add", "PERFMON"];
     let out = docker
-        .command()
-        .args(["run", "--rm", "--network", "none"])
+        .command(&["run", "--rm", "--network", "none"])
         .args(new)
         .args([image, "--version"])
         .output()
@@ -534,18 +454,18 @@ fn image_loads_into_docker_and_traces_the_lab_exactly() {
     require_kernel!();
     let amd64 = artefact(&format!("tfo-trace-{VERSION}-x86_64-linux-image.tar"));
     let arm64 = artefact(&format!("tfo-trace-{VERSION}-aarch64-linux-image.tar"));
-    let docker = private_dockerd().unwrap_or_else(|why| common::skip(why));
+    let docker = Engine::docker(CgroupDriver::Cgroupfs);
     let image = format!("tfo-trace:{VERSION}");
 
     // The arm64 image loads too (it cannot run here); then the amd64 one takes the tag.
-    let loaded = ok(docker.docker(&["load", "-i", &arm64.to_string_lossy()]), "docker load (arm64)");
+    let loaded = ok(docker.output(&["load", "-i", &arm64.to_string_lossy()]), "docker load (arm64)");
     assert!(loaded.contains(&format!("Loaded image: {image}")), "{loaded}");
-    let arch = ok(docker.docker(&["image", "inspect", "-f", "{{.Architecture}}", &image]), "inspect");
+    let arch = ok(docker.output(&["image", "inspect", "-f", "{{.Architecture}}", &image]), "inspect");
     assert_eq!(arch.trim(), "arm64");
-    let loaded = ok(docker.docker(&["load", "-i", &amd64.to_string_lossy()]), "docker load (amd64)");
+    let loaded = ok(docker.output(&["load", "-i", &amd64.to_string_lossy()]), "docker load (amd64)");
     assert!(loaded.contains(&format!("Loaded image: {image}")), "{loaded}");
     let config = ok(
-        docker.docker(&[
+        docker.output(&[
             "image",
             "inspect",
             "-f",
@@ -559,14 +479,14 @@ fn image_loads_into_docker_and_traces_the_lab_exactly() {
         "export is the default command: {config}"
     );
     let v =
-        ok(docker.docker(&["run", "--rm", "--network", "none", &image, "--version"]), "docker run --version");
+        ok(docker.output(&["run", "--rm", "--network", "none", &image, "--version"]), "docker run --version");
     assert!(v.contains("x86_64-unknown-linux-musl"), "{v}");
 
     let privileges = privileges(&docker, &image);
     let name = format!("tfo-dist-{}", std::process::id());
     traces_the_lab_exactly(|| {
-        let mut cmd = docker.command();
-        cmd.args(["run", "--rm", "--name", &name, "--network", "none"]).args(&privileges).arg(&image);
+        let mut cmd = docker.command(&["run", "--rm", "--name", &name, "--network", "none"]);
+        cmd.args(&privileges).arg(&image);
         Tracer::start_with(cmd, &["trace", "--json"])
     });
 }
