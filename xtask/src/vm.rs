@@ -57,6 +57,8 @@ const VM_PROGRAMS: &[&str] = &[
     "/usr/sbin/ip",
     "/usr/sbin/tc",
     "/usr/bin/nstat",
+    // A listener's name as `ss -ltn` shows it (tests/report.rs names listeners so).
+    "/usr/bin/ss",
     "/usr/sbin/nft",
     "/usr/sbin/sysctl",
     // The middlebox scenario checks stalls against the SYNs on the wire.
