@@ -70,8 +70,10 @@ const VM_ETC: &[&str] = &["/etc/iproute2", "/usr/share/iproute2", "/etc/protocol
 const VM_MODULES: &[&str] = &["veth", "sch_netem", "nf_tables"];
 /// Modules the lab needs where the kernel has them as modules rather than built in: the
 /// nft `counter` expression (the middlebox rules count their drops) is `nft_counter.ko` on
-/// 5.10 and part of nf_tables from 5.14 on.
-const VM_MODULES_IF_PRESENT: &[&str] = &["nft_counter"];
+/// 5.10 and part of nf_tables from 5.14 on. `ss` asks the kernel through sock_diag
+/// (tcp_diag): without it ss reads /proc/net/tcp6, which does not say whether `[::]` is
+/// IPv6-only, and names such a listener `*:P`.
+const VM_MODULES_IF_PRESENT: &[&str] = &["nft_counter", "tcp_diag"];
 /// The scenario tests (tracer against the kernel's counters): run once per backend, with
 /// TFO_TRACE_BACKEND set (tests/common passes it as `--backend`).
 const VM_PER_BACKEND: &[&str] = &["kernel_scenarios", "server_outcomes", "stalls", "report"];
