@@ -114,9 +114,12 @@ impl ConnAcc {
         self.by_outcome[o as usize - 1]
     }
 
-    /// Client events with an outcome (one per connection, as the report has always counted).
+    /// Client connections: the events that end one ([`Outcome::ends_connection`]).
     pub fn connections(&self) -> u64 {
-        self.by_outcome.iter().fold(0u64, |s, n| s.saturating_add(*n))
+        Outcome::ALL
+            .iter()
+            .filter(|o| o.ends_connection())
+            .fold(0u64, |s, o| s.saturating_add(self.count(*o)))
     }
 
     pub fn stalled(&self) -> u64 {
@@ -252,7 +255,7 @@ impl Slot {
 
     pub fn connections(&self) -> u64 {
         match self {
-            Slot::One(_) => 1,
+            Slot::One(c) => u64::from(c.outcome.ends_connection()),
             Slot::Many(m) => m.acc.connections(),
         }
     }
@@ -292,10 +295,14 @@ mod tests {
             conn(Outcome::DataNotAcked, 64, 0, 0, 8),
             conn(Outcome::ConnectFailed, 64, 0, 0, 10),
             conn(Outcome::CookieRequested, 0, 0, 0, 1),
+            // Told alongside connections counted above: no connection of their own.
+            conn(Outcome::CookieReceived, 0, 0, 0, 5),
+            conn(Outcome::ActiveDisabled, 64, 1_020_000, 0, 6),
         ] {
             a.add(&c);
         }
         assert_eq!(a.connections(), 7);
+        assert_eq!(Slot::One(conn(Outcome::CookieReceived, 0, 0, 0, 5)).connections(), 0);
         assert_eq!((a.stalled(), a.lost_us_total()), (2, 2_030_000));
         assert_eq!((a.syn_data_dropped(), a.stalls_of(Cause::CookieRequestDropped)), (1, 1));
         assert_eq!((a.extra_round_trips(), a.extra_round_trip_us), (2, 400));

@@ -1,4 +1,6 @@
 //! Pure counting over decoded events: no I/O, so every view and test can share it.
+#[cfg(test)]
+mod agreement;
 pub mod connections;
 pub mod grouping;
 pub mod kernel_counted;

@@ -371,7 +371,7 @@ impl Built {
                 let Some((_, s)) = self.b.cells.get_index(g) else { return Totals::default() };
                 match s {
                     Slot::One(c) => Totals {
-                        connections: 1,
+                        connections: u64::from(c.outcome.ends_connection()),
                         stalled: u64::from(c.stall.is_some()),
                         lost_us: s.lost_us_total(),
                         extra_round_trips: u64::from(c.outcome == crate::events::Outcome::DataNotAcked),

@@ -6,9 +6,9 @@
 //! SYN retransmission minus the first SYN (0 when the connection started before tfo-trace
 //! attached). Its [`Cause`] follows from the outcome and whether the SYN carried data.
 //!
-//! Only the event that ends a connection's story counts: `active_disabled` and
-//! `cookie_received` are told alongside a connection that has its own outcome event, and
-//! counting them too would count one connection twice.
+//! Only the event that ends a connection's story counts ([`Outcome::ends_connection`]):
+//! `active_disabled` and `cookie_received` are told alongside a connection that has its own
+//! outcome event, and counting them too would count one connection twice.
 //!
 //! `data_not_acked` is a TFO failure but not a stall: no SYN timed out, the SYN-ACK
 //! acknowledged only the SYN and the data went again after the handshake, one extra round
@@ -57,20 +57,7 @@ pub struct Stall {
 /// Whether a row of the kernel's counts (role, outcome) holds stalls as defined here: a
 /// client connection's own outcome. Its `stalls` and `stall_ns` are then the stalls.
 pub fn row_counts(role: Role, outcome: Outcome) -> bool {
-    role == Role::Client && ends_client_connection(outcome)
-}
-
-/// Whether the event is the outcome that ends a client connection's TFO story.
-fn ends_client_connection(o: Outcome) -> bool {
-    matches!(
-        o,
-        Outcome::CookieRequested
-            | Outcome::Accepted
-            | Outcome::DataNotAcked
-            | Outcome::SynRetransmitted
-            | Outcome::ConnectFailed
-            | Outcome::NotAttempted
-    )
+    role == Role::Client && outcome.ends_connection()
 }
 
 /// The stall this event tells of, if it is one (see the module's documentation).
@@ -86,7 +73,7 @@ pub fn of(e: &Event) -> Option<Stall> {
 
 /// The time lost if an event of these numbers is a stall ([`of`], without its cause).
 pub fn lost_us(role: Role, outcome: Outcome, retransmits: u32, stall_us: u64) -> Option<u64> {
-    if role != Role::Client || !ends_client_connection(outcome) {
+    if !row_counts(role, outcome) {
         return None;
     }
     let syn_timed_out = outcome == Outcome::SynRetransmitted || retransmits > 0 || stall_us > 0;

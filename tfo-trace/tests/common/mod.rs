@@ -278,6 +278,14 @@ pub fn count(events: &[Value], netns: u32, role: &str, outcome: &str) -> u64 {
         as u64
 }
 
+/// Whether a JSON event is the one that ends a connection's story: counting these counts
+/// connections, as every view does ([`tfo_trace::events::Outcome::ends_connection`]).
+pub fn ends_connection(e: &Value) -> bool {
+    serde_json::from_value::<tfo_trace::events::Outcome>(e["outcome"].clone())
+        .unwrap_or_else(|err| panic!("no outcome in {e}: {err}"))
+        .ends_connection()
+}
+
 pub fn of_role<'a>(events: &'a [Value], netns: u32, role: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["netns"] == netns && e["role"] == role).collect()
 }
