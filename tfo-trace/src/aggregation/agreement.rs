@@ -127,7 +127,7 @@ fn every_view_counts_the_same_connections_stalls_and_time_lost() {
     for e in &events {
         stalls.add(e);
     }
-    assert_eq!((stalls.stalls, stalls.lost_us), (STALLS, LOST_US), "stalls");
+    assert_eq!((stalls.stalls.count(), stalls.stalls.lost_us()), (STALLS, LOST_US), "stalls");
 
     // report.
     let s = of_events(&events, &Facts::default()).summary;

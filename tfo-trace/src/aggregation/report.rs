@@ -17,13 +17,13 @@ use serde::Serialize;
 use crate::{
     aggregation::{
         connections::{ConnAcc, OneConn, Slot},
+        counting::OutcomeCounts,
         grouping::{DestKey, GroupBy, GroupKey, GroupOptions},
         stall::Cause,
         verdict::{
             self, client_report, CachedDrops, ClientRow, DestinationReport, Facts, HostShare, Kind,
             ListenerReport, NamespaceFinding, Strength,
         },
-        Tally,
     },
     events::{Event, Role},
 };
@@ -40,10 +40,11 @@ struct CellKey {
     tag: u32,
 }
 
+/// A listener's server events by outcome, in all and per host.
 #[derive(Debug, Default)]
 struct ListenerAcc {
-    tally: Tally,
-    hosts: BTreeMap<u32, Tally>,
+    outcomes: OutcomeCounts,
+    hosts: BTreeMap<u32, OutcomeCounts>,
 }
 
 /// Gathers events; [`ReportBuilder::finish`] ranks them.
@@ -129,8 +130,8 @@ impl ReportBuilder {
                 self.host_acc[h].1 += 1;
                 let netns = (!self.fleet).then_some(e.netns);
                 let l = self.listeners.entry((netns, e.view().listener_name())).or_default();
-                l.tally.add(e);
-                l.hosts.entry(host).or_default().add(e);
+                l.outcomes.add(e.outcome);
+                l.hosts.entry(host).or_default().add(e.outcome);
             }
         }
     }
@@ -511,7 +512,7 @@ impl Built {
             self.b.cells.keys().map(|k| k.dest).collect::<HashSet<_>>().len() as u64
         };
         let by_cause = |f: &dyn Fn(Cause) -> u64| -> BTreeMap<Cause, u64> {
-            Cause::ALL.into_iter().filter(|c| a.stalls_of(*c) > 0).map(|c| (c, f(c))).collect()
+            a.stalls.causes().map(|c| (c, f(c))).collect()
         };
         let worst = self.ranked[..self.ranked.len().min(WORST)]
             .iter()
@@ -622,7 +623,7 @@ impl Built {
                     .iter()
                     .map(|(h, t)| (self.b.hosts.get_index(*h as usize).cloned().unwrap_or_default(), t))
                     .collect::<Vec<_>>();
-                Some(verdict::listener_row(k.0, k.1, &l.tally, &hosts, self.b.fleet, &self.facts))
+                Some(verdict::listener_row(k.0, k.1, &l.outcomes, &hosts, self.b.fleet, &self.facts))
             })
             .collect()
     }

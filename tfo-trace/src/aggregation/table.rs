@@ -19,6 +19,7 @@ use lru::LruCache;
 use serde::Serialize;
 
 use super::{
+    counting::OutcomeCounts,
     quantiles::{Decades, LogHistogram},
     rates::{Cumulative, Rates, StallHistory, Trend, HOST_HISTORY, ROW_HISTORY},
     stall,
@@ -177,9 +178,8 @@ impl Hash for GroupKey {
 }
 
 /// What one event adds to each row it counts in, worked out once for all of them.
-struct Tally {
-    /// Index in [`GroupStats::outcomes`].
-    outcome: usize,
+struct Counted {
+    outcome: Outcome,
     /// Time lost, if the event is a stall ([`stall::lost_us`]).
     stall_us: Option<u64>,
     /// SYN retransmissions (client events only).
@@ -187,10 +187,10 @@ struct Tally {
     handshake_us: Option<u64>,
 }
 
-impl Tally {
-    fn of(e: &EventRef<'_>) -> Tally {
-        Tally {
-            outcome: outcome_index(e.outcome),
+impl Counted {
+    fn of(e: &EventRef<'_>) -> Counted {
+        Counted {
+            outcome: e.outcome,
             stall_us: stall::lost_us(e.role, e.outcome, e.retransmits, e.stall_us),
             retransmits: if e.role == Role::Client { u64::from(e.retransmits) } else { 0 },
             handshake_us: e.handshake_us,
@@ -201,8 +201,7 @@ impl Tally {
 /// Tallies of one group: the columns of `top`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GroupStats {
-    /// Events by outcome, indexed like [`Outcome::ALL`].
-    pub outcomes: [u64; Outcome::ALL.len()],
+    pub outcomes: OutcomeCounts,
     /// Connections that lost time to a SYN timeout, and that time ([`super::stall`]).
     pub stalls: u64,
     pub stall_us: u64,
@@ -211,18 +210,13 @@ pub struct GroupStats {
     pub handshake: LogHistogram,
 }
 
-/// [`Outcome::ALL`] is in the order of the outcomes' numbers, from 1.
-fn outcome_index(o: Outcome) -> usize {
-    o as usize - 1
-}
-
 impl GroupStats {
     pub fn add(&mut self, e: &Event) {
-        self.tally(&Tally::of(&e.view()));
+        self.count_in(&Counted::of(&e.view()));
     }
 
-    fn tally(&mut self, t: &Tally) {
-        self.outcomes[t.outcome] += 1;
+    fn count_in(&mut self, t: &Counted) {
+        self.outcomes.add(t.outcome);
         // Saturating: a recording may hold any numbers (the replay fuzz target found this).
         if let Some(lost_us) = t.stall_us {
             self.stalls += 1;
@@ -235,12 +229,12 @@ impl GroupStats {
     }
 
     pub fn count(&self, o: Outcome) -> u64 {
-        self.outcomes[outcome_index(o)]
+        self.outcomes[o]
     }
 
-    /// One outcome event per connection: those events are the attempts.
+    /// Connections ([`Outcome::ends_connection`]): the attempts.
     pub fn attempts(&self) -> u64 {
-        Outcome::ALL.iter().filter(|o| o.ends_connection()).map(|&o| self.count(o)).sum()
+        self.outcomes.connections()
     }
 
     /// Data taken in the SYN; server children made with the backup key count too.
@@ -328,22 +322,22 @@ impl BoundedTable {
     }
 
     /// Counts `t` in the row of `key`, made (its key's names shared through `names`) if new.
-    fn add(&mut self, key: KeyRef<'_>, t: &Tally, names: &mut Interner) {
+    fn add(&mut self, key: KeyRef<'_>, t: &Counted, names: &mut Interner) {
         // The row of the last event first: events come in runs (a destination's connections,
         // a process's), and that row is counted again without a hash or a reorder.
         if let Some((_, entry)) = self.groups.iter_mut().next().filter(|(k, _)| k.key_ref() == key) {
-            entry.stats.tally(t);
+            entry.stats.count_in(t);
             return;
         }
         if let Some(entry) = self.groups.get_mut(&key as &dyn AsKeyRef) {
-            entry.stats.tally(t);
+            entry.stats.count_in(t);
             return;
         }
         if self.groups.len() >= self.capacity && self.groups.pop_lru().is_some() {
             self.evicted += 1;
         }
         let mut stats = GroupStats::default();
-        stats.tally(t);
+        stats.count_in(t);
         self.groups.put(GroupKey::owned(key, names), Entry { stats, trend: Trend::default() });
     }
 
@@ -445,17 +439,17 @@ impl TopModel {
 
     /// [`TopModel::add`] for an event as the ring buffer's reader hands it over.
     pub fn add_view(&mut self, e: EventRef<'_>) {
-        let t = Tally::of(&e);
+        let t = Counted::of(&e);
         self.events += 1;
-        self.total.tally(&t);
+        self.total.count_in(&t);
         match e.role {
             Role::Client => {
-                self.client_total.tally(&t);
+                self.client_total.count_in(&t);
                 let key = KeyRef::Destination(SocketAddr::new(e.daddr, e.dport));
                 self.destinations.add(key, &t, &mut self.names);
             }
             Role::Server => {
-                self.server_total.tally(&t);
+                self.server_total.count_in(&t);
                 let key = KeyRef::Listener { addr: e.listener_name(), netns: e.netns };
                 self.listeners.add(key, &t, &mut self.names);
                 if let Some(name) = e.netns_name.filter(|_| !self.netns_names.contains_key(&e.netns)) {

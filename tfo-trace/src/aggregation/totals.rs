@@ -22,8 +22,7 @@ pub fn row(
         if role.is_some_and(|want| want != r) {
             continue;
         }
-        // GroupStats indexes outcomes like Outcome::ALL: by wire number - 1.
-        g.outcomes[o as usize - 1] += c.events;
+        g.outcomes.add_n(o, c.events);
         if super::stall::row_counts(r, o) {
             g.stalls += c.stalls;
             g.stall_us += c.stall_ns / 1000;
@@ -34,10 +33,9 @@ pub fn row(
     }
     // After the hooks' counts: some of what they report as one outcome was another.
     for r in counted.rows.iter().filter(|r| role.is_none_or(|want| want == r.role)) {
-        g.outcomes[r.outcome as usize - 1] += r.count;
+        g.outcomes.add_n(r.outcome, r.count);
         if let Some(of) = r.within {
-            let i = of as usize - 1;
-            g.outcomes[i] = g.outcomes[i].saturating_sub(r.count);
+            g.outcomes.take_n(of, r.count);
         }
     }
     RowStats { p50_us: from_events.p50_us, p99_us: from_events.p99_us, ..g.row() }

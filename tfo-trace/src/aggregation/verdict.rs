@@ -22,8 +22,8 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    aggregation::{connections::ConnAcc, grouping::GroupKey, stall::Cause, Tally},
-    events::{Outcome, Role},
+    aggregation::{connections::ConnAcc, counting::OutcomeCounts, grouping::GroupKey, stall::Cause},
+    events::Outcome,
     kernel::{netstat::Netstat, tcp_metrics::TcpMetric},
 };
 
@@ -307,14 +307,6 @@ pub fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
-}
-
-fn outcomes(t: &Tally, role: Role) -> BTreeMap<String, u64> {
-    t.by_outcome
-        .iter()
-        .filter(|((r, _), _)| *r == role)
-        .map(|((_, o), n)| (o.name().to_string(), *n))
-        .collect()
 }
 
 pub fn plural(n: u64, one: &str, many: &str) -> String {
@@ -652,14 +644,14 @@ pub fn cached_drops(m: &TcpMetric, netns: u32, facts: &Facts) -> CachedDrops {
 pub fn listener_row(
     netns: Option<u32>,
     listener: SocketAddr,
-    t: &Tally,
-    hosts: &[(String, &Tally)],
+    t: &OutcomeCounts,
+    hosts: &[(String, &OutcomeCounts)],
     fleet: bool,
     facts: &Facts,
 ) -> ListenerReport {
     let fact = netns.and_then(|ns| facts.listeners.iter().find(|l| l.netns == ns && l.addr == listener));
     let mut r = listener_report(listener.to_string(), netns, t, fact.and_then(|f| f.max_qlen), facts);
-    let shown = |t: &Tally| listener_shown_by(r.verdict.kind, t).0;
+    let shown = |t: &OutcomeCounts| listener_shown_by(r.verdict.kind, t).0;
     r.hosts = hosts
         .iter()
         .map(|(h, t)| HostShare {
@@ -683,8 +675,8 @@ pub fn listener_row(
 
 /// For a listener verdict: the events that show it, of the SYN-data (or cookie requests)
 /// it got.
-fn listener_shown_by(kind: Kind, t: &Tally) -> (u64, u64) {
-    let c = |o| t.count(Role::Server, o);
+fn listener_shown_by(kind: Kind, t: &OutcomeCounts) -> (u64, u64) {
+    let c = |o| t[o];
     let alt = c(Outcome::AcceptedAltKey);
     let accepted = c(Outcome::Accepted) + alt;
     let syn_data =
@@ -702,11 +694,11 @@ fn listener_shown_by(kind: Kind, t: &Tally) -> (u64, u64) {
 fn listener_report(
     listener: String,
     netns: Option<u32>,
-    t: &Tally,
+    t: &OutcomeCounts,
     max_qlen: Option<u32>,
     facts: &Facts,
 ) -> ListenerReport {
-    let c = |o| t.count(Role::Server, o);
+    let c = |o| t[o];
     let overflow = c(Outcome::QueueOverflow);
     let invalid = c(Outcome::CookieInvalid);
     let alt = c(Outcome::AcceptedAltKey);
@@ -790,7 +782,7 @@ fn listener_report(
     ListenerReport {
         listener,
         netns,
-        outcomes: outcomes(t, Role::Server),
+        outcomes: t.by_name(),
         max_qlen,
         hosts: Vec::new(),
         verdict: Verdict { kind, sentence, evidence, strength: Strength::of(showing, of), support },

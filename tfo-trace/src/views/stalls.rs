@@ -66,20 +66,21 @@ fn stalled_connections(n: u64) -> String {
 
 fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -> io::Result<()> {
     // No table at all without a stall (the closing line says 0).
-    let stalled = per_dst.values().any(|d| d.stalls > 0);
+    let stalled = per_dst.values().any(|d| d.stalls.count() > 0);
     if stalled {
         writeln!(out, "\n{:<28} {:>7} {:>11} {:>11}  CAUSES", "DESTINATION", "STALLS", "LOST", "PER_CONN")?;
     } else if per_dst.values().any(|d| d.extra_round_trips > 0) {
         writeln!(out)?;
     }
-    for (dst, d) in per_dst.iter().filter(|(_, d)| d.stalls > 0) {
-        let causes: Vec<String> = d.by_cause.iter().map(|(c, n)| format!("{}={n}", c.name())).collect();
+    for (dst, d) in per_dst.iter().filter(|(_, d)| d.stalls.count() > 0) {
+        let s = &d.stalls;
+        let causes: Vec<String> = s.causes().map(|c| format!("{}={}", c.name(), s.count_of(c))).collect();
         writeln!(
             out,
             "{dst:<28} {:>7} {:>10.3}s {:>10.3}s  {}",
-            d.stalls,
-            d.lost_us as f64 / 1e6,
-            d.lost_us as f64 / 1e6 / d.stalls.max(1) as f64,
+            s.count(),
+            s.lost_us() as f64 / 1e6,
+            s.lost_us() as f64 / 1e6 / s.count().max(1) as f64,
             causes.join(" ")
         )?;
     }
@@ -136,7 +137,7 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
     if !opts.json {
         crate::views::output::stdout_written(write_summary(&mut out, &per_dst))?;
     }
-    let total: u64 = per_dst.values().map(|d| d.stalls).sum();
+    let total: u64 = per_dst.values().map(|d| d.stalls.count()).sum();
     crate::note!(
         "tfo-trace: {}; {}",
         stalled_connections(total),
