@@ -272,14 +272,14 @@ pub struct TopArgs {
     #[arg(long)]
     pub json: bool,
     /// Initial sort (the `s` key cycles it).
-    #[arg(long, value_enum, default_value_t = crate::aggregation::table::Sort::Attempts)]
-    pub sort: crate::aggregation::table::Sort,
+    #[arg(long, value_enum, default_value_t = Sort::Attempts)]
+    pub sort: Sort,
     /// Only rows whose address, port, netns (inode or `ip netns` name), pid, process name or
     /// container contains TEXT (the `/` key).
     #[arg(long, value_name = "TEXT", default_value = "")]
     pub filter: String,
     /// Groups kept per table; beyond it the least recently seen is evicted (and counted).
-    #[arg(long, value_name = "N", default_value_t = crate::aggregation::table::DEFAULT_CAPACITY, value_parser = parse_max_groups)]
+    #[arg(long, value_name = "N", default_value_t = crate::aggregation::top::DEFAULT_CAPACITY, value_parser = parse_max_groups)]
     pub max_groups: usize,
     /// Also write every event to FILE (JSON lines, mode 0600) for `top --from` / `report --from`.
     #[arg(long, value_name = "FILE", conflicts_with = "from")]
@@ -290,6 +290,20 @@ pub struct TopArgs {
     /// Show the tables of a recording instead of tracing live.
     #[arg(long, value_name = "FILE")]
     pub from: Option<std::path::PathBuf>,
+}
+
+/// `top`'s sort orders, biggest first (`views::top::rows` orders by them; the `s` key
+/// cycles through them).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sort {
+    Attempts,
+    Stalls,
+    /// Stalls per second over the last refresh: what is stalling now.
+    StallRate,
+    Lost,
+    P99,
+    Accepted,
+    Name,
 }
 
 fn parse_count(s: &str) -> Result<u64, String> {

@@ -74,7 +74,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             json: a.json,
             sort: a.sort,
             filter: a.filter,
-            view: tfo_trace::aggregation::table::View::Destinations,
+            view: views::top::rows::View::Destinations,
             max_groups: a.max_groups,
             from: a.from,
         })),

@@ -8,8 +8,7 @@ use super::{
     metrics::{BuildInfo, Health, Metrics},
     report::of_events,
     stall::StallTally,
-    table::model_of,
-    totals,
+    top::{model_of, totals, RowStats},
     verdict::Facts,
 };
 use crate::{
@@ -112,7 +111,7 @@ fn every_view_counts_the_same_connections_stalls_and_time_lost() {
     let snap = model_of(&events).snapshot();
     assert_eq!((snap.client.attempts, snap.client.stalls, snap.client.stall_us), want, "top");
     let rows = &snap.destinations.rows;
-    let sum = |f: fn(&super::table::RowStats) -> u64| rows.iter().map(|r| f(&r.stats)).sum::<u64>();
+    let sum = |f: fn(&RowStats) -> u64| rows.iter().map(|r| f(&r.stats)).sum::<u64>();
     assert_eq!((sum(|s| s.attempts), sum(|s| s.stalls), sum(|s| s.stall_us)), want, "top's rows");
     assert_eq!(snap.server.attempts, SERVER_CONNECTIONS, "top's server");
     let mut counts = KernelCounts::default();

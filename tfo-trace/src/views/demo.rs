@@ -11,15 +11,15 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    aggregation::table::{Sort, View, DEFAULT_CAPACITY},
-    cli::DemoArgs,
+    aggregation::top::DEFAULT_CAPACITY,
+    cli::{DemoArgs, Sort},
     lab::{
         traffic::{ClientArgs, ClientMode},
         ClientChild, Lab, LabConfig,
     },
     views::{
         session::Session,
-        top::{self, HeaderInfo, TopOptions},
+        top::{self, rows::View, HeaderInfo, TopOptions},
     },
 };
 

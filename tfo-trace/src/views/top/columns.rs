@@ -1,6 +1,7 @@
 //! The columns of `top`'s tables, shared by the terminal UI and the plain rows, and which
 //! ones to drop first when the terminal is narrow.
-use crate::aggregation::table::{GroupKey, Row, View};
+use super::rows::{cells, View};
+use crate::aggregation::top::{Row, RowKey};
 
 /// A number column: its title, its width, and how to print it.
 pub struct Column {
@@ -246,7 +247,7 @@ impl Layout {
     }
 
     pub fn row(&self, row: &Row) -> String {
-        self.line(&row.key.cells(), |i| (COLUMNS[i].cell)(row))
+        self.line(&cells(&row.key), |i| (COLUMNS[i].cell)(row))
     }
 
     fn line(&self, keys: &[String], cell: impl Fn(usize) -> String) -> String {
@@ -268,7 +269,7 @@ fn key_widths(view: View, rows: &[&Row]) -> Vec<usize> {
     let mins = key_min_widths(view);
     let mut w: Vec<usize> = key_titles(view).iter().zip(mins).map(|(t, m)| t.len().max(*m)).collect();
     for r in rows {
-        for (i, c) in r.key.cells().iter().enumerate() {
+        for (i, c) in cells(&r.key).iter().enumerate() {
             if let Some(slot) = w.get_mut(i) {
                 *slot = (*slot).max(c.chars().count().min(MAX_KEY_WIDTH));
             }
@@ -292,21 +293,21 @@ fn cut(s: &str, w: usize) -> String {
 }
 
 /// Key cells of a row for JSON: named fields instead of columns.
-pub fn key_json(key: &GroupKey) -> serde_json::Map<String, serde_json::Value> {
+pub fn key_json(key: &RowKey) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
     match key {
-        GroupKey::Destination(a) => {
+        RowKey::Destination(a) => {
             m.insert("destination".into(), a.to_string().into());
         }
-        GroupKey::Listener { addr, netns } => {
+        RowKey::Listener { addr, netns } => {
             m.insert("listener".into(), addr.to_string().into());
             m.insert("netns".into(), (*netns).into());
         }
-        GroupKey::Process { pid, comm } => {
+        RowKey::Process { pid, comm } => {
             m.insert("pid".into(), (*pid).into());
             m.insert("comm".into(), (**comm).into());
         }
-        GroupKey::Container(label) => {
+        RowKey::Container(label) => {
             // null: the host (no container, unit or cgroup below the root).
             m.insert("container".into(), label.as_deref().into());
         }
@@ -316,8 +317,12 @@ pub fn key_json(key: &GroupKey) -> serde_json::Map<String, serde_json::Value> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::rows::rows;
     use super::*;
-    use crate::aggregation::table::{model_of, tests::demo_events, Sort};
+    use crate::{
+        aggregation::top::{model_of, tests::demo_events},
+        cli::Sort,
+    };
 
     #[test]
     fn durations_fit_seven_characters() {
@@ -338,7 +343,7 @@ mod tests {
     #[test]
     fn narrow_layouts_drop_low_priority_columns_first() {
         let s = model_of(&demo_events()).snapshot();
-        let rows = s.rows(View::Destinations, Sort::Attempts, "");
+        let rows = rows(&s, View::Destinations, Sort::Attempts, "");
         let titles = |l: &Layout| l.columns.iter().map(|&i| COLUMNS[i].title).collect::<Vec<_>>();
         let wide = Layout::fit(View::Destinations, &rows, 200);
         assert_eq!(wide.columns.len(), COLUMNS.len(), "everything fits in 200");

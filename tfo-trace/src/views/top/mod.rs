@@ -9,6 +9,7 @@
 pub mod batch;
 pub mod columns;
 pub mod render;
+pub mod rows;
 pub mod state;
 pub mod terminal;
 
@@ -23,14 +24,15 @@ use crossterm::event::{self as term_event, Event as TermEvent};
 use crate::{
     aggregation::{
         kernel_counted::KernelCounted,
-        table::{Snapshot, Sort, TopModel, Totals, View},
-        totals,
+        top::{totals, Snapshot, TopModel, Totals},
     },
+    cli::Sort,
     events::{counts::KernelCounts, rfc3339, Event},
     kernel::sysctl::TcpFastopen,
     probes::LoadOptions,
     views::session::Session,
 };
+use rows::View;
 use state::{Action, UiState};
 
 pub struct TopOptions {

@@ -15,6 +15,7 @@ use ratatui::{
 
 use super::{
     columns::{fmt_lost_rate, fmt_rate, fmt_us, sparkline, Layout},
+    rows::{rows, View},
     state::{UiState, KEYS, KEYS_HELP},
     HeaderInfo,
 };
@@ -22,8 +23,7 @@ use crate::{
     aggregation::{
         kernel_counted::KernelCounted,
         quantiles::Decades,
-        rates::HOST_HISTORY,
-        table::{Row, RowStats, Snapshot, View},
+        top::{rates::HOST_HISTORY, Row, RowStats, Snapshot},
     },
     events::{Outcome, Role},
 };
@@ -314,12 +314,12 @@ fn tab_label(snap: &Snapshot, ui: &UiState, view: View, short: bool, counted: bo
     if !counted {
         return format!("[{}] {name}", view.key());
     }
-    let all = snap.table(view).rows.len();
+    let all = view.table(snap).rows.len();
     let unit = if all == 1 { "row" } else { "rows" };
     let count = if ui.filter.trim().is_empty() {
         format!("{all} {unit}")
     } else {
-        format!("{} of {all} {unit}", snap.rows(view, ui.sort, &ui.filter).len())
+        format!("{} of {all} {unit}", rows(snap, view, ui.sort, &ui.filter).len())
     };
     format!("[{}] {name} ({count})", view.key())
 }
@@ -408,7 +408,7 @@ impl TabForm {
 /// that a table shows all its rows when it can, and the focused one gets what is left.
 fn draw_stacked(frame: &mut Frame, snap: &Snapshot, ui: &UiState, area: Rect, st: &Styles) {
     let needs: Vec<usize> =
-        View::ALL.iter().map(|&v| 2 + snap.rows(v, ui.sort, &ui.filter).len().max(1)).collect();
+        View::ALL.iter().map(|&v| 2 + rows(snap, v, ui.sort, &ui.filter).len().max(1)).collect();
     let focus = View::ALL.iter().position(|&v| v == ui.view).unwrap_or(0);
     let heights = share_lines(&needs, area.height as usize, focus);
     let mut y = area.y;
@@ -471,7 +471,7 @@ pub(crate) fn share_lines(needs: &[usize], avail: usize, focus: usize) -> Vec<us
 }
 
 fn draw_table(frame: &mut Frame, snap: &Snapshot, ui: &UiState, view: View, area: Rect, st: &Styles) {
-    let rows = snap.rows(view, ui.sort, &ui.filter);
+    let rows = rows(snap, view, ui.sort, &ui.filter);
     let layout = Layout::fit(view, &rows, area.width as usize);
     let mut lines =
         vec![Line::styled(format!("{:<w$}", layout.header(view), w = area.width as usize), st.header)];
@@ -572,10 +572,12 @@ fn draw_help(frame: &mut Frame, area: Rect) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregation::table::{
-        model_of,
-        tests::{demo_events, demo_events_in_a_container, demo_refreshes},
-        Sort,
+    use crate::{
+        aggregation::top::{
+            model_of,
+            tests::{demo_events, demo_events_in_a_container, demo_refreshes},
+        },
+        cli::Sort,
     };
     use ratatui::{backend::TestBackend, Terminal};
     use std::time::Duration;

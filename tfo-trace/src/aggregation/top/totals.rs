@@ -1,12 +1,19 @@
-//! `top`'s totals from the kernel's counts rather than from the events that arrived: the
-//! same columns, exact when the reader fell behind and events were lost; with the outcomes
-//! no hook of the backend sees taken from the namespaces' own counters.
+//! `top`'s header totals: from the events ([`super::TopModel::event_totals`]), or from the
+//! kernel's counts rather than from the events that arrived ([`row`]): the same columns,
+//! exact when the reader fell behind and events were lost; with the outcomes no hook of
+//! the backend sees taken from the namespaces' own counters.
 use crate::events::{counts::KernelCounts, Role};
 
-use super::{
-    kernel_counted::KernelCounted,
-    table::{GroupStats, RowStats},
-};
+use super::{GroupStats, RowStats};
+use crate::aggregation::{kernel_counted::KernelCounted, stall};
+
+/// The header's numbers: every event (including those of evicted groups), and each role.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Totals {
+    pub total: RowStats,
+    pub client: RowStats,
+    pub server: RowStats,
+}
 
 /// The kernel's counts of one role (or both) as a row of `top`, with what its namespace
 /// counters counted that no hook sees (`counted`). Handshake quantiles are not in the
@@ -23,7 +30,7 @@ pub fn row(
             continue;
         }
         g.outcomes.add_n(o, c.events);
-        if super::stall::row_counts(r, o) {
+        if stall::row_counts(r, o) {
             g.stalls += c.stalls;
             g.stall_us += c.stall_ns / 1000;
         }
@@ -45,7 +52,7 @@ pub fn row(
 mod tests {
     use super::*;
     use crate::{
-        aggregation::table::TopModel,
+        aggregation::top::TopModel,
         events::{sample_event, Outcome},
     };
 
