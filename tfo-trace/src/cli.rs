@@ -4,8 +4,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    duration::parse_duration,
     probes::{BackendChoice, DEFAULT_RING_BUFFER_BYTES},
+    units::parse_duration,
 };
 
 /// Where `tfo-trace export` serves /metrics unless told otherwise.

@@ -47,14 +47,14 @@ fn num(r: &BTreeMap<String, String>, col: &str) -> u64 {
         .unwrap_or_else(|_| panic!("{col}: {r:?}"))
 }
 
-/// `1.02s`, `980.9ms`, `0.12ms` -> seconds.
+/// A duration cell (`1.02s`, `981ms`, `120us`, `0`: tfo_trace::units) -> seconds.
 fn secs(r: &BTreeMap<String, String>, col: &str) -> f64 {
     let v = &r[col];
-    if let Some(ms) = v.strip_suffix("ms") {
-        ms.parse::<f64>().unwrap() / 1e3
-    } else {
-        v.strip_suffix('s').unwrap_or_else(|| panic!("{col}={v}")).parse().unwrap()
-    }
+    let (number, scale) = [("us", 1e-6), ("ms", 1e-3), ("s", 1.0)]
+        .into_iter()
+        .find_map(|(unit, scale)| Some((v.strip_suffix(unit)?, scale)))
+        .unwrap_or((v.as_str(), 1.0));
+    number.parse::<f64>().unwrap_or_else(|_| panic!("{col}={v}")) * scale
 }
 
 struct Counters {

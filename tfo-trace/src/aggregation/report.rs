@@ -791,7 +791,7 @@ mod tests {
             r.verdict.sentence
         );
         assert!(
-            r.verdict.evidence.iter().any(|e| e.starts_with("most time lost: 203.0.113.0:443 (1.00 s)")),
+            r.verdict.evidence.iter().any(|e| e.starts_with("most time lost: 203.0.113.0:443 (1s)")),
             "{:?}",
             r.verdict.evidence
         );

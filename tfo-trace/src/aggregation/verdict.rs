@@ -25,6 +25,7 @@ use crate::{
     aggregation::{connections::ConnAcc, counting::OutcomeCounts, grouping::GroupKey, stall::Cause},
     events::Outcome,
     kernel::{netstat::Netstat, tcp_metrics::TcpMetric},
+    units,
 };
 
 /// A TFO listener as the kernel shows it (see `kernel::listeners::tfo_listeners`).
@@ -285,34 +286,6 @@ pub struct NamespaceFinding {
     pub source: &'static str,
 }
 
-/// `1.02 s`, `35.0 ms`, `120 us`.
-pub fn human_us(us: u64) -> String {
-    if us >= 100_000 {
-        format!("{:.2} s", us as f64 / 1e6)
-    } else if us >= 1_000 {
-        format!("{:.1} ms", us as f64 / 1e3)
-    } else {
-        format!("{us} us")
-    }
-}
-
-/// `1,000,000`.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-pub fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{} {}", thousands(n), if n == 1 { one } else { many })
-}
-
 /// A row of the client side, gathered (by `aggregation::report`) and ready for its verdict.
 #[derive(Clone, Debug)]
 pub struct ClientRow {
@@ -398,7 +371,7 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
     let connections = a.connections();
     let drop_lost = a.lost_us_of(Cause::SynDataDropped);
     let cookie_drop_lost = a.lost_us_of(Cause::CookieRequestDropped);
-    let each = |total: u64, n: u64| human_us(total / n.max(1));
+    let each = |total: u64, n: u64| units::duration_us(total / n.max(1));
     let hosts_showing = row.hosts.iter().filter(|h| h.showing > 0).count() as u64;
     let of_hosts = row.hosts.len() as u64;
     // Where it shows, after "N of M connections": destinations of a group, hosts of a fleet.
@@ -406,12 +379,16 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
     if many {
         spread.push_str(&format!(
             " ({} of {})",
-            thousands(row.destinations_showing),
-            plural(row.destinations, "destination", "destinations")
+            units::count(row.destinations_showing),
+            units::plural(row.destinations, "destination", "destinations")
         ));
     }
     if row.fleet {
-        spread.push_str(&format!(", from {} of {} hosts", thousands(hosts_showing), thousands(of_hosts)));
+        spread.push_str(&format!(
+            ", from {} of {} hosts",
+            units::count(hosts_showing),
+            units::count(of_hosts)
+        ));
     }
 
     let metric = facts.metric(&row.key);
@@ -427,7 +404,7 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
         }
         s.push_str(&format!(", fo_syn_drops {}", m.fo_syn_drops));
         if let Some(a) = m.fo_syn_drop_age_s.filter(|_| m.fo_syn_drops > 0) {
-            s.push_str(&format!(" (last {a:.0} s ago)"));
+            s.push_str(&format!(" (last {} ago)", units::duration_s(a)));
         }
         s
     };
@@ -437,8 +414,8 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
             evidence.push(format!(
                 "{} timed out and went again as a plain SYN after the initial RTO (TcpExtTCPSynRetrans, \
                  TcpExtTCPFastOpenActiveFail), {} lost in total",
-                plural(dropped, "SYN carrying data", "SYNs carrying data"),
-                human_us(drop_lost)
+                units::plural(dropped, "SYN carrying data", "SYNs carrying data"),
+                units::duration_us(drop_lost)
             ));
             if cookie_req > 0 || accepted > 0 || metric.is_some_and(|m| m.cookie_len.is_some()) {
                 evidence.push(
@@ -450,14 +427,14 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
             if accepted > 0 {
                 evidence.push(format!(
                     "{} accepted: the drops are intermittent or path-dependent",
-                    plural(accepted, "SYN-data was", "SYN-data were")
+                    units::plural(accepted, "SYN-data was", "SYN-data were")
                 ));
             }
             format!(
                 "SYN-data to {subj} was dropped on the path in {} of {} connections{spread}, +{} each: \
                  disable TFO towards {it} or fix the path",
-                thousands(dropped),
-                thousands(sent),
+                units::count(dropped),
+                units::count(sent),
                 each(drop_lost, dropped)
             )
         }
@@ -474,7 +451,7 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
             evidence.push(format!(
                 "{} not acknowledged by the SYN-ACK (TcpExtTCPFastOpenActiveFail): the data went again \
                  after the handshake, +{} each",
-                plural(not_acked, "SYN-data", "SYN-data"),
+                units::plural(not_acked, "SYN-data", "SYN-data"),
                 each(a.extra_round_trip_us, not_acked)
             ));
             evidence.push(
@@ -489,27 +466,27 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
             };
             format!(
                 "{who} TFO: {} of {} SYN-data not acknowledged{spread} ({why})",
-                thousands(not_acked),
-                thousands(sent)
+                units::count(not_acked),
+                units::count(sent)
             )
         }
         Kind::CookieRequestDropped => {
             evidence.push(format!(
                 "{} with an empty TFO option timed out, {} lost",
-                plural(cookie_dropped, "SYN", "SYNs"),
-                human_us(cookie_drop_lost)
+                units::plural(cookie_dropped, "SYN", "SYNs"),
+                units::duration_us(cookie_drop_lost)
             ));
             format!(
                 "cookie requests to {subj} were lost in {} of {} connections{spread}, +{} each: something on \
                  the path drops SYNs with the TFO option; disable TFO towards {it}",
-                thousands(cookie_dropped),
-                thousands(cookie_req.saturating_add(cookie_dropped)),
+                units::count(cookie_dropped),
+                units::count(cookie_req.saturating_add(cookie_dropped)),
                 each(cookie_drop_lost, cookie_dropped)
             )
         }
         Kind::ConnectFailed => format!(
             "{} to {subj} never completed{spread}: check that {} reachable",
-            plural(failed, "TFO connection", "TFO connections"),
+            units::plural(failed, "TFO connection", "TFO connections"),
             if many { "the servers are" } else { "the server is" }
         ),
         Kind::NotAttempted => {
@@ -517,25 +494,29 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
             format!(
                 "TFO to {subj} was not attempted in {} of {} connections{spread}: active TFO is off in {ns} \
                  (sysctl bit 0x1) or paused after a detected blackhole",
-                thousands(not_attempted),
-                thousands(connections)
+                units::count(not_attempted),
+                units::count(connections)
             )
         }
         Kind::Healthy => format!(
             "TFO works towards {subj}: {} of {} SYN-data accepted{spread}",
-            thousands(accepted),
-            thousands(sent)
+            units::count(accepted),
+            units::count(sent)
         ),
         _ => format!(
             "{subj}: {}{spread}, no SYN-data yet (the first connection to a server fetches the cookie)",
-            plural(cookie_req, "cookie request", "cookie requests")
+            units::plural(cookie_req, "cookie request", "cookie requests")
         ),
     };
     if let Some(m) = metric {
         evidence.push(metrics_line(m));
     }
-    let worst: Vec<String> =
-        row.worst.iter().filter(|(_, l)| *l > 0).map(|(d, l)| format!("{d} ({})", human_us(*l))).collect();
+    let worst: Vec<String> = row
+        .worst
+        .iter()
+        .filter(|(_, l)| *l > 0)
+        .map(|(d, l)| format!("{d} ({})", units::duration_us(*l)))
+        .collect();
     if many && !worst.is_empty() {
         evidence.push(format!("most time lost: {}", worst.join(", ")));
     }
@@ -579,19 +560,22 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
 fn hosts_line(hosts: &[HostShare]) -> String {
     const NAMED: usize = 3;
     let showing: Vec<&HostShare> = hosts.iter().filter(|h| h.showing > 0).collect();
-    let mut line =
-        format!("hosts: {} of {} show it", thousands(showing.len() as u64), thousands(hosts.len() as u64));
+    let mut line = format!(
+        "hosts: {} of {} show it",
+        units::count(showing.len() as u64),
+        units::count(hosts.len() as u64)
+    );
     if showing.is_empty() {
         return line;
     }
     let named: Vec<String> = showing
         .iter()
         .take(NAMED)
-        .map(|h| format!("{} ({} of {})", h.host, thousands(h.showing), thousands(h.connections)))
+        .map(|h| format!("{} ({} of {})", h.host, units::count(h.showing), units::count(h.connections)))
         .collect();
     line.push_str(&format!(": {}", named.join(", ")));
     if showing.len() > NAMED {
-        line.push_str(&format!(" and {} more", thousands((showing.len() - NAMED) as u64)));
+        line.push_str(&format!(" and {} more", units::count((showing.len() - NAMED) as u64)));
     }
     let names: Vec<&str> = showing.iter().map(|h| h.host.as_str()).collect();
     let others: Vec<&str> = hosts.iter().filter(|h| h.showing == 0).map(|h| h.host.as_str()).collect();
@@ -622,14 +606,15 @@ pub fn cached_drops(m: &TcpMetric, netns: u32, facts: &Facts) -> CachedDrops {
         IpAddr::V4(a) => format!("{a}:*"),
         IpAddr::V6(a) => format!("[{a}]:*"),
     };
-    let since = m.fo_syn_drop_age_s.map(|s| format!(", the last {s:.0} s ago")).unwrap_or_default();
+    let since =
+        m.fo_syn_drop_age_s.map(|s| format!(", the last {} ago", units::duration_s(s))).unwrap_or_default();
     CachedDrops {
         sentence: format!(
             "the kernel's TFO cache (ip tcp_metrics in {}) holds {} to {destination} lost on the \
-             path{since}; no connection went there in this window: expect a ~1 s stall on the next \
+             path{since}; no connection went there in this window: expect a ~1s stall on the next \
              TFO connect there, until one SYN-data gets through",
             facts.ns(netns),
-            plural(u64::from(m.fo_syn_drops), "SYN-data", "SYN-data"),
+            units::plural(u64::from(m.fo_syn_drops), "SYN-data", "SYN-data"),
         ),
         destination,
         netns,
@@ -761,7 +746,7 @@ fn listener_report(
             Kind::Healthy,
             format!(
                 "listener {listener}: {} accepted",
-                plural(accepted, "TFO connection", "TFO connections")
+                units::plural(accepted, "TFO connection", "TFO connections")
             ),
         )
     } else {
@@ -769,7 +754,7 @@ fn listener_report(
             Kind::Info,
             format!(
                 "listener {listener}: {} answered",
-                plural(cookie_req, "cookie request", "cookie requests")
+                units::plural(cookie_req, "cookie request", "cookie requests")
             ),
         )
     };
@@ -797,7 +782,7 @@ fn overflow_sentence(listener: &str, n: u64, max_qlen: Option<u32>, somaxconn: O
         }
         _ => "raise fastopen= but keep it below somaxconn".into(),
     };
-    format!("{listener}: {} ({q}); {advice}", plural(n, "TFO queue overflow", "TFO queue overflows"))
+    format!("{listener}: {} ({q}); {advice}", units::plural(n, "TFO queue overflow", "TFO queue overflows"))
         .replacen(listener, &format!("listener {listener}"), 1)
 }
 
@@ -843,7 +828,7 @@ pub fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Na
                     None,
                     format!(
                         "{ns}: {} on its listeners; raise fastopen= but keep it below somaxconn",
-                        plural(overflow, "TFO queue overflow", "TFO queue overflows")
+                        units::plural(overflow, "TFO queue overflow", "TFO queue overflows")
                     ),
                 ),
             };
@@ -956,14 +941,14 @@ mod tests {
         assert_eq!(d.verdict.kind, Kind::SynDataDropped);
         assert_eq!(
             d.verdict.sentence,
-            "SYN-data to 198.18.0.3:8080 was dropped on the path in 12 of 12 connections, +1.02 s each: \
+            "SYN-data to 198.18.0.3:8080 was dropped on the path in 12 of 12 connections, +1.02s each: \
              disable TFO towards it or fix the path"
         );
         assert_eq!((d.syn_data_dropped, d.syn_data_sent, d.connections, d.stalled), (12, 12, 13, 12));
         assert_eq!(d.lost_us_total, 12 * 1_020_000);
         assert_eq!(d.lost_us_per_stalled, 1_020_000);
         let ev = d.verdict.evidence.join("\n");
-        assert!(ev.contains("fo_syn_drops 12 (last 3 s ago)"), "{ev}");
+        assert!(ev.contains("fo_syn_drops 12 (last 3s ago)"), "{ev}");
         assert!(ev.contains("cookie present (8 bytes)"), "{ev}");
         assert!(!ev.contains("0011223344556677"));
         assert!(ev.contains("SYNs without data get through"), "{ev}");
@@ -987,7 +972,7 @@ mod tests {
         // Not stalls: one extra round trip each, estimated by the handshake time.
         assert_eq!((d.stalled, d.lost_us_total), (0, 0));
         assert_eq!((d.extra_round_trips, d.extra_round_trip_us), (4, 800));
-        assert!(d.verdict.evidence[0].ends_with("after the handshake, +200 us each"), "{:?}", d.verdict);
+        assert!(d.verdict.evidence[0].ends_with("after the handshake, +200us each"), "{:?}", d.verdict);
 
         let only_fail: Vec<Event> =
             (0..4).map(|i| cli("data_not_acked", "198.18.0.2:8080", 64, 0, i)).collect();
@@ -1016,7 +1001,7 @@ mod tests {
         );
         assert_eq!(by("198.18.0.4:80").verdict.kind, Kind::Info);
         assert_eq!(by("198.18.0.5:80").verdict.kind, Kind::CookieRequestDropped);
-        assert!(by("198.18.0.5:80").verdict.sentence.contains("+1.01 s each"));
+        assert!(by("198.18.0.5:80").verdict.sentence.contains("+1.01s each"));
         assert_eq!(by("198.18.0.6:80").verdict.kind, Kind::NotAttempted);
         assert_eq!(r.destinations[0].destination, "198.18.0.5:80", "most time lost first");
         assert!(r.listeners.is_empty() && r.namespaces.is_empty());
@@ -1041,7 +1026,7 @@ mod tests {
             ("10.1.2.3:*", 3, Some(60.0))
         );
         assert!(
-            c.sentence.contains("holds 3 SYN-data to 10.1.2.3:* lost on the path, the last 60 s ago"),
+            c.sentence.contains("holds 3 SYN-data to 10.1.2.3:* lost on the path, the last 60s ago"),
             "{c:?}"
         );
     }
@@ -1157,12 +1142,5 @@ mod tests {
             .chain((0..2).map(|i| srv("accepted_alt_key", i)))
             .collect();
         assert!(report(&events, &facts).namespaces.is_empty());
-    }
-
-    #[test]
-    fn human_durations() {
-        assert_eq!(human_us(1_020_000), "1.02 s");
-        assert_eq!(human_us(35_000), "35.0 ms");
-        assert_eq!(human_us(120), "120 us");
     }
 }

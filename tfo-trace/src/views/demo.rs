@@ -63,10 +63,10 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     lab.middlebox_drop_syn_data(Some(dropped))?;
     crate::note!(
         "tfo-trace demo: server {} is clean, {} sits behind a middlebox dropping SYN-data; \
-         tracing for {:?} (Ctrl-C stops early)",
+         tracing for {} (Ctrl-C stops early)",
         lab.server_addr(0, false)?,
         dropped,
-        args.duration
+        crate::units::period(args.duration)
     )?;
     let clients = start_traffic(&lab, &exe, args.duration)?;
 

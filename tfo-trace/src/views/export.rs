@@ -153,7 +153,11 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     };
     let metrics = Metrics::new(&build, opts.breakdown);
     if let Some(p) = &opts.textfile {
-        crate::note!("tfo-trace: writing metrics to {} every {:?}", p.display(), opts.interval)?;
+        crate::note!(
+            "tfo-trace: writing metrics to {} every {}",
+            p.display(),
+            crate::units::period(opts.interval)
+        )?;
     }
 
     // The HTTP server runs on its own tasks; a scrape asks this loop, which owns the

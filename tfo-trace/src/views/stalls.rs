@@ -12,12 +12,10 @@ use anyhow::{Context as _, Result};
 use serde::Serialize;
 
 use crate::{
-    aggregation::{
-        stall::{self, Cause, StallTally},
-        verdict::human_us,
-    },
+    aggregation::stall::{self, Cause, StallTally},
     events::Event,
     probes::LoadOptions,
+    units,
     views::session::Session,
 };
 
@@ -46,13 +44,13 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
     } else {
         writeln!(
             out,
-            "{:<23} {:<7} {:<16} {:<24} {:<24} {:>9.3}s {:>3}  {}",
+            "{:<23} {:<7} {:<16} {:<24} {:<24} {:>10} {:>3}  {}",
             e.ts.millis(),
             e.pid,
             if e.comm.is_empty() { "-" } else { &e.comm },
             e.destination(),
             cause.name(),
-            lost_us as f64 / 1e6,
+            units::duration_us(lost_us),
             e.retransmits,
             e.container_label().unwrap_or("-")
         )
@@ -61,7 +59,7 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
 
 /// `1 stalled connection`, `2 stalled connections`.
 fn stalled_connections(n: u64) -> String {
-    crate::aggregation::verdict::plural(n, "stalled connection", "stalled connections")
+    units::plural(n, "stalled connection", "stalled connections")
 }
 
 fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -> io::Result<()> {
@@ -77,10 +75,10 @@ fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -
         let causes: Vec<String> = s.causes().map(|c| format!("{}={}", c.name(), s.count_of(c))).collect();
         writeln!(
             out,
-            "{dst:<28} {:>7} {:>10.3}s {:>10.3}s  {}",
+            "{dst:<28} {:>7} {:>11} {:>11}  {}",
             s.count(),
-            s.lost_us() as f64 / 1e6,
-            s.lost_us() as f64 / 1e6 / s.count().max(1) as f64,
+            units::duration_us(s.lost_us()),
+            units::duration_us(s.lost_us() / s.count().max(1)),
             causes.join(" ")
         )?;
     }
@@ -92,7 +90,7 @@ fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -
              {} extra round trip(s), ~{} estimated (`tfo-trace report` has the verdict)",
             d.extra_round_trips,
             d.extra_round_trips,
-            human_us(d.extra_round_trip_us)
+            units::duration_us(d.extra_round_trip_us)
         )?;
     }
     out.flush()
@@ -219,14 +217,14 @@ mod tests {
         let rows: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
         assert!(rows[0].starts_with("DESTINATION"), "{text}");
         assert!(
-            rows[1].starts_with("198.18.0.3:443") && rows[1].contains("2      2.030s      1.015s"),
+            rows[1].starts_with("198.18.0.3:443") && rows[1].contains("2       2.03s       1.02s"),
             "{text}"
         );
         assert!(rows[1].ends_with("syn_data_dropped=1 cookie_request_dropped=1"), "{text}");
         assert_eq!(rows.len(), 3, "{text}");
         assert!(
             rows[2].starts_with("198.18.0.2:443: 1 SYN-data not acknowledged, not stalls:")
-                && rows[2].contains("1 extra round trip(s), ~1.1 ms estimated"),
+                && rows[2].contains("1 extra round trip(s), ~1.1ms estimated"),
             "{text}"
         );
     }
