@@ -226,14 +226,14 @@ pub struct ReportArgs {
     pub format: ReportFormat,
     /// Client-side rows: one per destination, or per network prefix (a middlebox in front
     /// of a whole network is one verdict), destination port, process or container.
-    #[arg(long, value_enum, default_value_t = crate::aggregation::grouping::GroupBy::Destination)]
-    pub group_by: crate::aggregation::grouping::GroupBy,
+    #[arg(long, value_enum, default_value_t = crate::aggregation::report::grouping::GroupBy::Destination)]
+    pub group_by: crate::aggregation::report::grouping::GroupBy,
     /// With `--group-by prefix`: the IPv4 prefix length.
-    #[arg(long, value_name = "BITS", default_value_t = crate::aggregation::grouping::DEFAULT_PREFIX_V4,
+    #[arg(long, value_name = "BITS", default_value_t = crate::aggregation::report::grouping::DEFAULT_PREFIX_V4,
           value_parser = clap::value_parser!(u8).range(0..=32))]
     pub prefix_v4: u8,
     /// With `--group-by prefix`: the IPv6 prefix length.
-    #[arg(long, value_name = "BITS", default_value_t = crate::aggregation::grouping::DEFAULT_PREFIX_V6,
+    #[arg(long, value_name = "BITS", default_value_t = crate::aggregation::report::grouping::DEFAULT_PREFIX_V6,
           value_parser = clap::value_parser!(u8).range(0..=128))]
     pub prefix_v6: u8,
     /// Show the N rows that lost the most time; the rest are summed in one line.

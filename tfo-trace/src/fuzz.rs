@@ -9,10 +9,8 @@ use std::{
 
 use crate::{
     aggregation::{
-        grouping::{GroupBy, GroupOptions},
-        report::{self, ReportBuilder},
+        report::{self, Facts, GroupBy, GroupOptions, ReportBuilder},
         top,
-        verdict::Facts,
     },
     cli::Sort,
     events::{record, Clock, Event, Interner},

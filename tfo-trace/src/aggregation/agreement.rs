@@ -6,10 +6,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use super::{
     kernel_counted::KernelCounted,
     metrics::{BuildInfo, Health, Metrics},
-    report::of_events,
+    report::{of_events, Facts},
     stall::StallTally,
     top::{model_of, totals, RowStats},
-    verdict::Facts,
 };
 use crate::{
     events::{counts::KernelCounts, sample_event, Event, Outcome, Role},

@@ -1,13 +1,10 @@
 //! Pure counting over decoded events: no I/O, so every view and test can share it.
 #[cfg(test)]
 mod agreement;
-pub mod connections;
 pub mod counting;
-pub mod grouping;
 pub mod kernel_counted;
 pub mod metrics;
 pub mod quantiles;
 pub mod report;
 pub mod stall;
 pub mod top;
-pub mod verdict;

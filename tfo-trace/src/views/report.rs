@@ -4,7 +4,7 @@
 //! over a window, or from one or several hosts' recordings merged.
 //!
 //! The model is `aggregation::report` (events in one at a time, nothing kept per event) and
-//! the verdicts `aggregation::verdict` (pure); this file reads recordings, gathers the
+//! the verdicts `aggregation::report::verdict` (pure); this file reads recordings, gathers the
 //! kernel's facts for a live run (tcp_metrics, counter deltas per namespace, listener queue
 //! sizes, keys) and renders text, JSON or Markdown. A recording replayed here has no kernel
 //! facts: they describe the machine now, not the one it was recorded on.
@@ -18,12 +18,9 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 
 use crate::{
-    aggregation::{
-        grouping::GroupOptions,
-        report::{Built, ReportBuilder, Rest, Summary},
-        verdict::{
-            CachedDrops, DestinationReport, Facts, ListenerFact, ListenerReport, NamespaceFinding, Verdict,
-        },
+    aggregation::report::{
+        verdict::{CachedDrops, DestinationReport, ListenerReport, NamespaceFinding, Verdict},
+        Built, Facts, GroupOptions, ListenerFact, ReportBuilder, Rest, Summary,
     },
     cli::{ReportArgs, ReportFormat},
     events::record,
@@ -472,7 +469,7 @@ pub fn render(w: &mut impl Write, format: ReportFormat, r: &Rendered, errors: &[
 }
 
 /// `2 syn_data_dropped, 940 healthy`: the most common first.
-fn verdict_counts(v: &BTreeMap<crate::aggregation::verdict::Kind, u64>) -> String {
+fn verdict_counts(v: &BTreeMap<crate::aggregation::report::verdict::Kind, u64>) -> String {
     let mut v: Vec<_> = v.iter().collect();
     v.sort_by(|a, b| b.0.severity().cmp(&a.0.severity()).then(b.1.cmp(a.1)));
     v.iter().map(|(k, n)| format!("{} {}", units::count(**n), k.name())).collect::<Vec<_>>().join(", ")
@@ -488,7 +485,7 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
         units::plural(s.connections, "client connection", "client connections"),
         units::plural(s.destinations, "destination", "destinations")
     );
-    if g != crate::aggregation::grouping::GroupBy::Destination {
+    if g != crate::aggregation::report::grouping::GroupBy::Destination {
         first.push_str(&format!(", in {}", units::plural(s.groups, g.name(), g.rows())));
     }
     if s.server_events > 0 {
@@ -752,7 +749,7 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::{
-        aggregation::grouping::GroupBy,
+        aggregation::report::grouping::GroupBy,
         events::{Event, Outcome, Timestamp},
     };
 

@@ -1,11 +1,10 @@
-//! The model of `tfo-trace report`: events in, one at a time, from one host or many; out, a
-//! summary, the client-side rows ranked by time lost (the first N shown, the rest summed),
-//! the listeners and the namespaces' findings. Pure: the kernel's facts come in as
-//! [`Facts`], rendering is `views::report`.
+//! Gathering `report`'s events and ranking its rows: events in, one at a time, from one
+//! host or many ([`ReportBuilder`]); out, the summary, the client-side rows ranked by time
+//! lost (the first N shown, the rest summed), the listeners and the namespaces' findings
+//! ([`Built`]), each row's verdict made only for what is shown.
 //!
 //! Memory follows destinations, not events: a destination seen once costs one
-//! [`connections::Slot`] (40 bytes) in an insertion-ordered hash map; rows are built, with
-//! their sentences, only for what is shown.
+//! [`Slot`] (40 bytes) in an insertion-ordered hash map.
 use std::{
     collections::{BTreeMap, BTreeSet, HashSet},
     net::SocketAddr,
@@ -14,24 +13,20 @@ use std::{
 use indexmap::{map::Entry, IndexMap, IndexSet};
 use serde::Serialize;
 
-use crate::{
-    aggregation::{
-        connections::{ConnAcc, OneConn, Slot},
-        counting::OutcomeCounts,
-        grouping::{DestKey, GroupBy, GroupKey, GroupOptions},
-        stall::Cause,
-        verdict::{
-            self, client_report, CachedDrops, ClientRow, DestinationReport, Facts, HostShare, Kind,
-            ListenerReport, NamespaceFinding, Strength,
-        },
+use super::{
+    connections::{ConnAcc, OneConn, Slot},
+    facts::Facts,
+    grouping::{DestKey, GroupBy, GroupKey, GroupOptions},
+    verdict::{
+        self, client_report, CachedDrops, ClientRow, DestinationReport, HostShare, Kind, ListenerReport,
+        NamespaceFinding, Strength,
     },
+    Report, WORST,
+};
+use crate::{
+    aggregation::{counting::OutcomeCounts, stall::Cause},
     events::{Event, Role},
 };
-
-/// Rows the summary names as the worst.
-pub const WORST: usize = 5;
-/// Rows shown unless `--top` or `--all` says otherwise.
-pub const DEFAULT_TOP: usize = 20;
 
 /// One client row's cell: a destination, and for `--group-by process|container` the name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -271,27 +266,6 @@ pub struct Built {
     pub kernel_cache: Vec<CachedDrops>,
     pub listeners: Vec<ListenerReport>,
     pub namespaces: Vec<NamespaceFinding>,
-}
-
-/// Everything materialized (tests, small reports).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Report {
-    pub summary: Summary,
-    pub destinations: Vec<DestinationReport>,
-    pub rest: Option<Rest>,
-    pub listeners: Vec<ListenerReport>,
-    pub namespaces: Vec<NamespaceFinding>,
-    pub kernel_cache: Vec<CachedDrops>,
-}
-
-/// The whole report of `events` from one host, every row, grouped by destination.
-pub fn of_events(events: &[Event], facts: &Facts) -> Report {
-    let mut b = ReportBuilder::new(GroupOptions::default(), false);
-    let host = b.host("");
-    for e in events {
-        b.add(e, host);
-    }
-    b.finish(facts.clone(), None).materialize()
 }
 
 impl Built {
@@ -663,7 +637,7 @@ fn spans(b: &ReportBuilder) -> Groups {
 mod tests {
     use super::*;
     use crate::{
-        aggregation::grouping::DEFAULT_PREFIX_V4,
+        aggregation::report::grouping::DEFAULT_PREFIX_V4,
         events::{sample_event, Outcome},
     };
     use std::net::IpAddr;
@@ -695,17 +669,6 @@ mod tests {
             b.add(e, hosts[*h as usize]);
         }
         b.finish(Facts::default(), top)
-    }
-
-    #[test]
-    fn strength_follows_the_counts() {
-        assert_eq!(Strength::of(1, 1), Strength::Weak, "one connection is an anecdote");
-        assert_eq!(Strength::of(2, 2), Strength::Weak);
-        assert_eq!(Strength::of(3, 3), Strength::Moderate);
-        assert_eq!(Strength::of(900, 1000), Strength::Strong);
-        assert_eq!(Strength::of(30, 60), Strength::Strong);
-        assert_eq!(Strength::of(30, 61), Strength::Moderate, "a minority of many");
-        assert_eq!(Strength::of(0, 1000), Strength::Weak);
     }
 
     #[test]
@@ -769,7 +732,7 @@ mod tests {
         assert_eq!(r.verdict.strength, Strength::Strong);
         assert_eq!(
             r.verdict.support,
-            crate::aggregation::verdict::Support {
+            crate::aggregation::report::verdict::Support {
                 connections: 40,
                 of_connections: 41,
                 destinations: Some(40),
@@ -883,18 +846,6 @@ mod tests {
     }
 
     #[test]
-    fn shared_sites_of_the_hosts_that_show_it() {
-        use crate::aggregation::verdict::shared_site;
-        assert_eq!(
-            shared_site(&["web-1.ams1.example.net", "web-2.ams1.example.net"], &["web-3.fra1.example.net"]),
-            Some("*.ams1.example.net".into())
-        );
-        assert_eq!(shared_site(&["web-ams-1", "web-ams-2"], &["web-fra-1"]), Some("web-ams-*".into()));
-        assert_eq!(shared_site(&["web-ams-1"], &["web-fra-1"]), None, "one host is no site");
-        assert_eq!(shared_site(&["a-1", "b-1"], &[]), None);
-    }
-
-    #[test]
     fn a_million_destinations_fit_in_little_memory() {
         // Not a benchmark (that is `cargo xtask bench`'s report step): that a destination
         // seen once costs a slot and an index entry, nothing per event.
@@ -907,8 +858,11 @@ mod tests {
         }
         assert_eq!(b.cells.len(), 10_000);
         assert!(b.cells.values().all(|s| matches!(s, Slot::One(_))));
-        let built = b.finish(Facts::default(), Some(DEFAULT_TOP));
-        assert_eq!(built.rows().count(), DEFAULT_TOP);
-        assert_eq!(built.rest.as_ref().unwrap().groups, 10_000 - DEFAULT_TOP as u64);
+        let built = b.finish(Facts::default(), Some(crate::aggregation::report::DEFAULT_TOP));
+        assert_eq!(built.rows().count(), crate::aggregation::report::DEFAULT_TOP);
+        assert_eq!(
+            built.rest.as_ref().unwrap().groups,
+            10_000 - crate::aggregation::report::DEFAULT_TOP as u64
+        );
     }
 }
