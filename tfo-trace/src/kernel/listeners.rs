@@ -25,7 +25,8 @@ const NEGATIVE_TTL: Duration = Duration::from_secs(5);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
     pub pid: u32,
-    pub comm: String,
+    /// Shared with the events that name it.
+    pub comm: std::sync::Arc<str>,
     /// Its cgroup v2 id, where /proc and the v2 mount say.
     pub cgroup_id: Option<u64>,
 }
@@ -99,7 +100,7 @@ pub fn find_owner(netns: u32, port: u16, listener: Option<SocketAddr>) -> Option
         return None;
     }
     let pid = in_ns.into_iter().find(|&p| socket_fds(p).any(|(_, i)| inodes.contains(&i)))?;
-    Some(Owner { pid, comm: comm_of(pid)?, cgroup_id: super::cgroup::id_of_pid(pid) })
+    Some(Owner { pid, comm: comm_of(pid)?.into(), cgroup_id: super::cgroup::id_of_pid(pid) })
 }
 
 /// A listener and the process that holds it, in any network namespace.

@@ -80,14 +80,16 @@ impl Session {
     /// [`Session::drain`], each event handed to `each` as its [`Event::view`]: no event is
     /// made unless one is recorded (what `top` counts, at the rate of a busy host).
     pub fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> Result<()> {
-        if self.recorder.is_some() {
-            let mut batch = Vec::new();
-            self.drain(&mut batch)?;
-            batch.iter().for_each(|e| each(e.view()));
+        if self.recorder.is_none() {
+            self.seen += self.source.drain_each(each);
             return Ok(());
         }
-        self.seen += self.source.drain_each(each);
-        Ok(())
+        let mut batch = Vec::new();
+        self.source.drain_each(|e| {
+            batch.push(e.to_event());
+            each(e);
+        });
+        self.delivered(&batch)
     }
 
     fn delivered(&mut self, events: &[Event]) -> Result<()> {
