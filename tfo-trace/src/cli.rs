@@ -179,13 +179,24 @@ impl ProbeArgs {
     }
 }
 
+/// How a live view says, when it stops, what it saw and what went missing.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct SummaryArgs {
+    /// Say the closing summary (events, losses, what the kernel counted) on stderr as one
+    /// JSON object instead of sentences; --json implies it.
+    #[arg(long)]
+    pub json_summary: bool,
+}
+
 #[derive(Args, Debug)]
 pub struct TraceArgs {
     #[command(flatten)]
     pub probe: ProbeArgs,
-    /// One JSON object per line instead of text columns.
+    /// One JSON object per line instead of text columns (and the closing summary as JSON).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub summary: SummaryArgs,
     /// Stop after this long (e.g. 30s, 5m); default: until Ctrl-C.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -268,9 +279,11 @@ pub struct TopArgs {
     /// Plain rows every interval, even on a terminal (the default when stdout is not one).
     #[arg(short = 'b', long)]
     pub batch: bool,
-    /// One JSON snapshot per interval, one line each.
+    /// One JSON snapshot per interval, one line each (and the closing summary as JSON).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub summary: SummaryArgs,
     /// Initial sort (the `s` key cycles it).
     #[arg(long, value_enum, default_value_t = Sort::Attempts)]
     pub sort: Sort,
@@ -363,6 +376,8 @@ pub struct ExportArgs {
     /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
+    #[command(flatten)]
+    pub summary: SummaryArgs,
 }
 
 #[derive(Args, Debug)]
@@ -383,9 +398,11 @@ pub struct DemoArgs {
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub duration: Duration,
     /// Print `top`'s tables as JSON lines (one snapshot every 5 s and at the end, as
-    /// `top --json`) instead of the terminal UI.
+    /// `top --json`) instead of the terminal UI, and the closing summary as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub summary: SummaryArgs,
 }
 
 fn parse_ring_size(s: &str) -> Result<u32, String> {

@@ -5,13 +5,16 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use super::{
     kernel_counted::KernelCounted,
-    metrics::{BuildInfo, Health, Metrics},
+    metrics::{BuildInfo, Metrics},
     report::{of_events, Facts},
     stall::StallTally,
     top::{model_of, totals, RowStats},
 };
 use crate::{
-    events::{counts::KernelCounts, sample_event, Event, Outcome, Role},
+    events::{
+        counts::{Health, KernelCounts},
+        sample_event, Event, Outcome, Role,
+    },
     probes::{table, Backend},
 };
 

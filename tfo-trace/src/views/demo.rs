@@ -81,6 +81,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         duration: Some(args.duration + Duration::from_secs(2)),
         batch: false,
         json: args.json,
+        json_summary: args.json || args.summary.json_summary,
         sort: Sort::Stalls,
         filter: String::new(),
         view: View::Destinations,
@@ -94,11 +95,8 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         c.kill();
     }
     // Read before the lab's namespaces go: their counters are the last word on them.
-    let kernel_counted = session.kernel_counted_line();
+    let closing = session.closing();
     drop(lab);
-    crate::note!("{}; lab removed", session.closing_line().replacen("tfo-trace:", "tfo-trace demo:", 1))?;
-    if let Some(line) = kernel_counted {
-        crate::note!("{line}")?;
-    }
+    closing.say(args.json || args.summary.json_summary, "tfo-trace demo", "; lab removed")?;
     Ok(())
 }

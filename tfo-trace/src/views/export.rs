@@ -93,6 +93,8 @@ pub struct ExportOptions {
     /// Count only events from these network namespaces (inodes); empty: all.
     pub netns: Vec<u32>,
     pub duration: Option<Duration>,
+    /// The closing summary as one JSON object on stderr.
+    pub json_summary: bool,
 }
 
 /// Writes `text` to `path` for node_exporter: a temporary file in the same directory,
@@ -210,7 +212,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     if let Some(path) = &opts.textfile {
         write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
     }
-    session.say_closing()?;
+    session.say_closing(opts.json_summary)?;
     Ok(())
 }
 

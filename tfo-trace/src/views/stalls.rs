@@ -22,6 +22,8 @@ use crate::{
 pub struct StallsOptions {
     pub load: LoadOptions,
     pub json: bool,
+    /// The closing summary as one JSON object on stderr.
+    pub json_summary: bool,
     pub duration: Option<Duration>,
     /// `--record FILE`: every event (not only the stalls) also goes there.
     pub record: Option<crate::events::record::RecordTo>,
@@ -55,11 +57,6 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
             e.container_label().unwrap_or("-")
         )
     }
-}
-
-/// `1 stalled connection`, `2 stalled connections`.
-fn stalled_connections(n: u64) -> String {
-    units::plural(n, "stalled connection", "stalled connections")
 }
 
 fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -> io::Result<()> {
@@ -135,15 +132,9 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
     if !opts.json {
         crate::views::output::stdout_written(write_summary(&mut out, &per_dst))?;
     }
-    let total: u64 = per_dst.values().map(|d| d.stalls.count()).sum();
-    crate::note!(
-        "tfo-trace: {}; {}",
-        stalled_connections(total),
-        session.closing_line().trim_start_matches("tfo-trace: ")
-    )?;
-    if let Some(line) = session.kernel_counted_line() {
-        crate::note!("{line}")?;
-    }
+    let mut closing = session.closing();
+    closing.stalled = Some(per_dst.values().map(|d| d.stalls.count()).sum());
+    closing.say(opts.json_summary, "tfo-trace", "")?;
     Ok(())
 }
 
@@ -170,15 +161,12 @@ mod tests {
     }
 
     #[test]
-    fn no_stall_no_summary_table_and_counts_in_words() {
+    fn no_stall_no_summary_table() {
         let mut per_dst: BTreeMap<String, StallTally> = BTreeMap::new();
         per_dst.entry("198.18.0.2:443".into()).or_default().add(&ev(Outcome::Accepted, 2, 64, 0));
         let mut out = Vec::new();
         write_summary(&mut out, &per_dst).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "", "no header over no rows");
-        assert_eq!(stalled_connections(1), "1 stalled connection");
-        assert_eq!(stalled_connections(0), "0 stalled connections");
-        assert_eq!(stalled_connections(2), "2 stalled connections");
     }
 
     #[test]

@@ -17,6 +17,8 @@ use crate::{
 pub struct TraceOptions {
     pub load: LoadOptions,
     pub json: bool,
+    /// The closing summary as one JSON object on stderr.
+    pub json_summary: bool,
     /// Stop by itself after this long (scripts, tests); None = until Ctrl-C.
     pub duration: Option<Duration>,
     /// `--record FILE`: every event also goes there (see `events::record`).
@@ -270,7 +272,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
             })
             .await?;
     }
-    session.say_closing()?;
+    session.say_closing(opts.json_summary)?;
     Ok(())
 }
 

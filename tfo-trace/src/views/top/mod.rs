@@ -46,6 +46,8 @@ pub struct TopOptions {
     pub batch: bool,
     /// One JSON snapshot per interval (implies no terminal UI).
     pub json: bool,
+    /// The closing summary as one JSON object on stderr.
+    pub json_summary: bool,
     pub sort: Sort,
     pub filter: String,
     pub view: View,
@@ -235,7 +237,7 @@ pub async fn run(opts: TopOptions) -> Result<()> {
             return ended.map(drop);
         }
     }
-    session.say_closing()?;
+    session.say_closing(opts.json_summary)?;
     ended.map(drop)
 }
 
