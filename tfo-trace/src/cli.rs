@@ -93,6 +93,17 @@ impl Cli {
         }
     }
 
+    /// The visible subcommands' names, in the order `--help` lists them: the manual's
+    /// pages (`views::man`).
+    pub fn visible_subcommands() -> Vec<String> {
+        use clap::CommandFactory as _;
+        Cli::command()
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .map(|s| s.get_name().to_string())
+            .collect()
+    }
+
     /// The command line a user may type: the hidden helpers `cargo xtask` runs (lab-*,
     /// floor) left out, for the completion scripts (clap_complete lists hidden subcommands).
     pub fn visible_command() -> clap::Command {
@@ -138,7 +149,7 @@ impl Cli {
             }
         }
         if let Command::Man(ManArgs { command: Some(name), .. }) = &cli.command {
-            let pages = crate::views::man::subcommands();
+            let pages = Cli::visible_subcommands();
             if !pages.contains(name) {
                 let msg = format!("no manual page for `{name}`; pages: {}", pages.join(", "));
                 Cli::command().error(clap::error::ErrorKind::InvalidValue, msg).exit();

@@ -138,18 +138,12 @@ pub fn every_listener_owner() -> Vec<ListenerOwner> {
                     port: addr.port(),
                     pid: owner,
                     comm: comm_of(owner).unwrap_or_default(),
-                    cgroup: cgroup_of(owner),
+                    cgroup: super::cgroup::path_of_pid(owner),
                 });
             }
         }
     }
     out
-}
-
-/// A process's cgroup v2 path (the `0::PATH` line of /proc/PID/cgroup).
-pub fn cgroup_of(pid: u32) -> Option<String> {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    text.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_string)
 }
 
 /// The listener a connection arrived at, by the name `ss -ltn` gives it: its bound
