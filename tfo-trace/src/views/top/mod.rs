@@ -5,7 +5,7 @@
 //! lines (`--json`) otherwise.
 //!
 //! The loop takes its events from an [`EventFeed`]: the live ring buffer, or recorded
-//! events ([`run_model_on`]) for replay.
+//! events ([`Recorded`]) for `top --from`.
 pub mod batch;
 pub mod columns;
 pub mod render;
@@ -239,13 +239,6 @@ pub async fn run(opts: TopOptions) -> Result<()> {
     }
     session.say_closing(opts.json_summary)?;
     ended.map(drop)
-}
-
-/// `top` over recorded events (for `top --from FILE`): the same tables, UI and output.
-/// With a terminal the UI stays until `q`; in batch/JSON mode one snapshot is printed.
-/// `info.backend` names where the events came from (the recording's backend).
-pub async fn run_model_on(events: Vec<Event>, opts: &TopOptions, info: HeaderInfo) -> Result<u64> {
-    run_on(&mut Recorded::new(events.into_iter()), opts, info).await
 }
 
 fn now_rfc3339() -> String {
