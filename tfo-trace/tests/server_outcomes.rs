@@ -287,7 +287,7 @@ fn every_outcome_is_counted_in_each_namespace_against_nstat() {
     let (a_srv, b_cli, b_srv) =
         (netns_inode(&a, Side::Server), netns_inode(&b, Side::Client), netns_inode(&b, Side::Server));
     // Only these namespaces: the other tests of this binary run at once. (A's client is
-    // left out: its SYN timeouts may move its ActiveFail a second time, see README.)
+    // left out: its SYN timeouts may move its ActiveFail a second time, see docs/outcomes.md.)
     let netns: Vec<String> = [a_srv, b_cli, b_srv].iter().map(|n| n.to_string()).collect();
     let filter: Vec<&str> = netns.iter().flat_map(|n| ["--netns", n.as_str()]).collect();
     let before = [
