@@ -116,11 +116,21 @@ impl Outcome {
         }
     }
 
-    /// Whether the event closes one connection's TFO story (every outcome but the
-    /// per-retransmission `synack_retransmitted` and the per-SYN-ACK `cookie_received`), so
-    /// that counting them counts connections.
+    /// Whether the event is the one that ends a connection's TFO story, so that counting
+    /// these events counts connections: the one meaning of "a connection" every view
+    /// (`top`'s ATTEMPTS, `stalls`, `report`, `export`) and test counts with. Every outcome
+    /// but three told alongside a connection that has its own outcome event:
+    /// `synack_retransmitted` (per SYN-ACK resent by a server child), `cookie_received` (per
+    /// SYN-ACK that brought a cookie) and `active_disabled` (blackhole detection, decided
+    /// while a connection that gets its own outcome times out).
     pub const fn ends_connection(self) -> bool {
-        !matches!(self, Outcome::SynackRetransmitted | Outcome::CookieReceived)
+        !matches!(self, Outcome::SynackRetransmitted | Outcome::CookieReceived | Outcome::ActiveDisabled)
+    }
+
+    /// Its place in [`Outcome::ALL`] (its wire number less one): what per-outcome arrays
+    /// are indexed by.
+    pub const fn index(self) -> usize {
+        self as usize - 1
     }
 }
 
@@ -578,6 +588,9 @@ mod tests {
             assert_eq!(Role::from_u8(r as u8), Some(r));
         }
         assert_eq!(Role::from_u8(0), None);
+        for o in Outcome::ALL {
+            assert_eq!(Outcome::ALL[o.index()], o);
+        }
     }
 
     #[test]

@@ -4,8 +4,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    duration::parse_duration,
     probes::{BackendChoice, DEFAULT_RING_BUFFER_BYTES},
+    units::parse_duration,
 };
 
 /// Where `tfo-trace export` serves /metrics unless told otherwise.
@@ -93,6 +93,17 @@ impl Cli {
         }
     }
 
+    /// The visible subcommands' names, in the order `--help` lists them: the manual's
+    /// pages (`views::man`).
+    pub fn visible_subcommands() -> Vec<String> {
+        use clap::CommandFactory as _;
+        Cli::command()
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .map(|s| s.get_name().to_string())
+            .collect()
+    }
+
     /// The command line a user may type: the hidden helpers `cargo xtask` runs (lab-*,
     /// floor) left out, for the completion scripts (clap_complete lists hidden subcommands).
     pub fn visible_command() -> clap::Command {
@@ -138,7 +149,7 @@ impl Cli {
             }
         }
         if let Command::Man(ManArgs { command: Some(name), .. }) = &cli.command {
-            let pages = crate::views::man::subcommands();
+            let pages = Cli::visible_subcommands();
             if !pages.contains(name) {
                 let msg = format!("no manual page for `{name}`; pages: {}", pages.join(", "));
                 Cli::command().error(clap::error::ErrorKind::InvalidValue, msg).exit();
@@ -179,13 +190,24 @@ impl ProbeArgs {
     }
 }
 
+/// How a live view says, when it stops, what it saw and what went missing.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct SummaryArgs {
+    /// Say the closing summary (events, losses, what the kernel counted) on stderr as one
+    /// JSON object instead of sentences; --json implies it.
+    #[arg(long)]
+    pub json_summary: bool,
+}
+
 #[derive(Args, Debug)]
 pub struct TraceArgs {
     #[command(flatten)]
     pub probe: ProbeArgs,
-    /// One JSON object per line instead of text columns.
+    /// One JSON object per line instead of text columns (and the closing summary as JSON).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub summary: SummaryArgs,
     /// Stop after this long (e.g. 30s, 5m); default: until Ctrl-C.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -226,14 +248,14 @@ pub struct ReportArgs {
     pub format: ReportFormat,
     /// Client-side rows: one per destination, or per network prefix (a middlebox in front
     /// of a whole network is one verdict), destination port, process or container.
-    #[arg(long, value_enum, default_value_t = crate::aggregation::grouping::GroupBy::Destination)]
-    pub group_by: crate::aggregation::grouping::GroupBy,
+    #[arg(long, value_enum, default_value_t = crate::aggregation::report::grouping::GroupBy::Destination)]
+    pub group_by: crate::aggregation::report::grouping::GroupBy,
     /// With `--group-by prefix`: the IPv4 prefix length.
-    #[arg(long, value_name = "BITS", default_value_t = crate::aggregation::grouping::DEFAULT_PREFIX_V4,
+    #[arg(long, value_name = "BITS", default_value_t = crate::aggregation::report::grouping::DEFAULT_PREFIX_V4,
           value_parser = clap::value_parser!(u8).range(0..=32))]
     pub prefix_v4: u8,
     /// With `--group-by prefix`: the IPv6 prefix length.
-    #[arg(long, value_name = "BITS", default_value_t = crate::aggregation::grouping::DEFAULT_PREFIX_V6,
+    #[arg(long, value_name = "BITS", default_value_t = crate::aggregation::report::grouping::DEFAULT_PREFIX_V6,
           value_parser = clap::value_parser!(u8).range(0..=128))]
     pub prefix_v6: u8,
     /// Show the N rows that lost the most time; the rest are summed in one line.
@@ -268,18 +290,20 @@ pub struct TopArgs {
     /// Plain rows every interval, even on a terminal (the default when stdout is not one).
     #[arg(short = 'b', long)]
     pub batch: bool,
-    /// One JSON snapshot per interval, one line each.
+    /// One JSON snapshot per interval, one line each (and the closing summary as JSON).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub summary: SummaryArgs,
     /// Initial sort (the `s` key cycles it).
-    #[arg(long, value_enum, default_value_t = crate::aggregation::table::Sort::Attempts)]
-    pub sort: crate::aggregation::table::Sort,
+    #[arg(long, value_enum, default_value_t = Sort::Attempts)]
+    pub sort: Sort,
     /// Only rows whose address, port, netns (inode or `ip netns` name), pid, process name or
     /// container contains TEXT (the `/` key).
     #[arg(long, value_name = "TEXT", default_value = "")]
     pub filter: String,
     /// Groups kept per table; beyond it the least recently seen is evicted (and counted).
-    #[arg(long, value_name = "N", default_value_t = crate::aggregation::table::DEFAULT_CAPACITY, value_parser = parse_max_groups)]
+    #[arg(long, value_name = "N", default_value_t = crate::aggregation::top::DEFAULT_CAPACITY, value_parser = parse_max_groups)]
     pub max_groups: usize,
     /// Also write every event to FILE (JSON lines, mode 0600) for `top --from` / `report --from`.
     #[arg(long, value_name = "FILE", conflicts_with = "from")]
@@ -290,6 +314,20 @@ pub struct TopArgs {
     /// Show the tables of a recording instead of tracing live.
     #[arg(long, value_name = "FILE")]
     pub from: Option<std::path::PathBuf>,
+}
+
+/// `top`'s sort orders, biggest first (`views::top::rows` orders by them; the `s` key
+/// cycles through them).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sort {
+    Attempts,
+    Stalls,
+    /// Stalls per second over the last refresh: what is stalling now.
+    StallRate,
+    Lost,
+    P99,
+    Accepted,
+    Name,
 }
 
 fn parse_count(s: &str) -> Result<u64, String> {
@@ -349,6 +387,8 @@ pub struct ExportArgs {
     /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
+    #[command(flatten)]
+    pub summary: SummaryArgs,
 }
 
 #[derive(Args, Debug)]
@@ -369,9 +409,11 @@ pub struct DemoArgs {
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub duration: Duration,
     /// Print `top`'s tables as JSON lines (one snapshot every 5 s and at the end, as
-    /// `top --json`) instead of the terminal UI.
+    /// `top --json`) instead of the terminal UI, and the closing summary as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub summary: SummaryArgs,
 }
 
 fn parse_ring_size(s: &str) -> Result<u32, String> {

@@ -9,12 +9,12 @@ use std::{
 
 use crate::{
     aggregation::{
-        grouping::{GroupBy, GroupOptions},
-        report::{self, ReportBuilder},
-        table::{self, Sort, View},
-        verdict::Facts,
+        report::{self, Facts, GroupBy, GroupOptions, ReportBuilder},
+        top,
     },
+    cli::Sort,
     events::{record, Clock, Event, Interner},
+    views::top::rows::{rows, View},
 };
 
 /// A realtime-minus-monotonic offset as on a real host (2025, booted an hour ago), fixed
@@ -79,10 +79,10 @@ pub fn replay(data: &[u8]) {
         let rest = r.rest.as_ref().map(|x| x.connections).unwrap_or(0);
         assert_eq!(shown.saturating_add(rest), r.summary.connections, "rows and rest sum to the summary");
     }
-    let snapshot = table::model_of(&events).snapshot();
+    let snapshot = top::model_of(&events).snapshot();
     for view in View::ALL {
         for sort in Sort::ALL {
-            snapshot.rows(view, sort, "");
+            rows(&snapshot, view, sort, "");
         }
     }
 }

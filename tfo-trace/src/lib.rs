@@ -5,8 +5,8 @@
 //! -> `aggregation` (pure counting, no I/O) -> `views` (trace, doctor, ...).
 //! `kernel` reads the host's facts (sysctls, namespaces, counters, listeners, ...), each
 //! once; `diagnosis` judges them for `doctor` (pure). `lab` builds the network namespaces
-//! that the demo and the tests trace. `cli` is the command line; `duration` parses the
-//! durations it and the lab's helpers take; `filter` turns its filter flags into what the
+//! that the demo and the tests trace. `cli` is the command line; `units` prints every figure
+//! one way and parses the durations it and the lab's helpers take; `filter` turns its filter flags into what the
 //! kernel programs decide with.
 // stdout and stderr are written through `views::output`, where a closed pipe ends the
 // command quietly instead of panicking as `println!`/`eprintln!` do.
@@ -16,11 +16,11 @@ pub mod alloc;
 pub mod build_info;
 pub mod cli;
 pub mod diagnosis;
-pub mod duration;
 pub mod events;
 pub mod filter;
 pub mod fuzz;
 pub mod kernel;
 pub mod lab;
 pub mod probes;
+pub mod units;
 pub mod views;

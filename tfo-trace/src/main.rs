@@ -55,12 +55,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Trace(a) => runtime()?.block_on(views::trace::run(views::trace::TraceOptions {
             load: a.probe.load_options(),
             json: a.json,
+            json_summary: a.json || a.summary.json_summary,
             duration: a.duration,
             record: a.record_to(),
         })),
         Command::Stalls(a) => runtime()?.block_on(views::stalls::run(views::stalls::StallsOptions {
             load: a.probe.load_options(),
             json: a.json,
+            json_summary: a.json || a.summary.json_summary,
             duration: a.duration,
             record: a.record_to(),
         })),
@@ -72,9 +74,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             duration: a.duration,
             batch: a.batch,
             json: a.json,
+            json_summary: a.json || a.summary.json_summary,
             sort: a.sort,
             filter: a.filter,
-            view: tfo_trace::aggregation::table::View::Destinations,
+            view: views::top::rows::View::Destinations,
             max_groups: a.max_groups,
             from: a.from,
         })),
@@ -92,6 +95,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             },
             netns: a.probe.filter.netns.clone(),
             duration: a.duration,
+            json_summary: a.summary.json_summary,
         })),
         Command::Completions { shell } => {
             let mut cmd = Cli::visible_command();

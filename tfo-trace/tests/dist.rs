@@ -243,7 +243,7 @@ fn traces_the_lab_exactly(start: impl FnOnce() -> Tracer) {
         dc.get("TcpExtTCPFastOpenActive"),
         count(&events, srv_ns, "server", "accepted"),
         ds.get("TcpExtTCPFastOpenPassive"),
-        common::closing_line(&stderr).unwrap_or("no closing line")
+        common::closing(&stderr).map_or_else(|| "no closing summary".into(), |c| c.to_string())
     );
 }
 

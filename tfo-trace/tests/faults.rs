@@ -94,9 +94,8 @@ fn signal_under_load_detaches_and_completes_the_recording(signal: i32) {
     tracer.signal(signal);
     let (events, stderr) = tracer.stop(); // asserts exit 0
     let _ = load.wait();
-    let summary = common::closing_line(&stderr).unwrap_or_else(|| panic!("{stderr:?}"));
-    let seen: usize =
-        summary.split("tfo-trace: ").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
+    let summary = common::closing(&stderr).unwrap_or_else(|| panic!("no closing summary: {stderr:?}"));
+    let seen = summary["events"].as_u64().unwrap_or_else(|| panic!("{summary}")) as usize;
     assert_eq!(events.len(), seen, "stdout has every event the summary counts: {summary}");
     assert!(seen > 1000, "under load: {summary}");
     // The recording: a header, then every event, each line whole.

@@ -94,8 +94,7 @@ fn first_contact_then_tfo(v6: bool) {
         count(&events, srv_ns, "server", "accepted") + count(&events, srv_ns, "server", "accepted_alt_key"),
         ds.get("TcpExtTCPFastOpenPassive")
     );
-    let outcomes =
-        of_role(&events, cli_ns, "client").into_iter().filter(|e| e["outcome"] != "cookie_received");
+    let outcomes = of_role(&events, cli_ns, "client").into_iter().filter(|e| common::ends_connection(e));
     assert_eq!(outcomes.count(), (2 * n + 1) as usize, "one outcome per connection");
 
     // Attribution: the client events belong to the two client processes, port by port.
@@ -103,7 +102,7 @@ fn first_contact_then_tfo(v6: bool) {
         let ports: Vec<u16> = run.results.iter().map(|r| r.sport).collect();
         let mine: Vec<_> = of_role(&events, cli_ns, "client")
             .into_iter()
-            .filter(|e| e["outcome"] != "cookie_received")
+            .filter(|e| common::ends_connection(e))
             .filter(|e| ports.contains(&(e["sport"].as_u64().unwrap() as u16)))
             .collect();
         assert_eq!(mine.len(), ports.len(), "{label}: an event for every connection");
@@ -321,7 +320,7 @@ fn two_namespaces_at_once_are_told_apart() {
         let (dc, ds) = deltas(lab, &befores[i]);
         let (cli_ns, srv_ns) = (netns_inode(lab, Side::Client), netns_inode(lab, Side::Server));
         let clients = of_role(&events, cli_ns, "client");
-        let outcomes = clients.iter().filter(|e| e["outcome"] != "cookie_received").count();
+        let outcomes = clients.iter().filter(|e| common::ends_connection(e)).count();
         assert_eq!(outcomes, runs[i].results.len(), "lab {i}: one outcome per connection");
         assert!(clients.iter().all(|e| e["pid"] == runs[i].pid), "lab {i}: its own client process");
         assert_eq!(

@@ -75,11 +75,12 @@ fn record(lab: &Lab, file: &TempFile, n: u32) -> Recorded {
     let (events, stderr) = tracer.stop();
     let delta = Netstat::delta(&before, &lab.netstat(Side::Client).unwrap());
     assert_eq!(run.ok_count(), n as usize, "lab connections failed: {run:?}");
-    assert!(stderr.iter().any(|l| l.contains("recorded to")), "{stderr:?}");
+    let recorded_to = common::closing(&stderr).map(|c| c["recorded_to"].clone());
+    assert_eq!(recorded_to, Some(Value::from(file.path())), "{stderr:?}");
     let mode = std::fs::metadata(&file.0).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "recordings are private");
     let backend = common::backend_of(&stderr).to_string();
-    let closing = common::closing_line(&stderr).unwrap_or_default().to_string();
+    let closing = common::closing(&stderr).map(|c| c.to_string()).unwrap_or_default();
     Recorded { events, delta, backend, closing }
 }
 
@@ -283,7 +284,7 @@ fn record_host(lab: &Lab, file: &TempFile, n: u32, drop: bool) -> (Netstat, Stri
     let run = lab.run_client(common::exe(), &client(lab, n)).unwrap();
     let (_, stderr) = tracer.stop();
     assert_eq!(run.ok_count(), n as usize, "lab connections failed: {run:?}");
-    let closing = common::closing_line(&stderr).unwrap_or_default().to_string();
+    let closing = common::closing(&stderr).map(|c| c.to_string()).unwrap_or_default();
     (Netstat::delta(&before, &lab.netstat(Side::Client).unwrap()), closing)
 }
 

@@ -287,7 +287,7 @@ fn every_outcome_is_counted_in_each_namespace_against_nstat() {
     let (a_srv, b_cli, b_srv) =
         (netns_inode(&a, Side::Server), netns_inode(&b, Side::Client), netns_inode(&b, Side::Server));
     // Only these namespaces: the other tests of this binary run at once. (A's client is
-    // left out: its SYN timeouts may move its ActiveFail a second time, see README.)
+    // left out: its SYN timeouts may move its ActiveFail a second time, see docs/outcomes.md.)
     let netns: Vec<String> = [a_srv, b_cli, b_srv].iter().map(|n| n.to_string()).collect();
     let filter: Vec<&str> = netns.iter().flat_map(|n| ["--netns", n.as_str()]).collect();
     let before = [
@@ -403,9 +403,13 @@ fn every_outcome_is_counted_in_each_namespace_against_nstat() {
     assert_eq!(row(b_srv, "cookie_invalid"), db_srv.get("TcpExtTCPFastOpenPassiveFail"), "{counted}");
     assert_eq!(row(b_srv, "accepted_alt_key"), db_srv.get("TcpExtTCPFastOpenPassiveAltKey"), "{counted}");
     assert_eq!(row(a_srv, "cookie_invalid"), da_srv.get("TcpExtTCPFastOpenPassiveFail"), "{counted}");
-    let said = top_err.iter().find(|l| l.contains("counted by each namespace's own kernel counters"));
-    let said = said.unwrap_or_else(|| panic!("no closing line of the kernel's counts: {top_err:?}"));
-    assert!(said.contains(&format!("netns {a_srv}")) && said.contains("server queue_overflow"), "{said}");
+    // Its closing summary says the same.
+    let closing = common::closing(&top_err).unwrap_or_else(|| panic!("no closing summary: {top_err:?}"));
+    let said = closing["kernel_counted"]["rows"].as_array().cloned().unwrap_or_default();
+    assert!(
+        said.iter().any(|r| r["netns"] == a_srv && r["role"] == "server" && r["outcome"] == "queue_overflow"),
+        "the closing summary's kernel counts: {closing}"
+    );
 }
 
 tests_main!(

@@ -39,6 +39,7 @@ fn export_counts_stay_exact_while_the_reader_is_stopped() {
         &c,
         "--netns",
         &s,
+        "--json-summary",
     ]);
     let line = tracer.wait_stderr("serving metrics on http://", common::HANG_LIMIT);
     let addr: SocketAddr = line
@@ -81,8 +82,9 @@ fn export_counts_stay_exact_while_the_reader_is_stopped() {
     assert_eq!(health("tfo_trace_connects_unfollowed_total"), 0, "{text}");
     assert_eq!(health("tfo_trace_outcomes_uncounted_total"), 0, "{text}");
     let (_, stderr) = tracer.stop();
-    // And the closing line says the same: events lost, none of the counts.
-    assert!(stderr.iter().any(|l| l.contains(&format!(", {lost} lost"))), "{stderr:?}");
+    // And the closing summary says the same: events lost, none of the counts.
+    let closing = common::closing(&stderr).unwrap_or_else(|| panic!("no closing summary: {stderr:?}"));
+    assert_eq!(closing["events_lost"], lost, "{closing}");
 }
 
 tests_main!(export_counts_stay_exact_while_the_reader_is_stopped);

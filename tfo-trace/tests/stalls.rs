@@ -10,8 +10,8 @@ use std::{net::SocketAddr, path::PathBuf, process::Command, time::Duration};
 use common::{netns_inode, Tracer};
 use serde_json::Value;
 use tfo_trace::{
-    aggregation::metrics::{BuildInfo, Health, Metrics},
-    events::record,
+    aggregation::metrics::{BuildInfo, Metrics},
+    events::{counts::Health, record},
     kernel::netstat::Netstat,
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
 };
@@ -61,12 +61,10 @@ fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
         let lost = Duration::from_micros(l["stall_us"].as_u64().unwrap());
         assert!(lost >= Duration::from_millis(900) && lost <= Duration::from_millis(1500), "{l}");
     }
-    // `N stalled connections;` (this host's, all of them), `1 stalled connection;`.
-    let closing = common::closing_line(&stderr).unwrap_or_default();
-    let count: u64 = closing.trim_start_matches("tfo-trace: ").split(' ').next().unwrap().parse().unwrap();
+    // The stalled connections it listed (this host's, all of them), in its closing summary.
+    let closing = common::closing(&stderr).unwrap_or_else(|| panic!("no closing summary: {stderr:?}"));
+    let count = closing["stalled"].as_u64().unwrap_or_else(|| panic!("{closing}"));
     assert!(count >= u64::from(n), "{closing}");
-    let words = if count == 1 { " stalled connection;" } else { " stalled connections;" };
-    assert!(closing.contains(words), "{closing}");
 }
 
 /// Deleted on drop, also when the test fails.
@@ -232,6 +230,7 @@ fn kernel_and_event_sums_of_time_lost_agree() {
         &ns,
         "--top-destinations",
         "5",
+        "--json-summary",
     ]);
     let top = Tracer::start_command(&["top", "--batch", "--json", "-d", "1", "--netns", &ns]);
     let stalls = Tracer::start_command(&["stalls", "--json", "--netns", &ns]);
@@ -266,8 +265,8 @@ fn kernel_and_event_sums_of_time_lost_agree() {
     let (top_lines, top_err) = top.stop_lines();
     let (listed, stalls_err) = stalls.stop();
     for err in [&export_err, &top_err, &stalls_err] {
-        let closing = common::closing_line(err).unwrap_or_default();
-        assert!(closing.contains(" 0 lost"), "nothing lost, or the sums may differ: {closing}");
+        let closing = common::closing(err).unwrap_or_else(|| panic!("no closing summary: {err:?}"));
+        assert_eq!(closing["events_lost"], 0, "nothing lost, or the sums may differ: {closing}");
     }
     let listed_us: u64 = listed.iter().map(|e| e["stall_us"].as_u64().unwrap()).sum();
     assert_eq!(listed.len() as u64, retrans, "{listed:?}");

@@ -47,14 +47,14 @@ fn num(r: &BTreeMap<String, String>, col: &str) -> u64 {
         .unwrap_or_else(|_| panic!("{col}: {r:?}"))
 }
 
-/// `1.02s`, `980.9ms`, `0.12ms` -> seconds.
+/// A duration cell (`1.02s`, `981ms`, `120us`, `0`: tfo_trace::units) -> seconds.
 fn secs(r: &BTreeMap<String, String>, col: &str) -> f64 {
     let v = &r[col];
-    if let Some(ms) = v.strip_suffix("ms") {
-        ms.parse::<f64>().unwrap() / 1e3
-    } else {
-        v.strip_suffix('s').unwrap_or_else(|| panic!("{col}={v}")).parse().unwrap()
-    }
+    let (number, scale) = [("us", 1e-6), ("ms", 1e-3), ("s", 1.0)]
+        .into_iter()
+        .find_map(|(unit, scale)| Some((v.strip_suffix(unit)?, scale)))
+        .unwrap_or((v.as_str(), 1.0));
+    number.parse::<f64>().unwrap_or_else(|_| panic!("{col}={v}")) * scale
 }
 
 struct Counters {
@@ -575,9 +575,9 @@ fn count_stops_top_by_itself() {
 }
 
 /// `demo --json` (issue 31, item 9): its help says what it prints, `top`'s tables as JSON
-/// lines, and it prints them; stopped while its clients still connect, its closing line
+/// lines, and it prints them; stopped while its clients still connect, its closing summary
 /// adds up: events + lost + those counted after the last read = the kernel's count.
-fn demo_json_prints_tables_and_its_closing_line_adds_up() {
+fn demo_json_prints_tables_and_its_closing_summary_adds_up() {
     require_kernel!();
     let help = Command::new(common::exe()).args(["demo", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout).into_owned();
@@ -594,25 +594,16 @@ fn demo_json_prints_tables_and_its_closing_line_adds_up() {
         let snap: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
         assert!(snap["destinations"].is_array() && snap["totals"].is_object(), "a top snapshot: {l}");
     }
-    let closing = common::closing_line(&stderr).expect("a closing line");
-    assert!(closing.starts_with("tfo-trace demo: ") && closing.ends_with("lab removed"), "{closing}");
-    let number_before = |what: &str| -> u64 {
-        closing
-            .split(what)
-            .next()
-            .and_then(|head| head.rsplit(|c: char| !c.is_ascii_digit()).find(|w| !w.is_empty()))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
-    let (events, lost, unread) =
-        (number_before(" events"), number_before(" lost"), number_before(" after the last read"));
-    let counted = number_before(" outcomes counted in the kernel");
+    let closing = common::closing(&stderr).unwrap_or_else(|| panic!("no closing summary: {stderr:?}"));
+    let number = |key: &str| closing[key].as_u64().unwrap_or_else(|| panic!("no {key} in {closing}"));
+    let (events, lost, unread, counted) =
+        (number("events"), number("events_lost"), number("unread"), number("counted"));
     assert!(events > 0, "{closing}");
     assert_eq!(events + lost + unread, counted, "{closing}");
 }
 
 tests_main!(
-    demo_json_prints_tables_and_its_closing_line_adds_up,
+    demo_json_prints_tables_and_its_closing_summary_adds_up,
     count_stops_top_by_itself,
     batch_rows_match_the_kernel_counters,
     tui_in_a_real_terminal_matches_the_kernel,

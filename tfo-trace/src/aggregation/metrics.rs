@@ -35,7 +35,10 @@ use super::{
     stall,
 };
 use crate::{
-    events::{counts::KernelCounts, Event, Outcome, Role},
+    events::{
+        counts::{Health, KernelCounts},
+        Event, Outcome, Role,
+    },
     probes::{table, Backend},
 };
 
@@ -184,35 +187,6 @@ pub fn server_address(e: &Event) -> String {
     }
 }
 
-/// The kernel's running totals of everything that can leave the other series short (or
-/// without detail); what every view's closing line reports, as counters a fleet can alert
-/// on. Each only grows.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Health {
-    /// Events the ring buffer could not take (the kernel still counted them).
-    pub events_lost: u64,
-    /// Program runs the kernel skipped (a hook hit again while the same program was running
-    /// on that CPU): the outcomes they would have decided are neither counted nor sent.
-    pub hook_runs_missed: u64,
-    /// TFO connects the kernel could not follow (map entry refused): still counted, but
-    /// their events lack process and timing.
-    pub connects_unfollowed: u64,
-    /// Outcomes not counted because the kernel's table of namespaces was full.
-    pub outcomes_uncounted: u64,
-}
-
-impl Health {
-    /// Each total the larger of the two, so that a counter never goes back.
-    fn max(self, o: Health) -> Health {
-        Health {
-            events_lost: self.events_lost.max(o.events_lost),
-            hook_runs_missed: self.hook_runs_missed.max(o.hook_runs_missed),
-            connects_unfollowed: self.connects_unfollowed.max(o.connects_unfollowed),
-            outcomes_uncounted: self.outcomes_uncounted.max(o.outcomes_uncounted),
-        }
-    }
-}
-
 /// Everything the exposition is made of, shared with the registry's collector.
 #[derive(Debug)]
 struct Model {
@@ -279,7 +253,7 @@ impl Metrics {
     pub fn set_kernel(&self, counts: KernelCounts, health: Health) {
         if let Ok(mut m) = self.model.lock() {
             m.kernel = counts;
-            m.health = m.health.max(health);
+            m.health = m.health.never_less(health);
         }
     }
 

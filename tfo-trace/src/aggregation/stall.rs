@@ -6,15 +6,13 @@
 //! SYN retransmission minus the first SYN (0 when the connection started before tfo-trace
 //! attached). Its [`Cause`] follows from the outcome and whether the SYN carried data.
 //!
-//! Only the event that ends a connection's story counts: `active_disabled` and
-//! `cookie_received` are told alongside a connection that has its own outcome event, and
-//! counting them too would count one connection twice.
+//! Only the event that ends a connection's story counts ([`Outcome::ends_connection`]):
+//! `active_disabled` and `cookie_received` are told alongside a connection that has its own
+//! outcome event, and counting them too would count one connection twice.
 //!
 //! `data_not_acked` is a TFO failure but not a stall: no SYN timed out, the SYN-ACK
 //! acknowledged only the SYN and the data went again after the handshake, one extra round
 //! trip. Views that show its cost show it as [`extra_round_trip_us`], apart from stalls.
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 use crate::events::{Event, Outcome, Role};
@@ -34,8 +32,13 @@ pub enum Cause {
 }
 
 impl Cause {
-    /// Every cause, in the order of their numbers (`cause as usize` indexes it).
+    /// Every cause, in the order of their numbers ([`Cause::index`]).
     pub const ALL: [Cause; 3] = [Cause::SynDataDropped, Cause::CookieRequestDropped, Cause::SynTimeout];
+
+    /// Its place in [`Cause::ALL`]: what per-cause arrays are indexed by.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -57,20 +60,7 @@ pub struct Stall {
 /// Whether a row of the kernel's counts (role, outcome) holds stalls as defined here: a
 /// client connection's own outcome. Its `stalls` and `stall_ns` are then the stalls.
 pub fn row_counts(role: Role, outcome: Outcome) -> bool {
-    role == Role::Client && ends_client_connection(outcome)
-}
-
-/// Whether the event is the outcome that ends a client connection's TFO story.
-fn ends_client_connection(o: Outcome) -> bool {
-    matches!(
-        o,
-        Outcome::CookieRequested
-            | Outcome::Accepted
-            | Outcome::DataNotAcked
-            | Outcome::SynRetransmitted
-            | Outcome::ConnectFailed
-            | Outcome::NotAttempted
-    )
+    role == Role::Client && outcome.ends_connection()
 }
 
 /// The stall this event tells of, if it is one (see the module's documentation).
@@ -86,7 +76,7 @@ pub fn of(e: &Event) -> Option<Stall> {
 
 /// The time lost if an event of these numbers is a stall ([`of`], without its cause).
 pub fn lost_us(role: Role, outcome: Outcome, retransmits: u32, stall_us: u64) -> Option<u64> {
-    if role != Role::Client || !ends_client_connection(outcome) {
+    if !row_counts(role, outcome) {
         return None;
     }
     let syn_timed_out = outcome == Outcome::SynRetransmitted || retransmits > 0 || stall_us > 0;
@@ -99,14 +89,57 @@ pub fn extra_round_trip_us(e: &Event) -> Option<u64> {
     (e.role == Role::Client && e.outcome == Outcome::DataNotAcked).then(|| e.handshake_us.unwrap_or(0))
 }
 
-/// Stalls of a group of connections, and apart from them the extra round trips.
+/// Stalls by cause, and the time each cause lost. Sums saturate: a recording may hold any
+/// numbers (the replay fuzz target found this).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StallCounts {
+    count: [u64; Cause::ALL.len()],
+    lost_us: [u64; Cause::ALL.len()],
+}
+
+impl StallCounts {
+    pub fn add(&mut self, s: Stall) {
+        let i = s.cause.index();
+        self.count[i] = self.count[i].saturating_add(1);
+        self.lost_us[i] = self.lost_us[i].saturating_add(s.lost_us);
+    }
+
+    pub fn merge(&mut self, other: &StallCounts) {
+        for i in 0..Cause::ALL.len() {
+            self.count[i] = self.count[i].saturating_add(other.count[i]);
+            self.lost_us[i] = self.lost_us[i].saturating_add(other.lost_us[i]);
+        }
+    }
+
+    /// Stalled connections, whatever the cause.
+    pub fn count(&self) -> u64 {
+        self.count.iter().fold(0, |sum, n| sum.saturating_add(*n))
+    }
+
+    /// The time they lost.
+    pub fn lost_us(&self) -> u64 {
+        self.lost_us.iter().fold(0, |sum, n| sum.saturating_add(*n))
+    }
+
+    pub fn count_of(&self, cause: Cause) -> u64 {
+        self.count[cause.index()]
+    }
+
+    pub fn lost_us_of(&self, cause: Cause) -> u64 {
+        self.lost_us[cause.index()]
+    }
+
+    /// The causes that stalled a connection, in [`Cause::ALL`]'s order.
+    pub fn causes(&self) -> impl Iterator<Item = Cause> + '_ {
+        Cause::ALL.into_iter().filter(|c| self.count_of(*c) > 0)
+    }
+}
+
+/// Stalls of a group of connections, and apart from them the extra round trips: what
+/// `stalls` sums per destination.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StallTally {
-    pub stalls: u64,
-    pub lost_us: u64,
-    pub by_cause: BTreeMap<Cause, u64>,
-    /// Per cause, the time lost.
-    pub lost_us_by_cause: BTreeMap<Cause, u64>,
+    pub stalls: StallCounts,
     /// `data_not_acked` connections: one extra round trip each, not stalls.
     pub extra_round_trips: u64,
     /// Their estimated cost ([`extra_round_trip_us`]).
@@ -116,26 +149,13 @@ pub struct StallTally {
 impl StallTally {
     /// Counts the event; returns its stall, if it is one.
     pub fn add(&mut self, e: &Event) -> Option<Stall> {
-        // Saturating: a recording may hold any numbers (the replay fuzz target found this).
         if let Some(us) = extra_round_trip_us(e) {
             self.extra_round_trips += 1;
             self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(us);
         }
         let s = of(e)?;
-        self.stalls += 1;
-        self.lost_us = self.lost_us.saturating_add(s.lost_us);
-        *self.by_cause.entry(s.cause).or_default() += 1;
-        let by_cause = self.lost_us_by_cause.entry(s.cause).or_default();
-        *by_cause = by_cause.saturating_add(s.lost_us);
+        self.stalls.add(s);
         Some(s)
-    }
-
-    pub fn count(&self, cause: Cause) -> u64 {
-        self.by_cause.get(&cause).copied().unwrap_or(0)
-    }
-
-    pub fn lost_us_of(&self, cause: Cause) -> u64 {
-        self.lost_us_by_cause.get(&cause).copied().unwrap_or(0)
     }
 }
 
@@ -226,10 +246,12 @@ mod tests {
         ] {
             t.add(&e);
         }
-        assert_eq!((t.stalls, t.lost_us), (3, 3_060_000));
-        assert_eq!((t.count(Cause::SynDataDropped), t.lost_us_of(Cause::SynDataDropped)), (2, 2_050_000));
-        assert_eq!(t.count(Cause::CookieRequestDropped), 1);
-        assert_eq!(t.count(Cause::SynTimeout), 0);
+        let s = &t.stalls;
+        assert_eq!((s.count(), s.lost_us()), (3, 3_060_000));
+        assert_eq!((s.count_of(Cause::SynDataDropped), s.lost_us_of(Cause::SynDataDropped)), (2, 2_050_000));
+        assert_eq!(s.count_of(Cause::CookieRequestDropped), 1);
+        assert_eq!(s.count_of(Cause::SynTimeout), 0);
+        assert_eq!(s.causes().collect::<Vec<_>>(), [Cause::SynDataDropped, Cause::CookieRequestDropped]);
         assert_eq!((t.extra_round_trips, t.extra_round_trip_us), (2, 400));
     }
 }

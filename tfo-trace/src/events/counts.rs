@@ -2,6 +2,7 @@
 //! `export` and `top` show, exact whether or not the event stream kept up.
 use std::collections::BTreeMap;
 
+use serde::Serialize;
 use tfo_trace_common::{CountKey, Counts};
 
 use super::{Event, Outcome, Role};
@@ -70,6 +71,35 @@ impl KernelCounts {
             row.handshake_ns += ns;
             row.handshakes += 1;
             row.handshake_buckets[tfo_trace_common::handshake_bucket(ns)] += 1;
+        }
+    }
+}
+
+/// The kernel's running totals of everything that can leave the other series short (or
+/// without detail); what every view's closing line reports, as counters a fleet can alert
+/// on. Each only grows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Health {
+    /// Events the ring buffer could not take (the kernel still counted them).
+    pub events_lost: u64,
+    /// Program runs the kernel skipped (a hook hit again while the same program was running
+    /// on that CPU): the outcomes they would have decided are neither counted nor sent.
+    pub hook_runs_missed: u64,
+    /// TFO connects the kernel could not follow (map entry refused): still counted, but
+    /// their events lack process and timing.
+    pub connects_unfollowed: u64,
+    /// Outcomes not counted because the kernel's table of namespaces was full.
+    pub outcomes_uncounted: u64,
+}
+
+impl Health {
+    /// Each total the larger of the two, so that a counter never goes back.
+    pub fn never_less(self, o: Health) -> Health {
+        Health {
+            events_lost: self.events_lost.max(o.events_lost),
+            hook_runs_missed: self.hook_runs_missed.max(o.hook_runs_missed),
+            connects_unfollowed: self.connects_unfollowed.max(o.connects_unfollowed),
+            outcomes_uncounted: self.outcomes_uncounted.max(o.outcomes_uncounted),
         }
     }
 }

@@ -335,27 +335,37 @@ fn unknown_label() -> Arc<str> {
     UNKNOWN.with(Arc::clone)
 }
 
-/// An event as `top`'s tables count it: its numbers and the parts of its rows' keys, its
-/// names borrowed. Made straight from a ring-buffer record ([`reader::EventSource::drain_each`])
-/// or from an [`Event`] ([`Event::view`]).
+/// One event, decoded from its ring-buffer record and named by the reader (listener and
+/// owner, namespace name, container), its names borrowed: what `top` counts and `trace`
+/// prints without making an [`Event`], and what [`EventRef::to_event`] makes one of. The
+/// one decoding of a record is [`EventRef::decode`]; the one naming is the reader's
+/// ([`reader::EventSource::drain_each`]). [`Event::view`] gives one of an [`Event`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventRef<'a> {
     pub role: Role,
     pub outcome: Outcome,
+    pub family: u8,
     pub saddr: IpAddr,
     pub sport: u16,
     pub daddr: IpAddr,
     pub dport: u16,
     pub netns: u32,
     /// [`Event::netns_name`]: what a server event's reader names (the `/` filter of `top`).
-    pub netns_name: Option<&'a str>,
+    pub netns_name: Option<&'a Arc<str>>,
     pub pid: u32,
-    pub comm: &'a str,
+    pub comm: &'a Arc<str>,
     pub syn_data_bytes: u32,
+    pub cookie_len: Option<u8>,
+    pub cookie_issued: Option<bool>,
+    pub exp_option: bool,
     pub retransmits: u32,
     pub handshake_us: Option<u64>,
     pub stall_us: u64,
+    pub queue_len: Option<u32>,
+    pub queue_max: Option<u32>,
     pub cgroup_id: Option<u64>,
+    /// The cgroup as the reader's table named it (None: not named by the reader).
+    pub cgroup: Option<&'a crate::kernel::cgroup::NamedCgroup>,
     /// [`Event::listener`].
     pub listener: Option<std::net::SocketAddr>,
     /// [`Event::container_label`].
@@ -366,44 +376,12 @@ pub struct EventRef<'a> {
 }
 
 impl<'a> EventRef<'a> {
-    /// What [`Event::decode`] makes of `raw`, seen as [`Event::view`] sees it, its process
-    /// name `comm` (the record's, named): no container yet, as decoded.
-    pub(crate) fn of(raw: &TfoEvent, clock: Clock, comm: &'a str) -> Result<Self> {
+    /// A ring-buffer record as the event it holds, its process name `comm` (the record's,
+    /// named): not yet named by the reader (no listener, namespace name or container).
+    pub(crate) fn decode(raw: &TfoEvent, clock: Clock, comm: &'a Arc<str>) -> Result<Self> {
         let (role, outcome) = checked(raw)?;
+        let queue_known = raw.flags & flags::QUEUE_KNOWN != 0;
         Ok(EventRef {
-            role,
-            outcome,
-            saddr: addr(raw.family, &raw.saddr),
-            sport: raw.sport,
-            daddr: addr(raw.family, &raw.daddr),
-            dport: raw.dport,
-            netns: raw.netns,
-            netns_name: None,
-            pid: raw.pid,
-            comm,
-            syn_data_bytes: raw.syn_data_bytes,
-            retransmits: raw.retransmits,
-            handshake_us: handshake_us(raw),
-            stall_us: raw.stall_ns / 1000,
-            cgroup_id: (raw.cgroup_id != 0).then_some(raw.cgroup_id),
-            listener: None,
-            container: None,
-            unix_ns: clock.to_unix_ns(raw.ts_ns),
-        })
-    }
-
-    /// [`EventRef::of`] the bytes of one ring-buffer record.
-    pub(crate) fn from_bytes(bytes: &[u8], clock: Clock, names: &'a mut Interner) -> Result<Self> {
-        let raw = record_of(bytes)?;
-        Self::of(&raw, clock, names.comm(&raw.comm))
-    }
-}
-
-impl Event {
-    pub fn decode(raw: &TfoEvent, clock: Clock, names: &mut Interner) -> Result<Self> {
-        let (role, outcome) = checked(raw)?;
-        Ok(Event {
-            ts: Timestamp::from_unix_ns(clock.to_unix_ns(raw.ts_ns)),
             role,
             outcome,
             family: raw.family,
@@ -413,9 +391,8 @@ impl Event {
             dport: raw.dport,
             netns: raw.netns,
             netns_name: None,
-            listener: None,
             pid: raw.pid,
-            comm: names.comm(&raw.comm).clone(),
+            comm,
             syn_data_bytes: raw.syn_data_bytes,
             cookie_len: (raw.flags & flags::COOKIE_LEN_KNOWN != 0).then_some(raw.cookie_len),
             cookie_issued: (role == Role::Server && outcome == Outcome::CookieRequested)
@@ -424,43 +401,102 @@ impl Event {
             retransmits: raw.retransmits,
             handshake_us: handshake_us(raw),
             stall_us: raw.stall_ns / 1000,
-            queue_len: (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_len),
-            queue_max: (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_max),
+            queue_len: queue_known.then_some(raw.queue_len),
+            queue_max: queue_known.then_some(raw.queue_max),
             cgroup_id: (raw.cgroup_id != 0).then_some(raw.cgroup_id),
             cgroup: None,
-            container_id: None,
-            container_runtime: None,
-            pod_uid: None,
-            container_name: None,
-            pod: None,
-            pod_namespace: None,
+            listener: None,
             container: None,
+            unix_ns: clock.to_unix_ns(raw.ts_ns),
         })
     }
 
-    /// Decodes the bytes of one ring-buffer record.
-    pub fn from_bytes(bytes: &[u8], clock: Clock, names: &mut Interner) -> Result<Self> {
-        Self::decode(&record_of(bytes)?, clock, names)
+    /// [`EventRef::decode`] the bytes of one ring-buffer record.
+    pub(crate) fn from_bytes(bytes: &[u8], clock: Clock, names: &'a mut Interner) -> Result<Self> {
+        let raw = record_of(bytes)?;
+        Self::decode(&raw, clock, names.comm(&raw.comm))
     }
 
-    /// The event as `top`'s tables count it.
-    pub fn view(&self) -> EventRef<'_> {
-        EventRef {
+    /// The event, owned: its names shared, not copied.
+    pub fn to_event(&self) -> Event {
+        let named = self.cgroup;
+        let name = |f: fn(&crate::kernel::cgroup::NamedCgroup) -> &Option<Arc<str>>| {
+            named.and_then(|n| f(n).clone())
+        };
+        Event {
+            ts: Timestamp::from_unix_ns(self.unix_ns),
             role: self.role,
             outcome: self.outcome,
+            family: self.family,
             saddr: self.saddr,
             sport: self.sport,
             daddr: self.daddr,
             dport: self.dport,
             netns: self.netns,
-            netns_name: self.netns_name.as_deref(),
+            netns_name: self.netns_name.cloned(),
+            listener: self.listener,
             pid: self.pid,
-            comm: &self.comm,
+            comm: self.comm.clone(),
             syn_data_bytes: self.syn_data_bytes,
+            cookie_len: self.cookie_len,
+            cookie_issued: self.cookie_issued,
+            exp_option: self.exp_option,
             retransmits: self.retransmits,
             handshake_us: self.handshake_us,
             stall_us: self.stall_us,
+            queue_len: self.queue_len,
+            queue_max: self.queue_max,
             cgroup_id: self.cgroup_id,
+            cgroup: named.map(|n| n.path.clone()),
+            container_id: name(|n| &n.container_id),
+            container_runtime: name(|n| &n.container_runtime),
+            pod_uid: name(|n| &n.pod_uid),
+            container_name: name(|n| &n.container_name),
+            pod: name(|n| &n.pod),
+            pod_namespace: name(|n| &n.pod_namespace),
+            container: match named {
+                Some(n) => n.label.clone(),
+                None => self.container.map(|label| match label {
+                    crate::kernel::cgroup::UNKNOWN => unknown_label(),
+                    other => other.into(),
+                }),
+            },
+        }
+    }
+}
+
+impl Event {
+    /// Decodes the bytes of one ring-buffer record ([`EventRef::decode`]), not named by the
+    /// reader: what the fuzz target and the tests decode.
+    pub fn from_bytes(bytes: &[u8], clock: Clock, names: &mut Interner) -> Result<Self> {
+        EventRef::from_bytes(bytes, clock, names).map(|e| e.to_event())
+    }
+
+    /// The event as `top`'s tables count it and `trace` prints it.
+    pub fn view(&self) -> EventRef<'_> {
+        EventRef {
+            role: self.role,
+            outcome: self.outcome,
+            family: self.family,
+            saddr: self.saddr,
+            sport: self.sport,
+            daddr: self.daddr,
+            dport: self.dport,
+            netns: self.netns,
+            netns_name: self.netns_name.as_ref(),
+            pid: self.pid,
+            comm: &self.comm,
+            syn_data_bytes: self.syn_data_bytes,
+            cookie_len: self.cookie_len,
+            cookie_issued: self.cookie_issued,
+            exp_option: self.exp_option,
+            retransmits: self.retransmits,
+            handshake_us: self.handshake_us,
+            stall_us: self.stall_us,
+            queue_len: self.queue_len,
+            queue_max: self.queue_max,
+            cgroup_id: self.cgroup_id,
+            cgroup: None,
             listener: self.listener,
             container: self.container_label(),
             unix_ns: self.ts.unix_ns(),
@@ -484,23 +520,6 @@ impl Event {
             self.container_runtime.as_deref(),
             self.cgroup.as_deref(),
         )
-    }
-
-    /// Names the event's cgroup from the cgroup table: its path and container, or
-    /// [`UNKNOWN`](crate::kernel::cgroup::UNKNOWN) where no one could name it.
-    pub fn name_cgroup(&mut self, named: Option<&crate::kernel::cgroup::NamedCgroup>) {
-        let Some(n) = named else {
-            self.container = Some(unknown_label());
-            return;
-        };
-        self.cgroup = Some(n.path.clone());
-        self.container_id = n.container_id.clone();
-        self.container_runtime = n.container_runtime.clone();
-        self.pod_uid = n.pod_uid.clone();
-        self.container_name = n.container_name.clone();
-        self.pod = n.pod.clone();
-        self.pod_namespace = n.pod_namespace.clone();
-        self.container = n.label.clone();
     }
 
     /// The destination as users name it: `198.18.0.2:8080`, `[fd00::2]:8080`.
@@ -603,10 +622,15 @@ mod tests {
         }
     }
 
+    /// The event a record holds, not named by the reader.
+    fn decode(r: &TfoEvent, clock: Clock) -> Result<Event> {
+        let comm = Interner::default().comm(&r.comm).clone();
+        EventRef::decode(r, clock, &comm).map(|e| e.to_event())
+    }
+
     #[test]
     fn decodes_a_client_stall() {
-        let e =
-            Event::decode(&raw(), Clock::fixed(1_000_000_000_000_000_000), &mut Interner::default()).unwrap();
+        let e = decode(&raw(), Clock::fixed(1_000_000_000_000_000_000)).unwrap();
         assert_eq!(e.outcome, Outcome::SynRetransmitted);
         assert_eq!(e.role, Role::Client);
         assert_eq!(e.destination(), "198.18.0.2:8080");
@@ -622,10 +646,10 @@ mod tests {
     fn rejects_unknown_values() {
         let mut r = raw();
         r.outcome = 200;
-        assert!(Event::decode(&r, Clock::fixed(0), &mut Interner::default()).is_err());
+        assert!(decode(&r, Clock::fixed(0)).is_err());
         let mut r = raw();
         r.family = 9;
-        assert!(Event::decode(&r, Clock::fixed(0), &mut Interner::default()).is_err());
+        assert!(decode(&r, Clock::fixed(0)).is_err());
         assert!(Event::from_bytes(&[0u8; 10], Clock::fixed(0), &mut Interner::default()).is_err());
     }
 
@@ -647,6 +671,32 @@ mod tests {
             let mut names = Interner::default();
             assert_eq!(EventRef::from_bytes(&bytes(&r), Clock::fixed(0), &mut names).unwrap(), e.view());
         }
+        // Named by a reader: the event it makes has the names, and views back as it was.
+        let named = crate::kernel::cgroup::NamedCgroup {
+            path: "/system.slice/docker-4f1e6d9a0c2b.scope".into(),
+            container_id: Some("4f1e6d9a0c2b".into()),
+            container_runtime: Some("docker".into()),
+            pod_uid: None,
+            container_name: Some("web".into()),
+            pod: None,
+            pod_namespace: None,
+            label: Some("web".into()),
+        };
+        let ns: Arc<str> = "lab-srv".into();
+        let mut names = Interner::default();
+        let mut e = EventRef::from_bytes(&bytes(&raw()), Clock::fixed(0), &mut names).unwrap();
+        (e.cgroup, e.container, e.netns_name) = (Some(&named), Some("web"), Some(&ns));
+        let owned = e.to_event();
+        assert_eq!(
+            (owned.cgroup.as_deref(), owned.container_name.as_deref(), owned.container_label()),
+            (Some("/system.slice/docker-4f1e6d9a0c2b.scope"), Some("web"), Some("web"))
+        );
+        assert_eq!(owned.view(), EventRef { cgroup: None, ..e });
+        // Not named (its cgroup unknown to the reader): `unknown`, one shared label.
+        e.cgroup = None;
+        e.container = Some(crate::kernel::cgroup::UNKNOWN);
+        assert_eq!(e.to_event().container.as_deref(), Some(crate::kernel::cgroup::UNKNOWN));
+
         let mut bad = raw();
         bad.role = 9;
         assert!(EventRef::from_bytes(&bytes(&bad), Clock::fixed(0), &mut Interner::default()).is_err());
@@ -677,7 +727,7 @@ mod tests {
 
     #[test]
     fn json_has_the_documented_fields() {
-        let e = Event::decode(&raw(), Clock::fixed(0), &mut Interner::default()).unwrap();
+        let e = decode(&raw(), Clock::fixed(0)).unwrap();
         let v = serde_json::to_value(&e).unwrap();
         for key in [
             "ts",

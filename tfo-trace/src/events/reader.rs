@@ -73,22 +73,6 @@ impl NetnsNames {
     }
 }
 
-/// A server event's listener, as `ss -ltn` names it; and its owner where the kernel map
-/// had none (a listener opened before we attached): both from /proc.
-fn name_listener(listeners: &mut ListenerNames, owners: &mut OwnerCache, ev: &mut Event) {
-    if ev.role != Role::Server {
-        return;
-    }
-    ev.listener = listeners.lookup(ev.netns, ev.pid, std::net::SocketAddr::new(ev.saddr, ev.sport));
-    if ev.pid == 0 {
-        if let Some(owner) = owners.lookup(ev.netns, ev.sport, ev.listener) {
-            ev.pid = owner.pid;
-            ev.comm = owner.comm.into();
-            ev.cgroup_id = ev.cgroup_id.or(owner.cgroup_id);
-        }
-    }
-}
-
 impl EventSource {
     /// `cgroup_hooks`: whether the cgroup hooks attached (see [`super::cgroups`]).
     pub fn new(ebpf: &mut Ebpf, cgroup_hooks: bool) -> Result<Self> {
@@ -118,32 +102,17 @@ impl EventSource {
         })
     }
 
-    /// Everything already in the ring buffer, without waiting.
+    /// Everything already in the ring buffer, without waiting, as events.
     pub fn drain(&mut self, out: &mut Vec<Event>) {
-        let ring = &mut self.ring.get_mut().0;
-        let mut learning = self.cgroups.names();
-        while let Some(item) = ring.next() {
-            match Event::from_bytes(&item, self.clock, &mut self.comms) {
-                Ok(mut ev) => {
-                    name_listener(&mut self.listeners, &mut self.owners, &mut ev);
-                    ev.netns_name = self.netns_names.name(ev.netns);
-                    ev.name_cgroup(ev.cgroup_id.and_then(|id| learning.names.named(id)));
-                    self.unnamed += u64::from(ev.cgroup.is_none());
-                    out.push(ev)
-                }
-                Err(err) => {
-                    self.malformed += 1;
-                    log::debug!("malformed event: {err:#}");
-                }
-            }
-        }
-        learning.names.events_read();
+        self.drain_each(|e| out.push(e.to_event()));
     }
 
-    /// Everything already in the ring buffer, without waiting, each record handed to `each`
-    /// as the view [`Event::view`] gives of the event [`EventSource::drain`] makes of it
-    /// (the same listener owner and container), without making the event: what `top`
-    /// counts, with no name cloned. Returns how many records were handed over.
+    /// Everything already in the ring buffer, without waiting, each record decoded
+    /// ([`EventRef::decode`]), named and handed to `each` without making an [`Event`]
+    /// (what `top` counts and `trace` prints, with no name cloned). The one place a record
+    /// is named: a server event's listener as `ss -ltn` names it, and its owner where the
+    /// kernel map had none (a listener opened before we attached), both from /proc; every
+    /// event's namespace name and container. Returns how many records were handed over.
     pub fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> u64 {
         let EventSource {
             ring,
@@ -161,7 +130,6 @@ impl EventSource {
         let mut learning = cgroups.names();
         let mut handed = 0;
         while let Some(item) = ring.next() {
-            let (owner, ns_name);
             let mut e = match EventRef::from_bytes(&item, *clock, comms) {
                 Ok(e) => e,
                 Err(err) => {
@@ -170,11 +138,9 @@ impl EventSource {
                     continue;
                 }
             };
-            // As name_listener and name_cgroup do for an event.
+            let owner;
             if e.role == Role::Server {
                 e.listener = listeners.lookup(e.netns, e.pid, std::net::SocketAddr::new(e.saddr, e.sport));
-                ns_name = netns_names.name(e.netns);
-                e.netns_name = ns_name.as_deref();
                 if e.pid == 0 {
                     owner = owners.lookup(e.netns, e.sport, e.listener);
                     if let Some(o) = &owner {
@@ -183,7 +149,10 @@ impl EventSource {
                     }
                 }
             }
-            e.container = match e.cgroup_id.and_then(|id| learning.names.named(id)) {
+            let ns_name = netns_names.name(e.netns);
+            e.netns_name = ns_name.as_ref();
+            e.cgroup = e.cgroup_id.and_then(|id| learning.names.named(id));
+            e.container = match e.cgroup {
                 Some(n) => n.label.as_deref(),
                 None => {
                     *unnamed += 1;

@@ -32,9 +32,15 @@ pub fn resolve(arg: &str) -> Result<PathBuf, String> {
     Ok(full)
 }
 
+/// A process's cgroup v2 path (the `0::PATH` line of /proc/PID/cgroup).
+pub fn path_of_pid(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_string)
+}
+
 /// The cgroup v2 id (its directory's inode) process `pid` is in now.
 pub fn id_of_pid(pid: u32) -> Option<u64> {
-    let path = super::listeners::cgroup_of(pid)?;
+    let path = path_of_pid(pid)?;
     std::fs::metadata(v2_mount()?.join(path.trim_start_matches('/'))).ok().map(|m| m.ino())
 }
 

@@ -25,7 +25,8 @@ const NEGATIVE_TTL: Duration = Duration::from_secs(5);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
     pub pid: u32,
-    pub comm: String,
+    /// Shared with the events that name it.
+    pub comm: std::sync::Arc<str>,
     /// Its cgroup v2 id, where /proc and the v2 mount say.
     pub cgroup_id: Option<u64>,
 }
@@ -99,7 +100,7 @@ pub fn find_owner(netns: u32, port: u16, listener: Option<SocketAddr>) -> Option
         return None;
     }
     let pid = in_ns.into_iter().find(|&p| socket_fds(p).any(|(_, i)| inodes.contains(&i)))?;
-    Some(Owner { pid, comm: comm_of(pid)?, cgroup_id: super::cgroup::id_of_pid(pid) })
+    Some(Owner { pid, comm: comm_of(pid)?.into(), cgroup_id: super::cgroup::id_of_pid(pid) })
 }
 
 /// A listener and the process that holds it, in any network namespace.
@@ -137,18 +138,12 @@ pub fn every_listener_owner() -> Vec<ListenerOwner> {
                     port: addr.port(),
                     pid: owner,
                     comm: comm_of(owner).unwrap_or_default(),
-                    cgroup: cgroup_of(owner),
+                    cgroup: super::cgroup::path_of_pid(owner),
                 });
             }
         }
     }
     out
-}
-
-/// A process's cgroup v2 path (the `0::PATH` line of /proc/PID/cgroup).
-pub fn cgroup_of(pid: u32) -> Option<String> {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    text.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_string)
 }
 
 /// The listener a connection arrived at, by the name `ss -ltn` gives it: its bound

@@ -49,7 +49,7 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 10_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub count: u64,
     /// Stop after this long (e.g. 3s, 500ms).
-    #[arg(long, default_value = "3s", value_parser = crate::duration::parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = crate::units::parse_duration)]
     pub duration: Duration,
     /// Bytes the client sends (in the SYN once it has a cookie).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1400))]

@@ -11,15 +11,15 @@ use std::{
 use anyhow::{Context as _, Result};
 
 use crate::{
-    aggregation::table::{Sort, View, DEFAULT_CAPACITY},
-    cli::DemoArgs,
+    aggregation::top::DEFAULT_CAPACITY,
+    cli::{DemoArgs, Sort},
     lab::{
         traffic::{ClientArgs, ClientMode},
         ClientChild, Lab, LabConfig,
     },
     views::{
         session::Session,
-        top::{self, HeaderInfo, TopOptions},
+        top::{self, rows::View, HeaderInfo, TopOptions},
     },
 };
 
@@ -63,10 +63,10 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     lab.middlebox_drop_syn_data(Some(dropped))?;
     crate::note!(
         "tfo-trace demo: server {} is clean, {} sits behind a middlebox dropping SYN-data; \
-         tracing for {:?} (Ctrl-C stops early)",
+         tracing for {} (Ctrl-C stops early)",
         lab.server_addr(0, false)?,
         dropped,
-        args.duration
+        crate::units::period(args.duration)
     )?;
     let clients = start_traffic(&lab, &exe, args.duration)?;
 
@@ -81,6 +81,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         duration: Some(args.duration + Duration::from_secs(2)),
         batch: false,
         json: args.json,
+        json_summary: args.json || args.summary.json_summary,
         sort: Sort::Stalls,
         filter: String::new(),
         view: View::Destinations,
@@ -94,11 +95,8 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         c.kill();
     }
     // Read before the lab's namespaces go: their counters are the last word on them.
-    let kernel_counted = session.kernel_counted_line();
+    let closing = session.closing();
     drop(lab);
-    crate::note!("{}; lab removed", session.closing_line().replacen("tfo-trace:", "tfo-trace demo:", 1))?;
-    if let Some(line) = kernel_counted {
-        crate::note!("{line}")?;
-    }
+    closing.say(args.json || args.summary.json_summary, "tfo-trace demo", "; lab removed")?;
     Ok(())
 }

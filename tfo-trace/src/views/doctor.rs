@@ -293,10 +293,10 @@ fn render_tfo_state(r: &DoctorReport, sections: &mut Vec<Section>) {
                     }
                     l.push_str(&format!(", fo_syn_drops {}", m.fo_syn_drops));
                     if let Some(a) = m.fo_syn_drop_age_s.filter(|_| m.fo_syn_drops > 0) {
-                        l.push_str(&format!(" (last {a:.0} s ago)"));
+                        l.push_str(&format!(" (last {} ago)", crate::units::duration_s(a)));
                     }
                     if let Some(a) = m.age_s {
-                        l.push_str(&format!(", updated {a:.0} s ago"));
+                        l.push_str(&format!(", updated {} ago", crate::units::duration_s(a)));
                     }
                     s.line(l);
                 }

@@ -93,6 +93,8 @@ pub struct ExportOptions {
     /// Count only events from these network namespaces (inodes); empty: all.
     pub netns: Vec<u32>,
     pub duration: Option<Duration>,
+    /// The closing summary as one JSON object on stderr.
+    pub json_summary: bool,
 }
 
 /// Writes `text` to `path` for node_exporter: a temporary file in the same directory,
@@ -153,7 +155,11 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     };
     let metrics = Metrics::new(&build, opts.breakdown);
     if let Some(p) = &opts.textfile {
-        crate::note!("tfo-trace: writing metrics to {} every {:?}", p.display(), opts.interval)?;
+        crate::note!(
+            "tfo-trace: writing metrics to {} every {}",
+            p.display(),
+            crate::units::period(opts.interval)
+        )?;
     }
 
     // The HTTP server runs on its own tasks; a scrape asks this loop, which owns the
@@ -206,7 +212,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     if let Some(path) = &opts.textfile {
         write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
     }
-    session.say_closing()?;
+    session.say_closing(opts.json_summary)?;
     Ok(())
 }
 

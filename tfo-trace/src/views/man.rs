@@ -169,7 +169,7 @@ fn command() -> clap::Command {
 
 /// The visible subcommands' names, in the order `--help` lists them.
 pub fn subcommands() -> Vec<String> {
-    command().get_subcommands().filter(|s| !s.is_hide_set()).map(|s| s.get_name().to_string()).collect()
+    Cli::visible_subcommands()
 }
 
 /// The page of `subcommand` (None: tfo-trace(1)) as roff.

@@ -1,3 +1,4 @@
+pub mod closing;
 pub mod demo;
 pub mod doctor;
 pub mod export;

@@ -4,7 +4,7 @@
 //! over a window, or from one or several hosts' recordings merged.
 //!
 //! The model is `aggregation::report` (events in one at a time, nothing kept per event) and
-//! the verdicts `aggregation::verdict` (pure); this file reads recordings, gathers the
+//! the verdicts `aggregation::report::verdict` (pure); this file reads recordings, gathers the
 //! kernel's facts for a live run (tcp_metrics, counter deltas per namespace, listener queue
 //! sizes, keys) and renders text, JSON or Markdown. A recording replayed here has no kernel
 //! facts: they describe the machine now, not the one it was recorded on.
@@ -18,13 +18,9 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 
 use crate::{
-    aggregation::{
-        grouping::GroupOptions,
-        report::{Built, ReportBuilder, Rest, Summary},
-        verdict::{
-            human_us, plural, thousands, CachedDrops, DestinationReport, Facts, ListenerFact, ListenerReport,
-            NamespaceFinding, Verdict,
-        },
+    aggregation::report::{
+        verdict::{CachedDrops, DestinationReport, ListenerReport, NamespaceFinding, Verdict},
+        Built, Facts, GroupOptions, ListenerFact, ReportBuilder, Rest, Summary,
     },
     cli::{ReportArgs, ReportFormat},
     events::record,
@@ -35,6 +31,7 @@ use crate::{
         sysctl::{self, TfoNamespace},
         tcp_metrics,
     },
+    units,
     views::{
         replay::{Replay, Replayed},
         session::Session,
@@ -353,14 +350,14 @@ fn source_line(s: &Source, sources: &[Source]) -> String {
         const NAMED: usize = 5;
         let mut named = distinct.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
         if distinct.len() > NAMED {
-            named.push_str(&format!(" and {} more", thousands((distinct.len() - NAMED) as u64)));
+            named.push_str(&format!(" and {} more", units::count((distinct.len() - NAMED) as u64)));
         }
         let mut parts = vec![
-            plural(s.events, "event", "events"),
+            units::plural(s.events, "event", "events"),
             format!(
                 "from {} of {}: {named}",
-                plural(sources.len() as u64, "recording", "recordings"),
-                plural(distinct.len() as u64, "host", "hosts")
+                units::plural(sources.len() as u64, "recording", "recordings"),
+                units::plural(distinct.len() as u64, "host", "hosts")
             ),
         ];
         if let Some(b) = &s.backend {
@@ -368,10 +365,10 @@ fn source_line(s: &Source, sources: &[Source]) -> String {
         }
         return parts.join(", ");
     }
-    let mut parts = vec![plural(s.events, "event", "events")];
+    let mut parts = vec![units::plural(s.events, "event", "events")];
     match s.kind {
         "recording" => parts.push(format!("from the recording {}", s.path.as_deref().unwrap_or("?"))),
-        _ => parts.push(format!("traced live for {:.1} s", s.window_s.unwrap_or(0.0))),
+        _ => parts.push(format!("traced live for {}", units::duration_s(s.window_s.unwrap_or(0.0)))),
     }
     if let Some(h) = &s.host {
         parts.push(format!("host {h}"));
@@ -397,10 +394,10 @@ fn lost_line(d: &DestinationReport) -> String {
         (0, _) => "no time lost to SYN timeouts".to_string(),
         _ => format!(
             "{} lost in total: {} per stalled connection ({}), {} per connection",
-            human_us(d.lost_us_total),
-            human_us(d.lost_us_per_stalled),
+            units::duration_us(d.lost_us_total),
+            units::duration_us(d.lost_us_per_stalled),
             d.stalled,
-            human_us(d.lost_us_per_connection)
+            units::duration_us(d.lost_us_per_connection)
         ),
     };
     if d.extra_round_trips > 0 {
@@ -408,7 +405,7 @@ fn lost_line(d: &DestinationReport) -> String {
         line.push_str(&format!(
             "; {} extra round trip(s) for data not acked, ~{} estimated",
             d.extra_round_trips,
-            human_us(d.extra_round_trip_us)
+            units::duration_us(d.extra_round_trip_us)
         ));
     }
     line
@@ -419,16 +416,20 @@ pub fn strength_line(v: &Verdict) -> String {
     let s = &v.support;
     let mut parts = vec![format!(
         "{} of {}",
-        thousands(s.connections),
-        plural(s.of_connections, "connection", "connections")
+        units::count(s.connections),
+        units::plural(s.of_connections, "connection", "connections")
     )];
     if let (Some(d), Some(of)) = (s.destinations, s.of_destinations) {
         if of > 1 {
-            parts.push(format!("{} of {}", thousands(d), plural(of, "destination", "destinations")));
+            parts.push(format!(
+                "{} of {}",
+                units::count(d),
+                units::plural(of, "destination", "destinations")
+            ));
         }
     }
     if s.of_hosts > 1 {
-        parts.push(format!("{} of {}", thousands(s.hosts), plural(s.of_hosts, "host", "hosts")));
+        parts.push(format!("{} of {}", units::count(s.hosts), units::plural(s.of_hosts, "host", "hosts")));
     }
     format!("{}: {}", v.strength.name(), parts.join(", "))
 }
@@ -468,10 +469,10 @@ pub fn render(w: &mut impl Write, format: ReportFormat, r: &Rendered, errors: &[
 }
 
 /// `2 syn_data_dropped, 940 healthy`: the most common first.
-fn verdict_counts(v: &BTreeMap<crate::aggregation::verdict::Kind, u64>) -> String {
+fn verdict_counts(v: &BTreeMap<crate::aggregation::report::verdict::Kind, u64>) -> String {
     let mut v: Vec<_> = v.iter().collect();
     v.sort_by(|a, b| b.0.severity().cmp(&a.0.severity()).then(b.1.cmp(a.1)));
-    v.iter().map(|(k, n)| format!("{} {}", thousands(**n), k.name())).collect::<Vec<_>>().join(", ")
+    v.iter().map(|(k, n)| format!("{} {}", units::count(**n), k.name())).collect::<Vec<_>>().join(", ")
 }
 
 /// The summary's lines, without indentation: what text and Markdown both show.
@@ -481,17 +482,17 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
     let mut out = Vec::new();
     let mut first = format!(
         "{} to {}",
-        plural(s.connections, "client connection", "client connections"),
-        plural(s.destinations, "destination", "destinations")
+        units::plural(s.connections, "client connection", "client connections"),
+        units::plural(s.destinations, "destination", "destinations")
     );
-    if g != crate::aggregation::grouping::GroupBy::Destination {
-        first.push_str(&format!(", in {}", plural(s.groups, g.name(), g.rows())));
+    if g != crate::aggregation::report::grouping::GroupBy::Destination {
+        first.push_str(&format!(", in {}", units::plural(s.groups, g.name(), g.rows())));
     }
     if s.server_events > 0 {
         first.push_str(&format!(
             "; {} at {}",
-            plural(s.server_events, "server event", "server events"),
-            plural(s.listeners, "listener", "listeners")
+            units::plural(s.server_events, "server event", "server events"),
+            units::plural(s.listeners, "listener", "listeners")
         ));
     }
     out.push(first);
@@ -506,21 +507,21 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
             .iter()
             .map(|(c, n)| {
                 let lost = s.lost_us_by_cause.get(c).copied().unwrap_or(0);
-                format!("{} {}, {}", c.name(), thousands(*n), human_us(lost))
+                format!("{} {}, {}", c.name(), units::count(*n), units::duration_us(lost))
             })
             .collect();
         format!(
             "time lost: {} in {} ({})",
-            human_us(s.lost_us_total),
-            plural(s.stalled, "stalled connection", "stalled connections"),
+            units::duration_us(s.lost_us_total),
+            units::plural(s.stalled, "stalled connection", "stalled connections"),
             causes.join("; ")
         )
     };
     if s.extra_round_trips > 0 {
         lost.push_str(&format!(
             "; {} for data not acked, ~{} estimated",
-            plural(s.extra_round_trips, "extra round trip", "extra round trips"),
-            human_us(s.extra_round_trip_us)
+            units::plural(s.extra_round_trips, "extra round trip", "extra round trips"),
+            units::duration_us(s.extra_round_trip_us)
         ));
     }
     out.push(lost);
@@ -530,9 +531,9 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
         .filter(|w| w.lost_us_total > 0 || w.extra_round_trip_us > 0)
         .map(|w| {
             let t = if w.lost_us_total > 0 {
-                human_us(w.lost_us_total)
+                units::duration_us(w.lost_us_total)
             } else {
-                format!("~{} extra", human_us(w.extra_round_trip_us))
+                format!("~{} extra", units::duration_us(w.extra_round_trip_us))
             };
             format!("{} {t} ({}, {})", w.group, w.kind.name(), w.strength.name())
         })
@@ -546,17 +547,17 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
             .iter()
             .map(|h| {
                 let lost = if h.stalled > 0 {
-                    format!("{} lost", human_us(h.lost_us_total))
+                    format!("{} lost", units::duration_us(h.lost_us_total))
                 } else {
                     "no time lost".into()
                 };
-                format!("{} {} conns, {lost}", h.host, thousands(h.connections))
+                format!("{} {} conns, {lost}", h.host, units::count(h.connections))
             })
             .collect();
         const NAMED: usize = 8;
         let mut line = format!("hosts: {}", hosts.iter().take(NAMED).cloned().collect::<Vec<_>>().join("; "));
         if hosts.len() > NAMED {
-            line.push_str(&format!("; and {} more", thousands((hosts.len() - NAMED) as u64)));
+            line.push_str(&format!("; and {} more", units::count((hosts.len() - NAMED) as u64)));
         }
         out.push(line);
     }
@@ -567,13 +568,13 @@ fn row_title(d: &DestinationReport) -> String {
     match (d.netns, d.destinations) {
         (Some(n), _) => format!("{} (netns {n})", d.destination),
         (None, 1) => d.destination.clone(),
-        (None, n) => format!("{} ({})", d.destination, plural(n, "destination", "destinations")),
+        (None, n) => format!("{} ({})", d.destination, units::plural(n, "destination", "destinations")),
     }
 }
 
 fn rest_line(rest: &Rest, rows: &str) -> String {
     let lost = if rest.stalled > 0 {
-        format!("{} lost in {} stalled", human_us(rest.lost_us_total), thousands(rest.stalled))
+        format!("{} lost in {} stalled", units::duration_us(rest.lost_us_total), units::count(rest.stalled))
     } else {
         "no time lost".into()
     };
@@ -584,8 +585,8 @@ fn rest_line(rest: &Rest, rows: &str) -> String {
     };
     format!(
         "... and {} more {rows}: {}, {lost}{verdicts} (--all shows them)",
-        thousands(rest.groups),
-        plural(rest.connections, "connection", "connections")
+        units::count(rest.groups),
+        units::plural(rest.connections, "connection", "connections")
     )
 }
 
@@ -607,7 +608,7 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     if s.groups > 0 {
         let cap = rows[..1].to_uppercase() + &rows[1..];
         let shown = if b.rest.is_some() {
-            format!(", the {} that lost the most time of {}", thousands(s.shown), thousands(s.groups))
+            format!(", the {} that lost the most time of {}", units::count(s.shown), units::count(s.groups))
         } else {
             String::new()
         };
@@ -657,7 +658,7 @@ fn lost_cell(us: u64) -> String {
     if us == 0 {
         "no time lost".into()
     } else {
-        human_us(us)
+        units::duration_us(us)
     }
 }
 
@@ -694,7 +695,7 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
                 d.syn_data_dropped,
                 d.data_not_acked,
                 lost_cell(d.lost_us_total),
-                if d.stalled == 0 { "-".to_string() } else { human_us(d.lost_us_per_stalled) },
+                if d.stalled == 0 { "-".to_string() } else { units::duration_us(d.lost_us_per_stalled) },
                 md(&d.verdict.sentence),
                 md(&strength_line(&d.verdict))
             )?;
@@ -748,7 +749,7 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::{
-        aggregation::grouping::GroupBy,
+        aggregation::report::grouping::GroupBy,
         events::{Event, Outcome, Timestamp},
     };
 
@@ -807,7 +808,7 @@ mod tests {
         let b = build(&events, GroupBy::Destination, None);
         let m = rendered(&b, ReportFormat::Markdown, &[]);
         let healthy = m.lines().find(|l| l.starts_with("| 198.18.0.2:8080 ")).unwrap();
-        assert!(!healthy.contains("0 us"), "{healthy}");
+        assert!(!healthy.contains("0us"), "{healthy}");
         assert!(healthy.contains("| no time lost | - |"), "{healthy}");
         assert!(rendered(&b, ReportFormat::Text, &[]).contains("added latency: no time lost"));
     }
@@ -817,10 +818,10 @@ mod tests {
         let b = build(&dropped3(), GroupBy::Destination, Some(20));
         let text = rendered(&b, ReportFormat::Text, &[]);
         assert!(text.starts_with("tfo-trace report: 3 events, from the recording /tmp/r.jsonl"), "{text}");
-        assert!(text.contains("\n  verdict: SYN-data to 198.18.0.3:8080 was dropped on the path in 3 of 3 connections, +1.02 s each"), "{text}");
+        assert!(text.contains("\n  verdict: SYN-data to 198.18.0.3:8080 was dropped on the path in 3 of 3 connections, +1.02s each"), "{text}");
         assert!(text.contains("\n  evidence (moderate: 3 of 3 connections)\n"), "{text}");
         assert!(
-            text.contains("added latency: 3.06 s lost in total: 1.02 s per stalled connection (3)"),
+            text.contains("added latency: 3.06s lost in total: 1.02s per stalled connection (3)"),
             "{text}"
         );
         // The summary comes first.
@@ -829,10 +830,10 @@ mod tests {
         assert!(text.contains("  3 client connections to 1 destination\n"), "{text}");
         assert!(text.contains("  verdicts (one per destination): 1 syn_data_dropped\n"), "{text}");
         assert!(
-            text.contains("  time lost: 3.06 s in 3 stalled connections (syn_data_dropped 3, 3.06 s)\n"),
+            text.contains("  time lost: 3.06s in 3 stalled connections (syn_data_dropped 3, 3.06s)\n"),
             "{text}"
         );
-        assert!(text.contains("  worst: 198.18.0.3:8080 3.06 s (syn_data_dropped, moderate)\n"), "{text}");
+        assert!(text.contains("  worst: 198.18.0.3:8080 3.06s (syn_data_dropped, moderate)\n"), "{text}");
 
         let json = rendered(&b, ReportFormat::Json, &["r: line 5: truncated".into()]);
         let j: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -849,7 +850,7 @@ mod tests {
 
         let m = rendered(&b, ReportFormat::Markdown, &[]);
         assert!(m.starts_with("# tfo-trace report\n"), "{m}");
-        assert!(m.contains("| 198.18.0.3:8080 | 7 | 3 | 0 | 3 | 0 | 3.06 s | 1.02 s | SYN-data to"), "{m}");
+        assert!(m.contains("| 198.18.0.3:8080 | 7 | 3 | 0 | 3 | 0 | 3.06s | 1.02s | SYN-data to"), "{m}");
         assert!(m.contains("| moderate: 3 of 3 connections |"), "{m}");
     }
 
@@ -896,13 +897,13 @@ mod tests {
         let mut d = b.rows().next().unwrap();
         assert_eq!(
             lost_line(&d),
-            "3.06 s lost in total: 1.02 s per stalled connection (3), 0.61 s per connection; 2 extra round \
-             trip(s) for data not acked, ~2.0 ms estimated"
+            "3.06s lost in total: 1.02s per stalled connection (3), 612ms per connection; 2 extra round \
+             trip(s) for data not acked, ~2ms estimated"
         );
         (d.stalled, d.lost_us_total) = (0, 0);
         assert_eq!(
             lost_line(&d),
-            "no time lost to SYN timeouts; 2 extra round trip(s) for data not acked, ~2.0 ms estimated"
+            "no time lost to SYN timeouts; 2 extra round trip(s) for data not acked, ~2ms estimated"
         );
         d.extra_round_trips = 0;
         assert_eq!(lost_line(&d), "no time lost");

@@ -8,15 +8,15 @@ use std::{ops::ControlFlow, time::Duration};
 use anyhow::Result;
 
 use crate::{
-    aggregation::{kernel_counted::KernelCounted, metrics::Health},
+    aggregation::kernel_counted::KernelCounted,
     events::{
-        counts::KernelCounts,
+        counts::{Health, KernelCounts},
         reader::EventSource,
         record::{Header, RecordTo, Recorder},
         Event, EventRef,
     },
     probes::{self, LoadOptions, Tracer},
-    views::{namespace_counters::NamespaceCounters, output::OutputClosed, stop::Stop},
+    views::{closing::Closing, namespace_counters::NamespaceCounters, output::OutputClosed, stop::Stop},
 };
 
 pub struct Session {
@@ -80,14 +80,16 @@ impl Session {
     /// [`Session::drain`], each event handed to `each` as its [`Event::view`]: no event is
     /// made unless one is recorded (what `top` counts, at the rate of a busy host).
     pub fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> Result<()> {
-        if self.recorder.is_some() {
-            let mut batch = Vec::new();
-            self.drain(&mut batch)?;
-            batch.iter().for_each(|e| each(e.view()));
+        if self.recorder.is_none() {
+            self.seen += self.source.drain_each(each);
             return Ok(());
         }
-        self.seen += self.source.drain_each(each);
-        Ok(())
+        let mut batch = Vec::new();
+        self.source.drain_each(|e| {
+            batch.push(e.to_event());
+            each(e);
+        });
+        self.delivered(&batch)
     }
 
     fn delivered(&mut self, events: &[Event]) -> Result<()> {
@@ -168,80 +170,32 @@ impl Session {
         self.counters.counted()
     }
 
-    /// What a live view says when it stops: events delivered, and every way one could have
-    /// gone missing: lost in a full ring buffer (the kernel still counted those), skipped by
-    /// the kernel (a hook hit again while running), connects the kernel would not let us
-    /// follow, outcomes it could not count, not decodable; and where the recording is.
-    pub fn closing_line(&self) -> String {
+    /// What this view says when it stops ([`Closing`]), read now: read it before the
+    /// namespaces it traced go away (their counters are the last word on them).
+    pub fn closing(&mut self) -> Closing {
         let health = self.health();
-        let counted = self.source.kernel_counts().ok().map(|c| c.iter().map(|(_, _, _, c)| c.events).sum());
-        let mut line = format!("tfo-trace: {}", events_accounted(self.seen, &health, counted));
-        let missed = health.hook_runs_missed;
-        if missed > 0 {
-            line.push_str(&format!(", {missed} hook runs missed by the kernel (recursion)"));
+        let counted: Option<u64> =
+            self.source.kernel_counts().ok().map(|c| c.iter().map(|(_, _, _, c)| c.events).sum());
+        Closing {
+            tfo_trace_closing: 1,
+            backend: self.tracer.backend.name().to_string(),
+            events: self.seen,
+            health,
+            counted,
+            unread: counted.map_or(0, |c| c.saturating_sub(self.seen + health.events_lost)),
+            cgroup_records_lost: self.source.cgroup_records_lost(),
+            unnamed: self.source.unnamed,
+            malformed: self.source.malformed,
+            recorded_to: self.recorder.as_ref().map(|r| r.path().display().to_string()),
+            stalled: None,
+            kernel_counted: self.kernel_counted(),
         }
-        let stateless = health.connects_unfollowed;
-        if stateless > 0 {
-            line.push_str(&format!(
-                ", {stateless} TFO connects not followed (the kernel refused their map entry: \
-                 no process or timing in their events)"
-            ));
-        }
-        let uncounted = health.outcomes_uncounted;
-        if uncounted > 0 {
-            line.push_str(&format!(", {uncounted} outcomes not counted (the namespace table was full)"));
-        }
-        let cgroups_lost = self.source.cgroup_records_lost();
-        if cgroups_lost > 0 {
-            line.push_str(&format!(", {cgroups_lost} cgroup records lost (ring full)"));
-        }
-        if self.source.unnamed > 0 {
-            line.push_str(&format!(", {} from an unknown container (cgroup not named)", self.source.unnamed));
-        }
-        if self.source.malformed > 0 {
-            line.push_str(&format!(", {} malformed", self.source.malformed));
-        }
-        if let Some(r) = &self.recorder {
-            line.push_str(&format!(", recorded to {}", r.path().display()));
-        }
-        line
     }
 
-    /// Said after the closing line: what the kernel's own counters counted that no hook
-    /// of this backend sees, per namespace (None when nothing).
-    pub fn kernel_counted_line(&mut self) -> Option<String> {
-        let namespaces = self.kernel_counted().per_namespace();
-        if namespaces.is_empty() {
-            return None;
-        }
-        let provenance = KernelCounted::provenance(self.tracer.backend.name());
-        Some(format!("tfo-trace: {provenance}: {}", namespaces.join("; ")))
+    /// [`Session::closing`], said on stderr: as one JSON object with `json`.
+    pub fn say_closing(&mut self, json: bool) -> Result<(), OutputClosed> {
+        self.closing().say(json, "tfo-trace", "")
     }
-
-    /// The closing line, then [`Session::kernel_counted_line`] if any, on stderr.
-    pub fn say_closing(&mut self) -> Result<(), OutputClosed> {
-        crate::note!("{}", self.closing_line())?;
-        if let Some(line) = self.kernel_counted_line() {
-            crate::note!("{line}")?;
-        }
-        Ok(())
-    }
-}
-
-/// `40 events, 0 lost, 1 after the last read (41 outcomes counted in the kernel)`: the
-/// events delivered, those lost, and those the kernel counted after the view last read the
-/// ring buffer (a connection that ended as the view stopped), which add up to the kernel's
-/// count; or, where the kernel counted fewer (its namespace table full: said apart), the
-/// count alone.
-fn events_accounted(seen: u64, health: &Health, counted: Option<u64>) -> String {
-    let mut line = format!("{seen} events, {} lost", health.events_lost);
-    let Some(counted) = counted else { return line };
-    let unread = counted.saturating_sub(seen + health.events_lost);
-    if unread > 0 {
-        line.push_str(&format!(", {unread} after the last read"));
-    }
-    line.push_str(&format!(" ({counted} outcomes counted in the kernel)"));
-    line
 }
 
 /// Says on stderr which backend runs and why any richer one was passed over, how
@@ -297,27 +251,3 @@ impl std::fmt::Display for PrivilegeError {
 }
 
 impl std::error::Error for PrivilegeError {}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_closing_counts_add_up() {
-        let lost = |events_lost| Health { events_lost, ..Health::default() };
-        assert_eq!(
-            events_accounted(40, &lost(0), Some(41)),
-            "40 events, 0 lost, 1 after the last read (41 outcomes counted in the kernel)"
-        );
-        assert_eq!(
-            events_accounted(40, &lost(2), Some(42)),
-            "40 events, 2 lost (42 outcomes counted in the kernel)"
-        );
-        assert_eq!(events_accounted(7, &lost(0), None), "7 events, 0 lost");
-        // Fewer counted than delivered: the namespace table was full (said apart).
-        assert_eq!(
-            events_accounted(9, &lost(0), Some(8)),
-            "9 events, 0 lost (8 outcomes counted in the kernel)"
-        );
-    }
-}

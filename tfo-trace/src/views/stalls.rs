@@ -12,18 +12,18 @@ use anyhow::{Context as _, Result};
 use serde::Serialize;
 
 use crate::{
-    aggregation::{
-        stall::{self, Cause, StallTally},
-        verdict::human_us,
-    },
+    aggregation::stall::{self, Cause, StallTally},
     events::Event,
     probes::LoadOptions,
+    units,
     views::session::Session,
 };
 
 pub struct StallsOptions {
     pub load: LoadOptions,
     pub json: bool,
+    /// The closing summary as one JSON object on stderr.
+    pub json_summary: bool,
     pub duration: Option<Duration>,
     /// `--record FILE`: every event (not only the stalls) also goes there.
     pub record: Option<crate::events::record::RecordTo>,
@@ -46,40 +46,36 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
     } else {
         writeln!(
             out,
-            "{:<23} {:<7} {:<16} {:<24} {:<24} {:>9.3}s {:>3}  {}",
+            "{:<23} {:<7} {:<16} {:<24} {:<24} {:>10} {:>3}  {}",
             e.ts.millis(),
             e.pid,
             if e.comm.is_empty() { "-" } else { &e.comm },
             e.destination(),
             cause.name(),
-            lost_us as f64 / 1e6,
+            units::duration_us(lost_us),
             e.retransmits,
             e.container_label().unwrap_or("-")
         )
     }
 }
 
-/// `1 stalled connection`, `2 stalled connections`.
-fn stalled_connections(n: u64) -> String {
-    crate::aggregation::verdict::plural(n, "stalled connection", "stalled connections")
-}
-
 fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -> io::Result<()> {
     // No table at all without a stall (the closing line says 0).
-    let stalled = per_dst.values().any(|d| d.stalls > 0);
+    let stalled = per_dst.values().any(|d| d.stalls.count() > 0);
     if stalled {
         writeln!(out, "\n{:<28} {:>7} {:>11} {:>11}  CAUSES", "DESTINATION", "STALLS", "LOST", "PER_CONN")?;
     } else if per_dst.values().any(|d| d.extra_round_trips > 0) {
         writeln!(out)?;
     }
-    for (dst, d) in per_dst.iter().filter(|(_, d)| d.stalls > 0) {
-        let causes: Vec<String> = d.by_cause.iter().map(|(c, n)| format!("{}={n}", c.name())).collect();
+    for (dst, d) in per_dst.iter().filter(|(_, d)| d.stalls.count() > 0) {
+        let s = &d.stalls;
+        let causes: Vec<String> = s.causes().map(|c| format!("{}={}", c.name(), s.count_of(c))).collect();
         writeln!(
             out,
-            "{dst:<28} {:>7} {:>10.3}s {:>10.3}s  {}",
-            d.stalls,
-            d.lost_us as f64 / 1e6,
-            d.lost_us as f64 / 1e6 / d.stalls.max(1) as f64,
+            "{dst:<28} {:>7} {:>11} {:>11}  {}",
+            s.count(),
+            units::duration_us(s.lost_us()),
+            units::duration_us(s.lost_us() / s.count().max(1)),
             causes.join(" ")
         )?;
     }
@@ -91,7 +87,7 @@ fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -
              {} extra round trip(s), ~{} estimated (`tfo-trace report` has the verdict)",
             d.extra_round_trips,
             d.extra_round_trips,
-            human_us(d.extra_round_trip_us)
+            units::duration_us(d.extra_round_trip_us)
         )?;
     }
     out.flush()
@@ -136,15 +132,9 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
     if !opts.json {
         crate::views::output::stdout_written(write_summary(&mut out, &per_dst))?;
     }
-    let total: u64 = per_dst.values().map(|d| d.stalls).sum();
-    crate::note!(
-        "tfo-trace: {}; {}",
-        stalled_connections(total),
-        session.closing_line().trim_start_matches("tfo-trace: ")
-    )?;
-    if let Some(line) = session.kernel_counted_line() {
-        crate::note!("{line}")?;
-    }
+    let mut closing = session.closing();
+    closing.stalled = Some(per_dst.values().map(|d| d.stalls.count()).sum());
+    closing.say(opts.json_summary, "tfo-trace", "")?;
     Ok(())
 }
 
@@ -171,15 +161,12 @@ mod tests {
     }
 
     #[test]
-    fn no_stall_no_summary_table_and_counts_in_words() {
+    fn no_stall_no_summary_table() {
         let mut per_dst: BTreeMap<String, StallTally> = BTreeMap::new();
         per_dst.entry("198.18.0.2:443".into()).or_default().add(&ev(Outcome::Accepted, 2, 64, 0));
         let mut out = Vec::new();
         write_summary(&mut out, &per_dst).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "", "no header over no rows");
-        assert_eq!(stalled_connections(1), "1 stalled connection");
-        assert_eq!(stalled_connections(0), "0 stalled connections");
-        assert_eq!(stalled_connections(2), "2 stalled connections");
     }
 
     #[test]
@@ -218,14 +205,14 @@ mod tests {
         let rows: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
         assert!(rows[0].starts_with("DESTINATION"), "{text}");
         assert!(
-            rows[1].starts_with("198.18.0.3:443") && rows[1].contains("2      2.030s      1.015s"),
+            rows[1].starts_with("198.18.0.3:443") && rows[1].contains("2       2.03s       1.02s"),
             "{text}"
         );
         assert!(rows[1].ends_with("syn_data_dropped=1 cookie_request_dropped=1"), "{text}");
         assert_eq!(rows.len(), 3, "{text}");
         assert!(
             rows[2].starts_with("198.18.0.2:443: 1 SYN-data not acknowledged, not stalls:")
-                && rows[2].contains("1 extra round trip(s), ~1.1 ms estimated"),
+                && rows[2].contains("1 extra round trip(s), ~1.1ms estimated"),
             "{text}"
         );
     }

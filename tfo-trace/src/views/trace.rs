@@ -17,6 +17,8 @@ use crate::{
 pub struct TraceOptions {
     pub load: LoadOptions,
     pub json: bool,
+    /// The closing summary as one JSON object on stderr.
+    pub json_summary: bool,
     /// Stop by itself after this long (scripts, tests); None = until Ctrl-C.
     pub duration: Option<Duration>,
     /// `--record FILE`: every event also goes there (see `events::record`).
@@ -102,10 +104,10 @@ pub fn write_text_line(buf: &mut Vec<u8>, ts: &Timestamp, e: &EventRef<'_>, addr
     line.right_int(e.syn_data_bytes, 4);
     line.right_int(e.retransmits, 3);
     match e.handshake_us {
-        Some(us) => line.right_millis(us, 9),
+        Some(us) => line.right_duration(us, 9),
         None => line.right("-", 9),
     }
-    line.right_millis(e.stall_us, 9);
+    line.right_duration(e.stall_us, 9);
     line.buf.extend_from_slice(b"  ");
     line.buf.extend_from_slice(e.container.unwrap_or("-").as_bytes());
     line.buf.push(b'\n');
@@ -189,15 +191,12 @@ impl Columns<'_> {
         self.pad(used, width);
     }
 
-    /// Microseconds as milliseconds to the tenth (half up): `1019.7ms`.
-    fn right_millis(&mut self, us: u64, width: usize) {
+    /// A duration as every view prints one ([`crate::units::duration_us`]): `1.02s`.
+    fn right_duration(&mut self, us: u64, width: usize) {
         self.separate();
-        let tenths = us.saturating_add(50) / 100;
-        let mut whole = itoa::Buffer::new();
-        let whole = whole.format(tenths / 10);
-        self.pad(whole.len() + ".0ms".len(), width);
-        self.buf.extend_from_slice(whole.as_bytes());
-        self.buf.extend_from_slice(&[b'.', b'0' + (tenths % 10) as u8, b'm', b's']);
+        let text = crate::units::DurationText::of(us);
+        self.pad(text.as_str().len(), width);
+        self.buf.extend_from_slice(text.as_str().as_bytes());
     }
 }
 
@@ -273,7 +272,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
             })
             .await?;
     }
-    session.say_closing()?;
+    session.say_closing(opts.json_summary)?;
     Ok(())
 }
 
@@ -285,8 +284,7 @@ mod tests {
     /// The line as it was built before `write_text_line` (a String per field): the new
     /// writer must print exactly the same bytes.
     fn built_per_field(e: &Event) -> String {
-        // Half up, in integers: `{:.1}` of a float rounds 1.05 ms down (it is 1.0499..).
-        let millis = |us: u64| format!("{}.{}ms", (us + 50) / 1000, (us + 50) / 100 % 10);
+        let millis = crate::units::duration_us;
         let ts = e.ts.to_string();
         let time = ts.get(..23).unwrap_or(&ts).replace('T', " ");
         format!(

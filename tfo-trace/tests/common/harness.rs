@@ -9,7 +9,7 @@
 //! only if that second run passes. The kernel has been seen not to run a tracepoint's
 //! programs at all (tfo-trace's and bpftrace's alike, no recursion miss counted) for a SYN
 //! or SYN-ACK retransmission and what followed it, about once in a few hundred stalled
-//! connections on 6.18 (README, "Outcomes and the kernel's counters"); a test comparing
+//! connections on 6.18 (docs/outcomes.md, "Outcomes and the kernel's counters"); a test comparing
 //! exact counts with the kernel's then fails with no fault of the tracer. A test passed on
 //! its second run is never quiet about it: a `retried:` line names it with its first
 //! failure, and `cargo xtask test` lists those lines in its summary.

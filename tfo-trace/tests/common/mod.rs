@@ -241,10 +241,16 @@ impl Drop for Tracer {
     }
 }
 
-/// A tracer's closing line (`tfo-trace: N events, M lost ...`), which also names hook runs
-/// the kernel missed, connects not followed and outcomes not counted.
-pub fn closing_line(stderr: &[String]) -> Option<&str> {
-    stderr.iter().rev().find(|l| l.contains(" events, ")).map(String::as_str)
+/// A tracer's closing summary, as data: the JSON object it says on stderr under `--json`
+/// or `--json-summary` (`tfo_trace::views::closing::Closing`: `events`, `events_lost`,
+/// `counted`, `unread`, `hook_runs_missed`, `connects_unfollowed`, `outcomes_uncounted`,
+/// `unnamed`, `malformed`, `recorded_to`, `stalled` for `stalls`, `kernel_counted`).
+pub fn closing(stderr: &[String]) -> Option<Value> {
+    stderr
+        .iter()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["tfo_trace_closing"] == 1)
 }
 
 /// The backend a tracer ran with, from its "attached with the X backend" line.
@@ -276,6 +282,14 @@ pub fn visible(
 pub fn count(events: &[Value], netns: u32, role: &str, outcome: &str) -> u64 {
     events.iter().filter(|e| e["netns"] == netns && e["role"] == role && e["outcome"] == outcome).count()
         as u64
+}
+
+/// Whether a JSON event is the one that ends a connection's story: counting these counts
+/// connections, as every view does ([`tfo_trace::events::Outcome::ends_connection`]).
+pub fn ends_connection(e: &Value) -> bool {
+    serde_json::from_value::<tfo_trace::events::Outcome>(e["outcome"].clone())
+        .unwrap_or_else(|err| panic!("no outcome in {e}: {err}"))
+        .ends_connection()
 }
 
 pub fn of_role<'a>(events: &'a [Value], netns: u32, role: &str) -> Vec<&'a Value> {

@@ -887,6 +887,8 @@ impl Tracer {
         if let Some(r) = ring {
             args.extend(["--ring-buffer-size".into(), r.to_string()]);
         }
+        // The closing summary as data (parse_exit_line), the output itself unchanged.
+        args.push("--json-summary".into());
         Self::tfo_trace_args(bin, &args.iter().map(String::as_str).collect::<Vec<_>>())
     }
 
@@ -1076,20 +1078,17 @@ struct ExitLine {
     counted: Option<u64>,
 }
 
-/// `tfo-trace: N events, M lost (K outcomes counted in the kernel)...`
+/// tfo-trace's closing summary under `--json-summary`: the last stderr line that is a JSON
+/// object with `"tfo_trace_closing": 1` (tfo-trace/src/views/closing.rs), its `events`,
+/// `events_lost` and `counted`.
 fn parse_exit_line(lines: &[String]) -> ExitLine {
-    for l in lines.iter().rev() {
-        let Some(rest) = l.strip_prefix("tfo-trace: ") else { continue };
-        let words: Vec<&str> = rest.split([' ', ',', '(', ')']).filter(|w| !w.is_empty()).collect();
-        if let [n, "events", m, "lost", tail @ ..] = words.as_slice() {
-            let counted = match tail {
-                [k, "outcomes", "counted", ..] => k.parse().ok(),
-                _ => None,
-            };
-            return ExitLine { events: n.parse().ok(), lost: m.parse().ok(), counted };
-        }
-    }
-    ExitLine::default()
+    let closing = lines
+        .iter()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["tfo_trace_closing"] == 1);
+    let Some(v) = closing else { return ExitLine::default() };
+    ExitLine { events: v["events"].as_u64(), lost: v["events_lost"].as_u64(), counted: v["counted"].as_u64() }
 }
 
 /// HTTP/1.0 GET on loopback: the body.
@@ -1693,20 +1692,15 @@ mod tests {
     fn closing_lines_of_every_view() {
         let l = |s: &str| vec!["tfo-trace: 3 programs attached".to_string(), s.to_string()];
         assert_eq!(
-            parse_exit_line(&l("tfo-trace: 120 events, 7 lost (127 outcomes counted in the kernel)")),
+            parse_exit_line(&l(r#"{"tfo_trace_closing":1,"events":120,"events_lost":7,"counted":127}"#)),
             ExitLine { events: Some(120), lost: Some(7), counted: Some(127) }
         );
         assert_eq!(
-            parse_exit_line(&l(
-                "tfo-trace: 0 events, 0 lost (5 outcomes counted in the kernel), 2 hook runs missed"
-            )),
-            ExitLine { events: Some(0), lost: Some(0), counted: Some(5) }
-        );
-        assert_eq!(
-            parse_exit_line(&l("tfo-trace: 9 events, 1 lost")),
+            parse_exit_line(&l(r#"{"tfo_trace_closing":1,"events":9,"events_lost":1,"counted":null}"#)),
             ExitLine { events: Some(9), lost: Some(1), counted: None }
         );
-        assert_eq!(parse_exit_line(&l("something else")), ExitLine::default());
+        assert_eq!(parse_exit_line(&l("tfo-trace: 9 events, 1 lost")), ExitLine::default(), "a sentence");
+        assert_eq!(parse_exit_line(&l(r#"{"events":1}"#)), ExitLine::default(), "not a closing summary");
     }
 
     #[test]

@@ -7,12 +7,14 @@ use serde_json::{json, Map, Value};
 
 use super::{
     columns::{key_json, Layout},
+    rows::{rows, View},
     HeaderInfo,
 };
 use crate::aggregation::{
     kernel_counted::{self, KernelCounted},
-    table::{RowStats, Snapshot, Sort, View},
+    top::{RowStats, Snapshot},
 };
+use crate::cli::Sort;
 
 fn stats_json(s: &RowStats) -> Map<String, Value> {
     match serde_json::to_value(s) {
@@ -57,7 +59,7 @@ pub fn write_text(
         writeln!(out, "{line}")?;
     }
     for view in View::ALL {
-        let rows = snap.rows(view, sort, filter);
+        let rows = rows(snap, view, sort, filter);
         let layout = Layout::full(view, &rows);
         writeln!(out)?;
         writeln!(out, "{}", layout.header(view))?;
@@ -132,7 +134,7 @@ pub fn write_json(
     filter: &str,
 ) -> io::Result<()> {
     let table = |view: View| -> Value {
-        snap.rows(view, sort, filter)
+        rows(snap, view, sort, filter)
             .into_iter()
             .map(|r| {
                 let mut m = key_json(&r.key);
@@ -156,7 +158,7 @@ pub fn write_json(
         },
         "totals": { "client": stats_json(&snap.client), "server": stats_json(&snap.server) },
         "rate_interval_s": snap.rate_interval.map(|d| d.as_secs_f64()),
-        "stall_history": snap.stall_history.last(crate::aggregation::rates::HOST_HISTORY),
+        "stall_history": snap.stall_history.last(crate::aggregation::top::rates::HOST_HISTORY),
         "handshake_histogram": snap.decades.as_map(),
         "destinations": table(View::Destinations),
         "listeners": table(View::Listeners),
@@ -172,7 +174,7 @@ pub fn write_json(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregation::table::{
+    use crate::aggregation::top::{
         model_of,
         tests::{demo_events, demo_events_in_a_container, demo_refreshes},
     };

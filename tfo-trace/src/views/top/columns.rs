@@ -1,6 +1,10 @@
 //! The columns of `top`'s tables, shared by the terminal UI and the plain rows, and which
 //! ones to drop first when the terminal is narrow.
-use crate::aggregation::table::{GroupKey, Row, View};
+use super::rows::{cells, View};
+use crate::{
+    aggregation::top::{Row, RowKey},
+    units,
+};
 
 /// A number column: its title, its width, and how to print it.
 pub struct Column {
@@ -13,44 +17,8 @@ pub struct Column {
     pub terminal_only: bool,
 }
 
-/// Durations in at most 7 characters: `0.12ms`, `123.4ms`, `1.02s`, `1234s`.
-pub fn fmt_us(us: u64) -> String {
-    if us < 1_000 {
-        format!("{:.2}ms", us as f64 / 1e3)
-    } else if us < 999_950 {
-        format!("{:.1}ms", us as f64 / 1e3)
-    } else if us < 100_000_000 {
-        format!("{:.2}s", us as f64 / 1e6)
-    } else {
-        format!("{:.0}s", us as f64 / 1e6)
-    }
-}
-
 fn opt_us(v: Option<u64>) -> String {
-    v.map(fmt_us).unwrap_or_else(|| "-".into())
-}
-
-/// Time lost per second (seconds per second) as a duration per second: `1.02s`, `980.0ms`;
-/// `0` for none, `-` where no rate was measured.
-pub fn fmt_lost_rate(v: Option<f64>) -> String {
-    match v {
-        None => "-".into(),
-        Some(v) if v <= 0.0 => "0".into(),
-        Some(v) => fmt_us((v * 1e6).round() as u64),
-    }
-}
-
-/// Events per second in at most 7 characters: `0`, `0.50`, `12.5`, `1234`, `12.3k`; `-`
-/// where no rate was measured (before the first refresh, or a replay).
-pub fn fmt_rate(v: Option<f64>) -> String {
-    match v {
-        None => "-".into(),
-        Some(v) if v <= 0.0 => "0".into(),
-        Some(v) if v < 9.995 => format!("{v:.2}"),
-        Some(v) if v < 99.95 => format!("{v:.1}"),
-        Some(v) if v < 99_999.5 => format!("{v:.0}"),
-        Some(v) => format!("{:.1}k", v / 1e3),
-    }
+    v.map(units::duration_us).unwrap_or_else(|| "-".into())
 }
 
 /// Refreshes the per-row graph shows, one character each.
@@ -89,7 +57,7 @@ pub const COLUMNS: [Column; 15] = [
         title: "ATT/S",
         width: 7,
         priority: 6,
-        cell: |r| fmt_rate(r.stats.attempts_per_s),
+        cell: |r| units::rate(r.stats.attempts_per_s),
         terminal_only: false,
     },
     Column {
@@ -124,21 +92,21 @@ pub const COLUMNS: [Column; 15] = [
         title: "STALL/S",
         width: 7,
         priority: 2,
-        cell: |r| fmt_rate(r.stats.stalls_per_s),
+        cell: |r| units::rate(r.stats.stalls_per_s),
         terminal_only: false,
     },
     Column {
         title: "LOST",
         width: 7,
         priority: 3,
-        cell: |r| if r.stats.stall_us == 0 { "0".into() } else { fmt_us(r.stats.stall_us) },
+        cell: |r| units::duration_us(r.stats.stall_us),
         terminal_only: false,
     },
     Column {
         title: "LOST/S",
         width: 7,
         priority: 5,
-        cell: |r| fmt_lost_rate(r.stats.lost_per_s),
+        cell: |r| units::duration_per_s(r.stats.lost_per_s),
         terminal_only: false,
     },
     Column {
@@ -246,7 +214,7 @@ impl Layout {
     }
 
     pub fn row(&self, row: &Row) -> String {
-        self.line(&row.key.cells(), |i| (COLUMNS[i].cell)(row))
+        self.line(&cells(&row.key), |i| (COLUMNS[i].cell)(row))
     }
 
     fn line(&self, keys: &[String], cell: impl Fn(usize) -> String) -> String {
@@ -268,7 +236,7 @@ fn key_widths(view: View, rows: &[&Row]) -> Vec<usize> {
     let mins = key_min_widths(view);
     let mut w: Vec<usize> = key_titles(view).iter().zip(mins).map(|(t, m)| t.len().max(*m)).collect();
     for r in rows {
-        for (i, c) in r.key.cells().iter().enumerate() {
+        for (i, c) in cells(&r.key).iter().enumerate() {
             if let Some(slot) = w.get_mut(i) {
                 *slot = (*slot).max(c.chars().count().min(MAX_KEY_WIDTH));
             }
@@ -292,21 +260,21 @@ fn cut(s: &str, w: usize) -> String {
 }
 
 /// Key cells of a row for JSON: named fields instead of columns.
-pub fn key_json(key: &GroupKey) -> serde_json::Map<String, serde_json::Value> {
+pub fn key_json(key: &RowKey) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
     match key {
-        GroupKey::Destination(a) => {
+        RowKey::Destination(a) => {
             m.insert("destination".into(), a.to_string().into());
         }
-        GroupKey::Listener { addr, netns } => {
+        RowKey::Listener { addr, netns } => {
             m.insert("listener".into(), addr.to_string().into());
             m.insert("netns".into(), (*netns).into());
         }
-        GroupKey::Process { pid, comm } => {
+        RowKey::Process { pid, comm } => {
             m.insert("pid".into(), (*pid).into());
             m.insert("comm".into(), (**comm).into());
         }
-        GroupKey::Container(label) => {
+        RowKey::Container(label) => {
             // null: the host (no container, unit or cgroup below the root).
             m.insert("container".into(), label.as_deref().into());
         }
@@ -316,29 +284,17 @@ pub fn key_json(key: &GroupKey) -> serde_json::Map<String, serde_json::Value> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::rows::rows;
     use super::*;
-    use crate::aggregation::table::{model_of, tests::demo_events, Sort};
-
-    #[test]
-    fn durations_fit_seven_characters() {
-        for (us, s) in [
-            (120, "0.12ms"),
-            (1_500, "1.5ms"),
-            (999_999, "1.00s"),
-            (1_020_000, "1.02s"),
-            (123_456_789, "123s"),
-        ] {
-            assert_eq!(fmt_us(us), s);
-        }
-        for us in [0, 999, 1_000, 99_999, 999_949, 1_000_000, 99_999_999, 3_600_000_000] {
-            assert!(fmt_us(us).len() <= 7, "{us}: {}", fmt_us(us));
-        }
-    }
+    use crate::{
+        aggregation::top::{model_of, tests::demo_events},
+        cli::Sort,
+    };
 
     #[test]
     fn narrow_layouts_drop_low_priority_columns_first() {
         let s = model_of(&demo_events()).snapshot();
-        let rows = s.rows(View::Destinations, Sort::Attempts, "");
+        let rows = rows(&s, View::Destinations, Sort::Attempts, "");
         let titles = |l: &Layout| l.columns.iter().map(|&i| COLUMNS[i].title).collect::<Vec<_>>();
         let wide = Layout::fit(View::Destinations, &rows, 200);
         assert_eq!(wide.columns.len(), COLUMNS.len(), "everything fits in 200");
@@ -358,26 +314,6 @@ mod tests {
         assert!(!full.header(View::Destinations).contains("STALL_HISTORY"), "no graph in plain rows");
         assert_eq!(full.columns.len(), COLUMNS.len() - 1);
         assert!(full.row(rows[0]).starts_with("198.18.0.2:8080"));
-    }
-
-    #[test]
-    fn rates_fit_seven_characters_and_say_when_unmeasured() {
-        for (v, s) in [
-            (None, "-"),
-            (Some(0.0), "0"),
-            (Some(0.5), "0.50"),
-            (Some(1.0 / 1.1), "0.91"),
-            (Some(12.46), "12.5"),
-            (Some(1234.4), "1234"),
-            (Some(123_456.0), "123.5k"),
-        ] {
-            assert_eq!(fmt_rate(v), s);
-            assert!(fmt_rate(v).len() <= 7);
-        }
-        assert_eq!(fmt_lost_rate(None), "-");
-        assert_eq!(fmt_lost_rate(Some(0.0)), "0");
-        assert_eq!(fmt_lost_rate(Some(1.023)), "1.02s");
-        assert_eq!(fmt_lost_rate(Some(0.25)), "250.0ms");
     }
 
     #[test]

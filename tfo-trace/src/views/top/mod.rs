@@ -5,10 +5,11 @@
 //! lines (`--json`) otherwise.
 //!
 //! The loop takes its events from an [`EventFeed`]: the live ring buffer, or recorded
-//! events ([`run_model_on`]) for replay.
+//! events ([`Recorded`]) for `top --from`.
 pub mod batch;
 pub mod columns;
 pub mod render;
+pub mod rows;
 pub mod state;
 pub mod terminal;
 
@@ -23,14 +24,15 @@ use crossterm::event::{self as term_event, Event as TermEvent};
 use crate::{
     aggregation::{
         kernel_counted::KernelCounted,
-        table::{Snapshot, Sort, TopModel, Totals, View},
-        totals,
+        top::{totals, Snapshot, TopModel, Totals},
     },
+    cli::Sort,
     events::{counts::KernelCounts, rfc3339, Event},
     kernel::sysctl::TcpFastopen,
     probes::LoadOptions,
     views::session::Session,
 };
+use rows::View;
 use state::{Action, UiState};
 
 pub struct TopOptions {
@@ -44,6 +46,8 @@ pub struct TopOptions {
     pub batch: bool,
     /// One JSON snapshot per interval (implies no terminal UI).
     pub json: bool,
+    /// The closing summary as one JSON object on stderr.
+    pub json_summary: bool,
     pub sort: Sort,
     pub filter: String,
     pub view: View,
@@ -233,15 +237,8 @@ pub async fn run(opts: TopOptions) -> Result<()> {
             return ended.map(drop);
         }
     }
-    session.say_closing()?;
+    session.say_closing(opts.json_summary)?;
     ended.map(drop)
-}
-
-/// `top` over recorded events (for `top --from FILE`): the same tables, UI and output.
-/// With a terminal the UI stays until `q`; in batch/JSON mode one snapshot is printed.
-/// `info.backend` names where the events came from (the recording's backend).
-pub async fn run_model_on(events: Vec<Event>, opts: &TopOptions, info: HeaderInfo) -> Result<u64> {
-    run_on(&mut Recorded::new(events.into_iter()), opts, info).await
 }
 
 fn now_rfc3339() -> String {

@@ -14,7 +14,8 @@ use ratatui::{
 };
 
 use super::{
-    columns::{fmt_lost_rate, fmt_rate, fmt_us, sparkline, Layout},
+    columns::{sparkline, Layout},
+    rows::{rows, View},
     state::{UiState, KEYS, KEYS_HELP},
     HeaderInfo,
 };
@@ -22,10 +23,10 @@ use crate::{
     aggregation::{
         kernel_counted::KernelCounted,
         quantiles::Decades,
-        rates::HOST_HISTORY,
-        table::{Row, RowStats, Snapshot, View},
+        top::{rates::HOST_HISTORY, Row, RowStats, Snapshot},
     },
     events::{Outcome, Role},
+    units,
 };
 
 /// Below this height the histogram folds into one line.
@@ -133,10 +134,10 @@ fn header_lines(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -
     // `*`: the number comes from the namespaces' counters (see the `kernel*` line).
     let k = |role, outcome| if snap.kernel_counted.counts(role, outcome) { "*" } else { "" };
     let stalls = Span::styled(
-        format!("  {} stalls {} lost", c.stalls, fmt_us(c.stall_us)),
+        format!("  {} stalls {} lost", c.stalls, units::duration_us(c.stall_us)),
         if c.stalls > 0 { st.alert } else { Style::default() },
     );
-    let p99 = c.p99_us.map(fmt_us).unwrap_or_else(|| "-".into());
+    let p99 = c.p99_us.map(units::duration_us).unwrap_or_else(|| "-".into());
     let client = vec![
         (0, Span::styled("client ", st.bold)),
         (0, Span::raw(format!("{} conns", c.attempts))),
@@ -208,16 +209,16 @@ fn now_line(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -> Li
     }
     let c = &snap.client;
     let stalling = c.stalls_per_s.is_some_and(|r| r > 0.0);
-    spans.push(Span::raw(format!("{} conns/s  ", fmt_rate(c.attempts_per_s))));
+    spans.push(Span::raw(format!("{} conns/s  ", units::rate(c.attempts_per_s))));
     spans.push(Span::styled(
-        format!("{} stalls/s  {} lost/s", fmt_rate(c.stalls_per_s), fmt_lost_rate(c.lost_per_s)),
+        format!("{} stalls/s  {} lost/s", units::rate(c.stalls_per_s), units::duration_per_s(c.lost_per_s)),
         if stalling { st.alert } else { Style::default() },
     ));
     if width >= 120 {
-        spans.push(Span::raw(format!("  server {} conns/s", fmt_rate(snap.server.attempts_per_s))));
+        spans.push(Span::raw(format!("  server {} conns/s", units::rate(snap.server.attempts_per_s))));
     }
     // `stalls/1s`: one character per refresh interval.
-    let label = format!("  stalls/{} ", fmt_interval(info.interval));
+    let label = format!("  stalls/{} ", units::period(info.interval));
     let used = Line::from(spans.clone()).width() + label.len();
     // Room for the graph and its span (" (last 2m)", at most 11 characters).
     let room = width.saturating_sub(used + 11).min(HOST_HISTORY);
@@ -227,35 +228,9 @@ fn now_line(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -> Li
         spans.push(Span::raw(label));
         let graph_style = if samples.iter().any(|&n| n > 0) { st.alert } else { st.dim };
         spans.push(Span::styled(sparkline(&samples), graph_style));
-        spans.push(Span::raw(format!(" (last {})", fmt_span(span))));
+        spans.push(Span::raw(format!(" (last {})", units::period(span))));
     }
     Line::from(spans)
-}
-
-fn fmt_interval(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s.fract() == 0.0 {
-        format!("{s:.0}s")
-    } else {
-        format!("{s}s")
-    }
-}
-
-/// A graph's time span: `45s`, `2m`, `1.5m`, `2h`.
-fn fmt_span(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s < 120.0 {
-        format!("{s:.0}s")
-    } else if s < 7200.0 {
-        let m = s / 60.0;
-        if (m - m.round()).abs() < 0.05 {
-            format!("{m:.0}m")
-        } else {
-            format!("{m:.1}m")
-        }
-    } else {
-        format!("{:.0}h", s / 3600.0)
-    }
 }
 
 /// Handshake times by decade, one bar each; the fullest bucket is marked so a one-second
@@ -314,12 +289,12 @@ fn tab_label(snap: &Snapshot, ui: &UiState, view: View, short: bool, counted: bo
     if !counted {
         return format!("[{}] {name}", view.key());
     }
-    let all = snap.table(view).rows.len();
+    let all = view.table(snap).rows.len();
     let unit = if all == 1 { "row" } else { "rows" };
     let count = if ui.filter.trim().is_empty() {
         format!("{all} {unit}")
     } else {
-        format!("{} of {all} {unit}", snap.rows(view, ui.sort, &ui.filter).len())
+        format!("{} of {all} {unit}", rows(snap, view, ui.sort, &ui.filter).len())
     };
     format!("[{}] {name} ({count})", view.key())
 }
@@ -341,7 +316,7 @@ fn tabs_line(
         status.push(Span::styled(format!("filter: {}  ", ui.filter), st.bold));
     }
     status.push(Span::raw(format!("sort {}", ui.sort.name())));
-    status.push(Span::raw(format!("  every {}", fmt_interval(interval))));
+    status.push(Span::raw(format!("  every {}", units::period(interval))));
     if stacked {
         // Each table has its own title line; this one says what applies to all of them.
         let mut spans = vec![Span::styled("all tables", st.bold), Span::raw("  ")];
@@ -408,7 +383,7 @@ impl TabForm {
 /// that a table shows all its rows when it can, and the focused one gets what is left.
 fn draw_stacked(frame: &mut Frame, snap: &Snapshot, ui: &UiState, area: Rect, st: &Styles) {
     let needs: Vec<usize> =
-        View::ALL.iter().map(|&v| 2 + snap.rows(v, ui.sort, &ui.filter).len().max(1)).collect();
+        View::ALL.iter().map(|&v| 2 + rows(snap, v, ui.sort, &ui.filter).len().max(1)).collect();
     let focus = View::ALL.iter().position(|&v| v == ui.view).unwrap_or(0);
     let heights = share_lines(&needs, area.height as usize, focus);
     let mut y = area.y;
@@ -471,7 +446,7 @@ pub(crate) fn share_lines(needs: &[usize], avail: usize, focus: usize) -> Vec<us
 }
 
 fn draw_table(frame: &mut Frame, snap: &Snapshot, ui: &UiState, view: View, area: Rect, st: &Styles) {
-    let rows = snap.rows(view, ui.sort, &ui.filter);
+    let rows = rows(snap, view, ui.sort, &ui.filter);
     let layout = Layout::fit(view, &rows, area.width as usize);
     let mut lines =
         vec![Line::styled(format!("{:<w$}", layout.header(view), w = area.width as usize), st.header)];
@@ -540,7 +515,7 @@ fn draw_help(frame: &mut Frame, area: Rect) {
     text.extend(
         [
             "Columns: counts since start; /S over the last refresh",
-            "  STALLS    SYN timed out, plain SYN resent (~1 s)",
+            "  STALLS    SYN timed out, plain SYN resent (~1s)",
             "  STALL/S   stalls per second now (0: none lately)",
             "  LOST      time lost to SYN timeouts",
             "  LOST/S    time lost per second now",
@@ -572,10 +547,12 @@ fn draw_help(frame: &mut Frame, area: Rect) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregation::table::{
-        model_of,
-        tests::{demo_events, demo_events_in_a_container, demo_refreshes},
-        Sort,
+    use crate::{
+        aggregation::top::{
+            model_of,
+            tests::{demo_events, demo_events_in_a_container, demo_refreshes},
+        },
+        cli::Sort,
     };
     use ratatui::{backend::TestBackend, Terminal};
     use std::time::Duration;

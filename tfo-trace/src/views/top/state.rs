@@ -2,7 +2,8 @@
 //! change it. No terminal here, so every key is unit-tested.
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::aggregation::table::{Sort, View};
+use super::rows::View;
+use crate::cli::Sort;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UiState {

@@ -1,12 +1,19 @@
-//! `top`'s totals from the kernel's counts rather than from the events that arrived: the
-//! same columns, exact when the reader fell behind and events were lost; with the outcomes
-//! no hook of the backend sees taken from the namespaces' own counters.
+//! `top`'s header totals: from the events ([`super::TopModel::event_totals`]), or from the
+//! kernel's counts rather than from the events that arrived ([`row`]): the same columns,
+//! exact when the reader fell behind and events were lost; with the outcomes no hook of
+//! the backend sees taken from the namespaces' own counters.
 use crate::events::{counts::KernelCounts, Role};
 
-use super::{
-    kernel_counted::KernelCounted,
-    table::{GroupStats, RowStats},
-};
+use super::{GroupStats, RowStats};
+use crate::aggregation::{kernel_counted::KernelCounted, stall};
+
+/// The header's numbers: every event (including those of evicted groups), and each role.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Totals {
+    pub total: RowStats,
+    pub client: RowStats,
+    pub server: RowStats,
+}
 
 /// The kernel's counts of one role (or both) as a row of `top`, with what its namespace
 /// counters counted that no hook sees (`counted`). Handshake quantiles are not in the
@@ -22,9 +29,8 @@ pub fn row(
         if role.is_some_and(|want| want != r) {
             continue;
         }
-        // GroupStats indexes outcomes like Outcome::ALL: by wire number - 1.
-        g.outcomes[o as usize - 1] += c.events;
-        if super::stall::row_counts(r, o) {
+        g.outcomes.add_n(o, c.events);
+        if stall::row_counts(r, o) {
             g.stalls += c.stalls;
             g.stall_us += c.stall_ns / 1000;
         }
@@ -34,10 +40,9 @@ pub fn row(
     }
     // After the hooks' counts: some of what they report as one outcome was another.
     for r in counted.rows.iter().filter(|r| role.is_none_or(|want| want == r.role)) {
-        g.outcomes[r.outcome as usize - 1] += r.count;
+        g.outcomes.add_n(r.outcome, r.count);
         if let Some(of) = r.within {
-            let i = of as usize - 1;
-            g.outcomes[i] = g.outcomes[i].saturating_sub(r.count);
+            g.outcomes.take_n(of, r.count);
         }
     }
     RowStats { p50_us: from_events.p50_us, p99_us: from_events.p99_us, ..g.row() }
@@ -47,7 +52,7 @@ pub fn row(
 mod tests {
     use super::*;
     use crate::{
-        aggregation::table::TopModel,
+        aggregation::top::TopModel,
         events::{sample_event, Outcome},
     };
 

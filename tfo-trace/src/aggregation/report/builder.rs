@@ -1,11 +1,10 @@
-//! The model of `tfo-trace report`: events in, one at a time, from one host or many; out, a
-//! summary, the client-side rows ranked by time lost (the first N shown, the rest summed),
-//! the listeners and the namespaces' findings. Pure: the kernel's facts come in as
-//! [`Facts`], rendering is `views::report`.
+//! Gathering `report`'s events and ranking its rows: events in, one at a time, from one
+//! host or many ([`ReportBuilder`]); out, the summary, the client-side rows ranked by time
+//! lost (the first N shown, the rest summed), the listeners and the namespaces' findings
+//! ([`Built`]), each row's verdict made only for what is shown.
 //!
 //! Memory follows destinations, not events: a destination seen once costs one
-//! [`connections::Slot`] (40 bytes) in an insertion-ordered hash map; rows are built, with
-//! their sentences, only for what is shown.
+//! [`Slot`] (40 bytes) in an insertion-ordered hash map.
 use std::{
     collections::{BTreeMap, BTreeSet, HashSet},
     net::SocketAddr,
@@ -14,24 +13,20 @@ use std::{
 use indexmap::{map::Entry, IndexMap, IndexSet};
 use serde::Serialize;
 
-use crate::{
-    aggregation::{
-        connections::{ConnAcc, OneConn, Slot},
-        grouping::{DestKey, GroupBy, GroupKey, GroupOptions},
-        stall::Cause,
-        verdict::{
-            self, client_report, CachedDrops, ClientRow, DestinationReport, Facts, HostShare, Kind,
-            ListenerReport, NamespaceFinding, Strength,
-        },
-        Tally,
+use super::{
+    connections::{ConnAcc, OneConn, Slot},
+    facts::Facts,
+    grouping::{DestKey, GroupBy, GroupKey, GroupOptions},
+    verdict::{
+        self, client_report, CachedDrops, ClientRow, DestinationReport, HostShare, Kind, ListenerReport,
+        NamespaceFinding, Strength,
     },
+    Report, WORST,
+};
+use crate::{
+    aggregation::{counting::OutcomeCounts, stall::Cause},
     events::{Event, Role},
 };
-
-/// Rows the summary names as the worst.
-pub const WORST: usize = 5;
-/// Rows shown unless `--top` or `--all` says otherwise.
-pub const DEFAULT_TOP: usize = 20;
 
 /// One client row's cell: a destination, and for `--group-by process|container` the name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -40,10 +35,11 @@ struct CellKey {
     tag: u32,
 }
 
+/// A listener's server events by outcome, in all and per host.
 #[derive(Debug, Default)]
 struct ListenerAcc {
-    tally: Tally,
-    hosts: BTreeMap<u32, Tally>,
+    outcomes: OutcomeCounts,
+    hosts: BTreeMap<u32, OutcomeCounts>,
 }
 
 /// Gathers events; [`ReportBuilder::finish`] ranks them.
@@ -129,8 +125,8 @@ impl ReportBuilder {
                 self.host_acc[h].1 += 1;
                 let netns = (!self.fleet).then_some(e.netns);
                 let l = self.listeners.entry((netns, e.view().listener_name())).or_default();
-                l.tally.add(e);
-                l.hosts.entry(host).or_default().add(e);
+                l.outcomes.add(e.outcome);
+                l.hosts.entry(host).or_default().add(e.outcome);
             }
         }
     }
@@ -272,27 +268,6 @@ pub struct Built {
     pub namespaces: Vec<NamespaceFinding>,
 }
 
-/// Everything materialized (tests, small reports).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Report {
-    pub summary: Summary,
-    pub destinations: Vec<DestinationReport>,
-    pub rest: Option<Rest>,
-    pub listeners: Vec<ListenerReport>,
-    pub namespaces: Vec<NamespaceFinding>,
-    pub kernel_cache: Vec<CachedDrops>,
-}
-
-/// The whole report of `events` from one host, every row, grouped by destination.
-pub fn of_events(events: &[Event], facts: &Facts) -> Report {
-    let mut b = ReportBuilder::new(GroupOptions::default(), false);
-    let host = b.host("");
-    for e in events {
-        b.add(e, host);
-    }
-    b.finish(facts.clone(), None).materialize()
-}
-
 impl Built {
     fn new(b: ReportBuilder, facts: Facts, top: Option<usize>) -> Built {
         let groups = match b.group.by {
@@ -371,7 +346,7 @@ impl Built {
                 let Some((_, s)) = self.b.cells.get_index(g) else { return Totals::default() };
                 match s {
                     Slot::One(c) => Totals {
-                        connections: 1,
+                        connections: u64::from(c.outcome.ends_connection()),
                         stalled: u64::from(c.stall.is_some()),
                         lost_us: s.lost_us_total(),
                         extra_round_trips: u64::from(c.outcome == crate::events::Outcome::DataNotAcked),
@@ -511,7 +486,7 @@ impl Built {
             self.b.cells.keys().map(|k| k.dest).collect::<HashSet<_>>().len() as u64
         };
         let by_cause = |f: &dyn Fn(Cause) -> u64| -> BTreeMap<Cause, u64> {
-            Cause::ALL.into_iter().filter(|c| a.stalls_of(*c) > 0).map(|c| (c, f(c))).collect()
+            a.stalls.causes().map(|c| (c, f(c))).collect()
         };
         let worst = self.ranked[..self.ranked.len().min(WORST)]
             .iter()
@@ -622,7 +597,7 @@ impl Built {
                     .iter()
                     .map(|(h, t)| (self.b.hosts.get_index(*h as usize).cloned().unwrap_or_default(), t))
                     .collect::<Vec<_>>();
-                Some(verdict::listener_row(k.0, k.1, &l.tally, &hosts, self.b.fleet, &self.facts))
+                Some(verdict::listener_row(k.0, k.1, &l.outcomes, &hosts, self.b.fleet, &self.facts))
             })
             .collect()
     }
@@ -662,7 +637,7 @@ fn spans(b: &ReportBuilder) -> Groups {
 mod tests {
     use super::*;
     use crate::{
-        aggregation::grouping::DEFAULT_PREFIX_V4,
+        aggregation::report::grouping::DEFAULT_PREFIX_V4,
         events::{sample_event, Outcome},
     };
     use std::net::IpAddr;
@@ -694,17 +669,6 @@ mod tests {
             b.add(e, hosts[*h as usize]);
         }
         b.finish(Facts::default(), top)
-    }
-
-    #[test]
-    fn strength_follows_the_counts() {
-        assert_eq!(Strength::of(1, 1), Strength::Weak, "one connection is an anecdote");
-        assert_eq!(Strength::of(2, 2), Strength::Weak);
-        assert_eq!(Strength::of(3, 3), Strength::Moderate);
-        assert_eq!(Strength::of(900, 1000), Strength::Strong);
-        assert_eq!(Strength::of(30, 60), Strength::Strong);
-        assert_eq!(Strength::of(30, 61), Strength::Moderate, "a minority of many");
-        assert_eq!(Strength::of(0, 1000), Strength::Weak);
     }
 
     #[test]
@@ -768,7 +732,7 @@ mod tests {
         assert_eq!(r.verdict.strength, Strength::Strong);
         assert_eq!(
             r.verdict.support,
-            crate::aggregation::verdict::Support {
+            crate::aggregation::report::verdict::Support {
                 connections: 40,
                 of_connections: 41,
                 destinations: Some(40),
@@ -790,7 +754,7 @@ mod tests {
             r.verdict.sentence
         );
         assert!(
-            r.verdict.evidence.iter().any(|e| e.starts_with("most time lost: 203.0.113.0:443 (1.00 s)")),
+            r.verdict.evidence.iter().any(|e| e.starts_with("most time lost: 203.0.113.0:443 (1s)")),
             "{:?}",
             r.verdict.evidence
         );
@@ -882,18 +846,6 @@ mod tests {
     }
 
     #[test]
-    fn shared_sites_of_the_hosts_that_show_it() {
-        use crate::aggregation::verdict::shared_site;
-        assert_eq!(
-            shared_site(&["web-1.ams1.example.net", "web-2.ams1.example.net"], &["web-3.fra1.example.net"]),
-            Some("*.ams1.example.net".into())
-        );
-        assert_eq!(shared_site(&["web-ams-1", "web-ams-2"], &["web-fra-1"]), Some("web-ams-*".into()));
-        assert_eq!(shared_site(&["web-ams-1"], &["web-fra-1"]), None, "one host is no site");
-        assert_eq!(shared_site(&["a-1", "b-1"], &[]), None);
-    }
-
-    #[test]
     fn a_million_destinations_fit_in_little_memory() {
         // Not a benchmark (that is `cargo xtask bench`'s report step): that a destination
         // seen once costs a slot and an index entry, nothing per event.
@@ -906,8 +858,11 @@ mod tests {
         }
         assert_eq!(b.cells.len(), 10_000);
         assert!(b.cells.values().all(|s| matches!(s, Slot::One(_))));
-        let built = b.finish(Facts::default(), Some(DEFAULT_TOP));
-        assert_eq!(built.rows().count(), DEFAULT_TOP);
-        assert_eq!(built.rest.as_ref().unwrap().groups, 10_000 - DEFAULT_TOP as u64);
+        let built = b.finish(Facts::default(), Some(crate::aggregation::report::DEFAULT_TOP));
+        assert_eq!(built.rows().count(), crate::aggregation::report::DEFAULT_TOP);
+        assert_eq!(
+            built.rest.as_ref().unwrap().groups,
+            10_000 - crate::aggregation::report::DEFAULT_TOP as u64
+        );
     }
 }

@@ -5,11 +5,12 @@
 use std::{borrow::Cow, collections::BTreeMap};
 
 use crate::{
-    aggregation::stall::{self, Cause},
+    aggregation::{
+        counting::OutcomeCounts,
+        stall::{self, Cause, Stall, StallCounts},
+    },
     events::{Event, Outcome},
 };
-
-const OUTCOMES: usize = Outcome::ALL.len();
 
 /// One client connection's outcome, as far as a report needs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,13 +49,11 @@ impl OneConn {
 /// the verdicts are built from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConnAcc {
-    /// Client events by outcome (`Outcome as u8 - 1`).
-    pub by_outcome: [u64; OUTCOMES],
+    /// Client events by outcome.
+    pub outcomes: OutcomeCounts,
     /// `connect_failed` whose SYN carried data.
     pub connect_failed_with_data: u64,
-    /// Stalls by [`Cause`] (`Cause as usize`), and the time each cause lost.
-    pub stalls: [u64; Cause::ALL.len()],
-    pub lost_us: [u64; Cause::ALL.len()],
+    pub stalls: StallCounts,
     /// Sum of the `data_not_acked` connections' extra round trips.
     pub extra_round_trip_us: u64,
     pub first_accepted_ns: Option<u64>,
@@ -76,15 +75,12 @@ impl ConnAcc {
     }
 
     pub fn add(&mut self, c: &OneConn) {
-        let i = c.outcome as usize - 1;
-        self.by_outcome[i] = self.by_outcome[i].saturating_add(1);
+        self.outcomes.add(c.outcome);
         if c.outcome == Outcome::ConnectFailed && c.with_data {
             self.connect_failed_with_data = self.connect_failed_with_data.saturating_add(1);
         }
         if let Some(cause) = c.stall {
-            let k = cause as usize;
-            self.stalls[k] = self.stalls[k].saturating_add(1);
-            self.lost_us[k] = self.lost_us[k].saturating_add(c.stall_us);
+            self.stalls.add(Stall { cause, lost_us: c.stall_us });
         }
         if c.outcome == Outcome::DataNotAcked {
             self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(c.extra_rt_us);
@@ -96,43 +92,38 @@ impl ConnAcc {
     }
 
     pub fn merge(&mut self, o: &ConnAcc) {
-        for (a, b) in self.by_outcome.iter_mut().zip(o.by_outcome) {
-            *a = a.saturating_add(b);
-        }
+        self.outcomes.merge(&o.outcomes);
         self.connect_failed_with_data =
             self.connect_failed_with_data.saturating_add(o.connect_failed_with_data);
-        for k in 0..Cause::ALL.len() {
-            self.stalls[k] = self.stalls[k].saturating_add(o.stalls[k]);
-            self.lost_us[k] = self.lost_us[k].saturating_add(o.lost_us[k]);
-        }
+        self.stalls.merge(&o.stalls);
         self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(o.extra_round_trip_us);
         self.first_accepted_ns = min_opt(self.first_accepted_ns, o.first_accepted_ns);
         self.first_not_acked_ns = min_opt(self.first_not_acked_ns, o.first_not_acked_ns);
     }
 
     pub fn count(&self, o: Outcome) -> u64 {
-        self.by_outcome[o as usize - 1]
+        self.outcomes[o]
     }
 
-    /// Client events with an outcome (one per connection, as the report has always counted).
+    /// Client connections: the events that end one ([`Outcome::ends_connection`]).
     pub fn connections(&self) -> u64 {
-        self.by_outcome.iter().fold(0u64, |s, n| s.saturating_add(*n))
+        self.outcomes.connections()
     }
 
     pub fn stalled(&self) -> u64 {
-        self.stalls.iter().fold(0u64, |s, n| s.saturating_add(*n))
+        self.stalls.count()
     }
 
     pub fn stalls_of(&self, c: Cause) -> u64 {
-        self.stalls[c as usize]
+        self.stalls.count_of(c)
     }
 
     pub fn lost_us_of(&self, c: Cause) -> u64 {
-        self.lost_us[c as usize]
+        self.stalls.lost_us_of(c)
     }
 
     pub fn lost_us_total(&self) -> u64 {
-        self.lost_us.iter().fold(0u64, |s, n| s.saturating_add(*n))
+        self.stalls.lost_us()
     }
 
     /// `data_not_acked` connections: one extra round trip each, not stalls.
@@ -155,11 +146,7 @@ impl ConnAcc {
 
     /// Client outcomes seen, by name (the JSON `outcomes` object).
     pub fn outcomes(&self) -> BTreeMap<String, u64> {
-        Outcome::ALL
-            .iter()
-            .filter(|o| self.count(**o) > 0)
-            .map(|o| (o.name().to_string(), self.count(*o)))
-            .collect()
+        self.outcomes.by_name()
     }
 }
 
@@ -252,7 +239,7 @@ impl Slot {
 
     pub fn connections(&self) -> u64 {
         match self {
-            Slot::One(_) => 1,
+            Slot::One(c) => u64::from(c.outcome.ends_connection()),
             Slot::Many(m) => m.acc.connections(),
         }
     }
@@ -292,10 +279,14 @@ mod tests {
             conn(Outcome::DataNotAcked, 64, 0, 0, 8),
             conn(Outcome::ConnectFailed, 64, 0, 0, 10),
             conn(Outcome::CookieRequested, 0, 0, 0, 1),
+            // Told alongside connections counted above: no connection of their own.
+            conn(Outcome::CookieReceived, 0, 0, 0, 5),
+            conn(Outcome::ActiveDisabled, 64, 1_020_000, 0, 6),
         ] {
             a.add(&c);
         }
         assert_eq!(a.connections(), 7);
+        assert_eq!(Slot::One(conn(Outcome::CookieReceived, 0, 0, 0, 5)).connections(), 0);
         assert_eq!((a.stalled(), a.lost_us_total()), (2, 2_030_000));
         assert_eq!((a.syn_data_dropped(), a.stalls_of(Cause::CookieRequestDropped)), (1, 1));
         assert_eq!((a.extra_round_trips(), a.extra_round_trip_us), (2, 400));

@@ -24,7 +24,7 @@ pub struct Cumulative {
 pub struct Rates {
     /// Connections (one outcome event each) per second.
     pub attempts_per_s: f64,
-    /// Stalled connections per second ([`super::stall`]).
+    /// Stalled connections per second ([`crate::aggregation::stall`]).
     pub stalls_per_s: f64,
     /// Seconds lost to SYN timeouts per second: 1.0 means a connection-second lost every
     /// second.

@@ -1,0 +1,51 @@
+//! The model of `tfo-trace report`: events in, one at a time, from one host or many; out, a
+//! summary, the client-side rows ranked by time lost (the first N shown, the rest summed),
+//! the listeners and the namespaces' findings. Pure: the kernel's facts come in as
+//! [`Facts`], rendering is `views::report`.
+//! [`builder`] gathers and ranks, [`connections`] keeps what a destination's connections
+//! count, [`grouping`] makes the rows of `--group-by`, [`verdict`] judges each row.
+//!
+//! Memory follows destinations, not events: a destination seen once costs one
+//! [`connections::Slot`] (40 bytes) in an insertion-ordered hash map; rows are built, with
+//! their sentences, only for what is shown.
+pub mod builder;
+pub mod connections;
+pub mod facts;
+pub mod grouping;
+pub mod verdict;
+
+use serde::Serialize;
+
+use self::verdict::{CachedDrops, DestinationReport, ListenerReport, NamespaceFinding};
+pub use self::{
+    builder::{Built, ReportBuilder, Rest, Summary},
+    facts::{Facts, ListenerFact},
+    grouping::{GroupBy, GroupOptions},
+};
+use crate::events::Event;
+
+/// Rows the summary names as the worst.
+pub const WORST: usize = 5;
+/// Rows shown unless `--top` or `--all` says otherwise.
+pub const DEFAULT_TOP: usize = 20;
+
+/// Everything materialized (tests, small reports).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub summary: Summary,
+    pub destinations: Vec<DestinationReport>,
+    pub rest: Option<Rest>,
+    pub listeners: Vec<ListenerReport>,
+    pub namespaces: Vec<NamespaceFinding>,
+    pub kernel_cache: Vec<CachedDrops>,
+}
+
+/// The whole report of `events` from one host, every row, grouped by destination.
+pub fn of_events(events: &[Event], facts: &Facts) -> Report {
+    let mut b = ReportBuilder::new(GroupOptions::default(), false);
+    let host = b.host("");
+    for e in events {
+        b.add(e, host);
+    }
+    b.finish(facts.clone(), None).materialize()
+}

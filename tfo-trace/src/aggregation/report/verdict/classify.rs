@@ -1,0 +1,197 @@
+//! Which verdict a row gets, and how many connections show it: the rules, apart from the
+//! sentences that say them ([`super::client`], [`super::listener`], [`super::namespace`]).
+use serde::Serialize;
+
+use crate::{
+    aggregation::{counting::OutcomeCounts, report::connections::ConnAcc, stall::Cause},
+    events::Outcome,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// TFO works: every SYN-data accepted.
+    Healthy,
+    /// Nothing wrong, nothing to judge yet (cookie requests only, no traffic).
+    Info,
+    SynDataDropped,
+    CookieRequestDropped,
+    ServerStoppedTfo,
+    ConnectFailed,
+    NotAttempted,
+    QueueOverflow,
+    CookieInvalid,
+    KeyRotated,
+    ListenerDisabled,
+}
+
+impl Kind {
+    /// The JSON name (`syn_data_dropped`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Healthy => "healthy",
+            Kind::Info => "info",
+            Kind::SynDataDropped => "syn_data_dropped",
+            Kind::CookieRequestDropped => "cookie_request_dropped",
+            Kind::ServerStoppedTfo => "server_stopped_tfo",
+            Kind::ConnectFailed => "connect_failed",
+            Kind::NotAttempted => "not_attempted",
+            Kind::QueueOverflow => "queue_overflow",
+            Kind::CookieInvalid => "cookie_invalid",
+            Kind::KeyRotated => "key_rotated",
+            Kind::ListenerDisabled => "listener_disabled",
+        }
+    }
+
+    /// The client-side verdict of a group of connections: the first that applies.
+    pub fn of_clients(a: &ConnAcc) -> Kind {
+        let c = |o| a.count(o);
+        if a.syn_data_dropped() > 0 {
+            Kind::SynDataDropped
+        } else if c(Outcome::DataNotAcked) > 0 {
+            Kind::ServerStoppedTfo
+        } else if a.stalls_of(Cause::CookieRequestDropped) > 0 {
+            Kind::CookieRequestDropped
+        } else if c(Outcome::ConnectFailed) > 0 {
+            Kind::ConnectFailed
+        } else if c(Outcome::NotAttempted) > 0 && c(Outcome::Accepted) == 0 {
+            Kind::NotAttempted
+        } else if c(Outcome::Accepted) > 0 {
+            Kind::Healthy
+        } else {
+            Kind::Info
+        }
+    }
+
+    /// For a client verdict: how many connections show it, of how many that could.
+    pub fn shown_by(self, a: &ConnAcc) -> (u64, u64) {
+        let c = |o| a.count(o);
+        let cookie_dropped = a.stalls_of(Cause::CookieRequestDropped);
+        match self {
+            Kind::SynDataDropped => (a.syn_data_dropped(), a.syn_data_sent()),
+            Kind::ServerStoppedTfo => (c(Outcome::DataNotAcked), a.syn_data_sent()),
+            Kind::CookieRequestDropped => {
+                (cookie_dropped, c(Outcome::CookieRequested).saturating_add(cookie_dropped))
+            }
+            Kind::ConnectFailed => (c(Outcome::ConnectFailed), a.connections()),
+            Kind::NotAttempted => (c(Outcome::NotAttempted), a.connections()),
+            Kind::Healthy => (c(Outcome::Accepted), a.syn_data_sent()),
+            _ => (c(Outcome::CookieRequested), a.connections()),
+        }
+    }
+
+    /// Problems before the rest, for rows that lost the same time.
+    pub fn severity(self) -> u8 {
+        match self {
+            Kind::Healthy | Kind::Info => 0,
+            Kind::NotAttempted | Kind::KeyRotated => 1,
+            Kind::ConnectFailed => 2,
+            Kind::ServerStoppedTfo | Kind::CookieInvalid | Kind::ListenerDisabled => 3,
+            Kind::QueueOverflow => 4,
+            Kind::CookieRequestDropped => 5,
+            Kind::SynDataDropped => 6,
+        }
+    }
+}
+
+/// How much a verdict rests on: [`Strength::of`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strength {
+    #[default]
+    Weak,
+    Moderate,
+    Strong,
+}
+
+impl Strength {
+    /// `showing` connections show the verdict, of `of` that could: strong from 30 of them
+    /// and at least half; moderate from 3 (or a minority of many); weak below 3: one
+    /// connection in one is an anecdote, 900 in 1,000 a pattern.
+    pub fn of(showing: u64, of: u64) -> Strength {
+        if showing >= 30 && showing.saturating_mul(2) >= of {
+            Strength::Strong
+        } else if showing >= 3 {
+            Strength::Moderate
+        } else {
+            Strength::Weak
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strength::Weak => "weak",
+            Strength::Moderate => "moderate",
+            Strength::Strong => "strong",
+        }
+    }
+}
+
+/// The verdict on a listener's server events: the first that applies.
+pub fn of_listener(t: &OutcomeCounts) -> Kind {
+    if t[Outcome::QueueOverflow] > 0 {
+        Kind::QueueOverflow
+    } else if t[Outcome::CookieInvalid] > 0 {
+        Kind::CookieInvalid
+    } else if t[Outcome::AcceptedAltKey] > 0 {
+        Kind::KeyRotated
+    } else if t[Outcome::ListenerDisabled] > 0 {
+        Kind::ListenerDisabled
+    } else if t[Outcome::Accepted] > 0 {
+        Kind::Healthy
+    } else {
+        Kind::Info
+    }
+}
+
+/// For a listener verdict: the events that show it, of the SYN-data (or cookie requests)
+/// it got.
+pub fn listener_shown_by(kind: Kind, t: &OutcomeCounts) -> (u64, u64) {
+    let c = |o| t[o];
+    let alt = c(Outcome::AcceptedAltKey);
+    let accepted = c(Outcome::Accepted) + alt;
+    let syn_data =
+        accepted + c(Outcome::CookieInvalid) + c(Outcome::QueueOverflow) + c(Outcome::ListenerDisabled);
+    match kind {
+        Kind::QueueOverflow => (c(Outcome::QueueOverflow), syn_data),
+        Kind::CookieInvalid => (c(Outcome::CookieInvalid), syn_data),
+        Kind::KeyRotated => (alt, syn_data),
+        Kind::ListenerDisabled => (c(Outcome::ListenerDisabled), syn_data),
+        Kind::Healthy => (accepted, syn_data),
+        _ => (c(Outcome::CookieRequested), c(Outcome::CookieRequested)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strength_follows_the_counts() {
+        assert_eq!(Strength::of(1, 1), Strength::Weak, "one connection is an anecdote");
+        assert_eq!(Strength::of(2, 2), Strength::Weak);
+        assert_eq!(Strength::of(3, 3), Strength::Moderate);
+        assert_eq!(Strength::of(900, 1000), Strength::Strong);
+        assert_eq!(Strength::of(30, 60), Strength::Strong);
+        assert_eq!(Strength::of(30, 61), Strength::Moderate, "a minority of many");
+        assert_eq!(Strength::of(0, 1000), Strength::Weak);
+    }
+
+    #[test]
+    fn a_listener_gets_the_first_verdict_that_applies() {
+        let of = |outcomes: &[Outcome]| {
+            let mut t = OutcomeCounts::default();
+            outcomes.iter().for_each(|o| t.add(*o));
+            of_listener(&t)
+        };
+        assert_eq!(
+            of(&[Outcome::Accepted, Outcome::QueueOverflow, Outcome::CookieInvalid]),
+            Kind::QueueOverflow
+        );
+        assert_eq!(of(&[Outcome::AcceptedAltKey, Outcome::CookieInvalid]), Kind::CookieInvalid);
+        assert_eq!(of(&[Outcome::Accepted, Outcome::AcceptedAltKey]), Kind::KeyRotated);
+        assert_eq!(of(&[Outcome::ListenerDisabled]), Kind::ListenerDisabled);
+        assert_eq!(of(&[Outcome::Accepted]), Kind::Healthy);
+        assert_eq!(of(&[Outcome::CookieRequested]), Kind::Info);
+    }
+}

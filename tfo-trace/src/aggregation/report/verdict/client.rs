@@ -1,0 +1,330 @@
+//! The verdict's sentence and evidence for a row of client connections: a destination, or
+//! a group of them (`--group-by`).
+use super::{hosts_line, DestinationReport, HostShare, Kind, Strength, Support, Verdict};
+use crate::{
+    aggregation::{
+        report::{connections::ConnAcc, facts::Facts, grouping::GroupKey},
+        stall::Cause,
+    },
+    events::Outcome,
+    kernel::tcp_metrics::TcpMetric,
+    units,
+};
+
+/// A row of the client side, gathered (by `aggregation::report`) and ready for its verdict.
+#[derive(Clone, Debug)]
+pub struct ClientRow {
+    pub key: GroupKey,
+    pub label: String,
+    /// How the sentences name where the connections went ([`GroupKey::subject`]).
+    pub subject: String,
+    pub acc: ConnAcc,
+    /// [`Kind::of_clients`] of `acc`.
+    pub kind: Kind,
+    /// Destinations in the row, and how many of them show the verdict.
+    pub destinations: u64,
+    pub destinations_showing: u64,
+    /// Each host's share (`showing` by the verdict's kind), most affected first.
+    pub hosts: Vec<HostShare>,
+    /// The report has several hosts: sentences say how many show it.
+    pub fleet: bool,
+    /// Its destinations that lost the most time, for a row of several.
+    pub worst: Vec<(String, u64)>,
+}
+
+/// The verdict on a row of client connections, with its evidence.
+pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
+    let a = &row.acc;
+    let c = |o| a.count(o);
+    let subj = &row.subject;
+    let many = !matches!(row.key, GroupKey::Destination(_));
+    let it = if many { "them" } else { "it" };
+    let accepted = c(Outcome::Accepted);
+    let not_acked = c(Outcome::DataNotAcked);
+    let dropped = a.syn_data_dropped();
+    let cookie_dropped = a.stalls_of(Cause::CookieRequestDropped);
+    let failed = c(Outcome::ConnectFailed);
+    let not_attempted = c(Outcome::NotAttempted);
+    let cookie_req = c(Outcome::CookieRequested);
+    let sent = a.syn_data_sent();
+    let connections = a.connections();
+    let drop_lost = a.lost_us_of(Cause::SynDataDropped);
+    let cookie_drop_lost = a.lost_us_of(Cause::CookieRequestDropped);
+    let each = |total: u64, n: u64| units::duration_us(total / n.max(1));
+    let hosts_showing = row.hosts.iter().filter(|h| h.showing > 0).count() as u64;
+    let of_hosts = row.hosts.len() as u64;
+    // Where it shows, after "N of M connections": destinations of a group, hosts of a fleet.
+    let mut spread = String::new();
+    if many {
+        spread.push_str(&format!(
+            " ({} of {})",
+            units::count(row.destinations_showing),
+            units::plural(row.destinations, "destination", "destinations")
+        ));
+    }
+    if row.fleet {
+        spread.push_str(&format!(
+            ", from {} of {} hosts",
+            units::count(hosts_showing),
+            units::count(of_hosts)
+        ));
+    }
+
+    let metric = facts.metric(&row.key);
+    let mut evidence = Vec::new();
+    let ns = match row.key.netns() {
+        Some(n) => facts.ns(n),
+        None => "the client's namespace".to_string(),
+    };
+    let metrics_line = |m: &TcpMetric| {
+        let mut s = format!("ip tcp_metrics in {ns}: cookie {}", m.cookie_redacted());
+        if let Some(mss) = m.fo_mss {
+            s.push_str(&format!(", fo_mss {mss}"));
+        }
+        s.push_str(&format!(", fo_syn_drops {}", m.fo_syn_drops));
+        if let Some(a) = m.fo_syn_drop_age_s.filter(|_| m.fo_syn_drops > 0) {
+            s.push_str(&format!(" (last {} ago)", units::duration_s(a)));
+        }
+        s
+    };
+
+    let sentence = match row.kind {
+        Kind::SynDataDropped => {
+            evidence.push(format!(
+                "{} timed out and went again as a plain SYN after the initial RTO (TcpExtTCPSynRetrans, \
+                 TcpExtTCPFastOpenActiveFail), {} lost in total",
+                units::plural(dropped, "SYN carrying data", "SYNs carrying data"),
+                units::duration_us(drop_lost)
+            ));
+            if cookie_req > 0 || accepted > 0 || metric.is_some_and(|m| m.cookie_len.is_some()) {
+                evidence.push(
+                    "SYNs without data get through (the cookie was obtained): something on the path drops \
+                     SYNs that carry data"
+                        .into(),
+                );
+            }
+            if accepted > 0 {
+                evidence.push(format!(
+                    "{} accepted: the drops are intermittent or path-dependent",
+                    units::plural(accepted, "SYN-data was", "SYN-data were")
+                ));
+            }
+            format!(
+                "SYN-data to {subj} was dropped on the path in {} of {} connections{spread}, +{} each: \
+                 disable TFO towards {it} or fix the path",
+                units::count(dropped),
+                units::count(sent),
+                each(drop_lost, dropped)
+            )
+        }
+        Kind::ServerStoppedTfo => {
+            let accepted_before = match (a.first_accepted_ns, a.first_not_acked_ns) {
+                (Some(acc), Some(fail)) => acc < fail,
+                _ => false,
+            };
+            let why = match (accepted_before, many) {
+                (true, _) => "cookie accepted earlier",
+                (false, false) => "the client sent a cookie it got from that server",
+                (false, true) => "the clients sent cookies they got from those servers",
+            };
+            evidence.push(format!(
+                "{} not acknowledged by the SYN-ACK (TcpExtTCPFastOpenActiveFail): the data went again \
+                 after the handshake, +{} each",
+                units::plural(not_acked, "SYN-data", "SYN-data"),
+                each(a.extra_round_trip_us, not_acked)
+            ));
+            evidence.push(
+                "likely: TFO turned off on the server (tcp_fastopen bit 0x2 or TCP_FASTOPEN), its key \
+                 changed without keeping the old one as backup, or its TFO queue full"
+                    .into(),
+            );
+            let who = if many {
+                format!("servers at {subj} no longer accept")
+            } else {
+                format!("server {subj} no longer accepts")
+            };
+            format!(
+                "{who} TFO: {} of {} SYN-data not acknowledged{spread} ({why})",
+                units::count(not_acked),
+                units::count(sent)
+            )
+        }
+        Kind::CookieRequestDropped => {
+            evidence.push(format!(
+                "{} with an empty TFO option timed out, {} lost",
+                units::plural(cookie_dropped, "SYN", "SYNs"),
+                units::duration_us(cookie_drop_lost)
+            ));
+            format!(
+                "cookie requests to {subj} were lost in {} of {} connections{spread}, +{} each: something on \
+                 the path drops SYNs with the TFO option; disable TFO towards {it}",
+                units::count(cookie_dropped),
+                units::count(cookie_req.saturating_add(cookie_dropped)),
+                each(cookie_drop_lost, cookie_dropped)
+            )
+        }
+        Kind::ConnectFailed => format!(
+            "{} to {subj} never completed{spread}: check that {} reachable",
+            units::plural(failed, "TFO connection", "TFO connections"),
+            if many { "the servers are" } else { "the server is" }
+        ),
+        Kind::NotAttempted => {
+            evidence.push("the SYN carried no TFO option although the application asked for TFO".into());
+            format!(
+                "TFO to {subj} was not attempted in {} of {} connections{spread}: active TFO is off in {ns} \
+                 (sysctl bit 0x1) or paused after a detected blackhole",
+                units::count(not_attempted),
+                units::count(connections)
+            )
+        }
+        Kind::Healthy => format!(
+            "TFO works towards {subj}: {} of {} SYN-data accepted{spread}",
+            units::count(accepted),
+            units::count(sent)
+        ),
+        _ => format!(
+            "{subj}: {}{spread}, no SYN-data yet (the first connection to a server fetches the cookie)",
+            units::plural(cookie_req, "cookie request", "cookie requests")
+        ),
+    };
+    if let Some(m) = metric {
+        evidence.push(metrics_line(m));
+    }
+    let worst: Vec<String> = row
+        .worst
+        .iter()
+        .filter(|(_, l)| *l > 0)
+        .map(|(d, l)| format!("{d} ({})", units::duration_us(*l)))
+        .collect();
+    if many && !worst.is_empty() {
+        evidence.push(format!("most time lost: {}", worst.join(", ")));
+    }
+    if row.fleet {
+        evidence.push(hosts_line(&row.hosts));
+    }
+    let (showing, of) = row.kind.shown_by(a);
+    let support = Support {
+        connections: showing,
+        of_connections: of,
+        destinations: Some(row.destinations_showing),
+        of_destinations: Some(row.destinations),
+        hosts: hosts_showing,
+        of_hosts,
+    };
+    let lost = a.lost_us_total();
+    let stalled = a.stalled();
+    DestinationReport {
+        destination: row.label.clone(),
+        group: row.label,
+        netns: row.key.netns(),
+        destinations: row.destinations,
+        connections,
+        outcomes: a.outcomes(),
+        syn_data_sent: sent,
+        accepted,
+        syn_data_dropped: dropped,
+        data_not_acked: not_acked,
+        stalled,
+        lost_us_total: lost,
+        lost_us_per_stalled: lost / stalled.max(1),
+        lost_us_per_connection: lost / connections.max(1),
+        extra_round_trips: a.extra_round_trips(),
+        extra_round_trip_us: a.extra_round_trip_us,
+        hosts: row.hosts,
+        verdict: Verdict { kind: row.kind, sentence, evidence, strength: Strength::of(showing, of), support },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{fixtures::*, Kind};
+    use crate::{
+        aggregation::report::{of_events as report, Facts},
+        events::Event,
+    };
+
+    #[test]
+    fn syn_data_dropped_on_the_path() {
+        let mut events = vec![cli("cookie_requested", "198.18.0.3:8080", 0, 0, 0)];
+        for i in 0..12 {
+            events.push(cli("syn_retransmitted", "198.18.0.3:8080", 64, 1_020_000, 10 + i));
+        }
+        let mut facts = Facts::default();
+        facts.tcp_metrics.insert(
+            NS_CLI,
+            crate::kernel::tcp_metrics::parse(
+                "198.18.0.3 age 1.000sec fo_mss 1460 fo_syn_drops 12/0.003usec ago fo_cookie 0011223344556677 source 198.18.0.1\n",
+            )
+            .unwrap(),
+        );
+        let r = report(&events, &facts);
+        let d = &r.destinations[0];
+        assert_eq!(d.verdict.kind, Kind::SynDataDropped);
+        assert_eq!(
+            d.verdict.sentence,
+            "SYN-data to 198.18.0.3:8080 was dropped on the path in 12 of 12 connections, +1.02s each: \
+             disable TFO towards it or fix the path"
+        );
+        assert_eq!((d.syn_data_dropped, d.syn_data_sent, d.connections, d.stalled), (12, 12, 13, 12));
+        assert_eq!(d.lost_us_total, 12 * 1_020_000);
+        assert_eq!(d.lost_us_per_stalled, 1_020_000);
+        let ev = d.verdict.evidence.join("\n");
+        assert!(ev.contains("fo_syn_drops 12 (last 3s ago)"), "{ev}");
+        assert!(ev.contains("cookie present (8 bytes)"), "{ev}");
+        assert!(!ev.contains("0011223344556677"));
+        assert!(ev.contains("SYNs without data get through"), "{ev}");
+    }
+
+    #[test]
+    fn server_no_longer_accepts_tfo() {
+        let mut events = vec![cli("accepted", "198.18.0.2:8080", 64, 0, 0)];
+        for i in 0..4 {
+            events.push(cli("data_not_acked", "198.18.0.2:8080", 64, 0, 10 + i));
+        }
+        let r = report(&events, &Facts::default());
+        let d = &r.destinations[0];
+        assert_eq!(d.verdict.kind, Kind::ServerStoppedTfo);
+        // 1 accepted + 4 not acked = 5 sent.
+        assert_eq!(
+            d.verdict.sentence,
+            "server 198.18.0.2:8080 no longer accepts TFO: 4 of 5 SYN-data not acknowledged (cookie accepted earlier)"
+        );
+        assert_eq!(d.data_not_acked, 4);
+        // Not stalls: one extra round trip each, estimated by the handshake time.
+        assert_eq!((d.stalled, d.lost_us_total), (0, 0));
+        assert_eq!((d.extra_round_trips, d.extra_round_trip_us), (4, 800));
+        assert!(d.verdict.evidence[0].ends_with("after the handshake, +200us each"), "{:?}", d.verdict);
+
+        let only_fail: Vec<Event> =
+            (0..4).map(|i| cli("data_not_acked", "198.18.0.2:8080", 64, 0, i)).collect();
+        let d = &report(&only_fail, &Facts::default()).destinations[0];
+        assert_eq!(
+            d.verdict.sentence,
+            "server 198.18.0.2:8080 no longer accepts TFO: 4 of 4 SYN-data not acknowledged (the client sent a \
+             cookie it got from that server)"
+        );
+    }
+
+    #[test]
+    fn healthy_info_cookie_drop_and_not_attempted() {
+        let events = vec![
+            cli("cookie_requested", "198.18.0.2:80", 0, 0, 0),
+            cli("accepted", "198.18.0.2:80", 64, 0, 1),
+            cli("cookie_requested", "198.18.0.4:80", 0, 0, 2),
+            cli("syn_retransmitted", "198.18.0.5:80", 0, 1_010_000, 3),
+            cli("not_attempted", "198.18.0.6:80", 0, 0, 4),
+        ];
+        let r = report(&events, &Facts::default());
+        let by = |d: &str| r.destinations.iter().find(|x| x.destination == d).unwrap();
+        assert_eq!(
+            by("198.18.0.2:80").verdict.sentence,
+            "TFO works towards 198.18.0.2:80: 1 of 1 SYN-data accepted"
+        );
+        assert_eq!(by("198.18.0.4:80").verdict.kind, Kind::Info);
+        assert_eq!(by("198.18.0.5:80").verdict.kind, Kind::CookieRequestDropped);
+        assert!(by("198.18.0.5:80").verdict.sentence.contains("+1.01s each"));
+        assert_eq!(by("198.18.0.6:80").verdict.kind, Kind::NotAttempted);
+        assert_eq!(r.destinations[0].destination, "198.18.0.5:80", "most time lost first");
+        assert!(r.listeners.is_empty() && r.namespaces.is_empty());
+    }
+}

@@ -1,0 +1,257 @@
+//! Verdicts for `tfo-trace report`: per destination or group of them (client side) and per
+//! listener (server side), the counts by outcome, the time TFO cost, and one plain sentence
+//! saying what is wrong and what to do, with the evidence it rests on and how strong that
+//! is ([`Strength`]: how many connections, destinations and hosts show it). Pure: counts
+//! (gathered by [`super::builder`]) and kernel facts ([`super::facts`]) in, rows out.
+//! [`classify`] decides the verdict; [`client`], [`listener`] and [`namespace`] say it.
+//!
+//! The facts the kernel gives are used where they exist: `ip tcp_metrics` (fo_syn_drops and
+//! the cached cookie per destination), counter deltas per namespace
+//! (TcpExtTCPFastOpenListenOverflow, PassiveFail, PassiveAltKey), listener TFO queue sizes
+//! (max_qlen) and somaxconn, and whether a backup key is set.
+//!
+//! What the running backend cannot see cannot become an event verdict: on the tracepoint
+//! backend (this project's host, Linux 6.18 without fentry or kprobes) the server outcomes
+//! `queue_overflow`, `cookie_invalid`, `accepted_alt_key` and `listener_disabled` never
+//! appear, so the verdicts built on them are unit-tested on synthetic events; on that
+//! backend the namespace's counters stand in ([`NamespaceFinding`]).
+pub mod classify;
+pub mod client;
+pub mod listener;
+pub mod namespace;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+pub use self::{
+    classify::{Kind, Strength},
+    client::{client_report, ClientRow},
+    listener::listener_row,
+    namespace::{cached_drops, namespace_findings, CachedDrops},
+};
+use crate::units;
+
+/// What a verdict rests on, in counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Support {
+    /// Connections (or, for a namespace's counters, counted events) that show the verdict,
+    /// and how many could have.
+    pub connections: u64,
+    pub of_connections: u64,
+    /// Client side: destinations that show it, of the row's destinations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destinations: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub of_destinations: Option<u64>,
+    /// Hosts (recordings) that show it, of those that had connections in the row.
+    pub hosts: u64,
+    pub of_hosts: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Verdict {
+    pub kind: Kind,
+    /// One plain sentence: what happens and what to do.
+    pub sentence: String,
+    /// The facts it rests on, one per line.
+    pub evidence: Vec<String>,
+    /// weak, moderate or strong ([`Strength::of`] on `support`).
+    pub strength: Strength,
+    pub support: Support,
+}
+
+/// One host's share of a row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HostShare {
+    pub host: String,
+    /// Its connections in the row (server side: events), and how many of them show the verdict.
+    pub connections: u64,
+    pub showing: u64,
+    pub stalled: u64,
+    pub lost_us_total: u64,
+}
+
+/// Client side: one destination in one namespace, or one group of them (`--group-by`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DestinationReport {
+    /// The row's name: the destination (`198.18.0.2:8080`), or the group's (`198.18.0.0/24`,
+    /// `port 443`, `process curl`, `container 3f2a9c1b0d4e`).
+    pub destination: String,
+    /// The same name, under the name every grouping shares.
+    pub group: String,
+    /// The client's namespace (grouping by destination on one host; null otherwise).
+    pub netns: Option<u32>,
+    /// Destinations in the row (1 when grouping by destination).
+    pub destinations: u64,
+    /// Connections with a TFO outcome (one event each).
+    pub connections: u64,
+    pub outcomes: BTreeMap<String, u64>,
+    /// Connections whose SYN carried data.
+    pub syn_data_sent: u64,
+    pub accepted: u64,
+    /// SYN-data that timed out and was resent as a plain SYN (dropped on the path).
+    pub syn_data_dropped: u64,
+    /// SYN-data the SYN-ACK did not acknowledge.
+    pub data_not_acked: u64,
+    /// Connections that lost time to a SYN timeout (see `aggregation::stall`).
+    pub stalled: u64,
+    /// Time the stalls lost.
+    pub lost_us_total: u64,
+    /// Mean over the stalled connections.
+    pub lost_us_per_stalled: u64,
+    /// Mean over all connections.
+    pub lost_us_per_connection: u64,
+    /// Not stalls: the data not acked went again after the handshake, one extra round trip
+    /// per such connection, estimated by its handshake time (in none of the `lost_us_*`).
+    pub extra_round_trips: u64,
+    pub extra_round_trip_us: u64,
+    /// Each host's share, the most affected first.
+    pub hosts: Vec<HostShare>,
+    pub verdict: Verdict,
+}
+
+/// Server side, one listening port in one namespace (in a report of several hosts: one
+/// port on all of them).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ListenerReport {
+    pub listener: String,
+    pub netns: Option<u32>,
+    pub outcomes: BTreeMap<String, u64>,
+    pub max_qlen: Option<u32>,
+    pub hosts: Vec<HostShare>,
+    pub verdict: Verdict,
+}
+
+/// From a namespace's counters, for what the backend's events cannot show: counted by
+/// the kernel, never attributed to a listener or a process.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NamespaceFinding {
+    pub netns: u32,
+    pub verdict: Verdict,
+    /// Where its counts come from: [`super::kernel_counted::SOURCE`].
+    pub source: &'static str,
+}
+
+/// A name that hosts that show a verdict share and the others do not: a domain
+/// (`*.ams1.example.net`) or a name prefix (`web-ams-*`). "All in one site" is often the
+/// whole diagnosis.
+pub fn shared_site(showing: &[&str], others: &[&str]) -> Option<String> {
+    if showing.len() < 2 {
+        return None;
+    }
+    // The longest domain every one of them ends with (labels after the host's own).
+    let domain = |h: &str| h.split_once('.').map(|(_, d)| d.to_string());
+    let mut common: Option<String> = domain(showing[0]);
+    for h in &showing[1..] {
+        let (Some(c), Some(d)) = (&common, domain(h)) else {
+            return None.or_else(|| prefix_site(showing, others));
+        };
+        let a: Vec<&str> = c.rsplit('.').collect();
+        let b: Vec<&str> = d.rsplit('.').collect();
+        let n = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+        common = (n > 0).then(|| a[..n].iter().rev().copied().collect::<Vec<_>>().join("."));
+    }
+    if let Some(d) = common.filter(|d| d.contains('.') || !d.is_empty()) {
+        if !others.iter().any(|o| o.ends_with(&format!(".{d}"))) {
+            return Some(format!("*.{d}"));
+        }
+    }
+    prefix_site(showing, others)
+}
+
+fn prefix_site(showing: &[&str], others: &[&str]) -> Option<String> {
+    let first = showing[0];
+    let mut n = first.len();
+    for h in &showing[1..] {
+        n = n.min(first.bytes().zip(h.bytes()).take_while(|(a, b)| a == b).count());
+    }
+    // Cut back to a separator: `web-ams-` of `web-ams-1` and `web-ams-2`, not `web-ams-1`.
+    let cut = first[..n].rfind(['-', '.', '_']).map(|i| i + 1)?;
+    let p = &first[..cut];
+    (cut > 1 && !others.iter().any(|o| o.starts_with(p))).then(|| format!("{p}*"))
+}
+
+/// How many hosts show it, the first few named, and a site they share if they do.
+pub(super) fn hosts_line(hosts: &[HostShare]) -> String {
+    const NAMED: usize = 3;
+    let showing: Vec<&HostShare> = hosts.iter().filter(|h| h.showing > 0).collect();
+    let mut line = format!(
+        "hosts: {} of {} show it",
+        units::count(showing.len() as u64),
+        units::count(hosts.len() as u64)
+    );
+    if showing.is_empty() {
+        return line;
+    }
+    let named: Vec<String> = showing
+        .iter()
+        .take(NAMED)
+        .map(|h| format!("{} ({} of {})", h.host, units::count(h.showing), units::count(h.connections)))
+        .collect();
+    line.push_str(&format!(": {}", named.join(", ")));
+    if showing.len() > NAMED {
+        line.push_str(&format!(" and {} more", units::count((showing.len() - NAMED) as u64)));
+    }
+    let names: Vec<&str> = showing.iter().map(|h| h.host.as_str()).collect();
+    let others: Vec<&str> = hosts.iter().filter(|h| h.showing == 0).map(|h| h.host.as_str()).collect();
+    if let Some(site) = shared_site(&names, &others) {
+        line.push_str(&format!("; all of them {site}"));
+    }
+    line
+}
+
+/// Events as the tests of the verdicts build them.
+#[cfg(test)]
+pub(super) mod fixtures {
+    use std::net::SocketAddr;
+
+    use crate::events::{Event, Timestamp};
+
+    pub const NS_CLI: u32 = 4026532177;
+    pub const NS_SRV: u32 = 4026532246;
+
+    /// Built from JSON so fields other work adds to Event (as Options) need no edit here.
+    pub fn ev(role: &str, outcome: &str, dst: &str, data: u32, stall_us: u64, t_ms: u64) -> Event {
+        let dst: SocketAddr = dst.parse().unwrap();
+        let (saddr, sport, daddr, dport, netns) = if role == "client" {
+            ("198.18.0.1".to_string(), 40000, dst.ip().to_string(), dst.port(), NS_CLI)
+        } else {
+            (dst.ip().to_string(), dst.port(), "198.18.0.1".to_string(), 40000, NS_SRV)
+        };
+        let mut e: Event = serde_json::from_value(serde_json::json!({
+            "ts": "2026-11-30T08:00:00.000000000Z", "role": role, "outcome": outcome, "family": 4,
+            "saddr": saddr, "sport": sport, "daddr": daddr, "dport": dport, "netns": netns,
+            "pid": 7, "comm": "curl", "syn_data_bytes": data, "cookie_len": null,
+            "exp_option": false, "retransmits": u32::from(stall_us > 0),
+            "handshake_us": 200 + stall_us, "stall_us": stall_us,
+        }))
+        .unwrap();
+        e.ts = Timestamp::from_unix_ns(u128::from(t_ms) * 1_000_000);
+        e
+    }
+
+    pub fn cli(outcome: &str, dst: &str, data: u32, stall_us: u64, t: u64) -> Event {
+        ev("client", outcome, dst, data, stall_us, t)
+    }
+
+    pub fn srv(outcome: &str, t: u64) -> Event {
+        ev("server", outcome, "198.18.0.2:81", 64, 0, t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_sites_of_the_hosts_that_show_it() {
+        assert_eq!(
+            shared_site(&["web-1.ams1.example.net", "web-2.ams1.example.net"], &["web-3.fra1.example.net"]),
+            Some("*.ams1.example.net".into())
+        );
+        assert_eq!(shared_site(&["web-ams-1", "web-ams-2"], &["web-fra-1"]), Some("web-ams-*".into()));
+        assert_eq!(shared_site(&["web-ams-1"], &["web-fra-1"]), None, "one host is no site");
+        assert_eq!(shared_site(&["a-1", "b-1"], &[]), None);
+    }
+}

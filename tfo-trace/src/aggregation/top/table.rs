@@ -1,0 +1,310 @@
+//! One table of `top` (destinations, listeners, processes or containers): its rows by
+//! key, each row's counts ([`GroupStats`]) and rates, at most `capacity` rows, the least
+//! recently seen evicted first.
+use std::{
+    borrow::Borrow,
+    hash::{Hash, Hasher},
+    net::SocketAddr,
+    sync::Arc,
+    time::Duration,
+};
+
+use lru::LruCache;
+use serde::Serialize;
+
+use super::rates::{Cumulative, Rates, StallHistory, Trend, ROW_HISTORY};
+use crate::{
+    aggregation::{counting::OutcomeCounts, quantiles::LogHistogram, stall},
+    events::{Event, EventRef, Interner, Outcome, Role},
+};
+
+/// What a row is about: its key in its table.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RowKey {
+    Destination(SocketAddr),
+    Listener {
+        addr: SocketAddr,
+        netns: u32,
+    },
+    Process {
+        pid: u32,
+        comm: Arc<str>,
+    },
+    /// None: no container, unit or cgroup below the root (the host).
+    Container(Option<Arc<str>>),
+}
+
+impl RowKey {
+    /// The key a row of `key` keeps, its names shared through `names`.
+    fn owned(key: KeyRef<'_>, names: &mut Interner) -> RowKey {
+        match key {
+            KeyRef::Destination(a) => RowKey::Destination(a),
+            KeyRef::Listener { addr, netns } => RowKey::Listener { addr, netns },
+            KeyRef::Process { pid, comm } => RowKey::Process { pid, comm: names.get(comm) },
+            KeyRef::Container(label) => RowKey::Container(label.map(|l| names.get(l))),
+        }
+    }
+}
+
+/// A [`RowKey`] as an event has it, its names borrowed: rows are found with it, and
+/// only a new row makes a key of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum KeyRef<'a> {
+    Destination(SocketAddr),
+    Listener { addr: SocketAddr, netns: u32 },
+    Process { pid: u32, comm: &'a str },
+    Container(Option<&'a str>),
+}
+
+/// What a table is looked up by: a row's own key or an event's [`KeyRef`], hashed and
+/// compared as the same [`KeyRef`] (the usual way to look a map up by a borrowed key).
+trait AsKeyRef {
+    fn key_ref(&self) -> KeyRef<'_>;
+}
+
+impl AsKeyRef for RowKey {
+    fn key_ref(&self) -> KeyRef<'_> {
+        match self {
+            RowKey::Destination(a) => KeyRef::Destination(*a),
+            RowKey::Listener { addr, netns } => KeyRef::Listener { addr: *addr, netns: *netns },
+            RowKey::Process { pid, comm } => KeyRef::Process { pid: *pid, comm },
+            RowKey::Container(label) => KeyRef::Container(label.as_deref()),
+        }
+    }
+}
+
+impl AsKeyRef for KeyRef<'_> {
+    fn key_ref(&self) -> KeyRef<'_> {
+        *self
+    }
+}
+
+impl<'a> Borrow<dyn AsKeyRef + 'a> for RowKey {
+    fn borrow(&self) -> &(dyn AsKeyRef + 'a) {
+        self
+    }
+}
+
+impl Hash for dyn AsKeyRef + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key_ref().hash(state)
+    }
+}
+
+impl PartialEq for dyn AsKeyRef + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.key_ref() == other.key_ref()
+    }
+}
+
+impl Eq for dyn AsKeyRef + '_ {}
+
+/// As its [`KeyRef`], so that a table finds a row by either.
+impl Hash for RowKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key_ref().hash(state)
+    }
+}
+
+/// What one event adds to each row it counts in, worked out once for all of them.
+pub(super) struct Counted {
+    outcome: Outcome,
+    /// Time lost, if the event is a stall ([`stall::lost_us`]).
+    stall_us: Option<u64>,
+    /// SYN retransmissions (client events only).
+    retransmits: u64,
+    handshake_us: Option<u64>,
+}
+
+impl Counted {
+    pub(super) fn of(e: &EventRef<'_>) -> Counted {
+        Counted {
+            outcome: e.outcome,
+            stall_us: stall::lost_us(e.role, e.outcome, e.retransmits, e.stall_us),
+            retransmits: if e.role == Role::Client { u64::from(e.retransmits) } else { 0 },
+            handshake_us: e.handshake_us,
+        }
+    }
+}
+
+/// Tallies of one group: the columns of `top`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    pub outcomes: OutcomeCounts,
+    /// Connections that lost time to a SYN timeout, and that time ([`super::stall`]).
+    pub stalls: u64,
+    pub stall_us: u64,
+    /// SYN retransmissions in all (what TcpExtTCPSynRetrans counts on the client).
+    pub retransmits: u64,
+    pub handshake: LogHistogram,
+}
+
+impl GroupStats {
+    pub fn add(&mut self, e: &Event) {
+        self.count_in(&Counted::of(&e.view()));
+    }
+
+    pub(super) fn count_in(&mut self, t: &Counted) {
+        self.outcomes.add(t.outcome);
+        // Saturating: a recording may hold any numbers (the replay fuzz target found this).
+        if let Some(lost_us) = t.stall_us {
+            self.stalls += 1;
+            self.stall_us = self.stall_us.saturating_add(lost_us);
+        }
+        self.retransmits = self.retransmits.saturating_add(t.retransmits);
+        if let Some(us) = t.handshake_us {
+            self.handshake.record(us);
+        }
+    }
+
+    pub fn count(&self, o: Outcome) -> u64 {
+        self.outcomes[o]
+    }
+
+    /// Connections ([`Outcome::ends_connection`]): the attempts.
+    pub fn attempts(&self) -> u64 {
+        self.outcomes.connections()
+    }
+
+    /// Data taken in the SYN; server children made with the backup key count too.
+    pub fn accepted(&self) -> u64 {
+        self.count(Outcome::Accepted) + self.count(Outcome::AcceptedAltKey)
+    }
+
+    /// What rates are taken of.
+    pub fn cumulative(&self) -> Cumulative {
+        Cumulative { attempts: self.attempts(), stalls: self.stalls, stall_us: self.stall_us }
+    }
+
+    pub fn row(&self) -> RowStats {
+        RowStats {
+            attempts: self.attempts(),
+            cookie_requests: self.count(Outcome::CookieRequested),
+            accepted: self.accepted(),
+            data_not_acked: self.count(Outcome::DataNotAcked),
+            stalls: self.stalls,
+            stall_us: self.stall_us,
+            syn_retransmits: self.retransmits,
+            queue_overflows: self.count(Outcome::QueueOverflow),
+            invalid_cookies: self.count(Outcome::CookieInvalid),
+            backup_key_hits: self.count(Outcome::AcceptedAltKey),
+            connect_failed: self.count(Outcome::ConnectFailed),
+            p50_us: self.handshake.quantile(0.50),
+            p99_us: self.handshake.quantile(0.99),
+            ..RowStats::default()
+        }
+    }
+}
+
+/// The numbers of one row, frozen for display (and the JSON snapshot's fields).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RowStats {
+    pub attempts: u64,
+    pub cookie_requests: u64,
+    pub accepted: u64,
+    pub data_not_acked: u64,
+    pub stalls: u64,
+    pub stall_us: u64,
+    pub syn_retransmits: u64,
+    pub queue_overflows: u64,
+    pub invalid_cookies: u64,
+    pub backup_key_hits: u64,
+    pub connect_failed: u64,
+    pub p50_us: Option<u64>,
+    pub p99_us: Option<u64>,
+    /// Over the last refresh interval ([`Rates`]); null before the first refresh and when
+    /// replaying a recording (no "now" there).
+    pub attempts_per_s: Option<f64>,
+    pub stalls_per_s: Option<f64>,
+    pub lost_per_s: Option<f64>,
+}
+
+impl RowStats {
+    pub fn with_rates(self, r: Option<Rates>) -> RowStats {
+        RowStats {
+            attempts_per_s: r.map(|r| r.attempts_per_s),
+            stalls_per_s: r.map(|r| r.stalls_per_s),
+            lost_per_s: r.map(|r| r.lost_per_s),
+            ..self
+        }
+    }
+}
+
+struct Entry {
+    stats: GroupStats,
+    trend: Trend,
+}
+
+/// Groups of one table, at most `capacity`, least recently seen evicted first.
+pub struct BoundedTable {
+    capacity: usize,
+    /// In order of the last event: a hit moves its row to the front in O(1) (a B-tree
+    /// reorder per event was most of `top`'s CPU). Unbounded here: rows are allocated as
+    /// they come, and `add` evicts at `capacity`.
+    groups: LruCache<RowKey, Entry>,
+    pub evicted: u64,
+}
+
+impl BoundedTable {
+    pub fn new(capacity: usize) -> Self {
+        BoundedTable { capacity: capacity.max(1), groups: LruCache::unbounded(), evicted: 0 }
+    }
+
+    /// Counts `t` in the row of `key`, made (its key's names shared through `names`) if new.
+    pub(super) fn add(&mut self, key: KeyRef<'_>, t: &Counted, names: &mut Interner) {
+        // The row of the last event first: events come in runs (a destination's connections,
+        // a process's), and that row is counted again without a hash or a reorder.
+        if let Some((_, entry)) = self.groups.iter_mut().next().filter(|(k, _)| k.key_ref() == key) {
+            entry.stats.count_in(t);
+            return;
+        }
+        if let Some(entry) = self.groups.get_mut(&key as &dyn AsKeyRef) {
+            entry.stats.count_in(t);
+            return;
+        }
+        if self.groups.len() >= self.capacity && self.groups.pop_lru().is_some() {
+            self.evicted += 1;
+        }
+        let mut stats = GroupStats::default();
+        stats.count_in(t);
+        self.groups.put(RowKey::owned(key, names), Entry { stats, trend: Trend::default() });
+    }
+
+    /// Closes a refresh interval for every group: their rates and stall histories.
+    pub fn tick(&mut self, elapsed: Duration) {
+        for (_, e) in self.groups.iter_mut() {
+            e.trend.tick(e.stats.cumulative(), elapsed, ROW_HISTORY);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    pub fn get(&self, key: &RowKey) -> Option<&GroupStats> {
+        self.groups.peek(key).map(|e| &e.stats)
+    }
+
+    pub(super) fn rows(&self) -> Vec<Row> {
+        self.groups
+            .iter()
+            .map(|(k, e)| Row {
+                key: k.clone(),
+                stats: e.stats.row().with_rates(e.trend.rates()),
+                history: e.trend.history(),
+            })
+            .collect()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub key: RowKey,
+    pub stats: RowStats,
+    /// Stalls per refresh, the last [`ROW_HISTORY`] refreshes.
+    pub history: StallHistory,
+}

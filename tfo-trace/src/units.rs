@@ -1,0 +1,327 @@
+//! Units in one place: how every figure a person reads is printed, one form per kind of
+//! figure, and how the durations users type are read. Every view prints through here
+//! (docs/units.md shows the forms with examples):
+//!
+//! | figure | form | examples |
+//! |---|---|---|
+//! | a duration measured (time lost, handshake, a window traced, an age) | [`duration_us`]: three significant digits in `us`, `ms` or `s`, no trailing zero, no space; `0` for none | `0`, `70us`, `1.5ms`, `35ms`, `615ms`, `1s`, `1.02s`, `61.2s`, `3600s` |
+//! | time lost per second of real time | [`duration_per_s`]: a duration | `1.02s`, `615ms`, `0`; `-` not measured |
+//! | a period set or spanned (a refresh interval, a graph's span) | [`period`]: as the duration flags take it | `500ms`, `1s`, `2.5s`, `1m30s`, `2h` |
+//! | events per second | [`rate`]: at most three significant digits, `k` beyond 99,999 | `0`, `0.50`, `12.5`, `1234`, `123.5k`; `-` not measured |
+//! | a count in a sentence | [`count`], [`plural`]: digits grouped by thousands | `1,234,567`, `1 stalled connection` |
+//!
+//! A count in a table cell is plain digits (a column is read by its width and cut by
+//! scripts), and lines made for scripts (`top --batch`'s `key=value` line, JSON) carry raw
+//! numbers in base units (`_us`, `_s`, `_per_s`), never these forms.
+//!
+//! A printed duration of 1 ms or more reads back as input: `--duration 1.02s` is
+//! [`parse_duration`]'s too. Durations as users type them on the command line (`30s`, `5m`,
+//! `250ms`, `1h 30m`, `2d`, `PT5M`): the flags of `cli` and of the lab's helper commands
+//! take them. jiff parses the units (its "friendly" and ISO 8601 formats), a day being 24
+//! hours; a bare number is seconds, as `sleep` takes it.
+use std::time::Duration;
+
+use jiff::{Span, SpanRelativeTo};
+
+/// Below 1 ms a duration rounds to nothing, and a zero period makes tokio's interval panic;
+/// above a year it is a typo.
+const SHORTEST: Duration = Duration::from_millis(1);
+const LONGEST: Duration = Duration::from_secs(366 * 86400);
+
+/// What a refused value is told it should look like.
+const LIKE: &str = "a duration like 30s, 5m, 1h30m, 2d or 250ms, or plain seconds like 7 or 0.5";
+
+/// `30s`, `5m`, `1h`, `250ms`, `1m30s`, `2 minutes`, `2d`, `1w`, `PT5M`, or plain seconds
+/// (`7`, `0.5`: digits, a point, digits; no sign or exponent).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let plain_seconds =
+        !s.is_empty() && s.split_once('.').map_or(digits(s), |(whole, frac)| digits(whole) && digits(frac));
+    let duration = if plain_seconds {
+        let secs: f64 = s.parse().map_err(|_| format!("`{s}` is not {LIKE}"))?;
+        if secs > LONGEST.as_secs_f64() {
+            return Err(out_of_range(s));
+        }
+        Duration::from_secs_f64(secs)
+    } else {
+        let span: Span = s.parse().map_err(|_| format!("`{s}` is not {LIKE}"))?;
+        if span.get_months() != 0 || span.get_years() != 0 {
+            return Err(format!("`{s}`: months and years differ in length; say it in days, like 30d"));
+        }
+        let signed = span.to_duration(SpanRelativeTo::days_are_24_hours()).map_err(|_| out_of_range(s))?;
+        Duration::try_from(signed).map_err(|_| out_of_range(s))?
+    };
+    if !(SHORTEST..=LONGEST).contains(&duration) {
+        return Err(out_of_range(s));
+    }
+    Ok(duration)
+}
+
+fn digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn out_of_range(s: &str) -> String {
+    format!("`{s}` is out of range (1ms to 366 days)")
+}
+
+/// A measured duration in microseconds: three significant digits in the largest of `us`,
+/// `ms` and `s` that keeps it at least 1, trailing zeros dropped: `0`, `70us`, `1.5ms`,
+/// `35ms`, `1.02s`, `61.2s`, `3600s`. At most 7 characters below 10^6 s (11 days), so a 7-wide
+/// column holds it.
+pub fn duration_us(us: u64) -> String {
+    DurationText::of(us).as_str().to_string()
+}
+
+/// [`duration_us`] of a duration in seconds (an age read from the kernel, a window traced).
+pub fn duration_s(seconds: f64) -> String {
+    duration_us((seconds.max(0.0) * 1e6).round() as u64)
+}
+
+/// [`duration_us`]'s text without an allocation, made with integers: `trace` prints two
+/// per event.
+pub struct DurationText {
+    buf: [u8; 24],
+    len: usize,
+}
+
+impl DurationText {
+    pub fn of(us: u64) -> DurationText {
+        let mut t = DurationText { buf: [0; 24], len: 0 };
+        if us == 0 {
+            t.push(b"0");
+        } else if us < 1_000 {
+            t.push(itoa::Buffer::new().format(us).as_bytes());
+            t.push(b"us");
+        } else {
+            t.three_digits(us);
+        }
+        t
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).expect("ASCII digits and units")
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    /// Three significant digits: hundredths, tenths or whole ms, then s, rounded half up;
+    /// the first that needs fewer than four digits (seconds take as many as they need).
+    fn three_digits(&mut self, us: u64) {
+        for (unit_us, unit) in [(1_000u64, &b"ms"[..]), (1_000_000, &b"s"[..])] {
+            for decimals in [2u32, 1, 0] {
+                let scale = 10u64.pow(decimals);
+                let step = unit_us / scale;
+                let steps = us.saturating_add(step / 2) / step;
+                if steps < 1_000 || (unit == b"s" && decimals == 0) {
+                    self.push(itoa::Buffer::new().format(steps / scale).as_bytes());
+                    // The decimals, trailing zeros dropped: `1.02`, `1.5`, `35`.
+                    let (mut frac, mut digits) = (steps % scale, decimals);
+                    while digits > 0 && frac % 10 == 0 {
+                        frac /= 10;
+                        digits -= 1;
+                    }
+                    if digits > 0 {
+                        self.push(b".");
+                        for d in (0..digits).rev() {
+                            self.push(&[b'0' + (frac / 10u64.pow(d) % 10) as u8]);
+                        }
+                    }
+                    return self.push(unit);
+                }
+            }
+        }
+    }
+}
+
+/// Time lost per second of real time, as a duration per second: `1.02s`, `615ms`; `0` for
+/// none, `-` where no rate was measured (before the first refresh, or a replay).
+pub fn duration_per_s(seconds_per_s: Option<f64>) -> String {
+    match seconds_per_s {
+        None => "-".into(),
+        Some(v) if v <= 0.0 => "0".into(),
+        Some(v) => duration_us((v * 1e6).round() as u64),
+    }
+}
+
+/// A period the user set or a span of refreshes, as the duration flags take it: `500ms`,
+/// `1s`, `2.5s`, `1m30s`, `2h`.
+pub fn period(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    let (h, m, s, frac_ms) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1_000 % 60, ms % 1_000);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || frac_ms > 0 {
+        out.push_str(&s.to_string());
+        if frac_ms > 0 {
+            out.push_str(format!(".{frac_ms:03}").trim_end_matches('0'));
+        }
+        out.push('s');
+    }
+    out
+}
+
+/// Events per second in at most 7 characters: `0`, `0.50`, `12.5`, `1234`, `12.3k`; `-`
+/// where no rate was measured (before the first refresh, or a replay).
+pub fn rate(per_s: Option<f64>) -> String {
+    match per_s {
+        None => "-".into(),
+        Some(v) if v <= 0.0 => "0".into(),
+        Some(v) if v < 9.995 => format!("{v:.2}"),
+        Some(v) if v < 99.95 => format!("{v:.1}"),
+        Some(v) if v < 99_999.5 => format!("{v:.0}"),
+        Some(v) => format!("{:.1}k", v / 1e3),
+    }
+}
+
+/// A count in a sentence: `1,234,567`.
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A count and what it counts: `1 stalled connection`, `1,000 stalled connections`.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", count(n), if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measured_durations_have_three_significant_digits() {
+        for (us, text) in [
+            (0, "0"),
+            (1, "1us"),
+            (70, "70us"),
+            (999, "999us"),
+            (1_000, "1ms"),
+            (1_500, "1.5ms"),
+            (9_994, "9.99ms"),
+            (9_995, "10ms"),
+            (35_000, "35ms"),
+            (99_950, "100ms"),
+            (614_500, "615ms"),
+            (999_499, "999ms"),
+            (999_500, "1s"),
+            (1_019_650, "1.02s"),
+            (2_028_900, "2.03s"),
+            (61_234_000, "61.2s"),
+            (99_950_000, "100s"),
+            (123_456_789, "123s"),
+            (3_600_000_000, "3600s"),
+        ] {
+            assert_eq!(duration_us(us), text, "{us} us");
+        }
+        for us in [0, 999, 1_000, 99_999, 999_949, 1_000_000, 99_999_999, 999_999_000_000] {
+            assert!(duration_us(us).len() <= 7, "{us}: {}", duration_us(us));
+        }
+        // What is printed reads back (to its three digits) where it is a flag's duration.
+        for us in [1_500, 35_000, 1_019_650, 61_234_000] {
+            let back = parse_duration(&duration_us(us)).unwrap().as_micros() as f64;
+            assert!((back - us as f64).abs() / us as f64 <= 0.005, "{us}: {}", duration_us(us));
+        }
+    }
+
+    #[test]
+    fn periods_rates_and_counts() {
+        for (ms, text) in
+            [(500, "500ms"), (1_000, "1s"), (2_500, "2.5s"), (90_000, "1m30s"), (7_200_000, "2h")]
+        {
+            let d = Duration::from_millis(ms);
+            assert_eq!(period(d), text);
+            assert_eq!(parse_duration(text).unwrap(), d, "{text} reads back");
+        }
+        for (v, text) in [
+            (None, "-"),
+            (Some(0.0), "0"),
+            (Some(0.5), "0.50"),
+            (Some(1.0 / 1.1), "0.91"),
+            (Some(12.46), "12.5"),
+            (Some(1234.4), "1234"),
+            (Some(123_456.0), "123.5k"),
+        ] {
+            assert_eq!(rate(v), text);
+            assert!(rate(v).len() <= 7);
+        }
+        assert_eq!(
+            [
+                duration_per_s(None),
+                duration_per_s(Some(0.0)),
+                duration_per_s(Some(1.023)),
+                duration_per_s(Some(0.25))
+            ],
+            ["-", "0", "1.02s", "250ms"]
+        );
+        assert_eq!(
+            (count(0), count(999), count(1_000), count(1_234_567)),
+            ("0".into(), "999".into(), "1,000".into(), "1,234,567".into())
+        );
+        assert_eq!(
+            (plural(1, "stall", "stalls"), plural(1_000, "stall", "stalls")),
+            ("1 stall".into(), "1,000 stalls".into())
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("2 minutes").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("PT5M").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
+        assert_eq!(parse_duration("0.5").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1ms").unwrap(), Duration::from_millis(1));
+        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86_400));
+        assert_eq!(parse_duration("1w").unwrap(), Duration::from_secs(7 * 86_400));
+        assert_eq!(parse_duration("366d").unwrap(), LONGEST);
+        assert_eq!(parse_duration("1d 2h").unwrap(), Duration::from_secs(26 * 3600));
+        for bad in [
+            "0",
+            "0s",
+            "0.0000000001",
+            "500us",
+            "-5s",
+            "-1",
+            "+5",
+            "367d",
+            "1e400",
+            "1e3",
+            "NaN",
+            "inf",
+            "5 parsecs",
+            "",
+            ".5",
+            "5.",
+            "1mo",
+            "1y",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad} accepted");
+        }
+        let e = parse_duration("soon").unwrap_err();
+        assert!(e.contains("2d") && !e.contains("jiff"), "{e}");
+        assert!(parse_duration("1mo").unwrap_err().contains("30d"));
+        assert!(parse_duration("367d").unwrap_err().contains("1ms to 366 days"));
+    }
+}

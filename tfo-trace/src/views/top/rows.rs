@@ -1,0 +1,189 @@
+//! Which rows a table of `top` shows, and in what order: the tables (`1`-`4`, Tab), the sort
+//! orders (`s`, `--sort`), the `/` filter and the key cells the rows print. The model
+//! (`aggregation::top`) counts; this is how the view looks at what it counted.
+use std::{cmp::Ordering, collections::BTreeMap, sync::Arc};
+
+use crate::{
+    aggregation::top::{Row, RowKey, RowStats, Snapshot, TableSnapshot},
+    cli::Sort,
+};
+
+/// The tables of `top`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum View {
+    /// Client events, by destination address:port.
+    Destinations,
+    /// Server events, by listener address:port and network namespace.
+    Listeners,
+    /// All events, by process (pid, comm).
+    Processes,
+    /// All events, by container ([`crate::events::Event::container_label`]: the container,
+    /// else the systemd unit, else the cgroup path; the host's root cgroup on its own row).
+    Containers,
+}
+
+impl View {
+    pub const ALL: [View; 4] = [View::Destinations, View::Listeners, View::Processes, View::Containers];
+
+    /// Its number key in the terminal UI (1-based position in [`View::ALL`]).
+    pub fn key(self) -> usize {
+        View::ALL.iter().position(|&v| v == self).unwrap_or(0) + 1
+    }
+
+    pub fn next(self) -> View {
+        View::ALL[self.key() % View::ALL.len()]
+    }
+
+    /// Its table in a snapshot.
+    pub fn table(self, snap: &Snapshot) -> &TableSnapshot {
+        match self {
+            View::Destinations => &snap.destinations,
+            View::Listeners => &snap.listeners,
+            View::Processes => &snap.processes,
+            View::Containers => &snap.containers,
+        }
+    }
+}
+
+/// The rows of one table that pass `filter`, in `sort` order.
+pub fn rows<'a>(snap: &'a Snapshot, view: View, sort: Sort, filter: &str) -> Vec<&'a Row> {
+    let needle = filter.trim().to_lowercase();
+    let mut rows: Vec<&Row> =
+        view.table(snap).rows.iter().filter(|r| matches(&r.key, &needle, &snap.netns_names)).collect();
+    rows.sort_by(|a, b| sort.compare(a, b));
+    rows
+}
+
+/// The key cells as the tables print them, one per key column of the view (`-` where the
+/// pid, the process name or the container is not known: the host has no container).
+pub fn cells(key: &RowKey) -> Vec<String> {
+    match key {
+        RowKey::Destination(a) => vec![a.to_string()],
+        RowKey::Listener { addr, netns } => vec![addr.to_string(), netns.to_string()],
+        RowKey::Process { pid, comm } => vec![
+            if *pid == 0 { "-".into() } else { pid.to_string() },
+            if comm.is_empty() { "-".into() } else { comm.to_string() },
+        ],
+        RowKey::Container(label) => vec![label.as_deref().unwrap_or("-").to_string()],
+    }
+}
+
+/// `/` filter: a case-insensitive substring of the address:port, the port, the netns (its
+/// inode, or its `ip netns` name from `netns_names`), the pid, the process name or the
+/// container (`-`: the host). `needle` is already lower case.
+fn matches(key: &RowKey, needle: &str, netns_names: &BTreeMap<u32, Arc<str>>) -> bool {
+    let named = |netns: &u32| netns_names.get(netns).is_some_and(|n| n.to_lowercase().contains(needle));
+    needle.is_empty()
+        || cells(key).iter().any(|c| c.to_lowercase().contains(needle))
+        || matches!(key, RowKey::Listener { netns, .. } if named(netns))
+}
+
+/// The sort orders `s` cycles through (`--sort` names them: [`Sort`]).
+impl Sort {
+    pub const ALL: [Sort; 7] =
+        [Sort::Attempts, Sort::Stalls, Sort::StallRate, Sort::Lost, Sort::P99, Sort::Accepted, Sort::Name];
+
+    pub fn next(self) -> Sort {
+        let i = Self::ALL.iter().position(|&s| s == self).unwrap_or(0);
+        Self::ALL[(i + 1) % Self::ALL.len()]
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Sort::Attempts => "attempts",
+            Sort::Stalls => "stalls",
+            Sort::StallRate => "stalls/s",
+            Sort::Lost => "lost",
+            Sort::P99 => "p99",
+            Sort::Accepted => "accepted",
+            Sort::Name => "name",
+        }
+    }
+
+    /// Biggest first, then by key so the order is stable.
+    fn compare(self, a: &Row, b: &Row) -> Ordering {
+        let (x, y) = (&a.stats, &b.stats);
+        let by = match self {
+            Sort::Attempts => y.attempts.cmp(&x.attempts),
+            Sort::Stalls => (y.stalls, y.stall_us).cmp(&(x.stalls, x.stall_us)),
+            Sort::StallRate => {
+                let now = |s: &RowStats| (s.stalls_per_s.unwrap_or(-1.0), s.lost_per_s.unwrap_or(-1.0));
+                now(y).partial_cmp(&now(x)).unwrap_or(Ordering::Equal)
+            }
+            Sort::Lost => (y.stall_us, y.stalls).cmp(&(x.stall_us, x.stalls)),
+            Sort::P99 => y.p99_us.cmp(&x.p99_us),
+            Sort::Accepted => y.accepted.cmp(&x.accepted),
+            Sort::Name => Ordering::Equal,
+        };
+        by.then_with(|| a.key.cmp(&b.key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        aggregation::top::{
+            model_of,
+            tests::{container_events, demo_events, DOCKER_ID},
+        },
+        events::{Event, Role},
+    };
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+    fn dst(host: u8, port: u16) -> RowKey {
+        RowKey::Destination(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(198, 18, 0, host)), port))
+    }
+
+    #[test]
+    fn sort_and_filter() {
+        let s = model_of(&demo_events()).snapshot();
+        let rows = |view, sort, filter| rows(&s, view, sort, filter);
+        assert_eq!(rows(View::Destinations, Sort::Attempts, "")[0].key, dst(2, 8080));
+        assert_eq!(rows(View::Destinations, Sort::Stalls, "")[0].key, dst(3, 8080));
+        assert_eq!(rows(View::Destinations, Sort::Lost, "")[0].key, dst(3, 8080));
+        assert_eq!(rows(View::Destinations, Sort::P99, "")[0].key, dst(3, 8080));
+        assert_eq!(rows(View::Destinations, Sort::Name, "")[0].key, dst(2, 8080));
+
+        assert_eq!(rows(View::Destinations, Sort::Attempts, "0.3:").len(), 1);
+        assert_eq!(rows(View::Destinations, Sort::Attempts, "8080").len(), 2, "by port");
+        assert_eq!(rows(View::Listeners, Sort::Attempts, "8081").len(), 1);
+        assert_eq!(rows(View::Listeners, Sort::Attempts, "4026532246").len(), 2, "by netns");
+        // By the namespace's `ip netns` name too, as events name it (issue 31, item 12).
+        let named: Vec<Event> = demo_events()
+            .into_iter()
+            .map(|e| Event { netns_name: (e.role == Role::Server).then(|| "tfolab-7-srv".into()), ..e })
+            .collect();
+        let n = model_of(&named).snapshot();
+        assert_eq!(super::rows(&n, View::Listeners, Sort::Attempts, "TFOLAB-7").len(), 2, "by netns name");
+        assert!(rows(View::Listeners, Sort::Attempts, "tfolab").is_empty(), "no names known");
+        assert_eq!(rows(View::Processes, Sort::Attempts, "NGINX").len(), 1, "by name, any case");
+        assert_eq!(rows(View::Processes, Sort::Attempts, "100").len(), 1, "by pid");
+        assert!(rows(View::Processes, Sort::Attempts, "nothing").is_empty());
+
+        let mut sort = Sort::Attempts;
+        for _ in 0..Sort::ALL.len() {
+            sort = sort.next();
+        }
+        assert_eq!(sort, Sort::Attempts, "s cycles back");
+        assert_eq!(View::Processes.next(), View::Containers);
+        assert_eq!(View::Containers.next(), View::Destinations);
+        assert_eq!(View::Containers.key(), 4);
+    }
+
+    #[test]
+    fn containers_sort_and_filter_with_the_host_as_a_dash() {
+        let s = model_of(&container_events()).snapshot();
+        let rows = |sort, filter| rows(&s, View::Containers, sort, filter);
+        assert_eq!(cells(&rows(Sort::Name, "")[0].key), ["-"], "the host first, shown as -");
+        assert_eq!(cells(&rows(Sort::Stalls, "")[0].key), [&DOCKER_ID[..12]]);
+        assert_eq!(rows(Sort::Attempts, "4F1E").len(), 1, "by id, any case");
+        assert_eq!(rows(Sort::Attempts, "nginx").len(), 1, "by unit");
+        assert!(rows(Sort::Attempts, "nothing").is_empty());
+    }
+
+    #[test]
+    fn unknown_process_shows_a_dash() {
+        assert_eq!(cells(&RowKey::Process { pid: 0, comm: "".into() }), vec!["-", "-"]);
+    }
+}
