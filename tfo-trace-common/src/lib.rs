@@ -529,14 +529,23 @@ mod pod {
     // SAFETY: all of these are repr(C), made only of integers and byte arrays, with
     // every padding byte spelled out as a field, so any bit pattern is a valid value.
     unsafe impl aya::Pod for super::TfoEvent {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::CgroupEvent {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::Field {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::KernelLayout {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::ListenerKey {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::ProcInfo {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::CountKey {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::Counts {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::Filter {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::Cidr {}
 }
 

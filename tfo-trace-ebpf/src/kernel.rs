@@ -15,8 +15,8 @@ use tfo_trace_common::{Field, FAMILY_V4, FAMILY_V6, TCP_SOCK_CAST_CALL};
 /// Reads one field description; volatile so the compiler cannot fold the zero initializer.
 macro_rules! layout {
     ($field:ident) => {{
-        // SAFETY: LAYOUT is a valid static; volatile only defeats constant folding.
         #[allow(unused_unsafe)] // the macro is also used inside unsafe blocks
+        // SAFETY: LAYOUT is a valid static; volatile only defeats constant folding.
         let field = unsafe { core::ptr::read_volatile(&$crate::globals::LAYOUT.$field) };
         field
     }};
@@ -29,8 +29,8 @@ pub(crate) use layout;
 /// on the path every connection takes.
 macro_rules! fixed {
     ($a:ty, $base:expr, $field:ident: $t:ty) => {{
-        // SAFETY: LAYOUT is a valid static; volatile only defeats constant folding.
         #[allow(unused_unsafe)]
+        // SAFETY: LAYOUT is a valid static; volatile only defeats constant folding.
         let off = unsafe { core::ptr::read_volatile(&$crate::globals::LAYOUT.$field.off) };
         <$a as $crate::kernel::Access>::load::<$t>($base, off)
     }};
@@ -41,8 +41,8 @@ pub(crate) use fixed;
 /// at its first byte and a shift.
 macro_rules! bit {
     ($a:ty, $base:expr, $field:ident) => {{
-        // SAFETY: as for `fixed!`.
         #[allow(unused_unsafe)]
+        // SAFETY: as for `fixed!`.
         let (off, shift) = unsafe {
             let f = &$crate::globals::LAYOUT.$field;
             (core::ptr::read_volatile(&f.off), core::ptr::read_volatile(&f.shift))
@@ -55,8 +55,8 @@ pub(crate) use bit;
 /// Whether this kernel has a member: one load, where `layout!` reads the whole `Field`.
 macro_rules! present {
     ($field:ident) => {{
-        // SAFETY: as for `fixed!`.
         #[allow(unused_unsafe)]
+        // SAFETY: as for `fixed!`.
         let present = unsafe { core::ptr::read_volatile(&$crate::globals::LAYOUT.$field.present) };
         present != 0
     }};

@@ -219,9 +219,9 @@ pub fn emit_with(fill: impl FnOnce(&mut TfoEvent)) {
     match EVENTS.reserve::<TfoEvent>(0) {
         Some(mut entry) => {
             let ev = entry.as_mut_ptr();
+            zero_event(ev);
             // SAFETY: the reservation is a TfoEvent-sized slot we own until submit; zeroed
             // bytes are a valid TfoEvent (plain integers), so the reference is sound.
-            zero_event(ev);
             unsafe { fill(&mut *ev) };
             // The ring's size is known at load: one query per event, not two.
             let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);

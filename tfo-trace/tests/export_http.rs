@@ -127,15 +127,18 @@ fn header<'a>(response: &'a str, name: &str) -> Option<&'a str> {
 /// well, and the exporter's fds stay bounded by the cap.
 fn scrape_succeeds_with_thousands_of_idle_connections_open() {
     require_kernel!();
-    // SAFETY (pre_exec): setrlimit is async-signal-safe; the limit systemd and shells give.
-    let exporter = Exporter::start_with(|c| unsafe {
-        c.pre_exec(|| {
-            let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
-            limit.rlim_cur = limit.rlim_max.min(1024);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-            Ok(())
-        });
+    let exporter = Exporter::start_with(|c| {
+        // SAFETY: pre_exec runs this in the child; setrlimit is async-signal-safe. (The
+        // limit systemd and shells give.)
+        unsafe {
+            c.pre_exec(|| {
+                let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+                limit.rlim_cur = limit.rlim_max.min(1024);
+                libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+                Ok(())
+            });
+        }
     });
     raise_fd_limit(5000 + 256);
     let (status, body, took) = exporter.scrape();

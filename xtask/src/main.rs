@@ -5,7 +5,8 @@
 //! - `build`: setup, then a release build of tfo-trace (its build.rs builds and embeds
 //!   the eBPF object).
 //! - `lint`: the gates: `cargo fmt --check`, clippy with `-D warnings` on the host crates
-//!   and on the eBPF crate for the bpf target.
+//!   and on the eBPF crate for the bpf target. Which lints: `[workspace.lints]` in the top
+//!   Cargo.toml, so a plain `cargo clippy` applies them too.
 //! - `test`: setup, the gates (`lint`), `dist` (once, for tests/dist.rs) and a cached
 //!   Debian 11 userspace (userspace.rs), then the whole test suite (unit + root-only
 //!   kernel tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
