@@ -286,19 +286,53 @@ fn version_names_the_commit_target_and_embedded_ebpf_object() {
         }
         let hash = lines.get(3).and_then(|l| l.strip_prefix("ebpf:   sha256:")).expect("an ebpf line");
         assert_eq!(hash.len(), 64, "{v}");
-        let built = target_dir().join(arch.triple()).join("release-static/build");
-        let object = fs::read_dir(&built)
-            .unwrap_or_else(|e| panic!("{}: {e}", built.display()))
-            .map_while(Result::ok)
-            .map(|e| e.path().join("out/tfo-trace"))
-            .filter_map(|p| fs::read(p).ok())
-            .find(|o| sha256(o) == hash)
-            .unwrap_or_else(|| panic!("no eBPF object in {} hashes to {hash}", built.display()));
+        let object = built_object(arch, hash);
         let binary = fs::read(arch.binary()).unwrap();
         assert!(
             binary.windows(object.len()).any(|w| w == object),
             "the object is embedded in the {arch:?} binary"
         );
+    }
+}
+
+/// The eBPF object the dist build of `arch` made whose SHA-256 is `hash`.
+fn built_object(arch: Arch, hash: &str) -> Vec<u8> {
+    let built = target_dir().join(arch.triple()).join("release-static/build");
+    fs::read_dir(&built)
+        .unwrap_or_else(|e| panic!("{}: {e}", built.display()))
+        .map_while(Result::ok)
+        .map(|e| e.path().join("out/tfo-trace"))
+        .filter_map(|p| fs::read(p).ok())
+        .find(|o| sha256(o) == hash)
+        .unwrap_or_else(|| panic!("no eBPF object in {} hashes to {hash}", built.display()))
+}
+
+/// What ships carries only what users run: the eBPF object embedded in each binary has
+/// the tracer's programs and none of the benchmark's floor, and the binary has no
+/// `floor`, `lab-load` or `lab-soak` subcommand (the `fixtures` feature, off in `dist`),
+/// while the demo's own `lab-server` and `lab-client` are there.
+fn shipped_binaries_carry_no_fixture() {
+    use object::{Object as _, ObjectSymbol as _};
+    for arch in [Arch::X86_64, Arch::Aarch64] {
+        let v = ok(arch.run(&["--version"]), "--version");
+        let hash = v.lines().find_map(|l| l.strip_prefix("ebpf:   sha256:")).expect("an ebpf line");
+        let object = built_object(arch, hash);
+        let elf = object::File::parse(&*object).expect("the embedded eBPF object parses");
+        let programs: Vec<&str> = elf
+            .symbols()
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.is_global())
+            .filter_map(|s| s.name().ok())
+            .collect();
+        assert!(programs.contains(&"tfo_state"), "{arch:?}: the tracer's programs: {programs:?}");
+        let floor: Vec<&&str> = programs.iter().filter(|p| p.starts_with("floor")).collect();
+        assert!(floor.is_empty(), "{arch:?} ships the floor's programs {floor:?}");
+        for fixture in ["floor", "lab-load", "lab-soak"] {
+            let out = arch.run(&[fixture, "--help"]);
+            assert_eq!(out.status.code(), Some(2), "{arch:?} has `{fixture}`: {}", text(&out.stdout));
+        }
+        for demo_peer in ["lab-server", "lab-client"] {
+            ok(arch.run(&[demo_peer, "--help"]), demo_peer);
+        }
     }
 }
 
@@ -494,6 +528,7 @@ fn image_loads_into_docker_and_traces_the_lab_exactly() {
 tests_main!(
     static_binaries_have_no_interpreter_and_no_library,
     version_names_the_commit_target_and_embedded_ebpf_object,
+    shipped_binaries_carry_no_fixture,
     sha256sums_cover_and_match_every_artefact,
     x86_64_binary_runs_doctor_and_traces_the_lab_in_debian_11,
     aarch64_binary_runs_version_and_doctor_under_qemu_user,

@@ -283,7 +283,15 @@ fn lint() -> Vec<String> {
     // The eBPF crate is no_std for the bpf target: linted there, with core built from
     // source as aya-build does, in a target directory of its own.
     let mut ebpf = util::nightly("cargo");
-    ebpf.current_dir(&root).args(["clippy", "-p", "tfo-trace-ebpf", "--target", "bpfel-unknown-none"]);
+    // --all-features: the floor's programs (a `fixtures` build's) are linted too.
+    ebpf.current_dir(&root).args([
+        "clippy",
+        "-p",
+        "tfo-trace-ebpf",
+        "--all-features",
+        "--target",
+        "bpfel-unknown-none",
+    ]);
     ebpf.args(["-Z", "build-std=core", "--target-dir"]).arg(root.join("target/ebpf-clippy"));
     ebpf.args(["--", "-D", "warnings"]);
     let mut problems = Vec::new();

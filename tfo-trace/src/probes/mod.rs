@@ -1,6 +1,8 @@
 //! Loading and attaching the kernel programs: BTF layout, backend choice, fallbacks.
 pub mod btf;
 mod cast;
+#[cfg(feature = "fixtures")]
+pub mod floor;
 pub mod layout;
 pub mod table;
 
@@ -410,18 +412,6 @@ fn attach(ebpf: &mut Ebpf, hook: &table::Hook, btf: Option<&Btf>) -> Result<()> 
         }
     }
     Ok(())
-}
-
-/// Empty programs on `backend`'s tracepoints (the benchmark's floor): what attaching
-/// anything there costs per connection before a handler does any work.
-pub fn load_floor(backend: Backend) -> Result<Ebpf> {
-    raise_memlock_rlimit();
-    let mut ebpf = EbpfLoader::new()
-        .map_max_entries("EVENTS", 4096)
-        .load(EBPF_OBJECT)
-        .context("loading the eBPF object")?;
-    attach_all(&mut ebpf, table::floor_hooks(backend))?;
-    Ok(ebpf)
 }
 
 /// For `doctor`: whether each backend loads and attaches here (and how: its socket cast),

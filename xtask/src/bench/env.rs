@@ -38,13 +38,14 @@ impl Drop for Env {
 }
 
 impl Env {
-    pub(super) fn create() -> Result<Env> {
+    /// `bin`: the tfo-trace the bench runs.
+    pub(super) fn create(bin: PathBuf) -> Result<Env> {
         let pid = std::process::id();
         sweep_stale_namespaces();
         let scratch = std::env::temp_dir().join(format!("tfobench-{pid}"));
         fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
         let mut env = Env {
-            bin: release_bin(),
+            bin,
             ns: format!("tfobench-{pid}"),
             scratch,
             old_bpf_stats: None,

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::util::{self, is_root, run, workspace_root};
+use crate::util::{self, is_root, workspace_root};
 
 mod config;
 mod cost;
@@ -98,14 +98,13 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         bail!("the benchmark loads eBPF programs and makes network namespaces: run it as root");
     }
     let command = format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" "));
-    let mut build = util::cargo();
-    build.current_dir(workspace_root()).args(["build", "--release", "-p", "tfo-trace"]);
-    run(&mut build)?;
+    // The floor's programs and the generator (`lab-load`) come with the `fixtures` feature.
+    let bin = util::build_release_with_fixtures()?;
     ensure_tool("bpftrace", "bpftrace")?;
     ensure_tool("bpftool", "bpftool")?;
 
     let qemu_note = if args.no_wait { "not waited for (--no-wait)".to_string() } else { wait_for_qemu()? };
-    let mut env = Env::create()?;
+    let mut env = Env::create(bin)?;
     let loadavg = fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let loadavg = loadavg.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
     println!("bench: load average {loadavg}; qemu: {qemu_note}");
