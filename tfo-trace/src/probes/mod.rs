@@ -457,4 +457,23 @@ mod tests {
             assert!(obj.programs.contains_key(name), "program {name} is not in the eBPF object");
         }
     }
+
+    /// The object's `LAYOUT` (the programs' view of `KernelLayout`, as its BTF records it)
+    /// has every field of userspace's, at the same place and nothing more: the table both
+    /// are made from (`tfo_trace_common::kernel_structs!`) is the one the object was built
+    /// from, so each field userspace finds in BTF is the one the programs read.
+    #[test]
+    fn the_object_reads_the_layout_userspace_writes() {
+        use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+        let elf = object::File::parse(EBPF_OBJECT).expect("the embedded eBPF object parses");
+        let layout = elf.symbols().find(|s| s.name() == Ok("LAYOUT")).expect("a LAYOUT symbol");
+        assert_eq!(layout.size() as usize, std::mem::size_of::<tfo_trace_common::KernelLayout>());
+        let section = elf.section_by_name(".BTF").expect("the object's BTF");
+        let btf = btf::Btf::parse(section.data().unwrap()).expect("the object's BTF parses");
+        for (i, spec) in tfo_trace_common::KernelLayout::FIELDS.iter().enumerate() {
+            let member = btf.member("KernelLayout", spec.name);
+            let at = member.map(|m| m.bit_offset / 8);
+            assert_eq!(at, Some(i as u32 * 8), "{} in the object's KernelLayout", spec.name);
+        }
+    }
 }
