@@ -21,10 +21,10 @@ use std::{
 use common::{
     count,
     docker::{CgroupDriver, Engine},
-    netns_inode, Tracer,
+    netns_inode, Deltas, Tracer,
 };
 use tfo_trace::{
-    kernel::netstat::Netstat,
+    events::{Outcome, Role},
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
 };
 
@@ -168,7 +168,7 @@ impl Root {
     fn copy_in(&self, from: &Path, path: &str) {
         let to = self.merged.join(&path[1..]);
         fs::create_dir_all(to.parent().unwrap()).unwrap();
-        fs::copy(from, &to).unwrap_or_else(|e| panic!("copying {} in: {e}", from.display()));
+        fs::copy(from, &to).unwrap_or_else(|e| panic!("copying {} in: {e:?}", from.display()));
     }
 
     /// Every path inside (relative), except the host's mounts and what dpkg, man-db and
@@ -221,27 +221,22 @@ fn traces_the_lab_exactly(start: impl FnOnce() -> Tracer) {
     let lab = Lab::create(LabConfig::default()).unwrap();
     let _server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
     let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
-    let before = (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap());
+    let before = Deltas::since(&lab);
     let tracer = start();
     let n = 4;
     let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
     let run = lab.run_client(common::exe(), &ClientArgs { count: n + 1, ..ClientArgs::new(dst) }).unwrap();
     let (events, stderr) = tracer.stop();
-    let dc = Netstat::delta(&before.0, &lab.netstat(Side::Client).unwrap());
-    let ds = Netstat::delta(&before.1, &lab.netstat(Side::Server).unwrap());
+    let (dc, ds) = before.both();
     assert_eq!(run.ok_count(), (n + 1) as usize, "client: {}", run.stderr);
     assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n), "client counters: {dc:?}");
-    assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"), "{stderr:?}");
-    assert_eq!(count(&events, cli_ns, "client", "cookie_requested"), ds.get("TcpExtTCPFastOpenCookieReqd"));
-    assert_eq!(count(&events, srv_ns, "server", "accepted"), ds.get("TcpExtTCPFastOpenPassive"));
-    for e in events.iter().filter(|e| e["netns"] == cli_ns) {
-        assert_eq!(e["pid"], run.pid, "{e}");
-    }
+    eprintln!("tracer: {stderr:?}");
+    common::assert_traced_exactly(&events, &lab, &before, run.pid);
     eprintln!(
         "traced: {} client accepted (Active {}), {} server accepted (Passive {}); {}",
-        count(&events, cli_ns, "client", "accepted"),
+        count(&events, cli_ns, Role::Client, Outcome::Accepted),
         dc.get("TcpExtTCPFastOpenActive"),
-        count(&events, srv_ns, "server", "accepted"),
+        count(&events, srv_ns, Role::Server, Outcome::Accepted),
         ds.get("TcpExtTCPFastOpenPassive"),
         common::closing_line(&stderr).unwrap_or("no closing line")
     );
@@ -299,7 +294,7 @@ fn version_names_the_commit_target_and_embedded_ebpf_object() {
 fn built_object(arch: Arch, hash: &str) -> Vec<u8> {
     let built = target_dir().join(arch.triple()).join("release-static/build");
     fs::read_dir(&built)
-        .unwrap_or_else(|e| panic!("{}: {e}", built.display()))
+        .unwrap_or_else(|e| panic!("{}: {e:?}", built.display()))
         .map_while(Result::ok)
         .map(|e| e.path().join("out/tfo-trace"))
         .filter_map(|p| fs::read(p).ok())
