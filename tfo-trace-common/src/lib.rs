@@ -356,73 +356,235 @@ pub struct Field {
     pub size: u8,
 }
 
-/// Offsets of every kernel field the programs read. Filled in by userspace from
-/// /sys/kernel/btf/vmlinux before load: Rust eBPF cannot emit CO-RE relocations, and
-/// offsets generated for one kernel would be wrong on the next. It lives in the object's
-/// read-only data, frozen before the programs load, so the verifier knows every offset as
-/// a constant: that is what lets a BTF-typed program load a field directly.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KernelLayout {
-    // struct sock_common / struct sock (offsets from struct sock, which starts with them)
-    pub skc_family: Field,
-    pub skc_state: Field,
-    pub skc_num: Field,
-    pub skc_dport: Field,
-    pub skc_rcv_saddr: Field,
-    pub skc_daddr: Field,
-    pub skc_v6_rcv_saddr: Field,
-    pub skc_v6_daddr: Field,
-    pub skc_net: Field,
-    pub sk_protocol: Field,
-    pub tcp_rtx_queue: Field,
-    // struct net -> ns.inum
-    pub net_ns_inum: Field,
-    // struct net -> net_cookie (8 bytes where present): validates the per-CPU name cache
-    pub net_cookie: Field,
-    // struct tcp_sock (offsets from struct tcp_sock)
-    pub fastopen_req: Field,
-    pub total_retrans: Field,
-    pub bytes_sent: Field,
-    pub bytes_received: Field,
-    /// inet_sock's bound port (network order), in struct tcp_sock: still set when the
-    /// socket reaches CLOSE, where inet_put_port() has already cleared skc_num.
-    pub inet_sport: Field,
-    pub fastopen_connect: Field,
-    pub syn_data: Field,
-    pub syn_fastopen: Field,
-    pub syn_fastopen_exp: Field,
-    pub syn_data_acked: Field,
-    pub syn_fastopen_child: Field,
-    /// Smoothed RTT << 3, in us: for a server child leaving SYN_RECV, the SYN-ACK's RTT
-    /// (tcp_synack_rtt_meas), the child's handshake.
-    pub srtt_us: Field,
-    /// 8 bytes where present: the time of the packet being processed (handlers.rs).
-    pub tcp_clock_cache: Field,
-    // Server hooks on tcp_try_fastopen (fentry/kprobe backends)
-    /// struct tcp_fastopen_cookie: len (s8), exp (bool)
-    pub foc_len: Field,
-    pub foc_exp: Field,
-    /// struct sk_buff: cb[], where struct tcp_skb_cb { seq, end_seq, ... } lives
-    pub skb_cb: Field,
-    pub tcb_seq: Field,
-    pub tcb_end_seq: Field,
-    /// Listener's icsk_accept_queue.fastopenq.{qlen, max_qlen} (in struct tcp_sock)
-    pub fastopenq_qlen: Field,
-    pub fastopenq_max_qlen: Field,
-    /// struct net: ipv4.sysctl_tcp_fastopen (the namespace's bits, read at the SYN)
-    pub net_sysctl_tcp_fastopen: Field,
-    /// struct net: ipv4.tfo_active_disable_times (bumped when active TFO is paused)
-    pub net_tfo_active_disable_times: Field,
-    /// struct request_sock: num_retrans (u8), SYN-ACKs retransmitted so far
-    pub req_num_retrans: Field,
-    /// The cgroup tracepoints' `struct cgroup`: `kn` (its kernfs node, whose `id` is the
-    /// cgroup id) and `root` (whose `hierarchy_id` is 0 for the v2 hierarchy).
-    pub cgroup_kn: Field,
-    pub cgroup_root: Field,
-    pub kernfs_node_id: Field,
-    pub cgroup_root_hierarchy_id: Field,
+/// Every kernel struct member the programs read, declared once, here. First the kernel
+/// structs: the type that stands for a pointer to one in the programs, and its name in
+/// BTF. Then each member: its name (a [`KernelLayout`] field, and the accessor the
+/// programs read it with), its struct, how it is read, whether every supported kernel must
+/// have it, and its path in BTF. `$then!` is called with the table:
+///
+/// - tfo-trace-common makes [`KernelLayout`] (its fields in this order) and its
+///   [`FieldSpec`]s from it;
+/// - tfo-trace (probes/layout.rs) finds each member in the running kernel's BTF, and
+///   refuses a kernel where a `required` one is missing or shaped otherwise;
+/// - tfo-trace-ebpf (kernel.rs) makes one pointer type per struct with one accessor per
+///   member, so a member's width is its declared type's and a `tcp_sock` member cannot be
+///   read off a `sock` (as kunai's co_re accessors do with CO-RE).
+///
+/// How a member is read (what its accessor returns, and the shape userspace checks):
+/// - `u8` `u16` `u32` `u64` `i32`: one load of exactly that many bytes at a
+///   verifier-known offset (every supported kernel has it at that size, or it is absent);
+/// - `(ptr S)`: an 8-byte pointer to struct `S` of this table;
+/// - `bit`: a one-bit bitfield: a byte load and a shift;
+/// - `int`: any integer or bitfield, decoded at run time from its whole [`Field`]
+///   (presence, size, bit range): for members some kernels size differently, read off the
+///   paths every connection takes; 0 where this kernel has none, or with `(int or N)`, N;
+/// - `addr16`: a 16-byte address, in two 8-byte loads;
+/// - `(inner S)`: where struct `S` sits inside this one (an array member that holds it).
+#[macro_export]
+macro_rules! kernel_structs {
+    ($then:ident) => {
+        $then! {
+            structs {
+                // Both a full socket and a request sock start with it (struct sock's
+                // __sk_common, struct request_sock's __req_common).
+                SockCommon "sock_common",
+                Sock "sock",
+                Net "net",
+                TcpSock "tcp_sock",
+                FastopenCookie "tcp_fastopen_cookie",
+                SkBuff "sk_buff",
+                TcpSkbCb "tcp_skb_cb",
+                RequestSock "request_sock",
+                Cgroup "cgroup",
+                KernfsNode "kernfs_node",
+                CgroupRoot "cgroup_root",
+            }
+            fields {
+                skc_family: SockCommon u16 required ["skc_family"];
+                skc_state: SockCommon u8 required ["skc_state"];
+                skc_num: SockCommon u16 required ["skc_num"];
+                skc_dport: SockCommon u16 required ["skc_dport"];
+                skc_rcv_saddr: SockCommon u32 required ["skc_rcv_saddr"];
+                skc_daddr: SockCommon u32 required ["skc_daddr"];
+                skc_v6_rcv_saddr: SockCommon addr16 required ["skc_v6_rcv_saddr"];
+                skc_v6_daddr: SockCommon addr16 required ["skc_v6_daddr"];
+                // possible_net_t: one `struct net *`.
+                skc_net: SockCommon (ptr Net) required ["skc_net"];
+                // A u16 since 5.6 (a bitfield before: not a supported kernel).
+                sk_protocol: Sock u16 required ["sk_protocol"];
+                // The retransmit queue (an rb_root): 0 when it is empty.
+                tcp_rtx_queue: Sock u64 required ["tcp_rtx_queue"];
+                net_ns_inum: Net u32 required ["ns", "inum"];
+                // Validates the per-CPU name cache; without it each outcome reads ns.inum.
+                net_cookie: Net u64 optional ["net_cookie"];
+                fastopen_req: TcpSock u64 required ["fastopen_req"];
+                total_retrans: TcpSock u32 required ["total_retrans"];
+                bytes_sent: TcpSock u64 required ["bytes_sent"];
+                bytes_received: TcpSock u64 required ["bytes_received"];
+                // inet_sock's bound port (network order): still set when the socket
+                // reaches CLOSE, where inet_put_port() has already cleared skc_num.
+                inet_sport: TcpSock u16 required ["inet_conn", "icsk_inet", "inet_sport"];
+                fastopen_connect: TcpSock bit required ["fastopen_connect"];
+                syn_data: TcpSock bit required ["syn_data"];
+                syn_fastopen: TcpSock bit required ["syn_fastopen"];
+                syn_fastopen_exp: TcpSock bit required ["syn_fastopen_exp"];
+                syn_data_acked: TcpSock bit required ["syn_data_acked"];
+                // Added in 6.x; older kernels fall back to syn_data_acked (handlers.rs).
+                syn_fastopen_child: TcpSock bit optional ["syn_fastopen_child"];
+                // Smoothed RTT << 3, in us: for a server child leaving SYN_RECV, the
+                // SYN-ACK's RTT (tcp_synack_rtt_meas), the child's handshake.
+                srtt_us: TcpSock u32 required ["srtt_us"];
+                // The time of the packet being processed (handlers.rs); without it,
+                // outcomes read the clock.
+                tcp_clock_cache: TcpSock u64 optional ["tcp_clock_cache"];
+                // The cookie of tcp_try_fastopen(), whose hooks (fentry/kprobe backends)
+                // read this and the SYN's sequence numbers: a kernel without one of these
+                // loses that detail, not the tracer. len is an s8: -1 no option, 0 a
+                // cookie request, > 0 a cookie.
+                foc_len: FastopenCookie (int or -1) optional ["len"];
+                foc_exp: FastopenCookie int optional ["exp"];
+                // cb[], where struct tcp_skb_cb lives.
+                skb_cb: SkBuff (inner TcpSkbCb) optional ["cb"];
+                tcb_seq: TcpSkbCb int optional ["seq"];
+                tcb_end_seq: TcpSkbCb int optional ["end_seq"];
+                // A listener's TFO queue.
+                fastopenq_qlen: TcpSock int optional ["icsk_accept_queue", "fastopenq", "qlen"];
+                fastopenq_max_qlen: TcpSock int optional ["icsk_accept_queue", "fastopenq", "max_qlen"];
+                // The namespace's TFO bits, read at the SYN.
+                net_sysctl_tcp_fastopen: Net int optional ["ipv4", "sysctl_tcp_fastopen"];
+                // An atomic_t, bumped when active TFO is paused; read on every plain
+                // client's handshake.
+                net_tfo_active_disable_times: Net u32 optional ["ipv4", "tfo_active_disable_times"];
+                // SYN-ACKs retransmitted so far.
+                req_num_retrans: RequestSock int optional ["num_retrans"];
+                // Read only by the cgroup tracepoints (a new or removed cgroup, never a
+                // connection); without them containers are named by walking the
+                // hierarchy. A cgroup's kernfs node's id is the cgroup id; its root's
+                // hierarchy_id is 0 for the v2 hierarchy.
+                cgroup_kn: Cgroup (ptr KernfsNode) optional ["kn"];
+                cgroup_root: Cgroup (ptr CgroupRoot) optional ["root"];
+                kernfs_node_id: KernfsNode u64 optional ["id"];
+                cgroup_root_hierarchy_id: CgroupRoot i32 optional ["hierarchy_id"];
+            }
+        }
+    };
 }
+
+/// What userspace checks of a member in BTF before load, from how [`kernel_structs!`]
+/// says the programs read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// A whole member of exactly this many bytes.
+    Bytes(u32),
+    /// A one-bit bitfield.
+    OneBit,
+    /// Any shape: the programs decode the whole [`Field`] at run time.
+    Any,
+}
+
+/// One member of [`kernel_structs!`], as userspace looks it up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldSpec {
+    /// The [`KernelLayout`] field (and the programs' accessor).
+    pub name: &'static str,
+    /// The kernel struct, as BTF names it.
+    pub strukt: &'static str,
+    /// The member's path inside it.
+    pub path: &'static [&'static str],
+    pub shape: Shape,
+    /// Every supported kernel has it: its absence (or another shape) refuses the kernel.
+    pub required: bool,
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __field_shape {
+    (bit) => {
+        $crate::Shape::OneBit
+    };
+    (int) => {
+        $crate::Shape::Any
+    };
+    ((int or $absent:literal)) => {
+        $crate::Shape::Any
+    };
+    (addr16) => {
+        $crate::Shape::Bytes(16)
+    };
+    ((ptr $to:ident)) => {
+        $crate::Shape::Bytes(8)
+    };
+    ((inner $to:ident)) => {
+        $crate::Shape::Any
+    };
+    ($int:ty) => {
+        $crate::Shape::Bytes(core::mem::size_of::<$int>() as u32)
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __field_required {
+    (required) => {
+        true
+    };
+    (optional) => {
+        false
+    };
+}
+
+macro_rules! kernel_layout {
+    (
+        structs { $( $strukt:ident $btf:literal, )* }
+        fields { $( $name:ident : $owner:ident $read:tt $req:ident [$($path:literal),+]; )* }
+    ) => {
+        /// The BTF name of each struct of [`kernel_structs!`].
+        #[allow(non_upper_case_globals)]
+        mod btf_name {
+            $( pub const $strukt: &str = $btf; )*
+        }
+
+        /// Offsets of every kernel field the programs read ([`kernel_structs!`], in its
+        /// order). Filled in by userspace from /sys/kernel/btf/vmlinux before load: Rust
+        /// eBPF cannot emit CO-RE relocations, and offsets generated for one kernel would be
+        /// wrong on the next. It lives in the object's read-only data, frozen before the
+        /// programs load, so the verifier knows every offset as a constant: that is what
+        /// lets a BTF-typed program load a field directly.
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct KernelLayout {
+            $( pub $name: Field, )*
+        }
+
+        impl KernelLayout {
+            /// Each field's spec, in the order of the struct's fields.
+            pub const FIELDS: &'static [FieldSpec] = &[
+                $( FieldSpec {
+                    name: stringify!($name),
+                    strukt: btf_name::$owner,
+                    path: &[$($path),+],
+                    shape: $crate::__field_shape!($read),
+                    required: $crate::__field_required!($req),
+                }, )*
+            ];
+
+            /// Each field with its spec, in order.
+            pub fn with_specs(&self) -> impl Iterator<Item = (&'static FieldSpec, Field)> {
+                Self::FIELDS.iter().zip([ $( self.$name, )* ])
+            }
+
+            /// A layout with each field made by `field` from its spec, in order.
+            pub fn try_from_specs<E>(
+                mut field: impl FnMut(&FieldSpec) -> Result<Field, E>,
+            ) -> Result<Self, E> {
+                let mut specs = Self::FIELDS.iter();
+                let mut next = || field(specs.next().expect("one spec per field"));
+                Ok(KernelLayout { $( $name: next()?, )* })
+            }
+        }
+    };
+}
+kernel_structs!(kernel_layout);
 
 /// Global flags userspace sets before load (read-only data: the verifier prunes the
 /// branches a backend does not take).
@@ -539,14 +701,23 @@ mod pod {
     // SAFETY: all of these are repr(C), made only of integers and byte arrays, with
     // every padding byte spelled out as a field, so any bit pattern is a valid value.
     unsafe impl aya::Pod for super::TfoEvent {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::CgroupEvent {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::Field {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::KernelLayout {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::ListenerKey {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::ProcInfo {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::CountKey {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::Counts {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::Filter {}
+    // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::Cidr {}
 }
 
@@ -574,6 +745,43 @@ mod tests {
         assert_eq!(size_of::<Filter>(), 32 + 128 + 32 + 16 + 192 + 192 + 8 + 8);
         assert_eq!(size_of::<CountKey>(), 8);
         assert_eq!(size_of::<Counts>(), 8 * (7 + HANDSHAKE_BUCKETS));
+    }
+
+    /// Each field of `KernelLayout` is made from its own spec, in the struct's order: the
+    /// table of kernel_structs! is the only place a member is declared.
+    #[test]
+    fn every_layout_field_has_its_spec_in_order() {
+        let n = KernelLayout::FIELDS.len();
+        assert_eq!(size_of::<KernelLayout>(), n * size_of::<Field>(), "one Field per spec");
+        // Each field gets its spec's index as its offset...
+        let mut i = 0;
+        let layout = KernelLayout::try_from_specs::<()>(|_| {
+            i += 1;
+            Ok(Field { off: i - 1, ..Field::default() })
+        })
+        .unwrap();
+        // ... and the field named like a spec holds that spec's index.
+        assert_eq!(layout.skc_family.off, 0);
+        assert_eq!(KernelLayout::FIELDS[layout.fastopen_req.off as usize].name, "fastopen_req");
+        assert_eq!(
+            KernelLayout::FIELDS[layout.cgroup_root_hierarchy_id.off as usize].name,
+            "cgroup_root_hierarchy_id"
+        );
+        assert_eq!(layout.cgroup_root_hierarchy_id.off as usize, n - 1);
+        for (j, spec) in KernelLayout::FIELDS.iter().enumerate() {
+            assert!(KernelLayout::FIELDS[..j].iter().all(|s| s.name != spec.name), "{} twice", spec.name);
+        }
+        // Widths come from the declared types.
+        let spec = |name: &str| *KernelLayout::FIELDS.iter().find(|s| s.name == name).unwrap();
+        assert_eq!(spec("skc_state").shape, Shape::Bytes(1));
+        assert_eq!(spec("skc_family").shape, Shape::Bytes(2));
+        assert_eq!(spec("total_retrans").shape, Shape::Bytes(4));
+        assert_eq!(spec("skc_net").shape, Shape::Bytes(8));
+        assert_eq!(spec("skc_v6_daddr").shape, Shape::Bytes(16));
+        assert_eq!(spec("syn_data").shape, Shape::OneBit);
+        assert_eq!(spec("foc_len").shape, Shape::Any);
+        assert_eq!((spec("skc_family").strukt, spec("fastopen_req").strukt), ("sock_common", "tcp_sock"));
+        assert!(spec("fastopen_req").required && !spec("net_cookie").required);
     }
 
     #[test]

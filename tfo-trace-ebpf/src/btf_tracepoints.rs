@@ -5,7 +5,7 @@ use aya_ebpf::{macros::btf_tracepoint, programs::BtfTracePointContext};
 
 use crate::{
     handlers::{on_retransmit, on_state_change, on_synack_retransmit},
-    kernel::Direct,
+    kernel::{Direct, RequestSock, Sock},
 };
 
 /// TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)
@@ -14,7 +14,7 @@ use crate::{
 pub fn tfo_state(ctx: BtfTracePointContext) -> i32 {
     let old: i32 = ctx.arg(1);
     let new: i32 = ctx.arg(2);
-    on_state_change::<Direct>(ctx.arg(0), old, new);
+    on_state_change::<Direct>(Sock::at(ctx.arg(0)), old, new);
     0
 }
 
@@ -22,7 +22,7 @@ pub fn tfo_state(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "tcp_retransmit_skb")]
 #[inline(always)] // into the entry point: no bpf-to-bpf call per run
 pub fn tfo_retransmit(ctx: BtfTracePointContext) -> i32 {
-    on_retransmit::<Direct>(ctx.arg(0));
+    on_retransmit::<Direct>(Sock::at(ctx.arg(0)));
     0
 }
 
@@ -30,6 +30,6 @@ pub fn tfo_retransmit(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "tcp_retransmit_synack")]
 #[inline(always)] // into the entry point: no bpf-to-bpf call per run
 pub fn tfo_synack_retransmit(ctx: BtfTracePointContext) -> i32 {
-    on_synack_retransmit::<Direct>(ctx.arg(0), ctx.arg(1));
+    on_synack_retransmit::<Direct>(Sock::at(ctx.arg(0)), RequestSock::at(ctx.arg(1)));
     0
 }

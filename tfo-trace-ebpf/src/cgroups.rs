@@ -17,7 +17,7 @@ use aya_ebpf::{
 use tfo_trace_common::{cgroup_event, counter, CgroupEvent, CGROUP_PATH_LEN};
 
 use crate::{
-    kernel::{fixed, present, Probe},
+    kernel::{present, Cgroup, Probe},
     maps::bump,
 };
 
@@ -28,30 +28,29 @@ pub static CGROUP_EVENTS: RingBuf = RingBuf::with_byte_size(256 << 10, 0);
 
 #[raw_tracepoint(tracepoint = "cgroup_mkdir")]
 pub fn tfo_cgroup_mkdir(ctx: RawTracePointContext) -> i32 {
-    on_cgroup(ctx.arg(0), ctx.arg(1), cgroup_event::MADE);
+    on_cgroup(Cgroup::at(ctx.arg(0)), ctx.arg(1), cgroup_event::MADE);
     0
 }
 
 #[raw_tracepoint(tracepoint = "cgroup_rmdir")]
 pub fn tfo_cgroup_rmdir(ctx: RawTracePointContext) -> i32 {
-    on_cgroup(ctx.arg(0), ctx.arg(1), cgroup_event::REMOVED);
+    on_cgroup(Cgroup::at(ctx.arg(0)), ctx.arg(1), cgroup_event::REMOVED);
     0
 }
 
 #[inline(always)]
-fn on_cgroup(cgrp: *const u8, path: *const u8, kind: u32) {
+fn on_cgroup(cgrp: Cgroup<Probe>, path: *const u8, kind: u32) {
     if !present!(cgroup_kn) || !present!(cgroup_root) || !present!(kernfs_node_id) {
         return;
     }
     // Only the v2 hierarchy (hierarchy_id 0): bpf_get_current_cgroup_id() names a cgroup
     // there, and a v1 hierarchy's ids are another numbering (a hybrid host makes a
     // docker container's directory in each).
-    let root = fixed!(Probe, cgrp, cgroup_root: u64) as *const u8;
-    if root.is_null() || fixed!(Probe, root, cgroup_root_hierarchy_id: i32) != 0 {
+    let root = cgrp.cgroup_root();
+    if root.is_null() || root.cgroup_root_hierarchy_id() != 0 {
         return;
     }
-    let kn = fixed!(Probe, cgrp, cgroup_kn: u64) as *const u8;
-    let id: u64 = fixed!(Probe, kn, kernfs_node_id: u64);
+    let id = cgrp.cgroup_kn().kernfs_node_id();
     if id == 0 {
         return;
     }

@@ -7,7 +7,7 @@ use aya_ebpf::{
 
 use crate::{
     handlers::{detect_blackhole_enter, detect_blackhole_exit, on_cookie_cached},
-    kernel::Direct,
+    kernel::{Direct, FastopenCookie, RequestSock, SkBuff, Sock},
     server::{try_fastopen_enter, try_fastopen_exit, CallArgs},
 };
 
@@ -15,28 +15,38 @@ use crate::{
 ///     struct request_sock *req, struct tcp_fastopen_cookie *foc, const struct dst_entry *dst)
 #[fentry(function = "tcp_try_fastopen")]
 pub fn tfo_try_fastopen_fentry(ctx: FEntryContext) -> u32 {
-    try_fastopen_enter::<Direct>(ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3));
+    let (sk, skb, req, foc) = (
+        Sock::at(ctx.arg(0)),
+        SkBuff::at(ctx.arg(1)),
+        RequestSock::at(ctx.arg(2)),
+        FastopenCookie::at(ctx.arg(3)),
+    );
+    try_fastopen_enter::<Direct>(sk, skb, req, foc);
     0
 }
 
 #[fexit(function = "tcp_try_fastopen")]
 pub fn tfo_try_fastopen_fexit(ctx: FExitContext) -> u32 {
     // fexit sees the arguments, then the return value.
-    let args = CallArgs { sk: ctx.arg(0), req: ctx.arg(2), foc: ctx.arg(3) };
-    try_fastopen_exit::<Direct>(args, ctx.arg(5));
+    let args = CallArgs {
+        sk: Sock::at(ctx.arg(0)),
+        req: RequestSock::at(ctx.arg(2)),
+        foc: FastopenCookie::at(ctx.arg(3)),
+    };
+    try_fastopen_exit::<Direct>(args, Sock::at(ctx.arg(5)));
     0
 }
 
 /// void tcp_fastopen_active_detect_blackhole(struct sock *sk, bool expired)
 #[fentry(function = "tcp_fastopen_active_detect_blackhole")]
 pub fn tfo_blackhole_fentry(ctx: FEntryContext) -> u32 {
-    detect_blackhole_enter::<Direct>(ctx.arg(0));
+    detect_blackhole_enter::<Direct>(Sock::at(ctx.arg(0)));
     0
 }
 
 #[fexit(function = "tcp_fastopen_active_detect_blackhole")]
 pub fn tfo_blackhole_fexit(ctx: FExitContext) -> u32 {
-    detect_blackhole_exit::<Direct>(ctx.arg(0));
+    detect_blackhole_exit::<Direct>(Sock::at(ctx.arg(0)));
     0
 }
 
@@ -44,6 +54,6 @@ pub fn tfo_blackhole_fexit(ctx: FExitContext) -> u32 {
 ///     bool syn_lost, u16 try_exp)
 #[fentry(function = "tcp_fastopen_cache_set")]
 pub fn tfo_cookie_cached_fentry(ctx: FEntryContext) -> u32 {
-    on_cookie_cached::<Direct>(ctx.arg(0), ctx.arg(2));
+    on_cookie_cached::<Direct>(Sock::at(ctx.arg(0)), FastopenCookie::at(ctx.arg(2)));
     0
 }

@@ -93,12 +93,13 @@ pub fn process_selected(pid: u32, comm: &[u64; 2]) -> bool {
     if n > 0 {
         let mut hit = false;
         for i in 0..FILTER_SLOTS {
-            // SAFETY: the helper takes the cgroup array and a slot; a slot out of range or
-            // empty answers an error (< 0), not 1.
-            if i < n
-                && unsafe { bpf_current_task_under_cgroup(&CGROUP_FILTER as *const _ as *mut _, i as u32) }
-                    == 1
-            {
+            // The helper takes the cgroup array and a slot; a slot out of range or empty
+            // answers an error (< 0), not 1.
+            let under = |slot: u32| {
+                // SAFETY: as said above; the helper only reads the map and the task.
+                unsafe { bpf_current_task_under_cgroup(&CGROUP_FILTER as *const _ as *mut _, slot) }
+            };
+            if i < n && under(i as u32) == 1 {
                 hit = true;
             }
         }

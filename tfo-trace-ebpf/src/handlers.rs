@@ -33,8 +33,8 @@ use crate::{
     filter,
     globals::config_has,
     kernel::{
-        bit, family_of, fixed, flag, int, is_tcp, layout, net_of, netns_of, present, state_of, tuple_of,
-        Access, TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
+        family_of, is_tcp, netns_of, present, state_of, tuple_of, Access, FastopenCookie, RequestSock, Sock,
+        SockCommon, TcpSock, TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
     maps::{
         bump, conn_state, count, emit_with, follow, forget, get16, now, put16, ConnState, Measure, Process,
@@ -64,17 +64,17 @@ fn current_process() -> Process {
 /// `sock:inet_sock_set_state`: every TCP state change (and SCTP's, which never pass
 /// through SYN_SENT or SYN_RECV).
 #[inline(always)]
-pub fn on_state_change<A: Access>(sk: *const u8, old: i32, new: i32) {
+pub fn on_state_change<A: Access>(sk: Sock<A>, old: i32, new: i32) {
     // The transition costs nothing to test; most state changes of a connection
     // (FIN_WAIT*, CLOSE_WAIT, ...) matter to no handler below.
     match (old, new) {
-        (TCP_CLOSE, TCP_SYN_SENT) => client_connect::<A>(sk),
-        (TCP_SYN_SENT, TCP_ESTABLISHED) => client_established::<A>(sk),
-        (TCP_SYN_SENT, TCP_CLOSE) => client_failed::<A>(sk),
+        (TCP_CLOSE, TCP_SYN_SENT) => client_connect(sk),
+        (TCP_SYN_SENT, TCP_ESTABLISHED) => client_established(sk),
+        (TCP_SYN_SENT, TCP_CLOSE) => client_failed(sk),
         // Pruned by the verifier where tcp_try_fastopen reports the server side.
-        (TCP_SYN_RECV, _) if config_has(config::SERVER_FROM_STATE) => server_child_resolved::<A>(sk),
-        (_, TCP_LISTEN) => listener_started::<A>(sk),
-        (TCP_LISTEN, TCP_CLOSE) => listener_stopped::<A>(sk),
+        (TCP_SYN_RECV, _) if config_has(config::SERVER_FROM_STATE) => server_child_resolved(sk),
+        (_, TCP_LISTEN) => listener_started(sk),
+        (TCP_LISTEN, TCP_CLOSE) => listener_stopped(sk),
         _ => {}
     }
 }
@@ -152,7 +152,7 @@ impl Known {
 /// the 512-byte BPF stack), plus what `extra` adds.
 #[inline(always)]
 pub(crate) fn record<A: Access>(
-    sk: *const u8,
+    sk: SockCommon<A>,
     role: Role,
     outcome: Outcome,
     netns: u32,
@@ -166,7 +166,7 @@ pub(crate) fn record<A: Access>(
     let key = CountKey { netns, role: role as u8, outcome: outcome as u8, _pad: 0 };
     count(key, &measure);
     emit_with(|ev| {
-        let t = tuple_of::<A>(sk);
+        let t = tuple_of(sk);
         ev.ts_ns = if measure.at_ns != 0 { measure.at_ns } else { now() };
         put16(&mut ev.saddr, t.saddr);
         put16(&mut ev.daddr, t.daddr);
@@ -195,8 +195,8 @@ pub(crate) fn record<A: Access>(
 
 /// `tcp:tcp_retransmit_skb`: times the SYN timeouts of TFO connections we follow.
 #[inline(always)]
-pub fn on_retransmit<A: Access>(sk: *const u8) {
-    if state_of::<A>(sk) != TCP_SYN_SENT {
+pub fn on_retransmit<A: Access>(sk: Sock<A>) {
+    if state_of(sk.common()) != TCP_SYN_SENT {
         return; // data retransmissions: by far the most, and none of ours
     }
     let state = conn_state(sk);
@@ -214,20 +214,20 @@ pub fn on_retransmit<A: Access>(sk: *const u8) {
 /// `fastopen_req` is set for sendto(MSG_FASTOPEN), `fastopen_connect` for
 /// TCP_FASTOPEN_CONNECT.
 #[inline(always)]
-fn client_connect<A: Access>(sk: *const u8) {
+fn client_connect<A: Access>(sk: Sock<A>) {
     let tp = A::tcp_view(sk);
     if tp.is_null() {
         return;
     }
-    if fixed!(A, tp, fastopen_req: u64) == 0 && !bit!(A, tp, fastopen_connect) {
+    if tp.fastopen_req() == 0 && !tp.fastopen_connect() {
         return; // a plain connect
     }
-    client_connect_tfo::<A>(sk);
+    client_connect_tfo(sk);
 }
 
 #[inline(never)] // see the module's doc
-fn client_connect_tfo<A: Access>(sk: *const u8) {
-    if !is_tcp::<A>(sk) {
+fn client_connect_tfo<A: Access>(sk: Sock<A>) {
+    if !is_tcp(sk) {
         return;
     }
     let process = current_process();
@@ -237,8 +237,8 @@ fn client_connect_tfo<A: Access>(sk: *const u8) {
     // Where it goes is known at connect() (tcp_v4_connect sets the destination and the
     // route's source before SYN_SENT); only the source port comes later.
     if filter::needs_state() {
-        let t = tuple_of::<A>(sk);
-        if !filter::connection_selected(netns_of::<A>(sk), t.family, &t.daddr, t.dport, &t.saddr) {
+        let t = tuple_of(sk.common());
+        if !filter::connection_selected(netns_of(sk.common()), t.family, &t.daddr, t.dport, &t.saddr) {
             return;
         }
     }
@@ -255,12 +255,8 @@ struct ClientFlags {
 }
 
 #[inline(always)]
-fn client_flags<A: Access>(tp: *const u8) -> ClientFlags {
-    ClientFlags {
-        syn_data: bit!(A, tp, syn_data),
-        syn_fastopen: bit!(A, tp, syn_fastopen),
-        exp: bit!(A, tp, syn_fastopen_exp),
-    }
+fn client_flags<A: Access>(tp: TcpSock<A>) -> ClientFlags {
+    ClientFlags { syn_data: tp.syn_data(), syn_fastopen: tp.syn_fastopen(), exp: tp.syn_fastopen_exp() }
 }
 
 /// When the packet that changes this socket's state is being processed. Before it changes
@@ -269,9 +265,9 @@ fn client_flags<A: Access>(tp: *const u8) -> ClientFlags {
 /// written instead of a clock read (a paravirtual clock call in a VM); a few microseconds
 /// earlier than the state change itself. A clock read where the kernel has no such member.
 #[inline(always)]
-fn packet_time_ns<A: Access>(tp: *const u8) -> u64 {
+fn packet_time_ns<A: Access>(tp: TcpSock<A>) -> u64 {
     if present!(tcp_clock_cache) {
-        let t = fixed!(A, tp, tcp_clock_cache: u64);
+        let t = tp.tcp_clock_cache();
         if t != 0 {
             return t;
         }
@@ -283,15 +279,15 @@ fn packet_time_ns<A: Access>(tp: *const u8) -> u64 {
 /// the handshake's own sample: tcp_ack() on the SYN-ACK (client, timed from the last SYN's
 /// timestamp echo) or tcp_synack_rtt_meas() (server child); 0 where Karn's rule gave none.
 #[inline(always)]
-fn srtt_ns<A: Access>(tp: *const u8) -> u64 {
-    (fixed!(A, tp, srtt_us: u32) as u64 >> 3) * 1000
+fn srtt_ns<A: Access>(tp: TcpSock<A>) -> u64 {
+    (tp.srtt_us() as u64 >> 3) * 1000
 }
 
 /// Payload bytes of the SYN-data: nothing but the SYN-data has been sent before the
 /// handshake resolves, so bytes_sent is its length (retransmitted SYNs carry none).
 #[inline(always)]
-fn syn_data_bytes<A: Access>(tp: *const u8) -> u32 {
-    fixed!(A, tp, bytes_sent: u64) as u32
+fn syn_data_bytes<A: Access>(tp: TcpSock<A>) -> u32 {
+    tp.bytes_sent() as u32
 }
 
 /// Whether a connection whose SYN had no TFO option may still have asked for TFO (and be
@@ -302,32 +298,30 @@ fn syn_data_bytes<A: Access>(tp: *const u8) -> u32 {
 /// a plain connect, and the state lookup is skipped. (Not covered: an option left out for
 /// lack of option space, as with TCP-MD5; its state ages out of the LRU hash.)
 #[inline(always)]
-fn may_have_left_option_out<A: Access>(sk: *const u8, tp: *const u8) -> bool {
-    bit!(A, tp, fastopen_connect)
-        || !present!(net_tfo_active_disable_times)
-        || active_disable_times::<A>(sk) != 0
+fn may_have_left_option_out<A: Access>(sk: Sock<A>, tp: TcpSock<A>) -> bool {
+    tp.fastopen_connect() || !present!(net_tfo_active_disable_times) || active_disable_times(sk) != 0
 }
 
 #[inline(always)]
-fn client_established<A: Access>(sk: *const u8) {
+fn client_established<A: Access>(sk: Sock<A>) {
     let tp = A::tcp_view(sk);
     if tp.is_null() {
         return;
     }
-    let f = client_flags::<A>(tp);
-    if !f.syn_data && !f.syn_fastopen && !may_have_left_option_out::<A>(sk, tp) {
+    let f = client_flags(tp);
+    if !f.syn_data && !f.syn_fastopen && !may_have_left_option_out(sk, tp) {
         return; // plain: no lookup, nothing written
     }
-    client_established_tfo::<A>(sk);
+    client_established_tfo(sk);
 }
 
 #[inline(never)] // see the module's doc
-fn client_established_tfo<A: Access>(sk: *const u8) {
+fn client_established_tfo<A: Access>(sk: Sock<A>) {
     let tp = A::tcp_sock(sk);
     if tp.is_null() {
         return;
     }
-    let f = client_flags::<A>(tp);
+    let f = client_flags(tp);
     let no_tfo_option = !f.syn_data && !f.syn_fastopen;
     // A connection that asked for TFO has state (and one older than the tracer may not).
     let state = conn_state(sk);
@@ -335,11 +329,11 @@ fn client_established_tfo<A: Access>(sk: *const u8) {
         return; // plain, or filtered out at connect (or older than the tracer, with filters)
     }
     let conn = Known::of(state);
-    let at_ns = if conn.known { packet_time_ns::<A>(tp) } else { 0 }; // handshake and event
-    let total_retrans = fixed!(A, tp, total_retrans: u32);
+    let at_ns = if conn.known { packet_time_ns(tp) } else { 0 }; // handshake and event
+    let total_retrans = tp.total_retrans();
     let outcome = if f.syn_data {
         // tcp_rcv_fastopen_synack: data = tp->syn_data ? tcp_rtx_queue_head(sk) : NULL.
-        if fixed!(A, sk, tcp_rtx_queue: u64) == 0 {
+        if sk.tcp_rtx_queue() == 0 {
             Outcome::Accepted
         } else if total_retrans > 0 {
             Outcome::SynRetransmitted
@@ -355,15 +349,12 @@ fn client_established_tfo<A: Access>(sk: *const u8) {
     } else {
         Outcome::NotAttempted
     };
-    let data = if f.syn_data { syn_data_bytes::<A>(tp) } else { 0 };
+    let data = if f.syn_data { syn_data_bytes(tp) } else { 0 };
     let handshake_ns = conn.since_start(at_ns);
-    let stall_ns = if total_retrans > 0 {
-        conn.stall_at_synack_ns(handshake_ns, srtt_ns::<A>(tp))
-    } else {
-        conn.stall_ns()
-    };
+    let stall_ns =
+        if total_retrans > 0 { conn.stall_at_synack_ns(handshake_ns, srtt_ns(tp)) } else { conn.stall_ns() };
     let measure = Measure { stall_ns, syn_data_bytes: data, retransmits: total_retrans, handshake_ns, at_ns };
-    record::<A>(sk, Role::Client, outcome, netns_of::<A>(sk), &conn, measure, |ev| {
+    record(sk.common(), Role::Client, outcome, netns_of(sk.common()), &conn, measure, |ev| {
         if f.exp {
             ev.flags |= flags::EXP_OPTION;
         }
@@ -378,7 +369,7 @@ fn client_established_tfo<A: Access>(sk: *const u8) {
 
 /// SYN_SENT -> CLOSE: a TFO connection that never completed (timeout, reset, refused).
 #[inline(never)] // rare: out of the plain connections' way (the module's doc)
-fn client_failed<A: Access>(sk: *const u8) {
+fn client_failed<A: Access>(sk: Sock<A>) {
     let state = conn_state(sk);
     if state.is_null() {
         return;
@@ -389,13 +380,13 @@ fn client_failed<A: Access>(sk: *const u8) {
     if tp.is_null() {
         return;
     }
-    let total_retrans = fixed!(A, tp, total_retrans: u32);
-    let f = client_flags::<A>(tp);
+    let total_retrans = tp.total_retrans();
+    let f = client_flags(tp);
     // A deferred TCP_FASTOPEN_CONNECT socket closed before its first write sent nothing.
     if !(f.syn_data || f.syn_fastopen || total_retrans > 0) {
         return;
     }
-    let data = if f.syn_data { syn_data_bytes::<A>(tp) } else { 0 };
+    let data = if f.syn_data { syn_data_bytes(tp) } else { 0 };
     let measure = Measure {
         stall_ns: conn.stall_ns(),
         syn_data_bytes: data,
@@ -406,8 +397,8 @@ fn client_failed<A: Access>(sk: *const u8) {
     // tcp_set_state(TCP_CLOSE) runs inet_put_port(), which zeroes skc_num, before this
     // tracepoint fires (for a reset as for a timeout): the port the SYN left from is
     // still in inet_sport.
-    let bound_port = u16::from_be(fixed!(A, tp, inet_sport: u16));
-    record::<A>(sk, Role::Client, Outcome::ConnectFailed, netns_of::<A>(sk), &conn, measure, |ev| {
+    let bound_port = u16::from_be(tp.inet_sport());
+    record(sk.common(), Role::Client, Outcome::ConnectFailed, netns_of(sk.common()), &conn, measure, |ev| {
         if ev.sport == 0 {
             ev.sport = bound_port;
         }
@@ -423,29 +414,29 @@ static BLACKHOLE_SEEN: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 
 /// The socket's namespace's tfo_active_disable_times; 0 where this kernel has none
 /// (userspace gives the member only at the 4 bytes read here).
 #[inline(always)]
-fn active_disable_times<A: Access>(sk: *const u8) -> u64 {
-    let net = net_of::<A>(sk);
+fn active_disable_times<A: Access>(sk: Sock<A>) -> u64 {
+    let net = sk.common().skc_net();
     if !present!(net_tfo_active_disable_times) || net.is_null() {
         return 0;
     }
-    fixed!(A, net, net_tfo_active_disable_times: u32) as u64
+    net.net_tfo_active_disable_times() as u64
 }
 
 /// Entry of tcp_fastopen_active_detect_blackhole(sk, expired), called on every SYN or
 /// retransmission timeout. tcp_fastopen_active_disable() is inlined into it on some
 /// kernels, so the pause is seen as its effect: the counter moving during the call.
 #[inline(always)]
-pub fn detect_blackhole_enter<A: Access>(sk: *const u8) {
+pub fn detect_blackhole_enter<A: Access>(sk: Sock<A>) {
     if let Some(slot) = BLACKHOLE_SEEN.get_ptr_mut(0) {
         // SAFETY: per-CPU slot, used from entry to exit of one call on this CPU.
-        unsafe { *slot = [sk as u64, active_disable_times::<A>(sk)] };
+        unsafe { *slot = [sk.addr(), active_disable_times(sk)] };
     }
 }
 
 /// Exit of the same call. fexit sees the arguments again (`sk`, a typed pointer the
 /// direct loads need); a kretprobe does not (`sk` null), and uses the address entry saw.
 #[inline(always)]
-pub fn detect_blackhole_exit<A: Access>(sk: *const u8) {
+pub fn detect_blackhole_exit<A: Access>(sk: Sock<A>) {
     let Some(slot) = BLACKHOLE_SEEN.get_ptr_mut(0) else { return };
     let words = slot as *mut u64;
     // SAFETY: as above; cleared (word by word, not a memset call) so one entry is used once.
@@ -457,8 +448,8 @@ pub fn detect_blackhole_exit<A: Access>(sk: *const u8) {
     };
     // As in server::try_fastopen_exit: typed hooks read from their own argument.
     let sk = if !A::TYPED {
-        seen_sk as *const u8
-    } else if !sk.is_null() && sk as u64 == seen_sk {
+        Sock::at(seen_sk as *const u8)
+    } else if !sk.is_null() && sk.addr() == seen_sk {
         sk
     } else {
         return;
@@ -466,7 +457,7 @@ pub fn detect_blackhole_exit<A: Access>(sk: *const u8) {
     if sk.is_null() {
         return;
     }
-    if active_disable_times::<A>(sk) <= before {
+    if active_disable_times(sk) <= before {
         return;
     }
     let conn = Known::of(conn_state(sk));
@@ -477,19 +468,19 @@ pub fn detect_blackhole_exit<A: Access>(sk: *const u8) {
     if tp.is_null() {
         return;
     }
-    let f = client_flags::<A>(tp);
-    let data = if f.syn_data { syn_data_bytes::<A>(tp) } else { 0 };
-    let retransmits = fixed!(A, tp, total_retrans: u32);
+    let f = client_flags(tp);
+    let data = if f.syn_data { syn_data_bytes(tp) } else { 0 };
+    let retransmits = tp.total_retrans();
     let measure =
         Measure { stall_ns: conn.stall_ns(), syn_data_bytes: data, retransmits, handshake_ns: 0, at_ns: 0 };
-    record::<A>(sk, Role::Client, Outcome::ActiveDisabled, netns_of::<A>(sk), &conn, measure, |_| {});
+    record(sk.common(), Role::Client, Outcome::ActiveDisabled, netns_of(sk.common()), &conn, measure, |_| {});
 }
 
 /// tcp_fastopen_cache_set(sk, mss, cookie, syn_lost, try_exp): the SYN-ACK's cookie going
 /// into the destination's cache. A NULL cookie (the SYN timer) or len <= 0 (no cookie in
 /// the SYN-ACK) caches nothing new.
 #[inline(always)]
-pub fn on_cookie_cached<A: Access>(sk: *const u8, cookie: *const u8) {
+pub fn on_cookie_cached<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>) {
     if cookie.is_null() {
         return; // the SYN timer recording a loss: the connection is still in SYN_SENT
     }
@@ -500,15 +491,15 @@ pub fn on_cookie_cached<A: Access>(sk: *const u8, cookie: *const u8) {
     } else if filter::needs_state() {
         return;
     }
-    let len = int::<A>(cookie, layout!(foc_len)) as u8 as i8; // 0 where absent: no event
+    let len = cookie.foc_len() as u8 as i8; // -1 where absent: no event
     if len <= 0 {
         return;
     }
-    let exp = flag::<A>(cookie, layout!(foc_exp));
+    let exp = cookie.foc_exp() != 0;
     let tp = A::tcp_sock(sk);
-    let retransmits = if tp.is_null() { 0 } else { fixed!(A, tp, total_retrans: u32) };
+    let retransmits = if tp.is_null() { 0 } else { tp.total_retrans() };
     let measure = Measure { stall_ns: 0, syn_data_bytes: 0, retransmits, handshake_ns: 0, at_ns: 0 };
-    record::<A>(sk, Role::Client, Outcome::CookieReceived, netns_of::<A>(sk), &conn, measure, |ev| {
+    record(sk.common(), Role::Client, Outcome::CookieReceived, netns_of(sk.common()), &conn, measure, |ev| {
         ev.cookie_len = len as u8;
         ev.flags |= flags::COOKIE_LEN_KNOWN;
         if exp {
@@ -521,24 +512,21 @@ pub fn on_cookie_cached<A: Access>(sk: *const u8, cookie: *const u8) {
 /// or `syn_data_acked`, set by tcp_fastopen_add_skb() when the SYN's data was queued.
 /// Decided from the child itself: nothing is remembered for the (many) plain children.
 #[inline(always)]
-fn server_child_resolved<A: Access>(sk: *const u8) {
+fn server_child_resolved<A: Access>(sk: Sock<A>) {
     let tp = A::tcp_view(sk);
     if tp.is_null() {
         return;
     }
     // Userspace gives syn_fastopen_child only as the one bit read here.
-    let is_tfo_child = if present!(syn_fastopen_child) {
-        bit!(A, tp, syn_fastopen_child)
-    } else {
-        bit!(A, tp, syn_data_acked)
-    };
+    let is_tfo_child =
+        if present!(syn_fastopen_child) { tp.syn_fastopen_child() } else { tp.syn_data_acked() };
     if is_tfo_child {
-        server_child_tfo::<A>(sk);
+        server_child_tfo(sk);
     }
 }
 
 #[inline(never)] // see the module's doc
-fn server_child_tfo<A: Access>(sk: *const u8) {
+fn server_child_tfo<A: Access>(sk: Sock<A>) {
     let tp = A::tcp_sock(sk);
     if tp.is_null() {
         return;
@@ -546,16 +534,16 @@ fn server_child_tfo<A: Access>(sk: *const u8) {
     // The handshake of a child is its SYN-ACK's round trip, which tcp_rcv_state_process()
     // has just measured (tcp_synack_rtt_meas); 0 where Karn's rule gave no sample (the
     // SYN-ACK was retransmitted).
-    let handshake_ns = srtt_ns::<A>(tp);
-    let data = fixed!(A, tp, bytes_received: u64) as u32;
-    let netns = netns_of::<A>(sk);
-    if !server_selected::<A>(sk, netns) {
+    let handshake_ns = srtt_ns(tp);
+    let data = tp.bytes_received() as u32;
+    let netns = netns_of(sk.common());
+    if !server_selected(sk.common(), netns) {
         return;
     }
     // The time only the event needs: none in counts-only mode.
-    let at_ns = if config_has(config::COUNTS_ONLY) { 0 } else { packet_time_ns::<A>(tp) };
+    let at_ns = if config_has(config::COUNTS_ONLY) { 0 } else { packet_time_ns(tp) };
     let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: 0, handshake_ns, at_ns };
-    record::<A>(sk, Role::Server, Outcome::Accepted, netns, &Known::NONE, measure, |ev| {
+    record(sk.common(), Role::Server, Outcome::Accepted, netns, &Known::NONE, measure, |ev| {
         if handshake_ns > 0 {
             ev.start_ns = ev.ts_ns.saturating_sub(handshake_ns);
             ev.flags |= flags::START_KNOWN;
@@ -569,24 +557,24 @@ fn server_child_tfo<A: Access>(sk: *const u8) {
 /// client's SYN retransmitted into tcp_check_req). Each call also counts as
 /// TcpExtTCPSynRetrans in the server's namespace.
 #[inline(always)]
-pub fn on_synack_retransmit<A: Access>(sk: *const u8, req: *const u8) {
-    if state_of::<A>(sk) != TCP_SYN_RECV {
+pub fn on_synack_retransmit<A: Access>(sk: Sock<A>, req: RequestSock<A>) {
+    if state_of(sk.common()) != TCP_SYN_RECV {
         return;
     }
     let tp = A::tcp_sock(sk);
     if tp.is_null() {
         return;
     }
-    let before = int::<A>(req, layout!(req_num_retrans)) as u32;
-    let data = fixed!(A, tp, bytes_received: u64) as u32;
-    let netns = netns_of::<A>(sk);
-    if !server_selected::<A>(sk, netns) {
+    let before = req.req_num_retrans() as u32;
+    let data = tp.bytes_received() as u32;
+    let netns = netns_of(sk.common());
+    if !server_selected(sk.common(), netns) {
         return;
     }
     // inet_rtx_syn_ack() counts this one after the send: the event counts it already.
     let measure =
         Measure { stall_ns: 0, syn_data_bytes: data, retransmits: before + 1, handshake_ns: 0, at_ns: 0 };
-    record::<A>(sk, Role::Server, Outcome::SynackRetransmitted, netns, &Known::NONE, measure, |ev| {
+    record(sk.common(), Role::Server, Outcome::SynackRetransmitted, netns, &Known::NONE, measure, |ev| {
         name_listener_owner(ev, &ListenerKey::new(netns, ev.sport, ev.family));
     });
 }
@@ -594,8 +582,8 @@ pub fn on_synack_retransmit<A: Access>(sk: *const u8, req: *const u8) {
 /// A listener is known by its namespace, local port and family (what a child socket
 /// shares).
 #[inline(always)]
-pub(crate) fn listener_key<A: Access>(sk: *const u8) -> ListenerKey {
-    ListenerKey::new(netns_of::<A>(sk), fixed!(A, sk, skc_num: u16), family_of::<A>(sk))
+pub(crate) fn listener_key<A: Access>(sk: SockCommon<A>) -> ListenerKey {
+    ListenerKey::new(netns_of(sk), sk.skc_num(), family_of(sk))
 }
 
 /// Server events name the process that called listen() on that port.
@@ -616,11 +604,11 @@ pub(crate) fn name_listener_owner(ev: &mut TfoEvent, listener: &ListenerKey) {
 /// process is the listener's owner, judged at listen() (unknown: a listener older than the
 /// tracer, which process filters cannot select). Nothing is read without filters.
 #[inline(always)]
-pub(crate) fn server_selected<A: Access>(sk: *const u8, netns: u32) -> bool {
+pub(crate) fn server_selected<A: Access>(sk: SockCommon<A>, netns: u32) -> bool {
     if !filter::needs_state() {
         return true;
     }
-    let t = tuple_of::<A>(sk);
+    let t = tuple_of(sk);
     if !filter::connection_selected(netns, t.family, &t.saddr, t.sport, &t.daddr) {
         return false;
     }
@@ -634,7 +622,7 @@ pub(crate) fn server_selected<A: Access>(sk: *const u8, netns: u32) -> bool {
 
 /// listen() runs in the owner's process context: remember who owns the port.
 #[inline(never)] // rare: out of the plain connections' way (the module's doc)
-fn listener_started<A: Access>(sk: *const u8) {
+fn listener_started<A: Access>(sk: Sock<A>) {
     if A::tcp_sock(sk).is_null() {
         return; // an SCTP listener
     }
@@ -651,10 +639,10 @@ fn listener_started<A: Access>(sk: *const u8) {
         put16(&mut *core::ptr::addr_of_mut!((*p).comm), process.comm);
         owner.assume_init()
     };
-    let _ = LISTENERS.insert(listener_key::<A>(sk), owner, 0);
+    let _ = LISTENERS.insert(listener_key(sk.common()), owner, 0);
 }
 
 #[inline(never)] // rare: out of the plain connections' way (the module's doc)
-fn listener_stopped<A: Access>(sk: *const u8) {
-    let _ = LISTENERS.remove(listener_key::<A>(sk));
+fn listener_stopped<A: Access>(sk: Sock<A>) {
+    let _ = LISTENERS.remove(listener_key(sk.common()));
 }

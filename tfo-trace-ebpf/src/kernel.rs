@@ -1,6 +1,14 @@
 //! Reading kernel structs through offsets userspace found in this kernel's BTF.
 //!
-//! Two ways in, one per kind of hook ([`Access`]):
+//! Each kernel struct the programs read has a pointer type here (`Sock`, `TcpSock`, `Net`,
+//! `Cgroup`, ...) with one accessor per member, all made from the one table of members,
+//! `tfo_trace_common::kernel_structs!`, which userspace's layout (probes/layout.rs) is made
+//! from too: a member's width is its declared type's, checked against the kernel's BTF
+//! before load, and a member is read off its own struct only (`tp.fastopen_req()` is a
+//! `TcpSock`'s; a `Sock` has no such accessor). Casts between them are explicit:
+//! [`Access::tcp_view`], [`Sock::common`], [`RequestSock::common`].
+//!
+//! Two ways in, one per kind of hook ([`Access`]), a type parameter of every pointer type:
 //! - [`Direct`]: BTF-typed programs (tp_btf, fentry/fexit) get their arguments as typed
 //!   kernel pointers, and the verifier checks each load against the kernel's own types.
 //!   Because [`LAYOUT`](crate::globals::LAYOUT) sits in frozen read-only data, the verifier knows every offset as
@@ -9,59 +17,181 @@
 //!   `bpf_probe_read_kernel`.
 //!
 //! Both keep a connection's state in the same LRU hash (`maps::conn_state`).
+use core::marker::PhantomData;
+
 use aya_ebpf::{helpers::bpf_probe_read_kernel, macros::map, maps::PerCpuArray};
 use tfo_trace_common::{Field, FAMILY_V4, FAMILY_V6, TCP_SOCK_CAST_CALL};
 
 /// Reads one field description; volatile so the compiler cannot fold the zero initializer.
 macro_rules! layout {
     ($field:ident) => {{
-        // SAFETY: LAYOUT is a valid static; volatile only defeats constant folding.
         #[allow(unused_unsafe)] // the macro is also used inside unsafe blocks
+        // SAFETY: LAYOUT is a valid static; volatile only defeats constant folding.
         let field = unsafe { core::ptr::read_volatile(&$crate::globals::LAYOUT.$field) };
         field
     }};
 }
-pub(crate) use layout;
-
-/// A member every supported kernel has at the size `$t` (userspace checks both in the
-/// kernel's BTF before load, `probes/layout.rs` `fixed`): one load at a verifier-known
-/// offset, where [`int`] decodes a whole [`Field`] (presence, size, bit range) at run time,
-/// on the path every connection takes.
-macro_rules! fixed {
-    ($a:ty, $base:expr, $field:ident: $t:ty) => {{
-        // SAFETY: LAYOUT is a valid static; volatile only defeats constant folding.
-        #[allow(unused_unsafe)]
-        let off = unsafe { core::ptr::read_volatile(&$crate::globals::LAYOUT.$field.off) };
-        <$a as $crate::kernel::Access>::load::<$t>($base, off)
-    }};
-}
-pub(crate) use fixed;
-
-/// A one-bit member every supported kernel has (checked likewise, `one_bit`): a byte load
-/// at its first byte and a shift.
-macro_rules! bit {
-    ($a:ty, $base:expr, $field:ident) => {{
-        // SAFETY: as for `fixed!`.
-        #[allow(unused_unsafe)]
-        let (off, shift) = unsafe {
-            let f = &$crate::globals::LAYOUT.$field;
-            (core::ptr::read_volatile(&f.off), core::ptr::read_volatile(&f.shift))
-        };
-        (<$a as $crate::kernel::Access>::load::<u8>($base, off) >> (shift & 7)) & 1 != 0
-    }};
-}
-pub(crate) use bit;
 
 /// Whether this kernel has a member: one load, where `layout!` reads the whole `Field`.
 macro_rules! present {
     ($field:ident) => {{
-        // SAFETY: as for `fixed!`.
         #[allow(unused_unsafe)]
+        // SAFETY: as for `layout!`.
         let present = unsafe { core::ptr::read_volatile(&$crate::globals::LAYOUT.$field.present) };
         present != 0
     }};
 }
 pub(crate) use present;
+
+/// The offset of a member userspace checked has one shape on this kernel: one load of
+/// `LAYOUT.$field.off`, where `layout!` reads the whole `Field`.
+macro_rules! offset {
+    ($field:ident) => {{
+        // SAFETY: as for `layout!`.
+        unsafe { core::ptr::read_volatile(&$crate::globals::LAYOUT.$field.off) }
+    }};
+}
+
+/// One accessor of a pointer type, by how the table reads the member (see
+/// `tfo_trace_common::kernel_structs!`).
+macro_rules! accessor {
+    // One bit at a byte load's `shift` (userspace gives it only as one bit of one byte).
+    ($name:ident bit) => {
+        #[inline(always)]
+        pub fn $name(self) -> bool {
+            // SAFETY: as for `layout!`.
+            let (off, shift) = unsafe {
+                let f = &$crate::globals::LAYOUT.$name;
+                (core::ptr::read_volatile(&f.off), core::ptr::read_volatile(&f.shift))
+            };
+            (A::load::<u8>(self.addr, off) >> (shift & 7)) & 1 != 0
+        }
+    };
+    // Decoded at run time from the whole Field; 0 where this kernel has no such member.
+    ($name:ident int) => {
+        #[inline(always)]
+        pub fn $name(self) -> u64 {
+            int::<A>(self.addr, layout!($name))
+        }
+    };
+    // The same, `$absent` where this kernel has no such member (the Field read once).
+    ($name:ident (int or $absent:literal)) => {
+        #[inline(always)]
+        pub fn $name(self) -> i64 {
+            let f = layout!($name);
+            if f.present == 0 {
+                return $absent;
+            }
+            int::<A>(self.addr, f) as i64
+        }
+    };
+    // An IPv6 address: two 8-byte loads.
+    ($name:ident addr16) => {
+        #[inline(always)]
+        pub fn $name(self) -> [u64; 2] {
+            words16::<A>(self.addr, layout!($name))
+        }
+    };
+    ($name:ident (ptr $to:ident)) => {
+        #[inline(always)]
+        pub fn $name(self) -> $to<A> {
+            $to::at(A::load::<u64>(self.addr, offset!($name)) as *const u8)
+        }
+    };
+    ($name:ident (inner $to:ident)) => {
+        #[inline(always)]
+        pub fn $name(self) -> $to<A> {
+            $to::at(self.addr.wrapping_add(layout!($name).off as usize))
+        }
+    };
+    // One load of exactly the declared type's size (userspace refuses, or leaves absent, a
+    // member of another size).
+    ($name:ident $int:ty) => {
+        #[inline(always)]
+        pub fn $name(self) -> $int {
+            A::load::<$int>(self.addr, offset!($name))
+        }
+    };
+}
+
+/// A pointer type per kernel struct, and an accessor per member, from the one table
+/// (`tfo_trace_common::kernel_structs!`): a member is read off its own struct only, at
+/// its declared width, the way `A` reads the kernel.
+macro_rules! kernel_types {
+    (
+        structs { $( $strukt:ident $btf:literal, )* }
+        fields { $( $name:ident : $owner:ident $read:tt $req:ident [$($path:literal),+]; )* }
+    ) => {
+        $(
+            #[doc = concat!("A `struct ", $btf, " *`, read the way `A` reads the kernel.")]
+            #[repr(transparent)]
+            pub struct $strukt<A> {
+                addr: *const u8,
+                access: PhantomData<A>,
+            }
+
+            impl<A> Clone for $strukt<A> {
+                #[inline(always)]
+                fn clone(&self) -> Self {
+                    *self
+                }
+            }
+
+            impl<A> Copy for $strukt<A> {}
+
+            // Not every struct needs all of these (a member nothing reads is still a
+            // warning: its accessor's).
+            #[allow(dead_code)]
+            impl<A> $strukt<A> {
+                /// The struct at `addr` (null: none).
+                #[inline(always)]
+                pub fn at(addr: *const u8) -> Self {
+                    $strukt { addr, access: PhantomData }
+                }
+
+                #[inline(always)]
+                pub fn null() -> Self {
+                    Self::at(core::ptr::null())
+                }
+
+                #[inline(always)]
+                pub fn is_null(self) -> bool {
+                    self.addr.is_null()
+                }
+
+                /// Its address, as a map key or to compare.
+                #[inline(always)]
+                pub fn addr(self) -> u64 {
+                    self.addr as u64
+                }
+            }
+        )*
+        $(
+            impl<A: Access> $owner<A> {
+                accessor!($name $read);
+            }
+        )*
+    };
+}
+
+tfo_trace_common::kernel_structs!(kernel_types);
+
+impl<A> Sock<A> {
+    /// Its `struct sock_common` (`__sk_common`, where it starts).
+    #[inline(always)]
+    pub fn common(self) -> SockCommon<A> {
+        SockCommon::at(self.addr)
+    }
+}
+
+impl<A> RequestSock<A> {
+    /// Its `struct sock_common` (`__req_common`, where it starts): the SYN's addresses and
+    /// ports, the server's as the source.
+    #[inline(always)]
+    pub fn common(self) -> SockCommon<A> {
+        SockCommon::at(self.addr)
+    }
+}
 
 pub const IPPROTO_TCP: u64 = 6;
 const AF_INET: u64 = 2;
@@ -88,20 +218,20 @@ pub trait Access: Sized {
     /// read there means nothing, so a handler reads the members that send a plain
     /// connection back first and asks [`is_tcp`] only for the few that go on: the protocol
     /// is one load fewer on the path of every connection. Null where the cast refuses.
-    fn tcp_view(sk: *const u8) -> *const u8;
+    fn tcp_view(sk: Sock<Self>) -> TcpSock<Self>;
 
     /// The socket as a `struct tcp_sock`, or null when it is not a TCP socket.
     #[inline(always)]
-    fn tcp_sock(sk: *const u8) -> *const u8 {
-        if is_tcp::<Self>(sk) {
+    fn tcp_sock(sk: Sock<Self>) -> TcpSock<Self> {
+        if is_tcp(sk) {
             Self::tcp_view(sk)
         } else {
-            core::ptr::null()
+            TcpSock::null()
         }
     }
     /// `size_of::<T>()` bytes at `base + off`; 0 when unreadable. (No Option here: the BPF
     /// backend turned the payload of a `None` into a read of an unset register, which the
-    /// verifier refuses.)
+    /// verifier refuses.) The pointer types' accessors call it; handlers do not.
     fn load<T: Copy + Default>(base: *const u8, off: u32) -> T;
 }
 
@@ -114,8 +244,8 @@ impl Access for Direct {
     /// The hooks that use it see full sockets only (a state change, a retransmission, a
     /// listener or TFO child), so the protocol is all there is to check ([`is_tcp`]).
     #[inline(always)]
-    fn tcp_view(sk: *const u8) -> *const u8 {
-        cast_to_tcp_sock(sk)
+    fn tcp_view(sk: Sock<Self>) -> TcpSock<Self> {
+        TcpSock::at(cast_to_tcp_sock(sk.addr))
     }
 
     #[inline(always)]
@@ -160,8 +290,8 @@ impl Access for Probe {
     const TYPED: bool = false;
 
     #[inline(always)]
-    fn tcp_view(sk: *const u8) -> *const u8 {
-        sk
+    fn tcp_view(sk: Sock<Self>) -> TcpSock<Self> {
+        TcpSock::at(sk.addr)
     }
 
     #[inline(always)]
@@ -173,14 +303,15 @@ impl Access for Probe {
 
 /// Whether a socket is a TCP one (a u16 `sk_protocol` on every supported kernel, 5.6+).
 #[inline(always)]
-pub fn is_tcp<A: Access>(sk: *const u8) -> bool {
-    !sk.is_null() && fixed!(A, sk, sk_protocol: u16) as u64 == IPPROTO_TCP
+pub fn is_tcp<A: Access>(sk: Sock<A>) -> bool {
+    !sk.is_null() && sk.sk_protocol() as u64 == IPPROTO_TCP
 }
 
 /// An integer field (or bitfield) widened to u64; 0 when this kernel has no such field.
-/// For the members some kernels lack or size differently; the others use `fixed!`/`bit!`.
+/// For the members some kernels lack or size differently (`int` in the table); the
+/// others are one load at their declared width.
 #[inline(always)]
-pub fn int<A: Access>(base: *const u8, f: Field) -> u64 {
+fn int<A: Access>(base: *const u8, f: Field) -> u64 {
     if f.present == 0 {
         return 0;
     }
@@ -197,21 +328,10 @@ pub fn int<A: Access>(base: *const u8, f: Field) -> u64 {
     (raw >> f.shift) & ((1u64 << f.bits) - 1)
 }
 
-#[inline(always)]
-pub fn flag<A: Access>(base: *const u8, f: Field) -> bool {
-    int::<A>(base, f) != 0
-}
-
 /// A 16-byte field (an IPv6 address), in two 8-byte loads.
 #[inline(always)]
 fn words16<A: Access>(base: *const u8, f: Field) -> [u64; 2] {
     [A::load(base, f.off), A::load(base, f.off + 8)]
-}
-
-/// The socket's `struct net` (sk->__sk_common.skc_net.net).
-#[inline(always)]
-pub fn net_of<A: Access>(sk: *const u8) -> *const u8 {
-    fixed!(A, sk, skc_net: u64) as *const u8
 }
 
 /// The last namespace this CPU named: `struct net` address, its `net_cookie`, its inode.
@@ -237,32 +357,32 @@ static NETNS_SEEN: PerCpuArray<NetnsSeen> = PerCpuArray::with_max_entries(1, 0);
 /// reuses and never writes after creation: a freed `struct net` reused at the same address
 /// is a new cookie, never a stale name.
 #[inline(always)]
-pub fn netns_of<A: Access>(sk: *const u8) -> u32 {
-    let net = net_of::<A>(sk);
+pub fn netns_of<A: Access>(sk: SockCommon<A>) -> u32 {
+    let net = sk.skc_net();
     if net.is_null() {
         return 0;
     }
     if !present!(net_cookie) {
-        return fixed!(A, net, net_ns_inum: u32);
+        return net.net_ns_inum();
     }
-    let cookie = fixed!(A, net, net_cookie: u64);
+    let cookie = net.net_cookie();
     let Some(seen) = NETNS_SEEN.get_ptr_mut(0) else {
-        return fixed!(A, net, net_ns_inum: u32);
+        return net.net_ns_inum();
     };
     // SAFETY: this CPU's slot, used only within this program run.
     let seen = unsafe { &mut *seen };
-    if seen.net == net as u64 && seen.cookie == cookie && cookie != 0 {
+    if seen.net == net.addr() && seen.cookie == cookie && cookie != 0 {
         return seen.inum;
     }
-    let inum = fixed!(A, net, net_ns_inum: u32);
-    *seen = NetnsSeen { net: net as u64, cookie, inum, _pad: 0 };
+    let inum = net.net_ns_inum();
+    *seen = NetnsSeen { net: net.addr(), cookie, inum, _pad: 0 };
     inum
 }
 
 /// The state of a socket (sk_state).
 #[inline(always)]
-pub fn state_of<A: Access>(sk: *const u8) -> i32 {
-    fixed!(A, sk, skc_state: u8) as i32
+pub fn state_of<A: Access>(sk: SockCommon<A>) -> i32 {
+    sk.skc_state() as i32
 }
 
 /// Addresses as the event holds them: 16 bytes each, IPv4 in the first four, network
@@ -277,35 +397,35 @@ pub struct Tuple {
 
 /// The socket's family as events carry it: [`FAMILY_V4`], [`FAMILY_V6`], or 0 for another.
 #[inline(always)]
-pub fn family_of<A: Access>(sk: *const u8) -> u8 {
-    match fixed!(A, sk, skc_family: u16) as u64 {
+pub fn family_of<A: Access>(sk: SockCommon<A>) -> u8 {
+    match sk.skc_family() as u64 {
         AF_INET => FAMILY_V4,
         AF_INET6 => FAMILY_V6,
         _ => 0,
     }
 }
 
-/// The 4-tuple as the socket holds it once connected (ports in host order). Also works on
-/// a request sock, which starts with the same sock_common.
+/// The 4-tuple as the socket holds it once connected (ports in host order). A request
+/// sock's (`RequestSock::common`) too.
 #[inline(always)]
-pub fn tuple_of<A: Access>(sk: *const u8) -> Tuple {
-    let family = fixed!(A, sk, skc_family: u16) as u64;
+pub fn tuple_of<A: Access>(sk: SockCommon<A>) -> Tuple {
+    let family = sk.skc_family() as u64;
     let mut t = Tuple {
         family: 0,
         saddr: [0; 2],
         daddr: [0; 2],
-        sport: fixed!(A, sk, skc_num: u16),
-        dport: u16::from_be(fixed!(A, sk, skc_dport: u16)),
+        sport: sk.skc_num(),
+        dport: u16::from_be(sk.skc_dport()),
     };
     if family == AF_INET {
         t.family = FAMILY_V4;
         // Little-endian words: the address's four bytes, as loaded, are the low half.
-        t.saddr[0] = fixed!(A, sk, skc_rcv_saddr: u32) as u64;
-        t.daddr[0] = fixed!(A, sk, skc_daddr: u32) as u64;
+        t.saddr[0] = sk.skc_rcv_saddr() as u64;
+        t.daddr[0] = sk.skc_daddr() as u64;
     } else if family == AF_INET6 {
         t.family = FAMILY_V6;
-        t.saddr = words16::<A>(sk, layout!(skc_v6_rcv_saddr));
-        t.daddr = words16::<A>(sk, layout!(skc_v6_daddr));
+        t.saddr = sk.skc_v6_rcv_saddr();
+        t.daddr = sk.skc_v6_daddr();
     }
     t
 }

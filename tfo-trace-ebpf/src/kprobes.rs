@@ -8,7 +8,7 @@ use aya_ebpf::{
 
 use crate::{
     handlers::{detect_blackhole_enter, detect_blackhole_exit, on_cookie_cached},
-    kernel::Probe,
+    kernel::{FastopenCookie, Probe, RequestSock, SkBuff, Sock},
     server::{try_fastopen_enter, try_fastopen_exit, CallArgs},
 };
 
@@ -17,35 +17,35 @@ pub fn tfo_try_fastopen_kprobe(ctx: ProbeContext) -> u32 {
     let (Some(sk), Some(skb), Some(req), Some(foc)) = (ctx.arg(0), ctx.arg(1), ctx.arg(2), ctx.arg(3)) else {
         return 0;
     };
-    try_fastopen_enter::<Probe>(sk, skb, req, foc);
+    try_fastopen_enter::<Probe>(Sock::at(sk), SkBuff::at(skb), RequestSock::at(req), FastopenCookie::at(foc));
     0
 }
 
 #[kretprobe]
 pub fn tfo_try_fastopen_kretprobe(ctx: RetProbeContext) -> u32 {
-    let seen = CallArgs { sk: core::ptr::null(), req: core::ptr::null(), foc: core::ptr::null() };
-    try_fastopen_exit::<Probe>(seen, ctx.ret());
+    let seen = CallArgs { sk: Sock::null(), req: RequestSock::null(), foc: FastopenCookie::null() };
+    try_fastopen_exit::<Probe>(seen, Sock::at(ctx.ret()));
     0
 }
 
 #[kprobe]
 pub fn tfo_blackhole_kprobe(ctx: ProbeContext) -> u32 {
     if let Some(sk) = ctx.arg(0) {
-        detect_blackhole_enter::<Probe>(sk);
+        detect_blackhole_enter::<Probe>(Sock::at(sk));
     }
     0
 }
 
 #[kretprobe]
 pub fn tfo_blackhole_kretprobe(_ctx: RetProbeContext) -> u32 {
-    detect_blackhole_exit::<Probe>(core::ptr::null());
+    detect_blackhole_exit::<Probe>(Sock::null());
     0
 }
 
 #[kprobe]
 pub fn tfo_cookie_cached_kprobe(ctx: ProbeContext) -> u32 {
     if let (Some(sk), Some(cookie)) = (ctx.arg(0), ctx.arg(2)) {
-        on_cookie_cached::<Probe>(sk, cookie);
+        on_cookie_cached::<Probe>(Sock::at(sk), FastopenCookie::at(cookie));
     }
     0
 }

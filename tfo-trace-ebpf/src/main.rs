@@ -1,7 +1,8 @@
 //! Kernel side of tfo-trace. One shared handler per TFO outcome (`handlers`, `server`),
 //! generic over how the hook reads the kernel (`kernel::Access`), called from the entry
 //! points of each kind of hook: `btf_tracepoints` (typed, direct loads), `tracepoints`
-//! (raw), `fentry`, `kprobes`. `floor` holds empty programs for the benchmark. See
+//! (raw), `fentry`, `kprobes`. `floor` holds empty programs for the benchmark, built only with the `floor`
+//! feature (tfo-trace's `fixtures`), never into the shipped object. See
 //! tfo-trace/src/probes/table.rs for which hook serves which outcome on which backend.
 //! `cgroups` learns cgroups as they are made, for the names of containers.
 #![no_std]
@@ -12,6 +13,7 @@ mod btf_tracepoints;
 mod cgroups;
 mod fentry;
 mod filter;
+#[cfg(feature = "floor")]
 mod floor;
 mod globals;
 mod handlers;

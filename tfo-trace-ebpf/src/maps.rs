@@ -9,7 +9,10 @@ use tfo_trace_common::{
     config, counter, handshake_bucket, CountKey, Counts, ListenerKey, ProcInfo, TfoEvent,
 };
 
-use crate::globals::{config_has, wakeup_bytes};
+use crate::{
+    globals::{config_has, wakeup_bytes},
+    kernel::Sock,
+};
 
 /// Per-connection state between the SYN and its outcome. Byte arrays are kept as u64
 /// words: the BPF backend copies and zeroes byte arrays with calls to a byte-loop memset
@@ -104,20 +107,20 @@ static CONNS: LruHashMap<u64, ConnState> = LruHashMap::with_max_entries(65536, B
 
 /// The state of a connection we follow; null when we do not.
 #[inline(always)]
-pub fn conn_state(sk: *const u8) -> *mut ConnState {
-    CONNS.get_ptr_mut(sk as u64).unwrap_or(core::ptr::null_mut())
+pub fn conn_state<A>(sk: Sock<A>) -> *mut ConnState {
+    CONNS.get_ptr_mut(sk.addr()).unwrap_or(core::ptr::null_mut())
 }
 
 /// Starts following a connection; false when its state could not be stored.
 #[inline(always)]
-pub fn follow(sk: *const u8, state: &ConnState) -> bool {
-    CONNS.insert(sk as u64, state, 0).is_ok()
+pub fn follow<A>(sk: Sock<A>, state: &ConnState) -> bool {
+    CONNS.insert(sk.addr(), state, 0).is_ok()
 }
 
 /// Stops following a connection: its outcome is out.
 #[inline(always)]
-pub fn forget(sk: *const u8) {
-    let _ = CONNS.remove(sk as u64);
+pub fn forget<A>(sk: Sock<A>) {
+    let _ = CONNS.remove(sk.addr());
 }
 
 /// Who called listen() on which (netns, port): softirq context cannot name the owner.
@@ -219,9 +222,9 @@ pub fn emit_with(fill: impl FnOnce(&mut TfoEvent)) {
     match EVENTS.reserve::<TfoEvent>(0) {
         Some(mut entry) => {
             let ev = entry.as_mut_ptr();
+            zero_event(ev);
             // SAFETY: the reservation is a TfoEvent-sized slot we own until submit; zeroed
             // bytes are a valid TfoEvent (plain integers), so the reference is sound.
-            zero_event(ev);
             unsafe { fill(&mut *ev) };
             // The ring's size is known at load: one query per event, not two.
             let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);

@@ -8,7 +8,7 @@ use tfo_trace_common::{flags, ListenerKey, Outcome, Role};
 
 use crate::{
     handlers::{name_listener_owner, record, server_selected, Known},
-    kernel::{flag, int, layout, net_of, netns_of, Access},
+    kernel::{netns_of, Access, FastopenCookie, RequestSock, SkBuff, Sock},
     maps::{now, Measure},
 };
 
@@ -31,26 +31,28 @@ const TFO_SERVER_ENABLE: u64 = 0x2;
 
 /// Payload of the SYN: TCP_SKB_CB(skb)->end_seq - seq - 1 (the SYN flag takes one).
 #[inline(always)]
-fn syn_payload<A: Access>(skb: *const u8) -> u32 {
-    let cb = skb.wrapping_add(layout!(skb_cb).off as usize);
-    let seq = int::<A>(cb, layout!(tcb_seq)) as u32;
-    let end = int::<A>(cb, layout!(tcb_end_seq)) as u32;
+fn syn_payload<A: Access>(skb: SkBuff<A>) -> u32 {
+    let cb = skb.skb_cb();
+    let seq = cb.tcb_seq() as u32;
+    let end = cb.tcb_end_seq() as u32;
     end.wrapping_sub(seq).saturating_sub(1)
 }
 
+/// The cookie's length (an s8): -1, no option, also where this kernel has no such member.
 #[inline(always)]
-fn foc_len<A: Access>(foc: *const u8) -> i32 {
-    let f = layout!(foc_len);
-    if f.present == 0 {
-        return -1;
-    }
-    int::<A>(foc, f) as u8 as i8 as i32
+fn foc_len<A: Access>(foc: FastopenCookie<A>) -> i32 {
+    foc.foc_len() as u8 as i8 as i32
 }
 
 #[inline(always)]
-pub fn try_fastopen_enter<A: Access>(sk: *const u8, skb: *const u8, req: *const u8, foc: *const u8) {
-    let in_len = foc_len::<A>(foc);
-    let data = syn_payload::<A>(skb);
+pub fn try_fastopen_enter<A: Access>(
+    sk: Sock<A>,
+    skb: SkBuff<A>,
+    req: RequestSock<A>,
+    foc: FastopenCookie<A>,
+) {
+    let in_len = foc_len(foc);
+    let data = syn_payload(skb);
     // Plain SYNs (no TFO option, no data) are by far the most: nothing to remember.
     if in_len < 0 && data == 0 {
         return;
@@ -59,9 +61,9 @@ pub fn try_fastopen_enter<A: Access>(sk: *const u8, skb: *const u8, req: *const 
         // SAFETY: per-CPU slot, written only on this CPU during this softirq.
         unsafe {
             *slot = SynSeen {
-                sk: sk as u64,
-                req: req as u64,
-                foc: foc as u64,
+                sk: sk.addr(),
+                req: req.addr(),
+                foc: foc.addr(),
                 start_ns: now(),
                 in_len,
                 syn_data_bytes: data,
@@ -73,14 +75,14 @@ pub fn try_fastopen_enter<A: Access>(sk: *const u8, skb: *const u8, req: *const 
 /// The arguments of the call, where the hook sees them again (fexit: typed pointers that
 /// direct loads need); a kretprobe does not (all null), and uses the addresses entry saw
 /// (`Access::TYPED` says which).
-pub struct CallArgs {
-    pub sk: *const u8,
-    pub req: *const u8,
-    pub foc: *const u8,
+pub struct CallArgs<A> {
+    pub sk: Sock<A>,
+    pub req: RequestSock<A>,
+    pub foc: FastopenCookie<A>,
 }
 
 #[inline(always)]
-pub fn try_fastopen_exit<A: Access>(args: CallArgs, child: *const u8) {
+pub fn try_fastopen_exit<A: Access>(args: CallArgs<A>, child: Sock<A>) {
     let Some(slot) = SYN_SEEN.get_ptr_mut(0) else { return };
     // SAFETY: per-CPU slot of this CPU; copied, then cleared so it is used once.
     let seen = unsafe { *slot };
@@ -92,8 +94,12 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs, child: *const u8) {
     // Typed hooks read from their own arguments (the verifier would refuse the numbers
     // remembered at entry); the others have only those numbers.
     let (sk, req, foc) = if !A::TYPED {
-        (seen.sk as *const u8, seen.req as *const u8, seen.foc as *const u8)
-    } else if !args.sk.is_null() && args.sk as u64 == seen.sk {
+        (
+            Sock::at(seen.sk as *const u8),
+            RequestSock::at(seen.req as *const u8),
+            FastopenCookie::at(seen.foc as *const u8),
+        )
+    } else if !args.sk.is_null() && args.sk.addr() == seen.sk {
         (args.sk, args.req, args.foc)
     } else {
         return;
@@ -102,16 +108,16 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs, child: *const u8) {
     if tp.is_null() {
         return;
     }
-    let out_len = foc_len::<A>(foc);
-    let netns = netns_of::<A>(sk);
+    let out_len = foc_len(foc);
+    let netns = netns_of(sk.common());
     // The request sock holds the SYN's addresses: the server's as source (its local port
     // is the listener's).
-    if !server_selected::<A>(req, netns) {
+    if !server_selected(req.common(), netns) {
         return;
     }
-    let qlen = int::<A>(tp, layout!(fastopenq_qlen)) as u32;
-    let max_qlen = int::<A>(tp, layout!(fastopenq_max_qlen)) as u32;
-    let exp = flag::<A>(foc, layout!(foc_exp));
+    let qlen = tp.fastopenq_qlen() as u32;
+    let max_qlen = tp.fastopenq_max_qlen() as u32;
+    let exp = foc.foc_exp() != 0;
 
     let server = |what: Outcome, cookie_len: i32, extra_flags: u8| {
         // The child is judged at the SYN, before any handshake: no handshake time.
@@ -124,7 +130,7 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs, child: *const u8) {
         };
         // The request sock starts with a sock_common holding the SYN's addresses and
         // ports (tcp_v4_init_req / tcp_openreq_init ran before tcp_try_fastopen).
-        record::<A>(req, Role::Server, what, netns, &Known::NONE, measure, |ev| {
+        record(req.common(), Role::Server, what, netns, &Known::NONE, measure, |ev| {
             ev.start_ns = seen.start_ns;
             ev.queue_len = qlen;
             ev.queue_max = max_qlen;
@@ -162,8 +168,8 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs, child: *const u8) {
         // The early return of tcp_try_fastopen: server bit off, no TCP_FASTOPEN on the
         // listener, or its TFO queue full (tcp_fastopen_queue_check counts
         // TcpExtTCPFastOpenListenOverflow).
-        let net = net_of::<A>(sk);
-        let bits = if net.is_null() { 0 } else { int::<A>(net, layout!(net_sysctl_tcp_fastopen)) };
+        let net = sk.common().skc_net();
+        let bits = if net.is_null() { 0 } else { net.net_sysctl_tcp_fastopen() };
         if bits & TFO_SERVER_ENABLE != 0 && max_qlen > 0 && qlen >= max_qlen {
             server(Outcome::QueueOverflow, seen.in_len, 0);
         } else if seen.in_len > 0 {

@@ -5,7 +5,7 @@ use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
 
 use crate::{
     handlers::{on_retransmit, on_state_change, on_synack_retransmit},
-    kernel::Probe,
+    kernel::{Probe, RequestSock, Sock},
 };
 
 /// TP_PROTO(const struct sock *sk, const int oldstate, const int newstate)
@@ -14,7 +14,7 @@ use crate::{
 pub fn tfo_state_raw(ctx: RawTracePointContext) -> i32 {
     let old: u64 = ctx.arg(1);
     let new: u64 = ctx.arg(2);
-    on_state_change::<Probe>(ctx.arg(0), old as i32, new as i32);
+    on_state_change::<Probe>(Sock::at(ctx.arg(0)), old as i32, new as i32);
     0
 }
 
@@ -22,7 +22,7 @@ pub fn tfo_state_raw(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "tcp_retransmit_skb")]
 #[inline(always)] // into the entry point: no bpf-to-bpf call per run
 pub fn tfo_retransmit_raw(ctx: RawTracePointContext) -> i32 {
-    on_retransmit::<Probe>(ctx.arg(0));
+    on_retransmit::<Probe>(Sock::at(ctx.arg(0)));
     0
 }
 
@@ -30,6 +30,6 @@ pub fn tfo_retransmit_raw(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "tcp_retransmit_synack")]
 #[inline(always)] // into the entry point: no bpf-to-bpf call per run
 pub fn tfo_synack_retransmit_raw(ctx: RawTracePointContext) -> i32 {
-    on_synack_retransmit::<Probe>(ctx.arg(0), ctx.arg(1));
+    on_synack_retransmit::<Probe>(Sock::at(ctx.arg(0)), RequestSock::at(ctx.arg(1)));
     0
 }

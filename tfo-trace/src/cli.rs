@@ -54,22 +54,30 @@ pub enum Command {
     Man(ManArgs),
     /// Run the built-in lab (namespaces, TFO server, clients, a middlebox) and trace it.
     Demo(DemoArgs),
+    // The demo's lab peers: `tfo-trace demo` runs this binary as its own children in the
+    // lab's namespaces, so the tracer sees their real pids (the tests run them the same way).
+    /// The demo lab's TFO server.
     #[command(hide = true)]
     LabServer(crate::lab::traffic::ServerArgs),
+    /// The demo lab's TFO clients.
     #[command(hide = true)]
     LabClient(crate::lab::traffic::ClientArgs),
     /// TFO connection-rate generator for `cargo xtask bench` (listener + clients, loopback).
+    #[cfg(feature = "fixtures")]
     #[command(hide = true)]
     LabLoad(crate::lab::load::LoadArgs),
     /// Long mixed lab traffic under `top` and `export`, for `cargo xtask soak`.
+    #[cfg(feature = "fixtures")]
     #[command(hide = true)]
     LabSoak(crate::lab::soak::SoakArgs),
     /// Empty programs on a backend's tracepoints, for `cargo xtask bench`: the cost of the
     /// attach points themselves, which the real programs are measured against.
+    #[cfg(feature = "fixtures")]
     #[command(hide = true)]
     Floor(FloorArgs),
 }
 
+#[cfg(feature = "fixtures")]
 #[derive(Args, Debug)]
 pub struct FloorArgs {
     /// `tracepoint` (tp_btf) or `raw-tracepoint` attach points.
@@ -104,8 +112,8 @@ impl Cli {
             .collect()
     }
 
-    /// The command line a user may type: the hidden helpers `cargo xtask` runs (lab-*,
-    /// floor) left out, for the completion scripts (clap_complete lists hidden subcommands).
+    /// The command line a user may type: the hidden helpers (the demo's lab-server and
+    /// lab-client; with `fixtures`, lab-load, lab-soak and floor) left out, for the completion scripts (clap_complete lists hidden subcommands).
     pub fn visible_command() -> clap::Command {
         use clap::CommandFactory as _;
         let full = Cli::command();

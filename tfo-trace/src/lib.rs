@@ -7,7 +7,8 @@
 //! once; `diagnosis` judges them for `doctor` (pure). `lab` builds the network namespaces
 //! that the demo and the tests trace. `cli` is the command line; `units` prints every figure
 //! one way and parses the durations it and the lab's helpers take; `filter` turns its filter flags into what the
-//! kernel programs decide with.
+//! kernel programs decide with. With the `fixtures` feature (tests, bench, fuzzing, never a
+//! user's build): `fuzz`, the fuzz targets' bodies.
 // stdout and stderr are written through `views::output`, where a closed pipe ends the
 // command quietly instead of panicking as `println!`/`eprintln!` do.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
@@ -18,6 +19,7 @@ pub mod cli;
 pub mod diagnosis;
 pub mod events;
 pub mod filter;
+#[cfg(feature = "fixtures")]
 pub mod fuzz;
 pub mod kernel;
 pub mod lab;

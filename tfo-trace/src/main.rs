@@ -108,8 +108,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo(a) => runtime()?.block_on(views::demo::run(a)),
         Command::LabServer(a) => tfo_trace::lab::traffic::run_server(&a),
         Command::LabClient(a) => tfo_trace::lab::traffic::run_client(&a),
+        #[cfg(feature = "fixtures")]
         Command::LabLoad(a) => tfo_trace::lab::load::run(&a),
+        #[cfg(feature = "fixtures")]
         Command::LabSoak(a) => tfo_trace::lab::soak::run(&a),
+        #[cfg(feature = "fixtures")]
         Command::Floor(a) => runtime()?.block_on(views::floor::run(a)),
     }
 }

@@ -7,21 +7,16 @@
 mod common;
 
 use std::{
-    io::{BufRead as _, BufReader, Read as _, Write as _},
+    io::{Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
     os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
     path::PathBuf,
-    process::{Child, Command, Stdio},
-    sync::mpsc,
-    time::{Duration, Instant},
+    process::{Command, Stdio},
+    time::Duration,
 };
 
-use common::{count, netns_inode};
-use serde_json::Value;
-use tfo_trace::{
-    kernel::netstat::Netstat,
-    lab::{traffic::ClientArgs, Lab, LabConfig, Side},
-};
+use common::{netns_inode, spawn_retrying, Deltas, Tracer};
+use tfo_trace::lab::{traffic::ClientArgs, Lab, LabConfig, Side};
 
 const NOBODY: u32 = 65534;
 
@@ -57,102 +52,16 @@ impl Copy {
     }
 
     /// The command, to run as nobody (uid and gid 65534, no supplementary groups).
-    fn as_nobody(&self, args: &[&str]) -> Command {
+    fn as_nobody(&self) -> Command {
         let mut c = Command::new(&self.exe);
-        c.args(args).current_dir(&self.dir).uid(NOBODY).gid(NOBODY).stdin(Stdio::null());
+        c.current_dir(&self.dir).uid(NOBODY).gid(NOBODY).stdin(Stdio::null());
         c
-    }
-}
-
-/// Runs `cmd`, retrying while exec says ETXTBSY: a copy just written may still be open for
-/// writing in a child another test thread forked in between (until that child's own
-/// exec closes it). Bounded: 50 tries, 20 ms apart.
-fn spawn_retrying(cmd: &mut Command) -> std::io::Result<Child> {
-    let mut tries = 0;
-    loop {
-        match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            r => return r,
-        }
     }
 }
 
 impl Drop for Copy {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// `tfo-trace trace --json` running as nobody.
-struct Running {
-    child: Child,
-    stdout: Option<std::thread::JoinHandle<Vec<String>>>,
-    stderr: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Running {
-    fn start(mut cmd: Command) -> Running {
-        let mut child =
-            spawn_retrying(cmd.stdout(Stdio::piped()).stderr(Stdio::piped())).expect("starting the copy");
-        let out = child.stdout.take().unwrap();
-        let stdout = std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
-        let err = child.stderr.take().unwrap();
-        let (tx, stderr) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = tx.send(l);
-            }
-        });
-        let mut r = Running { child, stdout: Some(stdout), stderr, seen: Vec::new() };
-        let deadline = Instant::now() + common::HANG_LIMIT;
-        loop {
-            match r.stderr.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(l) => {
-                    let attached = l.contains("programs attached");
-                    r.seen.push(l);
-                    if attached {
-                        return r;
-                    }
-                }
-                Err(_) => panic!(
-                    "the unprivileged tracer did not attach within {:?}: {:?}",
-                    common::HANG_LIMIT,
-                    r.seen
-                ),
-            }
-        }
-    }
-
-    /// SIGINT (by pid: our child), then the JSON events it printed.
-    fn stop(mut self) -> Vec<Value> {
-        std::thread::sleep(Duration::from_millis(300));
-        // SAFETY: kill on our own child's pid, which has not been reaped yet.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + common::HANG_LIMIT;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "the tracer ignored SIGINT for {:?}", common::HANG_LIMIT);
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let lines = self.stdout.take().unwrap().join().unwrap();
-        self.seen.extend(self.stderr.try_iter());
-        assert!(status.success(), "exited with {status}: {:?}", self.seen);
-        lines.iter().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}"))).collect()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.stdout.is_some() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 
@@ -164,12 +73,11 @@ fn nobody_with_cap_bpf_and_cap_perfmon_sees_the_kernels_connections() {
     let copy = Copy::new("granted", "cap_bpf,cap_perfmon+ep");
     let lab = Lab::create(LabConfig::default()).unwrap();
     let _server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
-    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
-    let before = (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap());
+    let before = Deltas::since(&lab);
 
-    let tracer = Running::start(copy.as_nobody(&["trace", "--json"]));
+    let tracer = Tracer::start_with(copy.as_nobody(), &["trace", "--json"]);
     // The tracer really runs as nobody, with no capability beyond the two granted.
-    let status = std::fs::read_to_string(format!("/proc/{}/status", tracer.child.id())).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", tracer.pid())).unwrap();
     let field = |name: &str| {
         status
             .lines()
@@ -182,26 +90,21 @@ fn nobody_with_cap_bpf_and_cap_perfmon_sees_the_kernels_connections() {
     let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
     let n = 4;
     let run = lab.run_client(common::exe(), &ClientArgs { count: n + 1, ..ClientArgs::new(dst) }).unwrap();
-    let events = tracer.stop();
-    let dc = Netstat::delta(&before.0, &lab.netstat(Side::Client).unwrap());
-    let ds = Netstat::delta(&before.1, &lab.netstat(Side::Server).unwrap());
+    let (events, _) = tracer.stop();
+    let (dc, ds) = before.both();
     assert_eq!(run.ok_count(), (n + 1) as usize);
 
     assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n), "client counters: {dc:?}");
     assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 1, "server counters: {ds:?}");
-    assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
-    assert_eq!(count(&events, cli_ns, "client", "cookie_requested"), ds.get("TcpExtTCPFastOpenCookieReqd"));
-    assert_eq!(count(&events, srv_ns, "server", "accepted"), ds.get("TcpExtTCPFastOpenPassive"));
     // The client's pid is captured in the kernel, so it is right without root too.
-    for e in events.iter().filter(|e| e["netns"] == cli_ns) {
-        assert_eq!(e["pid"], run.pid, "{e}");
-    }
+    common::assert_traced_exactly(&events, &lab, &before, run.pid);
 }
 
 /// Runs the copy as nobody; must fail with exactly one stderr line.
 fn refused_line(tag: usize, exe_caps: &str) -> String {
     let copy = Copy::new(&format!("refused-{tag}"), exe_caps);
-    let mut cmd = copy.as_nobody(&["trace", "--duration", "1s"]);
+    let mut cmd = copy.as_nobody();
+    cmd.args(["trace", "--duration", "1s"]);
     let out = spawn_retrying(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()))
         .unwrap()
         .wait_with_output()
@@ -271,32 +174,33 @@ fn exporter_with_ambient_capabilities_as_in_the_systemd_unit() {
         "--no-new-privs",
     ])
     .arg(&copy.exe)
-    .args(["export", "--web.listen-address", &listen.to_string()])
-    .args(["--netns", &cli_ns.to_string(), "--netns", &srv_ns.to_string()])
     .current_dir(&copy.dir)
     .stdin(Stdio::null());
-    let exporter = Running::start(cmd);
-    let status = std::fs::read_to_string(format!("/proc/{}/status", exporter.child.id())).unwrap();
+    let (listen_arg, cli, srv) = (listen.to_string(), cli_ns.to_string(), srv_ns.to_string());
+    let exporter = Tracer::start_with(
+        cmd,
+        &["export", "--web.listen-address", &listen_arg, "--netns", &cli, "--netns", &srv],
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", exporter.pid())).unwrap();
     assert!(status.contains("CapEff:\t000000c000000000") && status.contains("NoNewPrivs:\t1"), "{status}");
 
     let series = |role: &str, outcome: &str| {
         format!(r#"tfo_trace_connections_total{{role="{role}",outcome="{outcome}"}}"#)
     };
     let before = scrape(listen);
-    let (bc, bs) = (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap());
+    let counters = Deltas::since(&lab);
     let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
     let run = lab.run_client(common::exe(), &ClientArgs { count: 4, ..ClientArgs::new(dst) }).unwrap();
     assert_eq!(run.ok_count(), 4);
-    std::thread::sleep(Duration::from_millis(300));
+    // Each scrape reads the kernel's counts then (views/export.rs, `refresh`): no wait.
     let after = scrape(listen);
-    let dc = Netstat::delta(&bc, &lab.netstat(Side::Client).unwrap());
-    let ds = Netstat::delta(&bs, &lab.netstat(Side::Server).unwrap());
+    let (dc, ds) = counters.both();
     let delta = |s: String| sample(&after, &s).unwrap() - sample(&before, &s).unwrap();
     assert_eq!(dc.get("TcpExtTCPFastOpenActive"), 3, "client counters: {dc:?}");
     assert_eq!(delta(series("client", "accepted")), dc.get("TcpExtTCPFastOpenActive") as f64, "{after}");
     assert_eq!(delta(series("client", "cookie_requested")), ds.get("TcpExtTCPFastOpenCookieReqd") as f64);
     assert_eq!(delta(series("server", "accepted")), ds.get("TcpExtTCPFastOpenPassive") as f64);
-    exporter.stop();
+    exporter.stop_lines();
 }
 
 tests_main!(

@@ -8,21 +8,16 @@
 //! container is each client's own report of its source ports, never the tracer's.
 mod common;
 
-use std::{
-    collections::BTreeMap,
-    net::SocketAddr,
-    os::unix::fs::MetadataExt as _,
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, net::SocketAddr, os::unix::fs::MetadataExt as _, path::Path};
 
 use common::{
     cgroups::Cgroups,
     docker::{CgroupDriver, Engine},
-    Tracer,
+    Deltas, Tracer,
 };
 use serde_json::Value;
 use tfo_trace::{
+    events::{Event, Outcome, Role},
     kernel::netstat::Netstat,
     lab::{
         traffic::{ClientArgs, ServerArgs},
@@ -69,11 +64,10 @@ impl Tally {
     }
 
     /// Judges each client event of the namespace by its source port.
-    fn judge(&mut self, events: &[&Value]) {
+    fn judge(&mut self, events: &[&Event]) {
         for e in events {
-            let sport = e["sport"].as_u64().unwrap_or(0) as u16;
-            let Some((case, name)) = self.truth.get(&sport) else { continue };
-            let said = e["container"].as_str().unwrap_or("-");
+            let Some((case, name)) = self.truth.get(&e.sport) else { continue };
+            let said = e.container.as_deref().unwrap_or("-");
             let c = self.cases.entry(case).or_default();
             match said {
                 s if s == name => c.right += 1,
@@ -117,8 +111,8 @@ fn tfo_active(pid: u32) -> u64 {
 }
 
 /// Accepted TFO connections among client events.
-fn accepted(events: &[&Value]) -> u64 {
-    events.iter().filter(|e| e["outcome"] == "accepted").count() as u64
+fn accepted(events: &[&Event]) -> u64 {
+    events.iter().filter(|e| e.outcome == Outcome::Accepted).count() as u64
 }
 
 /// A pod as Kubernetes makes one, with `engine`: a server container owning the network
@@ -168,17 +162,16 @@ fn pod_scenario(engine: &Engine) {
         "900",
     ]);
     // The cookie, once the pod's server listens: every later connection is TFO-accepted.
-    let deadline = Instant::now() + common::HANG_LIMIT;
-    loop {
+    common::eventually("the pod's server answers", || {
         let mut args = vec!["exec", before.as_str()];
         args.extend(client);
         let out = engine.output(&args);
         if String::from_utf8_lossy(&out.stdout).contains("\"ok\":true") {
-            break;
+            Ok(())
+        } else {
+            Err(out)
         }
-        assert!(Instant::now() < deadline, "the pod's server never answered: {out:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
     let pod_pid = engine.pid_of(&pod);
     let netns = std::fs::metadata(format!("/proc/{pod_pid}/ns/net")).unwrap().ino();
 
@@ -215,22 +208,22 @@ fn pod_scenario(engine: &Engine) {
 
     let active = tfo_active(pod_pid) - active_before;
     let (events, stderr) = tracer.stop();
-    let in_pod: Vec<&Value> = events.iter().filter(|e| e["netns"] == netns).collect();
-    let clients: Vec<&Value> = in_pod.iter().copied().filter(|e| e["role"] == "client").collect();
+    let in_pod: Vec<&Event> = events.iter().filter(|e| u64::from(e.netns) == netns).collect();
+    let clients: Vec<&Event> = in_pod.iter().copied().filter(|e| e.role == Role::Client).collect();
     tally.judge(&clients);
     tally.report(engine.runtime());
     let made: u64 = tally.cases.values().map(|c| c.made).sum();
     assert_eq!(accepted(&clients), active, "accepted events against TcpExtTCPFastOpenActive: {stderr:?}");
     assert_eq!(active, made, "every connection was TFO-accepted (the cookie came first)");
     for e in &clients {
-        assert_eq!(e["container_runtime"], engine.runtime(), "{e}");
-        assert!(e["container_name"].is_string(), "the runtime's name: {e}");
+        assert_eq!(e.container_runtime.as_deref(), Some(engine.runtime()), "{e:?}");
+        assert!(e.container_name.is_some(), "the runtime's name: {e:?}");
     }
     // The pod's listener (opened before the tracer) names its container too.
-    let servers: Vec<&&Value> = in_pod.iter().filter(|e| e["role"] == "server").collect();
+    let servers: Vec<&&Event> = in_pod.iter().filter(|e| e.role == Role::Server).collect();
     assert!(!servers.is_empty(), "the server's accepted children");
     for e in servers {
-        assert_eq!(e["container"], pod.as_str(), "{e}");
+        assert_eq!(e.container.as_deref(), Some(pod.as_str()), "{e:?}");
     }
     let closing = common::closing(&stderr).unwrap_or_else(|| panic!("no closing summary: {stderr:?}"));
     assert_eq!(closing["unnamed"], 0, "no event from an unknown container: {closing}");
@@ -268,7 +261,7 @@ fn cgroups_made_while_tracing_name_their_connections() {
     assert_eq!(warm.ok_count(), 1);
     let before = cg.make(&format!("docker-{}.scope", id(0)));
     let tracer = Tracer::start(&[]);
-    let netstat_before = lab.netstat(Side::Client).unwrap();
+    let counters = Deltas::since(&lab);
     let mut tally = Tally::new();
     let run = |tally: &mut Tally, case: &'static str, n: u32, dir: &Path| {
         let args = ClientArgs { count: 2, cgroup: Some(dir.to_path_buf()), ..ClientArgs::new(listen) };
@@ -282,12 +275,10 @@ fn cgroups_made_while_tracing_name_their_connections() {
         run(&mut tally, "one-shot", n, &dir);
         cg.remove(&dir);
     }
-    let active =
-        Netstat::delta(&netstat_before, &lab.netstat(Side::Client).unwrap()).get("TcpExtTCPFastOpenActive");
+    let active = counters.client().get("TcpExtTCPFastOpenActive");
     let (events, stderr) = tracer.stop();
     let cli_ns = common::netns_inode(&lab, Side::Client);
-    let clients: Vec<&Value> =
-        events.iter().filter(|e| e["netns"] == cli_ns && e["role"] == "client").collect();
+    let clients = common::of_role(&events, cli_ns, Role::Client);
     tally.judge(&clients);
     tally.report("cgroups");
     assert_eq!(accepted(&clients), active, "accepted events against TcpExtTCPFastOpenActive: {stderr:?}");
@@ -310,24 +301,30 @@ fn rss_kib(pid: u32) -> u64 {
 fn a_burst_of_cgroups_leaves_the_tracers_memory_where_it_was() {
     require_kernel!();
     let mut cg = Cgroups::new();
-    let tracer = Tracer::start(&[]);
-    // The tracer keeps a removed cgroup 10 s after its removal (kernel/cgroup.rs,
-    // KEEP_REMOVED): each burst is measured once those are forgotten.
-    let forget = Duration::from_secs(12);
+    // -vv: the tracer says when it forgets removed cgroups (kernel/cgroup.rs), which it does
+    // 10 s after their removal (KEEP_REMOVED): each burst is measured once those are gone.
+    let mut tracer = Tracer::start(&["-vv"]);
     let burst = |cg: &mut Cgroups, round: u32| {
         for i in 0..1000 {
             let dir = cg.make(&format!("burst{round}-{i}"));
             cg.remove(&dir);
         }
     };
-    std::thread::sleep(Duration::from_secs(1));
+    let forgotten = |tracer: &mut Tracer, round: u32| {
+        let mut n = 0;
+        tracer.wait_stderr_until(&format!("burst {round}'s 1,000 cgroups forgotten"), |line| {
+            let said = line.split("cgroups: ").nth(1).and_then(|r| r.split(' ').next()?.parse::<u32>().ok());
+            n += said.unwrap_or(0);
+            n >= 1000
+        });
+    };
     let start = rss_kib(tracer.pid());
     burst(&mut cg, 1);
     let after_first = rss_kib(tracer.pid());
-    std::thread::sleep(forget);
+    forgotten(&mut tracer, 1);
     let settled_first = rss_kib(tracer.pid());
     burst(&mut cg, 2);
-    std::thread::sleep(forget);
+    forgotten(&mut tracer, 2);
     let settled_second = rss_kib(tracer.pid());
     let (_, stderr) = tracer.stop();
     eprintln!(

@@ -21,10 +21,10 @@ use std::{
 use common::{
     count,
     docker::{CgroupDriver, Engine},
-    netns_inode, Tracer,
+    netns_inode, Deltas, Tracer,
 };
 use tfo_trace::{
-    kernel::netstat::Netstat,
+    events::{Outcome, Role},
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
 };
 
@@ -168,7 +168,7 @@ impl Root {
     fn copy_in(&self, from: &Path, path: &str) {
         let to = self.merged.join(&path[1..]);
         fs::create_dir_all(to.parent().unwrap()).unwrap();
-        fs::copy(from, &to).unwrap_or_else(|e| panic!("copying {} in: {e}", from.display()));
+        fs::copy(from, &to).unwrap_or_else(|e| panic!("copying {} in: {e:?}", from.display()));
     }
 
     /// Every path inside (relative), except the host's mounts and what dpkg, man-db and
@@ -221,27 +221,22 @@ fn traces_the_lab_exactly(start: impl FnOnce() -> Tracer) {
     let lab = Lab::create(LabConfig::default()).unwrap();
     let _server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
     let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
-    let before = (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap());
+    let before = Deltas::since(&lab);
     let tracer = start();
     let n = 4;
     let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
     let run = lab.run_client(common::exe(), &ClientArgs { count: n + 1, ..ClientArgs::new(dst) }).unwrap();
     let (events, stderr) = tracer.stop();
-    let dc = Netstat::delta(&before.0, &lab.netstat(Side::Client).unwrap());
-    let ds = Netstat::delta(&before.1, &lab.netstat(Side::Server).unwrap());
+    let (dc, ds) = before.both();
     assert_eq!(run.ok_count(), (n + 1) as usize, "client: {}", run.stderr);
     assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n), "client counters: {dc:?}");
-    assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"), "{stderr:?}");
-    assert_eq!(count(&events, cli_ns, "client", "cookie_requested"), ds.get("TcpExtTCPFastOpenCookieReqd"));
-    assert_eq!(count(&events, srv_ns, "server", "accepted"), ds.get("TcpExtTCPFastOpenPassive"));
-    for e in events.iter().filter(|e| e["netns"] == cli_ns) {
-        assert_eq!(e["pid"], run.pid, "{e}");
-    }
+    eprintln!("tracer: {stderr:?}");
+    common::assert_traced_exactly(&events, &lab, &before, run.pid);
     eprintln!(
         "traced: {} client accepted (Active {}), {} server accepted (Passive {}); {}",
-        count(&events, cli_ns, "client", "accepted"),
+        count(&events, cli_ns, Role::Client, Outcome::Accepted),
         dc.get("TcpExtTCPFastOpenActive"),
-        count(&events, srv_ns, "server", "accepted"),
+        count(&events, srv_ns, Role::Server, Outcome::Accepted),
         ds.get("TcpExtTCPFastOpenPassive"),
         common::closing(&stderr).map_or_else(|| "no closing summary".into(), |c| c.to_string())
     );
@@ -286,19 +281,53 @@ fn version_names_the_commit_target_and_embedded_ebpf_object() {
         }
         let hash = lines.get(3).and_then(|l| l.strip_prefix("ebpf:   sha256:")).expect("an ebpf line");
         assert_eq!(hash.len(), 64, "{v}");
-        let built = target_dir().join(arch.triple()).join("release-static/build");
-        let object = fs::read_dir(&built)
-            .unwrap_or_else(|e| panic!("{}: {e}", built.display()))
-            .map_while(Result::ok)
-            .map(|e| e.path().join("out/tfo-trace"))
-            .filter_map(|p| fs::read(p).ok())
-            .find(|o| sha256(o) == hash)
-            .unwrap_or_else(|| panic!("no eBPF object in {} hashes to {hash}", built.display()));
+        let object = built_object(arch, hash);
         let binary = fs::read(arch.binary()).unwrap();
         assert!(
             binary.windows(object.len()).any(|w| w == object),
             "the object is embedded in the {arch:?} binary"
         );
+    }
+}
+
+/// The eBPF object the dist build of `arch` made whose SHA-256 is `hash`.
+fn built_object(arch: Arch, hash: &str) -> Vec<u8> {
+    let built = target_dir().join(arch.triple()).join("release-static/build");
+    fs::read_dir(&built)
+        .unwrap_or_else(|e| panic!("{}: {e:?}", built.display()))
+        .map_while(Result::ok)
+        .map(|e| e.path().join("out/tfo-trace"))
+        .filter_map(|p| fs::read(p).ok())
+        .find(|o| sha256(o) == hash)
+        .unwrap_or_else(|| panic!("no eBPF object in {} hashes to {hash}", built.display()))
+}
+
+/// What ships carries only what users run: the eBPF object embedded in each binary has
+/// the tracer's programs and none of the benchmark's floor, and the binary has no
+/// `floor`, `lab-load` or `lab-soak` subcommand (the `fixtures` feature, off in `dist`),
+/// while the demo's own `lab-server` and `lab-client` are there.
+fn shipped_binaries_carry_no_fixture() {
+    use object::{Object as _, ObjectSymbol as _};
+    for arch in [Arch::X86_64, Arch::Aarch64] {
+        let v = ok(arch.run(&["--version"]), "--version");
+        let hash = v.lines().find_map(|l| l.strip_prefix("ebpf:   sha256:")).expect("an ebpf line");
+        let object = built_object(arch, hash);
+        let elf = object::File::parse(&*object).expect("the embedded eBPF object parses");
+        let programs: Vec<&str> = elf
+            .symbols()
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.is_global())
+            .filter_map(|s| s.name().ok())
+            .collect();
+        assert!(programs.contains(&"tfo_state"), "{arch:?}: the tracer's programs: {programs:?}");
+        let floor: Vec<&&str> = programs.iter().filter(|p| p.starts_with("floor")).collect();
+        assert!(floor.is_empty(), "{arch:?} ships the floor's programs {floor:?}");
+        for fixture in ["floor", "lab-load", "lab-soak"] {
+            let out = arch.run(&[fixture, "--help"]);
+            assert_eq!(out.status.code(), Some(2), "{arch:?} has `{fixture}`: {}", text(&out.stdout));
+        }
+        for demo_peer in ["lab-server", "lab-client"] {
+            ok(arch.run(&[demo_peer, "--help"]), demo_peer);
+        }
     }
 }
 
@@ -494,6 +523,7 @@ fn image_loads_into_docker_and_traces_the_lab_exactly() {
 tests_main!(
     static_binaries_have_no_interpreter_and_no_library,
     version_names_the_commit_target_and_embedded_ebpf_object,
+    shipped_binaries_carry_no_fixture,
     sha256sums_cover_and_match_every_artefact,
     x86_64_binary_runs_doctor_and_traces_the_lab_in_debian_11,
     aarch64_binary_runs_version_and_doctor_under_qemu_user,

@@ -12,10 +12,10 @@ use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{SystemTime, UNIX_EPOCH},
 };
 
-use common::{free_port, http_get, netns_inode, Tracer};
+use common::{free_port, http_get, netns_inode, Deltas, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     kernel::netstat::Netstat,
@@ -46,17 +46,14 @@ fn prometheus_binaries() -> Result<(PathBuf, PathBuf), String> {
         .map_err(|e| {
             format!("prometheus is not installed and apt-get cannot run ({e}); `apt-get install prometheus`")
         })?;
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-            break s;
-        }
-        if Instant::now() > deadline {
+    let status = match common::wait::within(common::HANG_LIMIT, || child.try_wait().map(|s| s.ok_or(()))) {
+        Ok(Ok(status)) => status,
+        Ok(Err(())) => {
             let _ = child.kill(); // by pid: our own child
             let _ = child.wait();
             return Err("installing prometheus took over 4 minutes; `apt-get install prometheus`".into());
         }
-        std::thread::sleep(Duration::from_millis(200));
+        Err(e) => return Err(e.to_string()),
     };
     let mut err = String::new();
     let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
@@ -103,14 +100,13 @@ impl Prometheus {
             .spawn()
             .expect("starting prometheus");
         let mut p = Prometheus { child, addr, dir: dir.to_path_buf() };
-        let deadline = Instant::now() + common::HANG_LIMIT;
-        while !matches!(http_get(addr, "/-/ready"), Ok((200, _))) {
-            if let Ok(Some(status)) = p.child.try_wait() {
-                panic!("prometheus exited ({status}): {}", p.log());
-            }
-            assert!(Instant::now() < deadline, "prometheus not ready after 30 s: {}", p.log());
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        common::eventually("prometheus ready", || match http_get(addr, "/-/ready") {
+            Ok((200, _)) => Ok(()),
+            answer => match p.child.try_wait() {
+                Ok(Some(status)) => panic!("prometheus exited ({status}): {}", p.log()),
+                _ => Err(format!("{answer:?}; log: {}", p.log())),
+            },
+        });
         p
     }
 
@@ -136,14 +132,12 @@ impl Prometheus {
     /// Waits for a scrape that started after `t` (unix seconds), so every later query sees
     /// what the exporter counted up to `t`.
     fn wait_for_scrape_after(&self, t: f64) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if self.query(r#"timestamp(up{job="tfo-trace"})"#).is_some_and(|ts| ts > t) {
-                return;
+        common::eventually(format!("a scrape after {t}"), || {
+            match self.query(r#"timestamp(up{job="tfo-trace"})"#) {
+                Some(ts) if ts > t => Ok(()),
+                last => Err(format!("last scrape at {last:?}; log: {}", self.log())),
             }
-            assert!(Instant::now() < deadline, "no scrape after {t} within 60 s: {}", self.log());
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        });
     }
 }
 
@@ -174,15 +168,6 @@ fn promtool_check(promtool: &Path, text: &str, what: &str) {
         out.status.success() && said.trim().is_empty(),
         "promtool check metrics on {what}: {said}\n{text}"
     );
-}
-
-struct Counters {
-    client: Netstat,
-    server: Netstat,
-}
-
-fn counters(lab: &Lab) -> Counters {
-    Counters { client: lab.netstat(Side::Client).unwrap(), server: lab.netstat(Side::Server).unwrap() }
 }
 
 fn prometheus_scrapes_what_the_kernel_counted() {
@@ -259,24 +244,42 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     // Series that do not exist yet (a destination not seen yet) count as 0.
     let read_all = || queries.iter().map(|q| prom.query(q).unwrap_or(0.0)).collect::<Vec<f64>>();
     let before_prom = read_all();
-    let before = counters(&lab);
+    let before = Deltas::since(&lab);
     let dropped_before = lab.middlebox_dropped().unwrap();
+    // The per-destination series come from the events, which the exporter reads at its
+    // next wakeup (100 ms at most), not from the kernel's counts a scrape reads then.
+    let by_destination = || {
+        let (_, text) = http_get(exporter, "/metrics").unwrap();
+        let series = |dst: &str| {
+            let labels = [r#"role="client""#, &format!(r#"destination="{dst}""#)];
+            common::metric_sum(&text, "tfo_trace_connections_total", &labels)
+        };
+        series(&clean.to_string()) + series("other")
+    };
+    let by_destination_before = by_destination();
 
     let n_ok = 6;
     let n_stalled = 2;
     let ok = lab.run_client(common::exe(), &client(clean, n_ok)).unwrap();
     let stalled = lab.run_client(common::exe(), &client(blocked, n_stalled)).unwrap();
     assert_eq!(ok.ok_count() + stalled.ok_count(), (n_ok + n_stalled) as usize, "lab connections failed");
-    // Events of connections that just closed reach the exporter within milliseconds.
-    std::thread::sleep(Duration::from_millis(300));
-    let after = counters(&lab);
+    // Every outcome is counted (and its event written) before the client returns: a scrape
+    // reads the kernel's counts then; the events, once the exporter has read them all.
+    let (dc, ds) = before.both();
+    let connections = (dc.get("TcpExtTCPFastOpenActive") + dc.get("TcpExtTCPFastOpenActiveFail")) as f64;
+    common::eventually("every client connection in the exporter's destination series", || {
+        let seen = by_destination() - by_destination_before;
+        if seen >= connections {
+            Ok(())
+        } else {
+            Err(format!("{seen} of {connections}"))
+        }
+    });
     let t_end = now_unix();
     let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
     prom.wait_for_scrape_after(t_end);
     let after_prom = read_all();
     let d: Vec<f64> = after_prom.iter().zip(&before_prom).map(|(a, b)| a - b).collect();
-    let dc = Netstat::delta(&before.client, &after.client);
-    let ds = Netstat::delta(&before.server, &after.server);
     fn tfo(n: &Netstat) -> Vec<(&str, u64)> {
         n.nonzero().filter(|(k, _)| k.contains("FastOpen") || k.contains("SynRetrans")).collect()
     }
@@ -314,7 +317,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     assert_eq!(status, 200);
     promtool_check(&promtool, &exposition, "/metrics");
     assert_eq!(http_get(exporter, "/nope").unwrap().0, 404);
-    let (_, stderr) = tracer.stop();
+    let (_, stderr) = tracer.stop_lines();
     let text = std::fs::read_to_string(&textfile)
         .unwrap_or_else(|e| panic!("{}: {e}; {stderr:?}", textfile.display()));
     promtool_check(&promtool, &text, "the textfile");

@@ -9,13 +9,12 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
 };
 
-use common::{count, http_get, metric_sum, netns_inode, Tracer, HANG_LIMIT};
+use common::{count, http_get, metric_sum, netns_inode, Deltas, Tracer};
 use serde_json::Value;
 use tfo_trace::{
-    kernel::netstat::Netstat,
+    events::{Outcome, Role},
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
 };
 
@@ -51,18 +50,17 @@ fn require_bpftool() {
     }
 }
 
-/// Waits (bounded) until none of `ids` is loaded any more: the kernel frees a program
-/// once its last fd and link are gone, after an RCU grace period.
-fn gone(ids: &BTreeSet<u64>) -> bool {
-    let deadline = Instant::now() + HANG_LIMIT;
-    while Instant::now() < deadline {
-        let now = loaded("prog");
-        if ids.iter().all(|id| !now.contains(id)) {
-            return true;
+/// Waits until none of `ids` is loaded any more: the kernel frees a program once its last
+/// fd and link are gone, after an RCU grace period.
+fn wait_gone(what: &str, ids: &BTreeSet<u64>) {
+    common::eventually(format!("programs {ids:?} unloaded {what}"), || {
+        let left: Vec<u64> = loaded("prog").intersection(ids).copied().collect();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(left)
         }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
+    });
 }
 
 /// `tfo-trace lab-load` at the maximum rate in the lab's client namespace, for `secs`.
@@ -78,7 +76,7 @@ fn max_load(lab: &Lab, secs: u32) -> Child {
         .expect("starting lab-load")
 }
 
-fn signal_under_load_detaches_and_completes_the_recording(signal: i32) {
+fn under_load_detaches_and_completes_the_recording(signal: i32) {
     require_kernel!();
     require_bpftool();
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -89,8 +87,10 @@ fn signal_under_load_detaches_and_completes_the_recording(signal: i32) {
     let ours = prog_ids(tracer.pid());
     assert!(!ours.is_empty(), "the tracer holds its programs");
     assert!(!links_to(&ours).is_empty(), "and they are attached");
+    let counters = Deltas::since(&lab);
     let mut load = max_load(&lab, 3);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Under load: a thousand TFO connections made (two events each) before the signal.
+    counters.wait_for(Side::Client, "TcpExtTCPFastOpenActive", 1000);
     tracer.signal(signal);
     let (events, stderr) = tracer.stop(); // asserts exit 0
     let _ = load.wait();
@@ -108,16 +108,8 @@ fn signal_under_load_detaches_and_completes_the_recording(signal: i32) {
     }
     // Other tests (and other engineers) load programs on this host at the same time: what
     // must be gone is ours, every program and every link to one.
-    assert!(gone(&ours), "programs {ours:?} still loaded after exit");
+    wait_gone("after exit", &ours);
     assert!(links_to(&ours).is_empty(), "links left behind: {:?}", links_to(&ours));
-}
-
-fn sigint_under_load_detaches_and_completes_the_recording() {
-    signal_under_load_detaches_and_completes_the_recording(libc::SIGINT);
-}
-
-fn sigterm_under_load_detaches_and_completes_the_recording() {
-    signal_under_load_detaches_and_completes_the_recording(libc::SIGTERM);
 }
 
 fn sigkill_leaves_nothing_attached_or_pinned() {
@@ -132,7 +124,7 @@ fn sigkill_leaves_nothing_attached_or_pinned() {
     assert!(!ours.is_empty());
     tracer.signal(libc::SIGKILL);
     drop(tracer); // reaps it
-    assert!(gone(&ours), "programs {ours:?} still loaded after SIGKILL");
+    wait_gone("after SIGKILL", &ours);
     assert!(links_to(&ours).is_empty(), "links left behind: {:?}", links_to(&ours));
     assert_eq!(pinned("/sys/fs/bpf"), pins_before, "nothing pinned");
 }
@@ -146,7 +138,7 @@ fn two_tracers_at_once_do_not_disturb_each_other() {
     let client = |count| ClientArgs { count, ..ClientArgs::new(dst) };
     assert_eq!(lab.run_client(common::exe(), &client(1)).unwrap().ok_count(), 1, "cookie");
     let cli_ns = netns_inode(&lab, Side::Client);
-    let before = lab.netstat(Side::Client).unwrap();
+    let before = Deltas::since(&lab);
     let mut export = Tracer::start_command(&[
         "export",
         "--web.listen-address",
@@ -154,27 +146,26 @@ fn two_tracers_at_once_do_not_disturb_each_other() {
         "--netns",
         &cli_ns.to_string(),
     ]);
-    let line = export.wait_stderr("serving metrics on http://", HANG_LIMIT);
+    let line = export.wait_stderr("serving metrics on http://");
     let addr: SocketAddr =
         line.split("http://").nth(1).and_then(|r| r.split('/').next()).unwrap().parse().unwrap();
     let trace = Tracer::start(&[]);
     assert_eq!(lab.run_client(common::exe(), &client(10)).unwrap().ok_count(), 10);
     let (events, _) = trace.stop();
-    let mid = lab.netstat(Side::Client).unwrap();
     assert_eq!(
-        count(&events, cli_ns, "client", "accepted"),
-        Netstat::delta(&before, &mid).get("TcpExtTCPFastOpenActive")
+        count(&events, cli_ns, Role::Client, Outcome::Accepted),
+        before.client().get("TcpExtTCPFastOpenActive")
     );
     // The other tracer, still running, keeps counting after the first one is gone.
     assert_eq!(lab.run_client(common::exe(), &client(7)).unwrap().ok_count(), 7);
-    let d = Netstat::delta(&before, &lab.netstat(Side::Client).unwrap());
-    std::thread::sleep(Duration::from_millis(300));
+    let d = before.client();
+    // Each scrape reads the kernel's counts then.
     let (_, text) = http_get(addr, "/metrics").unwrap();
     let accepted =
         metric_sum(&text, "tfo_trace_connections_total", &[r#"role="client""#, r#"outcome="accepted""#]);
     assert_eq!(accepted as u64, d.get("TcpExtTCPFastOpenActive"), "{text}");
     assert_eq!(d.get("TcpExtTCPFastOpenActive"), 17);
-    export.stop();
+    export.stop_lines();
 }
 
 /// Runs `tfo-trace ARGS` to its end: (exit code, stderr).
@@ -225,8 +216,7 @@ fn a_missing_or_bad_btf_or_an_unloadable_backend_is_one_clear_line() {
 }
 
 tests_main!(
-    sigint_under_load_detaches_and_completes_the_recording,
-    sigterm_under_load_detaches_and_completes_the_recording,
+    under_load_detaches_and_completes_the_recording { sigint: libc::SIGINT, sigterm: libc::SIGTERM },
     sigkill_leaves_nothing_attached_or_pinned,
     two_tracers_at_once_do_not_disturb_each_other,
     a_missing_or_bad_btf_or_an_unloadable_backend_is_one_clear_line,

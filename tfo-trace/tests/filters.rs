@@ -10,16 +10,15 @@ use std::{
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
     process::Command,
-    time::{Duration, Instant},
 };
 
 use common::{
     cgroups::{rel, Cgroups},
-    count, netns_inode, Tracer,
+    count, netns_inode, Deltas, Tracer,
 };
 use serde_json::Value;
 use tfo_trace::{
-    kernel::netstat::Netstat,
+    events::{Event, Outcome, Role},
     lab::{
         traffic::{ClientArgs, ServerArgs},
         Lab, LabConfig, ServerHandle, Side,
@@ -53,23 +52,23 @@ fn client_and_server_name_their_cgroup_and_container() {
     assert_eq!(run.ok_count(), 3);
     let cli_ns = netns_inode(&lab, Side::Client);
     let srv_ns = netns_inode(&lab, Side::Server);
-    let clients: Vec<&Value> = events.iter().filter(|e| e["netns"] == cli_ns).collect();
-    let servers: Vec<&Value> = events.iter().filter(|e| e["netns"] == srv_ns).collect();
+    let clients: Vec<&Event> = events.iter().filter(|e| e.netns == cli_ns).collect();
+    let servers: Vec<&Event> = events.iter().filter(|e| e.netns == srv_ns).collect();
     assert_eq!(clients.len(), 3, "cookie request + 2 accepted: {clients:?}");
     assert!(!servers.is_empty(), "the server's accepted children");
     let inode = |d: &Path| std::fs::metadata(d).unwrap().ino();
     for e in &clients {
-        assert_eq!(e["pid"], run.pid, "{e}");
-        assert_eq!(e["cgroup_id"], inode(&client_cg), "{e}");
-        assert_eq!(e["cgroup"], rel(&client_cg), "{e}");
-        assert_eq!(e["container_id"], CONTAINER, "{e}");
-        assert_eq!(e["container_runtime"], "docker", "{e}");
+        assert_eq!(e.pid, run.pid, "{e:?}");
+        assert_eq!(e.cgroup_id, Some(inode(&client_cg)), "{e:?}");
+        assert_eq!(e.cgroup.as_deref(), Some(rel(&client_cg).as_str()), "{e:?}");
+        assert_eq!(e.container_id.as_deref(), Some(CONTAINER), "{e:?}");
+        assert_eq!(e.container_runtime.as_deref(), Some("docker"), "{e:?}");
     }
     for e in &servers {
-        assert_eq!(e["pid"], server.pid(), "{e}");
-        assert_eq!(e["cgroup_id"], inode(&server_cg), "{e}");
-        assert_eq!(e["container_runtime"], "tfo-server.service", "{e}");
-        assert!(e.get("container_id").is_none(), "{e}");
+        assert_eq!(e.pid, server.pid(), "{e:?}");
+        assert_eq!(e.cgroup_id, Some(inode(&server_cg)), "{e:?}");
+        assert_eq!(e.container_runtime.as_deref(), Some("tfo-server.service"), "{e:?}");
+        assert!(e.container_id.is_none(), "{e:?}");
     }
     drop(server);
 }
@@ -107,7 +106,7 @@ fn filters_select_in_the_kernel() {
         Tracer::start(&["--pid", &s1_pid]),
         Tracer::start(&["--netns", &srv_name, "--daddr", &format!("{srv_ip}/32")]),
     ];
-    let before = (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap());
+    let before = Deltas::since(&lab);
     let run = |dst, n, dir: &PathBuf| {
         let r = lab
             .run_client(
@@ -121,26 +120,26 @@ fn filters_select_in_the_kernel() {
     run(p1, 3, &cg_a); // A -> 8080: 3
     run(p2, 4, &cg_a); // A -> 8081: 4
     run(p1, 5, &cg_b); // B -> 8080: 5
-    let dc = Netstat::delta(&before.0, &lab.netstat(Side::Client).unwrap());
-    let ds = Netstat::delta(&before.1, &lab.netstat(Side::Server).unwrap());
+    let (dc, ds) = before.both();
     assert_eq!((dc.get("TcpExtTCPFastOpenActive"), ds.get("TcpExtTCPFastOpenPassive")), (12, 12));
     let [by_cgroup, by_port, by_outcome, by_pid, by_netns] = tracers.map(|t| t.stop().0);
-    let acc = |ev: &[Value], ns, role| count(ev, ns, role, "accepted");
+    let acc = |ev: &[Event], ns, role| count(ev, ns, role, Outcome::Accepted);
+    let (client, server) = (Role::Client, Role::Server);
     // --cgroup: A's client connections only (the servers are not in A).
-    assert_eq!((acc(&by_cgroup, cli_ns, "client"), acc(&by_cgroup, srv_ns, "server")), (7, 0));
+    assert_eq!((acc(&by_cgroup, cli_ns, client), acc(&by_cgroup, srv_ns, server)), (7, 0));
     assert_eq!(by_cgroup.len(), 7, "nothing but A's: {by_cgroup:?}");
     // --port 8081: both ends of the connections to 8081.
-    assert_eq!((acc(&by_port, cli_ns, "client"), acc(&by_port, srv_ns, "server")), (4, 4));
+    assert_eq!((acc(&by_port, cli_ns, client), acc(&by_port, srv_ns, server)), (4, 4));
     assert_eq!(by_port.len(), 8, "{by_port:?}");
     // --role server --outcome accepted: every server child, nothing else.
-    assert_eq!(acc(&by_outcome, srv_ns, "server"), ds.get("TcpExtTCPFastOpenPassive"));
+    assert_eq!(acc(&by_outcome, srv_ns, server), ds.get("TcpExtTCPFastOpenPassive"));
     assert_eq!(by_outcome.len() as u64, ds.get("TcpExtTCPFastOpenPassive"), "{by_outcome:?}");
     // --pid of the 8080 server: its children only (3 from A, 5 from B).
-    assert_eq!(acc(&by_pid, srv_ns, "server"), 8);
+    assert_eq!(acc(&by_pid, srv_ns, server), 8);
     assert_eq!(by_pid.len(), 8, "{by_pid:?}");
     // --netns (by name) and --daddr: the server namespace's events, all to that address.
-    assert_eq!(acc(&by_netns, srv_ns, "server"), 12);
-    assert!(by_netns.iter().all(|e| e["netns"] == srv_ns), "{by_netns:?}");
+    assert_eq!(acc(&by_netns, srv_ns, server), 12);
+    assert!(by_netns.iter().all(|e| e.netns == srv_ns), "{by_netns:?}");
 }
 
 /// Two cgroups named as docker names its containers' ([`CONTAINER`], [`OTHER_CONTAINER`]),
@@ -172,13 +171,12 @@ impl ContainerLab {
     /// other; returns the kernel's TcpExtTCPFastOpenActive delta, checked against the
     /// lab's own count first.
     fn connect(&self, counts: [u32; 2]) -> u64 {
-        let before = self.lab.netstat(Side::Client).unwrap();
+        let before = Deltas::since(&self.lab);
         for (dir, n) in self.dirs.iter().zip(counts) {
             let args = ClientArgs { count: n, cgroup: Some(dir.clone()), ..ClientArgs::new(self.listen) };
             assert_eq!(self.lab.run_client(common::exe(), &args).unwrap().ok_count(), n as usize);
         }
-        let after = self.lab.netstat(Side::Client).unwrap();
-        let accepted = Netstat::delta(&before, &after).get("TcpExtTCPFastOpenActive");
+        let accepted = before.client().get("TcpExtTCPFastOpenActive");
         assert_eq!(accepted, u64::from(counts[0] + counts[1]), "the kernel agrees with the lab first");
         accepted
     }
@@ -208,17 +206,17 @@ fn export_labels_containers_within_a_bound() {
     };
     // The kernel's counts are complete at once; the events that label them reach the
     // exporter within its poll interval. The first container's connections came first, so
-    // once its series shows them all, every label is settled. Bounded wait.
+    // once its series shows them all, every label is settled.
     let first = format!(r#"container="{}""#, &CONTAINER[..12]);
-    let deadline = Instant::now() + common::HANG_LIMIT;
-    let text = loop {
+    let text = common::eventually("the first container's 3 connections in its series", || {
         let (status, text) = common::http_get(exporter, "/metrics").unwrap();
         assert_eq!(status, 200);
-        if sum(&text, &first) >= 3.0 || Instant::now() > deadline {
-            break text;
+        if sum(&text, &first) >= 3.0 {
+            Ok(text)
+        } else {
+            Err(text)
         }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     drop(tracer);
     assert_eq!(sum(&text, &first), 3.0, "{text}");
     assert_eq!(sum(&text, r#"container="other""#), 4.0, "{text}");
@@ -370,7 +368,7 @@ fn filters_select_the_same_in_a_replay() {
     let filtered: Vec<PathBuf> = filtered
         .into_iter()
         .map(|(file, t)| {
-            t.stop();
+            t.stop_lines();
             file
         })
         .collect();

@@ -8,6 +8,7 @@ use std::process::Command;
 
 use tfo_trace::kernel::{netns, tcp_metrics};
 use tfo_trace::probes::{btf::Btf, layout};
+use tfo_trace_common::Shape;
 
 /// On the machine the tests run on: the layout resolves, and the fields we know from
 /// include/net/sock.h and include/linux/tcp.h land where those headers put them.
@@ -34,6 +35,26 @@ fn btf_layout_resolves_on_the_running_kernel() {
         assert_eq!(f.present, 1, "{f:?}");
     }
     assert_eq!(l.fastopenq_max_qlen.off, l.fastopenq_qlen.off + 4, "int qlen; int max_qlen;");
+    // Every member the programs read (tfo_trace_common::kernel_structs!, the one table the
+    // programs' accessors and this layout are made from) is loaded at the width its
+    // accessor reads: a required one always, an optional one where this kernel has it.
+    for (spec, f) in l.with_specs() {
+        assert!(!spec.required || f.present == 1, "{} is required: {f:?}", spec.name);
+        if f.present == 0 {
+            eprintln!("{}: absent on this kernel", spec.name);
+            continue;
+        }
+        let width = match spec.shape {
+            Shape::Bytes(16) => 8, // an address, in two 8-byte loads
+            Shape::Bytes(n) => n,
+            Shape::OneBit => 1,
+            Shape::Any => continue,
+        };
+        assert_eq!(u32::from(f.size), width, "{} is read as {:?}: {f:?}", spec.name, spec.shape);
+        if spec.shape == Shape::OneBit {
+            assert_eq!(f.bits, 1, "{}: {f:?}", spec.name);
+        }
+    }
 }
 
 fn require_root() {

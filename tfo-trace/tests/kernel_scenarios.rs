@@ -6,10 +6,9 @@ mod common;
 
 use std::{net::SocketAddr, time::Duration};
 
-use common::{count, netns_inode, of_role, Tracer};
+use common::{count, netns_inode, of_role, Deltas, Tracer};
 use tfo_trace::{
     events::{Outcome, Role},
-    kernel::netstat::Netstat,
     lab::{
         traffic::{ClientArgs, ClientMode},
         Lab, LabConfig, Side,
@@ -17,21 +16,6 @@ use tfo_trace::{
 };
 
 const PORT: u16 = 8080;
-
-struct Snapshot {
-    client: Netstat,
-    server: Netstat,
-}
-
-fn snapshot(lab: &Lab) -> Snapshot {
-    Snapshot { client: lab.netstat(Side::Client).unwrap(), server: lab.netstat(Side::Server).unwrap() }
-}
-
-/// Counter deltas in each namespace since `before`.
-fn deltas(lab: &Lab, before: &Snapshot) -> (Netstat, Netstat) {
-    let after = snapshot(lab);
-    (Netstat::delta(&before.client, &after.client), Netstat::delta(&before.server, &after.server))
-}
 
 fn client(lab: &Lab, v6: bool, count: u32, mode: ClientMode) -> ClientArgs {
     let dst = SocketAddr::new(lab.server_addr(0, v6).unwrap(), PORT);
@@ -41,41 +25,38 @@ fn client(lab: &Lab, v6: bool, count: u32, mode: ClientMode) -> ClientArgs {
 /// Scenario 1: first contact (one cookie request), then N accepted SYN-data connections,
 /// with both ways of asking for TFO; pid/comm checked against the real client process.
 fn first_contact_then_tfo(v6: bool) {
+    require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
     let server = lab.start_server(common::exe(), 0, PORT, 16, v6).unwrap();
     let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
-    let before = snapshot(&lab);
+    let before = Deltas::since(&lab);
     let tracer = Tracer::start(&[]);
     let n = 5;
     let first = lab.run_client(common::exe(), &client(&lab, v6, n + 1, ClientMode::MsgFastopen)).unwrap();
     let second = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::FastopenConnect)).unwrap();
     let (events, stderr) = tracer.stop();
-    let (dc, ds) = deltas(&lab, &before);
+    let (dc, ds) = before.both();
     assert_eq!(first.ok_count() + second.ok_count(), (2 * n + 1) as usize, "lab connections failed");
     if common::visible(&stderr, Role::Client, Outcome::CookieReceived) {
         // The cookie the first SYN-ACK brought, as the kernel's metrics cache holds it.
         let metrics = tfo_trace::kernel::tcp_metrics::parse(&lab.tcp_metrics(Side::Client).unwrap()).unwrap();
         let server_ip = lab.server_addr(0, v6).unwrap();
         let cached = metrics.iter().find(|m| m.dst == server_ip).expect("a tcp_metrics entry for the server");
-        let received: Vec<_> = of_role(&events, cli_ns, "client")
+        let received: Vec<_> = of_role(&events, cli_ns, Role::Client)
             .into_iter()
-            .filter(|e| e["outcome"] == "cookie_received")
+            .filter(|e| e.outcome == Outcome::CookieReceived)
             .collect();
         assert_eq!(received.len(), 1, "one cookie, from the first contact: {received:?}");
-        assert_eq!(
-            received[0]["cookie_len"].as_u64(),
-            cached.cookie_len.map(|l| l as u64),
-            "{received:?} vs {cached:?}"
-        );
+        assert_eq!(received[0].cookie_len.map(usize::from), cached.cookie_len, "{received:?} vs {cached:?}");
     }
     if common::visible(&stderr, Role::Server, Outcome::CookieRequested) {
         assert_eq!(
-            count(&events, srv_ns, "server", "cookie_requested"),
+            count(&events, srv_ns, Role::Server, Outcome::CookieRequested),
             ds.get("TcpExtTCPFastOpenCookieReqd")
         );
-        for e in events.iter().filter(|e| e["netns"] == srv_ns && e["outcome"] == "cookie_requested") {
-            assert_eq!(e["cookie_issued"], true, "the server answered with a cookie: {e}");
-            assert_eq!(e["pid"], server.pid());
+        for e in events.iter().filter(|e| e.netns == srv_ns && e.outcome == Outcome::CookieRequested) {
+            assert_eq!(e.cookie_issued, Some(true), "the server answered with a cookie: {e:?}");
+            assert_eq!(e.pid, server.pid());
         }
     }
 
@@ -83,91 +64,100 @@ fn first_contact_then_tfo(v6: bool) {
     assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 1, "server counters: {ds:?}");
     assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(2 * n), "client counters: {dc:?}");
     // The tracer must say the same, outcome by outcome.
-    assert_eq!(count(&events, cli_ns, "client", "cookie_requested"), ds.get("TcpExtTCPFastOpenCookieReqd"));
-    assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
     assert_eq!(
-        count(&events, cli_ns, "client", "data_not_acked")
-            + count(&events, cli_ns, "client", "syn_retransmitted"),
+        count(&events, cli_ns, Role::Client, Outcome::CookieRequested),
+        ds.get("TcpExtTCPFastOpenCookieReqd")
+    );
+    assert_eq!(count(&events, cli_ns, Role::Client, Outcome::Accepted), dc.get("TcpExtTCPFastOpenActive"));
+    assert_eq!(
+        count(&events, cli_ns, Role::Client, Outcome::DataNotAcked)
+            + count(&events, cli_ns, Role::Client, Outcome::SynRetransmitted),
         dc.get("TcpExtTCPFastOpenActiveFail")
     );
     assert_eq!(
-        count(&events, srv_ns, "server", "accepted") + count(&events, srv_ns, "server", "accepted_alt_key"),
+        count(&events, srv_ns, Role::Server, Outcome::Accepted)
+            + count(&events, srv_ns, Role::Server, Outcome::AcceptedAltKey),
         ds.get("TcpExtTCPFastOpenPassive")
     );
-    let outcomes = of_role(&events, cli_ns, "client").into_iter().filter(|e| common::ends_connection(e));
+    let outcomes = of_role(&events, cli_ns, Role::Client).into_iter().filter(|e| e.outcome.ends_connection());
     assert_eq!(outcomes.count(), (2 * n + 1) as usize, "one outcome per connection");
 
     // Attribution: the client events belong to the two client processes, port by port.
     for (run, label) in [(&first, "msg-fastopen"), (&second, "fastopen-connect")] {
         let ports: Vec<u16> = run.results.iter().map(|r| r.sport).collect();
-        let mine: Vec<_> = of_role(&events, cli_ns, "client")
+        let mine: Vec<_> = of_role(&events, cli_ns, Role::Client)
             .into_iter()
-            .filter(|e| common::ends_connection(e))
-            .filter(|e| ports.contains(&(e["sport"].as_u64().unwrap() as u16)))
+            .filter(|e| e.outcome.ends_connection())
+            .filter(|e| ports.contains(&e.sport))
             .collect();
         assert_eq!(mine.len(), ports.len(), "{label}: an event for every connection");
         for e in mine {
-            assert_eq!(e["pid"], run.pid, "{label}: pid of {e}");
-            assert_eq!(e["comm"], "tfo-trace", "{label}: comm of {e}");
-            assert_eq!(e["daddr"], lab.server_addr(0, v6).unwrap().to_string());
-            assert_eq!(e["dport"], PORT);
-            assert_eq!(e["family"], if v6 { 6 } else { 4 });
-            assert_eq!(e["netns_name"], lab.netns(Side::Client), "the `ip netns` name: {e}");
-            assert!(e["handshake_us"].as_u64().is_some(), "handshake measured: {e}");
-            assert_eq!(e["stall_us"], 0);
-            if e["outcome"] == "accepted" {
-                assert_eq!(e["syn_data_bytes"], 100, "payload went in the SYN: {e}");
+            assert_eq!(e.pid, run.pid, "{label}: pid of {e:?}");
+            assert_eq!(&*e.comm, "tfo-trace", "{label}: comm of {e:?}");
+            assert_eq!(e.daddr, lab.server_addr(0, v6).unwrap());
+            assert_eq!(e.dport, PORT);
+            assert_eq!(e.family, if v6 { 6 } else { 4 });
+            assert_eq!(e.netns_name.as_deref(), Some(lab.netns(Side::Client)), "the `ip netns` name: {e:?}");
+            assert!(e.handshake_us.is_some(), "handshake measured: {e:?}");
+            assert_eq!(e.stall_us, 0);
+            if e.outcome == Outcome::Accepted {
+                assert_eq!(e.syn_data_bytes, 100, "payload went in the SYN: {e:?}");
             }
         }
     }
-    for e in of_role(&events, srv_ns, "server") {
-        assert_eq!(e["pid"], server.pid(), "listener owner: {e}");
-        assert_eq!(e["sport"], PORT);
+    for e in of_role(&events, srv_ns, Role::Server) {
+        assert_eq!(e.pid, server.pid(), "listener owner: {e:?}");
+        assert_eq!(e.sport, PORT);
         // Cookie requests carry no data; accepted SYNs carry the client's 100 bytes.
-        let expected = if e["outcome"] == "cookie_requested" { 0 } else { 100 };
-        assert_eq!(e["syn_data_bytes"], expected, "{e}");
+        let expected = if e.outcome == Outcome::CookieRequested { 0 } else { 100 };
+        assert_eq!(e.syn_data_bytes, expected, "{e:?}");
     }
 }
 
 /// Scenario 2: the server issued a cookie, then stopped taking TFO (server bit cleared):
 /// the client's SYN-data is not acknowledged.
 fn server_stops_taking_tfo(v6: bool) {
+    require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
     let _server = lab.start_server(common::exe(), 0, PORT, 16, v6).unwrap();
     let warm = lab.run_client(common::exe(), &client(&lab, v6, 2, ClientMode::MsgFastopen)).unwrap();
     assert_eq!(warm.ok_count(), 2);
     lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen", "0").unwrap();
     let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
-    let before = snapshot(&lab);
+    let before = Deltas::since(&lab);
     let tracer = Tracer::start(&[]);
     let n = 4;
     let run = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::MsgFastopen)).unwrap();
     let (events, _) = tracer.stop();
-    let (dc, ds) = deltas(&lab, &before);
+    let (dc, ds) = before.both();
     assert_eq!(run.ok_count(), n as usize, "the data still arrives, after the handshake");
 
     assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), u64::from(n), "client counters: {dc:?}");
-    assert_eq!(count(&events, cli_ns, "client", "data_not_acked"), dc.get("TcpExtTCPFastOpenActiveFail"));
-    assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
-    assert_eq!(count(&events, srv_ns, "server", "accepted"), ds.get("TcpExtTCPFastOpenPassive"));
+    assert_eq!(
+        count(&events, cli_ns, Role::Client, Outcome::DataNotAcked),
+        dc.get("TcpExtTCPFastOpenActiveFail")
+    );
+    assert_eq!(count(&events, cli_ns, Role::Client, Outcome::Accepted), dc.get("TcpExtTCPFastOpenActive"));
+    assert_eq!(count(&events, srv_ns, Role::Server, Outcome::Accepted), ds.get("TcpExtTCPFastOpenPassive"));
     assert_eq!(ds.get("TcpExtTCPFastOpenPassive"), 0);
-    for e in of_role(&events, cli_ns, "client") {
-        assert_eq!(e["pid"], run.pid);
-        assert_eq!(e["syn_data_bytes"], 100, "the SYN carried the data: {e}");
-        assert_eq!(e["retransmits"], 0);
+    for e in of_role(&events, cli_ns, Role::Client) {
+        assert_eq!(e.pid, run.pid);
+        assert_eq!(e.syn_data_bytes, 100, "the SYN carried the data: {e:?}");
+        assert_eq!(e.retransmits, 0);
     }
 }
 
 /// Scenario 3: a middlebox drops SYNs that carry data: every connection times out its
 /// SYN-data, resends a plain SYN after the 1 s initial RTO, and pays about a second.
 fn middlebox_drops_syn_data(v6: bool) {
+    require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
     let _server = lab.start_server(common::exe(), 0, PORT, 16, v6).unwrap();
     let warm = lab.run_client(common::exe(), &client(&lab, v6, 1, ClientMode::MsgFastopen)).unwrap();
     assert_eq!(warm.ok_count(), 1, "cookie fetched");
     lab.middlebox_drop_syn_data(None).unwrap();
     let cli_ns = netns_inode(&lab, Side::Client);
-    let before = snapshot(&lab);
+    let before = Deltas::since(&lab);
     let dropped_before = lab.middlebox_dropped().unwrap();
     let wire = lab.capture_syns(Side::Client).unwrap();
     let tracer = Tracer::start(&[]);
@@ -175,7 +165,7 @@ fn middlebox_drops_syn_data(v6: bool) {
     let run = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::MsgFastopen)).unwrap();
     let (events, stderr) = tracer.stop();
     let syns = wire.stop();
-    let (dc, _) = deltas(&lab, &before);
+    let dc = before.client();
     let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
     assert_eq!(run.ok_count(), n as usize);
 
@@ -184,28 +174,31 @@ fn middlebox_drops_syn_data(v6: bool) {
     assert_eq!(dropped, u64::from(n), "packets dropped by the middlebox");
     assert_eq!(dc.get("TcpExtTCPSynRetrans"), u64::from(n), "client counters: {dc:?}");
     // And the tracer agrees with both.
-    let stalls = count(&events, cli_ns, "client", "syn_retransmitted");
+    let stalls = count(&events, cli_ns, Role::Client, Outcome::SynRetransmitted);
     let seen = || {
-        format!("client events: {:?}; tracer: {stderr:?}; SYNs: {syns:?}", of_role(&events, cli_ns, "client"))
+        format!(
+            "client events: {:?}; tracer: {stderr:?}; SYNs: {syns:?}",
+            of_role(&events, cli_ns, Role::Client)
+        )
     };
     assert_eq!(stalls, dc.get("TcpExtTCPSynRetrans"), "{}", seen());
     assert_eq!(stalls, dropped);
     assert_eq!(stalls, dc.get("TcpExtTCPFastOpenActiveFail"));
-    for e in of_role(&events, cli_ns, "client") {
-        assert_eq!(e["outcome"], "syn_retransmitted", "{e}");
-        assert_eq!(e["pid"], run.pid);
-        assert_eq!(e["retransmits"], 1);
-        assert_eq!(e["syn_data_bytes"], 100);
-        let stall = Duration::from_micros(e["stall_us"].as_u64().unwrap());
+    for e in of_role(&events, cli_ns, Role::Client) {
+        assert_eq!(e.outcome, Outcome::SynRetransmitted, "{e:?}");
+        assert_eq!(e.pid, run.pid);
+        assert_eq!(e.retransmits, 1);
+        assert_eq!(e.syn_data_bytes, 100);
+        let stall = Duration::from_micros(e.stall_us);
         assert!(
             stall >= Duration::from_millis(900) && stall <= Duration::from_millis(1500),
-            "stall {stall:?} should be the 1 s initial RTO: {e}; {}",
+            "stall {stall:?} should be the 1 s initial RTO: {e:?}; {}",
             seen()
         );
-        let sport = e["sport"].as_u64().unwrap() as u16;
+        let sport = e.sport;
         let conn = run.results.iter().find(|r| r.sport == sport).expect("event matches a connection");
         // The client itself measured the whole connection; the stall is inside it.
-        assert!(Duration::from_micros(conn.elapsed_us) >= stall, "{conn:?} vs {e}");
+        assert!(Duration::from_micros(conn.elapsed_us) >= stall, "{conn:?} vs {e:?}");
         // On the wire: the SYN with the data, then the plain SYN resent after the timeout.
         let mine: Vec<_> = syns.iter().filter(|s| s.sport == sport && !s.syn_ack).collect();
         assert_eq!(mine.len(), 2, "two SYNs left port {sport}: {mine:?}; all: {syns:?}");
@@ -220,51 +213,22 @@ fn middlebox_drops_syn_data(v6: bool) {
     }
 }
 
-fn first_contact_then_tfo_ipv4() {
-    require_kernel!();
-    first_contact_then_tfo(false);
-}
-
-fn first_contact_then_tfo_ipv6() {
-    require_kernel!();
-    first_contact_then_tfo(true);
-}
-
-fn server_stops_taking_tfo_ipv4() {
-    require_kernel!();
-    server_stops_taking_tfo(false);
-}
-
-fn server_stops_taking_tfo_ipv6() {
-    require_kernel!();
-    server_stops_taking_tfo(true);
-}
-
-fn middlebox_drops_syn_data_ipv4() {
-    require_kernel!();
-    middlebox_drops_syn_data(false);
-}
-
-fn middlebox_drops_syn_data_ipv6() {
-    require_kernel!();
-    middlebox_drops_syn_data(true);
-}
-
 /// A middlebox drops every SYN carrying option 34, so cookie requests never get through:
 /// each connection times out its cookie-request SYN and falls back to a plain SYN. Only
 /// TcpExtTCPSynRetrans moves (no data was in flight, so no ActiveFail).
 fn middlebox_drops_tfo_option(v6: bool) {
+    require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
     let _server = lab.start_server(common::exe(), 0, PORT, 16, v6).unwrap();
     lab.middlebox_drop_tfo_option().unwrap();
     let cli_ns = netns_inode(&lab, Side::Client);
-    let before = snapshot(&lab);
+    let before = Deltas::since(&lab);
     let dropped_before = lab.middlebox_dropped().unwrap();
     let tracer = Tracer::start(&[]);
     let n = 2;
     let run = lab.run_client(common::exe(), &client(&lab, v6, n, ClientMode::MsgFastopen)).unwrap();
     let (events, stderr) = tracer.stop();
-    let (dc, ds) = deltas(&lab, &before);
+    let (dc, ds) = before.both();
     let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
     assert_eq!(run.ok_count(), n as usize, "plain handshakes after the timeout");
 
@@ -274,29 +238,19 @@ fn middlebox_drops_tfo_option(v6: bool) {
         assert_eq!(dc.get(counter), 0, "{counter}: {dc:?}");
     }
     assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 0, "no cookie request reached the server");
-    let seen = || format!("client events: {:?}; tracer: {stderr:?}", of_role(&events, cli_ns, "client"));
+    let seen = || format!("client events: {:?}; tracer: {stderr:?}", of_role(&events, cli_ns, Role::Client));
     assert_eq!(
-        count(&events, cli_ns, "client", "syn_retransmitted"),
+        count(&events, cli_ns, Role::Client, Outcome::SynRetransmitted),
         dc.get("TcpExtTCPSynRetrans"),
         "{}",
         seen()
     );
-    for e in of_role(&events, cli_ns, "client") {
-        assert_eq!(e["outcome"], "syn_retransmitted", "{e}");
-        assert_eq!(e["syn_data_bytes"], 0, "a cookie request carries no data: {e}");
-        let stall = Duration::from_micros(e["stall_us"].as_u64().unwrap());
-        assert!(stall >= Duration::from_millis(900) && stall <= Duration::from_millis(1500), "{e}");
+    for e in of_role(&events, cli_ns, Role::Client) {
+        assert_eq!(e.outcome, Outcome::SynRetransmitted, "{e:?}");
+        assert_eq!(e.syn_data_bytes, 0, "a cookie request carries no data: {e:?}");
+        let stall = Duration::from_micros(e.stall_us);
+        assert!(stall >= Duration::from_millis(900) && stall <= Duration::from_millis(1500), "{e:?}");
     }
-}
-
-fn middlebox_drops_tfo_option_ipv4() {
-    require_kernel!();
-    middlebox_drops_tfo_option(false);
-}
-
-fn middlebox_drops_tfo_option_ipv6() {
-    require_kernel!();
-    middlebox_drops_tfo_option(true);
 }
 
 /// Two labs at once, one tracer: every event lands in its own lab's namespace with its own
@@ -306,7 +260,7 @@ fn two_namespaces_at_once_are_told_apart() {
     let labs = [Lab::create(LabConfig::default()).unwrap(), Lab::create(LabConfig::default()).unwrap()];
     let servers: Vec<_> =
         labs.iter().map(|l| l.start_server(common::exe(), 0, PORT, 16, false).unwrap()).collect();
-    let befores: Vec<_> = labs.iter().map(snapshot).collect();
+    let befores: Vec<_> = labs.iter().map(Deltas::since).collect();
     let tracer = Tracer::start(&[]);
     let (n0, n1) = (3, 5);
     let c0 =
@@ -317,22 +271,22 @@ fn two_namespaces_at_once_are_told_apart() {
     let runs = [c0.wait(common::HANG_LIMIT).unwrap(), c1.wait(common::HANG_LIMIT).unwrap()];
     let (events, _) = tracer.stop();
     for (i, lab) in labs.iter().enumerate() {
-        let (dc, ds) = deltas(lab, &befores[i]);
+        let (dc, ds) = befores[i].both();
         let (cli_ns, srv_ns) = (netns_inode(lab, Side::Client), netns_inode(lab, Side::Server));
-        let clients = of_role(&events, cli_ns, "client");
-        let outcomes = clients.iter().filter(|e| common::ends_connection(e)).count();
+        let clients = of_role(&events, cli_ns, Role::Client);
+        let outcomes = clients.iter().filter(|e| e.outcome.ends_connection()).count();
         assert_eq!(outcomes, runs[i].results.len(), "lab {i}: one outcome per connection");
-        assert!(clients.iter().all(|e| e["pid"] == runs[i].pid), "lab {i}: its own client process");
+        assert!(clients.iter().all(|e| e.pid == runs[i].pid), "lab {i}: its own client process");
         assert_eq!(
-            count(&events, cli_ns, "client", "accepted"),
+            count(&events, cli_ns, Role::Client, Outcome::Accepted),
             dc.get("TcpExtTCPFastOpenActive"),
             "lab {i}"
         );
         let server_pid = servers[i].pid();
-        let accepted = of_role(&events, srv_ns, "server");
-        assert!(accepted.iter().all(|e| e["pid"] == server_pid), "lab {i}: its own server");
+        let accepted = of_role(&events, srv_ns, Role::Server);
+        assert!(accepted.iter().all(|e| e.pid == server_pid), "lab {i}: its own server");
         assert_eq!(
-            count(&events, srv_ns, "server", "accepted"),
+            count(&events, srv_ns, Role::Server, Outcome::Accepted),
             ds.get("TcpExtTCPFastOpenPassive"),
             "lab {i}: {ds:?}"
         );
@@ -349,26 +303,29 @@ fn cookie_request_without_answer_falls_back_to_the_experimental_option() {
     lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen", "0").unwrap();
     let _server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
     let cli_ns = netns_inode(&lab, Side::Client);
-    let before = snapshot(&lab);
+    let before = Deltas::since(&lab);
     let wire = lab.capture_syns(Side::Client).unwrap();
     let tracer = Tracer::start(&[]);
     let run = lab.run_client(common::exe(), &client(&lab, false, 3, ClientMode::MsgFastopen)).unwrap();
     let (events, _) = tracer.stop();
     let syns = wire.stop();
-    let (_, ds) = deltas(&lab, &before);
+    let ds = before.server();
     assert_eq!(run.ok_count(), 3);
 
     assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 3, "every SYN asked for a cookie: {ds:?}");
-    assert_eq!(count(&events, cli_ns, "client", "cookie_requested"), ds.get("TcpExtTCPFastOpenCookieReqd"));
+    assert_eq!(
+        count(&events, cli_ns, Role::Client, Outcome::CookieRequested),
+        ds.get("TcpExtTCPFastOpenCookieReqd")
+    );
     let mut exp_seen = Vec::new();
     for r in &run.results {
-        let e = of_role(&events, cli_ns, "client")
+        let e = of_role(&events, cli_ns, Role::Client)
             .into_iter()
-            .find(|e| e["sport"] == r.sport)
+            .find(|e| e.sport == r.sport)
             .unwrap_or_else(|| panic!("no event for port {}", r.sport));
         let syn =
             syns.iter().find(|s| s.sport == r.sport).unwrap_or_else(|| panic!("no SYN from {}", r.sport));
-        assert_eq!(e["exp_option"], syn.exp_tfo, "tracer vs wire for port {}: {e}", r.sport);
+        assert_eq!(e.exp_option, syn.exp_tfo, "tracer vs wire for port {}: {e:?}", r.sport);
         exp_seen.push(syn.exp_tfo);
     }
     assert_eq!(exp_seen, [false, true, false], "RFC option, then the experimental one, then back");
@@ -379,6 +336,7 @@ fn cookie_request_without_answer_falls_back_to_the_experimental_option() {
 /// `connect_failed` event names the port the SYN left from, as the wire shows it (it said
 /// 0: by the time the socket reaches CLOSE, inet_put_port() has cleared its bound port).
 fn connect_refused_by_rst_names_its_port(v6: bool) {
+    require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
     let server = lab.start_server(common::exe(), 0, PORT, 16, v6).unwrap();
     let warm = lab.run_client(common::exe(), &client(&lab, v6, 1, ClientMode::MsgFastopen)).unwrap();
@@ -393,39 +351,26 @@ fn connect_refused_by_rst_names_its_port(v6: bool) {
     let (events, stderr) = tracer.stop();
     let syns = wire.stop();
     assert_eq!(run.ok_count(), 0, "nothing listens: {run:?}");
-    let failed: Vec<_> =
-        of_role(&events, cli_ns, "client").into_iter().filter(|e| e["outcome"] == "connect_failed").collect();
+    let failed: Vec<_> = of_role(&events, cli_ns, Role::Client)
+        .into_iter()
+        .filter(|e| e.outcome == Outcome::ConnectFailed)
+        .collect();
     let sent: Vec<u16> = syns.iter().filter(|s| !s.syn_ack && s.dport == PORT).map(|s| s.sport).collect();
     assert_eq!(sent.len(), n as usize, "one SYN-data per connection, no retransmission: {syns:?}");
     assert_eq!(failed.len(), n as usize, "{failed:?}; tracer: {stderr:?}");
     for (e, port) in failed.iter().zip(&sent) {
-        assert_eq!(e["sport"], *port, "the port on the wire: {e}; SYNs: {syns:?}");
-        assert_eq!((e["retransmits"].as_u64(), e["syn_data_bytes"].as_u64()), (Some(0), Some(100)), "{e}");
-        assert_eq!(e["pid"], run.pid);
+        assert_eq!(e.sport, *port, "the port on the wire: {e:?}; SYNs: {syns:?}");
+        assert_eq!((e.retransmits, e.syn_data_bytes), (0, 100), "{e:?}");
+        assert_eq!(e.pid, run.pid);
     }
 }
 
-fn connect_refused_by_rst_names_its_port_ipv4() {
-    require_kernel!();
-    connect_refused_by_rst_names_its_port(false);
-}
-
-fn connect_refused_by_rst_names_its_port_ipv6() {
-    require_kernel!();
-    connect_refused_by_rst_names_its_port(true);
-}
-
 tests_main!(
-    connect_refused_by_rst_names_its_port_ipv4,
-    connect_refused_by_rst_names_its_port_ipv6,
-    first_contact_then_tfo_ipv4,
-    first_contact_then_tfo_ipv6,
-    server_stops_taking_tfo_ipv4,
-    server_stops_taking_tfo_ipv6,
-    middlebox_drops_syn_data_ipv4,
-    middlebox_drops_syn_data_ipv6,
-    middlebox_drops_tfo_option_ipv4,
-    middlebox_drops_tfo_option_ipv6,
+    connect_refused_by_rst_names_its_port { ipv4: false, ipv6: true },
+    first_contact_then_tfo { ipv4: false, ipv6: true },
+    server_stops_taking_tfo { ipv4: false, ipv6: true },
+    middlebox_drops_syn_data { ipv4: false, ipv6: true },
+    middlebox_drops_tfo_option { ipv4: false, ipv6: true },
     two_namespaces_at_once_are_told_apart,
     cookie_request_without_answer_falls_back_to_the_experimental_option,
 );

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 mod common;
 
+use common::Deltas;
 use tfo_trace::kernel::netstat::Netstat;
 use tfo_trace::lab::{ClientArgs, ClientMode, Lab, LabConfig, ServerArgs, Side};
 
@@ -64,15 +65,6 @@ fn with_lab(cfg: LabConfig, body: impl FnOnce(&Lab)) {
     assert!(names.iter().all(|n| !after.contains(n)), "left behind: {names:?} in {after:?}");
 }
 
-fn both(lab: &Lab) -> (Netstat, Netstat) {
-    (lab.netstat(Side::Client).expect("client netstat"), lab.netstat(Side::Server).expect("server netstat"))
-}
-
-fn delta(before: &(Netstat, Netstat), lab: &Lab) -> (Netstat, Netstat) {
-    let after = both(lab);
-    (Netstat::delta(&before.0, &after.0), Netstat::delta(&before.1, &after.1))
-}
-
 fn show(label: &str, d: &Netstat) {
     let tfo: Vec<_> = d.nonzero().filter(|(k, _)| k.contains("FastOpen") || k.contains("Syn")).collect();
     eprintln!("{label}: {tfo:?}");
@@ -80,7 +72,8 @@ fn show(label: &str, d: &Netstat) {
 
 /// Five connections to a TFO listener: the first only fetches a cookie, the other four
 /// carry their data in the SYN.
-fn five_tfo_connections(v6: bool, mode: ClientMode) {
+fn tfo((v6, mode): (bool, ClientMode)) {
+    skip_unless_able!(false);
     with_lab(LabConfig::default(), |lab| {
         let server = lab.start_server(Path::new(EXE), 0, PORT, 16, v6).expect("server");
 
@@ -92,10 +85,10 @@ fn five_tfo_connections(v6: bool, mode: ClientMode) {
             std::fs::metadata(Path::new("/run/netns").join(lab.netns(Side::Server))).expect("netns").ino();
         assert_eq!(ns_ino, run_ino, "server is not in the server namespace");
 
-        let before = both(lab);
+        let before = Deltas::since(lab);
         let spec = ClientArgs { count: 5, mode, ..ClientArgs::new(server.addr()) };
         let run = lab.run_client(Path::new(EXE), &spec).expect("client run");
-        let (cli, srv) = delta(&before, lab);
+        let (cli, srv) = before.both();
         show(&format!("v6={v6} {mode} client"), &cli);
         show(&format!("v6={v6} {mode} server"), &srv);
 
@@ -111,21 +104,6 @@ fn five_tfo_connections(v6: bool, mode: ClientMode) {
     });
 }
 
-fn tfo_ipv4_msg_fastopen() {
-    skip_unless_able!(false);
-    five_tfo_connections(false, ClientMode::MsgFastopen);
-}
-
-fn tfo_ipv4_fastopen_connect() {
-    skip_unless_able!(false);
-    five_tfo_connections(false, ClientMode::FastopenConnect);
-}
-
-fn tfo_ipv6_msg_fastopen() {
-    skip_unless_able!(false);
-    five_tfo_connections(true, ClientMode::MsgFastopen);
-}
-
 /// With a cookie cached, a middlebox that drops SYN-data costs each connection one SYN
 /// RTO (1 s): the plain SYN retransmission gets through, the data follows the handshake.
 fn middlebox_drops_syn_data() {
@@ -137,11 +115,11 @@ fn middlebox_drops_syn_data() {
         assert!(first.results.iter().all(|r| r.ok), "{first:?}");
 
         lab.middlebox_drop_syn_data(None).expect("middlebox");
-        let before = both(lab);
+        let before = Deltas::since(lab);
         let run = lab
             .run_client(exe, &ClientArgs { count: 2, ..ClientArgs::new(server.addr()) })
             .expect("client run");
-        let (cli, srv) = delta(&before, lab);
+        let (cli, srv) = before.both();
         show("middlebox client", &cli);
         show("middlebox server", &srv);
         let durations: Vec<_> = run.results.iter().map(|r| Duration::from_micros(r.elapsed_us)).collect();
@@ -183,17 +161,17 @@ fn middlebox_on_one_of_two_destinations() {
             assert!(r.results[0].ok && r.results[0].elapsed_us < 500_000, "{r:?}");
         }
         // A SYN with a cookie and no data must pass too (72 bytes of IPv4).
-        let before = both(lab);
+        let before = Deltas::since(lab);
         let r = lab
             .run_client(exe, &ClientArgs { payload_bytes: 0, ..ClientArgs::new(filtered) })
             .expect("empty run");
         assert!(r.results[0].ok && r.results[0].elapsed_us < 500_000, "{r:?}");
-        assert_eq!(delta(&before, lab).0.get("TcpExtTCPSynRetrans"), 0);
+        assert_eq!(before.client().get("TcpExtTCPSynRetrans"), 0);
 
-        let before = both(lab);
+        let before = Deltas::since(lab);
         let fast = lab.run_client(exe, &ClientArgs::new(clean)).expect("clean run");
         let slow = lab.run_client(exe, &ClientArgs::new(filtered)).expect("filtered run");
-        let (cli, _) = delta(&before, lab);
+        let cli = before.client();
         show("two destinations client", &cli);
         eprintln!("clean {} us, filtered {} us", fast.results[0].elapsed_us, slow.results[0].elapsed_us);
         assert!(fast.results[0].ok && fast.results[0].elapsed_us < 500_000, "{fast:?}");
@@ -204,9 +182,9 @@ fn middlebox_on_one_of_two_destinations() {
         // Server stops taking TFO after issuing cookies: the data is not acked in the
         // SYN-ACK and the client retransmits it (ActiveFail), without any SYN loss.
         lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen", "0").expect("sysctl");
-        let before = both(lab);
+        let before = Deltas::since(lab);
         let r = lab.run_client(exe, &ClientArgs::new(clean)).expect("tfo-off run");
-        let (cli, _) = delta(&before, lab);
+        let cli = before.client();
         show("server TFO off client", &cli);
         assert!(r.results[0].ok, "{r:?}");
         assert_eq!(cli.get("TcpExtTCPFastOpenActiveFail"), 1);
@@ -261,11 +239,12 @@ fn client_pid_is_the_client_process() {
         let pid = child.pid();
         // Right after spawn the pid may still be running `ip`; it execs within milliseconds.
         let want = std::fs::canonicalize(EXE).expect("canonical exe");
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while std::fs::read_link(format!("/proc/{pid}/exe")).ok().as_ref() != Some(&want) {
-            assert!(std::time::Instant::now() < deadline, "pid {pid} never became {want:?}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        common::eventually(format!("pid {pid} running {want:?}"), || {
+            match std::fs::read_link(format!("/proc/{pid}/exe")) {
+                Ok(exe) if exe == want => Ok(()),
+                other => Err(other),
+            }
+        });
         let ns_ino = std::fs::metadata(format!("/proc/{pid}/ns/net")).expect("ns").ino();
         let run_ino =
             std::fs::metadata(Path::new("/run/netns").join(lab.netns(Side::Client))).expect("netns").ino();
@@ -295,9 +274,11 @@ fn refused_connections_are_reported() {
 }
 
 tests_main!(
-    tfo_ipv4_msg_fastopen,
-    tfo_ipv4_fastopen_connect,
-    tfo_ipv6_msg_fastopen,
+    tfo {
+        ipv4_msg_fastopen: (false, ClientMode::MsgFastopen),
+        ipv4_fastopen_connect: (false, ClientMode::FastopenConnect),
+        ipv6_msg_fastopen: (true, ClientMode::MsgFastopen),
+    },
     middlebox_drops_syn_data,
     middlebox_on_one_of_two_destinations,
     bad_config_is_rejected,

@@ -6,26 +6,15 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::{count, netns_inode, visible, Tracer};
+use common::{count, netns_inode, visible, Deltas, Tracer};
 use tfo_trace::{
     events::{Outcome, Role},
-    kernel::netstat::Netstat,
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
 };
 
 const KEY_A: &str = "00000000-00000000-00000000-0000000a";
 const KEY_B: &str = "00000000-00000000-00000000-0000000b";
 const KEY_C: &str = "00000000-00000000-00000000-0000000c";
-
-fn deltas(lab: &Lab, before: &(Netstat, Netstat)) -> (Netstat, Netstat) {
-    let c = lab.netstat(Side::Client).unwrap();
-    let s = lab.netstat(Side::Server).unwrap();
-    (Netstat::delta(&before.0, &c), Netstat::delta(&before.1, &s))
-}
-
-fn snapshot(lab: &Lab) -> (Netstat, Netstat) {
-    (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap())
-}
 
 fn args(dst: SocketAddr, count: u32) -> ClientArgs {
     ClientArgs { count, payload_bytes: 100, ..ClientArgs::new(dst) }
@@ -43,35 +32,41 @@ fn key_rotation(with_backup: bool) {
     let rotated = if with_backup { format!("{KEY_B},{KEY_A}") } else { KEY_B.to_string() };
     lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen_key", &rotated).unwrap();
     let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
-    let before = snapshot(&lab);
+    let before = Deltas::since(&lab);
     let tracer = Tracer::start(&[]);
     let run = lab.run_client(common::exe(), &args(dst, 1)).unwrap();
     let (events, stderr) = tracer.stop();
-    let (dc, ds) = deltas(&lab, &before);
+    let (dc, ds) = before.both();
     assert_eq!(run.ok_count(), 1);
 
     if with_backup {
         assert_eq!(ds.get("TcpExtTCPFastOpenPassiveAltKey"), 1, "server counters: {ds:?}");
-        assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
+        assert_eq!(
+            count(&events, cli_ns, Role::Client, Outcome::Accepted),
+            dc.get("TcpExtTCPFastOpenActive")
+        );
         assert_eq!(dc.get("TcpExtTCPFastOpenActive"), 1);
         if visible(&stderr, Role::Server, Outcome::AcceptedAltKey) {
             assert_eq!(
-                count(&events, srv_ns, "server", "accepted_alt_key"),
+                count(&events, srv_ns, Role::Server, Outcome::AcceptedAltKey),
                 ds.get("TcpExtTCPFastOpenPassiveAltKey")
             );
             assert_eq!(
-                count(&events, srv_ns, "server", "accepted")
-                    + count(&events, srv_ns, "server", "accepted_alt_key"),
+                count(&events, srv_ns, Role::Server, Outcome::Accepted)
+                    + count(&events, srv_ns, Role::Server, Outcome::AcceptedAltKey),
                 ds.get("TcpExtTCPFastOpenPassive")
             );
         }
     } else {
         assert_eq!(ds.get("TcpExtTCPFastOpenPassiveFail"), 1, "server counters: {ds:?}");
-        assert_eq!(count(&events, cli_ns, "client", "data_not_acked"), dc.get("TcpExtTCPFastOpenActiveFail"));
+        assert_eq!(
+            count(&events, cli_ns, Role::Client, Outcome::DataNotAcked),
+            dc.get("TcpExtTCPFastOpenActiveFail")
+        );
         assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), 1);
         if visible(&stderr, Role::Server, Outcome::CookieInvalid) {
             assert_eq!(
-                count(&events, srv_ns, "server", "cookie_invalid"),
+                count(&events, srv_ns, Role::Server, Outcome::CookieInvalid),
                 ds.get("TcpExtTCPFastOpenPassiveFail")
             );
         }
@@ -98,20 +93,23 @@ fn listener_without_tcp_fastopen() {
     let addr = lab.server_addr(0, false).unwrap();
     assert_eq!(lab.run_client(common::exe(), &args(SocketAddr::new(addr, 8080), 1)).unwrap().ok_count(), 1);
     let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
-    let before = snapshot(&lab);
+    let before = Deltas::since(&lab);
     let tracer = Tracer::start(&[]);
     let n = 3;
     let run = lab.run_client(common::exe(), &args(SocketAddr::new(addr, 8081), n)).unwrap();
     let (events, stderr) = tracer.stop();
-    let (dc, ds) = deltas(&lab, &before);
+    let (dc, ds) = before.both();
     assert_eq!(run.ok_count(), n as usize);
     assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), u64::from(n), "client counters: {dc:?}");
-    assert_eq!(count(&events, cli_ns, "client", "data_not_acked"), dc.get("TcpExtTCPFastOpenActiveFail"));
+    assert_eq!(
+        count(&events, cli_ns, Role::Client, Outcome::DataNotAcked),
+        dc.get("TcpExtTCPFastOpenActiveFail")
+    );
     assert_eq!(ds.get("TcpExtTCPFastOpenPassive") + ds.get("TcpExtTCPFastOpenPassiveFail"), 0);
     if visible(&stderr, Role::Server, Outcome::ListenerDisabled) {
         // No server counter moves for this: the client's ActiveFail is the kernel's witness.
         assert_eq!(
-            count(&events, srv_ns, "server", "listener_disabled"),
+            count(&events, srv_ns, Role::Server, Outcome::ListenerDisabled),
             dc.get("TcpExtTCPFastOpenActiveFail")
         );
     }
@@ -128,30 +126,33 @@ fn tfo_queue_overflows_when_handshakes_stay_unfinished() {
     assert_eq!(lab.run_client(common::exe(), &args(dst, 1)).unwrap().ok_count(), 1, "cookie cached");
     lab.client_drop_synack().unwrap();
     let srv_ns = netns_inode(&lab, Side::Server);
-    let before = snapshot(&lab);
+    let before = Deltas::since(&lab);
     let tracer = Tracer::start(&[]);
     let n = 4;
     let stuck = ClientArgs { timeout_ms: 700, ..args(dst, n) };
     let run = lab.run_client(common::exe(), &stuck).unwrap();
     let (events, stderr) = tracer.stop();
-    let (_, ds) = deltas(&lab, &before);
+    let ds = before.server();
     assert_eq!(run.ok_count(), 0, "no handshake can finish");
     assert_eq!(ds.get("TcpExtTCPFastOpenPassive"), 2, "server counters: {ds:?}");
     assert!(ds.get("TcpExtTCPFastOpenListenOverflow") >= 2, "server counters: {ds:?}");
     if visible(&stderr, Role::Server, Outcome::QueueOverflow) {
         assert_eq!(
-            count(&events, srv_ns, "server", "queue_overflow"),
+            count(&events, srv_ns, Role::Server, Outcome::QueueOverflow),
             ds.get("TcpExtTCPFastOpenListenOverflow")
         );
-        for e in events.iter().filter(|e| e["netns"] == srv_ns && e["outcome"] == "queue_overflow") {
-            assert_eq!((e["queue_len"].as_u64(), e["queue_max"].as_u64()), (Some(2), Some(2)), "{e}");
+        for e in events.iter().filter(|e| e.netns == srv_ns && e.outcome == Outcome::QueueOverflow) {
+            assert_eq!((e.queue_len, e.queue_max), (Some(2), Some(2)), "{e:?}");
         }
     }
     if visible(&stderr, Role::Server, Outcome::Accepted) {
         // Children that never leave SYN_RECV are only seen by backends that hook their
         // creation, not by those that judge a child when it leaves SYN_RECV.
         if !tfo_trace::probes::table::server_from_state(common::backend_of(&stderr)) {
-            assert_eq!(count(&events, srv_ns, "server", "accepted"), ds.get("TcpExtTCPFastOpenPassive"));
+            assert_eq!(
+                count(&events, srv_ns, Role::Server, Outcome::Accepted),
+                ds.get("TcpExtTCPFastOpenPassive")
+            );
         }
     }
 }
@@ -168,27 +169,34 @@ fn blackhole_detection_pauses_active_tfo() {
     let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
     assert_eq!(lab.run_client(common::exe(), &args(dst, 2)).unwrap().ok_count(), 2, "cookie cached");
     let cli_ns = netns_inode(&lab, Side::Client);
-    let before = snapshot(&lab);
+    let before = Deltas::since(&lab);
     let tracer = Tracer::start(&[]);
     lab.middlebox_drop_all_syns().unwrap();
     let failed = lab.run_client(common::exe(), &ClientArgs { timeout_ms: 10_000, ..args(dst, 1) }).unwrap();
     lab.middlebox_clear().unwrap();
     let after = lab.run_client(common::exe(), &args(dst, 1)).unwrap();
     let (events, stderr) = tracer.stop();
-    let (dc, _) = deltas(&lab, &before);
+    let dc = before.client();
     assert_eq!(failed.ok_count(), 0, "every SYN was dropped");
     assert_eq!(after.ok_count(), 1, "a plain handshake works");
 
     assert_eq!(dc.get("TcpExtTCPFastOpenBlackhole"), 1, "client counters: {dc:?}");
     assert_eq!(dc.get("TcpExtTCPFastOpenActive"), 0, "TFO paused: {dc:?}");
-    assert_eq!(count(&events, cli_ns, "client", "connect_failed"), 1);
+    assert_eq!(count(&events, cli_ns, Role::Client, Outcome::ConnectFailed), 1);
     // Timed out, as refused (kernel_scenarios): the port it connected from, not 0.
-    let gave_up = events.iter().find(|e| e["netns"] == cli_ns && e["outcome"] == "connect_failed").unwrap();
-    assert!(gave_up["sport"].as_u64().is_some_and(|p| p > 0), "{gave_up}");
-    assert_eq!(count(&events, cli_ns, "client", "not_attempted"), 1, "the next connect sent a plain SYN");
-    assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
+    let gave_up = events.iter().find(|e| e.netns == cli_ns && e.outcome == Outcome::ConnectFailed).unwrap();
+    assert!(gave_up.sport > 0, "{gave_up:?}");
+    assert_eq!(
+        count(&events, cli_ns, Role::Client, Outcome::NotAttempted),
+        1,
+        "the next connect sent a plain SYN"
+    );
+    assert_eq!(count(&events, cli_ns, Role::Client, Outcome::Accepted), dc.get("TcpExtTCPFastOpenActive"));
     if visible(&stderr, Role::Client, Outcome::ActiveDisabled) {
-        assert_eq!(count(&events, cli_ns, "client", "active_disabled"), dc.get("TcpExtTCPFastOpenBlackhole"));
+        assert_eq!(
+            count(&events, cli_ns, Role::Client, Outcome::ActiveDisabled),
+            dc.get("TcpExtTCPFastOpenBlackhole")
+        );
     }
 }
 
@@ -203,17 +211,18 @@ fn synack_retransmits_of_tfo_children() {
     assert_eq!(lab.run_client(common::exe(), &args(dst, 1)).unwrap().ok_count(), 1, "cookie cached");
     lab.client_drop_synack().unwrap();
     let srv_ns = netns_inode(&lab, Side::Server);
-    let before = snapshot(&lab);
+    let before = Deltas::since(&lab);
     // Only the server's namespace, filtered in the kernel: the other tests of this binary
     // run at once, and their events must not crowd this tracer's ring buffer.
     let tracer = Tracer::start(&["--netns", &srv_ns.to_string()]);
     let stuck = ClientArgs { timeout_ms: 700, ..args(dst, 2) };
     assert_eq!(lab.run_client(common::exe(), &stuck).unwrap().ok_count(), 0);
-    // Each child resends after 1 s (dropped), then 2 s later (answered with RST).
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Each child resends its SYN-ACK after 1 s (dropped) ...
+    before.wait_for(Side::Server, "TcpExtTCPSynRetrans", 2);
     lab.client_allow_synack().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(3500));
-    let (dc, ds) = deltas(&lab, &before);
+    // ... and again 2 s later, answered by the client's kernel with a RST that ends it.
+    before.wait_for(Side::Client, "TcpOutRsts", 2);
+    let (dc, ds) = before.both();
     let (events, stderr) = tracer.stop();
 
     assert_eq!(ds.get("TcpExtTCPFastOpenPassive"), 2, "two children: {ds:?}");
@@ -221,14 +230,14 @@ fn synack_retransmits_of_tfo_children() {
     assert!(ds.get("TcpExtTCPSynRetrans") >= 2, "each child resent its SYN-ACK: {ds:?}");
     // The tracer's closing line says what it lost or the kernel skipped, if anything.
     assert_eq!(
-        count(&events, srv_ns, "server", "synack_retransmitted"),
+        count(&events, srv_ns, Role::Server, Outcome::SynackRetransmitted),
         ds.get("TcpExtTCPSynRetrans"),
         "server deltas {ds:?}; tracer: {stderr:?}"
     );
-    for e in events.iter().filter(|e| e["netns"] == srv_ns && e["outcome"] == "synack_retransmitted") {
-        assert_eq!(e["pid"], server.pid(), "{e}");
-        assert_eq!(e["syn_data_bytes"], 100, "the child holds the SYN's data: {e}");
-        assert!(e["retransmits"].as_u64().unwrap() >= 1, "{e}");
+    for e in events.iter().filter(|e| e.netns == srv_ns && e.outcome == Outcome::SynackRetransmitted) {
+        assert_eq!(e.pid, server.pid(), "{e:?}");
+        assert_eq!(e.syn_data_bytes, 100, "the child holds the SYN's data: {e:?}");
+        assert!(u64::from(e.retransmits) >= 1, "{e:?}");
     }
 }
 
@@ -241,26 +250,26 @@ fn cookieless_mode_accepts_data_without_a_cookie() {
     let server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
     let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
     let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
-    let before = snapshot(&lab);
+    let before = Deltas::since(&lab);
     let tracer = Tracer::start(&[]);
     let n = 3;
     let run = lab.run_client(common::exe(), &args(dst, n)).unwrap();
     let (events, _) = tracer.stop();
-    let (dc, ds) = deltas(&lab, &before);
+    let (dc, ds) = before.both();
     assert_eq!(run.ok_count(), n as usize);
 
     assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n), "data in the very first SYN: {dc:?}");
     assert_eq!(ds.get("TcpExtTCPFastOpenPassive"), u64::from(n), "{ds:?}");
     assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 0, "no cookie asked for: {ds:?}");
-    assert_eq!(count(&events, cli_ns, "client", "accepted"), dc.get("TcpExtTCPFastOpenActive"));
-    assert_eq!(count(&events, cli_ns, "client", "cookie_requested"), 0);
-    assert_eq!(count(&events, srv_ns, "server", "accepted"), ds.get("TcpExtTCPFastOpenPassive"));
-    for e in events.iter().filter(|e| e["netns"] == cli_ns) {
-        assert_eq!(e["syn_data_bytes"], 100, "{e}");
-        assert_eq!(e["pid"], run.pid);
+    assert_eq!(count(&events, cli_ns, Role::Client, Outcome::Accepted), dc.get("TcpExtTCPFastOpenActive"));
+    assert_eq!(count(&events, cli_ns, Role::Client, Outcome::CookieRequested), 0);
+    assert_eq!(count(&events, srv_ns, Role::Server, Outcome::Accepted), ds.get("TcpExtTCPFastOpenPassive"));
+    for e in events.iter().filter(|e| e.netns == cli_ns) {
+        assert_eq!(e.syn_data_bytes, 100, "{e:?}");
+        assert_eq!(e.pid, run.pid);
     }
-    for e in events.iter().filter(|e| e["netns"] == srv_ns) {
-        assert_eq!(e["pid"], server.pid());
+    for e in events.iter().filter(|e| e.netns == srv_ns) {
+        assert_eq!(e.pid, server.pid());
     }
 }
 
@@ -290,11 +299,7 @@ fn every_outcome_is_counted_in_each_namespace_against_nstat() {
     // left out: its SYN timeouts may move its ActiveFail a second time, see docs/outcomes.md.)
     let netns: Vec<String> = [a_srv, b_cli, b_srv].iter().map(|n| n.to_string()).collect();
     let filter: Vec<&str> = netns.iter().flat_map(|n| ["--netns", n.as_str()]).collect();
-    let before = [
-        a.netstat(Side::Server).unwrap(),
-        b.netstat(Side::Client).unwrap(),
-        b.netstat(Side::Server).unwrap(),
-    ];
+    let (a_before, b_before) = (Deltas::since(&a), Deltas::since(&b));
     let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port()).parse().unwrap();
     let listen = addr.to_string();
     let export_args: Vec<&str> =
@@ -312,13 +317,8 @@ fn every_outcome_is_counted_in_each_namespace_against_nstat() {
     assert_eq!(b.run_client(common::exe(), &args(SocketAddr::new(b_addr, 8080), 1)).unwrap().ok_count(), 1);
     assert_eq!(b.run_client(common::exe(), &args(SocketAddr::new(b_addr, 8081), 2)).unwrap().ok_count(), 2);
 
-    let after = [
-        a.netstat(Side::Server).unwrap(),
-        b.netstat(Side::Client).unwrap(),
-        b.netstat(Side::Server).unwrap(),
-    ];
-    let d: Vec<Netstat> = before.iter().zip(&after).map(|(x, y)| Netstat::delta(x, y)).collect();
-    let (da_srv, db_cli, db_srv) = (&d[0], &d[1], &d[2]);
+    let (da_srv, (db_cli, db_srv)) = (a_before.server(), b_before.both());
+    let (da_srv, db_cli, db_srv) = (&da_srv, &db_cli, &db_srv);
     let servers = |key: &str| da_srv.get(key) + db_srv.get(key);
     assert!(da_srv.get("TcpExtTCPFastOpenListenOverflow") >= 2, "A's queue overflowed: {da_srv:?}");
     assert_eq!(db_srv.get("TcpExtTCPFastOpenPassiveFail"), 1, "B's cookie was invalid: {db_srv:?}");

@@ -4,13 +4,10 @@
 //! equal the kernel's own counters (nstat, per namespace).
 mod common;
 
-use std::{net::SocketAddr, time::Duration};
+use std::net::SocketAddr;
 
-use common::{http_get, metric_sum, netns_inode, Tracer};
-use tfo_trace::{
-    kernel::netstat::Netstat,
-    lab::{traffic::ClientArgs, Lab, LabConfig, Side},
-};
+use common::{http_get, metric_sum, netns_inode, Deltas, Tracer};
+use tfo_trace::lab::{traffic::ClientArgs, Lab, LabConfig, Side};
 
 const PORT: u16 = 8080;
 
@@ -22,7 +19,7 @@ fn export_counts_stay_exact_while_the_reader_is_stopped() {
     let args = |count| ClientArgs { count, payload_bytes: 100, ..ClientArgs::new(dst) };
     assert_eq!(lab.run_client(common::exe(), &args(1)).unwrap().ok_count(), 1, "cookie fetched");
     let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
-    let before = (lab.netstat(Side::Client).unwrap(), lab.netstat(Side::Server).unwrap());
+    let before = Deltas::since(&lab);
 
     // Per-destination series on, so events flow at all; a one-page ring buffer, so they
     // cannot all fit while nobody reads them.
@@ -41,7 +38,7 @@ fn export_counts_stay_exact_while_the_reader_is_stopped() {
         &s,
         "--json-summary",
     ]);
-    let line = tracer.wait_stderr("serving metrics on http://", common::HANG_LIMIT);
+    let line = tracer.wait_stderr("serving metrics on http://");
     let addr: SocketAddr = line
         .split("http://")
         .nth(1)
@@ -55,11 +52,10 @@ fn export_counts_stay_exact_while_the_reader_is_stopped() {
     tracer.signal(libc::SIGCONT);
     assert_eq!(run.ok_count(), n as usize, "lab connections failed");
 
-    let dc = Netstat::delta(&before.0, &lab.netstat(Side::Client).unwrap());
-    let ds = Netstat::delta(&before.1, &lab.netstat(Side::Server).unwrap());
+    let (dc, ds) = before.both();
     assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n), "client counters: {dc:?}");
-    // The reader catches up (it polls every 100 ms), then every count equals the kernel's.
-    std::thread::sleep(Duration::from_millis(500));
+    // A scrape reads the kernel's counts then (the events lost among them): every count
+    // equals the kernel's, whatever the reader has read of the events.
     let (status, text) = http_get(addr, "/metrics").unwrap();
     assert_eq!(status, 200);
     let accepted = |role| metric_sum(&text, "tfo_trace_connections_total", &[role, r#"outcome="accepted""#]);
@@ -81,7 +77,7 @@ fn export_counts_stay_exact_while_the_reader_is_stopped() {
     health("tfo_trace_hook_runs_missed_total");
     assert_eq!(health("tfo_trace_connects_unfollowed_total"), 0, "{text}");
     assert_eq!(health("tfo_trace_outcomes_uncounted_total"), 0, "{text}");
-    let (_, stderr) = tracer.stop();
+    let (_, stderr) = tracer.stop_lines();
     // And the closing summary says the same: events lost, none of the counts.
     let closing = common::closing(&stderr).unwrap_or_else(|| panic!("no closing summary: {stderr:?}"));
     assert_eq!(closing["events_lost"], lost, "{closing}");

@@ -7,12 +7,11 @@ mod common;
 
 use std::{net::SocketAddr, path::PathBuf, process::Command, time::Duration};
 
-use common::{netns_inode, Tracer};
+use common::{netns_inode, Deltas, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     aggregation::metrics::{BuildInfo, Metrics},
     events::{counts::Health, record},
-    kernel::netstat::Netstat,
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
 };
 
@@ -25,7 +24,7 @@ fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
     assert_eq!(clean.ok_count(), 3);
     lab.middlebox_drop_syn_data(None).unwrap();
     let cli_ns = netns_inode(&lab, Side::Client);
-    let before = lab.netstat(Side::Client).unwrap();
+    let before = Deltas::since(&lab);
     let dropped_before = lab.middlebox_dropped().unwrap();
 
     let tracer = Tracer::start_command(&["stalls", "--json"]);
@@ -35,8 +34,8 @@ fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
     lab.middlebox_drop_syn_data(None).unwrap();
     let n = 2;
     let run = lab.run_client(common::exe(), &ClientArgs { count: n, ..ClientArgs::new(dst) }).unwrap();
-    let (lines, stderr) = tracer.stop();
-    let delta = Netstat::delta(&before, &lab.netstat(Side::Client).unwrap());
+    let (lines, stderr) = tracer.stop_json();
+    let delta = before.client();
     let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
     assert_eq!(fine.ok_count() + run.ok_count(), (2 + n) as usize);
 
@@ -112,7 +111,7 @@ fn one_recording_gives_the_same_stalls_in_every_view() {
     let file = TempFile(std::env::temp_dir().join(format!("tfo-stall-views-{}.jsonl", std::process::id())));
     let path = file.0.to_str().unwrap();
 
-    let before = lab.netstat(Side::Client).unwrap();
+    let before = Deltas::since(&lab);
     // Only this lab's client namespace, filtered in the kernel: a test running beside this
     // one has its own lab with the same addresses, and its stalls are not ours.
     let ns = cli_ns.to_string();
@@ -124,8 +123,8 @@ fn one_recording_gives_the_same_stalls_in_every_view() {
             "to {dst}"
         );
     }
-    let (lines, stderr) = tracer.stop();
-    let dc = Netstat::delta(&before, &lab.netstat(Side::Client).unwrap());
+    let (lines, stderr) = tracer.stop_json();
+    let dc = before.client();
 
     // The kernel's view first: 2 SYN timeouts, 3 + 0 SYN-data acked, 2 + 2 not.
     assert_eq!(dc.get("TcpExtTCPSynRetrans"), 2, "client counters: {dc:?}");
@@ -234,7 +233,7 @@ fn kernel_and_event_sums_of_time_lost_agree() {
     ]);
     let top = Tracer::start_command(&["top", "--batch", "--json", "-d", "1", "--netns", &ns]);
     let stalls = Tracer::start_command(&["stalls", "--json", "--netns", &ns]);
-    let before = lab.netstat(Side::Client).unwrap();
+    let before = Deltas::since(&lab);
     let n = 3;
     let run = lab.run_client(common::exe(), &ClientArgs { count: n, ..ClientArgs::new(blocked) }).unwrap();
     assert_eq!(run.ok_count(), n as usize);
@@ -242,28 +241,28 @@ fn kernel_and_event_sums_of_time_lost_agree() {
         lab.run_client(common::exe(), &ClientArgs { count: 2, ..ClientArgs::new(clean) }).unwrap().ok_count(),
         2
     );
-    let retrans = Netstat::delta(&before, &lab.netstat(Side::Client).unwrap()).get("TcpExtTCPSynRetrans");
+    let retrans = before.client().get("TcpExtTCPSynRetrans");
     assert_eq!(retrans, u64::from(n), "the kernel agrees with the lab first");
 
-    // The exporter's series, once its events are in (bounded wait).
+    // The exporter's series, once its events are in.
     let metric =
         |text: &str, labels: &[&str]| common::metric_sum(text, "tfo_trace_stall_seconds_total", labels);
     let stalled = format!(r#"destination="{blocked}""#);
     let connections = |text: &str| {
         common::metric_sum(text, "tfo_trace_connections_total", &[r#"outcome="syn_retransmitted""#, &stalled])
     };
-    let deadline = std::time::Instant::now() + common::HANG_LIMIT;
-    let exposition = loop {
+    let exposition = common::eventually(format!("{n} stalled connections in the exporter's series"), || {
         let (status, text) = common::http_get(exporter, "/metrics").unwrap();
         assert_eq!(status, 200);
-        if connections(&text) >= f64::from(n) || std::time::Instant::now() > deadline {
-            break text;
+        if connections(&text) >= f64::from(n) {
+            Ok(text)
+        } else {
+            Err(text)
         }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let (_, export_err) = export.stop();
+    });
+    let (_, export_err) = export.stop_lines();
     let (top_lines, top_err) = top.stop_lines();
-    let (listed, stalls_err) = stalls.stop();
+    let (listed, stalls_err) = stalls.stop_json();
     for err in [&export_err, &top_err, &stalls_err] {
         let closing = common::closing(err).unwrap_or_else(|| panic!("no closing summary: {err:?}"));
         assert_eq!(closing["events_lost"], 0, "nothing lost, or the sums may differ: {closing}");

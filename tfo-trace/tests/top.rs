@@ -12,10 +12,10 @@ use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::mpsc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use common::netns_inode;
+use common::{netns_inode, Deltas};
 use tfo_trace::{
     kernel::netstat::Netstat,
     lab::{traffic::ClientArgs, Lab, LabConfig, ServerHandle, Side},
@@ -57,27 +57,24 @@ fn secs(r: &BTreeMap<String, String>, col: &str) -> f64 {
     number.parse::<f64>().unwrap_or_else(|_| panic!("{col}={v}")) * scale
 }
 
-struct Counters {
-    client: Netstat,
-    server: Netstat,
+/// The kernel's counters of the lab's namespaces and its middlebox's drops, from a moment
+/// on.
+struct Counters<'l> {
+    lab: &'l Lab,
+    netstat: Deltas<'l>,
     dropped: u64,
 }
 
-fn counters(lab: &Lab) -> Counters {
-    Counters {
-        client: lab.netstat(Side::Client).unwrap(),
-        server: lab.netstat(Side::Server).unwrap(),
-        dropped: lab.middlebox_dropped().unwrap(),
-    }
+fn counters(lab: &Lab) -> Counters<'_> {
+    Counters { lab, netstat: Deltas::since(lab), dropped: lab.middlebox_dropped().unwrap() }
 }
 
-fn delta(lab: &Lab, before: &Counters) -> (Netstat, Netstat, u64) {
-    let after = counters(lab);
-    (
-        Netstat::delta(&before.client, &after.client),
-        Netstat::delta(&before.server, &after.server),
-        after.dropped - before.dropped,
-    )
+impl Counters<'_> {
+    /// (client, server, dropped) since.
+    fn deltas(&self) -> (Netstat, Netstat, u64) {
+        let (client, server) = self.netstat.both();
+        (client, server, self.lab.middlebox_dropped().unwrap() - self.dropped)
+    }
 }
 
 /// A lab whose client has a cookie for the server at `port`, then a middlebox that drops
@@ -117,47 +114,22 @@ fn batch_rows_match_the_kernel_counters() {
     let recording = std::env::temp_dir().join(format!("tfo-top-{}.jsonl", std::process::id()));
     let _ = std::fs::remove_file(&recording); // a first run's, if this is the retry
 
-    let mut child = Command::new(common::exe())
-        .args(["top", "--batch", "-d", "1", "--record"])
-        .arg(&recording)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let out = std::thread::spawn(move || common::read_all(stdout));
-    let (tx, rx) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let mut err_lines = Vec::new();
-    let deadline = Instant::now() + common::HANG_LIMIT;
-    while !err_lines.iter().any(|l: &String| l.contains("programs attached")) {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(l) => err_lines.push(l),
-            Err(_) => {
-                let _ = child.kill();
-                panic!("top did not attach: {err_lines:?}");
-            }
-        }
-    }
+    let top = common::Tracer::start_command(&[
+        "top",
+        "--batch",
+        "-d",
+        "1",
+        "--record",
+        &recording.display().to_string(),
+    ]);
     // Both clients at once: everything is over about 1.1 s after they start.
     let c1 = lab.spawn_client(common::exe(), &ClientArgs { count: 3, ..ClientArgs::new(clean) }).unwrap();
     let c2 = lab.spawn_client(common::exe(), &ClientArgs { count: 2, ..ClientArgs::new(bad) }).unwrap();
     let (r1, r2) = (c1.wait(common::HANG_LIMIT).unwrap(), c2.wait(common::HANG_LIMIT).unwrap());
     assert_eq!((r1.ok_count(), r2.ok_count()), (3, 2), "lab connections");
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-
-    let status = common::wait_exit(&mut child, "top, after SIGINT");
-    let text = out.join().unwrap();
-    err_lines.extend(rx.try_iter());
-    assert!(status.success(), "exit {status}; stderr {err_lines:?}");
-    let (dc, ds, dropped) = delta(&lab, &before);
+    let (lines, _) = top.stop_lines();
+    let text = lines.join("\n");
+    let (dc, ds, dropped) = before.deltas();
 
     let snapshots: Vec<&str> = text.split("tfo-trace top ").filter(|s| !s.trim().is_empty()).collect();
     let last = snapshots.last().unwrap_or_else(|| panic!("no snapshot printed at the stop\n{text}"));
@@ -207,8 +179,7 @@ fn batch_rows_match_the_kernel_counters() {
     assert_eq!(num(&b, "COOKIE") + num(&c, "COOKIE"), ds.get("TcpExtTCPFastOpenCookieReqd"));
 }
 
-/// How long the screen or a file may take to show what it must: polled, so only a hung
-/// top waits this long; slow, shared machines do not fail the test.
+/// How long a snapshot may take to come: only a hung top waits this long.
 const WAIT: Duration = common::HANG_LIMIT;
 
 /// A tmux server of our own (its own socket), killed with the test.
@@ -228,19 +199,16 @@ impl Tmux {
         self.cmd(&["capture-pane", "-p", "-t", "top"])
     }
 
-    /// Polls the screen until `ok` holds (at most `limit`).
-    fn wait_for(&self, limit: Duration, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + limit;
-        loop {
+    /// Polls the screen until `ok` holds ([`common::eventually`]).
+    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        common::eventually(what, || {
             let s = self.screen();
             if ok(&s) {
-                return s;
+                Ok(s)
+            } else {
+                Err(format!("screen:\n{s}"))
             }
-            if Instant::now() > deadline {
-                panic!("timed out waiting for {what}; screen:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        })
     }
 }
 
@@ -250,19 +218,17 @@ impl Drop for Tmux {
     }
 }
 
-fn wait_file(path: &Path, limit: Duration) -> Option<String> {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Ok(mut f) = std::fs::File::open(path) {
-            let mut s = String::new();
-            let _ = f.read_to_string(&mut s);
-            if s.ends_with('\n') {
-                return Some(s);
-            }
+/// Waits for `path` to hold whole lines; returns them.
+fn wait_file(what: &str, path: &Path) -> String {
+    common::eventually(what, || {
+        let mut s = String::new();
+        let _ = std::fs::File::open(path).map(|mut f| f.read_to_string(&mut s));
+        if s.ends_with('\n') {
+            Ok(s)
+        } else {
+            Err(s)
         }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    None
+    })
 }
 
 /// The terminal UI in a real terminal (tmux, 120x30): the middlebox destination's row
@@ -289,16 +255,16 @@ fn tui_in_a_real_terminal_matches_the_kernel() {
     tmux.cmd(&["new-session", "-d", "-x", "120", "-y", "30", "-s", "top", "sh", "-c", &script]);
 
     // The header only shows once the programs are attached.
-    tmux.wait_for(WAIT, "the top screen", |s| s.contains("tfo-trace top") && s.contains("DESTINATION"));
+    tmux.wait_for("the top screen", |s| s.contains("tfo-trace top") && s.contains("DESTINATION"));
     let n = 2;
     let run = lab.run_client(common::exe(), &ClientArgs { count: n, ..ClientArgs::new(dst) }).unwrap();
     assert_eq!(run.ok_count(), n as usize);
-    let (dc, _, dropped) = delta(&lab, &before);
+    let (dc, _, dropped) = before.deltas();
     assert_eq!(dc.get("TcpExtTCPSynRetrans"), u64::from(n), "kernel: {dc:?}");
     assert_eq!(dropped, u64::from(n), "middlebox drops");
 
     let key = dst.to_string();
-    let screen = tmux.wait_for(WAIT, "the stalled destination's row", |s| {
+    let screen = tmux.wait_for("the stalled destination's row", |s| {
         row(s, "DESTINATION", &key).is_some_and(|r| num(&r, "STALLS") == u64::from(n))
     });
     let r = row(&screen, "DESTINATION", &key).unwrap();
@@ -317,12 +283,12 @@ fn tui_in_a_real_terminal_matches_the_kernel() {
     // `3`: the process table, the client process with its stalls.
     tmux.cmd(&["send-keys", "-t", "top", "3"]);
     let pid = run.pid.to_string();
-    let screen = tmux.wait_for(WAIT, "the process table", |s| row(s, "PID", &pid).is_some());
+    let screen = tmux.wait_for("the process table", |s| row(s, "PID", &pid).is_some());
     let p = row(&screen, "PID", &pid).unwrap();
     assert_eq!((p["COMM"].as_str(), num(&p, "STALLS")), ("tfo-trace", u64::from(n)), "{p:?}");
     // `4`: the container table (the lab client's is this test's cgroup: no fixed name).
     tmux.cmd(&["send-keys", "-t", "top", "4"]);
-    tmux.wait_for(WAIT, "the container table", |s| {
+    tmux.wait_for("the container table", |s| {
         s.lines().any(|l| l.starts_with("CONTAINER ")) && s.contains("[4] Cont")
     });
     // `/` filter on another address: the row goes away.
@@ -330,14 +296,14 @@ fn tui_in_a_real_terminal_matches_the_kernel() {
     tmux.cmd(&["send-keys", "-t", "top", "/"]);
     tmux.cmd(&["send-keys", "-t", "top", "-l", "203.0.113.9"]);
     tmux.cmd(&["send-keys", "-t", "top", "Enter"]);
-    tmux.wait_for(WAIT, "the filter", |s| {
+    tmux.wait_for("the filter", |s| {
         s.contains("filter: 203.0.113.9") && row(s, "DESTINATION", &key).is_none()
     });
 
     tmux.cmd(&["send-keys", "-t", "top", "q"]);
-    let status = wait_file(&status_file, WAIT).expect("top did not exit after q");
+    let status = wait_file("top exiting after q", &status_file);
     assert_eq!(status.trim(), "exit=0");
-    let stty = wait_file(&stty_file, WAIT).expect("stty after top");
+    let stty = wait_file("stty after top", &stty_file);
     let raw = stty.split_whitespace().any(|w| w == "-icanon" || w == "-echo");
     assert!(!raw, "terminal left in raw mode: {stty}");
     assert_eq!(tmux.cmd(&["display-message", "-p", "-t", "top", "#{alternate_on}"]).trim(), "0");
@@ -400,7 +366,7 @@ fn tui_stall_rate_falls_back_to_zero_when_stalls_stop() {
     );
     let tmux = Tmux { socket: format!("tfotest-rate-{}", std::process::id()) };
     tmux.cmd(&["new-session", "-d", "-x", "200", "-y", "60", "-s", "top", "sh", "-c", &script]);
-    tmux.wait_for(WAIT, "the stacked tables", |s| {
+    tmux.wait_for("the stacked tables", |s| {
         s.contains("tfo-trace top")
             && ["[1] Destinations (", "[2] Listeners (", "[3] Processes (", "[4] Containers ("]
                 .iter()
@@ -413,8 +379,7 @@ fn tui_stall_rate_falls_back_to_zero_when_stalls_stop() {
     let key = dst.to_string();
     // While they stall: the highest STALL/S seen on the destination's row.
     let mut peak: Option<f64> = None;
-    let deadline = Instant::now() + WAIT;
-    let screen = loop {
+    let screen = common::eventually("the stall rate rising, then back to 0", || {
         let s = tmux.screen();
         if let Some(r) = row(&s, "DESTINATION", &key) {
             let now = rate(&r, "STALL/S");
@@ -422,17 +387,14 @@ fn tui_stall_rate_falls_back_to_zero_when_stalls_stop() {
                 peak = Some(peak.map_or(v, |p: f64| p.max(v)));
             }
             if peak.is_some() && num(&r, "STALLS") == n && now == Some(0.0) {
-                break s;
+                return Ok(s);
             }
         }
-        if Instant::now() > deadline {
-            panic!("the stall rate did not rise and fall back to 0 (peak {peak:?}); screen:\n{s}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        Err(format!("peak {peak:?}; screen:\n{s}"))
+    });
     let run = client.wait(common::HANG_LIMIT).unwrap();
     assert_eq!(run.ok_count(), n as usize);
-    let (dc, _, dropped) = delta(&lab, &before);
+    let (dc, _, dropped) = before.deltas();
     assert_eq!(dc.get("TcpExtTCPSynRetrans"), n, "kernel: {dc:?}");
     assert_eq!(dropped, n, "middlebox drops");
 
@@ -463,7 +425,7 @@ fn tui_stall_rate_falls_back_to_zero_when_stalls_stop() {
     assert!(screen.contains("stalls/2s "), "the host's graph in the header:\n{screen}");
 
     tmux.cmd(&["send-keys", "-t", "top", "q"]);
-    let status = wait_file(&status_file, WAIT).expect("top did not exit after q");
+    let status = wait_file("top exiting after q", &status_file);
     assert_eq!(status.trim(), "exit=0");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -508,22 +470,22 @@ fn batch_json_rates_sum_to_the_kernel_counters() {
         v["destinations"].as_array()?.iter().find(|d| d["destination"] == key.as_str()).cloned()
     };
     // Snapshots until one shows both stalls and one after it shows no new one.
-    let deadline = Instant::now() + WAIT;
-    loop {
-        assert!(Instant::now() < deadline, "no quiet snapshot after the stalls: {snaps:?}");
+    common::eventually("a quiet snapshot after the stalls", || {
         next(&mut snaps);
         let quiet_after_all = snaps.iter().rev().take(2).all(|v| dest(v).is_some_and(|d| d["stalls"] == n))
             && dest(snaps.last().unwrap()).is_some_and(|d| d["stalls_per_s"] == 0.0);
         if quiet_after_all {
-            break;
+            Ok(())
+        } else {
+            Err(snaps.last().cloned())
         }
-    }
+    });
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
     let err = err.join().unwrap();
     assert!(status.success(), "exit {status}; stderr {err}");
-    let (dc, _, dropped) = delta(&lab, &before);
+    let (dc, _, dropped) = before.deltas();
     assert_eq!(dc.get("TcpExtTCPSynRetrans"), n, "kernel: {dc:?}");
     assert_eq!(dropped, n);
 
@@ -586,7 +548,10 @@ fn demo_json_prints_tables_and_its_closing_summary_adds_up() {
     assert!(!json_help.contains("events as JSON"), "{json_help}");
 
     let mut demo = common::Tracer::start_command(&["demo", "--json", "--duration", "60s"]);
-    demo.wait_stderr("tracing for", common::HANG_LIMIT);
+    // Its first snapshot: top runs, and a Ctrl-C now stops it. (Not its "tracing for"
+    // line: the demo says it before top takes over Ctrl-C, which until then still ends the
+    // process at once.)
+    demo.wait_stdout("the demo's first snapshot", |l| l.starts_with('{'));
     // Stopped early, while the clients still connect: a snapshot at the stop at least.
     let (lines, stderr) = demo.stop_lines();
     assert!(!lines.is_empty(), "{stderr:?}");

@@ -5,7 +5,8 @@
 //! - `build`: setup, then a release build of tfo-trace (its build.rs builds and embeds
 //!   the eBPF object).
 //! - `lint`: the gates: `cargo fmt --check`, clippy with `-D warnings` on the host crates
-//!   and on the eBPF crate for the bpf target.
+//!   and on the eBPF crate for the bpf target. Which lints: `[workspace.lints]` in the top
+//!   Cargo.toml, so a plain `cargo clippy` applies them too.
 //! - `test`: setup, the gates (`lint`), `dist` (once, for tests/dist.rs) and a cached
 //!   Debian 11 userspace (userspace.rs), then the whole test suite (unit + root-only
 //!   kernel tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
@@ -282,7 +283,15 @@ fn lint() -> Vec<String> {
     // The eBPF crate is no_std for the bpf target: linted there, with core built from
     // source as aya-build does, in a target directory of its own.
     let mut ebpf = util::nightly("cargo");
-    ebpf.current_dir(&root).args(["clippy", "-p", "tfo-trace-ebpf", "--target", "bpfel-unknown-none"]);
+    // --all-features: the floor's programs (a `fixtures` build's) are linted too.
+    ebpf.current_dir(&root).args([
+        "clippy",
+        "-p",
+        "tfo-trace-ebpf",
+        "--all-features",
+        "--target",
+        "bpfel-unknown-none",
+    ]);
     ebpf.args(["-Z", "build-std=core", "--target-dir"]).arg(root.join("target/ebpf-clippy"));
     ebpf.args(["--", "-D", "warnings"]);
     let mut problems = Vec::new();

@@ -8,7 +8,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::util::{self, capture, is_root, run, workspace_root};
+use crate::util::{self, capture, is_root, workspace_root};
 
 #[derive(clap::Args, Debug)]
 pub struct SoakArgs {
@@ -24,10 +24,7 @@ pub fn soak(args: &SoakArgs) -> Result<()> {
     if !is_root() {
         bail!("the soak makes network namespaces and loads eBPF programs: run it as root");
     }
-    let mut build = util::cargo();
-    build.current_dir(workspace_root()).args(["build", "--release", "-p", "tfo-trace"]);
-    run(&mut build)?;
-    let bin = workspace_root().join("target/release/tfo-trace");
+    let bin = util::build_release_with_fixtures()?;
     println!("soak: {} minutes of mixed lab traffic under top and export", args.minutes);
     let out = capture(Command::new(&bin).args(["lab-soak", "--minutes", &args.minutes.to_string()]))?;
     let r: Value = serde_json::from_str(out.trim()).with_context(|| format!("lab-soak printed {out:?}"))?;

@@ -108,3 +108,21 @@ pub fn is_root() -> bool {
         .and_then(|ids| ids.split_whitespace().nth(1))
         .is_some_and(|euid| euid == "0")
 }
+
+/// The release build of tfo-trace with its `fixtures` feature: the floor's empty programs
+/// and the hidden `floor`, `lab-load` and `lab-soak` subcommands, which the bench and the
+/// soak run and a user's build leaves out (tfo-trace/Cargo.toml). The tracer's own code is
+/// the same. Returns the binary (target/release/tfo-trace, until the next plain build).
+pub fn build_release_with_fixtures() -> Result<PathBuf> {
+    let mut build = cargo();
+    build.current_dir(workspace_root()).args([
+        "build",
+        "--release",
+        "-p",
+        "tfo-trace",
+        "--features",
+        "fixtures",
+    ]);
+    run(&mut build)?;
+    Ok(target_dir().join("release/tfo-trace"))
+}

@@ -523,41 +523,23 @@ pub(crate) fn parse_event(text: &str) -> std::result::Result<Event, String> {
     serde_json::from_str(text).map_err(|e| e.to_string())
 }
 
-/// Inverse of [`super::rfc3339`]: `YYYY-MM-DDTHH:MM:SS[.fraction]Z` to ns since the epoch.
-/// Every field has the width rfc3339() prints (so a year has four digits and the
-/// arithmetic below cannot overflow, whatever a file says); None for anything else.
+/// A recording's time, RFC 3339 in UTC as [`super::rfc3339`] writes it
+/// (`2026-11-30T08:14:42.549123456Z`), to ns since the epoch; None for anything else
+/// (another offset, a time before 1970, not a time). jiff's civil time reads the date and
+/// the time, calendar and ranges (its `Timestamp` ends at 9999-12-30, a day short of what a
+/// recording may hold); after the time only the `Z` may follow, since jiff would read an
+/// offset there and drop it. A leap second (`23:59:60`, RFC 3339 section 5.6), which jiff
+/// reads as :59, is the second after it.
 pub fn parse_rfc3339(s: &str) -> Option<u128> {
-    let s = s.strip_suffix('Z')?;
-    let (date, time) = s.split_once('T')?;
-    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
-    let digits = |t: &str, width: usize| -> Option<i64> {
-        (t.len() == width && t.bytes().all(|b| b.is_ascii_digit())).then(|| t.parse().ok())?
-    };
-    let mut d = date.splitn(3, '-');
-    let year = digits(d.next()?, 4)?;
-    let month = digits(d.next()?, 2)?;
-    let day = digits(d.next()?, 2)?;
-    let mut t = hms.splitn(3, ':');
-    let h = digits(t.next()?, 2)?;
-    let m = digits(t.next()?, 2)?;
-    let sec = digits(t.next()?, 2)?;
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 {
+    let civil = s.strip_suffix('Z')?;
+    let (_, time) = civil.split_once('T')?;
+    if !time.bytes().all(|b| b.is_ascii_digit() || b == b':' || b == b'.') {
         return None;
     }
-    if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let nanos: u128 = if frac.is_empty() { 0 } else { format!("{frac:0<9}").parse().ok()? };
-    // Days from civil (Howard Hinnant), the inverse of the algorithm in rfc3339().
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + h * 3600 + m * 60 + sec;
-    u128::try_from(secs).ok().map(|s| s * 1_000_000_000 + nanos)
+    let leap = if time.get(5..9) == Some(":60.") || time.get(5..) == Some(":60") { 1_000_000_000 } else { 0 };
+    let at: jiff::civil::DateTime = civil.parse().ok()?;
+    let since_epoch = at.duration_since(jiff::civil::date(1970, 1, 1).at(0, 0, 0, 0));
+    u128::try_from(since_epoch.as_nanos()).ok().map(|ns| ns + leap)
 }
 
 #[cfg(test)]
@@ -783,14 +765,23 @@ mod tests {
         assert_eq!(parse_rfc3339("2024-02-29T23:59:59Z"), Some(1_709_251_199_000_000_000));
         assert_eq!(parse_rfc3339("2024-02-29T23:59:59.5Z"), Some(1_709_251_199_500_000_000));
         assert_eq!(parse_rfc3339("2024-13-01T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2024-02-30T00:00:00Z"), None);
         assert_eq!(parse_rfc3339("2024-02-29 23:59:59Z"), None);
         assert_eq!(parse_rfc3339("2024-02-29T23:59:59"), None);
-        // Fields of other widths or signs; a 15-digit year overflowed the day arithmetic.
+        assert_eq!(parse_rfc3339("2024-02-29T23:59:59+01:00"), None);
+        assert_eq!(parse_rfc3339("2024-02-29T23:59:59+01:00Z"), None);
+        assert_eq!(parse_rfc3339("1969-12-31T23:59:59Z"), None);
+        // A leap second is the one after :59, also in the last second a recording holds.
+        assert_eq!(parse_rfc3339("2016-12-31T23:59:60Z"), Some(1_483_228_800_000_000_000));
+        assert_eq!(parse_rfc3339("9999-12-31T23:59:60.999999999Z"), Some(253_402_300_800_999_999_999));
+        // Fields of other widths or signs; a 15-digit year overflowed the hand-written
+        // day arithmetic this replaced.
         for bad in [
             "999999999999999-01-01T00:00:00Z",
             "+024-02-29T23:59:59Z",
             "2024-2-29T23:59:59Z",
             "2024-02-29T-1:59:59Z",
+            "2024-02-29T23:59:59.1234567891Z",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }

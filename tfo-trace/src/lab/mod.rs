@@ -1,7 +1,8 @@
 //! A TCP Fast Open lab on one machine: two network namespaces (client, server) joined by
 //! a veth pair, per-namespace `net.ipv4.tcp_fastopen`, an optional nftables "middlebox"
 //! that drops SYNs carrying data, and TFO peers run as child processes of the `tfo-trace`
-//! binary (`lab-server`, `lab-client`) so the tracer sees real pids.
+//! binary (`lab-server`, `lab-client`) so the tracer sees real pids. `load` (the bench's
+//! connection generator) and `soak` come only with the `fixtures` feature.
 //!
 //! Addresses (N = per-lab number, differs between labs of one process):
 //! client 198.18.N.1/24 and fd00:7f0:N::1/64; server 198.18.N.2 and fd00:7f0:N::2, plus
@@ -15,7 +16,9 @@
 //! it takes a lock and runs `ip`). [`sweep_stale`] removes namespaces left by runs that
 //! died (their embedded pid is gone).
 mod cmd;
+#[cfg(feature = "fixtures")]
 pub mod load;
+#[cfg(feature = "fixtures")]
 pub mod soak;
 mod sock;
 pub mod traffic;

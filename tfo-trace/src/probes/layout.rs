@@ -1,8 +1,10 @@
 //! Builds the [`KernelLayout`] the eBPF programs read kernel structs with, from the
 //! running kernel's BTF. This is our stand-in for CO-RE relocations, which Rust eBPF
-//! cannot emit: one offset table per boot, never one generated for a single kernel.
+//! cannot emit: one offset table per boot, never one generated for a single kernel. Which
+//! members, and in which shape, is `tfo_trace_common::kernel_structs!`: the table the
+//! programs' accessors are made from too.
 use anyhow::{anyhow, bail, Result};
-use tfo_trace_common::{Field, KernelLayout};
+use tfo_trace_common::{Field, FieldSpec, KernelLayout, Shape};
 
 use super::btf::{Btf, MemberLocation};
 
@@ -22,11 +24,6 @@ fn to_field(loc: MemberLocation) -> Field {
     Field { off, shift: shift as u8, bits: loc.bitfield_size as u8, present: 1, size: size as u8 }
 }
 
-/// A member every supported kernel has: its absence is an error naming it.
-fn required(btf: &Btf, strukt: &str, path: &[&str]) -> Result<Field> {
-    located(btf, strukt, path).map(to_field)
-}
-
 fn located(btf: &Btf, strukt: &str, path: &[&str]) -> Result<MemberLocation> {
     btf.member_path(strukt, path).ok_or_else(|| {
         anyhow!(
@@ -36,65 +33,49 @@ fn located(btf: &Btf, strukt: &str, path: &[&str]) -> Result<MemberLocation> {
     })
 }
 
-/// How the programs read a member without decoding its `Field` at run time: `fixed!` (one
-/// load of exactly this many bytes) or `bit!` (a byte load and a shift), in
-/// tfo-trace-ebpf/src/kernel.rs.
-#[derive(Clone, Copy)]
-enum Read {
-    Bytes(u32),
-    OneBit,
-}
-
-impl Read {
-    fn fits(self, loc: MemberLocation) -> bool {
-        match self {
-            Read::Bytes(n) => loc.bitfield_size == 0 && loc.byte_size == n,
-            Read::OneBit => {
-                let f = to_field(loc);
-                f.bits == 1 && f.size == 1
-            }
+/// Whether a member found in BTF has the shape the programs read it in.
+fn fits(shape: Shape, loc: MemberLocation) -> bool {
+    match shape {
+        Shape::Bytes(n) => loc.bitfield_size == 0 && loc.byte_size == n,
+        Shape::OneBit => {
+            let f = to_field(loc);
+            f.bits == 1 && f.size == 1
         }
-    }
-
-    fn describe(self) -> String {
-        match self {
-            Read::Bytes(n) => format!("{n} bytes"),
-            Read::OneBit => "one bit".into(),
-        }
+        Shape::Any => true,
     }
 }
 
-/// A member every supported kernel has in the shape `read` expects: a kernel where it is
-/// missing or shaped otherwise is refused by name rather than misread.
-fn shaped(btf: &Btf, strukt: &str, path: &[&str], read: Read) -> Result<Field> {
+fn describe(shape: Shape) -> String {
+    match shape {
+        Shape::Bytes(n) => format!("{n} bytes"),
+        Shape::OneBit => "one bit".into(),
+        Shape::Any => "any integer".into(),
+    }
+}
+
+/// A member every supported kernel has in the shape `shape` says the programs read: a
+/// kernel where it is missing or shaped otherwise is refused by name rather than misread.
+fn shaped(btf: &Btf, strukt: &str, path: &[&str], shape: Shape) -> Result<Field> {
     let loc = located(btf, strukt, path)?;
-    if !read.fits(loc) {
+    if !fits(shape, loc) {
         bail!(
             "this kernel's `struct {strukt}` member `{}` is {}, where tfo-trace reads {}: \
              unsupported kernel layout",
             path.join("."),
-            shape(loc),
-            read.describe()
+            describe_location(loc),
+            describe(shape)
         );
     }
     Ok(to_field(loc))
 }
 
-fn fixed(btf: &Btf, strukt: &str, path: &[&str], bytes: u32) -> Result<Field> {
-    shaped(btf, strukt, path, Read::Bytes(bytes))
-}
-
-fn one_bit(btf: &Btf, strukt: &str, path: &[&str]) -> Result<Field> {
-    shaped(btf, strukt, path, Read::OneBit)
-}
-
-/// A member some kernels lack, given only in the shape `read` expects (absent, and the
+/// A member some kernels lack, given only in the shape the programs read (absent, and the
 /// programs' fallback taken, where it is shaped otherwise).
-fn optional_shaped(btf: &Btf, strukt: &str, path: &[&str], read: Read) -> Field {
-    btf.member_path(strukt, path).filter(|&loc| read.fits(loc)).map(to_field).unwrap_or_default()
+fn optional_shaped(btf: &Btf, strukt: &str, path: &[&str], shape: Shape) -> Field {
+    btf.member_path(strukt, path).filter(|&loc| fits(shape, loc)).map(to_field).unwrap_or_default()
 }
 
-fn shape(loc: MemberLocation) -> String {
+fn describe_location(loc: MemberLocation) -> String {
     if loc.bitfield_size != 0 {
         format!("a {}-bit bitfield", loc.bitfield_size)
     } else {
@@ -102,68 +83,19 @@ fn shape(loc: MemberLocation) -> String {
     }
 }
 
-fn optional(btf: &Btf, strukt: &str, path: &[&str]) -> Option<Field> {
-    btf.member_path(strukt, path).map(to_field)
+/// One member, as its spec in `tfo_trace_common::kernel_structs!` says: required ones are
+/// refused by name when missing or shaped otherwise; optional ones are absent then.
+fn field(btf: &Btf, spec: &FieldSpec) -> Result<Field> {
+    if spec.required {
+        shaped(btf, spec.strukt, spec.path, spec.shape)
+    } else {
+        Ok(optional_shaped(btf, spec.strukt, spec.path, spec.shape))
+    }
 }
 
+/// Every member the programs read, found in this kernel's BTF.
 pub fn from_btf(btf: &Btf) -> Result<KernelLayout> {
-    Ok(KernelLayout {
-        skc_family: fixed(btf, "sock", &["skc_family"], 2)?,
-        skc_state: fixed(btf, "sock", &["skc_state"], 1)?,
-        skc_num: fixed(btf, "sock", &["skc_num"], 2)?,
-        skc_dport: fixed(btf, "sock", &["skc_dport"], 2)?,
-        skc_rcv_saddr: fixed(btf, "sock", &["skc_rcv_saddr"], 4)?,
-        skc_daddr: fixed(btf, "sock", &["skc_daddr"], 4)?,
-        skc_v6_rcv_saddr: required(btf, "sock", &["skc_v6_rcv_saddr"])?,
-        skc_v6_daddr: required(btf, "sock", &["skc_v6_daddr"])?,
-        skc_net: fixed(btf, "sock", &["skc_net"], 8)?,
-        sk_protocol: fixed(btf, "sock", &["sk_protocol"], 2)?,
-        tcp_rtx_queue: fixed(btf, "sock", &["tcp_rtx_queue"], 8)?,
-        net_ns_inum: fixed(btf, "net", &["ns", "inum"], 4)?,
-        // Without it (or at another size) each outcome reads ns.inum itself.
-        net_cookie: optional_shaped(btf, "net", &["net_cookie"], Read::Bytes(8)),
-        fastopen_req: fixed(btf, "tcp_sock", &["fastopen_req"], 8)?,
-        total_retrans: fixed(btf, "tcp_sock", &["total_retrans"], 4)?,
-        bytes_sent: fixed(btf, "tcp_sock", &["bytes_sent"], 8)?,
-        bytes_received: fixed(btf, "tcp_sock", &["bytes_received"], 8)?,
-        inet_sport: fixed(btf, "tcp_sock", &["inet_conn", "icsk_inet", "inet_sport"], 2)?,
-        fastopen_connect: one_bit(btf, "tcp_sock", &["fastopen_connect"])?,
-        syn_data: one_bit(btf, "tcp_sock", &["syn_data"])?,
-        syn_fastopen: one_bit(btf, "tcp_sock", &["syn_fastopen"])?,
-        syn_fastopen_exp: one_bit(btf, "tcp_sock", &["syn_fastopen_exp"])?,
-        syn_data_acked: one_bit(btf, "tcp_sock", &["syn_data_acked"])?,
-        // Added in 6.x; older kernels fall back to syn_data_acked (see handlers.rs).
-        syn_fastopen_child: optional_shaped(btf, "tcp_sock", &["syn_fastopen_child"], Read::OneBit),
-        srtt_us: fixed(btf, "tcp_sock", &["srtt_us"], 4)?,
-        // Without it (or at another size) outcomes read the clock.
-        tcp_clock_cache: optional_shaped(btf, "tcp_sock", &["tcp_clock_cache"], Read::Bytes(8)),
-        // Read only by the tcp_try_fastopen hooks of the fentry/kprobe backends; a kernel
-        // without one of them loses that detail, not the tracer.
-        foc_len: optional(btf, "tcp_fastopen_cookie", &["len"]).unwrap_or_default(),
-        foc_exp: optional(btf, "tcp_fastopen_cookie", &["exp"]).unwrap_or_default(),
-        skb_cb: optional(btf, "sk_buff", &["cb"]).unwrap_or_default(),
-        tcb_seq: optional(btf, "tcp_skb_cb", &["seq"]).unwrap_or_default(),
-        tcb_end_seq: optional(btf, "tcp_skb_cb", &["end_seq"]).unwrap_or_default(),
-        fastopenq_qlen: optional(btf, "tcp_sock", &["icsk_accept_queue", "fastopenq", "qlen"])
-            .unwrap_or_default(),
-        fastopenq_max_qlen: optional(btf, "tcp_sock", &["icsk_accept_queue", "fastopenq", "max_qlen"])
-            .unwrap_or_default(),
-        net_sysctl_tcp_fastopen: optional(btf, "net", &["ipv4", "sysctl_tcp_fastopen"]).unwrap_or_default(),
-        // Read as 4 bytes (an atomic_t) on every plain client's handshake.
-        net_tfo_active_disable_times: optional_shaped(
-            btf,
-            "net",
-            &["ipv4", "tfo_active_disable_times"],
-            Read::Bytes(4),
-        ),
-        req_num_retrans: optional(btf, "request_sock", &["num_retrans"]).unwrap_or_default(),
-        // Read only by the cgroup tracepoints (a new or removed cgroup, never a
-        // connection); without them containers are named by walking the hierarchy.
-        cgroup_kn: optional_shaped(btf, "cgroup", &["kn"], Read::Bytes(8)),
-        cgroup_root: optional_shaped(btf, "cgroup", &["root"], Read::Bytes(8)),
-        kernfs_node_id: optional_shaped(btf, "kernfs_node", &["id"], Read::Bytes(8)),
-        cgroup_root_hierarchy_id: optional_shaped(btf, "cgroup_root", &["hierarchy_id"], Read::Bytes(4)),
-    })
+    KernelLayout::try_from_specs(|spec| field(btf, spec))
 }
 
 #[cfg(test)]
@@ -189,15 +121,17 @@ mod tests {
     #[test]
     fn fixed_size_reads_refuse_a_kernel_where_the_member_differs() {
         let btf = Btf::parse(&crate::probes::btf::tests::sample()).unwrap();
-        assert_eq!(fixed(&btf, "outer", &["x"], 4).unwrap(), to_field(loc(0, 0, 4)));
+        let four = Shape::Bytes(4);
+        assert_eq!(shaped(&btf, "outer", &["x"], four).unwrap(), to_field(loc(0, 0, 4)));
         let err = |r: Result<Field>| r.unwrap_err().to_string();
-        assert!(
-            err(fixed(&btf, "outer", &["x"], 2)).contains("`x` is 4 bytes, where tfo-trace reads 2 bytes")
-        );
-        assert!(err(fixed(&btf, "outer", &["c"], 4)).contains("is a 2-bit bitfield"));
-        assert!(
-            err(one_bit(&btf, "outer", &["c"])).contains("a 2-bit bitfield, where tfo-trace reads one bit")
-        );
-        assert!(err(fixed(&btf, "outer", &["nope"], 4)).contains("has no `struct outer` member `nope`"));
+        assert!(err(shaped(&btf, "outer", &["x"], Shape::Bytes(2)))
+            .contains("`x` is 4 bytes, where tfo-trace reads 2 bytes"));
+        assert!(err(shaped(&btf, "outer", &["c"], four)).contains("is a 2-bit bitfield"));
+        assert!(err(shaped(&btf, "outer", &["c"], Shape::OneBit))
+            .contains("a 2-bit bitfield, where tfo-trace reads one bit"));
+        assert!(err(shaped(&btf, "outer", &["nope"], four)).contains("has no `struct outer` member `nope`"));
+        // An optional member in another shape is absent, not misread.
+        assert_eq!(optional_shaped(&btf, "outer", &["x"], Shape::Bytes(8)), Field::default());
+        assert_eq!(optional_shaped(&btf, "outer", &["c"], Shape::Any).present, 1);
     }
 }

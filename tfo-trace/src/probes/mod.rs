@@ -1,6 +1,8 @@
 //! Loading and attaching the kernel programs: BTF layout, backend choice, fallbacks.
 pub mod btf;
 mod cast;
+#[cfg(feature = "fixtures")]
+pub mod floor;
 pub mod layout;
 pub mod table;
 
@@ -412,18 +414,6 @@ fn attach(ebpf: &mut Ebpf, hook: &table::Hook, btf: Option<&Btf>) -> Result<()> 
     Ok(())
 }
 
-/// Empty programs on `backend`'s tracepoints (the benchmark's floor): what attaching
-/// anything there costs per connection before a handler does any work.
-pub fn load_floor(backend: Backend) -> Result<Ebpf> {
-    raise_memlock_rlimit();
-    let mut ebpf = EbpfLoader::new()
-        .map_max_entries("EVENTS", 4096)
-        .load(EBPF_OBJECT)
-        .context("loading the eBPF object")?;
-    attach_all(&mut ebpf, table::floor_hooks(backend))?;
-    Ok(ebpf)
-}
-
 /// For `doctor`: whether each backend loads and attaches here (and how: its socket cast),
 /// or why not. Loads each one for real (then detaches it) when `try_load`, else only the
 /// static facts.
@@ -465,6 +455,25 @@ mod tests {
         let obj = aya_obj::Object::parse(EBPF_OBJECT).expect("the embedded eBPF object parses");
         for name in table::all_programs() {
             assert!(obj.programs.contains_key(name), "program {name} is not in the eBPF object");
+        }
+    }
+
+    /// The object's `LAYOUT` (the programs' view of `KernelLayout`, as its BTF records it)
+    /// has every field of userspace's, at the same place and nothing more: the table both
+    /// are made from (`tfo_trace_common::kernel_structs!`) is the one the object was built
+    /// from, so each field userspace finds in BTF is the one the programs read.
+    #[test]
+    fn the_object_reads_the_layout_userspace_writes() {
+        use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+        let elf = object::File::parse(EBPF_OBJECT).expect("the embedded eBPF object parses");
+        let layout = elf.symbols().find(|s| s.name() == Ok("LAYOUT")).expect("a LAYOUT symbol");
+        assert_eq!(layout.size() as usize, std::mem::size_of::<tfo_trace_common::KernelLayout>());
+        let section = elf.section_by_name(".BTF").expect("the object's BTF");
+        let btf = btf::Btf::parse(section.data().unwrap()).expect("the object's BTF parses");
+        for (i, spec) in tfo_trace_common::KernelLayout::FIELDS.iter().enumerate() {
+            let member = btf.member("KernelLayout", spec.name);
+            let at = member.map(|m| m.bit_offset / 8);
+            assert_eq!(at, Some(i as u32 * 8), "{} in the object's KernelLayout", spec.name);
         }
     }
 }

@@ -244,54 +244,6 @@ const KPROBE_HOOKS: [Hook; 8] = concat(tracepoint_hooks(false, false), function_
 const TRACEPOINT_HOOKS: [Hook; 3] = tracepoint_hooks(true, true);
 const RAW_TRACEPOINT_HOOKS: [Hook; 3] = tracepoint_hooks(false, true);
 
-/// Empty programs on the tracepoint backends' attach points: the benchmark's floor.
-const FLOOR_HOOKS: [Hook; 3] = [
-    Hook {
-        program: "floor_state",
-        kind: HookKind::BtfTracepoint,
-        target: "inet_sock_set_state",
-        sees: &[],
-        why: "",
-    },
-    Hook {
-        program: "floor_retransmit",
-        kind: HookKind::BtfTracepoint,
-        target: "tcp_retransmit_skb",
-        sees: &[],
-        why: "",
-    },
-    Hook {
-        program: "floor_synack_retransmit",
-        kind: HookKind::BtfTracepoint,
-        target: "tcp_retransmit_synack",
-        sees: &[],
-        why: "",
-    },
-];
-const FLOOR_RAW_HOOKS: [Hook; 3] = [
-    Hook {
-        program: "floor_state_raw",
-        kind: HookKind::RawTracepoint,
-        target: "inet_sock_set_state",
-        sees: &[],
-        why: "",
-    },
-    Hook {
-        program: "floor_retransmit_raw",
-        kind: HookKind::RawTracepoint,
-        target: "tcp_retransmit_skb",
-        sees: &[],
-        why: "",
-    },
-    Hook {
-        program: "floor_synack_retransmit_raw",
-        kind: HookKind::RawTracepoint,
-        target: "tcp_retransmit_synack",
-        sees: &[],
-        why: "",
-    },
-];
-
 /// Cgroups as they are made and removed, for the names of containers (every backend; raw
 /// tracepoints, so no BTF and no tracefs): a hook that sees no connection, attached after
 /// the backend's and allowed to fail (the names then come from walking the hierarchy, up
@@ -419,15 +371,6 @@ pub fn hooks(backend: Backend) -> &'static [Hook] {
     }
 }
 
-/// Empty programs on the same tracepoints as `backend`'s state hooks, in the same flavour.
-pub fn floor_hooks(backend: Backend) -> &'static [Hook] {
-    if uses_btf(backend) {
-        &FLOOR_HOOKS
-    } else {
-        &FLOOR_RAW_HOOKS
-    }
-}
-
 /// The cgroup hooks, the same on every backend ([`CGROUP_HOOKS`]).
 pub fn cgroup_hooks() -> &'static [Hook] {
     &CGROUP_HOOKS
@@ -471,13 +414,13 @@ pub fn sees(backend: Backend, role: Role, outcome: Outcome) -> bool {
     hooks(backend).iter().any(|h| h.sees.contains(&(role, outcome)))
 }
 
-/// Every program name the table attaches, on any backend, and the floor's.
+/// Every program name the table attaches, on any backend (and, with the `fixtures`
+/// feature, the floor's).
 pub fn all_programs() -> impl Iterator<Item = &'static str> {
-    Backend::ALL
-        .iter()
-        .flat_map(|b| hooks(*b).iter().chain(floor_hooks(*b)))
-        .chain(cgroup_hooks())
-        .map(|h| h.program)
+    let programs = Backend::ALL.iter().flat_map(|b| hooks(*b)).chain(cgroup_hooks());
+    #[cfg(feature = "fixtures")]
+    let programs = programs.chain(Backend::ALL.iter().flat_map(|b| super::floor::hooks(*b)));
+    programs.map(|h| h.program)
 }
 
 #[cfg(test)]

@@ -12,10 +12,10 @@ pub async fn run(args: FloorArgs) -> Result<()> {
     if let Err(line) = crate::kernel::privileges::check_tracing_privileges() {
         bail!(crate::views::session::PrivilegeError(line));
     }
-    let _ebpf = probes::load_floor(*backend)?;
+    let _ebpf = probes::floor::load(*backend)?;
     crate::note!(
         "tfo-trace: {} floor programs attached with the {backend} backend's attach points",
-        probes::table::floor_hooks(*backend).len()
+        probes::floor::hooks(*backend).len()
     )?;
     Stop::new(args.duration)?.requested().await;
     Ok(())

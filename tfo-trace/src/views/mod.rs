@@ -2,6 +2,7 @@ pub mod closing;
 pub mod demo;
 pub mod doctor;
 pub mod export;
+#[cfg(feature = "fixtures")]
 pub mod floor;
 pub mod logging;
 pub mod man;

@@ -32,24 +32,25 @@ impl Cgroups {
         dir
     }
 
-    /// Removes `dir` now (made by [`Cgroups::make`], its processes gone), waiting a bounded
-    /// time for the kernel to free it.
+    /// Removes `dir` now (made by [`Cgroups::make`], its processes gone), once the kernel
+    /// has let go of its last process.
     pub fn remove(&mut self, dir: &Path) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        removed(dir);
         self.dirs.retain(|d| d != dir);
     }
 }
 
+/// Removes an empty cgroup, waiting (by the common rule) for the kernel to free it; false
+/// if it could not.
+fn removed(dir: &Path) -> bool {
+    let gone = || if std::fs::remove_dir(dir).is_ok() || !dir.exists() { Ok(()) } else { Err(()) };
+    crate::common::wait::within(crate::common::HANG_LIMIT, gone).is_ok()
+}
+
 impl Drop for Cgroups {
     fn drop(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
         for dir in self.dirs.iter().rev().chain(std::iter::once(&self.base)) {
-            while std::fs::remove_dir(dir).is_err() && dir.exists() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            removed(dir);
         }
     }
 }

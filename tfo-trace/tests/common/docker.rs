@@ -192,14 +192,7 @@ impl Engine {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("{} {args:?}: {e}", self.runtime()));
-        let deadline = Instant::now() + HANG_LIMIT;
-        while child.try_wait().expect("waiting for the client").is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("{} {args:?} did not finish within {HANG_LIMIT:?}", self.runtime());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        crate::common::wait_exit(&mut child, &format!("{} {args:?}", self.runtime()));
         child.wait_with_output().expect("the client's output")
     }
 
@@ -265,23 +258,20 @@ impl Engine {
     /// lines if it exits first.
     fn wait_ready(&self) {
         let Kind::Docker { daemon, .. } = &self.kind else { return };
-        let deadline = Instant::now() + HANG_LIMIT;
-        loop {
-            if self
-                .command(&["version"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-            {
-                return;
+        let answers = || {
+            let version = self.command(&["version"]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+            match version {
+                Ok(s) if s.success() => Ok(()),
+                _ if !Path::new(&format!("/proc/{}", daemon.id())).exists() => Ok(()), // said below
+                _ => Err(()),
             }
-            if !Path::new(&format!("/proc/{}", daemon.id())).exists() || Instant::now() > deadline {
-                let log = std::fs::read_to_string(self.dir.join("dockerd.log")).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(3).collect();
-                skip(format!("dockerd did not start here: {}", tail.join(" | ")));
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        };
+        let up = crate::common::wait::within(HANG_LIMIT, answers).is_ok()
+            && Path::new(&format!("/proc/{}", daemon.id())).exists();
+        if !up {
+            let log = std::fs::read_to_string(self.dir.join("dockerd.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(3).collect();
+            skip(format!("dockerd did not start here: {}", tail.join(" | ")));
         }
     }
 
@@ -325,10 +315,7 @@ impl Drop for Engine {
         if let Kind::Docker { daemon, .. } = &mut self.kind {
             // SAFETY: kill on our own child's pid; dockerd stops its containerd with it.
             unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while daemon.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            let _ = crate::common::wait::within(HANG_LIMIT, || daemon.try_wait().ok().flatten().ok_or(()));
             let _ = daemon.kill();
             let _ = daemon.wait();
         }

@@ -14,7 +14,11 @@
 //! its second run is never quiet about it: a `retried:` line names it with its first
 //! failure, and `cargo xtask test` lists those lines in its summary.
 //!
-//! A test file lists its tests once: `tests_main!(first_test, second_test);`.
+//! A test file lists its tests once: `tests_main!(first_test, second_test);`. One body run
+//! with several arguments is a table of cases, each its own test named `body_case`:
+//! `tests_main!(first_contact_then_tfo { ipv4: false, ipv6: true });` runs
+//! `first_contact_then_tfo(false)` as `first_contact_then_tfo_ipv4` and
+//! `first_contact_then_tfo(true)` as `first_contact_then_tfo_ipv6`.
 use std::{
     cell::Cell,
     panic::{self, AssertUnwindSafe},
@@ -43,8 +47,20 @@ pub fn uses_kernel() {
     USES_KERNEL.with(|k| k.set(true));
 }
 
+/// One test: its name and its body.
+pub struct Test {
+    name: &'static str,
+    body: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Test {
+    pub fn new(name: &'static str, body: impl Fn() + Send + Sync + 'static) -> Test {
+        Test { name, body: Box::new(body) }
+    }
+}
+
 /// One run of `test`: Ok, or the reason it was skipped (`Err(Ok(reason))`) or failed.
-fn run_once(test: fn()) -> Result<(), Result<String, String>> {
+fn run_once(test: &dyn Fn()) -> Result<(), Result<String, String>> {
     match panic::catch_unwind(AssertUnwindSafe(test)) {
         Ok(()) => Ok(()),
         Err(payload) => match payload.downcast::<Skip>() {
@@ -55,7 +71,7 @@ fn run_once(test: fn()) -> Result<(), Result<String, String>> {
 }
 
 /// A failed kernel test's second run (see the module's doc).
-fn run_with_retry(name: &str, test: fn()) -> Result<Completion, Failed> {
+fn run_with_retry(name: &str, test: &dyn Fn()) -> Result<Completion, Failed> {
     USES_KERNEL.with(|k| k.set(false));
     let first = match run_once(test) {
         Ok(()) => return Ok(Completion::Completed),
@@ -85,7 +101,7 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs `tests` under libtest's command line (filters, `--list`, `--test-threads`, ...).
-pub fn run(tests: &[(&'static str, fn())]) -> ExitCode {
+pub fn run(tests: Vec<Test>) -> ExitCode {
     let args = Arguments::from_args();
     // A skip is not a failure: no "thread panicked" message for it.
     let default_hook = panic::take_hook();
@@ -95,18 +111,27 @@ pub fn run(tests: &[(&'static str, fn())]) -> ExitCode {
         }
     }));
     let trials = tests
-        .iter()
-        .map(|&(name, test)| Trial::ignorable_test(name, move || run_with_retry(name, test)))
+        .into_iter()
+        .map(|Test { name, body }| Trial::ignorable_test(name, move || run_with_retry(name, &*body)))
         .collect();
     libtest_mimic::run(&args, trials).exit_code()
 }
 
-/// `fn main` of a test file: its tests, by function name.
+/// `fn main` of a test file: its tests, by function name, and its tables of cases (the
+/// module's doc).
 #[macro_export]
 macro_rules! tests_main {
-    ($($test:ident),+ $(,)?) => {
+    ($( $test:ident $({ $($case:ident : $arg:expr),+ $(,)? })? ),+ $(,)?) => {
         fn main() -> std::process::ExitCode {
-            common::harness::run(&[$((stringify!($test), $test as fn())),+])
+            let tests: Vec<Vec<common::harness::Test>> =
+                vec![$( $crate::tests_main!(@tests $test $({ $($case : $arg),+ })?) ),+];
+            common::harness::run(tests.into_iter().flatten().collect())
         }
+    };
+    (@tests $test:ident) => {
+        vec![common::harness::Test::new(stringify!($test), $test)]
+    };
+    (@tests $test:ident { $($case:ident : $arg:expr),+ }) => {
+        vec![$( common::harness::Test::new(concat!(stringify!($test), "_", stringify!($case)), || $test($arg)) ),+]
     };
 }

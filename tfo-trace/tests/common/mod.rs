@@ -1,12 +1,15 @@
-//! Shared by the kernel tests: the harness (skips reported as skips), skip rules, a
-//! handle on a running `tfo-trace trace`, cgroups (`cgroups`) and private container
-//! engines (`docker`).
+//! Shared by the kernel tests: the harness (skips reported as skips, cases of one test
+//! body), skip rules, waiting on facts (`wait`: [`eventually`], [`Deltas`] of the kernel's
+//! counters), a handle on a running `tfo-trace` and its typed events, cgroups (`cgroups`)
+//! and private container engines (`docker`).
 #![allow(dead_code, unused_imports)]
 
 pub mod cgroups;
 pub mod docker;
 pub mod harness;
+pub mod wait;
 pub use harness::skip;
+pub use wait::{eventually, Deltas, HANG_LIMIT};
 
 use std::{
     io::{BufRead, BufReader, Read},
@@ -19,12 +22,10 @@ use std::{
 };
 
 use serde_json::Value;
-use tfo_trace::lab::{Lab, Side};
-
-/// How long a test waits for something that normally takes a second (a tracer attaching,
-/// stopping, a line appearing) before calling it hung. Not a performance bound: under TCG
-/// on a busy two-core machine the verifier alone has taken over 30 s, so the margin is wide.
-pub const HANG_LIMIT: Duration = Duration::from_secs(240);
+use tfo_trace::{
+    events::{Event, Outcome, Role},
+    lab::{Lab, Side},
+};
 
 pub fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_tfo-trace"))
@@ -102,10 +103,29 @@ pub fn netns_inode(lab: &Lab, side: Side) -> u32 {
     std::fs::metadata(&path).unwrap_or_else(|e| panic!("stat {path}: {e}")).ino() as u32
 }
 
+/// Spawns `cmd`, retrying while exec says ETXTBSY: an executable just written (a copy of
+/// tfo-trace) may still be open for writing in a child another test thread forked in
+/// between, until that child's own exec closes it. Bounded: 50 tries, 20 ms apart.
+pub fn spawn_retrying(cmd: &mut Command) -> std::io::Result<Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// A running `tfo-trace trace --json`, collecting its stdout.
 pub struct Tracer {
     child: Child,
-    stdout: Option<JoinHandle<Vec<String>>>,
+    stdout: Option<JoinHandle<()>>,
+    /// Its stdout lines as they come, and those already taken from there.
+    stdout_rx: mpsc::Receiver<String>,
+    stdout_seen: Vec<String>,
     stderr_rx: mpsc::Receiver<String>,
     stderr_seen: Vec<String>,
 }
@@ -137,17 +157,16 @@ impl Tracer {
             Ok(b) if !b.is_empty() => vec!["--backend".into(), b],
             _ => vec![],
         };
-        let mut child = cmd
-            .args(args)
-            .args(&backend)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawning tfo-trace trace");
+        let mut child =
+            spawn_retrying(cmd.args(args).args(&backend).stdout(Stdio::piped()).stderr(Stdio::piped()))
+                .expect("spawning tfo-trace");
         let out = child.stdout.take().unwrap();
-        let stdout =
-            std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect::<Vec<_>>());
+        let (tx, stdout_rx) = mpsc::channel();
+        let stdout = std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
         let err = child.stderr.take().unwrap();
         let (tx, stderr_rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -155,36 +174,28 @@ impl Tracer {
                 let _ = tx.send(line);
             }
         });
-        let mut t = Tracer { child, stdout: Some(stdout), stderr_rx, stderr_seen: Vec::new() };
-        let deadline = Instant::now() + HANG_LIMIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match t.stderr_rx.recv_timeout(left) {
-                Ok(line) => {
-                    let attached = line.contains("programs attached");
-                    t.stderr_seen.push(line);
-                    if attached {
-                        return t;
-                    }
-                }
-                Err(_) => {
-                    let _ = t.child.kill();
-                    panic!("tracer did not attach within {HANG_LIMIT:?}; stderr: {:?}", t.stderr_seen);
-                }
-            }
-        }
+        let mut t = Tracer {
+            child,
+            stdout: Some(stdout),
+            stdout_rx,
+            stdout_seen: Vec::new(),
+            stderr_rx,
+            stderr_seen: Vec::new(),
+        };
+        t.wait_stderr("programs attached");
+        t
     }
 
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    /// Waits (up to `timeout`) for a stderr line containing `needle`; returns it.
-    pub fn wait_stderr(&mut self, needle: &str, timeout: Duration) -> String {
+    /// Waits for a stderr line containing `needle` (within [`HANG_LIMIT`]); returns it.
+    pub fn wait_stderr(&mut self, needle: &str) -> String {
         if let Some(l) = self.stderr_seen.iter().find(|l| l.contains(needle)) {
             return l.clone();
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + HANG_LIMIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.stderr_rx.recv_timeout(left) {
@@ -194,7 +205,49 @@ impl Tracer {
                         return line;
                     }
                 }
-                Err(_) => panic!("no stderr line with {needle:?} within {timeout:?}: {:?}", self.stderr_seen),
+                Err(_) => {
+                    panic!("no stderr line with {needle:?} within {HANG_LIMIT:?}: {:?}", self.stderr_seen)
+                }
+            }
+        }
+    }
+
+    /// Reads the stderr lines printed from now on until `done` says so (within
+    /// [`HANG_LIMIT`]); fails naming `what` otherwise.
+    pub fn wait_stderr_until(&mut self, what: &str, mut done: impl FnMut(&str) -> bool) {
+        let deadline = Instant::now() + HANG_LIMIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_rx.recv_timeout(left) {
+                Ok(line) => {
+                    let enough = done(&line);
+                    self.stderr_seen.push(line);
+                    if enough {
+                        return;
+                    }
+                }
+                Err(_) => panic!("{what}: not within {HANG_LIMIT:?}; stderr: {:?}", self.stderr_seen),
+            }
+        }
+    }
+
+    /// Waits for a stdout line (within [`HANG_LIMIT`]) for which `done` holds; returns it.
+    /// The lines stay in what [`Tracer::stop_lines`] returns.
+    pub fn wait_stdout(&mut self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + HANG_LIMIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout_rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.stdout_seen.push(line.clone());
+                    if done(&line) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "{what}: no such stdout line within {HANG_LIMIT:?}; stderr: {:?}",
+                    self.stderr_seen
+                ),
             }
         }
     }
@@ -205,25 +258,41 @@ impl Tracer {
         unsafe { libc::kill(self.child.id() as i32, signal) };
     }
 
-    /// Ctrl-C (SIGINT), then everything it printed: (events, stderr lines).
-    pub fn stop(self) -> (Vec<Value>, Vec<String>) {
+    /// Ctrl-C (SIGINT), then the events of `trace --json`, typed: (events, stderr lines).
+    pub fn stop(self) -> (Vec<Event>, Vec<String>) {
         let (lines, stderr) = self.stop_lines();
         let events = lines
             .iter()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not an event: {l:?}: {e}")))
             .collect();
         (events, stderr)
     }
 
+    /// Ctrl-C (SIGINT), then every JSON line it printed (another view's `--json`).
+    pub fn stop_json(self) -> (Vec<Value>, Vec<String>) {
+        let (lines, stderr) = self.stop_lines();
+        let values = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+            .collect();
+        (values, stderr)
+    }
+
     /// Ctrl-C (SIGINT), then everything it printed as it printed it: (stdout lines,
     /// stderr lines). The tracer must exit 0.
+    ///
+    /// No wait before the signal: every outcome a test counts happened before the lab's
+    /// client returned (a server's child is established before it answers; a connect fails
+    /// before connect() returns), so its event is in the ring buffer, and at a stop the
+    /// views read once more what the kernel had written (`Session::on_each_wakeup`).
     pub fn stop_lines(mut self) -> (Vec<String>, Vec<String>) {
-        // Let events of connections that just finished reach the ring buffer reader.
-        std::thread::sleep(Duration::from_millis(300));
         // SAFETY: kill on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let status = wait_exit(&mut self.child, "the tracer, after SIGINT");
-        let lines = self.stdout.take().unwrap().join().unwrap();
+        // The pump ends with the pipe: every line is in the channel once it is joined.
+        self.stdout.take().unwrap().join().unwrap();
+        let mut lines = std::mem::take(&mut self.stdout_seen);
+        lines.extend(self.stdout_rx.try_iter());
         while let Ok(l) = self.stderr_rx.recv_timeout(Duration::from_millis(200)) {
             self.stderr_seen.push(l);
         }
@@ -279,21 +348,35 @@ pub fn visible(
 }
 
 /// Events of one role in one namespace with one outcome.
-pub fn count(events: &[Value], netns: u32, role: &str, outcome: &str) -> u64 {
-    events.iter().filter(|e| e["netns"] == netns && e["role"] == role && e["outcome"] == outcome).count()
-        as u64
+pub fn count(events: &[Event], netns: u32, role: Role, outcome: Outcome) -> u64 {
+    events.iter().filter(|e| e.netns == netns && e.role == role && e.outcome == outcome).count() as u64
 }
 
-/// Whether a JSON event is the one that ends a connection's story: counting these counts
-/// connections, as every view does ([`tfo_trace::events::Outcome::ends_connection`]).
-pub fn ends_connection(e: &Value) -> bool {
-    serde_json::from_value::<tfo_trace::events::Outcome>(e["outcome"].clone())
-        .unwrap_or_else(|err| panic!("no outcome in {e}: {err}"))
-        .ends_connection()
+/// Events of one role in one namespace.
+pub fn of_role(events: &[Event], netns: u32, role: Role) -> Vec<&Event> {
+    events.iter().filter(|e| e.netns == netns && e.role == role).collect()
 }
 
-pub fn of_role<'a>(events: &'a [Value], netns: u32, role: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["netns"] == netns && e["role"] == role).collect()
+/// What a plain lab run (a cookie request, then TFO connections) must give, against the
+/// kernel's counters of the lab's namespaces: client accepted = TcpExtTCPFastOpenActive,
+/// client cookie requests = the server's TcpExtTCPFastOpenCookieReqd, server accepted =
+/// TcpExtTCPFastOpenPassive; every client event names the client's process (`pid`).
+pub fn assert_traced_exactly(events: &[Event], lab: &Lab, counters: &Deltas<'_>, pid: u32) {
+    let (cli_ns, srv_ns) = (netns_inode(lab, Side::Client), netns_inode(lab, Side::Server));
+    let (dc, ds) = counters.both();
+    let client = |outcome| count(events, cli_ns, Role::Client, outcome);
+    assert_eq!(client(Outcome::Accepted), dc.get("TcpExtTCPFastOpenActive"), "client counters: {dc:?}");
+    assert_eq!(client(Outcome::CookieRequested), ds.get("TcpExtTCPFastOpenCookieReqd"), "{ds:?}");
+    let passive = ds.get("TcpExtTCPFastOpenPassive");
+    assert_eq!(count(events, srv_ns, Role::Server, Outcome::Accepted), passive, "{ds:?}");
+    for e in events.iter().filter(|e| e.netns == cli_ns) {
+        assert_eq!(e.pid, pid, "{e:?}");
+    }
+}
+
+/// Each event's outcome, of one role in one namespace: what a failed assertion shows.
+pub fn outcomes(events: &[Event], netns: u32, role: Role) -> Vec<Outcome> {
+    of_role(events, netns, role).iter().map(|e| e.outcome).collect()
 }
 
 #[allow(unused)]
@@ -303,20 +386,14 @@ pub fn read_all(mut r: impl Read) -> String {
     s
 }
 
-/// Waits for `child` to exit by itself, at most [`HANG_LIMIT`]; past it, kills it and
+/// Waits for `child` to exit by itself ([`eventually`]'s rule); past it, kills it and
 /// fails the test naming `what` did not exit.
 pub fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
-    let deadline = Instant::now() + HANG_LIMIT;
-    loop {
-        if let Some(s) = child.try_wait().expect("waiting for a child") {
-            return s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{what} did not exit within {HANG_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let exited = wait::within(HANG_LIMIT, || child.try_wait().expect("waiting for a child").ok_or(()));
+    exited.unwrap_or_else(|()| {
+        let _ = child.kill();
+        panic!("{what} did not exit within {HANG_LIMIT:?}");
+    })
 }
 
 /// A TCP port free on loopback now (the kernel's choice).

@@ -3,7 +3,7 @@
 //! one second to the next, and every per-connection figure moves with them.
 use std::time::{Duration, Instant};
 
-use super::median;
+use super::stats::median;
 
 /// How long a written cache line takes to reach another CPU, one way: two threads on CPU 0
 /// and CPU 1 take turns incrementing one counter. Every ring-buffer record pays this, twice

@@ -12,7 +12,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use super::{peak_of, spread, write_million, Mix, Tracer};
+use super::{
+    scale::{peak_of, write_million, Mix},
+    stats::spread,
+    tracer::Tracer,
+};
 use crate::cross::Arch;
 use crate::dist;
 use crate::util::{self, capture, is_root, run, workspace_root};

@@ -36,6 +36,7 @@ impl StderrCapture {
         }
         // SAFETY: dup/dup2 on fds we own (2 is open for the life of the process).
         let saved = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
+        // SAFETY: as above.
         if saved < 0 || unsafe { libc::dup2(memfd, 2) } < 0 {
             // SAFETY: closing fds this function opened.
             unsafe {

@@ -1,0 +1,107 @@
+//! Waiting on facts, never on time.
+//!
+//! A test that needs something to have happened (a counter of the kernel to have moved, a
+//! line to be printed, a file to exist, a process to be gone) waits for exactly that, with
+//! [`eventually`]. One rule for every wait: the fact is checked at once, then after 10 ms,
+//! the interval doubling up to 250 ms, until [`HANG_LIMIT`] has passed since the wait
+//! began; then the test fails, naming what it waited for and the last state it saw. The
+//! limit is not a performance bound, only what turns a hang into a failure: machines of
+//! this kind differ in speed and are shared (under TCG on a busy two-core machine the
+//! verifier alone has taken over 30 s), so a fact that comes at all comes well within it.
+//!
+//! [`Deltas`] is the kernel's own counters of both lab namespaces from a moment on: what
+//! the tests compare the tracer's figures with, and what a wait on the kernel waits on.
+use std::{
+    fmt::Display,
+    time::{Duration, Instant},
+};
+
+use tfo_trace::{
+    kernel::netstat::Netstat,
+    lab::{Lab, Side},
+};
+
+/// How long a wait lasts before the test calls it hung (see the module's doc).
+pub const HANG_LIMIT: Duration = Duration::from_secs(240);
+
+/// The first pause between two checks of a fact, and the longest.
+const FIRST_PAUSE: Duration = Duration::from_millis(10);
+const LONGEST_PAUSE: Duration = Duration::from_millis(250);
+
+/// Checks `fact` until it holds (`Ok`), by the module's rule, and returns what it gave;
+/// past [`HANG_LIMIT`], fails the test with `what` and the last `Err` (the state seen).
+pub fn eventually<T, E: std::fmt::Debug>(what: impl Display, fact: impl FnMut() -> Result<T, E>) -> T {
+    within(HANG_LIMIT, fact)
+        .unwrap_or_else(|seen| panic!("{what}: not so within {HANG_LIMIT:?}; last seen: {seen:?}"))
+}
+
+/// [`eventually`] with its own limit, and the last state seen instead of a failure: for a
+/// wait whose end is itself what a test checks (a server that must close an idle
+/// connection within its timeout).
+pub fn within<T, E>(limit: Duration, mut fact: impl FnMut() -> Result<T, E>) -> Result<T, E> {
+    let start = Instant::now();
+    let mut pause = FIRST_PAUSE;
+    loop {
+        match fact() {
+            Ok(v) => return Ok(v),
+            Err(seen) if start.elapsed() >= limit => return Err(seen),
+            Err(_) => {}
+        }
+        std::thread::sleep(pause.min(limit.saturating_sub(start.elapsed())));
+        pause = (pause * 2).min(LONGEST_PAUSE);
+    }
+}
+
+/// The kernel's counters of a lab's client and server namespaces from the moment
+/// [`Deltas::since`] was called: `nstat` of each, as a delta.
+pub struct Deltas<'l> {
+    lab: &'l Lab,
+    client: Netstat,
+    server: Netstat,
+}
+
+impl<'l> Deltas<'l> {
+    /// Both namespaces' counters now: the deltas count from here.
+    pub fn since(lab: &'l Lab) -> Deltas<'l> {
+        Deltas { lab, client: Self::read(lab, Side::Client), server: Self::read(lab, Side::Server) }
+    }
+
+    fn read(lab: &Lab, side: Side) -> Netstat {
+        lab.netstat(side).unwrap_or_else(|e| panic!("the {side:?} namespace's counters: {e:#}"))
+    }
+
+    /// How much each counter of `side`'s namespace has moved since.
+    pub fn of(&self, side: Side) -> Netstat {
+        let before = match side {
+            Side::Client => &self.client,
+            Side::Server => &self.server,
+        };
+        Netstat::delta(before, &Self::read(self.lab, side))
+    }
+
+    pub fn client(&self) -> Netstat {
+        self.of(Side::Client)
+    }
+
+    pub fn server(&self) -> Netstat {
+        self.of(Side::Server)
+    }
+
+    /// (client, server).
+    pub fn both(&self) -> (Netstat, Netstat) {
+        (self.client(), self.server())
+    }
+
+    /// Waits ([`eventually`]) until `counter` has risen by at least `n` in `side`'s
+    /// namespace; returns that namespace's deltas then.
+    pub fn wait_for(&self, side: Side, counter: &str, n: u64) -> Netstat {
+        eventually(format!("{counter} up by {n} in the {side:?} namespace"), || {
+            let d = self.of(side);
+            if d.get(counter) >= n {
+                Ok(d)
+            } else {
+                Err(d.nonzero().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "))
+            }
+        })
+    }
+}

@@ -1,0 +1,102 @@
+//! What the bench measures against what: the configurations of each round (no tracer,
+//! the floor, tfo-trace's views, bpftrace) and the two kinds of connection.
+
+/// The bpftrace one-liner a user would write to count connections: one counter, bumped on
+/// every TCP state change.
+pub const BPFTRACE_COUNT: &str = "tracepoint:sock:inet_sock_set_state { @c = count(); }\n";
+/// The bpftrace script that keeps what tfo-trace keeps, roughly: counts by state and
+/// destination, and SYN retransmits by destination.
+pub const BPFTRACE_KEYED: &str = "\
+tracepoint:sock:inet_sock_set_state { @conns[args->newstate, ntop(args->daddr), args->dport] = count(); }
+tracepoint:tcp:tcp_retransmit_skb { @rtx[ntop(args->daddr), args->dport] = count(); }
+";
+/// Server-side sockets' "destination" is the client's ephemeral port: room for all of them,
+/// so bpftrace never pays for (or skips) a full map.
+pub(super) const BPFTRACE_MAP_KEYS: &str = "262144";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Config {
+    Untraced,
+    Floor,
+    Trace,
+    Top,
+    Export,
+    /// No tracer, a second time in the round: what the CPU measure reads for no change.
+    UntracedAgain,
+    BpftraceCount,
+    BpftraceKeyed,
+}
+
+impl Config {
+    pub(super) const ALL: [Config; 8] = [
+        Config::Untraced,
+        Config::Floor,
+        Config::Trace,
+        Config::Top,
+        Config::Export,
+        Config::UntracedAgain,
+        Config::BpftraceCount,
+        Config::BpftraceKeyed,
+    ];
+    pub(super) const TFO_TRACE: [Config; 3] = [Config::Trace, Config::Top, Config::Export];
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Config::Untraced => "no tracer",
+            Config::Floor => "floor: empty programs on tfo-trace's tracepoints",
+            Config::Trace => "tfo-trace trace > /dev/null",
+            Config::Top => "tfo-trace top --batch > /dev/null",
+            Config::Export => "tfo-trace export (127.0.0.1:0)",
+            Config::UntracedAgain => "no tracer, again (the measure against itself)",
+            Config::BpftraceCount => "bpftrace `@c = count()` one-liner",
+            Config::BpftraceKeyed => "bpftrace, keyed by state and destination",
+        }
+    }
+
+    pub(super) fn short(self) -> &'static str {
+        match self {
+            Config::Untraced => "untraced",
+            Config::Floor => "floor",
+            Config::Trace => "trace",
+            Config::Top => "top",
+            Config::Export => "export",
+            Config::UntracedAgain => "again",
+            Config::BpftraceCount => "bt-count",
+            Config::BpftraceKeyed => "bt-keyed",
+        }
+    }
+
+    pub(super) fn is_traced(self) -> bool {
+        !matches!(self, Config::Untraced | Config::UntracedAgain)
+    }
+
+    pub(super) fn is_tfo_trace(self) -> bool {
+        Config::TFO_TRACE.contains(&self)
+    }
+
+    pub(super) fn bpftrace_script(self) -> Option<(&'static str, usize)> {
+        match self {
+            Config::BpftraceCount => Some((BPFTRACE_COUNT, 1)),
+            Config::BpftraceKeyed => Some((BPFTRACE_KEYED, 2)),
+            _ => None,
+        }
+    }
+}
+
+/// What kind of connection the generator makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Mode {
+    Plain,
+    Tfo,
+}
+
+impl Mode {
+    pub(super) const ALL: [Mode; 2] = [Mode::Plain, Mode::Tfo];
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Tfo => "TFO",
+        }
+    }
+}
