@@ -111,11 +111,13 @@ pub(super) fn boot(k: &Kernel, cell: &Cell, initrd: &Path, args: &VmArgs) -> Res
         let _ = writeln!(log, "{line}");
         println!("{prefix} {line}");
         parser.line(&line);
-    };
-    loop {
+        // Here, not in the loop: a guest that boots, prints and powers off at once has all
+        // its lines read after qemu exited.
         if parser.booted && boot_s.is_none() {
             boot_s = Some(start.elapsed().as_secs_f64());
         }
+    };
+    loop {
         if parser.done && done_at.is_none() {
             done_at = Some(Instant::now());
         }
