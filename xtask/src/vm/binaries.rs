@@ -1,13 +1,16 @@
-//! Step 3, test binaries: the integration test executables built on the host (the host
-//! run's own `cargo test --no-run` selection, so nothing is rebuilt), the ones the VM runs,
-//! and their tests as each binary lists them; the user's `-- ARGS` split into what selects
-//! tests and what goes to every run.
+//! Step 3, test binaries: the integration test executables for the guest's architecture
+//! (the host's: the host run's own `cargo test --no-run` selection, so nothing is rebuilt;
+//! another: the static musl cross build, xtask/src/cross.rs), the ones the VM runs, and
+//! their tests as each binary lists them (another architecture's under qemu-user); the
+//! user's `-- ARGS` split into what selects tests and what goes to every run.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{ensure, Context, Result};
 
+use super::arch::Arch;
 use super::cells::{VM_ONCE, VM_PER_BACKEND};
+use crate::cross::{self, What};
 use crate::util::{capture, cargo};
 
 #[derive(Clone, Debug)]
@@ -18,11 +21,47 @@ pub(super) struct TestBin {
 
 pub(super) struct Build {
     pub(super) tests: Vec<TestBin>,
-    /// target/debug/tfo-trace: the path `CARGO_BIN_EXE_tfo-trace` names.
+    /// target/debug/tfo-trace (or target/<triple>/debug/tfo-trace): the path
+    /// `CARGO_BIN_EXE_tfo-trace` names.
     pub(super) tfo_trace: PathBuf,
+    /// The cross build's architecture, when not the host's: its executables run here only
+    /// under qemu-user.
+    pub(super) cross: Option<cross::Arch>,
 }
 
-pub(super) fn build_tests(root: &Path) -> Result<Build> {
+/// The test executables for `arch`: for another architecture, only those `wanted` names
+/// (empty: the default VM selection).
+pub(super) fn build_tests(root: &Path, arch: &Arch, wanted: &[String]) -> Result<Build> {
+    match arch.cross {
+        None => host_build(root),
+        Some(c) => cross_build(c, wanted),
+    }
+}
+
+/// The static musl test executables of another architecture (`cargo xtask cross --tests`).
+fn cross_build(arch: cross::Arch, wanted: &[String]) -> Result<Build> {
+    let names: Vec<String> = if wanted.is_empty() {
+        VM_PER_BACKEND.iter().chain(VM_ONCE).map(|n| n.to_string()).collect()
+    } else {
+        wanted.to_vec()
+    };
+    let built = cross::cross_build(&[arch], What::TestsNamed(&names))?;
+    let mut tests: Vec<TestBin> = built
+        .iter()
+        .filter(|b| b.integration)
+        .map(|b| TestBin { name: b.name.clone(), path: b.exe.clone() })
+        .collect();
+    tests.sort_by(|a, b| a.name.cmp(&b.name));
+    ensure!(!tests.is_empty(), "the {} cross build made no integration test executable", arch.name());
+    let tfo_trace = built
+        .iter()
+        .find(|b| !b.test && b.name == "tfo-trace")
+        .map(|b| b.exe.clone())
+        .with_context(|| format!("the {} cross build made no tfo-trace executable", arch.name()))?;
+    Ok(Build { tests, tfo_trace, cross: Some(arch) })
+}
+
+fn host_build(root: &Path) -> Result<Build> {
     let mut cmd = cargo();
     // The same package selection as the host run in `cargo xtask test`, so the artifacts
     // (and the eBPF object built by tfo-trace's build.rs) are reused, not rebuilt with
@@ -63,7 +102,7 @@ pub(super) fn build_tests(root: &Path) -> Result<Build> {
     ensure!(!tests.is_empty(), "cargo test --no-run listed no integration test executable");
     let tfo_trace = tfo_trace.unwrap_or_else(|| root.join("target/debug/tfo-trace"));
     ensure!(tfo_trace.exists(), "{} was not built", tfo_trace.display());
-    Ok(Build { tests, tfo_trace })
+    Ok(Build { tests, tfo_trace, cross: None })
 }
 
 /// The binaries `--bins` names, or the default VM selection.
@@ -74,7 +113,9 @@ pub(super) fn select_bins<'a>(build: &'a Build, wanted: &[String]) -> Result<Vec
             .iter()
             .partition(|t| VM_PER_BACKEND.contains(&t.name.as_str()) || VM_ONCE.contains(&t.name.as_str()));
         let host: Vec<&str> = host.iter().map(|t| t.name.as_str()).collect();
-        println!("vm: host-only test binaries (not run in the VM): {}", host.join(", "));
+        if !host.is_empty() {
+            println!("vm: host-only test binaries (not run in the VM): {}", host.join(", "));
+        }
         return Ok(vm);
     }
     wanted
@@ -90,8 +131,12 @@ pub(super) fn select_bins<'a>(build: &'a Build, wanted: &[String]) -> Result<Vec
 
 /// The tests of one binary that `filter` selects, as the binary itself lists them
 /// (`--list`: `name: test` lines).
-pub(super) fn list_tests(bin: &TestBin, filter: &[String]) -> Result<Vec<String>> {
-    let out = capture(Command::new(&bin.path).arg("--list").args(list_args(filter)))
+pub(super) fn list_tests(build: &Build, bin: &TestBin, filter: &[String]) -> Result<Vec<String>> {
+    let mut cmd = match build.cross {
+        None => Command::new(&bin.path),
+        Some(arch) => arch.command(&bin.path),
+    };
+    let out = capture(cmd.arg("--list").args(list_args(filter)))
         .with_context(|| format!("listing the tests of {}", bin.name))?;
     Ok(out.lines().filter_map(|l| l.strip_suffix(": test")).map(str::to_string).collect())
 }

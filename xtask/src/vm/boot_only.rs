@@ -34,7 +34,7 @@ pub(super) fn boot_only(args: &VmArgs) -> Result<Report> {
     for k in &kernels {
         println!("vm: kernel {} is {} ({}, {})", k.short, k.release, k.package, k.arch.name);
         let initrd = boot_initramfs(&work, k, &busybox)?;
-        let cell = Cell { kernel: k.short.clone(), name: BOOT_CELL.into(), runs: Vec::new() };
+        let cell = Cell { kernel: k.short.clone(), name: BOOT_CELL.into(), runs: Vec::new(), refused: None };
         let boot = boot(k, &cell, &initrd, args)?;
         match (boot.boot_s, &boot.end) {
             (Some(s), None) => {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use super::binaries::TestBin;
-use super::kernels::Kernel;
+use super::kernels::{Kernel, Refusal};
 use super::qemu::{boot, Boot};
 use super::VmArgs;
 
@@ -28,6 +28,8 @@ pub(super) struct Cell {
     pub(super) name: String,
     /// The binaries and the tests of each this cell runs.
     pub(super) runs: Vec<(TestBin, Vec<String>)>,
+    /// A backend this kernel cannot load: the cell checks the refusal instead of tests.
+    pub(super) refused: Option<&'static Refusal>,
 }
 
 impl Cell {
@@ -55,14 +57,24 @@ pub(super) fn plan(kernels: &[Kernel], listed: &[(TestBin, Vec<String>)], backen
                 .collect()
         };
         for be in backends {
-            cells.push(Cell { kernel: k.short.clone(), name: be.clone(), runs: pick(false) });
+            let refused = k.refusal(be);
+            let runs = if refused.is_some() { Vec::new() } else { pick(false) };
+            cells.push(Cell { kernel: k.short.clone(), name: be.clone(), runs, refused });
         }
-        cells.push(Cell { kernel: k.short.clone(), name: ONCE_CELL.into(), runs: pick(true) });
+        cells.push(Cell { kernel: k.short.clone(), name: ONCE_CELL.into(), runs: pick(true), refused: None });
     }
-    cells.retain(|c| c.test_count() > 0);
-    // Longest first, so the last guest to finish is a short one.
-    cells.sort_by_key(|c| std::cmp::Reverse(c.test_count()));
+    cells.retain(|c| c.test_count() > 0 || c.refused.is_some());
     cells
+}
+
+/// Longest first, so the last guest to finish is a short one: by test count, weighted with
+/// how long a test takes on the kernel's architecture.
+pub(super) fn schedule(cells: &mut [Cell], kernels: &[Kernel]) {
+    let weight = |c: &Cell| {
+        let arch = kernels.iter().find(|k| k.short == c.kernel).map_or(100, |k| k.arch.test_time_percent);
+        c.test_count() as u64 * u64::from(arch)
+    };
+    cells.sort_by_key(|c| std::cmp::Reverse(weight(c)));
 }
 
 /// Runs every cell, `jobs` guests at once; results in the order of `cells`.

@@ -1,5 +1,5 @@
 //! Step 6a, the console: the markers /init prints (`TFO-VM-BOOT`, `-BACKEND`, `-TEST`,
-//! `-END`, `-DONE`) and libtest's `test result:`, `ignored (reason)` and the harness's
+//! `-END`, `-DONE`; `-AUTO` and `-DOCTOR-SAYS` in a refused backend's cell) and libtest's `test result:`, `ignored (reason)` and the harness's
 //! `retried:` lines, read into one result per test.
 use std::collections::BTreeMap;
 
@@ -17,6 +17,16 @@ pub(super) struct TestRun {
     pub(super) retried: Option<String>,
 }
 
+/// What a refused backend's cell printed about the refusal (guest.rs, `refused`).
+#[derive(Clone, Debug, Default)]
+pub(super) struct RefusalSeen {
+    /// `tfo-trace trace --backend auto`: its exit code and the line that says which backend
+    /// it used and why it passed over the others.
+    pub(super) auto: Option<(i32, String)>,
+    /// `doctor`'s line for the backend.
+    pub(super) doctor: Option<String>,
+}
+
 /// Reads the serial console of one cell, line by line.
 #[derive(Default)]
 pub(super) struct Console {
@@ -31,6 +41,7 @@ pub(super) struct Console {
     pub(super) done: bool,
     /// The backend failed to load: the tracer's error line.
     pub(super) unloadable: Option<String>,
+    pub(super) refusal: RefusalSeen,
 }
 
 impl Console {
@@ -55,6 +66,12 @@ impl Console {
                     self.unloadable = Some(why);
                 }
             }
+        } else if let Some(rest) = l.strip_prefix("TFO-VM-AUTO ") {
+            // `TFO-VM-AUTO 0 tfo-trace: using the kprobe backend (fentry: ...)`
+            let (rc, said) = rest.split_once(' ').unwrap_or((rest, ""));
+            self.refusal.auto = Some((rc.trim().parse().unwrap_or(-1), said.trim().to_string()));
+        } else if let Some(rest) = l.strip_prefix("TFO-VM-DOCTOR-SAYS") {
+            self.refusal.doctor = Some(rest.trim().to_string());
         } else if let Some(rest) = l.strip_prefix("TFO-VM-TEST ") {
             let mut w = rest.split_whitespace();
             if let (Some(bin), Some(test)) = (w.next(), w.next()) {

@@ -60,6 +60,14 @@ probe() {{
     echo "TFO-VM-BACKEND $1 $rc $(grep -m1 'tfo-trace: error' /tmp/probe-$1.log)"
     return $rc
 }}
+# A backend this kernel cannot load (a `Refusal` in kernels.rs): the refusal, then what
+# `auto` and `doctor` say about it.
+refused() {{
+    probe "$1"
+    {tfo} trace --backend auto --duration 1s >/dev/null 2>/tmp/auto.log
+    echo "TFO-VM-AUTO $? $(grep -m1 'using the' /tmp/auto.log)"
+    echo "TFO-VM-DOCTOR-SAYS $({tfo} doctor 2>&1 | grep -m1 "^  $1:")"
+}}
 # One test, as its own process under its own limit: a hung test is killed and named.
 # Usage: one_test LIMIT_S BINARY_NAME TEST_NAME COMMAND...
 one_test() {{
@@ -86,10 +94,15 @@ poweroff -f
     s
 }
 
-/// The part of /init one cell runs: the backend probe, then each test under its limit.
+/// The part of /init one cell runs: the backend probe, then each test under its limit (or,
+/// for a backend the kernel refuses, the checks of the refusal).
 pub(super) fn cell_script(cell: &Cell, filter: &[String], test_limit_s: u64) -> String {
     let mut s = String::new();
     let extra: String = run_args(filter).iter().map(|a| format!(" {}", sh_quote(a))).collect();
+    if let Some(r) = cell.refused {
+        let _ = writeln!(s, "refused {}", r.backend);
+        return s;
+    }
     match cell.backend() {
         Some(b) => {
             let _ = writeln!(s, "probe {b}\nloads=$?\nexport TFO_TRACE_BACKEND={b}");

@@ -1,35 +1,21 @@
-//! Step 4, the initramfs of a kernel: a merged-/usr tree with a static busybox, the host
-//! programs the tests call with their shared libraries (`ldd`), the test binaries at their
-//! host paths (debug info stripped), the modules, `/init` and one script per cell; packed
-//! with `cpio -H newc`.
-use std::collections::BTreeSet;
+//! Step 4, the initramfs of a kernel: a merged-/usr tree with the userspace of its
+//! architecture (userland.rs: a static busybox, the programs the tests call and their
+//! shared libraries), the test binaries at their host paths (debug info stripped), the
+//! modules, `/init` and one script per cell; packed with `cpio -H newc`.
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use super::binaries::Build;
 use super::cells::Cell;
 use super::guest::{cell_script, init_script};
 use super::kernels::Kernel;
 use super::modules::modules;
-use crate::util::{capture, run};
-
-/// Host programs copied into the VM (by their path on the host, with their libraries).
-pub(super) const VM_PROGRAMS: &[&str] = &[
-    "/usr/sbin/ip",
-    "/usr/sbin/tc",
-    "/usr/bin/nstat",
-    "/usr/sbin/nft",
-    "/usr/sbin/sysctl",
-    // The middlebox scenario checks stalls against the SYNs on the wire.
-    "/usr/bin/tcpdump",
-];
-/// Host configuration the programs above read, copied when present.
-pub(super) const VM_ETC: &[&str] =
-    &["/etc/iproute2", "/usr/share/iproute2", "/etc/protocols", "/etc/services"];
+use super::userland::Userland;
+use crate::util::run;
 
 /// One initramfs per kernel, holding every cell of that kernel (`/cells/<name>.sh`); the
 /// kernel command line picks the cell.
@@ -38,6 +24,7 @@ pub(super) fn initramfs(
     k: &Kernel,
     build: &Build,
     cells: &[&Cell],
+    userland: &Userland,
     filter: &[String],
     test_limit_s: u64,
 ) -> Result<PathBuf> {
@@ -65,17 +52,7 @@ pub(super) fn initramfs(
     for (link, to) in [("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")] {
         symlink(to, root.join(link))?;
     }
-    copy_file(Path::new("/bin/busybox"), &root.join("usr/bin/busybox"))?;
-    let mut libs = BTreeSet::new();
-    for p in VM_PROGRAMS {
-        copy_file(Path::new(p), &root.join(&p[1..]))?;
-        libs.extend(shared_libs(Path::new(p))?);
-    }
-    for p in VM_ETC {
-        if Path::new(p).exists() {
-            copy_tree(Path::new(p), &root.join(&p[1..]))?;
-        }
-    }
+    userland.install(&root)?;
     fs::write(
         root.join("etc/passwd"),
         "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
@@ -87,23 +64,12 @@ pub(super) fn initramfs(
     exes.push(&build.tfo_trace);
     exes.sort();
     exes.dedup();
-    for exe in exes {
+    for exe in &exes {
         let dst = root.join(exe.strip_prefix("/").context("test binary path is not absolute")?);
         fs::create_dir_all(dst.parent().context("a binary path without a parent")?)?;
-        run(Command::new("objcopy").arg("--strip-debug").arg(exe).arg(&dst))?;
-        libs.extend(shared_libs(exe)?);
+        run(Command::new(k.arch.objcopy).arg("--strip-debug").arg(exe).arg(&dst))?;
     }
-    for lib in &libs {
-        copy_file(lib, &root.join(lib.strip_prefix("/")?))?;
-        // ldd names /lib/x86_64-linux-gnu/...; the file itself may be behind symlinks.
-        let real = fs::canonicalize(lib)?;
-        if real != *lib {
-            let dst = root.join(real.strip_prefix("/")?);
-            if !dst.exists() {
-                copy_file(&real, &dst)?;
-            }
-        }
-    }
+    userland.install_libraries(&exes, &root)?;
     let modules = modules(k, &root)?;
     let init = root.join("init");
     fs::write(&init, init_script(k, build, &modules))?;
@@ -141,23 +107,4 @@ pub(super) fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
     } else {
         copy_file(src, dst)
     }
-}
-
-/// The libraries `ldd` resolves for one executable, with the dynamic loader.
-pub(super) fn shared_libs(exe: &Path) -> Result<Vec<PathBuf>> {
-    let out = capture(Command::new("ldd").arg(exe))?;
-    let mut libs = Vec::new();
-    for line in out.lines() {
-        // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)` or `/lib64/ld-linux-x86-64.so.2 (0x...)`
-        let path = match line.split_once("=>") {
-            Some((_, right)) => right.split_whitespace().next(),
-            None => line.split_whitespace().next(),
-        };
-        if let Some(p) = path.filter(|p| p.starts_with('/')) {
-            libs.push(PathBuf::from(p));
-        } else if line.contains("not found") {
-            bail!("{}: {}", exe.display(), line.trim());
-        }
-    }
-    Ok(libs)
 }

@@ -9,6 +9,7 @@ use anyhow::{ensure, Context, Result};
 use clap::ValueEnum;
 
 use super::arch::{Arch, X86_64};
+use super::packages::{cached_deb, download_debs};
 use crate::util::{is_root, probe, run};
 
 /// A kernel series the matrix boots: the Debian package that has it, for any [`Arch`].
@@ -32,6 +33,48 @@ pub(super) const SERIES: &[Series] = &[
     Series { short: "6.1", suite: "bookworm", prefix: "linux-image-6.1.0-", flavour: "-cloud-" },
     Series { short: "6.12", suite: "bookworm", prefix: "linux-image-6.12.", flavour: "+deb12-cloud-" },
 ];
+
+/// A backend that a series cannot load on an architecture, and why. Its cell runs no tests
+/// (they could not run): it checks that the tracer still refuses the backend with this
+/// errno, that `--backend auto` passes over it and says why, and that `doctor` says so. A
+/// kernel that starts loading it fails the cell: then its tests belong in the matrix.
+#[derive(Debug)]
+pub(super) struct Refusal {
+    pub(super) series: &'static str,
+    pub(super) arch: &'static str,
+    pub(super) backend: &'static str,
+    /// The errno's name in the tracer's one-line reason.
+    pub(super) errno: &'static str,
+    pub(super) why: &'static str,
+}
+
+/// fentry on arm64 needs BPF trampolines (arm64's JIT has them from 6.0) and, to divert a
+/// kernel function to one, ftrace direct calls (arm64 from 6.4, commit 2aa6ac03516d):
+/// without them register_fentry() (kernel/bpf/trampoline.c) answers ENOTSUPP.
+pub(super) const REFUSALS: &[Refusal] = &[
+    Refusal {
+        series: "5.10",
+        arch: "arm64",
+        backend: "fentry",
+        errno: "ENOTSUPP",
+        why: "no BPF trampolines on arm64 before 6.0",
+    },
+    Refusal {
+        series: "6.1",
+        arch: "arm64",
+        backend: "fentry",
+        errno: "ENOTSUPP",
+        why: "arm64 has BPF trampolines from 6.0 but attaches them to kernel functions through \
+              ftrace direct calls, which it has from 6.4",
+    },
+];
+
+impl Kernel {
+    /// Why this kernel cannot load `backend`, when the matrix knows it cannot.
+    pub(super) fn refusal(&self, backend: &str) -> Option<&'static Refusal> {
+        REFUSALS.iter().find(|r| r.series == self.series && r.arch == self.arch.name && r.backend == backend)
+    }
+}
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum KernelChoice {
@@ -61,6 +104,8 @@ pub(super) struct Kernel {
     /// `5.10`, `6.1`, `6.12` on x86_64; `6.1-arm64` on another architecture: the
     /// tables' KERNEL column and the folder under target/vm.
     pub(super) short: String,
+    /// Its series (`5.10`), whatever the architecture.
+    pub(super) series: &'static str,
     pub(super) arch: &'static Arch,
     /// The package name, e.g. `linux-image-6.1.0-57-cloud-amd64-unsigned`.
     pub(super) package: String,
@@ -108,19 +153,11 @@ pub(super) fn kernel(series: &Series, arch: &'static Arch, work: &Path) -> Resul
         run(Command::new("apt-get").args(["update", "-q"]))?;
         package = newest(&pkgnames());
     }
-    let debs = work.join("debs");
-    let cached = |pkg: &str| -> Option<PathBuf> {
-        fs::read_dir(&debs).ok()?.flatten().map(|e| e.path()).find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&format!("{pkg}_")) && n.ends_with(".deb"))
-        })
-    };
     let package = match package {
         Some(p) => p,
         None => {
             // Offline: the newest package already in the cache.
-            let names: String = fs::read_dir(&debs)?
+            let names: String = fs::read_dir(work.join("debs"))?
                 .flatten()
                 .filter_map(|e| {
                     e.file_name().to_str().and_then(|n| n.split('_').next()).map(|n| format!("{n}\n"))
@@ -135,20 +172,10 @@ pub(super) fn kernel(series: &Series, arch: &'static Arch, work: &Path) -> Resul
             })?
         }
     };
-    let deb = match cached(&package) {
-        Some(d) => {
-            println!("ok: {package} (cached)");
-            d
-        }
-        None => {
-            println!("downloading: {package}");
-            // Qualified with its architecture: apt picks the host's by default.
-            let qualified = format!("{package}:{}", arch.deb);
-            run(Command::new("apt-get").current_dir(&debs).args(["download", &qualified]))
-                .with_context(|| format!("apt-get download {qualified}"))?;
-            cached(&package).with_context(|| format!("apt-get download left no {package}_*.deb"))?
-        }
-    };
+    if cached_deb(work, &package, arch).is_some() {
+        println!("ok: {package} (cached)");
+    }
+    let deb = download_debs(work, arch, std::slice::from_ref(&package))?.remove(0);
     let dir = work.join("kernels").join(&package);
     let stamp = dir.join(".unpacked");
     if !stamp.exists() {
@@ -164,7 +191,15 @@ pub(super) fn kernel(series: &Series, arch: &'static Arch, work: &Path) -> Resul
         .context("lib/modules is empty")?;
     let vmlinuz = dir.join("boot").join(format!("vmlinuz-{release}"));
     ensure!(vmlinuz.exists(), "{} missing from {package}", vmlinuz.display());
-    Ok(Kernel { short, arch, package, modules: dir.join("lib/modules").join(&release), release, vmlinuz })
+    Ok(Kernel {
+        short,
+        series: series.short,
+        arch,
+        package,
+        modules: dir.join("lib/modules").join(&release),
+        release,
+        vmlinuz,
+    })
 }
 
 #[cfg(test)]

@@ -10,8 +10,10 @@ use anyhow::{ensure, Context, Result};
 
 use super::kernels::Kernel;
 
-/// Kernel modules the lab needs; their dependencies are added from `.modinfo`.
-pub(super) const VM_MODULES: &[&str] = &["veth", "sch_netem", "nf_tables"];
+/// Kernel modules the lab needs; their dependencies are added from `.modinfo`. `tcp_diag`
+/// (with inet_diag) answers `ss` over netlink: without it ss reads /proc/net/tcp6, which
+/// does not say a socket is IPv6-only, and names `[::]:P` as `*:P`.
+pub(super) const VM_MODULES: &[&str] = &["veth", "sch_netem", "nf_tables", "tcp_diag"];
 /// Modules the lab needs where the kernel has them as modules rather than built in: the
 /// nft `counter` expression (the middlebox rules count their drops) is `nft_counter.ko` on
 /// 5.10 and part of nf_tables from 5.14 on.

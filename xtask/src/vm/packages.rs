@@ -26,8 +26,12 @@ pub(super) const DEB_HOST: &[(&str, &str)] = &[
 
 pub(super) fn host_packages(arch: &Arch) -> Result<()> {
     let qemu = format!("/usr/bin/{}", arch.qemu);
-    let wanted: Vec<(&str, &str)> =
-        DEB_HOST.iter().copied().chain([(arch.qemu_package, qemu.as_str())]).collect();
+    let wanted: Vec<(&str, &str)> = DEB_HOST
+        .iter()
+        .chain(arch.host_packages)
+        .copied()
+        .chain([(arch.qemu_package, qemu.as_str())])
+        .collect();
     let missing: Vec<&str> = wanted.iter().filter(|(_, p)| !Path::new(p).exists()).map(|(d, _)| *d).collect();
     if missing.is_empty() {
         println!("ok: VM host packages ({})", wanted.iter().map(|(d, _)| *d).collect::<Vec<_>>().join(", "));
@@ -94,21 +98,39 @@ pub(super) fn busybox_for(arch: &Arch, work: &Path) -> Result<PathBuf> {
     if exe.exists() {
         return Ok(exe);
     }
-    let debs = work.join("debs");
-    let qualified = format!("busybox-static:{}", arch.deb);
-    run(Command::new("apt-get").current_dir(&debs).args(["download", &qualified]))
-        .with_context(|| format!("apt-get download {qualified}"))?;
-    let deb = fs::read_dir(&debs)?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-                n.starts_with("busybox-static_") && n.ends_with(&format!("_{}.deb", arch.deb))
-            })
-        })
-        .with_context(|| format!("apt-get download left no busybox-static_*_{}.deb", arch.deb))?;
+    let debs = download_debs(work, arch, &["busybox-static".to_string()])?;
     fs::create_dir_all(&dir)?;
-    run(Command::new("dpkg").arg("-x").arg(&deb).arg(&dir))?;
-    ensure!(exe.exists(), "{} has no bin/busybox", deb.display());
+    run(Command::new("dpkg").arg("-x").arg(&debs[0]).arg(&dir))?;
+    ensure!(exe.exists(), "{} has no bin/busybox", debs[0].display());
     Ok(exe)
+}
+
+/// The `.deb` of `package` for `arch` in the download cache (`target/vm/debs/`), if any.
+pub(super) fn cached_deb(work: &Path, package: &str, arch: &Arch) -> Option<PathBuf> {
+    let (start, end) = (format!("{package}_"), format!("_{}.deb", arch.deb));
+    fs::read_dir(work.join("debs")).ok()?.flatten().map(|e| e.path()).find(|p| {
+        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&start) && n.ends_with(&end))
+    })
+}
+
+/// The `.deb` files of `packages` for `arch`: those not cached yet downloaded in one
+/// `apt-get download` (qualified with the architecture: apt picks the host's by default).
+pub(super) fn download_debs(work: &Path, arch: &Arch, packages: &[String]) -> Result<Vec<PathBuf>> {
+    let missing: Vec<String> = packages
+        .iter()
+        .filter(|p| cached_deb(work, p, arch).is_none())
+        .map(|p| format!("{p}:{}", arch.deb))
+        .collect();
+    if !missing.is_empty() {
+        println!("downloading: {}", missing.join(" "));
+        run(Command::new("apt-get").current_dir(work.join("debs")).arg("download").args(&missing))
+            .with_context(|| format!("apt-get download {}", missing.join(" ")))?;
+    }
+    packages
+        .iter()
+        .map(|p| {
+            cached_deb(work, p, arch)
+                .with_context(|| format!("apt-get download left no {p}_*_{}.deb", arch.deb))
+        })
+        .collect()
 }

@@ -14,7 +14,7 @@ use clap::ValueEnum;
 
 use super::arch::Arch;
 use super::cells::Cell;
-use super::console::{Console, TestRun};
+use super::console::{Console, RefusalSeen, TestRun};
 use super::kernels::Kernel;
 use super::VmArgs;
 
@@ -65,6 +65,8 @@ pub(super) struct Boot {
     pub(super) unloadable: Option<String>,
     /// Why the run ended early, when it did (hung, panic, no DONE marker).
     pub(super) end: Option<String>,
+    /// What a refused backend's cell showed.
+    pub(super) refusal: RefusalSeen,
 }
 
 pub(super) fn boot(k: &Kernel, cell: &Cell, initrd: &Path, args: &VmArgs) -> Result<Boot> {
@@ -175,6 +177,7 @@ pub(super) fn boot(k: &Kernel, cell: &Cell, initrd: &Path, args: &VmArgs) -> Res
         results: parser.results,
         unloadable: parser.unloadable,
         end,
+        refusal: parser.refusal,
     })
 }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::cells::Cell;
 use super::console::TestRun;
+use super::kernels::Refusal;
 use super::qemu::Boot;
 use super::Report;
 
@@ -12,6 +13,16 @@ use super::Report;
 pub(super) fn summarize(cells: &[Cell], boots: &[Boot]) -> Report {
     let mut report = Report::default();
     for (cell, boot) in cells.iter().zip(boots) {
+        if let Some(r) = cell.refused {
+            match refusal_verdict(r, boot) {
+                Ok(_) => report.passed += 1,
+                Err(e) => {
+                    report.failed += 1;
+                    report.problems.push(format!("{}: {e}", cell.label()));
+                }
+            }
+            continue;
+        }
         for (bin, tests) in &cell.runs {
             for t in tests {
                 let what = format!("{} {}::{t}", cell.label(), bin.name);
@@ -55,6 +66,36 @@ pub(super) fn summarize(cells: &[Cell], boots: &[Boot]) -> Report {
     report
 }
 
+/// A refused backend's cell: what it showed when the tracer refused the backend with the
+/// expected errno, `auto` used another and named this one with its reason, and `doctor`
+/// said `refused`; else what differs.
+pub(super) fn refusal_verdict(r: &Refusal, boot: &Boot) -> Result<String, String> {
+    let expected = format!("expected: {} refused with {} ({})", r.backend, r.errno, r.why);
+    let Some(why) = &boot.unloadable else {
+        return Err(match &boot.end {
+            Some(end) => format!("{end} ({expected})"),
+            None => format!("the {} backend loads on this kernel now: run its tests ({expected})", r.backend),
+        });
+    };
+    if !why.contains(r.errno) {
+        return Err(format!("refused, but not with {}: {why}", r.errno));
+    }
+    let auto = match &boot.refusal.auto {
+        Some((0, said)) if said.contains(&format!("{}: ", r.backend)) => said,
+        Some((rc, said)) => {
+            return Err(format!(
+                "--backend auto did not say why it passed over {} (exit {rc}): {said}",
+                r.backend
+            ))
+        }
+        None => return Err("no word from --backend auto".into()),
+    };
+    match &boot.refusal.doctor {
+        Some(d) if d.contains("refused") => Ok(format!("{why}; auto: {auto}; doctor: {d}")),
+        d => Err(format!("doctor does not say the backend is refused: {d:?}")),
+    }
+}
+
 /// `pass`, `FAIL(101)`, `timeout (300 s)` ...
 pub(super) fn verdict(r: &TestRun) -> String {
     match r.exit {
@@ -70,10 +111,21 @@ pub(super) fn verdict(r: &TestRun) -> String {
 pub(super) fn print_result_table(cells: &[Cell], boots: &[Boot]) {
     println!();
     println!(
-        "{:<7} {:<14} {:<18} {:<16} {:>6} {:>6} {:>7} {:>6}  PROBLEMS",
+        "{:<10} {:<14} {:<18} {:<16} {:>6} {:>6} {:>7} {:>6}  PROBLEMS",
         "KERNEL", "CELL", "BINARY", "RESULT", "PASSED", "FAILED", "IGNORED", "TIME"
     );
     for (cell, boot) in cells.iter().zip(boots) {
+        if let Some(r) = cell.refused {
+            let (result, said) = match refusal_verdict(r, boot) {
+                Ok(said) => ("refused (expected)", said),
+                Err(e) => ("FAIL", e),
+            };
+            println!(
+                "{:<10} {:<14} {:<18} {:<16} {:>6} {:>6} {:>7} {:>6}  {said}",
+                cell.kernel, cell.name, "-", result, "", "", "", ""
+            );
+            continue;
+        }
         for (bin, tests) in &cell.runs {
             let runs: Vec<(&String, Option<&TestRun>)> =
                 tests.iter().map(|t| (t, boot.results.get(&(bin.name.clone(), t.clone())))).collect();
@@ -96,7 +148,7 @@ pub(super) fn print_result_table(cells: &[Cell], boots: &[Boot]) {
                 format!("FAIL ({} of {})", bad.len(), tests.len())
             };
             println!(
-                "{:<7} {:<14} {:<18} {:<16} {:>6} {:>6} {:>7} {:>5}s  {}",
+                "{:<10} {:<14} {:<18} {:<16} {:>6} {:>6} {:>7} {:>5}s  {}",
                 cell.kernel,
                 cell.name,
                 bin.name,
@@ -119,7 +171,7 @@ pub(super) fn print_result_table(cells: &[Cell], boots: &[Boot]) {
 /// Where the VM time went: per cell, boot and tests; then the whole.
 pub(super) fn print_time_table(cells: &[Cell], boots: &[Boot], prepared_s: f64, total_s: f64, jobs: usize) {
     println!(
-        "{:<7} {:<14} {:>6} {:>7} {:>7} {:>7}  SLOWEST TEST",
+        "{:<10} {:<14} {:>6} {:>7} {:>7} {:>7}  SLOWEST TEST",
         "KERNEL", "CELL", "TESTS", "BOOT", "TESTS_S", "WHOLE"
     );
     let mut guest_s = 0.0;
@@ -128,7 +180,7 @@ pub(super) fn print_time_table(cells: &[Cell], boots: &[Boot], prepared_s: f64, 
         let slowest = boot.results.iter().max_by_key(|(_, r)| r.seconds);
         guest_s += boot.total_s;
         println!(
-            "{:<7} {:<14} {:>6} {:>6.1}s {:>6}s {:>6.1}s  {}",
+            "{:<10} {:<14} {:>6} {:>6.1}s {:>6}s {:>6.1}s  {}",
             cell.kernel,
             cell.name,
             cell.test_count(),
@@ -174,8 +226,12 @@ mod tests {
             c.line(l);
         }
         let bin = TestBin { name: "stalls".into(), path: "/x/stalls".into() };
-        let cell =
-            Cell { kernel: "6.1".into(), name: "tracepoint".into(), runs: vec![(bin, vec!["a".into()])] };
+        let cell = Cell {
+            kernel: "6.1".into(),
+            name: "tracepoint".into(),
+            runs: vec![(bin, vec!["a".into()])],
+            refused: None,
+        };
         let boot = Boot { results: c.results, ..Boot::default() };
         let r = summarize(&[cell], &[boot]);
         assert_eq!((r.passed, r.failed), (1, 0));
@@ -193,6 +249,7 @@ mod tests {
             kernel: "6.1".into(),
             name: "tracepoint".into(),
             runs: vec![(bin, vec!["a".into(), "b".into(), "c".into()])],
+            refused: None,
         };
         let mut boot = Boot::default();
         boot.results
@@ -203,5 +260,41 @@ mod tests {
         assert_eq!((r.passed, r.failed), (1, 2));
         assert!(r.problems.iter().any(|p| p.contains("stalls::b: timeout (300 s)")), "{:?}", r.problems);
         assert!(r.problems.iter().any(|p| p.contains("stalls::c: did not run")), "{:?}", r.problems);
+    }
+
+    #[test]
+    fn a_refused_backend_passes_only_when_refused_as_expected_and_said_so() {
+        let refusal = crate::vm::kernels::REFUSALS.iter().find(|r| r.backend == "fentry").unwrap();
+        let cell = Cell {
+            kernel: "5.10-arm64".into(),
+            name: "fentry".into(),
+            runs: Vec::new(),
+            refused: Some(refusal),
+        };
+        let mut c = Console::default();
+        for l in [
+            "TFO-VM-BOOT 5.10.0-32-cloud-arm64 cell=fentry uptime=6.1",
+            "TFO-VM-BACKEND fentry 1 tfo-trace: error: the fentry backend cannot load here: loading/attaching \
+             tfo_try_fastopen_fentry (FEntry tcp_try_fastopen): ENOTSUPP (Unknown error 524)",
+            "TFO-VM-AUTO 0 tfo-trace: using the kprobe backend (fentry: loading/attaching ...: ENOTSUPP)",
+            "TFO-VM-DOCTOR-SAYS   fentry:         refused: loading/attaching ...: ENOTSUPP",
+            "TFO-VM-DONE",
+        ] {
+            c.line(l);
+        }
+        let boot = Boot { unloadable: c.unloadable.clone(), refusal: c.refusal.clone(), ..Boot::default() };
+        let r = summarize(std::slice::from_ref(&cell), &[boot]);
+        assert_eq!((r.passed, r.failed), (1, 0), "{:?}", r.problems);
+        // The kernel loads it now: its tests belong in the matrix.
+        let loads = Boot { refusal: c.refusal.clone(), ..Boot::default() };
+        let r = summarize(std::slice::from_ref(&cell), &[loads]);
+        assert_eq!((r.passed, r.failed), (0, 1));
+        assert!(r.problems[0].contains("loads on this kernel now"), "{:?}", r.problems);
+        // Another errno, or `auto` silent about it: not the refusal the table knows.
+        let other = Boot { unloadable: Some("EPERM".into()), refusal: c.refusal.clone(), ..Boot::default() };
+        assert!(refusal_verdict(refusal, &other).unwrap_err().contains("not with ENOTSUPP"));
+        let mut silent = Boot { unloadable: c.unloadable.clone(), refusal: c.refusal, ..Boot::default() };
+        silent.refusal.auto = Some((0, "tfo-trace: 9 programs attached".into()));
+        assert!(refusal_verdict(refusal, &silent).unwrap_err().contains("did not say why"));
     }
 }
