@@ -134,11 +134,14 @@ pub const PROFILE: &str = "release-static";
 
 /// What [`cross_build`] builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum What {
+pub enum What<'a> {
     /// `tfo-trace` (profile `release-static`: release, stripped), the eBPF object embedded.
     Tracer,
     /// Every test executable of the tfo-trace package (`cargo test --no-run`, dev profile).
     Tests,
+    /// Only these integration tests (`--test NAME`: a VM needs a few of the twenty, and each
+    /// static executable takes its time to link), and the `tfo-trace` they run.
+    TestsNamed(&'a [String]),
 }
 
 /// One executable a cross build made.
@@ -150,17 +153,23 @@ pub struct Built {
     /// A test harness (`cargo test --no-run` also builds the `tfo-trace` binary itself,
     /// which the integration tests run, under the same name as its unit tests).
     pub test: bool,
+    /// An integration test (`tests/*.rs`), as opposed to a crate's unit tests.
+    pub integration: bool,
     pub exe: PathBuf,
 }
 
 /// Builds `what` for every architecture in `arches` in one cargo run (build scripts and
 /// proc macros are built once for all of them); returns the executables.
-pub fn cross_build(arches: &[Arch], what: What) -> Result<Vec<Built>> {
+pub fn cross_build(arches: &[Arch], what: What<'_>) -> Result<Vec<Built>> {
     let mut cmd = nightly("cargo");
     cmd.current_dir(workspace_root());
     match what {
         What::Tracer => cmd.args(["build", "--profile", PROFILE, "-p", "tfo-trace", "--bin", "tfo-trace"]),
         What::Tests => cmd.args(["test", "--no-run", "-p", "tfo-trace"]),
+        What::TestsNamed(names) => {
+            cmd.args(["test", "--no-run", "-p", "tfo-trace"]);
+            names.iter().fold(&mut cmd, |c, n| c.args(["--test", n]))
+        }
     };
     // std from rust-src; panic_unwind too, so panics unwind and print as on the host.
     cmd.args(["-Z", "build-std=std,panic_unwind", "--message-format=json-render-diagnostics"]);
@@ -221,7 +230,9 @@ fn executable(msg: &Value, arches: &[Arch]) -> Option<Built> {
     let arch = *arches.iter().find(|a| exe.components().any(|c| c.as_os_str() == a.triple()))?;
     let name = msg["target"]["name"].as_str()?.to_string();
     let test = msg["profile"]["test"].as_bool().unwrap_or(false);
-    Some(Built { arch, name, test, exe })
+    let kinds = msg["target"]["kind"].as_array();
+    let integration = kinds.is_some_and(|k| k.iter().any(|k| k == "test"));
+    Some(Built { arch, name, test, integration, exe })
 }
 
 /// What the linker needs for one architecture, beyond Debian's packages.
@@ -354,6 +365,9 @@ mod tests {
         let mut harness = msg.clone();
         harness["profile"] = serde_json::json!({"test": true});
         assert!(executable(&harness, &Arch::ALL).unwrap().test);
+        assert!(!executable(&harness, &Arch::ALL).unwrap().integration, "the binary's unit tests");
+        harness["target"] = serde_json::json!({"name": "lab", "kind": ["test"]});
+        assert!(executable(&harness, &Arch::ALL).unwrap().integration, "tests/lab.rs");
         assert!(executable(&msg, &[Arch::X86_64]).is_none(), "not an x86_64 path");
         let lib =
             serde_json::json!({"reason": "compiler-artifact", "target": {"name": "x"}, "executable": null});

@@ -206,7 +206,7 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     if no_vm {
         println!("vm: skipped (--no-vm / TFO_NO_VM)");
     } else {
-        match vm::matrix(&vm::VmArgs::default()) {
+        match vm::test_matrix() {
             Ok(r) => {
                 tally.passed += r.passed;
                 tally.failed += r.failed;

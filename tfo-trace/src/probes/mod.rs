@@ -174,9 +174,9 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
             Err(err) => {
                 log::info!("{backend} backend: {err:#}"); // with the verifier log, for -v
                 if opts.backend != BackendChoice::Auto {
-                    bail!("the {backend} backend cannot load here: {}", short_reason(&err));
+                    bail!("the {backend} backend cannot load here: {}", backend_refused(backend, &err));
                 }
-                skipped.push(Skipped { backend, reason: short_reason(&err) });
+                skipped.push(Skipped { backend, reason: backend_refused(backend, &err) });
             }
         }
     }
@@ -214,8 +214,31 @@ fn kernel_facts(file: Option<&Path>) -> Result<KernelFacts> {
 /// "loading/attaching tfo_try_fastopen_fentry (FEntry tcp_try_fastopen): EPERM".
 pub fn short_reason(err: &anyhow::Error) -> String {
     match errno_of(err) {
+        // The kernel's own ENOTSUPP, which libc has no text for ("Unknown error 524" in
+        // glibc, "No error information" in musl).
+        Some(ENOTSUPP) => format!("{err}: ENOTSUPP (not supported by this kernel)"),
         Some(n) => format!("{err}: {} ({})", errno_name(n), std::io::Error::from_raw_os_error(n)),
         None => format!("{err:#}"),
+    }
+}
+
+/// The kernel-internal errno `-ENOTSUPP` (include/linux/errno.h), which reaches userspace
+/// from BPF attach paths.
+const ENOTSUPP: i32 = 524;
+
+/// Why `backend` did not load: [`short_reason`], and what the kernel's answer means for
+/// that backend where it is known.
+fn backend_refused(backend: Backend, err: &anyhow::Error) -> String {
+    let reason = short_reason(err);
+    match (backend, errno_of(err)) {
+        // register_fentry() (kernel/bpf/trampoline.c) answers ENOTSUPP where the
+        // architecture cannot divert a kernel function to a BPF trampoline: arm64 got the
+        // trampolines in 6.0 and the ftrace direct calls they attach through in 6.4.
+        (Backend::Fentry, Some(ENOTSUPP)) => format!(
+            "{reason}: this kernel cannot attach BPF trampolines to kernel functions (arm64 can \
+             from Linux 6.4, with ftrace direct calls)"
+        ),
+        _ => reason,
     }
 }
 
@@ -232,7 +255,7 @@ fn errno_name(n: i32) -> String {
         libc::EINVAL => "EINVAL".into(),
         libc::E2BIG => "E2BIG".into(),
         libc::EOPNOTSUPP => "EOPNOTSUPP".into(),
-        524 => "ENOTSUPP".into(),
+        ENOTSUPP => "ENOTSUPP".into(),
         other => format!("errno {other}"),
     }
 }
@@ -435,7 +458,7 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<String, String>)> {
                     kernel.clone().and_then(|k| {
                         load_backend(backend, &opts, &k)
                             .map(|(_, cast)| cast_note(backend, cast))
-                            .map_err(|e| short_reason(&e))
+                            .map_err(|e| backend_refused(backend, &e))
                     })
                 }
             };
@@ -447,6 +470,15 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<String, String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_fentry_backend_refused_with_enotsupp_says_why() {
+        let err = anyhow::Error::new(std::io::Error::from_raw_os_error(ENOTSUPP))
+            .context("loading/attaching tfo_try_fastopen_fentry (FEntry tcp_try_fastopen)");
+        let why = backend_refused(Backend::Fentry, &err);
+        assert!(why.starts_with("loading/attaching tfo_try_fastopen_fentry (FEntry tcp_try_fastopen): ENOTSUPP (not supported by this kernel): this kernel cannot attach BPF trampolines"), "{why}");
+        assert!(!backend_refused(Backend::Kprobe, &err).contains("trampolines"), "only fentry uses them");
+    }
 
     /// Every program the table names is in the embedded object (a rename on one side
     /// only would otherwise show up as a load error on some backend).

@@ -1,0 +1,274 @@
+//! `cargo xtask vm`: the kernel matrix. Boots Debian's 5.10, 6.1 and 6.12 cloud kernels
+//! under qemu and runs tfo-trace's integration tests inside, once per tracer backend.
+//!
+//! The way there, one step per file (docs/vm.md says more):
+//! 1. `packages.rs`: Debian packages on the host: qemu, a static busybox, cpio, xz, and the
+//!    userspace the tests call (`ip`, `tc`, `nstat`, `nft`, `sysctl`, `tcpdump`).
+//! 2. `kernels.rs`: the newest cloud kernel of each series ([`kernels::SERIES`]) that apt
+//!    knows, downloaded once into `target/vm/debs/` and unpacked; `modules.rs`: the modules
+//!    the lab needs (veth, sch_netem, nf_tables) with their dependencies from each module's
+//!    `.modinfo`. What differs between CPU architectures (qemu, machine, console, the
+//!    package's architecture) is data (`arch.rs`).
+//! 3. `binaries.rs`: the test executables, built on the host, and their tests (`--list`).
+//!    `env!("CARGO_BIN_EXE_tfo-trace")` is fixed at compile time, so every binary goes into
+//!    the initramfs at its host path.
+//! 4. `initramfs.rs`: one initramfs per kernel, with the host programs and their shared
+//!    libraries; `guest.rs`: its busybox `/init`, which mounts the pseudo file systems,
+//!    loads the modules, and runs the cell the kernel command line names (`tfo_cell=`).
+//! 5. `cells.rs`: one qemu boot per cell, a cell being (kernel, backend) or (kernel, lab),
+//!    `--jobs` at a time, by default as many as the host has cores for their vCPUs, so
+//!    guests never compete for a core; `qemu.rs`: the boot itself. No fixed wall-clock limit
+//!    for a whole kernel: every test runs as its own process under a limit of its own inside
+//!    the guest (a hung test is killed and named, the next one runs); the host kills a guest
+//!    that stays silent longer than one test's limit (a hung kernel).
+//! 6. `console.rs`: the console parsed into one result per test; `summary.rs`: a kernel x
+//!    backend x binary table and a time table; any failure fails the task.
+//!
+//! `boot_only.rs`: `--boot-only`, an architecture's kernels booted without tests.
+mod arch;
+mod binaries;
+mod boot_only;
+mod cells;
+mod console;
+mod guest;
+mod initramfs;
+mod kernels;
+mod modules;
+mod packages;
+mod qemu;
+mod summary;
+mod userland;
+
+use std::fs;
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
+
+use crate::util::workspace_root;
+use arch::{Arch, ArchChoice};
+use binaries::{build_tests, list_tests, select_bins, TestBin};
+use cells::{plan, run_cells, schedule, Cell, ONCE_CELL};
+pub use console::{retried_test, skipped_test};
+use initramfs::initramfs;
+use kernels::{kernels, KernelChoice};
+use packages::{foreign_arch, host_packages};
+use qemu::Accel;
+use summary::{print_time_table, summarize};
+use userland::Userland;
+
+/// Default limit of one test inside the guest. The longest scenario takes about 30 s under
+/// TCG on a busy 2-core machine of this project's kind: ten times that before a test is
+/// called hung.
+const TEST_LIMIT_S: u64 = 300;
+
+#[derive(Args, Debug, Clone)]
+pub struct VmArgs {
+    /// Which Debian kernel(s) to boot
+    #[arg(long, value_enum, default_value = "all")]
+    pub kernel: KernelChoice,
+    /// Which CPU architecture's kernels to boot
+    #[arg(long, value_enum, default_value = "x86_64")]
+    pub arch: ArchChoice,
+    /// Only boot each kernel with a busybox /init that prints a marker and powers off: the
+    /// architecture's plumbing (package, emulator, console, initramfs), no tests
+    #[arg(long)]
+    pub boot_only: bool,
+    /// Tracer backends to run the backend-dependent tests with (TFO_TRACE_BACKEND in the VM)
+    #[arg(long, value_delimiter = ',', default_value = "tracepoint,raw-tracepoint,fentry,kprobe")]
+    pub backend: Vec<String>,
+    /// Integration test binaries to run (default: kernel_scenarios,server_outcomes,stalls,
+    /// report per backend; lab and kernel_facts once per kernel)
+    #[arg(long, value_delimiter = ',')]
+    pub bins: Vec<String>,
+    /// qemu accelerator; CI's budget is planned for TCG
+    #[arg(long, value_enum, default_value = "tcg")]
+    pub accel: Accel,
+    /// Limit of one test inside the guest, in seconds (the test is killed and named past
+    /// it; the host kills a guest silent for this long plus two minutes)
+    #[arg(long, default_value_t = TEST_LIMIT_S)]
+    pub test_limit_s: u64,
+    /// Guest memory in MiB
+    #[arg(long, default_value_t = 1024)]
+    pub memory_mb: u32,
+    /// vCPUs per guest
+    #[arg(long, default_value_t = 1)]
+    pub smp: u32,
+    /// Guests at once (default: host cores / vCPUs per guest, at least 1)
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Arguments for each test binary inside the VM (a name filter, `--exact`, ...), after `--`
+    #[arg(last = true)]
+    pub filter: Vec<String>,
+}
+
+impl Default for VmArgs {
+    fn default() -> Self {
+        VmArgs {
+            kernel: KernelChoice::All,
+            arch: ArchChoice::X86_64,
+            boot_only: false,
+            backend: ["tracepoint", "raw-tracepoint", "fentry", "kprobe"].map(String::from).to_vec(),
+            bins: Vec::new(),
+            accel: Accel::Tcg,
+            test_limit_s: TEST_LIMIT_S,
+            memory_mb: 1024,
+            smp: 1,
+            jobs: None,
+            filter: Vec::new(),
+        }
+    }
+}
+
+impl VmArgs {
+    /// Rejects bad arguments before anything is installed or built.
+    pub fn check(&self) -> Result<()> {
+        for b in &self.backend {
+            ensure!(
+                ["tracepoint", "raw-tracepoint", "fentry", "kprobe", "auto"].contains(&b.as_str()),
+                "unknown backend `{b}` (tracepoint, raw-tracepoint, fentry, kprobe, auto)"
+            );
+            ensure!(b != ONCE_CELL, "`{ONCE_CELL}` names the per-kernel cell, not a backend");
+        }
+        ensure!(self.smp >= 1, "--smp must be at least 1");
+        ensure!(self.jobs != Some(0), "--jobs must be at least 1");
+        ensure!(self.test_limit_s >= 10, "--test-limit-s below 10 s would call every test hung");
+        Ok(())
+    }
+
+    pub(super) fn jobs(&self) -> usize {
+        self.jobs.unwrap_or_else(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (cores / self.smp as usize).max(1)
+        })
+    }
+}
+
+/// What the matrix ran, for `cargo xtask test`'s closing tally.
+#[derive(Default, Debug)]
+pub struct Report {
+    pub passed: u64,
+    pub failed: u64,
+    pub ignored: u64,
+    /// Cells and tests that failed or did not run, one line each.
+    pub problems: Vec<String>,
+    /// Tests that reported themselves as unable to run here: `cell test: reason`.
+    pub skipped: Vec<String>,
+    /// Kernel tests that failed once and passed on their second run: `cell test ...`
+    /// (the harness's `retried:` lines, tests/common/harness.rs).
+    pub retried: Vec<String>,
+}
+
+/// `cargo xtask vm`: errors when any cell failed.
+pub fn vm(args: &VmArgs) -> Result<()> {
+    let report = if args.boot_only { boot_only::boot_only(args)? } else { matrix(args)? };
+    if !report.problems.is_empty() {
+        bail!("VM matrix: {} problem(s):\n  {}", report.problems.len(), report.problems.join("\n  "));
+    }
+    Ok(())
+}
+
+/// One architecture's share of a run: its kernels, backends and test binaries.
+struct Part {
+    arch: &'static Arch,
+    kernel: KernelChoice,
+    backends: Vec<String>,
+    /// Test binaries by name; empty: the default VM selection (cells.rs).
+    bins: Vec<String>,
+}
+
+/// What `cargo xtask test` runs besides the x86_64 matrix: one arm64 kernel, every backend
+/// that loads there, with the scenario binaries that prove what differs on arm64 (kprobe
+/// arguments from `pt_regs`, the symbols the hooks attach to, the struct layouts read from
+/// BTF, the raw-tracepoint backend); `lab` and `kernel_facts` in its lab cell. docs/vm.md
+/// says why this kernel and these binaries; `cargo xtask vm --arch arm64` runs them all.
+const TEST_ARM64_KERNEL: KernelChoice = KernelChoice::V5_10;
+const TEST_ARM64_BINS: &[&str] = &["kernel_scenarios", "server_outcomes", "lab", "kernel_facts"];
+
+/// `cargo xtask vm`: builds, boots and runs every cell of `args`; prints the tables;
+/// returns the tally.
+pub fn matrix(args: &VmArgs) -> Result<Report> {
+    args.check()?;
+    let part = Part {
+        arch: args.arch.arch(),
+        kernel: args.kernel,
+        backends: args.backend.clone(),
+        bins: args.bins.clone(),
+    };
+    run_parts(&[part], args)
+}
+
+/// `cargo xtask test`'s VM share: the x86_64 matrix and one arm64 kernel, in one schedule.
+pub fn test_matrix() -> Result<Report> {
+    let args = VmArgs::default();
+    let x86 = Part {
+        arch: ArchChoice::X86_64.arch(),
+        kernel: args.kernel,
+        backends: args.backend.clone(),
+        bins: Vec::new(),
+    };
+    let arm64 = Part {
+        arch: ArchChoice::Arm64.arch(),
+        kernel: TEST_ARM64_KERNEL,
+        backends: args.backend.clone(),
+        bins: TEST_ARM64_BINS.iter().map(|b| b.to_string()).collect(),
+    };
+    run_parts(&[x86, arm64], &args)
+}
+
+/// Prepares every part (packages, kernels, test binaries, initramfs), then boots all their
+/// cells in one schedule, so that guests of every architecture share the cores.
+fn run_parts(parts: &[Part], args: &VmArgs) -> Result<Report> {
+    let start = Instant::now();
+    let root = workspace_root();
+    let work = root.join("target/vm");
+    fs::create_dir_all(work.join("debs")).context("creating target/vm/debs")?;
+    let (mut all_kernels, mut cells, mut initrds) = (Vec::new(), Vec::new(), Vec::new());
+    for part in parts {
+        let arch = part.arch;
+        host_packages(arch)?;
+        foreign_arch(arch)?;
+        let kernels = kernels(part.kernel, arch, &work)?;
+        for k in &kernels {
+            println!("vm: kernel {} is {} ({}, {})", k.short, k.release, k.package, k.arch.name);
+        }
+        let userland = Userland::for_arch(arch, &work)?;
+        let build = build_tests(&root, arch, &part.bins)?;
+        let bins = select_bins(&build, &part.bins)?;
+        let listed = bins
+            .iter()
+            .map(|b| Ok(((*b).clone(), list_tests(&build, b, &args.filter)?)))
+            .collect::<Result<Vec<(TestBin, Vec<String>)>>>()?;
+        let mine = plan(&kernels, &listed, &part.backends);
+        for k in &kernels {
+            let of_k: Vec<&Cell> = mine.iter().filter(|c| c.kernel == k.short).collect();
+            initrds.push(initramfs(&work, k, &build, &of_k, &userland, &args.filter, args.test_limit_s)?);
+        }
+        cells.extend(mine);
+        all_kernels.extend(kernels);
+    }
+    ensure!(!cells.is_empty(), "no test matches {:?}", args.filter);
+    schedule(&mut cells, &all_kernels);
+    let kernels = all_kernels;
+    let prepared_s = start.elapsed().as_secs_f64();
+    let jobs = args.jobs().min(cells.len());
+    println!(
+        "vm: {} cell(s) on {} kernel(s), {jobs} guest(s) at once, {} vCPU(s) each, {} s per test at most",
+        cells.len(),
+        kernels.len(),
+        args.smp,
+        args.test_limit_s
+    );
+    let boots = run_cells(&cells, &kernels, &initrds, args, jobs);
+    let report = summarize(&cells, &boots);
+    print_time_table(&cells, &boots, prepared_s, start.elapsed().as_secs_f64(), jobs);
+    println!(
+        "vm: {} kernel(s), {} passed, {} failed, {} ignored, total {:.1} s",
+        kernels.len(),
+        report.passed,
+        report.failed,
+        report.ignored,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(report)
+}
