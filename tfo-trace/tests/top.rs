@@ -548,9 +548,7 @@ fn demo_json_prints_tables_and_its_closing_summary_adds_up() {
     assert!(!json_help.contains("events as JSON"), "{json_help}");
 
     let mut demo = common::Tracer::start_command(&["demo", "--json", "--duration", "60s"]);
-    // Its first snapshot: top runs, and a Ctrl-C now stops it. (Not its "tracing for"
-    // line: the demo says it before top takes over Ctrl-C, which until then still ends the
-    // process at once.)
+    // Its first snapshot: top runs and has seen the lab's first connections.
     demo.wait_stdout("the demo's first snapshot", |l| l.starts_with('{'));
     // Stopped early, while the clients still connect: a snapshot at the stop at least.
     let (lines, stderr) = demo.stop_lines();
@@ -567,7 +565,44 @@ fn demo_json_prints_tables_and_its_closing_summary_adds_up() {
     assert_eq!(events + lost + unread, counted, "{closing}");
 }
 
+/// A Ctrl-C while the demo is still building its lab (before top starts) ends it cleanly:
+/// exit 0, its closing summary said, and its lab gone: no namespace of its own left, and no
+/// orphaned lab server or client (this test binary's tfo-trace, run as `lab-server` or
+/// `lab-client`) still running. Until the demo took Ctrl-C before building its lab, a Ctrl-C then ended
+/// the process at once and left all of them behind.
+fn demo_stopped_while_it_builds_its_lab_removes_the_lab() {
+    require_kernel!();
+    let mut demo = common::Tracer::start_command(&["demo", "--json", "--duration", "60s"]);
+    demo.wait_stderr("building the lab");
+    let prefix = format!("{}-{}-", tfo_trace::lab::NS_PREFIX, demo.pid());
+    let (_, stderr) = demo.stop_lines();
+    assert!(common::closing(&stderr).is_some(), "no closing summary: {stderr:?}");
+    let left: Vec<String> = std::fs::read_dir("/run/netns")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "namespaces left behind: {left:?}; {stderr:?}");
+    // Ours once orphaned: a lab process of this binary whose parent is no longer a
+    // tfo-trace (other tests' demos, running beside this one, are their servers' parents).
+    let exe = std::fs::canonicalize(common::exe()).unwrap();
+    let is_ours = |pid: &str| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p == exe);
+    let parent = |pid: &str| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rsplit(") ").next().and_then(|rest| rest.split(' ').nth(1)).unwrap_or("0").to_string()
+    };
+    let running: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|pid| pid.parse::<u32>().is_ok() && is_ours(pid) && !is_ours(&parent(pid)))
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok())
+        .filter(|cmd| cmd.contains("lab-server") || cmd.contains("lab-client"))
+        .collect();
+    assert!(running.is_empty(), "lab processes left running: {running:?}");
+}
+
 tests_main!(
+    demo_stopped_while_it_builds_its_lab_removes_the_lab,
     demo_json_prints_tables_and_its_closing_summary_adds_up,
     count_stops_top_by_itself,
     batch_rows_match_the_kernel_counters,

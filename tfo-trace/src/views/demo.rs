@@ -19,6 +19,7 @@ use crate::{
     },
     views::{
         session::Session,
+        stop::Stop,
         top::{self, rows::View, HeaderInfo, TopOptions},
     },
 };
@@ -52,6 +53,10 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let load = args.probe.load_options();
     // Privileges are checked (one clear line) before anything is created.
     let mut session = Session::start(&load, None)?;
+    // Ctrl-C from here on is the demo's to handle: the lab it builds next (namespaces,
+    // servers, nft rules) must go with it. Without this, a Ctrl-C before top took over
+    // ended the process at once and left them behind.
+    let mut stop = Stop::new(None)?;
 
     crate::note!("tfo-trace demo: building the lab (2 namespaces, 2 destinations, 1 middlebox)")?;
     let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() })?;
@@ -78,7 +83,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         load,
         interval,
         count: None,
-        duration: Some(args.duration + Duration::from_secs(2)),
+        duration: None, // `stop`'s deadline
         batch: false,
         json: args.json,
         json_summary: args.json || args.summary.json_summary,
@@ -90,7 +95,8 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         from: None,
     };
     let info = HeaderInfo::new(session.tracer.backend.to_string(), interval);
-    top::run_on(&mut session, &opts, info).await?;
+    stop.stop_after(args.duration + Duration::from_secs(2));
+    top::run_on(&mut session, &opts, info, &mut stop).await?;
     for c in clients {
         c.kill();
     }

@@ -24,6 +24,12 @@ impl Stop {
         })
     }
 
+    /// Stop by itself `duration` from now, instead of the deadline given to [`Stop::new`]:
+    /// for a stop made before its view starts, so that no signal in between is missed.
+    pub fn stop_after(&mut self, duration: Duration) {
+        self.deadline = Some(Box::pin(tokio::time::sleep(duration)));
+    }
+
     /// Resolves once one of the stop conditions happens.
     pub async fn requested(&mut self) {
         let deadline = async {

@@ -30,7 +30,7 @@ use crate::{
     events::{counts::KernelCounts, rfc3339, Event},
     kernel::sysctl::TcpFastopen,
     probes::LoadOptions,
-    views::session::Session,
+    views::{session::Session, stop::Stop},
 };
 use rows::View;
 use state::{Action, UiState};
@@ -215,7 +215,8 @@ async fn run_from(path: &std::path::Path, opts: &TopOptions) -> Result<()> {
     let filter = crate::filter::EventFilter::new(opts.load.filter, &opts.load.cgroups);
     let (header, mut replay) = crate::views::replay::Replay::open(path, filter)?;
     let info = HeaderInfo::new(format!("{} (recorded on {})", header.backend, header.host), opts.interval);
-    let seen = run_on(&mut Recorded::new(replay.events()), opts, info).await?;
+    let mut stop = Stop::new(opts.duration)?;
+    let seen = run_on(&mut Recorded::new(replay.events()), opts, info, &mut stop).await?;
     crate::note!("tfo-trace: {seen} events from {}", path.display())?;
     match replay.bad.summary() {
         Some(line) => Err(anyhow::anyhow!(line)),
@@ -230,7 +231,8 @@ pub async fn run(opts: TopOptions) -> Result<()> {
     }
     let mut session = Session::start(&opts.load, opts.record.as_ref())?;
     let info = HeaderInfo::new(session.tracer.backend.to_string(), opts.interval);
-    let ended = run_on(&mut session, &opts, info).await;
+    let mut stop = Stop::new(opts.duration)?;
+    let ended = run_on(&mut session, &opts, info, &mut stop).await;
     // A closed stdout ends the tables, not the closing line (as in `trace`).
     if let Err(e) = &ended {
         if !crate::views::output::is_output_closed(e) {
@@ -246,11 +248,17 @@ fn now_rfc3339() -> String {
     rfc3339(ns)
 }
 
-/// The loop, whatever the feed; returns how many events it saw.
-pub async fn run_on<F: EventFeed>(feed: &mut F, opts: &TopOptions, mut info: HeaderInfo) -> Result<u64> {
+/// The loop, whatever the feed, until `stop` (a signal, or its deadline); returns how
+/// many events it saw. The caller makes `stop`, so a signal that came before the loop
+/// (the demo's lab being built) is not lost.
+pub async fn run_on<F: EventFeed>(
+    feed: &mut F,
+    opts: &TopOptions,
+    mut info: HeaderInfo,
+    stop: &mut Stop,
+) -> Result<u64> {
     let tui = !opts.batch && !opts.json && io::stdout().is_terminal();
     let mut model = TopModel::new(opts.max_groups);
-    let mut stop = crate::views::stop::Stop::new(opts.duration)?;
     let start = tokio::time::Instant::now();
     let mut ticker = tokio::time::interval_at(start + opts.interval, opts.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
