@@ -126,3 +126,26 @@ pub fn build_release_with_fixtures() -> Result<PathBuf> {
     run(&mut build)?;
     Ok(target_dir().join("release/tfo-trace"))
 }
+
+/// Copies `src` to `dst`, making `dst`'s folder first.
+pub fn copy_file(src: &Path, dst: &Path) -> Result<()> {
+    if let Some(parent) = dst.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    fs::copy(src, dst).with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+    Ok(())
+}
+
+/// Copies the tree at `src` (a file or a folder) to `dst`.
+pub fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
+    if src.is_dir() {
+        fs::create_dir_all(dst)?;
+        for e in fs::read_dir(src)? {
+            let e = e?;
+            copy_tree(&e.path(), &dst.join(e.file_name()))?;
+        }
+        Ok(())
+    } else {
+        copy_file(src, dst)
+    }
+}

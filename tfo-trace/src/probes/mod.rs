@@ -480,12 +480,16 @@ mod tests {
         assert!(!backend_refused(Backend::Kprobe, &err).contains("trampolines"), "only fentry uses them");
     }
 
-    /// Every program the table names is in the embedded object (a rename on one side
-    /// only would otherwise show up as a load error on some backend).
+    /// Every program the table names (and, with the `fixtures` feature, the floor's) is in
+    /// the embedded object (a rename on one side only would otherwise show up as a load
+    /// error on some backend).
     #[test]
     fn every_program_the_table_names_is_in_the_object() {
         let obj = aya_obj::Object::parse(EBPF_OBJECT).expect("the embedded eBPF object parses");
-        for name in table::all_programs() {
+        let names = table::all_programs();
+        #[cfg(feature = "fixtures")]
+        let names = names.chain(Backend::ALL.iter().flat_map(|b| floor::hooks(*b)).map(|h| h.program));
+        for name in names {
             assert!(obj.programs.contains_key(name), "program {name} is not in the eBPF object");
         }
     }

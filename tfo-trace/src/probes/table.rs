@@ -414,13 +414,9 @@ pub fn sees(backend: Backend, role: Role, outcome: Outcome) -> bool {
     hooks(backend).iter().any(|h| h.sees.contains(&(role, outcome)))
 }
 
-/// Every program name the table attaches, on any backend (and, with the `fixtures`
-/// feature, the floor's).
+/// Every program name the table attaches, on any backend.
 pub fn all_programs() -> impl Iterator<Item = &'static str> {
-    let programs = Backend::ALL.iter().flat_map(|b| hooks(*b)).chain(cgroup_hooks());
-    #[cfg(feature = "fixtures")]
-    let programs = programs.chain(Backend::ALL.iter().flat_map(|b| super::floor::hooks(*b)));
-    programs.map(|h| h.program)
+    Backend::ALL.iter().flat_map(|b| hooks(*b)).chain(cgroup_hooks()).map(|h| h.program)
 }
 
 #[cfg(test)]

@@ -9,9 +9,16 @@ use std::process::{Command, Stdio};
 use anyhow::{ensure, Context, Result};
 
 use super::arch::Arch;
-use super::cells::{VM_ONCE, VM_PER_BACKEND};
 use crate::cross::{self, What};
 use crate::util::{capture, cargo};
+
+/// The scenario tests (tracer against the kernel's counters): run once per backend, with
+/// TFO_TRACE_BACKEND set (tests/common passes it as `--backend`).
+pub(super) const VM_PER_BACKEND: &[&str] = &["kernel_scenarios", "server_outcomes", "stalls", "report"];
+/// Run once per kernel, without a backend: the lab itself (veth, netem, nft on this kernel).
+pub(super) const VM_ONCE: &[&str] = &["lab", "kernel_facts"];
+// Every other tests/*.rs is host-only by default (views, formats, CLI, capabilities, the
+// Prometheus exporter: nothing there depends on the kernel's hooks); `--bins` runs any.
 
 #[derive(Clone, Debug)]
 pub(super) struct TestBin {

@@ -10,12 +10,11 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use super::cells::Cell;
-use super::initramfs::copy_file;
 use super::kernels::{kernels, Kernel};
 use super::packages::{busybox_for, foreign_arch, host_packages};
 use super::qemu::boot;
 use super::{Report, VmArgs};
-use crate::util::{run, workspace_root};
+use crate::util::{copy_file, run, workspace_root};
 
 /// `--boot-only`: each kernel of the architecture boots to a busybox /init that prints the
 /// markers the matrix reads (with `uname -m`) and powers off. What an architecture needs

@@ -1,22 +1,12 @@
-//! Scheduling: which test binaries run per backend and which once per kernel, the cells
-//! (one qemu boot each: a kernel with a backend, or its `lab` cell) planned longest first,
-//! and run `--jobs` guests at a time.
+//! Scheduling: the cells (one qemu boot each: a kernel with a backend, running the
+//! binaries of `VM_PER_BACKEND`, or its `lab` cell, running those of `VM_ONCE`) planned
+//! longest first, and run `--jobs` guests at a time.
 use std::collections::{BTreeMap, VecDeque};
-use std::path::PathBuf;
 use std::sync::Mutex;
 
-use super::binaries::TestBin;
+use super::binaries::{TestBin, VM_ONCE};
 use super::kernels::{Kernel, Refusal};
-use super::qemu::{boot, Boot};
-use super::VmArgs;
 
-/// The scenario tests (tracer against the kernel's counters): run once per backend, with
-/// TFO_TRACE_BACKEND set (tests/common passes it as `--backend`).
-pub(super) const VM_PER_BACKEND: &[&str] = &["kernel_scenarios", "server_outcomes", "stalls", "report"];
-/// Run once per kernel, without a backend: the lab itself (veth, netem, nft on this kernel).
-pub(super) const VM_ONCE: &[&str] = &["lab", "kernel_facts"];
-// Every other tests/*.rs is host-only by default (views, formats, CLI, capabilities, the
-// Prometheus exporter: nothing there depends on the kernel's hooks); `--bins` runs any.
 /// The cell that runs `VM_ONCE` (and `doctor`) on each kernel.
 pub(super) const ONCE_CELL: &str = "lab";
 
@@ -77,28 +67,22 @@ pub(super) fn schedule(cells: &mut [Cell], kernels: &[Kernel]) {
     cells.sort_by_key(|c| std::cmp::Reverse(weight(c)));
 }
 
-/// Runs every cell, `jobs` guests at once; results in the order of `cells`.
-pub(super) fn run_cells(
+/// Runs every cell, `jobs` at once, with `run` (one qemu boot each); results in the order
+/// of `cells`.
+pub(super) fn run_cells<T: Default + Send>(
     cells: &[Cell],
-    kernels: &[Kernel],
-    initrds: &[PathBuf],
-    args: &VmArgs,
     jobs: usize,
-) -> Vec<Boot> {
+    run: impl Fn(&Cell) -> T + Sync,
+) -> Vec<T> {
     let queue = Mutex::new((0..cells.len()).collect::<VecDeque<usize>>());
     let done = Mutex::new(BTreeMap::new());
     std::thread::scope(|s| {
         for _ in 0..jobs {
             s.spawn(|| loop {
                 let Some(i) = queue.lock().map(|mut q| q.pop_front()).unwrap_or(None) else { return };
-                let c = &cells[i];
-                let k = kernels.iter().position(|k| k.short == c.kernel).expect("a planned kernel");
-                let boot = boot(&kernels[k], c, &initrds[k], args).unwrap_or_else(|e| Boot {
-                    end: Some(format!("qemu did not run: {e:#}")),
-                    ..Boot::default()
-                });
+                let result = run(&cells[i]);
                 if let Ok(mut d) = done.lock() {
-                    d.insert(i, boot);
+                    d.insert(i, result);
                 }
             });
         }

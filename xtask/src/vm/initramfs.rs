@@ -87,24 +87,3 @@ pub(super) fn initramfs(
     println!("initramfs: {} ({:.0} MiB)", cpio.display(), size as f64 / (1 << 20) as f64);
     Ok(cpio)
 }
-
-pub(super) fn copy_file(src: &Path, dst: &Path) -> Result<()> {
-    if let Some(parent) = dst.parent() {
-        fs::create_dir_all(parent)?;
-    }
-    fs::copy(src, dst).with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
-    Ok(())
-}
-
-pub(super) fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
-    if src.is_dir() {
-        fs::create_dir_all(dst)?;
-        for e in fs::read_dir(src)? {
-            let e = e?;
-            copy_tree(&e.path(), &dst.join(e.file_name()))?;
-        }
-        Ok(())
-    } else {
-        copy_file(src, dst)
-    }
-}

@@ -53,7 +53,7 @@ pub use console::{retried_test, skipped_test};
 use initramfs::initramfs;
 use kernels::{kernels, KernelChoice};
 use packages::{foreign_arch, host_packages};
-use qemu::Accel;
+use qemu::{boot, Accel, Boot};
 use summary::{print_time_table, summarize};
 use userland::Userland;
 
@@ -259,7 +259,11 @@ fn run_parts(parts: &[Part], args: &VmArgs) -> Result<Report> {
         args.smp,
         args.test_limit_s
     );
-    let boots = run_cells(&cells, &kernels, &initrds, args, jobs);
+    let boots = run_cells(&cells, jobs, |c| {
+        let k = kernels.iter().position(|k| k.short == c.kernel).expect("a planned kernel");
+        boot(&kernels[k], c, &initrds[k], args)
+            .unwrap_or_else(|e| Boot { end: Some(format!("qemu did not run: {e:#}")), ..Boot::default() })
+    });
     let report = summarize(&cells, &boots);
     print_time_table(&cells, &boots, prepared_s, start.elapsed().as_secs_f64(), jobs);
     println!(

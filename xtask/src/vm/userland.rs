@@ -16,9 +16,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 use super::arch::Arch;
-use super::initramfs::{copy_file, copy_tree};
 use super::packages::{busybox_for, download_debs, host_deb_arch};
-use crate::util::{capture, run};
+use crate::util::{capture, copy_file, copy_tree, run};
 
 /// Programs copied into the VM (by their path on the host, which is their path in the
 /// guest), and the Debian package that has them.
