@@ -148,6 +148,9 @@ pub mod flags {
     pub const START_KNOWN: u8 = 1 << 4;
     /// `queue_len`/`queue_max` hold the listener's TFO queue as the probe saw it.
     pub const QUEUE_KNOWN: u8 = 1 << 5;
+    /// `saved_us` holds the round trip an `accepted` connection saved, as the kernel
+    /// sampled it for that connection.
+    pub const SAVED_KNOWN: u8 = 1 << 6;
 }
 
 pub const FAMILY_V4: u8 = 4;
@@ -182,7 +185,15 @@ pub struct TfoEvent {
     pub outcome: u8,
     pub flags: u8,
     pub cookie_len: u8,
-    pub _pad: [u8; 7],
+    pub _pad: [u8; 3],
+    /// `accepted` only, where [`flags::SAVED_KNOWN`]: the round trip TFO saved, in µs.
+    /// Client: the SYN -> SYN-ACK round trip the kernel sampled for this connection
+    /// (tcp_ack() on the SYN-ACK set `srtt_us` from it just before ESTABLISHED): the
+    /// request travelled with the SYN instead of one round trip later. Server: the
+    /// child's first round-trip sample as it leaves SYN_RECV (tcp_synack_rtt_meas, from
+    /// the SYN-ACK sent as the SYN-data arrived to the final ACK): how long the data sat
+    /// at the listener ahead of the handshake's end.
+    pub saved_us: u32,
     pub comm: [u8; TASK_COMM_LEN],
     /// Server: the listener's TFO queue (fastopenq.qlen / max_qlen) when the SYN arrived;
     /// 0/0 where the backend does not see it.
@@ -293,6 +304,10 @@ pub struct Counts {
     pub handshakes: u64,
     /// Handshakes per bucket of [`HANDSHAKE_BOUNDS_NS`] (not cumulative), the last one +Inf.
     pub handshake_buckets: [u64; HANDSHAKE_BUCKETS],
+    /// Sum (in ns, each in whole µs as its event's `saved_us`) and count of the round
+    /// trips saved, over the events whose saving is known (`flags::SAVED_KNOWN`).
+    pub saved_ns: u64,
+    pub saves: u64,
 }
 
 impl Counts {
@@ -306,6 +321,8 @@ impl Counts {
             handshake_ns: 0,
             handshakes: 0,
             handshake_buckets: [0; HANDSHAKE_BUCKETS],
+            saved_ns: 0,
+            saves: 0,
         }
     }
 
@@ -318,6 +335,8 @@ impl Counts {
         self.retransmits += other.retransmits;
         self.handshake_ns += other.handshake_ns;
         self.handshakes += other.handshakes;
+        self.saved_ns += other.saved_ns;
+        self.saves += other.saves;
         let mut i = 0;
         while i < HANDSHAKE_BUCKETS {
             self.handshake_buckets[i] += other.handshake_buckets[i];
@@ -744,7 +763,7 @@ mod tests {
         assert_eq!(size_of::<Cidr>(), 24);
         assert_eq!(size_of::<Filter>(), 32 + 128 + 32 + 16 + 192 + 192 + 8 + 8);
         assert_eq!(size_of::<CountKey>(), 8);
-        assert_eq!(size_of::<Counts>(), 8 * (7 + HANDSHAKE_BUCKETS));
+        assert_eq!(size_of::<Counts>(), 8 * (9 + HANDSHAKE_BUCKETS));
     }
 
     /// Each field of `KernelLayout` is made from its own spec, in the struct's order: the

@@ -179,6 +179,10 @@ pub(crate) fn record<A: Access>(
         ev.stall_ns = measure.stall_ns;
         ev.syn_data_bytes = measure.syn_data_bytes;
         ev.retransmits = measure.retransmits;
+        if measure.saved_srtt_us != 0 {
+            ev.saved_us = measure.saved_us();
+            ev.flags |= flags::SAVED_KNOWN;
+        }
         if conn.known {
             ev.start_ns = conn.start_ns;
             ev.flags |= flags::START_KNOWN;
@@ -279,8 +283,8 @@ fn packet_time_ns<A: Access>(tp: TcpSock<A>) -> u64 {
 /// the handshake's own sample: tcp_ack() on the SYN-ACK (client, timed from the last SYN's
 /// timestamp echo) or tcp_synack_rtt_meas() (server child); 0 where Karn's rule gave none.
 #[inline(always)]
-fn srtt_ns<A: Access>(tp: TcpSock<A>) -> u64 {
-    (tp.srtt_us() as u64 >> 3) * 1000
+fn srtt_ns(srtt_us: u32) -> u64 {
+    (srtt_us as u64 >> 3) * 1000
 }
 
 /// Payload bytes of the SYN-data: nothing but the SYN-data has been sent before the
@@ -351,9 +355,26 @@ fn client_established_tfo<A: Access>(sk: Sock<A>) {
     };
     let data = if f.syn_data { syn_data_bytes(tp) } else { 0 };
     let handshake_ns = conn.since_start(at_ns);
-    let stall_ns =
-        if total_retrans > 0 { conn.stall_at_synack_ns(handshake_ns, srtt_ns(tp)) } else { conn.stall_ns() };
-    let measure = Measure { stall_ns, syn_data_bytes: data, retransmits: total_retrans, handshake_ns, at_ns };
+    let srtt_us = tp.srtt_us();
+    let stall_ns = if total_retrans > 0 {
+        conn.stall_at_synack_ns(handshake_ns, srtt_ns(srtt_us))
+    } else {
+        conn.stall_ns()
+    };
+    // What an accepted SYN-data saved: the round trip the request did not wait for.
+    // tcp_ack() on this SYN-ACK has just taken the connection's first RTT sample (the
+    // SYN-data's send to the SYN-ACK, tcp_clean_rtx_queue), and tcp_rtt_estimator()'s
+    // first sample is srtt_us = sample << 3; tcp_finish_connect() then set ESTABLISHED,
+    // which is this hook. The value is already loaded for the stall: no load added.
+    let saved_srtt_us = if outcome == Outcome::Accepted { srtt_us } else { 0 };
+    let measure = Measure {
+        stall_ns,
+        syn_data_bytes: data,
+        retransmits: total_retrans,
+        handshake_ns,
+        at_ns,
+        saved_srtt_us,
+    };
     record(sk.common(), Role::Client, outcome, netns_of(sk.common()), &conn, measure, |ev| {
         if f.exp {
             ev.flags |= flags::EXP_OPTION;
@@ -393,6 +414,7 @@ fn client_failed<A: Access>(sk: Sock<A>) {
         retransmits: total_retrans,
         handshake_ns: 0,
         at_ns: 0,
+        saved_srtt_us: 0,
     };
     // tcp_set_state(TCP_CLOSE) runs inet_put_port(), which zeroes skc_num, before this
     // tracepoint fires (for a reset as for a timeout): the port the SYN left from is
@@ -471,8 +493,14 @@ pub fn detect_blackhole_exit<A: Access>(sk: Sock<A>) {
     let f = client_flags(tp);
     let data = if f.syn_data { syn_data_bytes(tp) } else { 0 };
     let retransmits = tp.total_retrans();
-    let measure =
-        Measure { stall_ns: conn.stall_ns(), syn_data_bytes: data, retransmits, handshake_ns: 0, at_ns: 0 };
+    let measure = Measure {
+        stall_ns: conn.stall_ns(),
+        syn_data_bytes: data,
+        retransmits,
+        handshake_ns: 0,
+        at_ns: 0,
+        saved_srtt_us: 0,
+    };
     record(sk.common(), Role::Client, Outcome::ActiveDisabled, netns_of(sk.common()), &conn, measure, |_| {});
 }
 
@@ -498,7 +526,8 @@ pub fn on_cookie_cached<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>) {
     let exp = cookie.foc_exp() != 0;
     let tp = A::tcp_sock(sk);
     let retransmits = if tp.is_null() { 0 } else { tp.total_retrans() };
-    let measure = Measure { stall_ns: 0, syn_data_bytes: 0, retransmits, handshake_ns: 0, at_ns: 0 };
+    let measure =
+        Measure { stall_ns: 0, syn_data_bytes: 0, retransmits, handshake_ns: 0, at_ns: 0, saved_srtt_us: 0 };
     record(sk.common(), Role::Client, Outcome::CookieReceived, netns_of(sk.common()), &conn, measure, |ev| {
         ev.cookie_len = len as u8;
         ev.flags |= flags::COOKIE_LEN_KNOWN;
@@ -534,7 +563,8 @@ fn server_child_tfo<A: Access>(sk: Sock<A>) {
     // The handshake of a child is its SYN-ACK's round trip, which tcp_rcv_state_process()
     // has just measured (tcp_synack_rtt_meas); 0 where Karn's rule gave no sample (the
     // SYN-ACK was retransmitted).
-    let handshake_ns = srtt_ns(tp);
+    let srtt_us = tp.srtt_us();
+    let handshake_ns = srtt_ns(srtt_us);
     let data = tp.bytes_received() as u32;
     let netns = netns_of(sk.common());
     if !server_selected(sk.common(), netns) {
@@ -542,7 +572,18 @@ fn server_child_tfo<A: Access>(sk: Sock<A>) {
     }
     // The time only the event needs: none in counts-only mode.
     let at_ns = if config_has(config::COUNTS_ONLY) { 0 } else { packet_time_ns(tp) };
-    let measure = Measure { stall_ns: 0, syn_data_bytes: data, retransmits: 0, handshake_ns, at_ns };
+    // The same sample is what the server saved: the SYN's data reached the listener's
+    // queue when the child was made (tcp_try_fastopen), one round trip before this final
+    // ACK would have brought it. (Where tcp_ack() sampled a reply sent before this ACK,
+    // the sample starts at that send, a little after the SYN: slightly less.)
+    let measure = Measure {
+        stall_ns: 0,
+        syn_data_bytes: data,
+        retransmits: 0,
+        handshake_ns,
+        at_ns,
+        saved_srtt_us: srtt_us,
+    };
     record(sk.common(), Role::Server, Outcome::Accepted, netns, &Known::NONE, measure, |ev| {
         if handshake_ns > 0 {
             ev.start_ns = ev.ts_ns.saturating_sub(handshake_ns);
@@ -572,8 +613,14 @@ pub fn on_synack_retransmit<A: Access>(sk: Sock<A>, req: RequestSock<A>) {
         return;
     }
     // inet_rtx_syn_ack() counts this one after the send: the event counts it already.
-    let measure =
-        Measure { stall_ns: 0, syn_data_bytes: data, retransmits: before + 1, handshake_ns: 0, at_ns: 0 };
+    let measure = Measure {
+        stall_ns: 0,
+        syn_data_bytes: data,
+        retransmits: before + 1,
+        handshake_ns: 0,
+        at_ns: 0,
+        saved_srtt_us: 0,
+    };
     record(sk.common(), Role::Server, Outcome::SynackRetransmitted, netns, &Known::NONE, measure, |ev| {
         name_listener_owner(ev, &ListenerKey::new(netns, ev.sport, ev.family));
     });

@@ -159,6 +159,18 @@ pub struct Measure {
     /// When it happened, where the caller read the clock already (for `handshake_ns`); 0:
     /// the event reads it, if one is sent (counts need no time).
     pub at_ns: u64,
+    /// `accepted`: the connection's `srtt_us` as the kernel keeps it (<< 3), whose first
+    /// sample is the round trip TFO saved (see `TfoEvent::saved_us`); 0 where there is no
+    /// sample (tcp_rtt_estimator stores at least 1 once it has one) or no saving.
+    pub saved_srtt_us: u32,
+}
+
+impl Measure {
+    /// The round trip saved, in µs, where known.
+    #[inline(always)]
+    pub fn saved_us(&self) -> u32 {
+        self.saved_srtt_us >> 3
+    }
 }
 
 #[inline(always)]
@@ -175,6 +187,10 @@ fn add(row: *mut Counts, m: &Measure) {
     }
     row.syn_data_bytes += m.syn_data_bytes as u64;
     row.retransmits += m.retransmits as u64;
+    if m.saved_srtt_us != 0 {
+        row.saves += 1;
+        row.saved_ns += m.saved_us() as u64 * 1000;
+    }
     if m.handshake_ns > 0 {
         let ns = m.handshake_ns;
         row.handshake_ns += ns;

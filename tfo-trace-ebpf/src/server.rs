@@ -127,6 +127,7 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs<A>, child: Sock<A>) {
             retransmits: 0,
             handshake_ns: 0,
             at_ns: 0,
+            saved_srtt_us: 0,
         };
         // The request sock starts with a sock_common holding the SYN's addresses and
         // ports (tcp_v4_init_req / tcp_openreq_init ran before tcp_try_fastopen).

@@ -66,6 +66,10 @@ impl KernelCounts {
         }
         row.syn_data_bytes += u64::from(e.syn_data_bytes);
         row.retransmits += u64::from(e.retransmits);
+        if let Some(us) = e.saved_us {
+            row.saves += 1;
+            row.saved_ns += us * 1000;
+        }
         if let Some(us) = e.handshake_us {
             let ns = us * 1000;
             row.handshake_ns += ns;

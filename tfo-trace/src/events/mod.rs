@@ -54,6 +54,12 @@ pub struct Event {
     pub handshake_us: Option<u64>,
     /// Time lost to SYN timeouts (0 if none).
     pub stall_us: u64,
+    /// `accepted`: the round trip TFO saved this connection, as the kernel sampled it
+    /// (client: SYN -> SYN-ACK; server: SYN-data's arrival to the final ACK); null where
+    /// unknown (no sample, a backend that decides it before the handshake ends, or a
+    /// recording made before events carried it) and on every other outcome.
+    #[serde(default)]
+    pub saved_us: Option<u64>,
     /// Server: the listener's TFO queue length and its limit (fastopen=) when the SYN
     /// arrived, where the backend sees it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -361,6 +367,8 @@ pub struct EventRef<'a> {
     pub retransmits: u32,
     pub handshake_us: Option<u64>,
     pub stall_us: u64,
+    /// [`Event::saved_us`].
+    pub saved_us: Option<u64>,
     pub queue_len: Option<u32>,
     pub queue_max: Option<u32>,
     pub cgroup_id: Option<u64>,
@@ -401,6 +409,7 @@ impl<'a> EventRef<'a> {
             retransmits: raw.retransmits,
             handshake_us: handshake_us(raw),
             stall_us: raw.stall_ns / 1000,
+            saved_us: (raw.flags & flags::SAVED_KNOWN != 0).then_some(u64::from(raw.saved_us)),
             queue_len: queue_known.then_some(raw.queue_len),
             queue_max: queue_known.then_some(raw.queue_max),
             cgroup_id: (raw.cgroup_id != 0).then_some(raw.cgroup_id),
@@ -444,6 +453,7 @@ impl<'a> EventRef<'a> {
             retransmits: self.retransmits,
             handshake_us: self.handshake_us,
             stall_us: self.stall_us,
+            saved_us: self.saved_us,
             queue_len: self.queue_len,
             queue_max: self.queue_max,
             cgroup_id: self.cgroup_id,
@@ -493,6 +503,7 @@ impl Event {
             retransmits: self.retransmits,
             handshake_us: self.handshake_us,
             stall_us: self.stall_us,
+            saved_us: self.saved_us,
             queue_len: self.queue_len,
             queue_max: self.queue_max,
             cgroup_id: self.cgroup_id,
@@ -572,6 +583,7 @@ pub(crate) fn sample_event(role: Role, outcome: Outcome) -> Event {
         retransmits: 0,
         handshake_us: Some(100),
         stall_us: 0,
+        saved_us: None,
         queue_len: None,
         queue_max: None,
         cgroup_id: None,
@@ -614,7 +626,8 @@ mod tests {
             outcome: Outcome::SynRetransmitted as u8,
             flags: flags::START_KNOWN | flags::PID_KNOWN,
             cookie_len: 0,
-            _pad: [0; 7],
+            _pad: [0; 3],
+            saved_us: 0,
             comm,
             queue_len: 0,
             queue_max: 0,
@@ -651,6 +664,17 @@ mod tests {
         r.family = 9;
         assert!(decode(&r, Clock::fixed(0)).is_err());
         assert!(Event::from_bytes(&[0u8; 10], Clock::fixed(0), &mut Interner::default()).is_err());
+    }
+
+    #[test]
+    fn saved_is_known_only_where_the_kernel_flagged_it() {
+        let accepted = TfoEvent { outcome: Outcome::Accepted as u8, stall_ns: 0, retransmits: 0, ..raw() };
+        let e = decode(&TfoEvent { saved_us: 731, ..accepted }, Clock::fixed(0)).unwrap();
+        assert_eq!(e.saved_us, None, "a value without its flag is not a measurement");
+        let known = TfoEvent { saved_us: 731, flags: accepted.flags | flags::SAVED_KNOWN, ..accepted };
+        assert_eq!(decode(&known, Clock::fixed(0)).unwrap().saved_us, Some(731));
+        let zero = TfoEvent { saved_us: 0, ..known };
+        assert_eq!(decode(&zero, Clock::fixed(0)).unwrap().saved_us, Some(0), "a sub-µs loopback sample");
     }
 
     #[test]

@@ -572,7 +572,22 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(e.ts.unix_ns(), ts_unix_ns);
-        e
+        let accepted = e.outcome == Outcome::Accepted;
+        Event { saved_us: accepted.then_some(512 + u64::from(i)), ..e }
+    }
+
+    /// Issue 30: a recording made before events carried `saved_us` replays it as unknown,
+    /// never as a saving of 0; a 0 that was written stays a 0.
+    #[test]
+    fn saved_us_absent_from_an_old_line_is_unknown_not_zero() {
+        let mut line = serde_json::to_value(ev(1)).unwrap();
+        assert_eq!(line["saved_us"], 513, "written where known");
+        line.as_object_mut().unwrap().remove("saved_us");
+        let old: Event = serde_json::from_value(line.clone()).unwrap();
+        assert_eq!(old.saved_us, None);
+        line["saved_us"] = 0.into();
+        let zero: Event = serde_json::from_value(line).unwrap();
+        assert_eq!(zero.saved_us, Some(0));
     }
 
     fn tmp(name: &str) -> PathBuf {

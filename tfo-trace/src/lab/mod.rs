@@ -355,8 +355,9 @@ impl Lab {
             Side::Client => (&self.client_ns, VETH_CLIENT),
             Side::Server => (&self.server_ns, VETH_SERVER),
         };
-        let filter =
-            "(ip and tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn) or (ip6 and ip6[53] & 0x12 == 0x02)";
+        // Every segment with SYN set: SYNs and SYN-ACKs (the filter took SYNs only before,
+        // so no SYN-ACK was ever seen, whatever `WireSyn::syn_ack` said).
+        let filter = "(ip and tcp[tcpflags] & tcp-syn != 0) or (ip6 and ip6[53] & 0x02 == 0x02)";
         let mut c = cmd::in_netns(ns, "tcpdump");
         // -Z root: stay root rather than switch to a `tcpdump` user a minimal system (the
         // test VMs) may not have.
@@ -382,6 +383,22 @@ impl Lab {
                 Err(_) => bail!("tcpdump did not start listening on {dev}: {}", said.join(" / ")),
             }
         }
+    }
+
+    /// Delays every packet leaving one side's veth by `delay` (netem): a path with a real
+    /// round trip. Fails where the kernel has no netem (CONFIG_NET_SCH_NETEM off, as on
+    /// some hosts; the test VMs load sch_netem): [`is_no_netem`] tells that error apart.
+    pub fn delay_egress(&self, side: Side, delay: Duration) -> Result<()> {
+        let (ns, dev) = match side {
+            Side::Client => (&self.client_ns, VETH_CLIENT),
+            Side::Server => (&self.server_ns, VETH_SERVER),
+        };
+        let us = format!("{}us", delay.as_micros());
+        cmd::run(
+            cmd::in_netns(ns, "tc").args(["qdisc", "replace", "dev", dev, "root", "netem", "delay", &us]),
+        )
+        .with_context(|| format!("netem delay {us} on {dev}"))?;
+        Ok(())
     }
 
     /// Undoes [`Lab::client_drop_synack`].
@@ -660,6 +677,13 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Whether an error of [`Lab::delay_egress`] says the kernel has no netem (tc: "Specified
+/// qdisc kind is unknown" / "Unknown qdisc").
+pub fn is_no_netem(e: &anyhow::Error) -> bool {
+    let text = format!("{e:#}");
+    text.contains("qdisc kind is unknown") || text.contains("Unknown qdisc")
 }
 
 /// One SYN or SYN-ACK seen on the client's veth: when, which ports, payload length.

@@ -32,7 +32,7 @@ const ADDR_WIDTH: usize = 22;
 /// The header line over columns of addresses `addr_width` wide.
 pub fn header(addr_width: usize) -> String {
     format!(
-        "{:<24} {:<6} {:<18} {:<7} {:<16} {:<w$} {:<w$} {:<11} {:>4} {:>3} {:>9} {:>9}  CONTAINER",
+        "{:<24} {:<6} {:<18} {:<7} {:<16} {:<w$} {:<w$} {:<11} {:>4} {:>3} {:>9} {:>9} {:>9}  CONTAINER",
         "TIME",
         "ROLE",
         "OUTCOME",
@@ -45,6 +45,7 @@ pub fn header(addr_width: usize) -> String {
         "RTX",
         "HANDSHAKE",
         "STALL",
+        "SAVED",
         w = addr_width
     )
 }
@@ -108,6 +109,11 @@ pub fn write_text_line(buf: &mut Vec<u8>, ts: &Timestamp, e: &EventRef<'_>, addr
         None => line.right("-", 9),
     }
     line.right_duration(e.stall_us, 9);
+    // The round trip an accepted SYN-data saved; `-` on other outcomes and where unknown.
+    match e.saved_us {
+        Some(us) => line.right_duration(us, 9),
+        None => line.right("-", 9),
+    }
     line.buf.extend_from_slice(b"  ");
     line.buf.extend_from_slice(e.container.unwrap_or("-").as_bytes());
     line.buf.push(b'\n');
@@ -288,7 +294,7 @@ mod tests {
         let ts = e.ts.to_string();
         let time = ts.get(..23).unwrap_or(&ts).replace('T', " ");
         format!(
-            "{time:<24} {:<6} {:<18} {:<7} {:<16} {:<22} {:<22} {:<11} {:>4} {:>3} {:>9} {:>9}  {}",
+            "{time:<24} {:<6} {:<18} {:<7} {:<16} {:<22} {:<22} {:<11} {:>4} {:>3} {:>9} {:>9} {:>9}  {}",
             e.role.name(),
             e.outcome.name(),
             e.pid,
@@ -300,6 +306,7 @@ mod tests {
             e.retransmits,
             e.handshake_us.map(millis).unwrap_or_else(|| "-".into()),
             millis(e.stall_us),
+            e.saved_us.map(millis).unwrap_or_else(|| "-".into()),
             e.container_name().unwrap_or_else(|| "-".into()),
         )
     }
@@ -353,7 +360,7 @@ mod tests {
         assert_eq!(
             header(ADDR_WIDTH),
             "TIME                     ROLE   OUTCOME            PID     COMM             SOURCE                 \
-             DESTINATION            NETNS       DATA RTX HANDSHAKE     STALL  CONTAINER"
+             DESTINATION            NETNS       DATA RTX HANDSHAKE     STALL     SAVED  CONTAINER"
         );
     }
 
@@ -364,6 +371,7 @@ mod tests {
         let events = [
             Event {
                 ts: ts("2026-12-01T01:38:48.937123456Z"),
+                saved_us: Some(731),
                 ..sample_event(Role::Client, Outcome::Accepted)
             },
             Event {
