@@ -73,6 +73,16 @@ pub fn duration_us(us: u64) -> String {
     DurationText::of(us).as_str().to_string()
 }
 
+/// A balance of time (saved less lost), signed: `+35ms`, `-1.02s`, `0` ([`duration_us`] of
+/// its size).
+pub fn net_us(us: i64) -> String {
+    match us {
+        0 => "0".to_string(),
+        n if n > 0 => format!("+{}", duration_us(n.unsigned_abs())),
+        n => format!("-{}", duration_us(n.unsigned_abs())),
+    }
+}
+
 /// [`duration_us`] of a duration in seconds (an age read from the kernel, a window traced).
 pub fn duration_s(seconds: f64) -> String {
     duration_us((seconds.max(0.0) * 1e6).round() as u64)
@@ -206,6 +216,14 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn balances_carry_their_sign() {
+        assert_eq!(net_us(0), "0");
+        assert_eq!(net_us(35_000), "+35ms");
+        assert_eq!(net_us(-1_020_000), "-1.02s");
+        assert_eq!(net_us(i64::MIN).chars().next(), Some('-'));
+    }
 
     #[test]
     fn measured_durations_have_three_significant_digits() {

@@ -135,6 +135,18 @@ impl StallCounts {
     }
 }
 
+/// Time saved less time lost, saturated: TFO's balance, in µs.
+pub fn net_us(saved_us: u64, lost_us: u64) -> i64 {
+    let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    clamp(saved_us).saturating_sub(clamp(lost_us))
+}
+
+/// What a client connection's accepted SYN-data saved, where the kernel measured it: the
+/// counterpart of a stall's time lost.
+pub fn saved_us(e: &Event) -> Option<u64> {
+    (e.role == Role::Client && e.outcome == Outcome::Accepted).then_some(e.saved_us).flatten()
+}
+
 /// Stalls of a group of connections, and apart from them the extra round trips: what
 /// `stalls` sums per destination.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -144,11 +156,16 @@ pub struct StallTally {
     pub extra_round_trips: u64,
     /// Their estimated cost ([`extra_round_trip_us`]).
     pub extra_round_trip_us: u64,
+    /// What the same destination's accepted connections saved ([`saved_us`]).
+    pub saved_us: u64,
 }
 
 impl StallTally {
     /// Counts the event; returns its stall, if it is one.
     pub fn add(&mut self, e: &Event) -> Option<Stall> {
+        if let Some(us) = saved_us(e) {
+            self.saved_us = self.saved_us.saturating_add(us);
+        }
         if let Some(us) = extra_round_trip_us(e) {
             self.extra_round_trips += 1;
             self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(us);

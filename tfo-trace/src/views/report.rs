@@ -411,6 +411,28 @@ fn lost_line(d: &DestinationReport) -> String {
     line
 }
 
+/// `saved 420ms over 12 of 12 accepted, lost 1.02s: net -600ms over 13 connections`; None
+/// where no saving was measured (nothing accepted, or a recording without `saved_us`).
+fn balance_line(
+    saved_us: u64,
+    measured: u64,
+    accepted: Option<u64>,
+    net_us: i64,
+    connections: u64,
+) -> Option<String> {
+    if measured == 0 {
+        return None;
+    }
+    let of = accepted.map(|a| format!(" of {}", units::count(a))).unwrap_or_default();
+    Some(format!(
+        "saved {} over {}{of} accepted, net {} over {}",
+        units::duration_us(saved_us),
+        units::count(measured),
+        units::net_us(net_us),
+        units::plural(connections, "connection", "connections")
+    ))
+}
+
 /// `strong: 12 of 12 connections, 3 of 37 destinations, 14 of 120 hosts`.
 pub fn strength_line(v: &Verdict) -> String {
     let s = &v.support;
@@ -525,6 +547,7 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
         ));
     }
     out.push(lost);
+    out.extend(balance_line(s.saved_us_total, s.saved_measured, None, s.net_us, s.connections));
     let worst: Vec<String> = s
         .worst
         .iter()
@@ -618,6 +641,11 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
         writeln!(w, "{}", row_title(&d))?;
         writeln!(w, "  connections: {}  {}", d.connections, outcomes_line(&d.outcomes))?;
         writeln!(w, "  added latency: {}", lost_line(&d))?;
+        if let Some(b) =
+            balance_line(d.saved_us_total, d.saved_measured, Some(d.accepted), d.net_us, d.connections)
+        {
+            writeln!(w, "  balance: {b}")?;
+        }
         write_verdict_text(w, &d.verdict)?;
     }
     if let Some(rest) = &b.rest {
@@ -682,12 +710,12 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     if !rows.is_empty() {
         let title = b.summary.group_by.rows();
         writeln!(w, "\n## {}{} by time lost\n", title[..1].to_uppercase(), &title[1..])?;
-        writeln!(w, "| Destination | Netns | Connections | Accepted | SYN-data dropped | Not acked | Time lost | Per stalled connection | Verdict | Evidence |")?;
-        writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---|---|")?;
+        writeln!(w, "| Destination | Netns | Connections | Accepted | SYN-data dropped | Not acked | Time lost | Per stalled connection | Saved | Net | Verdict | Evidence |")?;
+        writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")?;
         for d in &rows {
             writeln!(
                 w,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 md(&d.destination),
                 opt(d.netns),
                 d.connections,
@@ -696,6 +724,8 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
                 d.data_not_acked,
                 lost_cell(d.lost_us_total),
                 if d.stalled == 0 { "-".to_string() } else { units::duration_us(d.lost_us_per_stalled) },
+                if d.saved_measured == 0 { "-".to_string() } else { units::duration_us(d.saved_us_total) },
+                if d.saved_measured == 0 { "-".to_string() } else { units::net_us(d.net_us) },
                 md(&d.verdict.sentence),
                 md(&strength_line(&d.verdict))
             )?;
@@ -850,7 +880,10 @@ mod tests {
 
         let m = rendered(&b, ReportFormat::Markdown, &[]);
         assert!(m.starts_with("# tfo-trace report\n"), "{m}");
-        assert!(m.contains("| 198.18.0.3:8080 | 7 | 3 | 0 | 3 | 0 | 3.06s | 1.02s | SYN-data to"), "{m}");
+        assert!(
+            m.contains("| 198.18.0.3:8080 | 7 | 3 | 0 | 3 | 0 | 3.06s | 1.02s | - | - | SYN-data to"),
+            "{m}"
+        );
         assert!(m.contains("| moderate: 3 of 3 connections |"), "{m}");
     }
 

@@ -63,7 +63,11 @@ fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -
     // No table at all without a stall (the closing line says 0).
     let stalled = per_dst.values().any(|d| d.stalls.count() > 0);
     if stalled {
-        writeln!(out, "\n{:<28} {:>7} {:>11} {:>11}  CAUSES", "DESTINATION", "STALLS", "LOST", "PER_CONN")?;
+        writeln!(
+            out,
+            "\n{:<28} {:>7} {:>11} {:>11} {:>11} {:>11}  CAUSES",
+            "DESTINATION", "STALLS", "LOST", "PER_CONN", "SAVED", "NET"
+        )?;
     } else if per_dst.values().any(|d| d.extra_round_trips > 0) {
         writeln!(out)?;
     }
@@ -72,10 +76,12 @@ fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -
         let causes: Vec<String> = s.causes().map(|c| format!("{}={}", c.name(), s.count_of(c))).collect();
         writeln!(
             out,
-            "{dst:<28} {:>7} {:>11} {:>11}  {}",
+            "{dst:<28} {:>7} {:>11} {:>11} {:>11} {:>11}  {}",
             s.count(),
             units::duration_us(s.lost_us()),
             units::duration_us(s.lost_us() / s.count().max(1)),
+            units::duration_us(d.saved_us),
+            units::net_us(stall::net_us(d.saved_us, s.lost_us().saturating_add(d.extra_round_trip_us))),
             causes.join(" ")
         )?;
     }
@@ -110,7 +116,8 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
         .run(opts.duration, |batch| {
             for e in batch.iter() {
                 let (stall, extra) = (stall::of(e), stall::extra_round_trip_us(e));
-                if stall.is_some() || extra.is_some() {
+                // What the same destinations saved, for the summary's balance.
+                if stall.is_some() || extra.is_some() || stall::saved_us(e).is_some() {
                     per_dst.entry(e.destination()).or_default().add(e);
                 }
                 let Some(stall) = stall else { continue };
@@ -174,6 +181,7 @@ mod tests {
         let events = [
             ev(Outcome::SynRetransmitted, 3, 64, 1_020_000),
             ev(Outcome::SynRetransmitted, 3, 0, 1_010_000),
+            Event { saved_us: Some(30_000), ..ev(Outcome::Accepted, 3, 64, 0) },
             ev(Outcome::Accepted, 2, 64, 0),
             ev(Outcome::DataNotAcked, 2, 64, 0),
         ];
@@ -209,6 +217,8 @@ mod tests {
             "{text}"
         );
         assert!(rows[1].ends_with("syn_data_dropped=1 cookie_request_dropped=1"), "{text}");
+        // What the same destination saved beside it (issue 30), and the balance.
+        assert!(rows[1].contains("1.02s        30ms         -2s"), "{text}");
         assert_eq!(rows.len(), 3, "{text}");
         assert!(
             rows[2].starts_with("198.18.0.2:443: 1 SYN-data not acknowledged, not stalls:")

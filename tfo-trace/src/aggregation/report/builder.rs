@@ -232,6 +232,11 @@ pub struct Summary {
     /// `data_not_acked`: not stalls, one extra round trip each, estimated.
     pub extra_round_trips: u64,
     pub extra_round_trip_us: u64,
+    /// What accepted SYN-data saved (the kernel's round trips, over `saved_measured`
+    /// connections), and saved less lost (stalls and extra round trips).
+    pub saved_us_total: u64,
+    pub saved_measured: u64,
+    pub net_us: i64,
     /// Per host (recording), in the order they were read.
     pub hosts: Vec<HostTotals>,
     /// The rows that lost the most time (the first of the ranking).
@@ -522,6 +527,9 @@ impl Built {
             lost_us_by_cause: by_cause(&|c| a.lost_us_of(c)),
             extra_round_trips: a.extra_round_trips(),
             extra_round_trip_us: a.extra_round_trip_us,
+            saved_us_total: a.balance().saved_us,
+            saved_measured: a.balance().saves,
+            net_us: a.balance().net_us(),
             hosts: self
                 .b
                 .hosts

@@ -19,14 +19,18 @@ pub struct OneConn {
     pub ts_ns: u64,
     /// The stall's time lost ([`stall::of`]), when `stall` is set.
     pub stall_us: u64,
-    /// `data_not_acked`: the extra round trip's estimated cost ([`stall::extra_round_trip_us`]).
-    pub extra_rt_us: u64,
+    /// `data_not_acked`: the extra round trip's estimated cost ([`stall::extra_round_trip_us`]);
+    /// `accepted`: the round trip it saved (`Event::saved_us`), where `saved_known`. One
+    /// field for both: an outcome has at most one of them.
+    pub round_trip_us: u64,
     /// Index of the host (recording) it was seen on.
     pub host: u32,
     pub outcome: Outcome,
     pub stall: Option<Cause>,
     /// The SYN carried data.
     pub with_data: bool,
+    /// `accepted` whose saving the kernel measured.
+    pub saved_known: bool,
 }
 
 impl OneConn {
@@ -36,11 +40,15 @@ impl OneConn {
         OneConn {
             ts_ns: u64::try_from(e.ts.unix_ns()).unwrap_or(u64::MAX),
             stall_us: s.map(|s| s.lost_us).unwrap_or(0),
-            extra_rt_us: stall::extra_round_trip_us(e).unwrap_or(0),
+            round_trip_us: match e.outcome {
+                Outcome::Accepted => e.saved_us.unwrap_or(0),
+                _ => stall::extra_round_trip_us(e).unwrap_or(0),
+            },
             host,
             outcome: e.outcome,
             stall: s.map(|s| s.cause),
             with_data: e.syn_data_bytes > 0,
+            saved_known: e.outcome == Outcome::Accepted && e.saved_us.is_some(),
         }
     }
 }
@@ -56,6 +64,9 @@ pub struct ConnAcc {
     pub stalls: StallCounts,
     /// Sum of the `data_not_acked` connections' extra round trips.
     pub extra_round_trip_us: u64,
+    /// Sum of the accepted connections' measured savings, and how many were measured.
+    pub saved_us: u64,
+    pub saves: u64,
     pub first_accepted_ns: Option<u64>,
     pub first_not_acked_ns: Option<u64>,
 }
@@ -83,8 +94,12 @@ impl ConnAcc {
             self.stalls.add(Stall { cause, lost_us: c.stall_us });
         }
         if c.outcome == Outcome::DataNotAcked {
-            self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(c.extra_rt_us);
+            self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(c.round_trip_us);
             self.first_not_acked_ns = min_opt(self.first_not_acked_ns, Some(c.ts_ns));
+        }
+        if c.saved_known {
+            self.saved_us = self.saved_us.saturating_add(c.round_trip_us);
+            self.saves = self.saves.saturating_add(1);
         }
         if c.outcome == Outcome::Accepted {
             self.first_accepted_ns = min_opt(self.first_accepted_ns, Some(c.ts_ns));
@@ -97,6 +112,8 @@ impl ConnAcc {
             self.connect_failed_with_data.saturating_add(o.connect_failed_with_data);
         self.stalls.merge(&o.stalls);
         self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(o.extra_round_trip_us);
+        self.saved_us = self.saved_us.saturating_add(o.saved_us);
+        self.saves = self.saves.saturating_add(o.saves);
         self.first_accepted_ns = min_opt(self.first_accepted_ns, o.first_accepted_ns);
         self.first_not_acked_ns = min_opt(self.first_not_acked_ns, o.first_not_acked_ns);
     }
@@ -144,9 +161,60 @@ impl ConnAcc {
             .saturating_add(self.connect_failed_with_data)
     }
 
+    /// What TFO gained and cost these connections ([`Balance`]).
+    pub fn balance(&self) -> Balance {
+        Balance {
+            saved_us: self.saved_us,
+            saves: self.saves,
+            accepted: self.count(Outcome::Accepted),
+            lost_us: self.lost_us_total().saturating_add(self.extra_round_trip_us),
+            stalled: self.stalled(),
+            connections: self.connections(),
+        }
+    }
+
     /// Client outcomes seen, by name (the JSON `outcomes` object).
     pub fn outcomes(&self) -> BTreeMap<String, u64> {
         self.outcomes.by_name()
+    }
+}
+
+/// Time TFO saved beside time it lost, over some client connections: each accepted SYN-data
+/// saved the round trip the kernel measured for it (`Event::saved_us`); each stall lost
+/// its SYN timeout, each `data_not_acked` the data's resend one round trip later.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Balance {
+    /// Sum of the measured savings, over `saves` accepted connections (of `accepted`).
+    pub saved_us: u64,
+    pub saves: u64,
+    pub accepted: u64,
+    /// Stalls' time lost and data-not-acked resends, over `stalled` stalls.
+    pub lost_us: u64,
+    pub stalled: u64,
+    pub connections: u64,
+}
+
+impl Balance {
+    /// Saved less lost (saturated), in µs.
+    pub fn net_us(&self) -> i64 {
+        stall::net_us(self.saved_us, self.lost_us)
+    }
+
+    /// The round trip one accepted SYN-data saved, on average (measured ones only).
+    pub fn saved_per_accepted_us(&self) -> Option<u64> {
+        (self.saves > 0).then(|| self.saved_us / self.saves)
+    }
+
+    /// How many accepted connections one stall's loss takes to repay at the measured round
+    /// trip: TFO breaks even at one stall per this many accepted.
+    pub fn break_even_accepted_per_stall(&self) -> Option<u64> {
+        let rt = self.saved_per_accepted_us().filter(|rt| *rt > 0)?;
+        (self.stalled > 0).then(|| (self.lost_us / self.stalled).div_ceil(rt))
+    }
+
+    /// Accepted connections per stall, as seen.
+    pub fn accepted_per_stall(&self) -> Option<u64> {
+        (self.stalled > 0).then(|| self.accepted / self.stalled)
     }
 }
 
@@ -231,7 +299,7 @@ impl Slot {
 
     pub fn extra_round_trip_us(&self) -> u64 {
         match self {
-            Slot::One(c) if c.outcome == Outcome::DataNotAcked => c.extra_rt_us,
+            Slot::One(c) if c.outcome == Outcome::DataNotAcked => c.round_trip_us,
             Slot::One(_) => 0,
             Slot::Many(m) => m.acc.extra_round_trip_us,
         }

@@ -114,6 +114,8 @@ pub(super) struct Counted {
     /// SYN retransmissions (client events only).
     retransmits: u64,
     handshake_us: Option<u64>,
+    /// The round trip an accepted connection saved, where measured (`Event::saved_us`).
+    saved_us: Option<u64>,
 }
 
 impl Counted {
@@ -123,6 +125,7 @@ impl Counted {
             stall_us: stall::lost_us(e.role, e.outcome, e.retransmits, e.stall_us),
             retransmits: if e.role == Role::Client { u64::from(e.retransmits) } else { 0 },
             handshake_us: e.handshake_us,
+            saved_us: e.saved_us,
         }
     }
 }
@@ -137,6 +140,8 @@ pub struct GroupStats {
     /// SYN retransmissions in all (what TcpExtTCPSynRetrans counts on the client).
     pub retransmits: u64,
     pub handshake: LogHistogram,
+    /// What accepted connections saved (their measured round trips, summed).
+    pub saved_us: u64,
 }
 
 impl GroupStats {
@@ -152,6 +157,9 @@ impl GroupStats {
             self.stall_us = self.stall_us.saturating_add(lost_us);
         }
         self.retransmits = self.retransmits.saturating_add(t.retransmits);
+        if let Some(us) = t.saved_us {
+            self.saved_us = self.saved_us.saturating_add(us);
+        }
         if let Some(us) = t.handshake_us {
             self.handshake.record(us);
         }
@@ -184,6 +192,8 @@ impl GroupStats {
             data_not_acked: self.count(Outcome::DataNotAcked),
             stalls: self.stalls,
             stall_us: self.stall_us,
+            saved_us: self.saved_us,
+            net_us: stall::net_us(self.saved_us, self.stall_us),
             syn_retransmits: self.retransmits,
             queue_overflows: self.count(Outcome::QueueOverflow),
             invalid_cookies: self.count(Outcome::CookieInvalid),
@@ -205,6 +215,9 @@ pub struct RowStats {
     pub data_not_acked: u64,
     pub stalls: u64,
     pub stall_us: u64,
+    /// What accepted connections saved, and that less what stalls lost (`stall_us`).
+    pub saved_us: u64,
+    pub net_us: i64,
     pub syn_retransmits: u64,
     pub queue_overflows: u64,
     pub invalid_cookies: u64,

@@ -37,6 +37,7 @@ pub fn row(
         if r == Role::Client {
             g.retransmits += c.retransmits;
         }
+        g.saved_us += c.saved_ns / 1000;
     }
     // After the hooks' counts: some of what they report as one outcome was another.
     for r in counted.rows.iter().filter(|r| role.is_none_or(|want| want == r.role)) {
@@ -59,7 +60,7 @@ mod tests {
     #[test]
     fn kernel_totals_match_the_event_totals_when_nothing_is_lost() {
         let events = [
-            sample_event(Role::Client, Outcome::Accepted),
+            crate::events::Event { saved_us: Some(731), ..sample_event(Role::Client, Outcome::Accepted) },
             sample_event(Role::Client, Outcome::CookieRequested),
             crate::events::Event {
                 stall_us: 1_020_000,

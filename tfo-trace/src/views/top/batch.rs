@@ -38,7 +38,7 @@ pub fn write_text(
     writeln!(
         out,
         "tfo-trace top {ts} backend={} tcp_fastopen={} events={} lost={} evicted={} client_attempts={} \
-         client_stalls={} client_lost_us={} server_attempts={} server_accepted={} \
+         client_stalls={} client_lost_us={} client_saved_us={} client_net_us={} server_attempts={} server_accepted={} \
          client_attempts_per_s={} client_stalls_per_s={} client_lost_per_s={} server_attempts_per_s={}",
         info.backend,
         info.tcp_fastopen.map(|t| format!("{:#x}", t.value())).unwrap_or_else(|| "unknown".into()),
@@ -48,6 +48,8 @@ pub fn write_text(
         c.attempts,
         c.stalls,
         c.stall_us,
+        c.saved_us,
+        c.net_us,
         s.attempts,
         s.accepted,
         rate(c.attempts_per_s),
@@ -208,7 +210,7 @@ mod tests {
         // Sorted by stalls: the middlebox destination first.
         let bad: Vec<&str> = lines[3].split_whitespace().collect();
         assert_eq!(bad[..10], ["198.18.0.3:8080", "3", "1.00", "1", "0", "0", "2", "1.00", "2.03s", "1.02s"]);
-        assert_eq!(bad.len(), 15, "every column but the graph in plain output");
+        assert_eq!(bad.len(), 17, "every column but the graph in plain output");
         assert!(text.contains("\nLISTENER"));
         assert!(text.contains("\nPID"));
         assert!(lines.iter().any(|l| l.starts_with("200 ") && l.contains("nginx")));

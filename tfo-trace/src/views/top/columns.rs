@@ -45,7 +45,7 @@ pub fn sparkline(samples: &[u32]) -> String {
 /// In display order. The priorities put what an on-call engineer looks for first: how
 /// many connections, how many stalled and whether they stall now, what it cost, the tail
 /// latency.
-pub const COLUMNS: [Column; 15] = [
+pub const COLUMNS: [Column; 17] = [
     Column {
         title: "ATTEMPTS",
         width: 8,
@@ -107,6 +107,20 @@ pub const COLUMNS: [Column; 15] = [
         width: 7,
         priority: 5,
         cell: |r| units::duration_per_s(r.stats.lost_per_s),
+        terminal_only: false,
+    },
+    Column {
+        title: "SAVED",
+        width: 7,
+        priority: 15,
+        cell: |r| units::duration_us(r.stats.saved_us),
+        terminal_only: false,
+    },
+    Column {
+        title: "NET",
+        width: 7,
+        priority: 16,
+        cell: |r| units::net_us(r.stats.net_us),
         terminal_only: false,
     },
     Column {

@@ -145,6 +145,7 @@ fn header_lines(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -
         (3, Span::raw(format!("  {} cookie", c.cookie_requests))),
         (3, Span::raw(format!("  {} not_acked", c.data_not_acked))),
         (0, stalls),
+        (1, Span::raw(format!("  saved {} net {}", units::duration_us(c.saved_us), units::net_us(c.net_us)))),
         (2, Span::raw(format!("  p99 {p99}"))),
     ];
     let s = &snap.server;

@@ -3,7 +3,11 @@
 use super::{hosts_line, DestinationReport, HostShare, Kind, Strength, Support, Verdict};
 use crate::{
     aggregation::{
-        report::{connections::ConnAcc, facts::Facts, grouping::GroupKey},
+        report::{
+            connections::{Balance, ConnAcc},
+            facts::Facts,
+            grouping::GroupKey,
+        },
         stall::Cause,
     },
     events::Outcome,
@@ -88,6 +92,10 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
         s
     };
 
+    let balance = a.balance();
+    let pays = balance.saves > 0 && balance.net_us() > 0;
+    let sentence_tail =
+        format!("{} of {} SYN-data accepted{spread}", units::count(accepted), units::count(sent));
     let sentence = match row.kind {
         Kind::SynDataDropped => {
             evidence.push(format!(
@@ -109,9 +117,16 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
                     units::plural(accepted, "SYN-data was", "SYN-data were")
                 ));
             }
+            // Where the accepted SYN-data saved more than the drops lost, TFO still pays:
+            // the path is what to fix, not TFO.
+            let advice = if pays {
+                format!("fix the path (TFO still pays toward {it})")
+            } else {
+                format!("disable TFO towards {it} or fix the path")
+            };
             format!(
                 "SYN-data to {subj} was dropped on the path in {} of {} connections{spread}, +{} each: \
-                 disable TFO towards {it} or fix the path",
+                 {advice}",
                 units::count(dropped),
                 units::count(sent),
                 each(drop_lost, dropped)
@@ -177,16 +192,18 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
                 units::count(connections)
             )
         }
-        Kind::Healthy => format!(
-            "TFO works towards {subj}: {} of {} SYN-data accepted{spread}",
-            units::count(accepted),
-            units::count(sent)
-        ),
+        Kind::Healthy => format!("TFO works towards {subj}: {sentence_tail}"),
         _ => format!(
             "{subj}: {}{spread}, no SYN-data yet (the first connection to a server fetches the cookie)",
             units::plural(cookie_req, "cookie request", "cookie requests")
         ),
     };
+    let sentence = match balance_sentence(subj, &balance) {
+        Some(b) if row.kind == Kind::Healthy => format!("{b}: {sentence_tail}"),
+        Some(b) => format!("{sentence}; {b}"),
+        None => sentence,
+    };
+    evidence.extend(balance_line(&balance));
     if let Some(m) = metric {
         evidence.push(metrics_line(m));
     }
@@ -230,9 +247,66 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
         lost_us_per_connection: lost / connections.max(1),
         extra_round_trips: a.extra_round_trips(),
         extra_round_trip_us: a.extra_round_trip_us,
+        saved_us_total: balance.saved_us,
+        saved_measured: balance.saves,
+        net_us: balance.net_us(),
+        break_even_accepted_per_stall: balance.break_even_accepted_per_stall(),
         hosts: row.hosts,
         verdict: Verdict { kind: row.kind, sentence, evidence, strength: Strength::of(showing, of), support },
     }
+}
+
+/// Whether TFO pays toward `subj`, from what it saved and lost: `TFO toward X pays: +35ms
+/// net over 12 connections`, or `TFO toward X costs more than it saves: -3.04s net (one
+/// stall per 4 accepted at this round trip of 2.1ms; it breaks even at one per 486)`. None
+/// where nothing was measured on either side.
+fn balance_sentence(subj: &str, b: &Balance) -> Option<String> {
+    // Nothing accepted says it all already; accepted SYN-data whose savings nobody
+    // measured (a recording made before events carried them) leaves the balance unknown,
+    // not a loss.
+    if b.saves == 0 {
+        return None;
+    }
+    let net = units::net_us(b.net_us());
+    let over = units::plural(b.connections, "connection", "connections");
+    if b.net_us() > 0 {
+        return Some(format!("TFO toward {subj} pays: {net} net over {over}"));
+    }
+    let mut s = format!("TFO toward {subj} costs more than it saves: {net} net over {over}");
+    if let (Some(seen), Some(rt), Some(even)) =
+        (b.accepted_per_stall(), b.saved_per_accepted_us(), b.break_even_accepted_per_stall())
+    {
+        s.push_str(&format!(
+            " (one stall per {} accepted at this round trip of {}; it breaks even at one per {})",
+            units::count(seen),
+            units::duration_us(rt),
+            units::count(even)
+        ));
+    }
+    Some(s)
+}
+
+/// The balance as evidence: what was saved, over how many, and what was lost.
+fn balance_line(b: &Balance) -> Option<String> {
+    if b.saves == 0 {
+        return None;
+    }
+    let mut s = format!(
+        "saved {} ({} of {} accepted measured",
+        units::duration_us(b.saved_us),
+        units::count(b.saves),
+        units::count(b.accepted)
+    );
+    if let Some(rt) = b.saved_per_accepted_us() {
+        s.push_str(&format!(", {} each", units::duration_us(rt)));
+    }
+    s.push_str(&format!(
+        "), lost {} ({}): net {}",
+        units::duration_us(b.lost_us),
+        units::plural(b.stalled, "stall", "stalls"),
+        units::net_us(b.net_us())
+    ));
+    Some(s)
 }
 
 #[cfg(test)]
@@ -273,6 +347,64 @@ mod tests {
         assert!(ev.contains("cookie present (8 bytes)"), "{ev}");
         assert!(!ev.contains("0011223344556677"));
         assert!(ev.contains("SYNs without data get through"), "{ev}");
+    }
+
+    /// Issue 30: the verdict weighs what accepted SYN-data saved (each its measured round
+    /// trip) against what stalls lost, and states the break-even from that round trip.
+    #[test]
+    fn the_balance_decides_whether_tfo_pays() {
+        let dst = "198.18.0.3:8080";
+        let run = |accepted: u64| {
+            let mut events: Vec<Event> = (0..accepted)
+                .map(|i| Event { saved_us: Some(2_000), ..cli("accepted", dst, 64, 0, 10 + i) })
+                .collect();
+            events.push(cli("syn_retransmitted", dst, 64, 1_020_000, 5));
+            report(&events, &Facts::default()).destinations[0].clone()
+        };
+        // 1.02 s lost against 2 ms saved each: it breaks even at one stall per 510 accepted.
+        let d = run(100);
+        assert_eq!((d.saved_us_total, d.saved_measured, d.net_us), (200_000, 100, -820_000));
+        assert_eq!(d.break_even_accepted_per_stall, Some(510));
+        assert!(
+            d.verdict.sentence.contains(
+                "TFO toward 198.18.0.3:8080 costs more than it saves: -820ms net over 101 connections \
+                 (one stall per 100 accepted at this round trip of 2ms; it breaks even at one per 510)"
+            ),
+            "{}",
+            d.verdict.sentence
+        );
+        let ev = d.verdict.evidence.join("\n");
+        assert!(
+            ev.contains(
+                "saved 200ms (100 of 100 accepted measured, 2ms each), lost 1.02s (1 stall): net -820ms"
+            ),
+            "{ev}"
+        );
+
+        let d = run(1_000);
+        assert_eq!(d.net_us, 980_000);
+        assert!(
+            d.verdict.sentence.ends_with(
+                "fix the path (TFO still pays toward it); TFO toward 198.18.0.3:8080 pays: +980ms net over 1,001 \
+                 connections"
+            ),
+            "{}",
+            d.verdict.sentence
+        );
+        // With no stall at all: the balance is the verdict.
+        let fine: Vec<Event> =
+            (0..10).map(|i| Event { saved_us: Some(2_000), ..cli("accepted", dst, 64, 0, 10 + i) }).collect();
+        let d = report(&fine, &Facts::default()).destinations[0].clone();
+        assert_eq!(
+            d.verdict.sentence,
+            "TFO toward 198.18.0.3:8080 pays: +20ms net over 10 connections: 10 of 10 SYN-data accepted"
+        );
+        // Without measured savings (an old recording) the balance is unknown, not a loss.
+        let mut old: Vec<Event> = (0..100).map(|i| cli("accepted", dst, 64, 0, 10 + i)).collect();
+        old.push(cli("syn_retransmitted", dst, 64, 1_020_000, 5));
+        let d = report(&old, &Facts::default()).destinations[0].clone();
+        assert_eq!((d.saved_measured, d.break_even_accepted_per_stall), (0, None));
+        assert!(!d.verdict.sentence.contains("net"), "{}", d.verdict.sentence);
     }
 
     #[test]

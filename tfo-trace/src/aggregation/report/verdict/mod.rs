@@ -106,6 +106,16 @@ pub struct DestinationReport {
     /// per such connection, estimated by its handshake time (in none of the `lost_us_*`).
     pub extra_round_trips: u64,
     pub extra_round_trip_us: u64,
+    /// What the accepted SYN-data saved: the sum of the round trips the kernel measured,
+    /// over `saved_measured` of the `accepted` connections (a recording made before events
+    /// carried `saved_us` measured none).
+    pub saved_us_total: u64,
+    pub saved_measured: u64,
+    /// Saved less lost: `saved_us_total` less `lost_us_total` and `extra_round_trip_us`.
+    pub net_us: i64,
+    /// How many accepted connections repay one stall at the measured round trip (null
+    /// without a stall or a measured saving).
+    pub break_even_accepted_per_stall: Option<u64>,
     /// Each host's share, the most affected first.
     pub hosts: Vec<HostShare>,
     pub verdict: Verdict,
