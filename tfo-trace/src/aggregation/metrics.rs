@@ -24,7 +24,7 @@ use std::{
 
 use prometheus_client::{
     collector::Collector,
-    encoding::{prometheus_text, DescriptorEncoder},
+    encoding::{prometheus_text, DescriptorEncoder, MetricEncoder},
     metrics::{info::Info, MetricType},
     registry::Registry,
 };
@@ -64,6 +64,7 @@ pub const EXPOSED: &[(&str, &str)] = &[
     ),
     ("tfo_trace_syn_data_bytes_total", "{role} counter"),
     ("tfo_trace_stall_seconds_total", "[{destination|container}] counter"),
+    ("tfo_trace_saved_seconds_total", "[{destination|container}] counter"),
     ("tfo_trace_handshake_seconds", "{role} histogram, buckets resolving the 1 s SYN timeout"),
     ("tfo_trace_events_lost_total", "counter"),
     ("tfo_trace_hook_runs_missed_total", "counter"),
@@ -141,6 +142,7 @@ struct Capped {
     admitted: HashMap<String, Labels>,
     connections: BTreeMap<(Role, Outcome, String), u64>,
     stall_ns: BTreeMap<String, u64>,
+    saved_ns: BTreeMap<String, u64>,
 }
 
 impl Capped {
@@ -150,6 +152,7 @@ impl Capped {
             admitted: HashMap::new(),
             connections: BTreeMap::new(),
             stall_ns: BTreeMap::new(),
+            saved_ns: BTreeMap::new(),
         }
     }
 
@@ -163,6 +166,10 @@ impl Capped {
         }
         if let Some(s) = stall::of(e).filter(|s| s.lost_us > 0) {
             *self.stall_ns.entry(value.clone()).or_default() += s.lost_us * 1000;
+        }
+        // As the kernel's `saved_ns` of client `accepted` sums it.
+        if let Some(us) = stall::saved_us(e) {
+            *self.saved_ns.entry(value.clone()).or_default() += us * 1000;
         }
         *self.connections.entry((e.role, e.outcome, value)).or_default() += 1;
     }
@@ -285,6 +292,28 @@ impl Metrics {
 #[derive(Debug)]
 struct ModelCollector(Arc<Mutex<Model>>);
 
+/// A counter of seconds: `total_ns` as one series, or (with the opt-in label) one series
+/// per admitted value of `by_value` and the rest under [`OTHER`], so they sum to the total.
+fn encode_seconds(
+    mut e: MetricEncoder<'_>,
+    total_ns: u64,
+    by_value: Option<(&Capped, &BTreeMap<String, u64>)>,
+) -> Result<(), std::fmt::Error> {
+    match by_value {
+        None => e.encode_counter::<Labels, _, f64>(&(total_ns as f64 / 1e9), None),
+        Some((d, by_value)) => {
+            let mut named = 0;
+            for (value, ns) in by_value {
+                named += ns;
+                e.encode_family(&d.labels_of(value))?
+                    .encode_counter::<Labels, _, f64>(&(*ns as f64 / 1e9), None)?;
+            }
+            let other = total_ns.saturating_sub(named) as f64 / 1e9;
+            e.encode_family(&d.labels_of(OTHER))?.encode_counter::<Labels, _, f64>(&other, None)
+        }
+    }
+}
+
 /// A kernel-counted series' labels: the opt-in label (if any) says `other`, then the source.
 fn counted_labels(role: Role, outcome: Outcome, breakdown: Option<&'static str>) -> Labels {
     let extra: Vec<(&'static str, String)> = breakdown.map(|b| (b, OTHER.to_string())).into_iter().collect();
@@ -377,7 +406,7 @@ impl Collector for ModelCollector {
             e.encode_family(&labels(role, None, &[]))?.encode_counter::<Labels, _, u64>(&bytes, None)?;
         }
 
-        let mut e = encoder.encode_descriptor(
+        let e = encoder.encode_descriptor(
             "tfo_trace_stall_seconds",
             "Time connections lost to SYN timeouts (last SYN retransmission minus first SYN)",
             None,
@@ -390,20 +419,17 @@ impl Collector for ModelCollector {
             .filter(|(_, r, o, _)| stall::row_counts(*r, *o))
             .map(|(_, _, _, c)| c.stall_ns)
             .sum();
-        match &m.breakdown {
-            None => e.encode_counter::<Labels, _, f64>(&(stall_ns as f64 / 1e9), None)?,
-            Some(d) => {
-                let mut named = 0;
-                for (value, ns) in &d.stall_ns {
-                    named += ns;
-                    e.encode_family(&d.labels_of(value))?
-                        .encode_counter::<Labels, _, f64>(&(*ns as f64 / 1e9), None)?;
-                }
-                let l = d.labels_of(OTHER);
-                let other = stall_ns.saturating_sub(named) as f64 / 1e9;
-                e.encode_family(&l)?.encode_counter::<Labels, _, f64>(&other, None)?;
-            }
-        }
+        encode_seconds(e, stall_ns, m.breakdown.as_ref().map(|d| (d, &d.stall_ns)))?;
+
+        let e = encoder.encode_descriptor(
+            "tfo_trace_saved_seconds",
+            "Round trips accepted TFO connections saved, as the kernel sampled each client's SYN -> \
+             SYN-ACK (beside tfo_trace_stall_seconds_total: saved less stalled is what TFO gained)",
+            None,
+            MetricType::Counter,
+        )?;
+        let saved_ns = m.kernel.total(Role::Client, Outcome::Accepted).saved_ns;
+        encode_seconds(e, saved_ns, m.breakdown.as_ref().map(|d| (d, &d.saved_ns)))?;
 
         let mut e = encoder.encode_descriptor(
             "tfo_trace_handshake_seconds",
@@ -711,6 +737,36 @@ mod tests {
             Health::default(),
         );
         assert_eq!(sample(&m.encode(), "tfo_trace_stall_seconds_total"), Some(1.02));
+    }
+
+    /// Issue 30: what accepted client connections saved, beside what stalls lost, with the
+    /// same labels; a server child's saving and an unknown one add nothing.
+    #[test]
+    fn saved_seconds_sum_the_clients_accepted_savings() {
+        let saved = |dst, us| Event { saved_us: us, ..ev(Role::Client, Outcome::Accepted, dst, 64, 900, 0) };
+        let events = [
+            saved(2, Some(20_000)),
+            saved(2, Some(30_000)),
+            saved(3, None),
+            Event { saved_us: Some(40_000), ..ev(Role::Server, Outcome::Accepted, 2, 64, 900, 0) },
+            ev(Role::Client, Outcome::SynRetransmitted, 3, 64, 1_030_000, 1_020_000),
+        ];
+        let m = Metrics::new(&build(), None);
+        m.set_kernel(counted(&events), Health::default());
+        let t = m.encode();
+        assert_eq!(sample(&t, "tfo_trace_saved_seconds_total"), Some(0.05), "{t}");
+        assert_eq!(sample(&t, "tfo_trace_stall_seconds_total"), Some(1.02), "{t}");
+
+        let m = Metrics::new(&build(), Some(Breakdown::Destinations(1)));
+        m.set_kernel(counted(&events), Health::default());
+        for e in &events {
+            m.observe(e);
+        }
+        let t = m.encode();
+        let of = |name: &str, dst: &str| sample(&t, &format!(r#"{name}{{destination="{dst}"}}"#));
+        assert_eq!(of("tfo_trace_saved_seconds_total", "198.18.0.2:8080"), Some(0.05), "{t}");
+        assert_eq!(of("tfo_trace_saved_seconds_total", "other"), Some(0.0), "{t}");
+        assert_eq!(of("tfo_trace_stall_seconds_total", "other"), Some(1.02), "{t}");
     }
 
     #[test]
