@@ -331,16 +331,28 @@ impl Lab {
     /// is 72 bytes of IPv4 (total length) and 52 bytes of IPv6 payload, and passes;
     /// anything longer carries data. Can be called again to add more destinations.
     pub fn middlebox_drop_syn_data(&self, dst: Option<IpAddr>) -> Result<()> {
+        self.drop_syn_data(dst, None)
+    }
+
+    /// The middlebox dropping one SYN-data in every `k` (the first, then every k-th after
+    /// it; an nft `numgen` counter per address family): a path that fails now and then.
+    pub fn middlebox_drop_syn_data_one_in(&self, k: u32) -> Result<()> {
+        self.drop_syn_data(None, Some(k.max(1)))
+    }
+
+    fn drop_syn_data(&self, dst: Option<IpAddr>, one_in: Option<u32>) -> Result<()> {
         self.ensure_nft_table()?;
         let syn = "tcp flags & (syn | ack) == syn";
+        // Counted only for the packets the rule's earlier matches let through: SYN-data.
+        let every = one_in.map(|k| format!("numgen inc mod {k} == 0 ")).unwrap_or_default();
         let mut rules = Vec::new();
         if !matches!(dst, Some(IpAddr::V6(_))) {
             let d = dst.map(|a| format!("ip daddr {a} ")).unwrap_or_default();
-            rules.push(format!("{d}{syn} ip length > 72 counter drop"));
+            rules.push(format!("{d}{syn} ip length > 72 {every}counter drop"));
         }
         if !matches!(dst, Some(IpAddr::V4(_))) {
             let d = dst.map(|a| format!("ip6 daddr {a} ")).unwrap_or_default();
-            rules.push(format!("{d}{syn} ip6 length > 52 counter drop"));
+            rules.push(format!("{d}{syn} ip6 length > 52 {every}counter drop"));
         }
         for r in rules {
             self.nft(&["add", "rule", "inet", NFT_TABLE, "input", &r])?;
