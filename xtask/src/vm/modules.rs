@@ -16,8 +16,9 @@ use super::kernels::Kernel;
 pub(super) const VM_MODULES: &[&str] = &["veth", "sch_netem", "nf_tables", "tcp_diag"];
 /// Modules the lab needs where the kernel has them as modules rather than built in: the
 /// nft `counter` expression (the middlebox rules count their drops) is `nft_counter.ko` on
-/// 5.10 and part of nf_tables from 5.14 on.
-pub(super) const VM_MODULES_IF_PRESENT: &[&str] = &["nft_counter"];
+/// 5.10 and part of nf_tables from 5.14 on; `numgen` (the middlebox that drops one SYN-data
+/// in every K) is `nft_numgen.ko` on the Debian kernels.
+pub(super) const VM_MODULES_IF_PRESENT: &[&str] = &["nft_counter", "nft_numgen"];
 
 /// Copies `VM_MODULES` and their dependencies (uncompressed) to /modules; returns the file
 /// names in load order (dependencies first).
