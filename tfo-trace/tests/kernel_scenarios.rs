@@ -147,24 +147,41 @@ fn server_stops_taking_tfo(v6: bool) {
     }
 }
 
-/// Whether the tracer's `saved_us` is the SYN -> SYN-ACK gap tcpdump saw on the client's
-/// veth. The kernel's sample runs from the SYN-data's send stamp (tcp_transmit_skb, above
-/// the device) to tcp_rcv_state_process() on the SYN-ACK (after the softirq took it off
-/// the device): both ends lie inside the wire's, so it is the gap plus the stack's own
-/// time on both sides, never less (2 µs: tcpdump prints each time to the µs). Above it:
-/// within 10 %, or 50 µs where that is more. On a veth pair the gap itself is 10-40 µs
-/// and the stack's time (4-25 µs measured here on a loaded 2-core machine, more in a TCG
-/// guest) is the same size, so only the absolute bound can hold there; with a real delay
-/// on the path the stack's time is lost in the 10 %.
-fn saved_agrees_with_wire(saved_us: u64, wire_us: f64) -> bool {
-    let saved = saved_us as f64;
-    saved + 2.0 >= wire_us && saved - wire_us <= (0.1 * wire_us).max(50.0)
+/// Whether the tracer's `saved_us` are the SYN -> SYN-ACK gaps tcpdump saw on the client's
+/// veth, as pairs (saved µs, wire µs). The kernel's sample runs from the SYN-data's send
+/// stamp (tcp_transmit_skb, above the device) to tcp_rcv_state_process() on the SYN-ACK
+/// (after the softirq took it off the device): both ends lie inside the wire's, so each is
+/// the gap plus the stack's own time on both sides, never less (2 µs: tcpdump prints each
+/// time to the µs). Above it, the typical connection (the median excess): with a real
+/// delay on the path (`delayed`), within 10 % of the median gap, or 50 µs where that is
+/// more; on a bare veth pair, where the "wire" gap is itself nothing but the stack's time
+/// between the capture points (10-40 µs on this project's 2-core host, 200-1,400 µs in a
+/// TCG guest), no more than that gap again (the excess measured: 4-25 µs on the host,
+/// 36-45 % of the gap in a 5.10 TCG guest), or 50 µs. Not every connection: in a one-vCPU TCG guest the SYN-ACK's
+/// processing is now and then held off for milliseconds (seen on 6.1: on the wire at
+/// 21.4 ms, in the kernel's sample at 32.8 ms), a delay the connection really waited but
+/// the wire does not show.
+fn saved_agree_with_wire(pairs: &[(u64, f64)], delayed: bool) -> Result<(), String> {
+    if let Some((saved, wire)) = pairs.iter().find(|(saved, wire)| (*saved as f64) + 2.0 < *wire) {
+        return Err(format!("saved {saved} µs, less than the {wire:.0} µs on the wire"));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let excess = median(pairs.iter().map(|(saved, wire)| *saved as f64 - wire).collect());
+    let wire = median(pairs.iter().map(|(_, wire)| *wire).collect());
+    let bound = if delayed { 0.1 * wire } else { wire };
+    if excess > bound.max(50.0) {
+        return Err(format!("the median saving is {excess:.0} µs above the median {wire:.0} µs on the wire"));
+    }
+    Ok(())
 }
 
 /// The client's accepted connections of one run against tcpdump's SYNs and SYN-ACKs: each
-/// carries `saved_us` and it is its SYN -> SYN-ACK gap ([`saved_agrees_with_wire`]).
+/// carries `saved_us` and they are their SYN -> SYN-ACK gaps ([`saved_agree_with_wire`]).
 /// Returns the savings.
-fn check_saved_against_wire(lab: &Lab, v6: bool, n: u32) -> Vec<u64> {
+fn check_saved_against_wire(lab: &Lab, v6: bool, n: u32, delayed: bool) -> Vec<u64> {
     let (cli_ns, srv_ns) = (netns_inode(lab, Side::Client), netns_inode(lab, Side::Server));
     let before = Deltas::since(lab);
     let wire = lab.capture_syns(Side::Client).unwrap();
@@ -176,7 +193,7 @@ fn check_saved_against_wire(lab: &Lab, v6: bool, n: u32) -> Vec<u64> {
     assert_eq!(run.ok_count(), n as usize);
     assert_eq!(count(&events, cli_ns, Role::Client, Outcome::Accepted), dc.get("TcpExtTCPFastOpenActive"));
     assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n), "client counters: {dc:?}");
-    let mut saved_all = Vec::new();
+    let mut pairs = Vec::new();
     for e in of_role(&events, cli_ns, Role::Client) {
         let saved = e.saved_us.unwrap_or_else(|| panic!("an accepted connection's saving is known: {e:?}"));
         let syn = syns.iter().find(|s| !s.syn_ack && s.sport == e.sport);
@@ -187,12 +204,11 @@ fn check_saved_against_wire(lab: &Lab, v6: bool, n: u32) -> Vec<u64> {
         assert_eq!(syn.payload, 100, "the SYN carried the data: {syn:?}");
         let wire_us = (synack.time_s - syn.time_s) * 1e6;
         eprintln!("port {}: saved {saved} µs, SYN -> SYN-ACK on the wire {wire_us:.0} µs", e.sport);
-        assert!(
-            saved_agrees_with_wire(saved, wire_us),
-            "saved {saved} µs vs {wire_us:.0} µs SYN -> SYN-ACK on the wire: {e:?}"
-        );
         assert!(e.handshake_us.is_some_and(|h| h + 1 >= saved), "inside the handshake: {e:?}");
-        saved_all.push(saved);
+        pairs.push((saved, wire_us));
+    }
+    if let Err(why) = saved_agree_with_wire(&pairs, delayed) {
+        panic!("{why}: (saved µs, wire µs) {pairs:?}");
     }
     let children = of_role(&events, srv_ns, Role::Server);
     let children: Vec<_> = children.iter().filter(|e| e.outcome == Outcome::Accepted).collect();
@@ -201,7 +217,7 @@ fn check_saved_against_wire(lab: &Lab, v6: bool, n: u32) -> Vec<u64> {
     for e in children {
         assert_eq!(e.saved_us.is_some(), from_state, "server saving known only from the state hook: {e:?}");
     }
-    saved_all
+    pairs.into_iter().map(|(saved, _)| saved).collect()
 }
 
 /// Issue 30: each accepted client connection carries `saved_us`, the round trip its
@@ -212,7 +228,7 @@ fn check_saved_against_wire(lab: &Lab, v6: bool, n: u32) -> Vec<u64> {
 fn accepted_saves_the_round_trip_on_the_wire(v6: bool) {
     require_kernel!();
     let (lab, _server) = lab_with_cookie(v6);
-    check_saved_against_wire(&lab, v6, 8);
+    check_saved_against_wire(&lab, v6, 8, false);
 }
 
 /// A lab whose client has the server's cookie: its next connections send SYN-data.
@@ -237,7 +253,7 @@ fn accepted_saves_a_delayed_round_trip(v6: bool) {
         }
         panic!("{e:#}");
     }
-    for saved in check_saved_against_wire(&lab, v6, 4) {
+    for saved in check_saved_against_wire(&lab, v6, 4, true) {
         assert!(saved >= delay.as_micros() as u64, "{saved} µs saved, under the {delay:?} delay");
     }
 }

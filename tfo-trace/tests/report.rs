@@ -227,10 +227,11 @@ fn report_balance_agrees_with_the_break_even(delay_ms: u64) {
     assert_eq!(net_us > 0, kernel_net_s > 0.0, "report {net_us} µs vs kernel {kernel_net_s:+.3} s: {d:#}");
     assert_eq!(d["saved_measured"], accepted, "{d:#}");
     // The report's round trip is the kernel's sample, which holds the wire's gap plus the
-    // stack's own time (kernel_scenarios: saved_agrees_with_wire): within 10 % once the
-    // path has a real delay, up to a few times the gap on a veth pair.
+    // stack's own time (kernel_scenarios: saved_agree_with_wire): a few % above the gap
+    // with a real delay (more in a TCG guest, where a SYN-ACK is now and then held off for
+    // milliseconds), up to a few times the gap on a veth pair.
     let report_even = d["break_even_accepted_per_stall"].as_f64().unwrap();
-    let (low, high) = if delay_ms > 0 { (0.9, 1.1) } else { (0.2, 1.1) };
+    let (low, high) = if delay_ms > 0 { (0.8, 1.1) } else { (0.2, 1.1) };
     assert!(
         report_even >= low * break_even && report_even <= high * break_even,
         "report's break-even {report_even} vs {break_even:.0} from the kernel's numbers"
