@@ -87,6 +87,8 @@ pub enum ClientMode {
     /// `setsockopt(TCP_FASTOPEN_CONNECT)`, `connect()`, then `write()`: the kernel defers
     /// the SYN until the first write when it has a cookie.
     FastopenConnect,
+    /// A plain `connect()`, then `write()`: no TFO (the B side of an A/B comparison).
+    Plain,
 }
 
 impl ClientMode {
@@ -94,6 +96,7 @@ impl ClientMode {
         match self {
             ClientMode::MsgFastopen => "msg-fastopen",
             ClientMode::FastopenConnect => "fastopen-connect",
+            ClientMode::Plain => "plain",
         }
     }
 }
@@ -178,6 +181,9 @@ pub struct ConnResult {
     pub sport: u16,
     /// From socket() to close().
     pub elapsed_us: u64,
+    /// From socket() to the reply's first byte: what the application waited for its answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_byte_us: Option<u64>,
     /// Reply bytes received.
     #[serde(default)]
     pub rx_bytes: u64,
@@ -287,6 +293,7 @@ fn one_connection(
     let deadline = start + timeout;
     let mut sport = 0;
     let mut rx_bytes = 0u64;
+    let mut first_byte_us = None;
     let result = (|| -> Result<()> {
         let s = new_socket(family_of(&dst))?;
         // Bounds connect (blocking connect and sendto(MSG_FASTOPEN) honour SO_SNDTIMEO).
@@ -299,9 +306,11 @@ fn one_connection(
                 sport = local_port(&s);
                 sent.context("sendto(MSG_FASTOPEN)")?
             }
-            ClientMode::FastopenConnect => {
-                setsockopt_int(&s, libc::IPPROTO_TCP, TCP_FASTOPEN_CONNECT, 1)
-                    .context("setsockopt(TCP_FASTOPEN_CONNECT)")?;
+            ClientMode::FastopenConnect | ClientMode::Plain => {
+                if mode == ClientMode::FastopenConnect {
+                    setsockopt_int(&s, libc::IPPROTO_TCP, TCP_FASTOPEN_CONNECT, 1)
+                        .context("setsockopt(TCP_FASTOPEN_CONNECT)")?;
+                }
                 let (sa, len) = sockaddr(&dst);
                 // SAFETY: valid fd and sockaddr of the given length.
                 let rc = unsafe {
@@ -326,7 +335,10 @@ fn one_connection(
         loop {
             match read_some(&mut s, &mut buf, deadline).context("reading the reply")? {
                 0 => break,
-                n => rx_bytes += n as u64,
+                n => {
+                    first_byte_us.get_or_insert_with(|| micros_since(start));
+                    rx_bytes += n as u64;
+                }
             }
         }
         Ok(())
@@ -335,10 +347,15 @@ fn one_connection(
         i,
         ok: result.is_ok(),
         sport,
-        elapsed_us: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX),
+        elapsed_us: micros_since(start),
+        first_byte_us,
         rx_bytes,
         error: result.err().map(|e| format!("{e:#}")),
     }
+}
+
+fn micros_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 fn local_port(s: &TcpStream) -> u16 {
