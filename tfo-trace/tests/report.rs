@@ -23,6 +23,8 @@ use tfo_trace::{
 };
 
 const PORT: u16 = 8080;
+/// The lab's clients are tfo-trace's own `lab-client`: the process name events carry.
+const LAB_CLIENT_COMM: &str = "tfo-trace";
 
 struct Out {
     code: Option<i32>,
@@ -123,7 +125,11 @@ fn report_on_a_recorded_middlebox_drop() {
         )),
         "{sentence}"
     );
-    assert!(sentence.ends_with("disable TFO towards it or fix the path"), "{sentence}");
+    // The advice names the process that made the connections: the lab's client.
+    assert!(
+        sentence.ends_with(&format!("disable TFO towards it in {LAB_CLIENT_COMM} or fix the path")),
+        "{sentence}"
+    );
     let per = Duration::from_micros(d["lost_us_per_stalled"].as_u64().unwrap());
     assert!(per >= Duration::from_millis(900) && per <= Duration::from_millis(1500), "{per:?}");
 
@@ -239,6 +245,11 @@ fn report_balance_agrees_with_the_break_even(delay_ms: u64) {
     let sentence = d["verdict"]["sentence"].as_str().unwrap();
     let says = if kernel_net_s > 0.0 { "pays" } else { "costs more than it saves" };
     assert!(sentence.contains(&format!("TFO toward {dst} {says}")), "{sentence}");
+    // Where it costs more, the advice names the process that connected (the lab's client).
+    if kernel_net_s <= 0.0 {
+        let advice = format!("stop using it toward {dst} in {LAB_CLIENT_COMM} or fix the path");
+        assert!(sentence.ends_with(&advice), "{sentence}");
+    }
 }
 
 fn report_on_a_recorded_server_that_stopped_taking_tfo() {

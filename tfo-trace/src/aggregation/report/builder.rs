@@ -14,7 +14,7 @@ use indexmap::{map::Entry, IndexMap, IndexSet};
 use serde::Serialize;
 
 use super::{
-    connections::{ConnAcc, OneConn, Slot},
+    connections::{ClientId, ConnAcc, OneConn, Slot},
     facts::Facts,
     grouping::{DestKey, GroupBy, GroupKey, GroupOptions},
     verdict::{
@@ -103,7 +103,8 @@ impl ReportBuilder {
         self.events += 1;
         match e.role {
             Role::Client => {
-                let one = OneConn::of(e, host);
+                let client = ClientId::try_from(self.name(&e.comm)).unwrap_or(ClientId::MAX);
+                let one = OneConn::of(e, host, client);
                 self.all.add(&one);
                 self.host_acc[h].0.add(&one);
                 self.client_netns.insert(e.netns);
@@ -448,8 +449,15 @@ impl Built {
                 .then(b.connections.cmp(&a.connections))
                 .then(a.host.cmp(&b.host))
         });
+        let (client_ids, more_clients) = acc.clients.ranked();
+        let clients = client_ids
+            .into_iter()
+            .map(|id| if id == ClientId::MAX { "?".to_string() } else { self.name(u32::from(id)) })
+            .collect();
         let name = |t| self.name(t);
         ClientRow {
+            clients,
+            more_clients,
             key,
             label: key.label(name),
             subject: key.subject(name),
@@ -757,7 +765,7 @@ mod tests {
             r.verdict.sentence
         );
         assert!(
-            r.verdict.sentence.ends_with("disable TFO towards them or fix the path"),
+            r.verdict.sentence.ends_with("disable TFO towards them in c or fix the path"),
             "{}",
             r.verdict.sentence
         );

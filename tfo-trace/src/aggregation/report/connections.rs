@@ -23,8 +23,11 @@ pub struct OneConn {
     /// `accepted`: the round trip it saved (`Event::saved_us`), where `saved_known`. One
     /// field for both: an outcome has at most one of them.
     pub round_trip_us: u64,
-    /// Index of the host (recording) it was seen on.
-    pub host: u32,
+    /// Index of the host (recording) it was seen on ([`OneConn::host`]): 16 bits keep a
+    /// connection in 32 bytes; hosts past 65,535 count as the last.
+    host: u16,
+    /// The client process's name, as the report's name index ([`ClientId`]).
+    pub client: ClientId,
     pub outcome: Outcome,
     pub stall: Option<Cause>,
     /// The SYN carried data.
@@ -34,8 +37,8 @@ pub struct OneConn {
 }
 
 impl OneConn {
-    /// A client event (the caller filters by role).
-    pub fn of(e: &Event, host: u32) -> OneConn {
+    /// A client event (the caller filters by role) of `client` (its comm's name index).
+    pub fn of(e: &Event, host: u32, client: ClientId) -> OneConn {
         let s = stall::of(e);
         OneConn {
             ts_ns: u64::try_from(e.ts.unix_ns()).unwrap_or(u64::MAX),
@@ -44,12 +47,63 @@ impl OneConn {
                 Outcome::Accepted => e.saved_us.unwrap_or(0),
                 _ => stall::extra_round_trip_us(e).unwrap_or(0),
             },
-            host,
+            host: u16::try_from(host).unwrap_or(u16::MAX),
+            client,
             outcome: e.outcome,
             stall: s.map(|s| s.cause),
             with_data: e.syn_data_bytes > 0,
             saved_known: e.outcome == Outcome::Accepted && e.saved_us.is_some(),
         }
+    }
+
+    pub fn host(&self) -> u32 {
+        u32::from(self.host)
+    }
+}
+
+/// A client process name, as an index into the report's names; [`ClientId::MAX`] for any
+/// past the 65,535th.
+pub type ClientId = u16;
+
+/// The client processes that made some connections, for the advice that names them: the
+/// first [`Clients::KEPT`] names seen with their connections, the rest summed. Fixed size: a
+/// destination has few clients, and a million destinations must stay small.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Clients {
+    kept: [(ClientId, u32); Clients::KEPT],
+    len: u8,
+    /// Connections of the processes past the kept ones.
+    others: u32,
+}
+
+impl Clients {
+    pub const KEPT: usize = 3;
+
+    fn add_n(&mut self, id: ClientId, n: u32) {
+        let len = usize::from(self.len);
+        if let Some(k) = self.kept[..len].iter_mut().find(|k| k.0 == id) {
+            k.1 = k.1.saturating_add(n);
+        } else if len < Clients::KEPT {
+            self.kept[len] = (id, n);
+            self.len += 1;
+        } else {
+            self.others = self.others.saturating_add(n);
+        }
+    }
+
+    pub fn merge(&mut self, o: &Clients) {
+        for &(id, n) in &o.kept[..usize::from(o.len)] {
+            self.add_n(id, n);
+        }
+        self.others = self.others.saturating_add(o.others);
+    }
+
+    /// The kept names, most connections first (ties by first seen), and whether other
+    /// processes connected too.
+    pub fn ranked(&self) -> (Vec<ClientId>, bool) {
+        let mut kept = self.kept[..usize::from(self.len)].to_vec();
+        kept.sort_by_key(|k| std::cmp::Reverse(k.1));
+        (kept.into_iter().map(|(id, _)| id).collect(), self.others > 0)
     }
 }
 
@@ -69,6 +123,8 @@ pub struct ConnAcc {
     pub saves: u64,
     pub first_accepted_ns: Option<u64>,
     pub first_not_acked_ns: Option<u64>,
+    /// Which processes made the connections.
+    pub clients: Clients,
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -87,6 +143,9 @@ impl ConnAcc {
 
     pub fn add(&mut self, c: &OneConn) {
         self.outcomes.add(c.outcome);
+        if c.outcome.ends_connection() {
+            self.clients.add_n(c.client, 1);
+        }
         if c.outcome == Outcome::ConnectFailed && c.with_data {
             self.connect_failed_with_data = self.connect_failed_with_data.saturating_add(1);
         }
@@ -116,6 +175,7 @@ impl ConnAcc {
         self.saves = self.saves.saturating_add(o.saves);
         self.first_accepted_ns = min_opt(self.first_accepted_ns, o.first_accepted_ns);
         self.first_not_acked_ns = min_opt(self.first_not_acked_ns, o.first_not_acked_ns);
+        self.clients.merge(&o.clients);
     }
 
     pub fn count(&self, o: Outcome) -> u64 {
@@ -247,24 +307,24 @@ impl Slot {
                 let mut acc = ConnAcc::of(&first);
                 acc.add(&c);
                 let hosts = if first.host == c.host {
-                    Hosts::One(c.host)
+                    Hosts::One(c.host())
                 } else {
                     Hosts::Many(BTreeMap::from([
-                        (first.host, ConnAcc::of(&first)),
-                        (c.host, ConnAcc::of(&c)),
+                        (first.host(), ConnAcc::of(&first)),
+                        (c.host(), ConnAcc::of(&c)),
                     ]))
                 };
                 *self = Slot::Many(Box::new(Many { acc, hosts }));
             }
             Slot::Many(m) => {
                 match &mut m.hosts {
-                    Hosts::One(h) if *h == c.host => {}
+                    Hosts::One(h) if *h == c.host() => {}
                     Hosts::One(h) => {
                         // Everything so far came from the one host.
                         let so_far = m.acc.clone();
-                        m.hosts = Hosts::Many(BTreeMap::from([(*h, so_far), (c.host, ConnAcc::of(&c))]));
+                        m.hosts = Hosts::Many(BTreeMap::from([(*h, so_far), (c.host(), ConnAcc::of(&c))]));
                     }
-                    Hosts::Many(map) => map.entry(c.host).or_default().add(&c),
+                    Hosts::Many(map) => map.entry(c.host()).or_default().add(&c),
                 }
                 m.acc.add(&c);
             }
@@ -281,7 +341,7 @@ impl Slot {
     /// Each host's share: (host, its connections).
     pub fn for_each_host(&self, mut f: impl FnMut(u32, &ConnAcc)) {
         match self {
-            Slot::One(c) => f(c.host, &ConnAcc::of(c)),
+            Slot::One(c) => f(c.host(), &ConnAcc::of(c)),
             Slot::Many(m) => match &m.hosts {
                 Hosts::One(h) => f(*h, &m.acc),
                 Hosts::Many(map) => map.iter().for_each(|(h, a)| f(*h, a)),
@@ -327,13 +387,33 @@ mod tests {
             ts: Timestamp::from_unix_ns(t),
             ..sample_event(Role::Client, outcome)
         };
-        OneConn::of(&e, host)
+        OneConn::of(&e, host, 0)
     }
 
     #[test]
     fn one_connection_is_small() {
         assert!(std::mem::size_of::<OneConn>() <= 32, "{}", std::mem::size_of::<OneConn>());
         assert!(std::mem::size_of::<Slot>() <= 40, "{}", std::mem::size_of::<Slot>());
+    }
+
+    #[test]
+    fn clients_keep_the_first_three_and_count_the_rest() {
+        let mut a = ConnAcc::default();
+        for (client, n) in [(7, 1), (3, 4), (9, 2), (5, 6), (3, 1)] {
+            for _ in 0..n {
+                a.add(&OneConn { client, ..conn(Outcome::Accepted, 64, 0, 0, 1) });
+            }
+        }
+        // Cookie requests end no connection: not counted for anyone.
+        a.add(&OneConn { client: 8, ..conn(Outcome::CookieRequested, 0, 0, 0, 1) });
+        assert_eq!(a.clients.ranked(), (vec![3, 9, 7], true));
+        let mut b = ConnAcc::default();
+        b.add(&OneConn { client: 7, ..conn(Outcome::Accepted, 64, 0, 1, 1) });
+        b.add(&OneConn { client: 7, ..conn(Outcome::Accepted, 64, 0, 1, 1) });
+        let mut merged = ConnAcc::default();
+        merged.merge(&b);
+        merged.merge(&a);
+        assert_eq!(merged.clients.ranked(), (vec![3, 7, 9], true));
     }
 
     #[test]

@@ -34,6 +34,10 @@ pub struct ClientRow {
     pub fleet: bool,
     /// Its destinations that lost the most time, for a row of several.
     pub worst: Vec<(String, u64)>,
+    /// The client processes (comm) that made most of its connections, most first, and
+    /// whether others did too: the advice names where to turn TFO off.
+    pub clients: Vec<String>,
+    pub more_clients: bool,
 }
 
 /// The verdict on a row of client connections, with its evidence.
@@ -94,6 +98,7 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
 
     let balance = a.balance();
     let pays = balance.saves > 0 && balance.net_us() > 0;
+    let in_cl = in_clients(&row.clients, row.more_clients);
     let sentence_tail =
         format!("{} of {} SYN-data accepted{spread}", units::count(accepted), units::count(sent));
     let sentence = match row.kind {
@@ -119,13 +124,16 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
             }
             // Where the accepted SYN-data saved more than the drops lost, TFO still pays:
             // the path is what to fix, not TFO.
+            // Where the balance was measured, its sentence gives the advice.
             let advice = if pays {
-                format!("fix the path (TFO still pays toward {it})")
+                format!(": fix the path (TFO still pays toward {it})")
+            } else if balance.saves > 0 {
+                String::new()
             } else {
-                format!("disable TFO towards {it} or fix the path")
+                format!(": disable TFO towards {it}{in_cl} or fix the path")
             };
             format!(
-                "SYN-data to {subj} was dropped on the path in {} of {} connections{spread}, +{} each: \
+                "SYN-data to {subj} was dropped on the path in {} of {} connections{spread}, +{} each\
                  {advice}",
                 units::count(dropped),
                 units::count(sent),
@@ -172,7 +180,7 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
             ));
             format!(
                 "cookie requests to {subj} were lost in {} of {} connections{spread}, +{} each: something on \
-                 the path drops SYNs with the TFO option; disable TFO towards {it}",
+                 the path drops SYNs with the TFO option; disable TFO towards {it}{in_cl}",
                 units::count(cookie_dropped),
                 units::count(cookie_req.saturating_add(cookie_dropped)),
                 each(cookie_drop_lost, cookie_dropped)
@@ -198,7 +206,7 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
             units::plural(cookie_req, "cookie request", "cookie requests")
         ),
     };
-    let sentence = match balance_sentence(subj, &balance) {
+    let sentence = match balance_sentence(subj, &balance, &in_cl) {
         Some(b) if row.kind == Kind::Healthy => format!("{b}: {sentence_tail}"),
         Some(b) => format!("{sentence}; {b}"),
         None => sentence,
@@ -258,9 +266,10 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
 
 /// Whether TFO pays toward `subj`, from what it saved and lost: `TFO toward X pays: +35ms
 /// net over 12 connections`, or `TFO toward X costs more than it saves: -3.04s net (one
-/// stall per 4 accepted at this round trip of 2.1ms; it breaks even at one per 486)`. None
-/// where nothing was measured on either side.
-fn balance_sentence(subj: &str, b: &Balance) -> Option<String> {
+/// stall per 4 accepted at this round trip of 2.1ms; it breaks even at one per 486): stop
+/// using it toward X in curl or fix the path`. None where nothing was measured on either
+/// side. `in_clients`: where the clients are named ([`in_clients`]).
+fn balance_sentence(subj: &str, b: &Balance, in_clients: &str) -> Option<String> {
     // Nothing accepted says it all already; accepted SYN-data whose savings nobody
     // measured (a recording made before events carried them) leaves the balance unknown,
     // not a loss.
@@ -283,7 +292,20 @@ fn balance_sentence(subj: &str, b: &Balance) -> Option<String> {
             units::count(even)
         ));
     }
+    s.push_str(&format!(": stop using it toward {subj}{in_clients} or fix the path"));
     Some(s)
+}
+
+/// ` in curl`, ` in curl and wget`, ` in curl, wget and others`; empty when no name is known.
+fn in_clients(names: &[String], more: bool) -> String {
+    let names: Vec<&str> = names.iter().map(String::as_str).filter(|n| !n.is_empty()).collect();
+    let list = match (names.as_slice(), more) {
+        ([], _) => return String::new(),
+        ([one], false) => one.to_string(),
+        (many, false) => format!("{} and {}", many[..many.len() - 1].join(", "), many[many.len() - 1]),
+        (many, true) => format!("{} and others", many.join(", ")),
+    };
+    format!(" in {list}")
 }
 
 /// The balance as evidence: what was saved, over how many, and what was lost.
@@ -337,7 +359,7 @@ mod tests {
         assert_eq!(
             d.verdict.sentence,
             "SYN-data to 198.18.0.3:8080 was dropped on the path in 12 of 12 connections, +1.02s each: \
-             disable TFO towards it or fix the path"
+             disable TFO towards it in curl or fix the path"
         );
         assert_eq!((d.syn_data_dropped, d.syn_data_sent, d.connections, d.stalled), (12, 12, 13, 12));
         assert_eq!(d.lost_us_total, 12 * 1_020_000);
@@ -347,6 +369,31 @@ mod tests {
         assert!(ev.contains("cookie present (8 bytes)"), "{ev}");
         assert!(!ev.contains("0011223344556677"));
         assert!(ev.contains("SYNs without data get through"), "{ev}");
+    }
+
+    #[test]
+    fn the_advice_names_the_client_processes() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+        assert_eq!(super::in_clients(&names(&[]), true), "");
+        assert_eq!(super::in_clients(&names(&["curl"]), false), " in curl");
+        assert_eq!(super::in_clients(&names(&["curl", "wget"]), false), " in curl and wget");
+        assert_eq!(super::in_clients(&names(&["curl", "wget", "nginx"]), false), " in curl, wget and nginx");
+        assert_eq!(
+            super::in_clients(&names(&["curl", "wget", "nginx"]), true),
+            " in curl, wget, nginx and others"
+        );
+        // From events: the process with the most connections first.
+        let dst = "198.18.0.3:8080";
+        let mut events: Vec<Event> = (0..3)
+            .map(|i| Event { comm: "wget".into(), ..cli("syn_retransmitted", dst, 64, 1_020_000, 10 + i) })
+            .collect();
+        events.extend((0..5).map(|i| cli("syn_retransmitted", dst, 64, 1_020_000, 20 + i)));
+        let d = report(&events, &Facts::default()).destinations[0].clone();
+        assert!(
+            d.verdict.sentence.ends_with("disable TFO towards it in curl and wget or fix the path"),
+            "{}",
+            d.verdict.sentence
+        );
     }
 
     /// Issue 30: the verdict weighs what accepted SYN-data saved (each its measured round
@@ -368,7 +415,8 @@ mod tests {
         assert!(
             d.verdict.sentence.contains(
                 "TFO toward 198.18.0.3:8080 costs more than it saves: -820ms net over 101 connections \
-                 (one stall per 100 accepted at this round trip of 2ms; it breaks even at one per 510)"
+                 (one stall per 100 accepted at this round trip of 2ms; it breaks even at one per 510): \
+                 stop using it toward 198.18.0.3:8080 in curl or fix the path"
             ),
             "{}",
             d.verdict.sentence
