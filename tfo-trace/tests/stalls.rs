@@ -270,11 +270,14 @@ fn kernel_and_event_sums_of_time_lost_agree() {
     let listed_us: u64 = listed.iter().map(|e| e["stall_us"].as_u64().unwrap()).sum();
     assert_eq!(listed.len() as u64, retrans, "{listed:?}");
 
-    // Each tracer times a stall with its own programs' clock reads, microseconds apart:
-    // across tracers the times agree within a millisecond a stall, within one exactly.
+    // Each tracer times a stall with its own programs' clock reads, one tracer's programs
+    // after the other's on the same hook: microseconds apart on hardware, up to 1.7 ms
+    // under TCG (arm64 6.12, kprobe: 5,128 and 4,092 µs over 3 stalls, where a kprobe hit
+    // is an emulated exception). Across tracers the times agree within 5 ms a stall (0.5 %
+    // of the 1 s each lost); within one tracer, exactly.
     let near = |us: f64, what: &str| {
         let off = (us - listed_us as f64).abs();
-        assert!(off <= 1000.0 * f64::from(n), "{what}: {us} us against {listed_us} listed by stalls");
+        assert!(off <= 5000.0 * f64::from(n), "{what}: {us} us against {listed_us} listed by stalls");
     };
     assert_eq!(connections(&exposition), f64::from(n), "{exposition}");
     assert_eq!(metric(&exposition, &[r#"destination="other""#]), 0.0, "nothing is other's: {exposition}");
