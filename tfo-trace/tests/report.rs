@@ -179,12 +179,7 @@ fn report_balance_agrees_with_the_break_even(delay_ms: u64) {
     assert_eq!(warm.ok_count(), 1, "cookie fetched");
     let (k, n) = if delay_ms == 0 { (4, 8) } else { (200, 200) };
     if delay_ms > 0 {
-        if let Err(e) = lab.delay_egress(Side::Server, Duration::from_millis(delay_ms)) {
-            if tfo_trace::lab::is_no_netem(&e) {
-                common::skip("this kernel has no netem (CONFIG_NET_SCH_NETEM); the VM kernels run it");
-            }
-            panic!("{e:#}");
-        }
+        common::delay_or_skip(&lab, Side::Server, Duration::from_millis(delay_ms));
     }
     lab.middlebox_drop_syn_data_one_in(k).unwrap();
     let cli_ns = netns_inode(&lab, Side::Client);

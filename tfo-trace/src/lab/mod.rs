@@ -272,6 +272,15 @@ impl Lab {
         }
     }
 
+    /// A side's namespace and its end of the veth pair.
+    fn veth(&self, side: Side) -> (&str, &'static str) {
+        let dev = match side {
+            Side::Client => VETH_CLIENT,
+            Side::Server => VETH_SERVER,
+        };
+        (self.netns(side), dev)
+    }
+
     pub fn client_addr(&self, v6: bool) -> IpAddr {
         self.host_addr(1, v6)
     }
@@ -363,10 +372,7 @@ impl Lab {
     /// Starts tcpdump on one side's veth for SYNs and SYN-ACKs (IPv4 and IPv6), and waits
     /// until it listens.
     pub fn capture_syns(&self, side: Side) -> Result<SynCapture> {
-        let (ns, dev) = match side {
-            Side::Client => (&self.client_ns, VETH_CLIENT),
-            Side::Server => (&self.server_ns, VETH_SERVER),
-        };
+        let (ns, dev) = self.veth(side);
         // Every segment with SYN set: SYNs and SYN-ACKs (the filter took SYNs only before,
         // so no SYN-ACK was ever seen, whatever `WireSyn::syn_ack` said).
         let filter = "(ip and tcp[tcpflags] & tcp-syn != 0) or (ip6 and ip6[53] & 0x02 == 0x02)";
@@ -401,10 +407,7 @@ impl Lab {
     /// round trip. Fails where the kernel has no netem (CONFIG_NET_SCH_NETEM off, as on
     /// some hosts; the test VMs load sch_netem): [`is_no_netem`] tells that error apart.
     pub fn delay_egress(&self, side: Side, delay: Duration) -> Result<()> {
-        let (ns, dev) = match side {
-            Side::Client => (&self.client_ns, VETH_CLIENT),
-            Side::Server => (&self.server_ns, VETH_SERVER),
-        };
+        let (ns, dev) = self.veth(side);
         let us = format!("{}us", delay.as_micros());
         cmd::run(
             cmd::in_netns(ns, "tc").args(["qdisc", "replace", "dev", dev, "root", "netem", "delay", &us]),

@@ -103,6 +103,17 @@ pub fn netns_inode(lab: &Lab, side: Side) -> u32 {
     std::fs::metadata(&path).unwrap_or_else(|e| panic!("stat {path}: {e}")).ino() as u32
 }
 
+/// Delays every packet leaving `side`'s veth by `delay` (netem), or skips the test where
+/// the kernel has no netem (this host; the VM kernels load it).
+pub fn delay_or_skip(lab: &Lab, side: Side, delay: std::time::Duration) {
+    if let Err(e) = lab.delay_egress(side, delay) {
+        if tfo_trace::lab::is_no_netem(&e) {
+            skip("this kernel has no netem (CONFIG_NET_SCH_NETEM); the VM kernels run it");
+        }
+        panic!("{e:#}");
+    }
+}
+
 /// Spawns `cmd`, retrying while exec says ETXTBSY: an executable just written (a copy of
 /// tfo-trace) may still be open for writing in a child another test thread forked in
 /// between, until that child's own exec closes it. Bounded: 50 tries, 20 ms apart.

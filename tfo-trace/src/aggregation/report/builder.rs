@@ -489,6 +489,7 @@ impl Built {
 
     fn summarize(&self, kinds: &[Kind]) -> Summary {
         let a = &self.b.all;
+        let balance = a.balance();
         let mut verdicts = BTreeMap::new();
         for k in kinds {
             *verdicts.entry(*k).or_insert(0u64) += 1;
@@ -535,9 +536,9 @@ impl Built {
             lost_us_by_cause: by_cause(&|c| a.lost_us_of(c)),
             extra_round_trips: a.extra_round_trips(),
             extra_round_trip_us: a.extra_round_trip_us,
-            saved_us_total: a.balance().saved_us,
-            saved_measured: a.balance().saves,
-            net_us: a.balance().net_us(),
+            saved_us_total: balance.saved_us,
+            saved_measured: balance.saves,
+            net_us: balance.net_us(),
             hosts: self
                 .b
                 .hosts

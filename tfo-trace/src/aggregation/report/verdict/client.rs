@@ -123,8 +123,8 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
                 ));
             }
             // Where the accepted SYN-data saved more than the drops lost, TFO still pays:
-            // the path is what to fix, not TFO.
-            // Where the balance was measured, its sentence gives the advice.
+            // the path is what to fix, not TFO. Where it costs more, the balance's own
+            // sentence gives the advice; with no saving measured, this one does.
             let advice = if pays {
                 format!(": fix the path (TFO still pays toward {it})")
             } else if balance.saves > 0 {
