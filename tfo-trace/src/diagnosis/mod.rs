@@ -20,7 +20,7 @@ use crate::{
         tcp_metrics::NamespaceTcpMetrics,
         uname::KernelInfo,
     },
-    probes::{table, Backend},
+    probes::{table, Backend, Loaded, Verified},
 };
 
 pub use checks::Check;
@@ -69,10 +69,13 @@ pub struct BackendVerdict {
     pub sees: Vec<String>,
     /// Outcomes this backend cannot see, each with the reason.
     pub blind: Vec<String>,
+    /// Its program the verifier worked hardest on, where the kernel says (5.16+): how
+    /// near this kernel came to refusing the backend.
+    pub largest_verified: Option<Verified>,
 }
 
 /// The report on `facts`, with `loader`'s verdict per backend (`probes::verdicts`).
-pub fn diagnose(facts: HostFacts, loader: Vec<(Backend, Result<String, String>)>) -> DoctorReport {
+pub fn diagnose(facts: HostFacts, loader: Vec<(Backend, Result<Loaded, String>)>) -> DoctorReport {
     let backends = backend_verdicts(loader);
     let checks = checks::checks(&facts.namespaces, &facts.listeners, &facts.key_files);
     let mut advice = advice::advice(&facts);
@@ -119,7 +122,7 @@ fn program_type_note(name: &str, facilities: &TracingFacilities) -> Option<Strin
 
 /// The backends as the loader sees them: which load here, what each one sees and what it
 /// cannot see (from the probe table), so `doctor` and the tracer never disagree.
-fn backend_verdicts(loader: Vec<(Backend, Result<String, String>)>) -> Vec<BackendVerdict> {
+fn backend_verdicts(loader: Vec<(Backend, Result<Loaded, String>)>) -> Vec<BackendVerdict> {
     loader
         .into_iter()
         .map(|(backend, verdict)| {
@@ -145,11 +148,11 @@ fn backend_verdicts(loader: Vec<(Backend, Result<String, String>)>) -> Vec<Backe
                     format!("{role} {name} ({}); {counted}", b.why)
                 })
                 .collect();
-            let (loads, reason) = match verdict {
-                Ok(how) => (true, how),
-                Err(e) => (false, e),
+            let (loads, reason, largest_verified) = match verdict {
+                Ok(loaded) => (true, loaded.how, loaded.largest),
+                Err(e) => (false, e, None),
             };
-            BackendVerdict { name: backend.name().to_string(), loads, reason, sees, blind }
+            BackendVerdict { name: backend.name().to_string(), loads, reason, sees, blind, largest_verified }
         })
         .collect()
 }
@@ -225,7 +228,10 @@ mod tests {
     fn the_loader_s_choice_leads_the_advice() {
         let loader = vec![
             (Backend::Fentry, Err("loading/attaching ...: EPERM".to_string())),
-            (Backend::Tracepoint, Ok("socket cast: kfunc bpf_rdonly_cast".into())),
+            (
+                Backend::Tracepoint,
+                Ok(Loaded { how: "socket cast: kfunc bpf_rdonly_cast".into(), largest: None }),
+            ),
         ];
         let r = diagnose(sample_facts(), loader);
         assert_eq!(r.advice[0], "auto would choose the tracepoint backend");

@@ -100,6 +100,32 @@ impl Tracer {
     }
 }
 
+/// How much work the kernel's verifier did on one loaded program.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Verified {
+    pub program: String,
+    /// Instructions the verifier walked, over every path it explored (bpf_prog_info's
+    /// verified_insns): the figure the kernel refuses a program at, past
+    /// [`VERIFIER_INSN_LIMIT`].
+    pub instructions: u32,
+}
+
+/// BPF_COMPLEXITY_LIMIT_INSNS (include/linux/bpf.h), every kernel since 5.2.
+pub const VERIFIER_INSN_LIMIT: u32 = 1_000_000;
+
+/// What the verifier walked for `program`, where the kernel reports it (5.16+).
+fn verified(ebpf: &Ebpf, program: &str) -> Option<Verified> {
+    let fd = ebpf.program(program)?.fd().ok()?;
+    let instructions = prog_info(fd.as_fd())?.verified_insns;
+    // A kernel before 5.16 leaves the field as we passed it: 0.
+    (instructions > 0).then(|| Verified { program: program.to_string(), instructions })
+}
+
+/// The loaded program the verifier worked hardest on, where the kernel reports it.
+fn largest_verification(ebpf: &Ebpf, hooks: &[table::Hook]) -> Option<Verified> {
+    hooks.iter().filter_map(|h| verified(ebpf, h.program)).max_by_key(|v| v.instructions)
+}
+
 /// BPF_OBJ_GET_INFO_BY_FD for one program (aya keeps the counters it returns private).
 fn prog_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<aya_obj::generated::bpf_prog_info> {
     use std::os::fd::AsRawFd as _;
@@ -386,7 +412,13 @@ fn attach_all(ebpf: &mut Ebpf, hooks: &[table::Hook]) -> Result<()> {
     let aya_btf = if needs_btf { Some(Btf::from_sys_fs().context("reading kernel BTF")?) } else { None };
     for hook in hooks {
         let what = format!("{} ({:?} {})", hook.program, hook.kind, hook.target);
+        let started = Instant::now();
         attach(ebpf, hook, aya_btf.as_ref()).with_context(|| format!("loading/attaching {what}"))?;
+        // The verifier's time is most of a slow start (older kernels, emulated guests).
+        let walked = verified(ebpf, hook.program)
+            .map(|v| format!(", {} instructions verified", v.instructions))
+            .unwrap_or_default();
+        log::debug!("{what}: loaded and attached in {} ms{walked}", started.elapsed().as_millis());
     }
     Ok(())
 }
@@ -437,10 +469,20 @@ fn attach(ebpf: &mut Ebpf, hook: &table::Hook, btf: Option<&Btf>) -> Result<()> 
     Ok(())
 }
 
+/// A backend that loaded, for `doctor`.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// How it reads the kernel (its socket cast).
+    pub how: String,
+    /// Its program the verifier worked hardest on, where the kernel reports it (5.16+):
+    /// how close this kernel came to refusing it.
+    pub largest: Option<Verified>,
+}
+
 /// For `doctor`: whether each backend loads and attaches here (and how: its socket cast),
 /// or why not. Loads each one for real (then detaches it) when `try_load`, else only the
 /// static facts.
-pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<String, String>)> {
+pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<Loaded, String>)> {
     let kernel = kernel_facts(None).map_err(|e| format!("{e:#}"));
     Backend::ALL
         .iter()
@@ -449,15 +491,20 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<String, String>)> {
                 Some(reason) => Err(reason),
                 None if !try_load => Err("not tried: loading needs CAP_BPF and CAP_PERFMON".into()),
                 None => {
+                    // With events, as `trace` loads it: what the verifier walks is the
+                    // tracer's (counts only prunes the events' paths). A one-page ring,
+                    // which nothing reads in the moment the programs are attached.
                     let opts = LoadOptions {
                         backend: backend.into(),
                         ring_buffer_bytes: 4096,
-                        counts_only: true,
                         ..LoadOptions::default()
                     };
                     kernel.clone().and_then(|k| {
                         load_backend(backend, &opts, &k)
-                            .map(|(_, cast)| cast_note(backend, cast))
+                            .map(|(ebpf, cast)| Loaded {
+                                how: cast_note(backend, cast),
+                                largest: largest_verification(&ebpf, table::hooks(backend)),
+                            })
                             .map_err(|e| backend_refused(backend, &e))
                     })
                 }

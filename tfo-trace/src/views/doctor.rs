@@ -163,6 +163,15 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
                 format!("refused: {}", b.reason)
             };
             s.kv(&b.name, v);
+            if let Some(v) = &b.largest_verified {
+                s.line(format!(
+                    "verifier: {} instructions walked for its largest program, {}, of the {} \
+                     the kernel allows one",
+                    v.instructions,
+                    v.program,
+                    probes::VERIFIER_INSN_LIMIT
+                ));
+            }
             if !b.sees.is_empty() {
                 s.line(format!("sees: {}", b.sees.join(", ")));
             }

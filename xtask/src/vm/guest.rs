@@ -51,13 +51,14 @@ if [ "$cell" = {once} ]; then
     {tfo} doctor 2>&1
     echo "TFO-VM-DOCTOR end"
 fi
-# Loads one backend for a second; on failure prints the end of the -v log (the verifier's
-# words) and the one-line reason. The backend's tests run only when it loads.
+# Loads one backend for a second; prints its start time, or on failure the end of the -v
+# log (the verifier's words) and the one-line reason. The backend's tests run only when it
+# loads.
 probe() {{
     {tfo} -v trace --backend "$1" --duration 1s >/dev/null 2>/tmp/probe-$1.log
     rc=$?
     [ $rc -eq 0 ] || tail -n 60 /tmp/probe-$1.log
-    echo "TFO-VM-BACKEND $1 $rc $(grep -m1 'tfo-trace: error' /tmp/probe-$1.log)"
+    echo "TFO-VM-BACKEND $1 $rc $(grep -m1 -e 'tfo-trace: error' -e 'programs attached' /tmp/probe-$1.log)"
     return $rc
 }}
 # A backend this kernel cannot load (a `Refusal` in kernels.rs): the refusal, then what
