@@ -86,7 +86,12 @@ pub fn lost_us(role: Role, outcome: Outcome, retransmits: u32, stall_us: u64) ->
 /// For `data_not_acked` (not a stall): the estimated cost of the extra round trip the
 /// resent data takes, the handshake time (0 where it is unknown). None for other events.
 pub fn extra_round_trip_us(e: &Event) -> Option<u64> {
-    (e.role == Role::Client && e.outcome == Outcome::DataNotAcked).then(|| e.handshake_us.unwrap_or(0))
+    extra_round_trip_of(e.role, e.outcome, e.handshake_us)
+}
+
+/// [`extra_round_trip_us`] of an event's numbers.
+pub fn extra_round_trip_of(role: Role, outcome: Outcome, handshake_us: Option<u64>) -> Option<u64> {
+    (role == Role::Client && outcome == Outcome::DataNotAcked).then(|| handshake_us.unwrap_or(0))
 }
 
 /// Stalls by cause, and the time each cause lost. Sums saturate: a recording may hold any

@@ -116,6 +116,8 @@ pub(super) struct Counted {
     handshake_us: Option<u64>,
     /// The round trip an accepted connection saved, where measured (`Event::saved_us`).
     saved_us: Option<u64>,
+    /// A `data_not_acked` connection's extra round trip ([`stall::extra_round_trip_of`]).
+    extra_round_trip_us: Option<u64>,
 }
 
 impl Counted {
@@ -126,6 +128,7 @@ impl Counted {
             retransmits: if e.role == Role::Client { u64::from(e.retransmits) } else { 0 },
             handshake_us: e.handshake_us,
             saved_us: e.saved_us,
+            extra_round_trip_us: stall::extra_round_trip_of(e.role, e.outcome, e.handshake_us),
         }
     }
 }
@@ -142,6 +145,9 @@ pub struct GroupStats {
     pub handshake: LogHistogram,
     /// What accepted connections saved (their measured round trips, summed).
     pub saved_us: u64,
+    /// What the resent data of `data_not_acked` connections cost: a round trip each,
+    /// weighed against the saving as `report` and `stalls` weigh it.
+    pub extra_round_trip_us: u64,
 }
 
 impl GroupStats {
@@ -159,6 +165,9 @@ impl GroupStats {
         self.retransmits = self.retransmits.saturating_add(t.retransmits);
         if let Some(us) = t.saved_us {
             self.saved_us = self.saved_us.saturating_add(us);
+        }
+        if let Some(us) = t.extra_round_trip_us {
+            self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(us);
         }
         if let Some(us) = t.handshake_us {
             self.handshake.record(us);
@@ -193,7 +202,8 @@ impl GroupStats {
             stalls: self.stalls,
             stall_us: self.stall_us,
             saved_us: self.saved_us,
-            net_us: stall::net_us(self.saved_us, self.stall_us),
+            extra_round_trip_us: self.extra_round_trip_us,
+            net_us: stall::net_us(self.saved_us, self.stall_us.saturating_add(self.extra_round_trip_us)),
             syn_retransmits: self.retransmits,
             queue_overflows: self.count(Outcome::QueueOverflow),
             invalid_cookies: self.count(Outcome::CookieInvalid),
@@ -215,8 +225,11 @@ pub struct RowStats {
     pub data_not_acked: u64,
     pub stalls: u64,
     pub stall_us: u64,
-    /// What accepted connections saved, and that less what stalls lost (`stall_us`).
+    /// What accepted connections saved; what `data_not_acked` resends cost (a round trip
+    /// each, their handshake's); the saving less that and what stalls lost (`stall_us`),
+    /// as `report` and `stalls` weigh them.
     pub saved_us: u64,
+    pub extra_round_trip_us: u64,
     pub net_us: i64,
     pub syn_retransmits: u64,
     pub queue_overflows: u64,

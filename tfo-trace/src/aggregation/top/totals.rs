@@ -38,6 +38,10 @@ pub fn row(
             g.retransmits += c.retransmits;
         }
         g.saved_us += c.saved_ns / 1000;
+        // Every such connection's handshake is in the sum, as the events give it.
+        if stall::extra_round_trip_of(r, o, None).is_some() {
+            g.extra_round_trip_us += c.handshake_ns / 1000;
+        }
     }
     // After the hooks' counts: some of what they report as one outcome was another.
     for r in counted.rows.iter().filter(|r| role.is_none_or(|want| want == r.role)) {
@@ -63,6 +67,10 @@ mod tests {
             crate::events::Event { saved_us: Some(731), ..sample_event(Role::Client, Outcome::Accepted) },
             sample_event(Role::Client, Outcome::CookieRequested),
             crate::events::Event {
+                handshake_us: Some(420),
+                ..sample_event(Role::Client, Outcome::DataNotAcked)
+            },
+            crate::events::Event {
                 stall_us: 1_020_000,
                 retransmits: 1,
                 syn_data_bytes: 64,
@@ -77,6 +85,9 @@ mod tests {
             counts.add_event(e);
         }
         let snap = model.snapshot();
+        // Net as `report` weighs it: the saving, less the stall and the not-acked resend's
+        // extra round trip (its handshake).
+        assert_eq!((snap.client.extra_round_trip_us, snap.client.net_us), (420, 731 - 1_020_000 - 420));
         let none = KernelCounted::default();
         assert_eq!(row(&counts, &none, None, &snap.total), snap.total);
         assert_eq!(row(&counts, &none, Some(Role::Client), &snap.client), snap.client);
