@@ -4,7 +4,8 @@
 //! (raw), `fentry`, `kprobes`. `floor` holds empty programs for the benchmark, built only with the `floor`
 //! feature (tfo-trace's `fixtures`), never into the shipped object. See
 //! tfo-trace/src/probes/table.rs for which hook serves which outcome on which backend.
-//! `cgroups` learns cgroups as they are made, for the names of containers.
+//! `cgroups` learns cgroups as they are made, for the names of containers; `names` keeps
+//! the DNS answers a namespace receives, for `--names`.
 #![no_std]
 #![feature(asm_experimental_arch)] // kernel::cast_to_tcp_sock
 #![no_main]
@@ -20,6 +21,7 @@ mod handlers;
 mod kernel;
 mod kprobes;
 mod maps;
+mod names;
 mod server;
 mod tracepoints;
 

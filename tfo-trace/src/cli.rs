@@ -180,6 +180,11 @@ pub struct ProbeArgs {
     /// backends can run there).
     #[arg(long, value_name = "FILE")]
     pub btf: Option<std::path::PathBuf>,
+    /// Name destinations by the DNS answers their namespace received (A and AAAA, the name
+    /// asked for before any CNAME; kept for the TTL plus 5 s). Off by default: a socket
+    /// filter then runs on every packet each namespace receives (see BENCHMARKS.md).
+    #[arg(long)]
+    pub names: bool,
     #[command(flatten)]
     pub filter: crate::filter::FilterArgs,
 }
@@ -194,6 +199,7 @@ impl ProbeArgs {
             btf: self.btf.clone(),
             filter: self.filter.kernel_filter(),
             cgroups: self.filter.cgroups().to_vec(),
+            names: self.names,
         }
     }
 }
@@ -255,7 +261,9 @@ pub struct ReportArgs {
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
     pub format: ReportFormat,
     /// Client-side rows: one per destination, or per network prefix (a middlebox in front
-    /// of a whole network is one verdict), destination port, process or container.
+    /// of a whole network is one verdict), destination port, process, container, or DNS name
+    /// (`--names`, or a recording made with it: one verdict per name, its addresses as
+    /// evidence; a connection without a name keeps its destination's row, none is dropped).
     #[arg(long, value_enum, default_value_t = crate::aggregation::report::grouping::GroupBy::Destination)]
     pub group_by: crate::aggregation::report::grouping::GroupBy,
     /// With `--group-by prefix`: the IPv4 prefix length.

@@ -23,6 +23,7 @@ pub mod filter;
 pub mod fuzz;
 pub mod kernel;
 pub mod lab;
+pub mod names;
 pub mod probes;
 pub mod units;
 pub mod views;

@@ -31,6 +31,10 @@ pub struct Event {
     pub sport: u16,
     pub daddr: IpAddr,
     pub dport: u16,
+    /// Client: the DNS name a process of its namespace resolved to `daddr` (the name it
+    /// asked for, before any CNAME), where `--names` learnt one; never set otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dname: Option<Arc<str>>,
     pub netns: u32,
     /// The namespace's `ip netns` name, where it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -355,6 +359,8 @@ pub struct EventRef<'a> {
     pub sport: u16,
     pub daddr: IpAddr,
     pub dport: u16,
+    /// [`Event::dname`].
+    pub dname: Option<&'a Arc<str>>,
     pub netns: u32,
     /// [`Event::netns_name`]: what a server event's reader names (the `/` filter of `top`).
     pub netns_name: Option<&'a Arc<str>>,
@@ -397,6 +403,7 @@ impl<'a> EventRef<'a> {
             sport: raw.sport,
             daddr: addr(raw.family, &raw.daddr),
             dport: raw.dport,
+            dname: None,
             netns: raw.netns,
             netns_name: None,
             pid: raw.pid,
@@ -441,6 +448,7 @@ impl<'a> EventRef<'a> {
             sport: self.sport,
             daddr: self.daddr,
             dport: self.dport,
+            dname: self.dname.cloned(),
             netns: self.netns,
             netns_name: self.netns_name.cloned(),
             listener: self.listener,
@@ -492,6 +500,7 @@ impl Event {
             sport: self.sport,
             daddr: self.daddr,
             dport: self.dport,
+            dname: self.dname.as_ref(),
             netns: self.netns,
             netns_name: self.netns_name.as_ref(),
             pid: self.pid,
@@ -571,6 +580,7 @@ pub(crate) fn sample_event(role: Role, outcome: Outcome) -> Event {
         sport,
         daddr,
         dport,
+        dname: None,
         netns: 1,
         netns_name: None,
         listener: None,

@@ -42,6 +42,8 @@ pub struct EventSource {
     cgroups: super::cgroups::CgroupLearner,
     /// Events whose cgroup no one could name (`container: unknown`).
     pub unnamed: u64,
+    /// `--names`: every namespace's DNS answers, which name client destinations.
+    names: Option<crate::names::Names>,
 }
 
 /// `ip netns` names by namespace inode, re-read (at most every few seconds) when an event
@@ -74,8 +76,9 @@ impl NetnsNames {
 }
 
 impl EventSource {
-    /// `cgroup_hooks`: whether the cgroup hooks attached (see [`super::cgroups`]).
-    pub fn new(ebpf: &mut Ebpf, cgroup_hooks: bool) -> Result<Self> {
+    /// `cgroup_hooks`: whether the cgroup hooks attached (see [`super::cgroups`]);
+    /// `names`: whether to read DNS answers and name destinations (`--names`).
+    pub fn new(ebpf: &mut Ebpf, cgroup_hooks: bool, names: bool) -> Result<Self> {
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
             .context("opening the EVENTS ring buffer")?;
         let counters =
@@ -99,7 +102,20 @@ impl EventSource {
             netns_names: NetnsNames::default(),
             cgroups: super::cgroups::CgroupLearner::new(ebpf, cgroup_hooks)?,
             unnamed: 0,
+            names: names.then(|| start_names(ebpf)).transpose()?,
         })
+    }
+
+    /// `--names`: read the answers of namespaces made since the last look, from now on.
+    pub fn watch_new_namespaces(&mut self) {
+        if let Some(names) = &mut self.names {
+            names.rescan();
+        }
+    }
+
+    /// What `--names` has read so far (None without it).
+    pub fn names_stats(&self) -> Option<crate::names::NamesStats> {
+        self.names.as_ref().map(crate::names::Names::stats)
     }
 
     /// Everything already in the ring buffer, without waiting, as events.
@@ -112,7 +128,9 @@ impl EventSource {
     /// (what `top` counts and `trace` prints, with no name cloned). The one place a record
     /// is named: a server event's listener as `ss -ltn` names it, and its owner where the
     /// kernel map had none (a listener opened before we attached), both from /proc; every
-    /// event's namespace name and container. Returns how many records were handed over.
+    /// event's namespace name and container, and a client's destination by its DNS name
+    /// (`--names`; the answers queued before the records are read first). Returns how many
+    /// records were handed over.
     pub fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> u64 {
         let EventSource {
             ring,
@@ -124,8 +142,13 @@ impl EventSource {
             netns_names,
             cgroups,
             unnamed,
+            names,
             ..
         } = self;
+        if let Some(names) = names.as_mut() {
+            names.learn(std::time::Instant::now());
+        }
+        let mut unseen_namespaces = Vec::new();
         let ring = &mut ring.get_mut().0;
         let mut learning = cgroups.names();
         let mut handed = 0;
@@ -149,6 +172,25 @@ impl EventSource {
                     }
                 }
             }
+            if let (Some(names), Role::Client) = (names.as_mut(), e.role) {
+                if names.reads(e.netns) && names.name_of(e.netns, e.daddr, e.unix_ns).is_none() {
+                    names.catch_up(e.unix_ns);
+                }
+            }
+            if let (Some(names), Role::Client) = (names.as_ref(), e.role) {
+                e.dname = names.name_of(e.netns, e.daddr, e.unix_ns);
+                if e.dname.is_none() && !names.reads(e.netns) {
+                    unseen_namespaces.push(e.netns);
+                } else if e.dname.is_none() && log::log_enabled!(log::Level::Debug) {
+                    let kept = names.kept(e.netns, e.daddr);
+                    log::debug!(
+                        "--names: {} at {} in netns {}: none of {kept:?}",
+                        e.daddr,
+                        e.unix_ns,
+                        e.netns
+                    );
+                }
+            }
             let ns_name = netns_names.name(e.netns);
             e.netns_name = ns_name.as_ref();
             e.cgroup = e.cgroup_id.and_then(|id| learning.names.named(id));
@@ -163,6 +205,10 @@ impl EventSource {
             each(e);
         }
         learning.names.events_read();
+        if let Some(names) = names.as_mut() {
+            unseen_namespaces.dedup();
+            unseen_namespaces.into_iter().for_each(|ns| names.saw_namespace(ns));
+        }
         handed
     }
 
@@ -222,4 +268,17 @@ impl EventSource {
         }
         Ok(KernelCounts { rows })
     }
+}
+
+/// Loads the `tfo_dns_answers` socket filter and starts reading every namespace's answers.
+fn start_names(ebpf: &mut Ebpf) -> Result<crate::names::Names> {
+    let program: &mut aya::programs::SocketFilter = ebpf
+        .program_mut("tfo_dns_answers")
+        .ok_or_else(|| anyhow!("the tfo_dns_answers program is missing"))?
+        .try_into()
+        .context("tfo_dns_answers is not a socket filter")?;
+    program.load().context("--names: loading the DNS answers' socket filter")?;
+    let fd = program.fd().context("--names: the socket filter's fd")?;
+    let owned = fd.as_fd().try_clone_to_owned().context("--names: duplicating the socket filter's fd")?;
+    crate::names::Names::start(owned)
 }

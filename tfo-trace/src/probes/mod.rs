@@ -41,6 +41,8 @@ pub struct LoadOptions {
     pub filter: tfo_trace_common::Filter,
     /// The cgroup directories `filter.n_cgroups` counts, for the kernel's cgroup array.
     pub cgroups: Vec<std::path::PathBuf>,
+    /// `--names`: read every namespace's DNS answers and name destinations by them.
+    pub names: bool,
 }
 
 impl Default for LoadOptions {
@@ -52,6 +54,7 @@ impl Default for LoadOptions {
             btf: None,
             filter: tfo_trace_common::Filter::none(),
             cgroups: Vec::new(),
+            names: false,
         }
     }
 }

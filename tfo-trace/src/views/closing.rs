@@ -41,6 +41,10 @@ pub struct Closing {
     /// `stalls` only: the stalled connections it listed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stalled: Option<u64>,
+    /// `--names` only: addresses learnt from DNS answers, in how many namespaces, and
+    /// answers the kernel dropped because we read them too slowly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub names: Option<crate::names::NamesStats>,
     /// What the namespaces' own counters counted of the outcomes no hook of the backend
     /// sees: its `rows` per namespace and outcome (none where the hooks see every outcome).
     pub kernel_counted: KernelCounted,
@@ -80,6 +84,16 @@ impl Closing {
         also(self.cgroup_records_lost, "cgroup records lost (ring full)");
         also(self.unnamed, "from an unknown container (cgroup not named)");
         also(self.malformed, "malformed");
+        if let Some(n) = &self.names {
+            line.push_str(&format!(
+                ", names: {} learnt from DNS answers in {}",
+                units::plural(n.learnt, "address", "addresses"),
+                units::plural(n.namespaces as u64, "namespace", "namespaces")
+            ));
+            if n.dropped > 0 {
+                line.push_str(&format!(" ({} answers dropped: read too slowly)", n.dropped));
+            }
+        }
         if let Some(path) = &self.recorded_to {
             line.push_str(&format!(", recorded to {path}"));
         }

@@ -37,7 +37,7 @@ impl Session {
         check_privileges()?;
         let mut recorder = record.map(Recorder::open).transpose()?;
         let started = probes::load(load).and_then(|mut tracer| {
-            let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok())?;
+            let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok(), load.names)?;
             if let Some(r) = &mut recorder {
                 r.write_header(&Header::now(tracer.backend.name()))?;
             }
@@ -70,6 +70,12 @@ impl Session {
         let from = out.len();
         self.source.drain(out);
         self.delivered(&out[from..])
+    }
+
+    /// `--names`: read the DNS answers of namespaces made since the start, from now on
+    /// (otherwise they are found within a second).
+    pub fn watch_new_namespaces(&mut self) {
+        self.source.watch_new_namespaces();
     }
 
     /// Waits until the kernel wakes us or 100 ms pass (then [`Session::drain_each`]).
@@ -188,6 +194,7 @@ impl Session {
             malformed: self.source.malformed,
             recorded_to: self.recorder.as_ref().map(|r| r.path().display().to_string()),
             stalled: None,
+            names: self.source.names_stats(),
             kernel_counted: self.kernel_counted(),
         }
     }

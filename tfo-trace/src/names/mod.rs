@@ -1,0 +1,440 @@
+//! `--names`: destinations by the DNS name a process of their namespace resolved. Every
+//! namespace's DNS answers are read as they arrive ([`capture`]), their messages parsed
+//! ([`wire`]), and each address kept under its name, per namespace, for the answer's TTL
+//! plus [`GRACE`], at most [`MAX_ENTRIES`] addresses in all. The reader names each client
+//! event from here ([`Names::name_of`]) after reading the answers queued before it: an
+//! answer is queued on our socket before the process that asked can read it, so before it
+//! can connect.
+pub mod capture;
+pub mod wire;
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    net::{IpAddr, SocketAddr},
+    os::fd::{AsFd as _, AsRawFd as _, OwnedFd},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result};
+
+use crate::kernel::every_netns;
+
+/// How long past its TTL an answer is kept: an answer with TTL 0 is used at once, and the
+/// reader names the connection up to 100 ms after the answer came.
+pub const GRACE: Duration = Duration::from_secs(5);
+/// Addresses kept at most, over every namespace (about 100 bytes each): past it, the
+/// answers that expire first are forgotten first.
+pub const MAX_ENTRIES: usize = 65_536;
+/// How often the namespaces are listed again, for those made since (a container started):
+/// one stat per process. An event from a namespace we have no socket in asks sooner.
+const RESCAN_EVERY: Duration = Duration::from_secs(1);
+/// How often [`Names::catch_up`] may read again.
+const CATCH_UP_EVERY: Duration = Duration::from_millis(1);
+/// Packets read per socket per drain, at most (the rest wait for the next one).
+const READ_LIMIT: usize = 4096;
+/// TCP streams of DNS (zone transfers aside, a few at a time) followed at most, and the
+/// bytes of one message kept while it arrives.
+const MAX_STREAMS: usize = 1024;
+const MAX_MESSAGE: usize = 65_535 + 2;
+
+/// What `--names` did, for the closing summary (`names` in its JSON).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct NamesStats {
+    /// Addresses learnt from answers (each answer's addresses, each time).
+    pub learnt: u64,
+    /// Answers the kernel dropped because we did not read fast enough.
+    pub dropped: u64,
+    /// Namespaces whose answers are read.
+    pub namespaces: usize,
+    /// Namespaces we could not open sockets in (the last error is logged at -v).
+    pub refused: usize,
+}
+
+pub struct Names {
+    /// The `tfo_dns_answers` socket filter.
+    filter: OwnedFd,
+    sockets: BTreeMap<u32, capture::Sockets>,
+    cache: Cache,
+    streams: HashMap<(u32, SocketAddr, SocketAddr), Stream>,
+    scanned_at: Option<Instant>,
+    /// When the last read of every socket began (realtime ns, and as an Instant).
+    read_from_ns: u128,
+    read_at: Option<Instant>,
+    buf: Vec<u8>,
+    stats: NamesStats,
+}
+
+impl Names {
+    /// Starts reading the answers of every namespace there is now (more as they appear).
+    /// `filter`: the loaded `tfo_dns_answers` program.
+    pub fn start(filter: OwnedFd) -> Result<Names> {
+        let mut names = Names {
+            filter,
+            sockets: BTreeMap::new(),
+            cache: Cache::default(),
+            streams: HashMap::new(),
+            scanned_at: None,
+            read_from_ns: 0,
+            read_at: None,
+            buf: vec![0; capture::MAX_PACKET],
+            stats: NamesStats::default(),
+        };
+        names.rescan();
+        if names.sockets.is_empty() {
+            anyhow::bail!("--names: no namespace would take a packet socket (see -v for why)");
+        }
+        Ok(names)
+    }
+
+    /// Reads every answer queued so far (and, at most once a second, opens sockets in
+    /// namespaces made since). `now`: the instant names are looked up at until the next call.
+    pub fn learn(&mut self, now: Instant) {
+        self.cache.now = Some(now);
+        if self.scanned_at.is_none_or(|t| now.duration_since(t) >= RESCAN_EVERY) {
+            self.rescan();
+        }
+        let read_from_ns = realtime_ns();
+        let Names { sockets, cache, streams, buf, stats, .. } = self;
+        for (&netns, socks) in sockets.iter() {
+            socks.read(buf, READ_LIMIT, |packet, at_ns| {
+                // A packet the kernel stamped only as we read it (stamps were being turned
+                // on as it came): its arrival is unknown, and so before any connection.
+                let at_ns = if at_ns >= read_from_ns { 0 } else { at_ns };
+                learn_packet(cache, streams, stats, netns, packet, now, at_ns)
+            });
+        }
+        self.read_from_ns = read_from_ns;
+        self.read_at = Some(now);
+        let streams = &mut self.streams;
+        if streams.len() > MAX_STREAMS {
+            streams.retain(|_, s| now.duration_since(s.seen) < Duration::from_secs(10));
+            if streams.len() > MAX_STREAMS {
+                streams.clear();
+            }
+        }
+    }
+
+    /// Reads the answers again if an event at `event_ns` found no name and came after the
+    /// last read began (the reader takes events as they come, also those made while it
+    /// reads: their answer may have come after the read); at most once a millisecond.
+    pub fn catch_up(&mut self, event_ns: u128) {
+        let now = Instant::now();
+        if event_ns >= self.read_from_ns
+            && self.read_at.is_none_or(|t| now.duration_since(t) >= CATCH_UP_EVERY)
+        {
+            self.learn(now);
+        }
+    }
+}
+
+/// One packet's DNS message, or its part of a TCP stream's, into the cache.
+fn learn_packet(
+    cache: &mut Cache,
+    streams: &mut HashMap<(u32, SocketAddr, SocketAddr), Stream>,
+    stats: &mut NamesStats,
+    netns: u32,
+    packet: &[u8],
+    now: Instant,
+    at_ns: u128,
+) {
+    match capture::dns_of(packet) {
+        Some(capture::Dns::Udp(msg)) => stats.learnt += cache.learn(netns, msg, now, at_ns),
+        Some(capture::Dns::Tcp(segment)) => {
+            for msg in follow(streams, netns, &segment, now) {
+                stats.learnt += cache.learn(netns, &msg, now, at_ns);
+            }
+        }
+        None => {}
+    }
+}
+
+/// CLOCK_REALTIME in ns: what packets are stamped with and events' `ts` is in.
+fn realtime_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}
+
+impl Names {
+    /// The name a process of namespace `netns` resolved to `addr` last before `at_unix_ns`
+    /// (the connection's time), if that answer has not expired at the `now` of the last
+    /// [`Names::learn`].
+    pub fn name_of(&self, netns: u32, addr: IpAddr, at_unix_ns: u128) -> Option<&Arc<str>> {
+        self.cache.get(netns, addr, at_unix_ns)
+    }
+
+    /// What is kept for `addr` in `netns`, for `-vv`: each name with when its answer came.
+    pub fn kept(&self, netns: u32, addr: IpAddr) -> Vec<(Arc<str>, u128)> {
+        let kept = self.cache.entries.get(&(netns, addr));
+        kept.into_iter().flatten().map(|l| (l.name.clone(), l.at_ns)).collect()
+    }
+
+    /// Whether the answers of namespace `netns` are read.
+    pub fn reads(&self, netns: u32) -> bool {
+        self.sockets.contains_key(&netns)
+    }
+
+    /// An event came from namespace `netns`: if we have no socket there (made since the
+    /// last scan), look again at the next [`Names::learn`].
+    pub fn saw_namespace(&mut self, netns: u32) {
+        if !self.sockets.contains_key(&netns) {
+            self.scanned_at = None;
+        }
+    }
+
+    pub fn stats(&self) -> NamesStats {
+        let dropped = self.sockets.values().map(capture::Sockets::dropped).sum::<u64>();
+        NamesStats { dropped: self.stats.dropped + dropped, namespaces: self.sockets.len(), ..self.stats }
+    }
+
+    /// Opens sockets in the namespaces made since the last scan (now: a caller that just
+    /// made one need not wait for the next scan) and closes those of the ones gone: a socket holds its namespace, which must not outlive its last process
+    /// because of us.
+    pub fn rescan(&mut self) {
+        self.scanned_at = Some(Instant::now());
+        let all = every_netns::every_netns();
+        let live: HashSet<u32> = all.iter().map(|n| n.inode).collect();
+        let gone: Vec<u32> = self.sockets.keys().copied().filter(|i| !live.contains(i)).collect();
+        for inode in gone {
+            if let Some(s) = self.sockets.remove(&inode) {
+                self.stats.dropped += s.dropped();
+            }
+            self.cache.forget_namespace(inode);
+        }
+        let new: Vec<every_netns::Netns> =
+            all.into_iter().filter(|n| !self.sockets.contains_key(&n.inode)).collect();
+        if new.is_empty() {
+            return;
+        }
+        let filter = self.filter.as_fd().as_raw_fd();
+        let mut refused = 0;
+        for (inode, opened) in every_netns::run_in_each(&new, || capture::open_here(filter)) {
+            match opened.map_err(|e| anyhow::anyhow!(e)).and_then(|r| r.context("a packet socket")) {
+                Ok(socks) => {
+                    self.sockets.insert(inode, socks);
+                }
+                Err(e) => {
+                    refused += 1;
+                    log::debug!("--names: netns {inode}: {e:#}");
+                }
+            }
+        }
+        self.stats.refused = refused;
+    }
+}
+
+/// One TCP stream of DNS messages, each after its 2-byte length (RFC 1035 4.2.2).
+struct Stream {
+    next_seq: u32,
+    buf: Vec<u8>,
+    seen: Instant,
+}
+
+/// The whole messages `segment` completes on its stream. A segment out of order (a
+/// retransmission, a loss) drops what the stream had: that message goes unnamed.
+fn follow(
+    streams: &mut HashMap<(u32, SocketAddr, SocketAddr), Stream>,
+    netns: u32,
+    segment: &capture::Segment<'_>,
+    now: Instant,
+) -> Vec<Vec<u8>> {
+    let key = (netns, segment.from, segment.to);
+    if segment.end {
+        streams.remove(&key);
+        return Vec::new();
+    }
+    if segment.syn {
+        streams.insert(key, Stream { next_seq: segment.seq.wrapping_add(1), buf: Vec::new(), seen: now });
+        return Vec::new();
+    }
+    if segment.payload.is_empty() {
+        return Vec::new();
+    }
+    // A stream whose SYN-ACK we missed (it began before we looked) starts here.
+    let stream = streams.entry(key).or_insert(Stream { next_seq: segment.seq, buf: Vec::new(), seen: now });
+    if stream.next_seq != segment.seq || stream.buf.len() + segment.payload.len() > MAX_MESSAGE {
+        stream.buf.clear();
+        stream.next_seq = segment.seq.wrapping_add(segment.payload.len() as u32);
+        return Vec::new();
+    }
+    stream.next_seq = segment.seq.wrapping_add(segment.payload.len() as u32);
+    stream.seen = now;
+    stream.buf.extend_from_slice(segment.payload);
+    let mut out = Vec::new();
+    while stream.buf.len() >= 2 {
+        let len = usize::from(u16::from_be_bytes([stream.buf[0], stream.buf[1]]));
+        if stream.buf.len() < 2 + len {
+            break;
+        }
+        out.push(stream.buf[2..2 + len].to_vec());
+        stream.buf.drain(..2 + len);
+    }
+    out
+}
+
+/// Addresses by namespace, each with the names its last few answers gave (two names may
+/// share an address: a CDN's), when each came and when it expires; names shared.
+#[derive(Default)]
+struct Cache {
+    entries: HashMap<(u32, IpAddr), Vec<Learnt>>,
+    names: HashSet<Arc<str>>,
+    now: Option<Instant>,
+}
+
+struct Learnt {
+    name: Arc<str>,
+    /// When the answer arrived, ns since the epoch (0: unknown).
+    at_ns: u128,
+    expires: Instant,
+}
+
+/// Answers kept per address: the names of the last few lookups that gave it.
+const ANSWERS_PER_ADDRESS: usize = 4;
+
+impl Cache {
+    /// Keeps the addresses of one DNS message that arrived at `at_ns`; returns how many.
+    fn learn(&mut self, netns: u32, msg: &[u8], now: Instant, at_ns: u128) -> u64 {
+        self.now = Some(now);
+        let answers = wire::answers(msg);
+        for a in &answers {
+            if self.entries.len() >= MAX_ENTRIES && !self.entries.contains_key(&(netns, a.addr)) {
+                self.make_room(now);
+            }
+            let name = match self.names.get(a.name.as_str()) {
+                Some(n) => n.clone(),
+                None => {
+                    let n: Arc<str> = a.name.as_str().into();
+                    self.names.insert(n.clone());
+                    n
+                }
+            };
+            let expires = now + Duration::from_secs(u64::from(a.ttl)) + GRACE;
+            let kept = self.entries.entry((netns, a.addr)).or_default();
+            kept.retain(|l| now < l.expires);
+            // The same name again: it has named the address since its first answer.
+            if let Some(same) = kept.iter_mut().find(|l| l.name == name) {
+                same.expires = same.expires.max(expires);
+                continue;
+            }
+            if kept.len() >= ANSWERS_PER_ADDRESS {
+                kept.remove(0);
+            }
+            kept.push(Learnt { name, at_ns, expires });
+        }
+        answers.len() as u64
+    }
+
+    /// The name of the last answer for `addr` that came before `at_ns` (a connection's
+    /// time) and has not expired. An answer that came after the connection is not its
+    /// (the reader may read both in one go): the connection used an older one, forgotten.
+    fn get(&self, netns: u32, addr: IpAddr, at_ns: u128) -> Option<&Arc<str>> {
+        let live = |l: &&Learnt| self.now.is_none_or(|now| now < l.expires);
+        let kept = self.entries.get(&(netns, addr))?;
+        kept.iter().filter(live).filter(|l| l.at_ns <= at_ns).max_by_key(|l| l.at_ns).map(|l| &l.name)
+    }
+
+    /// Forgets what has expired; if that is not an eighth of the cap, the addresses whose
+    /// answers expire first.
+    fn make_room(&mut self, now: Instant) {
+        let expiry = |kept: &Vec<Learnt>| kept.iter().map(|l| l.expires).max();
+        self.entries.retain(|_, kept| {
+            kept.retain(|l| now < l.expires);
+            !kept.is_empty()
+        });
+        if self.entries.len() > MAX_ENTRIES - MAX_ENTRIES / 8 {
+            let mut by_expiry: Vec<Instant> = self.entries.values().filter_map(expiry).collect();
+            let cut = by_expiry.len() - (MAX_ENTRIES - MAX_ENTRIES / 8);
+            let (_, nth, _) = by_expiry.select_nth_unstable(cut);
+            let keep_after = *nth;
+            self.entries.retain(|_, kept| expiry(kept).is_some_and(|e| e > keep_after));
+        }
+        self.names.retain(|n| Arc::strong_count(n) > 1);
+    }
+
+    fn forget_namespace(&mut self, netns: u32) {
+        self.entries.retain(|(ns, _), _| *ns != netns);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(name: &str, addr: [u8; 4], ttl: u32) -> Vec<u8> {
+        wire::response(name, &[(name, 1, ttl, addr.to_vec())])
+    }
+
+    #[test]
+    fn an_address_is_named_per_namespace_until_its_ttl_and_grace_pass() {
+        let t0 = Instant::now();
+        let mut cache = Cache::default();
+        assert_eq!(cache.learn(1, &answer("api.example", [198, 18, 0, 3], 30), t0, 100), 1);
+        let addr: IpAddr = "198.18.0.3".parse().unwrap();
+        assert_eq!(cache.get(1, addr, 200).map(|n| &**n), Some("api.example"));
+        assert_eq!(cache.get(2, addr, 200), None, "another namespace resolved nothing");
+        cache.now = Some(t0 + Duration::from_secs(30) + GRACE - Duration::from_millis(1));
+        assert!(cache.get(1, addr, 200).is_some());
+        cache.now = Some(t0 + Duration::from_secs(30) + GRACE);
+        assert_eq!(cache.get(1, addr, 200), None, "expired");
+    }
+
+    #[test]
+    fn a_connection_takes_the_name_of_the_last_answer_before_it() {
+        let t0 = Instant::now();
+        let mut cache = Cache::default();
+        let addr: IpAddr = "203.0.113.7".parse().unwrap();
+        cache.learn(1, &answer("shop.example", [203, 0, 113, 7], 60), t0, 1_000);
+        cache.learn(1, &answer("blog.example", [203, 0, 113, 7], 60), t0, 2_000);
+        let at = |cache: &Cache, ns| cache.get(1, addr, ns).map(|n| n.to_string());
+        assert_eq!(at(&cache, 1_500).as_deref(), Some("shop.example"), "connected between the two answers");
+        assert_eq!(at(&cache, 2_500).as_deref(), Some("blog.example"));
+        assert_eq!(at(&cache, 500), None, "before both: an answer of before we looked");
+        cache.learn(1, &answer("shop.example", [203, 0, 113, 7], 60), t0, 3_000);
+        assert_eq!(at(&cache, 1_500).as_deref(), Some("shop.example"), "named so since its first answer");
+    }
+
+    #[test]
+    fn the_cache_stays_under_its_cap_forgetting_what_expires_first() {
+        let t0 = Instant::now();
+        let mut cache = Cache::default();
+        for i in 0..MAX_ENTRIES as u32 + 100 {
+            let [_, b, c, d] = i.to_be_bytes();
+            // The earlier an address, the sooner it expires.
+            cache.learn(1, &answer("n.example", [10, b, c, d], i), t0, 1);
+        }
+        assert!(cache.len() <= MAX_ENTRIES, "{}", cache.len());
+        let last: IpAddr = std::net::Ipv4Addr::from((MAX_ENTRIES as u32 + 99) | (10 << 24)).into();
+        assert!(cache.get(1, last, 2).is_some(), "the newest, latest to expire, is kept");
+        assert!(cache.get(1, "10.0.0.0".parse().unwrap(), 2).is_none(), "the first to expire went first");
+        assert_eq!(cache.names.len(), 1, "one name, shared");
+    }
+
+    #[test]
+    fn a_tcp_stream_gives_each_message_once_whole() {
+        let t0 = Instant::now();
+        let mut streams = HashMap::new();
+        let msg = answer("tcp.example", [192, 0, 2, 53], 60);
+        let mut stream = (msg.len() as u16).to_be_bytes().to_vec();
+        stream.extend(&msg);
+        stream.extend(&stream.clone()); // two messages back to back
+        let seg = |seq: u32, payload: &[u8]| capture::Segment {
+            from: "10.0.0.53:53".parse().unwrap(),
+            to: "10.0.0.7:40000".parse().unwrap(),
+            seq,
+            syn: seq == 99,
+            end: false,
+            payload: payload.to_vec().leak(),
+        };
+        assert!(follow(&mut streams, 1, &seg(99, &[]), t0).is_empty());
+        let cut = 7;
+        assert!(follow(&mut streams, 1, &seg(100, &stream[..cut]), t0).is_empty());
+        let got = follow(&mut streams, 1, &seg(100 + cut as u32, &stream[cut..]), t0);
+        assert_eq!(got, vec![msg.clone(), msg.clone()]);
+        // A retransmission of what was already read is out of order: nothing twice.
+        assert!(follow(&mut streams, 1, &seg(100, &stream[..cut]), t0).is_empty());
+    }
+}
