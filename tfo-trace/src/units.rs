@@ -9,6 +9,7 @@
 //! | a period set or spanned (a refresh interval, a graph's span) | [`period`]: as the duration flags take it | `500ms`, `1s`, `2.5s`, `1m30s`, `2h` |
 //! | events per second | [`rate`]: at most three significant digits, `k` beyond 99,999 | `0`, `0.50`, `12.5`, `1234`, `123.5k`; `-` not measured |
 //! | a count in a sentence | [`count`], [`plural`]: digits grouped by thousands | `1,234,567`, `1 stalled connection` |
+//! | a client's destination | [`write_destination`], [`destination`]: `name (address:port)` where `--names` named it, else `address:port` | `198.18.0.2:8080`, `[fd00::2]:8080`, `example.com (198.18.0.2:443)` |
 //!
 //! A count in a table cell is plain digits (a column is read by its width and cut by
 //! scripts), and lines made for scripts (`top --batch`'s `key=value` line, JSON) carry raw
@@ -19,7 +20,7 @@
 //! `250ms`, `1h 30m`, `2d`, `PT5M`): the flags of `cli` and of the lab's helper commands
 //! take them. jiff parses the units (its "friendly" and ISO 8601 formats), a day being 24
 //! hours; a bare number is seconds, as `sleep` takes it.
-use std::time::Duration;
+use std::{net::IpAddr, time::Duration};
 
 use jiff::{Span, SpanRelativeTo};
 
@@ -213,6 +214,114 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", count(n), if n == 1 { one } else { many })
 }
 
+/// Appends `address:port` as every view prints one: `198.18.0.2:8080`, `[fd00::2]:8080`
+/// (what `SocketAddr` displays). IPv4 is written by hand: `trace` prints two per event, and
+/// core::fmt was most of a line's cost.
+pub fn write_address(out: &mut Vec<u8>, ip: IpAddr, port: u16) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                push_octet(out, octet);
+            }
+        }
+        // Rare on the hot path: std's formatting (the :: compression) is worth its cost.
+        IpAddr::V6(v6) => {
+            use std::io::Write as _;
+            write!(out, "[{v6}]").expect("writing to a Vec");
+        }
+    }
+    out.push(b':');
+    out.extend_from_slice(itoa::Buffer::new().format(port).as_bytes());
+}
+
+/// One IPv4 octet in decimal, without itoa's buffer for one to three digits.
+fn push_octet(out: &mut Vec<u8>, octet: u8) {
+    if octet >= 100 {
+        out.push(b'0' + octet / 100);
+    }
+    if octet >= 10 {
+        out.push(b'0' + octet / 10 % 10);
+    }
+    out.push(b'0' + octet % 10);
+}
+
+/// The one form of a client's destination as a person reads it (`trace`, `stalls` and
+/// wherever else a view names one in text): `name (address:port)` where the process
+/// resolved `name` to that address (`--names`, `Event::dname`), else `address:port`
+/// ([`write_address`]). The name is the recording's or the resolver's text, so a control
+/// character in it is written escaped (`\u{1b}`), never sent to the terminal.
+///
+/// `max_chars`: Some(n) for a fixed-width column: a name that would make it wider is cut,
+/// its cut marked `~` (as `top` marks a cut cell) and the address kept whole, for it is
+/// what the row is about; None (a line per event) prints it whole.
+pub fn write_destination(
+    out: &mut Vec<u8>,
+    ip: IpAddr,
+    port: u16,
+    name: Option<&str>,
+    max_chars: Option<usize>,
+) {
+    let Some(name) = name.filter(|n| !n.is_empty()) else { return write_address(out, ip, port) };
+    // The usual case: a plain name, whole, before its address.
+    if max_chars.is_none() && !name.chars().any(char::is_control) {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b" (");
+        write_address(out, ip, port);
+        out.push(b')');
+        return;
+    }
+    let mut shown = printable(name).into_owned();
+    if let Some(max) = max_chars {
+        // The room the address, ` (` and `)` leave the name (an address is ASCII).
+        let mut address = Vec::with_capacity(48);
+        write_address(&mut address, ip, port);
+        let room = max.saturating_sub(address.len() + 3);
+        if shown.chars().count() > room {
+            shown = shown.chars().take(room.saturating_sub(1)).collect();
+            shown.push('~');
+        }
+    }
+    out.extend_from_slice(shown.as_bytes());
+    out.extend_from_slice(b" (");
+    write_address(out, ip, port);
+    out.push(b')');
+}
+
+/// A name from outside (a DNS name, a recording's text) as the text views print it: its
+/// control characters escaped (`\n`, `\u{1b}`), so that none reaches the terminal.
+pub fn printable(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.chars().any(char::is_control) {
+        return name.into();
+    }
+    let mut shown = String::with_capacity(name.len() + 8);
+    for c in name.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown.into()
+}
+
+/// [`write_destination`] as a String, whole (a line per event, a sentence).
+pub fn destination(ip: IpAddr, port: u16, name: Option<&str>) -> String {
+    let mut out = Vec::with_capacity(48);
+    write_destination(&mut out, ip, port, name, None);
+    String::from_utf8(out).expect("an address and a str")
+}
+
+/// [`write_destination`] as a String at most `max_chars` wide where cutting the name can
+/// make it so (a fixed-width column).
+pub fn destination_within(ip: IpAddr, port: u16, name: Option<&str>, max_chars: usize) -> String {
+    let mut out = Vec::with_capacity(48);
+    write_destination(&mut out, ip, port, name, Some(max_chars));
+    String::from_utf8(out).expect("an address and a str")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,5 +450,54 @@ mod tests {
         assert!(e.contains("2d") && !e.contains("jiff"), "{e}");
         assert!(parse_duration("1mo").unwrap_err().contains("30d"));
         assert!(parse_duration("367d").unwrap_err().contains("1ms to 366 days"));
+    }
+
+    fn v4() -> IpAddr {
+        IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, 2))
+    }
+
+    fn v6() -> IpAddr {
+        "fd00:7f0::2".parse().unwrap()
+    }
+
+    #[test]
+    fn destinations_are_named_before_their_address() {
+        assert_eq!(destination(v4(), 8080, None), "198.18.0.2:8080");
+        assert_eq!(destination(v6(), 443, None), "[fd00:7f0::2]:443");
+        assert_eq!(destination(v4(), 443, Some("example.com")), "example.com (198.18.0.2:443)");
+        assert_eq!(destination(v6(), 443, Some("example.com")), "example.com ([fd00:7f0::2]:443)");
+        assert_eq!(destination(v4(), 443, Some("")), "198.18.0.2:443", "an empty name is none");
+        // What SocketAddr prints, for every octet width and a mapped address.
+        for (ip, port) in [("0.0.0.0", 0), ("10.99.100.255", 65535), ("::ffff:1.2.3.4", 1)] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(destination(ip, port, None), std::net::SocketAddr::new(ip, port).to_string());
+        }
+        // A recording's name may hold anything: nothing of it reaches the terminal raw.
+        let odd = "evil\x1b[2J\nname\u{85}.com";
+        assert_eq!(destination(v4(), 443, Some(odd)), "evil\\u{1b}[2J\\nname\\u{85}.com (198.18.0.2:443)");
+        assert_eq!(
+            destination(v4(), 443, Some("\u{e9}t\u{e9}.example")),
+            "\u{e9}t\u{e9}.example (198.18.0.2:443)"
+        );
+    }
+
+    #[test]
+    fn a_destination_cut_to_its_column_keeps_its_address() {
+        let long = "a-very-long-service-name.eu-west-1.example.com";
+        // Fits: whole. Too wide: the name is cut, marked, to exactly the width.
+        assert_eq!(destination_within(v4(), 443, Some("api.example"), 28), "api.example (198.18.0.2:443)");
+        let cut = destination_within(v4(), 443, Some(long), 28);
+        assert_eq!(cut, "a-very-lon~ (198.18.0.2:443)");
+        assert_eq!(cut.chars().count(), 28);
+        let cut = destination_within(v6(), 443, Some(long), 32);
+        assert_eq!(cut, "a-very-long~ ([fd00:7f0::2]:443)");
+        // No room at all for the name: its mark, and the address whole, however wide.
+        assert_eq!(destination_within(v4(), 443, Some(long), 10), "~ (198.18.0.2:443)");
+        // Unnamed: the address, never cut.
+        assert_eq!(destination_within(v6(), 443, None, 5), "[fd00:7f0::2]:443");
+        // Counted in characters, not bytes.
+        let e4 = Some("\u{e9}\u{e9}\u{e9}\u{e9}");
+        assert_eq!(destination_within(v4(), 443, e4, 21), "\u{e9}\u{e9}\u{e9}\u{e9} (198.18.0.2:443)");
+        assert_eq!(destination_within(v4(), 443, e4, 20), "\u{e9}\u{e9}~ (198.18.0.2:443)");
     }
 }

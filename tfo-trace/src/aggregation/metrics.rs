@@ -60,11 +60,11 @@ type Labels = Vec<(&'static str, String)>;
 pub const EXPOSED: &[(&str, &str)] = &[
     (
         "tfo_trace_connections_total",
-        "{role,outcome[,destination|container][,source=\"kernel_counter\"]} counter",
+        "{role,outcome[,destination[,dname]|container][,source=\"kernel_counter\"]} counter",
     ),
     ("tfo_trace_syn_data_bytes_total", "{role} counter"),
-    ("tfo_trace_stall_seconds_total", "[{destination|container}] counter"),
-    ("tfo_trace_saved_seconds_total", "[{destination|container}] counter"),
+    ("tfo_trace_stall_seconds_total", "[{destination[,dname]|container}] counter"),
+    ("tfo_trace_saved_seconds_total", "[{destination[,dname]|container}] counter"),
     ("tfo_trace_handshake_seconds", "{role} histogram, buckets resolving the 1 s SYN timeout"),
     ("tfo_trace_events_lost_total", "counter"),
     ("tfo_trace_hook_runs_missed_total", "counter"),
@@ -109,13 +109,25 @@ impl Breakdown {
     }
 
     /// The labels of `e`'s series (the value's `self.label()`, and for a Kubernetes
-    /// container `pod` and `namespace`, with `container` its name in the pod).
+    /// container `pod` and `namespace`, with `container` its name in the pod; for a client's
+    /// destination named by `--names`, `dname`). Made once, from the event that admits the
+    /// value ([`Capped::observe`]): a series keeps its labels for the exporter's lifetime.
+    /// So a destination's `dname` is the name its first event came with, whatever later
+    /// ones say (a name that changed, or one learnt after that first connect): one series
+    /// per destination, never a second one beside it, and none beyond the cap (a listener at
+    /// the same address:port shares the value's labels). Absent where no name was known, as
+    /// `namespace` is without one: Prometheus reads an absent label and an empty one alike.
     fn series_labels(self, e: &Event, value: &str) -> Labels {
         match (self, &e.pod) {
             (Breakdown::Containers(_), Some(pod)) => {
                 let name = e.container_name.as_deref().unwrap_or(value);
                 let mut l: Labels = vec![("container", name.to_string()), ("pod", pod.to_string())];
                 l.extend(e.pod_namespace.as_deref().map(|ns| ("namespace", ns.to_string())));
+                l
+            }
+            (Breakdown::Destinations(_), _) => {
+                let mut l: Labels = vec![("destination", value.to_string())];
+                l.extend(e.dname.as_deref().filter(|n| !n.is_empty()).map(|n| ("dname", n.to_string())));
                 l
             }
             _ => vec![(self.label(), value.to_string())],
@@ -526,6 +538,18 @@ mod tests {
         }
     }
 
+    /// The `tfo_trace_connections_total` series in `t` (a tracepoint exporter's, under a
+    /// breakdown), and how many there should be: every outcome the backend sees has an
+    /// "other" series per role, every outcome the namespaces' counters count one under
+    /// "other" with its source, and the `admitted` values one per outcome they had.
+    fn breakdown_series(t: &str, admitted: usize) -> (usize, usize) {
+        let series = t.lines().filter(|l| l.starts_with("tfo_trace_connections_total{")).count();
+        let backend = crate::probes::Backend::Tracepoint;
+        let seen = |role: Role| Outcome::ALL.iter().filter(|o| table::sees(backend, role, **o)).count();
+        let counted = KernelCounted::series(backend).count();
+        (series, seen(Role::Client) + seen(Role::Server) + counted + admitted)
+    }
+
     /// The value of the sample line that starts with `series` (name and labels, exactly).
     fn sample(text: &str, series: &str) -> Option<f64> {
         text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
@@ -647,21 +671,77 @@ mod tests {
         assert_eq!(conns("server", "198.18.0.2:8080"), Some(1.0));
         assert_eq!(sample(&t, r#"tfo_trace_stall_seconds_total{destination="other"}"#), Some(1.0));
         assert!(!t.contains("198.18.0.4") && !t.contains("198.18.0.9") && !t.contains(":40000"), "{t}");
-        let series = t.lines().filter(|l| l.starts_with("tfo_trace_connections_total{")).count();
-        // Every outcome the backend sees has an "other" series per role, plus one series
-        // per admitted destination (2 on the client, 1 on the server).
-        let seen = |role: Role| {
-            Outcome::ALL
-                .iter()
-                .filter(|o| crate::probes::table::sees(crate::probes::Backend::Tracepoint, role, **o))
-                .count()
-        };
-        // And one per outcome the namespaces' counters count, under "other" with its source.
-        let counted = KernelCounted::series(crate::probes::Backend::Tracepoint).count();
-        assert_eq!(series, seen(Role::Client) + 2 + seen(Role::Server) + 1 + counted, "{t}");
+        // One series per admitted destination and outcome (2 on the client, 1 on the server).
+        let (series, expected) = breakdown_series(&t, 2 + 1);
+        assert_eq!(series, expected, "{t}");
         let overflow =
             r#"{role="server",outcome="queue_overflow",destination="other",source="kernel_counter"}"#;
         assert!(t.contains(overflow), "{t}");
+    }
+
+    /// `--names`: a destination's series says its `dname`, the name of the event that
+    /// admitted it: a later name (changed, or learnt late) neither relabels it nor adds a
+    /// series; no name, no label; beyond the cap, "other" as before.
+    #[test]
+    fn destinations_keep_the_name_they_were_admitted_with() {
+        let m = Metrics::new(&build(), Some(Breakdown::Destinations(3)));
+        let named = |dst, name: Option<&str>| Event {
+            dname: name.map(Into::into),
+            ..ev(Role::Client, Outcome::Accepted, dst, 10, 100, 0)
+        };
+        // A name as the capture writes an odd byte (`\DDD`), and a quote from a recording.
+        let odd = "odd\\032\"name.example";
+        let v6 = |outcome, stall_us| Event {
+            daddr: "fd00:7f0::2".parse().unwrap(),
+            dname: Some(odd.into()),
+            ..ev(Role::Client, outcome, 0, 10, 1_000_000, stall_us)
+        };
+        let events = [
+            Event { saved_us: Some(20_000), ..named(2, Some("api.example")) },
+            named(2, Some("new.example")),
+            named(3, None),
+            named(3, Some("late.example")),
+            v6(Outcome::SynRetransmitted, 1_000_000),
+            named(4, Some("beyond.example")),
+            // A server event: its listener, 198.18.0.2:8080 too, whose series take the labels
+            // that value was admitted with (one value, one set of labels).
+            ev(Role::Server, Outcome::Accepted, 2, 10, 100, 0),
+        ];
+        for e in &events {
+            m.observe(e);
+        }
+        m.set_kernel(counted(&events), Health::default());
+        let t = m.encode();
+        let accepted = |labels: &str| {
+            sample(
+                &t,
+                &format!(r#"tfo_trace_connections_total{{role="client",outcome="accepted",{labels}}}"#),
+            )
+        };
+        assert_eq!(accepted(r#"destination="198.18.0.2:8080",dname="api.example""#), Some(2.0), "{t}");
+        assert_eq!(accepted(r#"destination="198.18.0.3:8080""#), Some(2.0), "{t}");
+        assert_eq!(accepted(r#"destination="other""#), Some(1.0), "{t}");
+        let v6_series = r#"destination="[fd00:7f0::2]:8080",dname="odd\\032\"name.example""#;
+        let retransmitted = format!(
+            r#"tfo_trace_connections_total{{role="client",outcome="syn_retransmitted",{v6_series}}}"#
+        );
+        assert_eq!(sample(&t, &retransmitted), Some(1.0), "escaped as Prometheus wants: {t}");
+        assert_eq!(sample(&t, &format!("tfo_trace_stall_seconds_total{{{v6_series}}}")), Some(1.0), "{t}");
+        assert_eq!(
+            sample(&t, r#"tfo_trace_saved_seconds_total{destination="198.18.0.2:8080",dname="api.example"}"#),
+            Some(0.02),
+            "{t}"
+        );
+        let server = r#"tfo_trace_connections_total{role="server",outcome="accepted",destination="198.18.0.2:8080",dname="api.example"}"#;
+        assert_eq!(sample(&t, server), Some(1.0), "{t}");
+        for absent in ["new.example", "late.example", "beyond.example", r#"dname="""#] {
+            assert!(!t.contains(absent), "{absent}: {t}");
+        }
+        // Within the cap: no series beyond one per admitted destination and outcome it had
+        // (on the client .2 and .3 accepted, the IPv6 one syn_retransmitted; the listener),
+        // as without names.
+        let (series, expected) = breakdown_series(&t, 3 + 1);
+        assert_eq!(series, expected, "{t}");
     }
 
     #[test]

@@ -66,6 +66,10 @@ const EXTRAS: &[Extra] = &[
             ("sudo tfo-trace trace", "One line per TFO connection outcome until Ctrl-C."),
             ("sudo tfo-trace trace --json --duration 30s", "JSON lines for 30 seconds."),
             ("sudo tfo-trace trace --daddr 10.0.0.0/8 --record /tmp/tfo.jsonl", "Only those destinations, recorded."),
+            (
+                "sudo tfo-trace trace --names",
+                "Client destinations as name (address:port), the DNS name their process resolved; dname in JSON.",
+            ),
         ],
     },
     Extra {
@@ -74,6 +78,7 @@ const EXTRAS: &[Extra] = &[
         examples: &[
             ("sudo tfo-trace stalls", "Stalled connections as they happen, a summary by destination at exit."),
             ("sudo tfo-trace stalls --json --duration 5m", "JSON lines for five minutes."),
+            ("sudo tfo-trace stalls --names", "Lines and summary name each destination: name (address:port)."),
         ],
     },
     Extra {
@@ -84,6 +89,7 @@ const EXTRAS: &[Extra] = &[
             ("sudo tfo-trace top -b -n 3 -d 2", "Plain tables every 2 s, three times."),
             ("sudo tfo-trace top --json | jq .totals", "JSON snapshots, one per line."),
             ("tfo-trace top --from /tmp/tfo.jsonl --batch", "The tables of a recording."),
+            ("sudo tfo-trace top --names", "A NAME column beside each destination (dname in JSON); / matches it too."),
         ],
     },
     Extra {
@@ -118,6 +124,10 @@ const EXTRAS: &[Extra] = &[
         examples: &[
             ("sudo tfo-trace export", "Serve /metrics on 127.0.0.1:9435."),
             ("sudo systemctl enable --now tfo-trace-exporter", "The packaged service."),
+            (
+                "sudo tfo-trace export --names --top-destinations 50",
+                "Per-destination series labelled with the name each was first seen with (dname).",
+            ),
             (
                 "sudo tfo-trace export --web.disable --textfile /var/lib/prometheus/node-exporter/tfo_trace.prom",
                 "Only the textfile.",

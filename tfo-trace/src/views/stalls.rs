@@ -4,7 +4,9 @@
 use std::{
     collections::BTreeMap,
     io::{self, Write},
+    net::SocketAddr,
     ops::ControlFlow,
+    sync::Arc,
     time::Duration,
 };
 
@@ -50,7 +52,7 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
             e.ts.millis(),
             e.pid,
             if e.comm.is_empty() { "-" } else { &e.comm },
-            e.destination(),
+            units::destination(e.daddr, e.dport, e.dname.as_deref()),
             cause.name(),
             units::duration_us(lost_us),
             e.retransmits,
@@ -59,24 +61,55 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
     }
 }
 
-fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -> io::Result<()> {
+/// What the summary keeps of one destination (by address): its tallies, and the name its
+/// connections last came with (`--names`; most recent known wins, as in `top`).
+#[derive(Default)]
+struct PerDestination {
+    name: Option<Arc<str>>,
+    tally: StallTally,
+}
+
+/// The summary's destinations, by address.
+type PerDestinations = BTreeMap<SocketAddr, PerDestination>;
+
+/// Counts `e` in its destination's tallies.
+fn count(per_dst: &mut PerDestinations, e: &Event) {
+    let d = per_dst.entry(SocketAddr::new(e.daddr, e.dport)).or_default();
+    if e.dname.is_some() {
+        d.name.clone_from(&e.dname);
+    }
+    d.tally.add(e);
+}
+
+/// The summary's DESTINATION column: as wide as its widest destination from 28 up to 48
+/// characters (every address fits); a name that would make it wider is cut.
+const SUMMARY_WIDTH: (usize, usize) = (28, 48);
+
+fn write_summary(out: &mut impl Write, per_dst: &PerDestinations) -> io::Result<()> {
+    let stalled: Vec<(String, &StallTally)> = per_dst
+        .iter()
+        .filter(|(_, d)| d.tally.stalls.count() > 0)
+        .map(|(a, d)| {
+            (units::destination_within(a.ip(), a.port(), d.name.as_deref(), SUMMARY_WIDTH.1), &d.tally)
+        })
+        .collect();
+    let width = stalled.iter().map(|(dst, _)| dst.chars().count()).fold(SUMMARY_WIDTH.0, usize::max);
     // No table at all without a stall (the closing line says 0).
-    let stalled = per_dst.values().any(|d| d.stalls.count() > 0);
-    if stalled {
+    if !stalled.is_empty() {
         writeln!(
             out,
-            "\n{:<28} {:>7} {:>11} {:>11} {:>11} {:>11}  CAUSES",
+            "\n{:<width$} {:>7} {:>11} {:>11} {:>11} {:>11}  CAUSES",
             "DESTINATION", "STALLS", "LOST", "PER_CONN", "SAVED", "NET"
         )?;
-    } else if per_dst.values().any(|d| d.extra_round_trips > 0) {
+    } else if per_dst.values().any(|d| d.tally.extra_round_trips > 0) {
         writeln!(out)?;
     }
-    for (dst, d) in per_dst.iter().filter(|(_, d)| d.stalls.count() > 0) {
+    for (dst, d) in stalled {
         let s = &d.stalls;
         let causes: Vec<String> = s.causes().map(|c| format!("{}={}", c.name(), s.count_of(c))).collect();
         writeln!(
             out,
-            "{dst:<28} {:>7} {:>11} {:>11} {:>11} {:>11}  {}",
+            "{dst:<width$} {:>7} {:>11} {:>11} {:>11} {:>11}  {}",
             s.count(),
             units::duration_us(s.lost_us()),
             units::duration_us(s.lost_us() / s.count().max(1)),
@@ -86,7 +119,8 @@ fn write_summary(out: &mut impl Write, per_dst: &BTreeMap<String, StallTally>) -
         )?;
     }
     // Data not acked costs a round trip, not a SYN timeout: said apart, never as a stall.
-    for (dst, d) in per_dst.iter().filter(|(_, d)| d.extra_round_trips > 0) {
+    for (a, d) in per_dst.iter().filter(|(_, d)| d.tally.extra_round_trips > 0) {
+        let (dst, d) = (units::destination(a.ip(), a.port(), d.name.as_deref()), &d.tally);
         writeln!(
             out,
             "{dst}: {} SYN-data not acknowledged, not stalls: the data went again after the handshake, \
@@ -110,7 +144,7 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
             "TIME", "PID", "COMM", "DESTINATION", "CAUSE", "LOST", "RTX"
         )?;
     }
-    let mut per_dst: BTreeMap<String, StallTally> = BTreeMap::new();
+    let mut per_dst = PerDestinations::new();
     let mut pipe_closed = false;
     session
         .run(opts.duration, |batch| {
@@ -118,7 +152,7 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
                 let (stall, extra) = (stall::of(e), stall::extra_round_trip_us(e));
                 // What the same destinations saved, for the summary's balance.
                 if stall.is_some() || extra.is_some() || stall::saved_us(e).is_some() {
-                    per_dst.entry(e.destination()).or_default().add(e);
+                    count(&mut per_dst, e);
                 }
                 let Some(stall) = stall else { continue };
                 match write_line(&mut out, e, stall.cause, stall.lost_us, opts.json) {
@@ -140,7 +174,7 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
         crate::views::output::stdout_written(write_summary(&mut out, &per_dst))?;
     }
     let mut closing = session.closing();
-    closing.stalled = Some(per_dst.values().map(|d| d.stalls.count()).sum());
+    closing.stalled = Some(per_dst.values().map(|d| d.tally.stalls.count()).sum());
     closing.say(opts.json_summary, "tfo-trace", "")?;
     Ok(())
 }
@@ -169,8 +203,8 @@ mod tests {
 
     #[test]
     fn no_stall_no_summary_table() {
-        let mut per_dst: BTreeMap<String, StallTally> = BTreeMap::new();
-        per_dst.entry("198.18.0.2:443".into()).or_default().add(&ev(Outcome::Accepted, 2, 64, 0));
+        let mut per_dst = PerDestinations::new();
+        count(&mut per_dst, &ev(Outcome::Accepted, 2, 64, 0));
         let mut out = Vec::new();
         write_summary(&mut out, &per_dst).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "", "no header over no rows");
@@ -185,10 +219,10 @@ mod tests {
             ev(Outcome::Accepted, 2, 64, 0),
             ev(Outcome::DataNotAcked, 2, 64, 0),
         ];
-        let mut per_dst: BTreeMap<String, StallTally> = BTreeMap::new();
+        let mut per_dst = PerDestinations::new();
         let mut out = Vec::new();
         for e in &events {
-            per_dst.entry(e.destination()).or_default().add(e);
+            count(&mut per_dst, e);
             if let Some(s) = stall::of(e) {
                 write_line(&mut out, e, s.cause, s.lost_us, true).unwrap();
             }
@@ -225,5 +259,68 @@ mod tests {
                 && rows[2].contains("1 extra round trip(s), ~1.1ms estimated"),
             "{text}"
         );
+    }
+
+    /// `--names`: each line names its destination whole; the summary keeps one row per
+    /// address, named by the last name its connections came with, cut to its column if it
+    /// must be (never the address).
+    #[test]
+    fn named_destinations_in_lines_and_summary() {
+        let named = |host, name: Option<&str>| Event {
+            dname: name.map(Into::into),
+            ..ev(Outcome::SynRetransmitted, host, 64, 1_020_000)
+        };
+        let long = format!("{}.example.com", "x".repeat(60));
+        let v6 = Event { daddr: "fd00:7f0::3".parse().unwrap(), ..named(0, Some("v6.example")) };
+        let events = [
+            named(3, None),
+            named(3, Some("old.example")),
+            named(3, Some("api.example")),
+            named(3, None),
+            named(4, Some(&long)),
+            v6,
+        ];
+        let mut per_dst = PerDestinations::new();
+        let mut out = Vec::new();
+        for e in &events {
+            count(&mut per_dst, e);
+            let s = stall::of(e).unwrap();
+            write_line(&mut out, e, s.cause, s.lost_us, false).unwrap();
+        }
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "2026-11-30 08:00:00.000 7       curl             198.18.0.3:443           syn_data_dropped              1.02s   1  -"
+        );
+        assert_eq!(
+            lines[2],
+            "2026-11-30 08:00:00.000 7       curl             api.example (198.18.0.3:443) syn_data_dropped              1.02s   1  -"
+        );
+        assert!(lines[4].contains(&format!(" {long} (198.18.0.4:443) syn_data_dropped ")), "whole: {text}");
+        assert!(lines[5].contains(" v6.example ([fd00:7f0::3]:443) "), "{text}");
+        // JSON: the event's `dname`, as `trace --json` has it.
+        let mut json = Vec::new();
+        let s = stall::of(&events[2]).unwrap();
+        write_line(&mut json, &events[2], s.cause, s.lost_us, true).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(
+            (&v["dname"], &v["daddr"]),
+            (&serde_json::json!("api.example"), &serde_json::json!("198.18.0.3"))
+        );
+
+        let mut out = Vec::new();
+        write_summary(&mut out, &per_dst).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let rows: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(rows.len(), 4, "one row per address: {text}");
+        // The column is as wide as the widest (cut) destination: 48.
+        assert!(rows[0].starts_with(&format!("{:<48} ", "DESTINATION")), "{text}");
+        assert!(rows[1].starts_with(&format!("{:<48} ", "api.example (198.18.0.3:443)")), "{text}");
+        assert!(rows[1].contains("      4       4.08s"), "{text}");
+        let cut = format!("{}~ (198.18.0.4:443)", "x".repeat(30));
+        assert_eq!(cut.len(), 48);
+        assert!(rows[2].starts_with(&format!("{cut} ")), "{text}");
+        assert!(rows[3].starts_with(&format!("{:<48} ", "v6.example ([fd00:7f0::3]:443)")), "{text}");
     }
 }

@@ -26,13 +26,19 @@ pub struct TraceOptions {
 }
 
 /// Width of the SOURCE and DESTINATION columns: every IPv4 address:port fits
-/// (`255.255.255.255:65535` is 21); a wider (IPv6) one widens them ([`TextLines`]).
+/// (`255.255.255.255:65535` is 21); a wider one (IPv6, or a destination with its name)
+/// widens its column ([`TextLines`]).
 const ADDR_WIDTH: usize = 22;
 
-/// The header line over columns of addresses `addr_width` wide.
-pub fn header(addr_width: usize) -> String {
+/// The widest a named destination widens its column to: a longer one is printed whole,
+/// pushing the rest of its line right, rather than making every line that wide.
+const MAX_DESTINATION_WIDTH: usize = 64;
+
+/// The header line over a SOURCE column `source_width` wide and a DESTINATION column
+/// `destination_width` wide.
+pub fn header(source_width: usize, destination_width: usize) -> String {
     format!(
-        "{:<24} {:<6} {:<18} {:<7} {:<16} {:<w$} {:<w$} {:<11} {:>4} {:>3} {:>9} {:>9} {:>9}  CONTAINER",
+        "{:<24} {:<6} {:<18} {:<7} {:<16} {:<sw$} {:<dw$} {:<11} {:>4} {:>3} {:>9} {:>9} {:>9}  CONTAINER",
         "TIME",
         "ROLE",
         "OUTCOME",
@@ -46,52 +52,75 @@ pub fn header(addr_width: usize) -> String {
         "HANDSHAKE",
         "STALL",
         "SAVED",
-        w = addr_width
+        sw = source_width,
+        dw = destination_width
     )
 }
 
 /// `trace`'s text lines, in columns under their header. An address wider than its column
-/// (a long IPv6 one) widens the column for the rest of the run, and the header is printed
-/// again above the line that needed it: every column stays under its title.
+/// (a long IPv6 one, a destination with its name: `--names`) widens the column for the rest
+/// of the run, and the header is printed again above the line that needed it: every column
+/// stays under its title.
 pub struct TextLines {
-    addr_width: usize,
+    source_width: usize,
+    destination_width: usize,
+    /// Where a named or IPv6 destination is measured before its line is written.
+    scratch: Vec<u8>,
 }
 
 impl Default for TextLines {
     fn default() -> Self {
-        TextLines { addr_width: ADDR_WIDTH }
+        TextLines { source_width: ADDR_WIDTH, destination_width: ADDR_WIDTH, scratch: Vec::new() }
     }
 }
 
 impl TextLines {
     pub fn header(&self) -> String {
-        header(self.addr_width)
+        header(self.source_width, self.destination_width)
     }
 
     /// Appends `e`'s line (after the header again, if its addresses widen the columns).
     pub fn write(&mut self, buf: &mut Vec<u8>, ts: &Timestamp, e: &EventRef<'_>) {
-        // IPv4 always fits: only an IPv6 address is measured.
-        let width = |ip: IpAddr, port: u16| match ip {
+        // An unnamed IPv4 address always fits: only the others are measured.
+        let source = match e.saddr {
             IpAddr::V4(_) => 0,
-            IpAddr::V6(_) => std::net::SocketAddr::new(ip, port).to_string().len(),
+            IpAddr::V6(_) => self.measure(e.saddr, e.sport, None),
         };
-        let needed = width(e.saddr, e.sport).max(width(e.daddr, e.dport));
-        if needed > self.addr_width {
-            self.addr_width = needed;
+        let destination = match (e.daddr, e.dname) {
+            (IpAddr::V4(_), None) => 0,
+            (ip, name) => self.measure(ip, e.dport, name.map(|n| &**n)).min(MAX_DESTINATION_WIDTH),
+        };
+        if source > self.source_width || destination > self.destination_width {
+            self.source_width = self.source_width.max(source);
+            self.destination_width = self.destination_width.max(destination);
             buf.extend_from_slice(self.header().as_bytes());
             buf.push(b'\n');
         }
-        write_text_line(buf, ts, e, self.addr_width);
+        write_text_line(buf, ts, e, self.source_width, self.destination_width);
+    }
+
+    /// Characters of a destination (or, unnamed, any address) as the line prints it.
+    fn measure(&mut self, ip: IpAddr, port: u16, name: Option<&str>) -> usize {
+        self.scratch.clear();
+        crate::units::write_destination(&mut self.scratch, ip, port, name, None);
+        chars(std::str::from_utf8(&self.scratch).expect("an address and a str"))
     }
 }
 
 /// Appends one event's text line (with its newline) to `buf`, the event seen as
-/// [`Event::view`] sees it and its time `ts`, its addresses in columns `addr_width` wide.
-/// `trace` prints every event of a busy host: columns are padded and integers written by
-/// hand into one buffer per batch, because core::fmt's padding and a String per field were
-/// most of its CPU; and the line is made from the view of the ring-buffer record (no
-/// [`Event`] made and dropped per line).
-pub fn write_text_line(buf: &mut Vec<u8>, ts: &Timestamp, e: &EventRef<'_>, addr_width: usize) {
+/// [`Event::view`] sees it and its time `ts`, its source and destination in columns
+/// `source_width` and `destination_width` wide (a client's destination with its name where
+/// it has one: [`crate::units::write_destination`]). `trace` prints every event of a busy
+/// host: columns are padded and integers written by hand into one buffer per batch, because
+/// core::fmt's padding and a String per field were most of its CPU; and the line is made
+/// from the view of the ring-buffer record (no [`Event`] made and dropped per line).
+pub fn write_text_line(
+    buf: &mut Vec<u8>,
+    ts: &Timestamp,
+    e: &EventRef<'_>,
+    source_width: usize,
+    destination_width: usize,
+) {
     let start = buf.len();
     let mut line = Columns { buf, start };
     line.left_time(ts, 24);
@@ -99,8 +128,8 @@ pub fn write_text_line(buf: &mut Vec<u8>, ts: &Timestamp, e: &EventRef<'_>, addr
     line.left(e.outcome.name(), 18);
     line.left_int(e.pid, 7);
     line.left(if e.comm.is_empty() { "-" } else { e.comm }, 16);
-    line.left_addr(e.saddr, e.sport, addr_width);
-    line.left_addr(e.daddr, e.dport, addr_width);
+    line.left_destination(e.saddr, e.sport, None, source_width);
+    line.left_destination(e.daddr, e.dport, e.dname.map(|n| &**n), destination_width);
     line.left_int(e.netns, 11);
     line.right_int(e.syn_data_bytes, 4);
     line.right_int(e.retransmits, 3);
@@ -175,25 +204,18 @@ impl Columns<'_> {
         self.pad(used, width);
     }
 
-    /// `198.18.0.2:8080`, `[fd00::2]:8080`.
-    fn left_addr(&mut self, ip: IpAddr, port: u16, width: usize) {
+    /// An address, or a destination with its name ([`crate::units::write_destination`],
+    /// whole: a wider one pushes the rest right).
+    fn left_destination(&mut self, ip: IpAddr, port: u16, name: Option<&str>, width: usize) {
         self.separate();
         let before = self.buf.len();
-        match ip {
-            IpAddr::V4(v4) => {
-                for (i, octet) in v4.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        self.buf.push(b'.');
-                    }
-                    push_octet(self.buf, octet);
-                }
-            }
-            // Rare on the hot path: std's formatting (the :: compression) is worth its cost.
-            IpAddr::V6(v6) => write!(self.buf, "[{v6}]").expect("writing to a Vec"),
-        }
-        self.buf.push(b':');
-        self.buf.extend_from_slice(itoa::Buffer::new().format(port).as_bytes());
-        let used = self.buf.len() - before;
+        crate::units::write_destination(self.buf, ip, port, name, None);
+        let written = &self.buf[before..];
+        let used = if written.is_ascii() {
+            written.len()
+        } else {
+            chars(std::str::from_utf8(written).expect("an address and a str"))
+        };
         self.pad(used, width);
     }
 
@@ -204,17 +226,6 @@ impl Columns<'_> {
         self.pad(text.as_str().len(), width);
         self.buf.extend_from_slice(text.as_str().as_bytes());
     }
-}
-
-/// One IPv4 octet in decimal, without itoa's buffer for one to three digits.
-fn push_octet(buf: &mut Vec<u8>, octet: u8) {
-    if octet >= 100 {
-        buf.push(b'0' + octet / 100);
-    }
-    if octet >= 10 {
-        buf.push(b'0' + octet / 10 % 10);
-    }
-    buf.push(b'0' + octet % 10);
 }
 
 /// Characters in `text`, as `{:<width$}` counts them (bytes where ASCII, the usual case).
@@ -229,7 +240,7 @@ fn chars(text: &str) -> usize {
 /// [`write_text_line`] as a String, without the newline.
 pub fn text_line(e: &Event) -> String {
     let mut line = Vec::with_capacity(200);
-    write_text_line(&mut line, &e.ts, &e.view(), ADDR_WIDTH);
+    write_text_line(&mut line, &e.ts, &e.view(), ADDR_WIDTH, ADDR_WIDTH);
     line.pop();
     String::from_utf8(line).expect("every field is UTF-8")
 }
@@ -300,7 +311,10 @@ mod tests {
             e.pid,
             if e.comm.is_empty() { "-" } else { &e.comm },
             e.source(),
-            e.destination(),
+            match &e.dname {
+                Some(name) => format!("{name} ({})", e.destination()),
+                None => e.destination(),
+            },
             e.netns,
             e.syn_data_bytes,
             e.retransmits,
@@ -309,6 +323,18 @@ mod tests {
             e.saved_us.map(millis).unwrap_or_else(|| "-".into()),
             e.container_name().unwrap_or_else(|| "-".into()),
         )
+    }
+
+    /// `events` as `trace` prints them: the header, then their lines through [`TextLines`].
+    fn lines_of(events: &[Event]) -> String {
+        let mut lines = TextLines::default();
+        let mut out = Vec::new();
+        out.extend_from_slice(lines.header().as_bytes());
+        out.push(b'\n');
+        for e in events {
+            lines.write(&mut out, &e.ts, &e.view());
+        }
+        String::from_utf8(out).unwrap()
     }
 
     /// Long IPv6 addresses (issue 31, item 12): every column of every line starts where
@@ -326,14 +352,7 @@ mod tests {
             },
             sample_event(Role::Server, Outcome::Accepted),
         ];
-        let mut lines = TextLines::default();
-        let mut out = Vec::new();
-        out.extend_from_slice(lines.header().as_bytes());
-        out.push(b'\n');
-        for e in &events {
-            lines.write(&mut out, &e.ts, &e.view());
-        }
-        let text = String::from_utf8(out).unwrap();
+        let text = lines_of(&events);
         let mut header = "";
         for l in text.lines() {
             if l.starts_with("TIME") {
@@ -358,7 +377,7 @@ mod tests {
     #[test]
     fn the_header_of_the_usual_width_is_unchanged() {
         assert_eq!(
-            header(ADDR_WIDTH),
+            header(ADDR_WIDTH, ADDR_WIDTH),
             "TIME                     ROLE   OUTCOME            PID     COMM             SOURCE                 \
              DESTINATION            NETNS       DATA RTX HANDSHAKE     STALL     SAVED  CONTAINER"
         );
@@ -397,9 +416,95 @@ mod tests {
                 ..sample_event(Role::Server, Outcome::QueueOverflow)
             },
             Event { cgroup: Some("/user.slice/a b".into()), ..sample_event(Role::Server, Outcome::Accepted) },
+            // Named (`--names`): the name before the address, IPv4 and IPv6.
+            Event { dname: Some("api.example.com".into()), ..sample_event(Role::Client, Outcome::Accepted) },
+            Event {
+                dname: Some("v6.example.com".into()),
+                daddr: v6("fd00:7f0::2"),
+                ..sample_event(Role::Client, Outcome::Accepted)
+            },
         ];
         for e in &events {
             assert_eq!(text_line(e), built_per_field(e));
         }
+    }
+
+    /// `--names`: a client's destination is `name (address:port)`, whole on its line; its
+    /// column widens for it (up to [`MAX_DESTINATION_WIDTH`]), the header again above it.
+    #[test]
+    fn named_destinations_print_whole_and_keep_the_columns_under_their_titles() {
+        let client = sample_event(Role::Client, Outcome::Accepted);
+        let long_name = format!("{}.example.com", "x".repeat(70));
+        let events = [
+            client.clone(),
+            Event { dname: Some("api.example.com".into()), ..client.clone() },
+            Event {
+                dname: Some("v6.example".into()),
+                daddr: "fd00:7f0::2".parse().unwrap(),
+                dport: 443,
+                ..client.clone()
+            },
+            client.clone(),
+            Event { dname: Some(long_name.as_str().into()), ..client.clone() },
+            sample_event(Role::Server, Outcome::Accepted),
+        ];
+        let text = lines_of(&events);
+        let destinations: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with("TIME"))
+            .map(|l| l.split_whitespace().nth(7).unwrap())
+            .collect();
+        assert_eq!(
+            destinations[..4],
+            ["198.18.0.2:8080", "api.example.com", "v6.example", "198.18.0.2:8080"]
+        );
+        assert!(text.contains(" api.example.com (198.18.0.2:8080) "), "{text}");
+        assert!(text.contains(" v6.example ([fd00:7f0::2]:443) "), "{text}");
+        assert!(text.contains(&format!(" {long_name} (198.18.0.2:8080) ")), "whole: {text}");
+        // The header again for each wider destination, up to the widest a column gets.
+        let headers: Vec<&str> = text.lines().filter(|l| l.starts_with("TIME")).collect();
+        assert_eq!(headers.len(), 3, "{text}");
+        assert_eq!(headers[1], header(ADDR_WIDTH, "api.example.com (198.18.0.2:8080)".len()));
+        assert_eq!(headers[2], header(ADDR_WIDTH, MAX_DESTINATION_WIDTH));
+        let mut header = "";
+        for l in text.lines() {
+            if l.starts_with("TIME") {
+                header = l;
+                continue;
+            }
+            if l.contains(&long_name) {
+                continue; // wider than any column: the rest of its line pushed right
+            }
+            for title in ["DESTINATION", "NETNS", "DATA", "CONTAINER"] {
+                let at = header.find(title).unwrap();
+                assert_eq!(l.as_bytes()[at - 1], b' ', "{title} column of {l:?} under {header:?}");
+            }
+            let at = header.find("NETNS").unwrap();
+            assert!(l[at..].starts_with("1 "), "NETNS: {l:?} under {header:?}");
+        }
+    }
+
+    /// `trace --json` is serde's `Event`: `dname` after `dport` where known, escaped as
+    /// JSON escapes every string; absent where not.
+    #[test]
+    fn json_lines_carry_the_name_escaped() {
+        let odd = "a\"b\\c\u{1b}d.example";
+        let events = [
+            Event { dname: Some(odd.into()), ..sample_event(Role::Client, Outcome::Accepted) },
+            sample_event(Role::Client, Outcome::Accepted),
+        ];
+        let mut out = Vec::new();
+        write_json_events(&mut out, &events).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0]
+                .contains(r#""daddr":"198.18.0.2","dport":8080,"dname":"a\"b\\c\u001bd.example","netns":1,"#),
+            "{}",
+            lines[0]
+        );
+        assert!(!lines[1].contains("dname"), "{}", lines[1]);
+        let back: Vec<Event> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(back, events);
     }
 }

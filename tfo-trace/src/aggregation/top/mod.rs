@@ -94,19 +94,19 @@ impl TopModel {
             Role::Client => {
                 self.client_total.count_in(&t);
                 let key = KeyRef::Destination(SocketAddr::new(e.daddr, e.dport));
-                self.destinations.add(key, &t, &mut self.names);
+                self.destinations.add(key, &t, &mut self.names, e.dname);
             }
             Role::Server => {
                 self.server_total.count_in(&t);
                 let key = KeyRef::Listener { addr: e.listener_name(), netns: e.netns };
-                self.listeners.add(key, &t, &mut self.names);
+                self.listeners.add(key, &t, &mut self.names, None);
                 if let Some(name) = e.netns_name.filter(|_| !self.netns_names.contains_key(&e.netns)) {
                     self.netns_names.insert(e.netns, self.names.get(name));
                 }
             }
         }
-        self.processes.add(KeyRef::Process { pid: e.pid, comm: e.comm }, &t, &mut self.names);
-        self.containers.add(KeyRef::Container(e.container), &t, &mut self.names);
+        self.processes.add(KeyRef::Process { pid: e.pid, comm: e.comm }, &t, &mut self.names, None);
+        self.containers.add(KeyRef::Container(e.container), &t, &mut self.names, None);
         if let Some(us) = e.handshake_us {
             self.decades.record(us);
         }
@@ -373,6 +373,58 @@ pub(crate) mod tests {
         assert_eq!(big.destinations.len(), 1000);
         assert_eq!(big.destinations.evicted, 19_000);
     }
+
+    /// `--names`: a destination's row stays keyed by its address; its name is the last one
+    /// an event came with (an event without one leaves it), IPv4 and IPv6 alike.
+    #[test]
+    fn a_destination_row_keeps_its_address_and_the_last_name_seen() {
+        let named = |host, name: Option<&str>| Event {
+            dname: name.map(Into::into),
+            ..client(Outcome::Accepted, host, 443, 100, 0)
+        };
+        let v6 = |name: Option<&str>| Event { daddr: "fd00:7f0::2".parse().unwrap(), ..named(0, name) };
+        let events = [
+            named(2, None),
+            named(2, Some("old.example")),
+            named(3, None),
+            named(2, Some("api.example")),
+            named(2, None),
+            v6(Some("v6.example")),
+            v6(None),
+        ];
+        let m = model_of(&events);
+        assert_eq!(m.destinations.len(), 3, "one row per address, whatever its names");
+        let v6_key = RowKey::Destination("[fd00:7f0::2]:443".parse().unwrap());
+        assert_eq!(m.destinations.get(&dst(2, 443)).unwrap().attempts(), 4);
+        let name = |key: &RowKey| m.destinations.name_of(key).map(|n| n.to_string());
+        assert_eq!(name(&dst(2, 443)).as_deref(), Some("api.example"));
+        assert_eq!(name(&dst(3, 443)), None);
+        assert_eq!(name(&v6_key).as_deref(), Some("v6.example"));
+        // The snapshot's rows carry it; the other tables have none.
+        let s = m.snapshot();
+        let row = s.destinations.rows.iter().find(|r| r.key == dst(2, 443)).unwrap();
+        assert_eq!(row.name.as_deref(), Some("api.example"));
+        assert!(s.processes.rows.iter().chain(&s.containers.rows).all(|r| r.name.is_none()));
+    }
+
+    /// The demo's events with its clean destination named `api.example` by some of its
+    /// connections (`--names`), and an IPv6 destination named by a long name.
+    pub(crate) fn named_demo_events() -> Vec<Event> {
+        let mut events = demo_events();
+        let clean = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2));
+        for e in events.iter_mut().filter(|e| e.role == Role::Client && e.daddr == clean) {
+            e.dname = Some("api.example".into());
+        }
+        events.push(Event {
+            daddr: "fd00:7f0::2".parse().unwrap(),
+            dname: Some(LONG_NAME.into()),
+            ..client(Outcome::Accepted, 0, 8080, 100, 0)
+        });
+        events
+    }
+
+    /// A name wider than `top`'s widest key column (47).
+    pub(crate) const LONG_NAME: &str = "a-very-long-service-name.eu-west-1.compute.example.com";
 
     pub(crate) const DOCKER_ID: &str = "4f1e6d9a0c2b3a4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5";
 

@@ -259,6 +259,21 @@ impl RowStats {
 struct Entry {
     stats: GroupStats,
     trend: Trend,
+    /// A destination's name ([`Row::name`]).
+    name: Option<Arc<str>>,
+}
+
+impl Entry {
+    fn count_in(&mut self, t: &Counted, name: Option<&Arc<str>>) {
+        self.stats.count_in(t);
+        // The most recent name known wins; an event without one (a connect before the
+        // answer, a name's TTL past) leaves the row's.
+        if let Some(name) = name {
+            if !self.name.as_ref().is_some_and(|n| Arc::ptr_eq(n, name) || n == name) {
+                self.name = Some(name.clone());
+            }
+        }
+    }
 }
 
 /// Groups of one table, at most `capacity`, least recently seen evicted first.
@@ -276,24 +291,31 @@ impl BoundedTable {
         BoundedTable { capacity: capacity.max(1), groups: LruCache::unbounded(), evicted: 0 }
     }
 
-    /// Counts `t` in the row of `key`, made (its key's names shared through `names`) if new.
-    pub(super) fn add(&mut self, key: KeyRef<'_>, t: &Counted, names: &mut Interner) {
+    /// Counts `t` in the row of `key`, made (its key's names shared through `names`) if new;
+    /// `name`: the destination's name the event came with, if any ([`Row::name`]).
+    pub(super) fn add(
+        &mut self,
+        key: KeyRef<'_>,
+        t: &Counted,
+        names: &mut Interner,
+        name: Option<&Arc<str>>,
+    ) {
         // The row of the last event first: events come in runs (a destination's connections,
         // a process's), and that row is counted again without a hash or a reorder.
         if let Some((_, entry)) = self.groups.iter_mut().next().filter(|(k, _)| k.key_ref() == key) {
-            entry.stats.count_in(t);
+            entry.count_in(t, name);
             return;
         }
         if let Some(entry) = self.groups.get_mut(&key as &dyn AsKeyRef) {
-            entry.stats.count_in(t);
+            entry.count_in(t, name);
             return;
         }
         if self.groups.len() >= self.capacity && self.groups.pop_lru().is_some() {
             self.evicted += 1;
         }
-        let mut stats = GroupStats::default();
-        stats.count_in(t);
-        self.groups.put(RowKey::owned(key, names), Entry { stats, trend: Trend::default() });
+        let mut entry = Entry { stats: GroupStats::default(), trend: Trend::default(), name: None };
+        entry.count_in(t, name);
+        self.groups.put(RowKey::owned(key, names), entry);
     }
 
     /// Closes a refresh interval for every group: their rates and stall histories.
@@ -315,6 +337,11 @@ impl BoundedTable {
         self.groups.peek(key).map(|e| &e.stats)
     }
 
+    /// The name of the row of `key` ([`Row::name`]).
+    pub fn name_of(&self, key: &RowKey) -> Option<&Arc<str>> {
+        self.groups.peek(key).and_then(|e| e.name.as_ref())
+    }
+
     pub(super) fn rows(&self) -> Vec<Row> {
         self.groups
             .iter()
@@ -322,6 +349,7 @@ impl BoundedTable {
                 key: k.clone(),
                 stats: e.stats.row().with_rates(e.trend.rates()),
                 history: e.trend.history(),
+                name: e.name.clone(),
             })
             .collect()
     }
@@ -333,4 +361,8 @@ pub struct Row {
     pub stats: RowStats,
     /// Stalls per refresh, the last [`ROW_HISTORY`] refreshes.
     pub history: StallHistory,
+    /// A destination row's name: the last its client events came with (`--names`,
+    /// `Event::dname`), kept when later ones come without; None on the other tables. An
+    /// attribute of the row, not of its key: one address, one row, whatever it was called.
+    pub name: Option<Arc<str>>,
 }

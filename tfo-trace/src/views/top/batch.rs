@@ -139,7 +139,7 @@ pub fn write_json(
         rows(snap, view, sort, filter)
             .into_iter()
             .map(|r| {
-                let mut m = key_json(&r.key);
+                let mut m = key_json(r);
                 m.extend(stats_json(&r.stats));
                 Value::Object(m)
             })
@@ -178,7 +178,7 @@ mod tests {
     use super::*;
     use crate::aggregation::top::{
         model_of,
-        tests::{demo_events, demo_events_in_a_container, demo_refreshes},
+        tests::{demo_events, demo_events_in_a_container, demo_refreshes, named_demo_events},
     };
     use std::time::Duration;
 
@@ -279,5 +279,41 @@ mod tests {
         assert_eq!(v["totals"]["client"]["stalls_per_s"].as_f64(), Some(0.0));
         assert_eq!(v["rate_interval_s"].as_f64(), Some(1.0));
         assert_eq!(v["stall_history"], serde_json::json!([0, 0, 0, 0, 0, 1, 1, 0]));
+    }
+
+    /// `--names`: `--batch` shows the destinations' NAME column (`-` where none is known,
+    /// a long one cut as a key is), `--json` their whole `dname` (null where none).
+    #[test]
+    fn batch_text_and_json_name_destinations() {
+        let snap = model_of(&named_demo_events()).snapshot();
+        let mut out = Vec::new();
+        write_text(&mut out, "T", &snap, &info(), Sort::Attempts, "").unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let tokens = |first: &str| -> Vec<String> {
+            let line =
+                text.lines().find(|l| l.starts_with(first)).unwrap_or_else(|| panic!("{first}: {text}"));
+            line.split_whitespace().map(String::from).collect()
+        };
+        assert_eq!(tokens("DESTINATION")[..3], ["DESTINATION", "NAME", "ATTEMPTS"]);
+        assert_eq!(tokens("198.18.0.2:8080 ")[..3], ["198.18.0.2:8080", "api.example", "8"]);
+        assert_eq!(tokens("198.18.0.3:8080 ")[..3], ["198.18.0.3:8080", "-", "3"]);
+        let cut = format!("{}~", &crate::aggregation::top::tests::LONG_NAME[..46]);
+        assert_eq!(tokens("[fd00:7f0::2]:8080 ")[..3], ["[fd00:7f0::2]:8080", cut.as_str(), "1"]);
+        assert_eq!(tokens("LISTENER")[..3], ["LISTENER", "NETNS", "ATTEMPTS"], "destinations only");
+
+        let mut out = Vec::new();
+        write_json(&mut out, "T", &snap, &info(), Sort::Attempts, "").unwrap();
+        let v: Value = serde_json::from_str(&String::from_utf8(out).unwrap()).unwrap();
+        let named: Vec<(&Value, &Value)> =
+            v["destinations"].as_array().unwrap().iter().map(|d| (&d["destination"], &d["dname"])).collect();
+        assert_eq!(
+            named,
+            [
+                (&json!("198.18.0.2:8080"), &json!("api.example")),
+                (&json!("198.18.0.3:8080"), &Value::Null),
+                (&json!("[fd00:7f0::2]:8080"), &json!(crate::aggregation::top::tests::LONG_NAME)),
+            ]
+        );
+        assert!(v["listeners"][0].get("dname").is_none(), "destinations only");
     }
 }

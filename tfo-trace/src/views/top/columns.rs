@@ -1,6 +1,6 @@
 //! The columns of `top`'s tables, shared by the terminal UI and the plain rows, and which
 //! ones to drop first when the terminal is narrow.
-use super::rows::{cells, View};
+use super::rows::{cells, name_cell, View};
 use crate::{
     aggregation::top::{Row, RowKey},
     units,
@@ -165,45 +165,68 @@ pub fn key_titles(view: View) -> &'static [&'static str] {
     }
 }
 
-/// Minimum widths of the key columns (addresses grow up to `MAX_KEY_WIDTH`).
-fn key_min_widths(view: View) -> &'static [usize] {
-    match view {
-        View::Destinations => &[21],
-        View::Listeners => &[21, 10],
-        View::Processes => &[7, 15],
+/// Minimum widths of the key columns (addresses grow up to `MAX_KEY_WIDTH`), with the
+/// NAME column's if `named`.
+fn key_min_widths(view: View, named: bool) -> Vec<usize> {
+    let mut mins = match view {
+        View::Destinations => vec![21],
+        View::Listeners => vec![21, 10],
+        View::Processes => vec![7, 15],
         // A container id as `docker ps` shortens it; names grow as addresses do.
-        View::Containers => &[12],
+        View::Containers => vec![12],
+    };
+    if named {
+        mins.push(NAME_TITLE.len());
     }
+    mins
+}
+
+/// Whether a table of `view` with `rows` shows the NAME column.
+fn named(view: View, rows: &[&Row]) -> bool {
+    view == View::Destinations && rows.iter().any(|r| r.name.is_some())
 }
 
 /// IPv6 address:port is at most 47 characters; wider keys are cut with `~`.
 pub const MAX_KEY_WIDTH: usize = 47;
 
+/// The destinations' name column (`--names`), after DESTINATION: drawn where a row shown
+/// has a name ([`Row::name`]), so a trace without names loses no room to a column of `-`.
+pub const NAME_TITLE: &str = "NAME";
+
 /// A table layout: key column widths and the indexes of the number columns shown.
 pub struct Layout {
     pub key_widths: Vec<usize>,
     pub columns: Vec<usize>,
+    /// Whether the NAME column is drawn ([`NAME_TITLE`]).
+    pub named: bool,
 }
 
 impl Layout {
     /// Every column but the graphs, as wide as the rows need (plain output).
     pub fn full(view: View, rows: &[&Row]) -> Layout {
         let columns = (0..COLUMNS.len()).filter(|&i| !COLUMNS[i].terminal_only).collect();
-        Layout { key_widths: key_widths(view, rows), columns }
+        let named = named(view, rows);
+        Layout { key_widths: key_widths(view, rows, named), columns, named }
     }
 
     /// What fits in `width` characters: the key columns (shrunk if they must), then number
     /// columns by priority, shown in display order.
     pub fn fit(view: View, rows: &[&Row], width: usize) -> Layout {
-        let mut key_widths = key_widths(view, rows);
-        let mins = key_min_widths(view);
-        // The first key column (the address) gives way down to its minimum to leave room
-        // for at least the top-priority numbers (ATTEMPTS, STALLS, STALL/S).
+        // The NAME column only where the address keeps at least its own minimum beside it.
+        let named_mins = key_min_widths(view, true);
+        let named = named(view, rows) && named_mins.iter().sum::<usize>() + named_mins.len() - 1 <= width;
+        let mut key_widths = key_widths(view, rows, named);
+        let mins = key_min_widths(view, named);
+        // The key columns give way, the last first (a destination's name before its
+        // address), down to their minimums to leave room for at least the top-priority
+        // numbers (ATTEMPTS, STALLS, STALL/S).
         let room_for_numbers: usize = COLUMNS.iter().filter(|c| c.priority <= 2).map(|c| c.width + 1).sum();
         let wanted = key_widths.iter().sum::<usize>() + key_widths.len() - 1 + room_for_numbers;
-        if wanted > width {
-            let over = wanted - width;
-            key_widths[0] = key_widths[0].saturating_sub(over).max(mins[0].min(width));
+        let mut over = wanted.saturating_sub(width);
+        for (w, min) in key_widths.iter_mut().zip(&mins).rev() {
+            let give = w.saturating_sub(*min.min(&width)).min(over);
+            *w -= give;
+            over -= give;
         }
         let mut used = key_widths.iter().sum::<usize>() + key_widths.len() - 1;
         let mut by_priority: Vec<usize> = (0..COLUMNS.len()).collect();
@@ -219,16 +242,19 @@ impl Layout {
             columns.push(i);
         }
         columns.sort_unstable();
-        Layout { key_widths, columns }
+        Layout { key_widths, columns, named }
     }
 
     pub fn header(&self, view: View) -> String {
-        let keys: Vec<String> = key_titles(view).iter().map(|t| (*t).to_string()).collect();
+        let mut keys: Vec<String> = key_titles(view).iter().map(|t| (*t).to_string()).collect();
+        if self.named {
+            keys.push(NAME_TITLE.into());
+        }
         self.line(&keys, |i| COLUMNS[i].title.to_string())
     }
 
     pub fn row(&self, row: &Row) -> String {
-        self.line(&cells(&row.key), |i| (COLUMNS[i].cell)(row))
+        self.line(&key_cells(row, self.named), |i| (COLUMNS[i].cell)(row))
     }
 
     fn line(&self, keys: &[String], cell: impl Fn(usize) -> String) -> String {
@@ -246,11 +272,21 @@ impl Layout {
     }
 }
 
-fn key_widths(view: View, rows: &[&Row]) -> Vec<usize> {
-    let mins = key_min_widths(view);
-    let mut w: Vec<usize> = key_titles(view).iter().zip(mins).map(|(t, m)| t.len().max(*m)).collect();
+/// The key cells of a row, and its NAME if the column is drawn.
+fn key_cells(row: &Row, named: bool) -> Vec<String> {
+    let mut cells = cells(&row.key);
+    if named {
+        cells.push(name_cell(row));
+    }
+    cells
+}
+
+fn key_widths(view: View, rows: &[&Row], named: bool) -> Vec<usize> {
+    let mins = key_min_widths(view, named);
+    let titles = key_titles(view).iter().copied().chain(named.then_some(NAME_TITLE));
+    let mut w: Vec<usize> = titles.zip(&mins).map(|(t, m)| t.len().max(*m)).collect();
     for r in rows {
-        for (i, c) in cells(&r.key).iter().enumerate() {
+        for (i, c) in key_cells(r, named).iter().enumerate() {
             if let Some(slot) = w.get_mut(i) {
                 *slot = (*slot).max(c.chars().count().min(MAX_KEY_WIDTH));
             }
@@ -273,12 +309,14 @@ fn cut(s: &str, w: usize) -> String {
     t
 }
 
-/// Key cells of a row for JSON: named fields instead of columns.
-pub fn key_json(key: &RowKey) -> serde_json::Map<String, serde_json::Value> {
+/// Key cells of a row for JSON: named fields instead of columns. A destination's name
+/// (`--names`, [`Row::name`]) is `dname`, as in an event; null where none is known.
+pub fn key_json(row: &Row) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
-    match key {
+    match &row.key {
         RowKey::Destination(a) => {
             m.insert("destination".into(), a.to_string().into());
+            m.insert("dname".into(), row.name.as_deref().into());
         }
         RowKey::Listener { addr, netns } => {
             m.insert("listener".into(), addr.to_string().into());
@@ -301,7 +339,10 @@ mod tests {
     use super::super::rows::rows;
     use super::*;
     use crate::{
-        aggregation::top::{model_of, tests::demo_events},
+        aggregation::top::{
+            model_of,
+            tests::{demo_events, named_demo_events, LONG_NAME},
+        },
         cli::Sort,
     };
 
@@ -328,6 +369,54 @@ mod tests {
         assert!(!full.header(View::Destinations).contains("STALL_HISTORY"), "no graph in plain rows");
         assert_eq!(full.columns.len(), COLUMNS.len() - 1);
         assert!(full.row(rows[0]).starts_with("198.18.0.2:8080"));
+    }
+
+    /// `--names`: a NAME column after DESTINATION where a row has a name (`-` for one
+    /// without), cut with `~` past the widest key; on a narrow terminal it gives way before
+    /// the address does, and goes where even its title would not fit.
+    #[test]
+    fn named_destinations_get_a_name_column_that_gives_way_first() {
+        let s = model_of(&named_demo_events()).snapshot();
+        let rows = rows(&s, View::Destinations, Sort::Attempts, "");
+        let full = Layout::full(View::Destinations, &rows);
+        assert_eq!(full.key_widths, [21, MAX_KEY_WIDTH]);
+        assert!(full
+            .header(View::Destinations)
+            .starts_with(&format!("{:<21} {:<47} ATTEMPTS", "DESTINATION", "NAME")));
+        let texts: Vec<String> = rows.iter().map(|r| full.row(r)).collect();
+        assert!(
+            texts[0].starts_with(&format!("{:<21} {:<47} {:>8} ", "198.18.0.2:8080", "api.example", 8)),
+            "{texts:?}"
+        );
+        assert!(
+            texts[1].starts_with(&format!("{:<21} {:<47} {:>8} ", "198.18.0.3:8080", "-", 3)),
+            "{texts:?}"
+        );
+        let cut = format!("{}~", &LONG_NAME[..46]);
+        assert!(texts[2].starts_with(&format!("{:<21} {cut} {:>8} ", "[fd00:7f0::2]:8080", 1)), "{texts:?}");
+
+        let narrow = Layout::fit(View::Destinations, &rows, 60);
+        assert_eq!(narrow.key_widths, [21, 14], "the name gave way, the address did not");
+        assert!(
+            narrow.row(rows[2]).starts_with("[fd00:7f0::2]:8080    a-very-long-s~ "),
+            "{}",
+            narrow.row(rows[2])
+        );
+        for w in [20, 25, 26, 40, 60, 80, 100, 120, 150, 200] {
+            let l = Layout::fit(View::Destinations, &rows, w);
+            assert_eq!(l.named, w >= 26, "{w}");
+            for r in &rows {
+                assert!(l.row(r).chars().count() <= w, "{w}: {:?}", l.row(r));
+            }
+            assert!(l.header(View::Destinations).chars().count() <= w);
+        }
+        // No name anywhere (no `--names`): no column, as before.
+        let plain = model_of(&demo_events()).snapshot();
+        let plain_rows = super::super::rows::rows(&plain, View::Destinations, Sort::Attempts, "");
+        assert!(!Layout::full(View::Destinations, &plain_rows).header(View::Destinations).contains("NAME"));
+        // Nor on the other tables.
+        let listeners = super::super::rows::rows(&s, View::Listeners, Sort::Attempts, "");
+        assert!(!Layout::full(View::Listeners, &listeners).named);
     }
 
     #[test]

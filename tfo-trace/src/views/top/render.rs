@@ -521,6 +521,7 @@ fn draw_help(frame: &mut Frame, area: Rect) {
             "  LOST      time lost to SYN timeouts",
             "  LOST/S    time lost per second now",
             "  ATT/S     connections per second now",
+            "  NAME      destination's DNS name (--names)",
             "  STALL_HISTORY  stalls per refresh, newest right",
             "  COOKIE    cookie requests",
             "  NOT_ACKED SYN-data not acknowledged",
@@ -551,7 +552,7 @@ mod tests {
     use crate::{
         aggregation::top::{
             model_of,
-            tests::{demo_events, demo_events_in_a_container, demo_refreshes},
+            tests::{demo_events, demo_events_in_a_container, demo_refreshes, named_demo_events},
         },
         cli::Sort,
     };
@@ -861,6 +862,22 @@ mod tests {
         for (needs, avail) in [(vec![1, 100, 7], 33), (vec![40, 2, 2], 17), (vec![9, 9, 9], 26)] {
             assert!(share_lines(&needs, avail, 0).iter().sum::<usize>() <= avail);
         }
+    }
+
+    /// `--names` on screen: the NAME column after DESTINATION, and `/` finds a row by it.
+    #[test]
+    fn named_destinations_on_screen_and_filtered_by_name() {
+        let snap = model_of(&named_demo_events()).snapshot();
+        let s = screen_of(&snap, 120, 30, &ui());
+        assert!(s.iter().all(|l| l.chars().count() <= 120));
+        assert_eq!(tokens(line(&s, "DESTINATION"))[..3], ["DESTINATION", "NAME", "ATTEMPTS"]);
+        assert_eq!(tokens(line(&s, "198.18.0.2:8080"))[..3], ["198.18.0.2:8080", "api.example", "8"]);
+        assert_eq!(tokens(line(&s, "198.18.0.3:8080"))[..3], ["198.18.0.3:8080", "-", "3"]);
+        let mut u = ui();
+        u.filter = "api".into();
+        let s = screen_of(&snap, 120, 30, &u);
+        line(&s, "[1] Dest (1 of 3 rows)");
+        assert!(!s.iter().any(|l| l.contains("198.18.0.3:8080")), "filtered out");
     }
 
     #[test]

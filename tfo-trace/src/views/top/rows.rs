@@ -49,7 +49,7 @@ impl View {
 pub fn rows<'a>(snap: &'a Snapshot, view: View, sort: Sort, filter: &str) -> Vec<&'a Row> {
     let needle = filter.trim().to_lowercase();
     let mut rows: Vec<&Row> =
-        view.table(snap).rows.iter().filter(|r| matches(&r.key, &needle, &snap.netns_names)).collect();
+        view.table(snap).rows.iter().filter(|r| matches(r, &needle, &snap.netns_names)).collect();
     rows.sort_by(|a, b| sort.compare(a, b));
     rows
 }
@@ -58,7 +58,7 @@ pub fn rows<'a>(snap: &'a Snapshot, view: View, sort: Sort, filter: &str) -> Vec
 /// pid, the process name or the container is not known: the host has no container).
 pub fn cells(key: &RowKey) -> Vec<String> {
     match key {
-        RowKey::Destination(a) => vec![a.to_string()],
+        RowKey::Destination(a) => vec![crate::units::destination(a.ip(), a.port(), None)],
         RowKey::Listener { addr, netns } => vec![addr.to_string(), netns.to_string()],
         RowKey::Process { pid, comm } => vec![
             if *pid == 0 { "-".into() } else { pid.to_string() },
@@ -68,14 +68,25 @@ pub fn cells(key: &RowKey) -> Vec<String> {
     }
 }
 
-/// `/` filter: a case-insensitive substring of the address:port, the port, the netns (its
-/// inode, or its `ip netns` name from `netns_names`), the pid, the process name or the
-/// container (`-`: the host). `needle` is already lower case.
-fn matches(key: &RowKey, needle: &str, netns_names: &BTreeMap<u32, Arc<str>>) -> bool {
+/// The NAME cell of a destination row: the name its process last resolved the address by
+/// (`--names`, [`Row::name`]), as [`crate::units::write_destination`] prints a name; `-`
+/// where none is known.
+pub fn name_cell(row: &Row) -> String {
+    match row.name.as_deref().filter(|n| !n.is_empty()) {
+        None => "-".into(),
+        Some(name) => crate::units::printable(name).into_owned(),
+    }
+}
+
+/// `/` filter: a case-insensitive substring of the address:port, the port, a destination's
+/// name (`--names`), the netns (its inode, or its `ip netns` name from `netns_names`), the
+/// pid, the process name or the container (`-`: the host). `needle` is already lower case.
+fn matches(row: &Row, needle: &str, netns_names: &BTreeMap<u32, Arc<str>>) -> bool {
     let named = |netns: &u32| netns_names.get(netns).is_some_and(|n| n.to_lowercase().contains(needle));
     needle.is_empty()
-        || cells(key).iter().any(|c| c.to_lowercase().contains(needle))
-        || matches!(key, RowKey::Listener { netns, .. } if named(netns))
+        || cells(&row.key).iter().any(|c| c.to_lowercase().contains(needle))
+        || row.name.as_deref().is_some_and(|n| n.to_lowercase().contains(needle))
+        || matches!(&row.key, RowKey::Listener { netns, .. } if named(netns))
 }
 
 /// The sort orders `s` cycles through (`--sort` names them: [`Sort`]).
@@ -125,7 +136,7 @@ mod tests {
     use crate::{
         aggregation::top::{
             model_of,
-            tests::{container_events, demo_events, DOCKER_ID},
+            tests::{container_events, demo_events, named_demo_events, DOCKER_ID},
         },
         events::{Event, Role},
     };
@@ -180,6 +191,31 @@ mod tests {
         assert_eq!(rows(Sort::Attempts, "4F1E").len(), 1, "by id, any case");
         assert_eq!(rows(Sort::Attempts, "nginx").len(), 1, "by unit");
         assert!(rows(Sort::Attempts, "nothing").is_empty());
+    }
+
+    /// `--names`: `/` finds a destination by its name too (any case), and its NAME cell is
+    /// the name, escaped as text views print one, or `-`.
+    #[test]
+    fn the_filter_matches_a_destinations_name() {
+        let s = model_of(&named_demo_events()).snapshot();
+        let keys = |filter| -> Vec<String> {
+            rows(&s, View::Destinations, Sort::Attempts, filter)
+                .iter()
+                .map(|r| cells(&r.key)[0].clone())
+                .collect()
+        };
+        assert_eq!(keys("API.EX"), ["198.18.0.2:8080"]);
+        assert_eq!(keys("eu-west"), ["[fd00:7f0::2]:8080"]);
+        assert_eq!(keys("example"), ["198.18.0.2:8080", "[fd00:7f0::2]:8080"]);
+        assert_eq!(keys("0.3:"), ["198.18.0.3:8080"], "by address as before");
+        assert!(rows(&s, View::Processes, Sort::Attempts, "api.example").is_empty(), "destinations only");
+        let name = |addr: &str| {
+            let row = s.destinations.rows.iter().find(|r| cells(&r.key)[0] == addr).unwrap();
+            name_cell(row)
+        };
+        assert_eq!((name("198.18.0.2:8080"), name("198.18.0.3:8080")), ("api.example".into(), "-".into()));
+        let odd = Row { name: Some("a\x1bb".into()), ..s.destinations.rows[0].clone() };
+        assert_eq!(name_cell(&odd), "a\\u{1b}b");
     }
 
     #[test]

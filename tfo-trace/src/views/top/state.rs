@@ -43,7 +43,7 @@ pub const KEYS: [(&str, &[&str]); 6] = [
     ("1 2 3 4 Tab", &["destinations listeners processes", "containers (tall: all at once)"]),
     ("Space", &["pause the display (counting goes on)"]),
     ("s", &["sort: attempts stalls stalls/s lost p99", "accepted name"]),
-    ("/", &["filter: address port netns pid name", "container (a - row: the host)"]),
+    ("/", &["filter: address port dest name netns", "pid comm container (a - row: the host)"]),
     ("?", &["this help (any key closes it)"]),
 ];
 
