@@ -66,7 +66,14 @@ pub fn replay(data: &[u8]) {
     serde_json::to_string(&whole).expect("a report always serializes");
     // Every grouping, a short top, and the events split between two hosts (a merge): the
     // rows shown and the rest always add up to the summary.
-    for by in [GroupBy::Destination, GroupBy::Prefix, GroupBy::Port, GroupBy::Process, GroupBy::Container] {
+    for by in [
+        GroupBy::Destination,
+        GroupBy::Name,
+        GroupBy::Prefix,
+        GroupBy::Port,
+        GroupBy::Process,
+        GroupBy::Container,
+    ] {
         let mut b = ReportBuilder::new(GroupOptions { by, prefix_v4: 20, prefix_v6: 40 }, true);
         let hosts = [b.host("a"), b.host("b")];
         for (i, e) in events.iter().enumerate() {

@@ -295,6 +295,98 @@ fn report_rejects_what_is_not_a_recording() {
     assert_eq!(out.status.code(), Some(2), "--from and --duration conflict");
 }
 
+/// A recording whose client events carry the DNS name their process resolved (`dname`, as
+/// `--names` records it), without a kernel: `--group-by name` makes one row per name whose
+/// counts are its addresses' rows (by destination) summed, those rows as its evidence; an
+/// address without a name keeps its own row; by destination, each row lists its names.
+fn report_groups_a_recording_by_name() {
+    let f = TempFile::new("names");
+    let header = r#"{"tfo_trace_recording":1,"host":"web-1","kernel":"6.18","backend":"tracepoint","start":"2026-11-30T08:00:00.000000000Z","version":"0.1.0"}"#;
+    let mut lines = vec![header.to_string()];
+    let mut event = |role: &str, outcome: &str, daddr: &str, name: Option<&str>, stall_us: u64| {
+        let n = lines.len();
+        let mut e = serde_json::json!({
+            "ts": format!("2026-11-30T08:00:{:02}.000000000Z", n), "role": role, "outcome": outcome,
+            "family": 4, "saddr": "198.18.0.1", "sport": 40000 + n, "daddr": daddr, "dport": PORT,
+            "netns": 4026532177u32, "pid": 7, "comm": "curl", "syn_data_bytes": 64, "cookie_len": null,
+            "exp_option": false, "retransmits": u32::from(stall_us > 0), "handshake_us": 200 + stall_us,
+            "stall_us": stall_us,
+        });
+        if let Some(name) = name {
+            e["dname"] = name.into();
+        }
+        lines.push(e.to_string());
+    };
+    for _ in 0..4 {
+        event("client", "accepted", "198.18.0.3", Some("api.example"), 0);
+    }
+    event("client", "accepted", "198.18.0.3", Some("www.example"), 0);
+    for _ in 0..2 {
+        event("client", "syn_retransmitted", "198.18.0.4", Some("api.example"), 1_020_000);
+        event("client", "data_not_acked", "198.18.0.4", Some("api.example"), 0);
+    }
+    event("client", "accepted", "198.18.0.5", None, 0);
+    event("server", "accepted", "198.18.0.1", None, 0);
+    std::fs::write(&f.0, lines.join("\n") + "\n").unwrap();
+
+    let by_name = report_json(&["--from", f.path(), "--group-by", "name"]);
+    let by_dest = report_json(&["--from", f.path()]);
+    let rows = |r: &Value| r["destinations"].as_array().unwrap().clone();
+    let row = |r: &Value, d: &str| {
+        rows(r).into_iter().find(|x| x["destination"] == d).unwrap_or_else(|| panic!("no {d}: {r:#}"))
+    };
+    // Every connection is in some row, by name as by destination.
+    let total = |r: &Value| rows(r).iter().map(|d| d["connections"].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(total(&by_name), total(&by_dest));
+    assert_eq!(by_name["summary"]["connections"], by_dest["summary"]["connections"]);
+    assert_eq!(
+        (by_name["summary"]["groups"].clone(), by_name["summary"]["unnamed_groups"].clone()),
+        (3.into(), 1.into())
+    );
+    let api = row(&by_name, "api.example");
+    assert_eq!(api["destinations"], 2);
+    assert_eq!(api["verdict"]["kind"], "syn_data_dropped");
+    // Its addresses: the same counts as their own rows by destination where only this name
+    // went (198.18.0.4), and as the name's share of a shared one (198.18.0.3: 4 of its 5).
+    let addrs = api["addresses"].as_array().unwrap();
+    let addr = |a: &str| addrs.iter().find(|x| x["address"] == format!("{a}:{PORT}")).unwrap();
+    let only = row(&by_dest, &format!("198.18.0.4:{PORT}"));
+    for k in
+        ["connections", "outcomes", "stalled", "lost_us_total", "extra_round_trips", "extra_round_trip_us"]
+    {
+        assert_eq!(addr("198.18.0.4")[k], only[k], "{k}");
+    }
+    assert_eq!(addr("198.18.0.3")["outcomes"], serde_json::json!({"accepted": 4}));
+    let summed = |k: &str| addrs.iter().map(|a| a[k].as_u64().unwrap()).sum::<u64>();
+    for k in ["connections", "stalled", "lost_us_total", "extra_round_trips", "extra_round_trip_us"] {
+        assert_eq!(api[k].as_u64().unwrap(), summed(k), "{k}");
+    }
+    let evidence = api["verdict"]["evidence"].to_string();
+    assert!(
+        evidence.contains(&format!("address 198.18.0.3:{PORT}: 4 connections (accepted=4)")),
+        "{evidence}"
+    );
+    // No name: the address's own row, the same as by destination.
+    let unnamed = row(&by_name, &format!("198.18.0.5:{PORT}"));
+    assert_eq!(unnamed["verdict"], row(&by_dest, &format!("198.18.0.5:{PORT}"))["verdict"]);
+    assert_eq!(unnamed["names"], serde_json::json!([]));
+    // Server events are grouped as without names.
+    assert_eq!(by_name["listeners"], by_dest["listeners"]);
+    // By destination: each row names its names.
+    assert_eq!(
+        row(&by_dest, &format!("198.18.0.3:{PORT}"))["names"],
+        serde_json::json!(["api.example", "www.example"])
+    );
+    let out = Command::new(common::exe())
+        .args(["report", "--group-by", "name", "--from", f.path()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("\napi.example (2 destinations)\n"), "{text}");
+    assert!(text.contains("in 2 names and 1 address without a name"), "{text}");
+}
+
 fn listener(report: &Value, port: u16, netns: u32) -> &Value {
     report["listeners"]
         .as_array()
@@ -644,5 +736,6 @@ tests_main!(
     report_balance_agrees_with_the_break_even { veth: 0, delayed_20ms: 20 },
     report_on_a_recorded_server_that_stopped_taking_tfo,
     report_rejects_what_is_not_a_recording,
+    report_groups_a_recording_by_name,
     report_on_recorded_key_rotation_and_queue_overflow,
 );

@@ -507,8 +507,17 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
         units::plural(s.connections, "client connection", "client connections"),
         units::plural(s.destinations, "destination", "destinations")
     );
-    if g != crate::aggregation::report::grouping::GroupBy::Destination {
-        first.push_str(&format!(", in {}", units::plural(s.groups, g.name(), g.rows())));
+    match s.unnamed_groups {
+        // By name: the rows that are an address without a name are said apart.
+        Some(unnamed) if unnamed > 0 => first.push_str(&format!(
+            ", in {} and {} without a name",
+            units::plural(s.groups - unnamed.min(s.groups), g.name(), g.rows()),
+            units::plural(unnamed, "address", "addresses")
+        )),
+        _ if g != crate::aggregation::report::grouping::GroupBy::Destination => {
+            first.push_str(&format!(", in {}", units::plural(s.groups, g.name(), g.rows())));
+        }
+        _ => {}
     }
     if s.server_events > 0 {
         first.push_str(&format!(
@@ -587,6 +596,19 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
     out
 }
 
+/// `api.example, www.example`, `a, b, c +2 more`: the DNS names of a row's addresses; None
+/// where it has none, or is the one name's row (its title names it).
+fn names_line(d: &DestinationReport) -> Option<String> {
+    if d.names.is_empty() || (d.more_names == 0 && d.names.len() == 1 && d.names[0] == d.destination) {
+        return None;
+    }
+    let mut line = d.names.join(", ");
+    if d.more_names > 0 {
+        line.push_str(&format!(" +{} more", units::count(d.more_names)));
+    }
+    Some(line)
+}
+
 fn row_title(d: &DestinationReport) -> String {
     match (d.netns, d.destinations) {
         (Some(n), _) => format!("{} (netns {n})", d.destination),
@@ -639,6 +661,9 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     }
     for d in b.rows() {
         writeln!(w, "{}", row_title(&d))?;
+        if let Some(names) = names_line(&d) {
+            writeln!(w, "  names: {names}")?;
+        }
         writeln!(w, "  connections: {}  {}", d.connections, outcomes_line(&d.outcomes))?;
         writeln!(w, "  added latency: {}", lost_line(&d))?;
         if let Some(b) =
@@ -716,7 +741,10 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
             writeln!(
                 w,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                md(&d.destination),
+                md(&match names_line(d) {
+                    Some(names) => format!("{} ({names})", d.destination),
+                    None => d.destination.clone(),
+                }),
                 opt(d.netns),
                 d.connections,
                 d.accepted,
@@ -941,6 +969,94 @@ mod tests {
         d.extra_round_trips = 0;
         assert_eq!(lost_line(&d), "no time lost");
         assert_eq!(Outcome::DataNotAcked.name(), "data_not_acked");
+    }
+
+    #[test]
+    fn names_in_text_json_and_markdown() {
+        let named = |mut e: Event, n: &str| {
+            e.dname = Some(n.into());
+            e
+        };
+        let mut events: Vec<Event> = dropped3().into_iter().map(|e| named(e, "api.example")).collect();
+        events.push(named(event("accepted", "198.18.0.3", 40100, 64, 0), "www.example"));
+        events.push(named(event("accepted", "198.18.0.4", 40101, 64, 0), "api.example"));
+        events.push(event("accepted", "198.18.0.5", 40102, 64, 0));
+
+        // By destination: each row lists the names of its address.
+        let b = build(&events, GroupBy::Destination, None);
+        let text = rendered(&b, ReportFormat::Text, &[]);
+        assert!(
+            text.contains(
+                "\n198.18.0.3:8080 (netns 7)\n  names: api.example, www.example\n  connections: 4  "
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n198.18.0.5:8080 (netns 7)\n  connections: 1  "),
+            "no names, no line: {text}"
+        );
+        let j: serde_json::Value = serde_json::from_str(&rendered(&b, ReportFormat::Json, &[])).unwrap();
+        let d = &j["destinations"][0];
+        assert_eq!(d["destination"], "198.18.0.3:8080");
+        assert_eq!(d["names"], serde_json::json!(["api.example", "www.example"]));
+        assert_eq!(d["more_names"], 0);
+        assert!(d.get("addresses").is_none(), "{d}");
+        assert_eq!(j["destinations"][2]["names"], serde_json::json!([]));
+        assert!(j["summary"].get("unnamed_groups").is_none());
+        let m = rendered(&b, ReportFormat::Markdown, &[]);
+        assert!(m.contains("| 198.18.0.3:8080 (api.example, www.example) | 7 | 4 |"), "{m}");
+
+        // By name: one row per name, its addresses as evidence; the address without a name
+        // keeps its own row.
+        let b = build(&events, GroupBy::Name, None);
+        let text = rendered(&b, ReportFormat::Text, &[]);
+        assert!(text.contains("\nNames by time lost (client side)\n"), "{text}");
+        assert!(
+            text.contains(
+                "  6 client connections to 3 destinations, in 2 names and 1 address without a name\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("  verdicts (one per name): 1 syn_data_dropped, 2 healthy\n"), "{text}");
+        assert!(text.contains("\napi.example (2 destinations)\n  connections: 4  "), "{text}");
+        assert!(
+            text.contains(
+                "\n    - address 198.18.0.3:8080: 3 connections (syn_retransmitted=3), 3.06s lost\n    \
+                 - address 198.18.0.4:8080: 1 connection (accepted=1), no time lost\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\n198.18.0.5:8080 (netns 7)\n"), "{text}");
+        let j: serde_json::Value = serde_json::from_str(&rendered(&b, ReportFormat::Json, &[])).unwrap();
+        assert_eq!(j["summary"]["group_by"], "name");
+        assert_eq!(
+            (j["summary"]["groups"].clone(), j["summary"]["unnamed_groups"].clone()),
+            (3.into(), 1.into())
+        );
+        let api = &j["destinations"][0];
+        assert_eq!(
+            (api["destination"].clone(), api["group"].clone()),
+            ("api.example".into(), "api.example".into())
+        );
+        assert_eq!(api["names"], serde_json::json!(["api.example"]));
+        assert_eq!(api["netns"], serde_json::Value::Null);
+        assert_eq!(api["destinations"], 2);
+        assert_eq!(api["verdict"]["kind"], "syn_data_dropped");
+        let addrs = api["addresses"].as_array().unwrap();
+        assert_eq!(addrs.len(), 2);
+        assert_eq!(addrs[0]["address"], "198.18.0.3:8080");
+        assert_eq!(addrs[0]["netns"], 7);
+        assert_eq!(addrs[0]["connections"], 3);
+        assert_eq!(addrs[0]["outcomes"], serde_json::json!({"syn_retransmitted": 3}));
+        assert_eq!((addrs[0]["showing"].clone(), addrs[0]["of"].clone()), (3.into(), 3.into()));
+        assert_eq!(addrs[0]["lost_us_total"], 3_060_000);
+        assert_eq!(addrs[1]["outcomes"], serde_json::json!({"accepted": 1}));
+        let unnamed =
+            j["destinations"].as_array().unwrap().iter().find(|d| d["destination"] == "198.18.0.5:8080");
+        assert_eq!(unnamed.unwrap()["names"], serde_json::json!([]));
+        let m = rendered(&b, ReportFormat::Markdown, &[]);
+        assert!(m.contains("\n| api.example | - | 4 |"), "{m}");
+        assert!(m.contains("\n- address 198.18.0.3:8080"), "{m}");
     }
 
     #[test]

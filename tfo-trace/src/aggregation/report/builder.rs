@@ -6,7 +6,7 @@
 //! Memory follows destinations, not events: a destination seen once costs one
 //! [`Slot`] (40 bytes) in an insertion-ordered hash map.
 use std::{
-    collections::{BTreeMap, BTreeSet, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::SocketAddr,
 };
 
@@ -16,10 +16,10 @@ use serde::Serialize;
 use super::{
     connections::{ClientId, ConnAcc, OneConn, Slot},
     facts::Facts,
-    grouping::{DestKey, GroupBy, GroupKey, GroupOptions},
+    grouping::{dns_name, DestKey, GroupBy, GroupKey, GroupOptions, NO_NAME},
     verdict::{
-        self, client_report, CachedDrops, ClientRow, DestinationReport, HostShare, Kind, ListenerReport,
-        NamespaceFinding, Strength,
+        self, client_report, AddressShare, CachedDrops, ClientRow, DestinationReport, HostShare, Kind,
+        ListenerReport, NamespaceFinding, Strength, NAMES_SHOWN,
     },
     Report, WORST,
 };
@@ -28,7 +28,8 @@ use crate::{
     events::{Event, Role},
 };
 
-/// One client row's cell: a destination, and for `--group-by process|container` the name.
+/// One client row's cell: a destination, and for `--group-by process|container|name` the
+/// name ([`NO_NAME`] for a connection without a DNS name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct CellKey {
     dest: DestKey,
@@ -53,6 +54,10 @@ pub struct ReportBuilder {
     host_acc: Vec<(ConnAcc, u64)>,
     names: IndexSet<String>,
     cells: IndexMap<CellKey, Slot>,
+    /// The DNS names (`Event::dname`) seen per cell (by its index), each with its events:
+    /// only cells with a named connection have an entry, so a report without `--names`
+    /// costs nothing here.
+    cell_names: HashMap<u32, Vec<(u32, u32)>>,
     /// By namespace (none across hosts) and listener name.
     listeners: IndexMap<(Option<u32>, SocketAddr), ListenerAcc>,
     client_netns: BTreeSet<u32>,
@@ -71,6 +76,7 @@ impl ReportBuilder {
             host_acc: Vec::new(),
             names: IndexSet::new(),
             cells: IndexMap::new(),
+            cell_names: HashMap::new(),
             listeners: IndexMap::new(),
             client_netns: BTreeSet::new(),
             all: ConnAcc::default(),
@@ -108,16 +114,31 @@ impl ReportBuilder {
                 self.all.add(&one);
                 self.host_acc[h].0.add(&one);
                 self.client_netns.insert(e.netns);
+                let dname = dns_name(e).map(|n| self.name(&n));
                 let tag = match self.group.by {
                     GroupBy::Process => self.name(&e.comm),
                     GroupBy::Container => self.name(e.container_label().unwrap_or_default()),
+                    GroupBy::Name => dname.unwrap_or(NO_NAME),
                     _ => 0,
                 };
                 let key = CellKey { dest: DestKey::of(e, !self.fleet), tag };
-                match self.cells.entry(key) {
-                    Entry::Occupied(o) => o.into_mut().add(one),
+                let cell = match self.cells.entry(key) {
+                    Entry::Occupied(o) => {
+                        let i = o.index();
+                        o.into_mut().add(one);
+                        i
+                    }
                     Entry::Vacant(v) => {
+                        let i = v.index();
                         v.insert(Slot::One(one));
+                        i
+                    }
+                };
+                if let Some(n) = dname {
+                    let seen = self.cell_names.entry(cell as u32).or_default();
+                    match seen.iter_mut().find(|(m, _)| *m == n) {
+                        Some((_, count)) => *count = count.saturating_add(1),
+                        None => seen.push((n, 1)),
                     }
                 }
             }
@@ -221,6 +242,10 @@ pub struct Summary {
     /// Client-side rows (destinations, or groups with `--group-by`), and how many are shown.
     pub groups: u64,
     pub shown: u64,
+    /// `--group-by name`: of `groups`, the rows that are one address because its
+    /// connections carried no DNS name (they keep their destination's row); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unnamed_groups: Option<u64>,
     pub server_events: u64,
     pub listeners: u64,
     /// Client-side rows by verdict kind.
@@ -321,14 +346,16 @@ impl Built {
         }
     }
 
-    /// The cells of row `g`.
-    fn members(&self, g: usize) -> Box<dyn Iterator<Item = (&CellKey, &Slot)> + '_> {
+    /// The cells of row `g`, with their indices.
+    fn members(&self, g: usize) -> Box<dyn Iterator<Item = (u32, &CellKey, &Slot)> + '_> {
         match &self.groups {
-            Groups::Cells => Box::new(self.b.cells.get_index(g).into_iter()),
+            Groups::Cells => Box::new(self.b.cells.get_index(g).map(|(k, s)| (g as u32, k, s)).into_iter()),
             Groups::Spans { order, spans } => {
                 let s = &spans[g];
                 let ids = &order[s.start as usize..(s.start + s.len) as usize];
-                Box::new(ids.iter().filter_map(|&i| self.b.cells.get_index(i as usize)))
+                Box::new(
+                    ids.iter().filter_map(|&i| self.b.cells.get_index(i as usize).map(|(k, s)| (i, k, s))),
+                )
             }
         }
     }
@@ -367,7 +394,7 @@ impl Built {
 
     fn acc(&self, g: usize) -> ConnAcc {
         let mut a = ConnAcc::default();
-        for (_, s) in self.members(g) {
+        for (_, _, s) in self.members(g) {
             a.merge(&s.acc());
         }
         a
@@ -419,10 +446,22 @@ impl Built {
         let mut showing = 0u64;
         let mut per_host: BTreeMap<u32, ConnAcc> = BTreeMap::new();
         let mut worst: Vec<(u64, CellKey)> = Vec::new();
-        for (k, s) in self.members(g) {
+        let mut names: HashMap<u32, u64> = HashMap::new();
+        let mut addresses: Vec<AddressShare> = Vec::new();
+        let by_name = matches!(key, GroupKey::Name(_));
+        for (i, k, s) in self.members(g) {
             destinations += 1;
-            if kind.shown_by(&s.acc()).0 > 0 {
+            let a = s.acc();
+            let (shows, of) = kind.shown_by(&a);
+            if shows > 0 {
                 showing += 1;
+            }
+            for &(n, count) in self.b.cell_names.get(&i).into_iter().flatten() {
+                let c = names.entry(n).or_default();
+                *c = c.saturating_add(u64::from(count));
+            }
+            if by_name {
+                addresses.push(AddressShare::of(k.dest.label(), k.dest.netns, &a, shows, of));
             }
             s.for_each_host(|h, a| per_host.entry(h).or_default().merge(a));
             let lost = s.lost_us_total();
@@ -454,8 +493,27 @@ impl Built {
             .into_iter()
             .map(|id| if id == ClientId::MAX { "?".to_string() } else { self.name(u32::from(id)) })
             .collect();
+        // The row's names, most events first (ties by name), the first few shown.
+        let mut names: Vec<(String, u64)> = names.into_iter().map(|(n, c)| (self.name(n), c)).collect();
+        names.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let more_names = names.len().saturating_sub(NAMES_SHOWN) as u64;
+        names.truncate(NAMES_SHOWN);
+        // A name's addresses, worst first: most time lost, most extra round trips, most
+        // showing the verdict, most connections.
+        addresses.sort_by(|a, b| {
+            b.lost_us_total
+                .cmp(&a.lost_us_total)
+                .then(b.extra_round_trip_us.cmp(&a.extra_round_trip_us))
+                .then(b.showing.cmp(&a.showing))
+                .then(b.connections.cmp(&a.connections))
+                .then_with(|| a.address.cmp(&b.address))
+                .then(a.netns.cmp(&b.netns))
+        });
         let name = |t| self.name(t);
         ClientRow {
+            names: names.into_iter().map(|(n, _)| n).collect(),
+            more_names,
+            addresses,
             clients,
             more_clients,
             key,
@@ -527,6 +585,12 @@ impl Built {
             destinations,
             groups: self.len() as u64,
             shown: self.shown as u64,
+            unnamed_groups: match &self.groups {
+                Groups::Spans { spans, .. } if self.b.group.by == GroupBy::Name => {
+                    Some(spans.iter().filter(|s| matches!(s.key, GroupKey::Destination(_))).count() as u64)
+                }
+                _ => None,
+            },
             server_events: self.b.server_events,
             listeners: self.b.listeners.len() as u64,
             verdicts,
@@ -860,6 +924,141 @@ mod tests {
             (r.connections, r.syn_data_dropped, r.lost_us_total)
         );
         assert_eq!(r2.verdict.support, r.verdict.support);
+    }
+
+    fn named(mut e: Event, name: &str) -> Event {
+        e.dname = Some(name.into());
+        e
+    }
+
+    /// api.example at two addresses, one clean and one with dropped and not-acked SYN-data;
+    /// www.example at the clean one; an address no name was learnt for; a server event.
+    fn named_events() -> Vec<(u32, Event)> {
+        let mut events = Vec::new();
+        for _ in 0..4 {
+            events.push((0, named(ok("198.18.0.3"), "api.example")));
+        }
+        events.push((0, named(ok("198.18.0.3"), "www.example")));
+        events.push((0, named(ok("198.18.0.4"), "api.example")));
+        for _ in 0..2 {
+            events.push((0, named(dropped("198.18.0.4"), "api.example")));
+            events.push((0, named(cli(Outcome::DataNotAcked, "198.18.0.4", 443, 64, 0), "api.example")));
+        }
+        events.push((0, ok("198.18.0.5")));
+        events.push((0, ok("198.18.0.5")));
+        // A server event never has a name; one that claims one is grouped as always.
+        events.push((0, named(sample_event(Role::Server, Outcome::Accepted), "api.example")));
+        events
+    }
+
+    #[test]
+    fn a_name_is_one_verdict_across_its_addresses() {
+        let events = named_events();
+        let b = built(&events, GroupBy::Name, false, None);
+        let rows: Vec<DestinationReport> = b.rows().collect();
+        let labels: Vec<&str> = rows.iter().map(|r| r.destination.as_str()).collect();
+        assert_eq!(labels, ["api.example", "198.18.0.5:443", "www.example"], "{rows:#?}");
+        let api = &rows[0];
+        assert_eq!(
+            (api.destinations, api.netns, api.names.as_slice()),
+            (2, None, &["api.example".to_string()][..])
+        );
+        // The same verdict as per destination, on the sum of its addresses' connections.
+        let api_only: Vec<(u32, Event)> =
+            events.iter().filter(|(_, e)| e.dname.as_deref() == Some("api.example")).cloned().collect();
+        let per_dest: Vec<DestinationReport> =
+            built(&api_only, GroupBy::Destination, false, None).rows().collect();
+        assert_eq!(per_dest.len(), 2, "{per_dest:#?}");
+        let sum = |f: fn(&DestinationReport) -> u64| per_dest.iter().map(f).sum::<u64>();
+        assert_eq!(api.connections, sum(|d| d.connections));
+        assert_eq!(api.connections, 9);
+        assert_eq!(api.accepted, sum(|d| d.accepted));
+        assert_eq!(api.syn_data_dropped, sum(|d| d.syn_data_dropped));
+        assert_eq!(api.data_not_acked, sum(|d| d.data_not_acked));
+        assert_eq!(api.lost_us_total, sum(|d| d.lost_us_total));
+        assert_eq!(api.extra_round_trip_us, sum(|d| d.extra_round_trip_us));
+        let mut outcomes = BTreeMap::<String, u64>::new();
+        for d in &per_dest {
+            for (k, v) in &d.outcomes {
+                *outcomes.entry(k.clone()).or_default() += v;
+            }
+        }
+        assert_eq!(api.outcomes, outcomes);
+        assert_eq!(api.verdict.kind, Kind::SynDataDropped);
+        assert_eq!(
+            api.verdict.kind,
+            Kind::of_clients(&{
+                let mut a = ConnAcc::default();
+                api_only.iter().for_each(|(_, e)| a.add(&OneConn::of(e, 0, 0)));
+                a
+            })
+        );
+        assert!(
+            api.verdict.sentence.starts_with(
+                "SYN-data to api.example was dropped on the path in 2 of 9 connections (1 of 2 destinations)"
+            ),
+            "{}",
+            api.verdict.sentence
+        );
+        // Both addresses as evidence, each with its own counts, the worst first.
+        let addrs: Vec<(&str, u64, u64)> =
+            api.addresses.iter().map(|a| (a.address.as_str(), a.connections, a.lost_us_total)).collect();
+        assert_eq!(addrs, [("198.18.0.4:443", 5, 2_000_000), ("198.18.0.3:443", 4, 0)]);
+        assert_eq!(api.addresses.iter().map(|a| a.connections).sum::<u64>(), api.connections);
+        assert_eq!((api.addresses[0].showing, api.addresses[0].of), (2, 5));
+        let ev = api.verdict.evidence.join("\n");
+        assert!(
+            ev.contains(
+                "address 198.18.0.4:443: 5 connections (accepted=1 data_not_acked=2 syn_retransmitted=2), 2s \
+                 lost, 2 extra round trips for data not acked, ~400us"
+            ),
+            "{ev}"
+        );
+        assert!(ev.contains("\naddress 198.18.0.3:443: 4 connections (accepted=4), no time lost"), "{ev}");
+        assert!(!ev.contains("most time lost"), "the address lines say it: {ev}");
+        // Without a name: the destination's own row, nothing dropped.
+        let unnamed = &rows[1];
+        assert_eq!((unnamed.destinations, unnamed.netns, unnamed.connections), (1, Some(1), 2));
+        assert!(unnamed.names.is_empty() && unnamed.addresses.is_empty());
+        assert_eq!(unnamed.verdict.sentence, "TFO works towards 198.18.0.5:443: 2 of 2 SYN-data accepted");
+        let s = &b.summary;
+        assert_eq!((s.groups, s.unnamed_groups, s.destinations, s.connections), (3, Some(1), 3, 12));
+        assert_eq!(rows.iter().map(|r| r.connections).sum::<u64>(), s.connections);
+        // Server events are grouped by listener, as without names.
+        assert_eq!((s.server_events, b.listeners.len()), (1, 1));
+        assert_eq!(built(&events, GroupBy::Destination, false, None).summary.unnamed_groups, None);
+    }
+
+    #[test]
+    fn every_verdict_lists_the_names_of_its_addresses() {
+        let mut events = named_events();
+        // Five names for one address: the three with the most connections, then a count.
+        for (name, n) in
+            [("a.example", 1), ("b.example", 3), ("c.example", 2), ("d.example", 1), ("e.example", 2)]
+        {
+            for _ in 0..n {
+                events.push((0, named(ok("198.18.0.9"), name)));
+            }
+        }
+        let b = built(&events, GroupBy::Destination, false, None);
+        let rows: Vec<DestinationReport> = b.rows().collect();
+        let by = |d: &str| rows.iter().find(|r| r.destination == d).unwrap();
+        assert_eq!(by("198.18.0.3:443").names, ["api.example", "www.example"]);
+        assert_eq!(by("198.18.0.3:443").more_names, 0);
+        assert_eq!(by("198.18.0.4:443").names, ["api.example"]);
+        assert_eq!(by("198.18.0.9:443").names, ["b.example", "c.example", "e.example"]);
+        assert_eq!(by("198.18.0.9:443").more_names, 2);
+        assert!(by("198.18.0.5:443").names.is_empty());
+        assert!(rows.iter().all(|r| r.addresses.is_empty()), "address lists are for names only");
+        // A group of addresses lists the names of all of them.
+        let b = built(&events, GroupBy::Prefix, false, None);
+        let net = b.rows().next().unwrap();
+        assert_eq!((net.destination.as_str(), net.names.len(), net.more_names), ("198.18.0.0/24", 3, 4));
+        assert_eq!(net.names[0], "api.example");
+        // A name with a control character is printed escaped.
+        let evil = vec![(0, named(ok("198.18.0.3"), "x\u{1b}[2J.example"))];
+        let b = built(&evil, GroupBy::Name, false, None);
+        assert_eq!(b.rows().next().unwrap().destination, "x\\u{1b}[2J.example");
     }
 
     #[test]

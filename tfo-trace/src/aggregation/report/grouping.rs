@@ -1,7 +1,11 @@
 //! How `report` groups client connections: by destination (the default), by network prefix
 //! (a middlebox in front of a whole /24 is one verdict, not one per address), by port, by
-//! process or by container. Pure: keys from events, labels from keys.
-use std::net::{IpAddr, SocketAddr};
+//! process, by container or by the DNS name the client resolved (`--names`). Pure: keys
+//! from events, labels from keys.
+use std::{
+    borrow::Cow,
+    net::{IpAddr, SocketAddr},
+};
 
 use serde::Serialize;
 
@@ -22,6 +26,9 @@ pub enum GroupBy {
     Process,
     /// One row per client container (or systemd unit, or cgroup).
     Container,
+    /// One row per DNS name the client resolved for its destination (`--names`), across
+    /// that name's addresses; a connection without a name keeps its destination's row.
+    Name,
 }
 
 impl GroupBy {
@@ -33,6 +40,7 @@ impl GroupBy {
             GroupBy::Port => "port",
             GroupBy::Process => "process",
             GroupBy::Container => "container",
+            GroupBy::Name => "name",
         }
     }
 
@@ -44,6 +52,7 @@ impl GroupBy {
             GroupBy::Port => "ports",
             GroupBy::Process => "processes",
             GroupBy::Container => "containers",
+            GroupBy::Name => "names",
         }
     }
 
@@ -92,15 +101,31 @@ impl DestKey {
     }
 }
 
-/// A row of the report's client side. `Process` and `Container` hold an index into the
-/// report's table of names (each name is stored once).
+/// A row of the report's client side. `Process`, `Container` and `Name` hold an index into
+/// the report's table of names (each name is stored once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum GroupKey {
     Destination(DestKey),
-    Prefix { net: IpAddr, len: u8 },
+    Prefix {
+        net: IpAddr,
+        len: u8,
+    },
     Port(u16),
     Process(u32),
     Container(u32),
+    /// A DNS name (`--group-by name`).
+    Name(u32),
+}
+
+/// The tag of a connection without a DNS name under `--group-by name`: it keeps its
+/// destination's row.
+pub const NO_NAME: u32 = u32::MAX;
+
+/// A client event's DNS name (`Event::dname`, from `--names`) as `report` prints it:
+/// control characters escaped (`\u{1b}`: a recording is input, not trusted); None without
+/// one, or for an empty one.
+pub fn dns_name(e: &Event) -> Option<Cow<'_, str>> {
+    e.dname.as_deref().filter(|n| !n.is_empty()).map(crate::units::printable)
 }
 
 /// `ip` with only its first `len` bits kept.
@@ -120,8 +145,9 @@ pub fn mask(ip: IpAddr, len: u8) -> IpAddr {
 }
 
 impl GroupOptions {
-    /// The group of a destination; `tag` is the name index of the connection's process or
-    /// container (used only when grouping by those).
+    /// The group of a destination; `tag` is the name index of the connection's process,
+    /// container or DNS name (used only when grouping by those; [`NO_NAME`] for a connection
+    /// without a DNS name, which keeps its destination's row).
     pub fn key(&self, dest: &DestKey, tag: u32) -> GroupKey {
         match self.by {
             GroupBy::Destination => GroupKey::Destination(*dest),
@@ -137,15 +163,19 @@ impl GroupOptions {
             GroupBy::Port => GroupKey::Port(dest.port),
             GroupBy::Process => GroupKey::Process(tag),
             GroupBy::Container => GroupKey::Container(tag),
+            GroupBy::Name if tag == NO_NAME => GroupKey::Destination(*dest),
+            GroupBy::Name => GroupKey::Name(tag),
         }
     }
 
-    /// The name a connection is grouped under when grouping by process or container; None
-    /// otherwise (no name needs storing).
+    /// The name a connection is grouped under when grouping by process, container or DNS
+    /// name; None otherwise (no name needs storing), and for a connection without a DNS
+    /// name when grouping by those (it keeps its destination's row).
     pub fn tag_name(&self, e: &Event) -> Option<String> {
         match self.by {
             GroupBy::Process => Some(e.comm.to_string()),
             GroupBy::Container => Some(e.container_name().unwrap_or_default()),
+            GroupBy::Name => dns_name(e).map(Cow::into_owned),
             _ => None,
         }
     }
@@ -153,7 +183,7 @@ impl GroupOptions {
 
 impl GroupKey {
     /// How the row is named: `198.18.0.2:8080`, `198.18.0.0/24`, `port 8080`, `process curl`,
-    /// `container 3f2a9c1b0d4e` (`no container` for processes outside any).
+    /// `container 3f2a9c1b0d4e` (`no container` for processes outside any), `api.example`.
     pub fn label(&self, name: impl Fn(u32) -> String) -> String {
         match self {
             GroupKey::Destination(d) => d.label(),
@@ -164,6 +194,7 @@ impl GroupKey {
                 n if n.is_empty() => "no container".to_string(),
                 n => format!("container {n}"),
             },
+            GroupKey::Name(t) => name(*t),
         }
     }
 
@@ -239,5 +270,28 @@ mod tests {
         );
         assert_eq!(DestKey::of(&plain, true).netns, Some(1));
         assert_eq!(DestKey::of(&plain, false).netns, None);
+    }
+
+    #[test]
+    fn by_name_with_the_destination_for_connections_without_one() {
+        let o = GroupOptions { by: GroupBy::Name, ..Default::default() };
+        let named =
+            Event { dname: Some("api.example".into()), ..sample_event(Role::Client, Outcome::Accepted) };
+        assert_eq!(o.tag_name(&named).as_deref(), Some("api.example"));
+        let plain = sample_event(Role::Client, Outcome::Accepted);
+        assert_eq!(o.tag_name(&plain), None);
+        let empty = Event { dname: Some("".into()), ..plain.clone() };
+        assert_eq!(dns_name(&empty), None, "an empty name is none");
+        let d = dest("198.18.0.3", 8080);
+        assert_eq!(o.key(&d, 4), GroupKey::Name(4));
+        assert_eq!(o.key(&d, NO_NAME), GroupKey::Destination(d), "no name: the destination's row");
+        let names = |_| "api.example".to_string();
+        assert_eq!(GroupKey::Name(4).label(names), "api.example");
+        assert_eq!(GroupKey::Name(4).subject(names), "api.example");
+        assert_eq!(GroupKey::Name(4).netns(), None);
+        assert!(!GroupBy::Name.by_destination());
+        assert_eq!((GroupBy::Name.name(), GroupBy::Name.rows()), ("name", "names"));
+        let evil = Event { dname: Some("a\u{1b}]0;x\u{7}.example".into()), ..plain };
+        assert_eq!(dns_name(&evil).as_deref(), Some("a\\u{1b}]0;x\\u{7}.example"));
     }
 }

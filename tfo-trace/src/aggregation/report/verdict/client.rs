@@ -1,6 +1,6 @@
 //! The verdict's sentence and evidence for a row of client connections: a destination, or
 //! a group of them (`--group-by`).
-use super::{hosts_line, DestinationReport, HostShare, Kind, Strength, Support, Verdict};
+use super::{hosts_line, AddressShare, DestinationReport, HostShare, Kind, Strength, Support, Verdict};
 use crate::{
     aggregation::{
         report::{
@@ -38,6 +38,68 @@ pub struct ClientRow {
     /// whether others did too: the advice names where to turn TFO off.
     pub clients: Vec<String>,
     pub more_clients: bool,
+    /// The DNS names seen for its addresses (at most [`super::NAMES_SHOWN`], the most
+    /// connected-to first), and how many others.
+    pub names: Vec<String>,
+    pub more_names: u64,
+    /// A DNS name's row: each of its addresses, the worst first (empty otherwise).
+    pub addresses: Vec<AddressShare>,
+}
+
+/// Address lines a name's evidence lists; the others are summed in one line.
+const ADDRESSES_LISTED: usize = 8;
+
+/// One address of a name's row as evidence: `address 198.18.0.3:8080: 5 connections
+/// (accepted=2 syn_retransmitted=3), 3.06s lost`. `netns`: the rows span several client
+/// namespaces, so the address names its own.
+fn address_line(a: &AddressShare, netns: bool) -> String {
+    let ns = match a.netns.filter(|_| netns) {
+        Some(n) => format!(" (netns {n})"),
+        None => String::new(),
+    };
+    let outcomes: Vec<String> = a.outcomes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut cost = Vec::new();
+    if a.stalled > 0 {
+        cost.push(format!("{} lost", units::duration_us(a.lost_us_total)));
+    }
+    if a.extra_round_trips > 0 {
+        cost.push(format!(
+            "{} for data not acked, ~{}",
+            units::plural(a.extra_round_trips, "extra round trip", "extra round trips"),
+            units::duration_us(a.extra_round_trip_us)
+        ));
+    }
+    if cost.is_empty() {
+        cost.push("no time lost".into());
+    }
+    format!(
+        "address {}{ns}: {} ({}), {}",
+        a.address,
+        units::plural(a.connections, "connection", "connections"),
+        outcomes.join(" "),
+        cost.join(", ")
+    )
+}
+
+/// A name's addresses as evidence, the worst first: the first [`ADDRESSES_LISTED`], then
+/// the others summed.
+fn address_lines(addresses: &[AddressShare]) -> Vec<String> {
+    let netns: std::collections::BTreeSet<Option<u32>> = addresses.iter().map(|a| a.netns).collect();
+    let mut out: Vec<String> =
+        addresses.iter().take(ADDRESSES_LISTED).map(|a| address_line(a, netns.len() > 1)).collect();
+    let rest = addresses.get(ADDRESSES_LISTED..).unwrap_or_default();
+    if !rest.is_empty() {
+        let conns: u64 = rest.iter().fold(0u64, |n, a| n.saturating_add(a.connections));
+        let lost: u64 = rest.iter().fold(0u64, |n, a| n.saturating_add(a.lost_us_total));
+        out.push(format!(
+            "and {} more {}: {}, {}",
+            units::count(rest.len() as u64),
+            if rest.len() == 1 { "address" } else { "addresses" },
+            units::plural(conns, "connection", "connections"),
+            if lost > 0 { format!("{} lost", units::duration_us(lost)) } else { "no time lost".into() }
+        ));
+    }
+    out
 }
 
 /// The verdict on a row of client connections, with its evidence.
@@ -221,7 +283,10 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
         .filter(|(_, l)| *l > 0)
         .map(|(d, l)| format!("{d} ({})", units::duration_us(*l)))
         .collect();
-    if many && !worst.is_empty() {
+    if !row.addresses.is_empty() {
+        // A name's addresses, each with its own counts (they hold what `most time lost` says).
+        evidence.extend(address_lines(&row.addresses));
+    } else if many && !worst.is_empty() {
         evidence.push(format!("most time lost: {}", worst.join(", ")));
     }
     if row.fleet {
@@ -243,6 +308,9 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
         group: row.label,
         netns: row.key.netns(),
         destinations: row.destinations,
+        names: row.names,
+        more_names: row.more_names,
+        addresses: row.addresses,
         connections,
         outcomes: a.outcomes(),
         syn_data_sent: sent,
@@ -453,6 +521,31 @@ mod tests {
         let d = report(&old, &Facts::default()).destinations[0].clone();
         assert_eq!((d.saved_measured, d.break_even_accepted_per_stall), (0, None));
         assert!(!d.verdict.sentence.contains("net"), "{}", d.verdict.sentence);
+    }
+
+    #[test]
+    fn a_names_addresses_name_their_namespace_and_sum_the_rest() {
+        use super::{address_lines, AddressShare};
+        let share = |i: u64, netns: u32| AddressShare {
+            address: format!("198.18.0.{i}:443"),
+            netns: Some(netns),
+            connections: 2,
+            outcomes: [("accepted".to_string(), 2)].into(),
+            showing: 2,
+            of: 2,
+            stalled: 1,
+            lost_us_total: i * 1_000,
+            extra_round_trips: 0,
+            extra_round_trip_us: 0,
+        };
+        let one_ns: Vec<AddressShare> = (1..=3).map(|i| share(i, 7)).collect();
+        assert_eq!(address_lines(&one_ns)[0], "address 198.18.0.1:443: 2 connections (accepted=2), 1ms lost");
+        let lines = address_lines(&[share(1, 7), share(2, 8)]);
+        assert_eq!(lines[1], "address 198.18.0.2:443 (netns 8): 2 connections (accepted=2), 2ms lost");
+        let many: Vec<AddressShare> = (1..=11).map(|i| share(i, 7)).collect();
+        let lines = address_lines(&many);
+        assert_eq!(lines.len(), super::ADDRESSES_LISTED + 1);
+        assert_eq!(lines[super::ADDRESSES_LISTED], "and 3 more addresses: 6 connections, 30ms lost");
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub use self::{
     listener::listener_row,
     namespace::{cached_drops, namespace_findings, CachedDrops},
 };
+use super::connections::ConnAcc;
 use crate::units;
 
 /// What a verdict rests on, in counts.
@@ -72,6 +73,45 @@ pub struct HostShare {
     pub lost_us_total: u64,
 }
 
+/// How many of a row's DNS names are listed (`names`); the others are counted
+/// (`more_names`).
+pub const NAMES_SHOWN: usize = 3;
+
+/// One address of a DNS name's row (`--group-by name`), with its own counts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AddressShare {
+    /// `198.18.0.3:8080`, and the client's namespace (on one host; null across hosts).
+    pub address: String,
+    pub netns: Option<u32>,
+    pub connections: u64,
+    pub outcomes: BTreeMap<String, u64>,
+    /// Of its connections, how many show the row's verdict, of how many could.
+    pub showing: u64,
+    pub of: u64,
+    pub stalled: u64,
+    pub lost_us_total: u64,
+    pub extra_round_trips: u64,
+    pub extra_round_trip_us: u64,
+}
+
+impl AddressShare {
+    /// `shows` of `of`: [`Kind::shown_by`] of the row's verdict on `a`.
+    pub fn of(address: String, netns: Option<u32>, a: &ConnAcc, shows: u64, of: u64) -> AddressShare {
+        AddressShare {
+            address,
+            netns,
+            connections: a.connections(),
+            outcomes: a.outcomes(),
+            showing: shows,
+            of,
+            stalled: a.stalled(),
+            lost_us_total: a.lost_us_total(),
+            extra_round_trips: a.extra_round_trips(),
+            extra_round_trip_us: a.extra_round_trip_us,
+        }
+    }
+}
+
 /// Client side: one destination in one namespace, or one group of them (`--group-by`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DestinationReport {
@@ -84,6 +124,15 @@ pub struct DestinationReport {
     pub netns: Option<u32>,
     /// Destinations in the row (1 when grouping by destination).
     pub destinations: u64,
+    /// The DNS names the clients resolved to the row's addresses (`--names`, `Event::dname`),
+    /// the most connected-to first: at most [`NAMES_SHOWN`], `more_names` counting the
+    /// others. Empty where no event of the row carried a name.
+    pub names: Vec<String>,
+    pub more_names: u64,
+    /// `--group-by name`: each address of the name, with its own counts, the most time lost
+    /// first (absent in other groupings).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<AddressShare>,
     /// Connections with a TFO outcome (one event each).
     pub connections: u64,
     pub outcomes: BTreeMap<String, u64>,
