@@ -9,8 +9,10 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::util::{capture, cargo_home, is_root, nightly, probe, run, which};
 
-/// Debian packages the tests and the demo use (ip/nstat, nft, tcpdump, sysctl, tmux, bpftool).
-const DEB_REQUIRED: &[&str] = &["iproute2", "nftables", "tcpdump", "procps", "tmux", "bpftool"];
+/// Debian packages the tests and the demo use (ip/nstat, nft, tcpdump, sysctl, tmux, bpftool,
+/// and dnsmasq as the lab's DNS server for `--names`).
+const DEB_REQUIRED: &[&str] =
+    &["iproute2", "nftables", "tcpdump", "procps", "tmux", "bpftool", "dnsmasq-base"];
 /// `cargo xtask dist` and its checks in the test suite (tests/dist.rs): the musl and
 /// cross toolchains (with cross.rs's `Arch::packages`), readelf, qemu-user for the
 /// aarch64 binary, debootstrap for a Debian 11 userspace, lintian for the .debs.

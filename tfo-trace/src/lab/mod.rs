@@ -16,6 +16,7 @@
 //! it takes a lock and runs `ip`). [`sweep_stale`] removes namespaces left by runs that
 //! died (their embedded pid is gone).
 mod cmd;
+pub mod dns;
 #[cfg(feature = "fixtures")]
 pub mod load;
 #[cfg(feature = "fixtures")]
@@ -141,6 +142,8 @@ fn teardown(owned: Owned) {
 }
 
 fn delete_netns(name: &str) -> Result<()> {
+    // Its resolv.conf, where the lab gave it a DNS server (dns.rs).
+    let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(name));
     let _g = lock(&NETNS_LOCK);
     if !Path::new("/run/netns").join(name).exists() {
         return Ok(());

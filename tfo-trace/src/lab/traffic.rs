@@ -130,6 +130,12 @@ pub struct ClientArgs {
     /// A cgroup v2 directory the lab starts the client in (tests of container attribution).
     #[arg(skip)]
     pub cgroup: Option<PathBuf>,
+    /// Resolve this name first, as `--resolver` says, and refuse to run unless --dst's
+    /// address is among its answers (tests of `--names`).
+    #[arg(long, value_name = "NAME")]
+    pub resolve: Option<String>,
+    #[arg(long, value_enum, default_value_t = super::dns::Resolver::Libc)]
+    pub resolver: super::dns::Resolver,
 }
 
 impl ClientArgs {
@@ -142,6 +148,8 @@ impl ClientArgs {
             interval_ms: 0,
             timeout_ms: 5000,
             cgroup: None,
+            resolve: None,
+            resolver: super::dns::Resolver::Libc,
         }
     }
 
@@ -161,6 +169,11 @@ impl ClientArgs {
             "--timeout-ms".into(),
             self.timeout_ms.to_string(),
         ]
+        .into_iter()
+        .chain(self.resolve.iter().flat_map(|name| {
+            ["--resolve".into(), name.clone(), "--resolver".into(), self.resolver.as_str().into()]
+        }))
+        .collect()
     }
 
     /// The longest the whole run can take if every connection hits its timeout.
@@ -267,6 +280,12 @@ pub fn run_client(args: &ClientArgs) -> Result<()> {
     if args.mode == ClientMode::FastopenConnect && args.payload_bytes == 0 {
         // With a cookie the kernel defers the SYN to the first write: no write, no SYN.
         bail!("--mode fastopen-connect needs --payload-bytes of at least 1");
+    }
+    if let Some(name) = &args.resolve {
+        let found = super::dns::resolve(name, args.resolver, args.dst.is_ipv6())?;
+        if !found.contains(&args.dst.ip()) {
+            bail!("{name} resolved to {found:?}, not to {}", args.dst.ip());
+        }
     }
     let payload = pattern(args.payload_bytes);
     let timeout = Duration::from_millis(args.timeout_ms);

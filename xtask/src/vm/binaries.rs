@@ -16,7 +16,8 @@ use crate::util::{capture, cargo};
 /// TFO_TRACE_BACKEND set (tests/common passes it as `--backend`).
 pub(super) const VM_PER_BACKEND: &[&str] = &["kernel_scenarios", "server_outcomes", "stalls", "report"];
 /// Run once per kernel, without a backend: the lab itself (veth, netem, nft on this kernel).
-pub(super) const VM_ONCE: &[&str] = &["lab", "kernel_facts"];
+/// `names` too: its socket filter and packet sockets are the same on every backend.
+pub(super) const VM_ONCE: &[&str] = &["lab", "kernel_facts", "names"];
 // Every other tests/*.rs is host-only by default (views, formats, CLI, capabilities, the
 // Prometheus exporter: nothing there depends on the kernel's hooks); `--bins` runs any.
 

@@ -22,6 +22,7 @@ pub(super) const DEB_HOST: &[(&str, &str)] = &[
     ("procps", "/usr/sbin/sysctl"),
     ("binutils", "/usr/bin/objcopy"),
     ("tcpdump", "/usr/bin/tcpdump"),
+    ("dnsmasq-base", "/usr/sbin/dnsmasq"),
 ];
 
 pub(super) fn host_packages(arch: &Arch) -> Result<()> {

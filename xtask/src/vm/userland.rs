@@ -31,10 +31,14 @@ pub(super) const VM_PROGRAMS: &[(&str, &str)] = &[
     ("/usr/sbin/sysctl", "procps"),
     // The middlebox scenario checks stalls against the SYNs on the wire.
     ("/usr/bin/tcpdump", "tcpdump"),
+    // `--names` is checked against a DNS server in the lab's server namespace.
+    ("/usr/sbin/dnsmasq", "dnsmasq-base"),
 ];
 /// Host configuration the programs above read, copied when present (text: the same for
 /// every architecture).
-const VM_ETC: &[&str] = &["/etc/iproute2", "/usr/share/iproute2", "/etc/protocols", "/etc/services"];
+/// (dnsmasq looks its user and group up: root's, from passwd and group.)
+const VM_ETC: &[&str] =
+    &["/etc/iproute2", "/usr/share/iproute2", "/etc/protocols", "/etc/services", "/etc/passwd", "/etc/group"];
 
 /// Where a guest's programs come from.
 pub(super) enum Userland {
