@@ -1,7 +1,8 @@
 //! `tfo-trace demo`: the built-in lab, traced. Two destinations on one TFO server
 //! namespace, one clean and one behind a middlebox that drops SYNs carrying data, and
 //! clients in a second namespace, all shown by `top`: a newcomer sees accepted
-//! connections and one-second stalls within seconds.
+//! connections and one-second stalls within seconds. With dnsmasq installed, the clients
+//! look their servers up by name first and `--names` (always on here) names each row.
 use std::{
     io::{self, IsTerminal},
     net::SocketAddr,
@@ -17,6 +18,7 @@ use crate::{
         traffic::{ClientArgs, ClientMode},
         ClientChild, Lab, LabConfig,
     },
+    probes::LoadOptions,
     views::{
         session::Session,
         stop::Stop,
@@ -29,28 +31,68 @@ const PORT: u16 = 8080;
 /// Clients that stop by themselves within `duration`: a paced stream to the clean
 /// destination (both ways of asking for TFO) and back-to-back connections to the one
 /// behind the middlebox, each of which pays the 1 s SYN timeout.
-fn start_traffic(lab: &Lab, exe: &std::path::Path, duration: Duration) -> Result<Vec<ClientChild>> {
+/// With a DNS server (`dns`), each client first looks its destination up by name through
+/// libc, as an application would: `--names` then names every row.
+fn start_traffic(
+    lab: &Lab,
+    exe: &std::path::Path,
+    duration: Duration,
+    dns: bool,
+) -> Result<Vec<ClientChild>> {
     let secs = duration.as_secs().max(2) as u32;
     let clean = SocketAddr::new(lab.server_addr(0, false)?, PORT);
     let dropped = SocketAddr::new(lab.server_addr(1, false)?, PORT);
     let clean_v6 = SocketAddr::new(lab.server_addr(0, true)?, PORT);
+    let named = |name: &str| dns.then(|| name.to_string());
     let specs = [
-        ClientArgs { count: secs * 2, interval_ms: 500, ..ClientArgs::new(clean) },
+        ClientArgs { count: secs * 2, interval_ms: 500, resolve: named(API), ..ClientArgs::new(clean) },
         ClientArgs {
             count: secs,
             interval_ms: 1000,
             mode: ClientMode::FastopenConnect,
+            resolve: named(API),
             ..ClientArgs::new(clean_v6)
         },
         // Each of these takes about a second: the SYN-data is dropped, the SYN resent.
-        ClientArgs { count: secs.saturating_sub(1).max(1), interval_ms: 0, ..ClientArgs::new(dropped) },
+        ClientArgs {
+            count: secs.saturating_sub(1).max(1),
+            interval_ms: 0,
+            resolve: named(EDGE),
+            ..ClientArgs::new(dropped)
+        },
     ];
     specs.iter().map(|s| lab.spawn_client(exe, s)).collect()
 }
 
+/// The demo's names: the clean server, and the address behind the middlebox.
+const API: &str = "api.lab.test";
+const EDGE: &str = "edge.lab.test";
+
+/// The lab's DNS server, when dnsmasq is installed (without it the demo runs unnamed).
+fn start_dns(lab: &Lab) -> Result<Option<crate::lab::dns::DnsServer>> {
+    if !std::path::Path::new(crate::lab::dns::DNSMASQ).exists() {
+        crate::note!(
+            "tfo-trace demo: no {} (dnsmasq-base): destinations go unnamed",
+            crate::lab::dns::DNSMASQ
+        )?;
+        return Ok(None);
+    }
+    let ttl = 60;
+    let zone = crate::lab::dns::Zone {
+        addresses: vec![
+            (API.into(), lab.server_addr(0, false)?, ttl),
+            (API.into(), lab.server_addr(0, true)?, ttl),
+            (EDGE.into(), lab.server_addr(1, false)?, ttl),
+        ],
+        cnames: Vec::new(),
+    };
+    lab.start_dns(&zone).map(Some)
+}
+
 pub async fn run(args: DemoArgs) -> Result<()> {
     let exe = std::env::current_exe().context("locating the tfo-trace executable")?;
-    let load = args.probe.load_options();
+    // Names on: the demo's clients look their servers up by name (with dnsmasq).
+    let load = LoadOptions { names: true, ..args.probe.load_options() };
     // Privileges are checked (one clear line) before anything is created.
     let mut session = Session::start(&load, None)?;
     // Ctrl-C from here on is the demo's to handle: the lab it builds next (namespaces,
@@ -66,6 +108,8 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let dropped = lab.server_addr(1, false)?;
     lab.middlebox_drop_syn_data(Some(dropped))?;
+    let dns = start_dns(&lab)?;
+    session.watch_new_namespaces();
     crate::note!(
         "tfo-trace demo: server {} is clean, {} sits behind a middlebox dropping SYN-data; \
          tracing for {} (Ctrl-C stops early)",
@@ -73,7 +117,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         dropped,
         crate::units::period(args.duration)
     )?;
-    let clients = start_traffic(&lab, &exe, args.duration)?;
+    let clients = start_traffic(&lab, &exe, args.duration, dns.is_some())?;
 
     // `top` shows the lab: the live UI on a terminal, table snapshots otherwise. It stops
     // two seconds after the traffic, so the last stalled connections are in.
@@ -102,6 +146,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     }
     // Read before the lab's namespaces go: their counters are the last word on them.
     let closing = session.closing();
+    drop(dns);
     drop(lab);
     closing.say(args.json || args.summary.json_summary, "tfo-trace demo", "; lab removed")?;
     Ok(())
