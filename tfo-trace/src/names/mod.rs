@@ -88,9 +88,8 @@ impl Names {
     }
 
     /// Reads every answer queued so far (and, at most once a second, opens sockets in
-    /// namespaces made since). `now`: the instant names are looked up at until the next call.
+    /// namespaces made since). `now`: this process's clock, for forgetting what expired.
     pub fn learn(&mut self, now: Instant) {
-        self.cache.now = Some(now);
         if self.scanned_at.is_none_or(|t| now.duration_since(t) >= RESCAN_EVERY) {
             self.rescan();
         }
@@ -156,8 +155,7 @@ fn realtime_ns() -> u128 {
 
 impl Names {
     /// The name a process of namespace `netns` resolved to `addr` last before `at_unix_ns`
-    /// (the connection's time), if that answer has not expired at the `now` of the last
-    /// [`Names::learn`].
+    /// (the connection's time), if that answer had not expired by then.
     pub fn name_of(&self, netns: u32, addr: IpAddr, at_unix_ns: u128) -> Option<&Arc<str>> {
         self.cache.get(netns, addr, at_unix_ns)
     }
@@ -277,13 +275,16 @@ fn follow(
 struct Cache {
     entries: HashMap<(u32, IpAddr), Vec<Learnt>>,
     names: HashSet<Arc<str>>,
-    now: Option<Instant>,
 }
 
 struct Learnt {
     name: Arc<str>,
     /// When the answer arrived, ns since the epoch (0: unknown).
     at_ns: u128,
+    /// Until when a connection may have used it (arrival + TTL + grace), ns since the epoch:
+    /// judged at the connection's time, not at the reader's, which may lag.
+    until_ns: u128,
+    /// When it may be forgotten (the same, by this process's clock).
     expires: Instant,
 }
 
@@ -293,7 +294,6 @@ const ANSWERS_PER_ADDRESS: usize = 4;
 impl Cache {
     /// Keeps the addresses of one DNS message that arrived at `at_ns`; returns how many.
     fn learn(&mut self, netns: u32, msg: &[u8], now: Instant, at_ns: u128) -> u64 {
-        self.now = Some(now);
         let answers = wire::answers(msg);
         for a in &answers {
             if self.entries.len() >= MAX_ENTRIES && !self.entries.contains_key(&(netns, a.addr)) {
@@ -307,29 +307,34 @@ impl Cache {
                     n
                 }
             };
-            let expires = now + Duration::from_secs(u64::from(a.ttl)) + GRACE;
+            let kept_for = Duration::from_secs(u64::from(a.ttl)) + GRACE;
+            let expires = now + kept_for;
+            let until_ns = if at_ns != 0 { at_ns } else { realtime_ns() } + kept_for.as_nanos();
             let kept = self.entries.entry((netns, a.addr)).or_default();
             kept.retain(|l| now < l.expires);
             // The same name again: it has named the address since its first answer.
             if let Some(same) = kept.iter_mut().find(|l| l.name == name) {
                 same.expires = same.expires.max(expires);
+                same.until_ns = same.until_ns.max(until_ns);
                 continue;
             }
             if kept.len() >= ANSWERS_PER_ADDRESS {
                 kept.remove(0);
             }
-            kept.push(Learnt { name, at_ns, expires });
+            kept.push(Learnt { name, at_ns, until_ns, expires });
         }
         answers.len() as u64
     }
 
     /// The name of the last answer for `addr` that came before `at_ns` (a connection's
-    /// time) and has not expired. An answer that came after the connection is not its
+    /// time) and had not expired by then. An answer that came after the connection is not its
     /// (the reader may read both in one go): the connection used an older one, forgotten.
     fn get(&self, netns: u32, addr: IpAddr, at_ns: u128) -> Option<&Arc<str>> {
-        let live = |l: &&Learnt| self.now.is_none_or(|now| now < l.expires);
         let kept = self.entries.get(&(netns, addr))?;
-        kept.iter().filter(live).filter(|l| l.at_ns <= at_ns).max_by_key(|l| l.at_ns).map(|l| &l.name)
+        kept.iter()
+            .filter(|l| l.at_ns <= at_ns && at_ns < l.until_ns)
+            .max_by_key(|l| l.at_ns)
+            .map(|l| &l.name)
     }
 
     /// Forgets what has expired; if that is not an eighth of the cap, the addresses whose
@@ -376,10 +381,9 @@ mod tests {
         let addr: IpAddr = "198.18.0.3".parse().unwrap();
         assert_eq!(cache.get(1, addr, 200).map(|n| &**n), Some("api.example"));
         assert_eq!(cache.get(2, addr, 200), None, "another namespace resolved nothing");
-        cache.now = Some(t0 + Duration::from_secs(30) + GRACE - Duration::from_millis(1));
-        assert!(cache.get(1, addr, 200).is_some());
-        cache.now = Some(t0 + Duration::from_secs(30) + GRACE);
-        assert_eq!(cache.get(1, addr, 200), None, "expired");
+        let until = 100 + (Duration::from_secs(30) + GRACE).as_nanos();
+        assert!(cache.get(1, addr, until - 1).is_some(), "a connection within the TTL and grace");
+        assert_eq!(cache.get(1, addr, until), None, "a connection after: expired, however late it is read");
     }
 
     #[test]
