@@ -133,11 +133,14 @@ impl Cli {
         use clap::{CommandFactory as _, FromArgMatches as _};
         let matches = Cli::command().get_matches();
         let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-        // A replay traces nothing: the kernel side's flags given with --from do nothing.
+        // A replay traces nothing: the kernel side's flags given with --from do nothing
+        // (--names too: a recording carries the names its host learnt).
         if let Some((_, sub)) = matches.subcommand().filter(|(name, _)| ["report", "top"].contains(name)) {
             let given = |id: &str| sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
             if given("from") {
-                if let Some(flag) = ["backend", "ring_buffer_size", "btf"].into_iter().find(|id| given(id)) {
+                if let Some(flag) =
+                    ["backend", "ring_buffer_size", "btf", "names"].into_iter().find(|id| given(id))
+                {
                     let msg = format!(
                         "--{} does nothing with --from: a recording is read, nothing is traced",
                         flag.replace('_', "-")

@@ -126,6 +126,7 @@ fn flags_that_can_do_nothing_are_usage_errors() {
         for (flag, value) in [("--backend", "fentry"), ("--ring-buffer-size", "8192"), ("--btf", "/x.btf")] {
             assert_usage_error(&[sub, "--from", LAB_RECORDING, flag, value], flag);
         }
+        assert_usage_error(&[sub, "--from", LAB_RECORDING, "--names"], "--names");
     }
     let folder = common::TempDir::new("twice");
     let dir = folder.0.clone();

@@ -138,6 +138,9 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     if let Some(path) = &opts.textfile {
         check_textfile(path)?;
     }
+    if opts.load.names && !matches!(opts.breakdown, Some(Breakdown::Destinations(_))) {
+        bail!("--names labels destinations: export has them only with --top-destinations");
+    }
     // Bind before loading anything: a port in use is reported without touching the kernel.
     let listener = match opts.listen {
         Some(addr) => {
