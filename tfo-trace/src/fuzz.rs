@@ -26,8 +26,12 @@ pub type Target = fn(&[u8]);
 
 /// The fuzz targets, by the name of their directory under `fuzz/seeds/` and
 /// `fuzz/regressions/`.
-pub const TARGETS: [(&str, Target); 3] =
-    [("recording", recording), ("event_decoder", event_decoder), ("replay", replay)];
+pub const TARGETS: [(&str, Target); 4] = [
+    ("recording", recording),
+    ("event_decoder", event_decoder),
+    ("replay", replay),
+    ("dns_answer", dns_answer),
+];
 
 /// `report --from` / `top --from` on any file: the whole-file reader and the streaming one
 /// (fed through a tiny buffer, so lines are split across reads) agree, every error is one
@@ -100,6 +104,21 @@ pub fn event_decoder(data: &[u8]) {
     match Event::from_bytes(data, Clock::fixed(CLOCK_OFFSET_NS), &mut Interner::default()) {
         Err(e) => assert_one_line(&format!("{e:#}")),
         Ok(e) => round_trips(&e),
+    }
+}
+
+/// `--names` on any packet a namespace receives from port 53 (what the socket filter
+/// passes: anyone on the path can send it): the packet, and the bytes as a DNS message
+/// themselves, give names no terminal can be fooled by, or nothing.
+pub fn dns_answer(data: &[u8]) {
+    use crate::names::{capture, wire};
+    let from_packet = match capture::dns_of(data) {
+        Some(capture::Dns::Udp(msg)) => wire::answers(msg),
+        Some(capture::Dns::Tcp(s)) => wire::answers(s.payload.get(2..).unwrap_or_default()),
+        None => Vec::new(),
+    };
+    for a in from_packet.iter().chain(&wire::answers(data)) {
+        assert!(!a.name.is_empty() && !a.name.chars().any(|c| c.is_control() || c.is_uppercase()), "{a:?}");
     }
 }
 

@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use crate::util::{display, nightly, probe, run, which, workspace_root};
 
 /// The targets, as named in fuzz/Cargo.toml and under fuzz/seeds/.
-const TARGETS: &[&str] = &["recording", "event_decoder", "replay"];
+const TARGETS: &[&str] = &["recording", "event_decoder", "replay", "dns_answer"];
 
 #[derive(clap::Args)]
 pub struct FuzzArgs {
