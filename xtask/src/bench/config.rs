@@ -21,6 +21,8 @@ pub(super) enum Config {
     Trace,
     Top,
     Export,
+    /// `top` with `--names` (off by default: its cost is shown apart from the targets').
+    TopNames,
     /// No tracer, a second time in the round: what the CPU measure reads for no change.
     UntracedAgain,
     BpftraceCount,
@@ -28,12 +30,13 @@ pub(super) enum Config {
 }
 
 impl Config {
-    pub(super) const ALL: [Config; 8] = [
+    pub(super) const ALL: [Config; 9] = [
         Config::Untraced,
         Config::Floor,
         Config::Trace,
         Config::Top,
         Config::Export,
+        Config::TopNames,
         Config::UntracedAgain,
         Config::BpftraceCount,
         Config::BpftraceKeyed,
@@ -47,6 +50,7 @@ impl Config {
             Config::Trace => "tfo-trace trace > /dev/null",
             Config::Top => "tfo-trace top --batch > /dev/null",
             Config::Export => "tfo-trace export (127.0.0.1:0)",
+            Config::TopNames => "tfo-trace top --batch --names > /dev/null",
             Config::UntracedAgain => "no tracer, again (the measure against itself)",
             Config::BpftraceCount => "bpftrace `@c = count()` one-liner",
             Config::BpftraceKeyed => "bpftrace, keyed by state and destination",
@@ -60,6 +64,7 @@ impl Config {
             Config::Trace => "trace",
             Config::Top => "top",
             Config::Export => "export",
+            Config::TopNames => "top-names",
             Config::UntracedAgain => "again",
             Config::BpftraceCount => "bt-count",
             Config::BpftraceKeyed => "bt-keyed",
@@ -71,7 +76,7 @@ impl Config {
     }
 
     pub(super) fn is_tfo_trace(self) -> bool {
-        Config::TFO_TRACE.contains(&self)
+        Config::TFO_TRACE.contains(&self) || self == Config::TopNames
     }
 
     pub(super) fn bpftrace_script(self) -> Option<(&'static str, usize)> {

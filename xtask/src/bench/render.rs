@@ -23,6 +23,7 @@ impl Report {
         self.targets(&mut s);
         self.per_connection(&mut s);
         self.per_program(&mut s);
+        self.names_cost(&mut s);
         self.stalled_reader(&mut s);
         self.loss(&mut s);
         self.userspace(&mut s);
@@ -255,8 +256,14 @@ impl Report {
         w.push_str(
             "\n## 2. Per program (TFO connections)\n\n| tracer | program | runs/conn | ns/run | ns/conn |\n|---|---|---|---|---|\n",
         );
-        for c in [Config::Floor, Config::Trace, Config::Export, Config::BpftraceCount, Config::BpftraceKeyed]
-        {
+        for c in [
+            Config::Floor,
+            Config::Trace,
+            Config::Export,
+            Config::TopNames,
+            Config::BpftraceCount,
+            Config::BpftraceKeyed,
+        ] {
             let runs = self.of(Mode::Tfo, c);
             let mut names: Vec<String> =
                 runs.iter().flat_map(|r| r.progs.iter().map(|p| p.name.clone())).collect();
@@ -278,6 +285,37 @@ impl Report {
         w.push_str(&format!(
             "\nThe bpftrace scripts (BPFTRACE_MAP_KEYS_MAX={BPFTRACE_MAP_KEYS}):\n\n```\n{BPFTRACE_COUNT}```\n\n```\n{BPFTRACE_KEYED}```\n"
         ));
+    }
+
+    /// `--names`: its socket filter runs on every packet a namespace receives, so it is off
+    /// by default and its cost is given apart from the targets (which hold without it).
+    fn names_cost(&self, w: &mut String) {
+        w.push_str("\n## 2b. `--names` (off by default)\n\n| connection | BPF ns/conn, top | with --names | x floor | CPU ratio, top | with --names | DNS filter runs/conn | ns per non-DNS packet |\n|---|---|---|---|---|---|---|---|\n");
+        for mode in Mode::ALL {
+            let runs = self.of(mode, Config::TopNames);
+            let filter =
+                |f: &dyn Fn(&ProgStat, &Run) -> f64| {
+                    median(runs.iter().filter_map(|r| {
+                        r.progs.iter().find(|p| p.name == "tfo_dns_answers").map(|p| f(p, r))
+                    }))
+                };
+            w.push_str(&format!(
+                "| {} | {:.0} | {:.0} | {:.2}x | {:.3} | {:.3} | {:.1} | {:.0} |\n",
+                mode.name(),
+                self.bpf_ns(mode, Config::Top),
+                self.bpf_ns(mode, Config::TopNames),
+                self.bpf_ratio(mode, Config::TopNames, Config::Floor),
+                self.cpu_ratio(mode, Config::Top),
+                self.cpu_ratio(mode, Config::TopNames),
+                filter(&|p, r| p.run_cnt as f64 / r.load.connections.max(1) as f64),
+                filter(&|p, _| p.run_time_ns as f64 / p.run_cnt.max(1) as f64),
+            ));
+        }
+        w.push_str(
+            "\nEvery packet of the generator's namespace is a non-DNS packet: the filter's runs per \
+             connection are the packets each connection makes it see (received, on loopback), its ns per \
+             run what each costs.\n",
+        );
     }
 
     /// Section 3: the stalled reader.

@@ -45,6 +45,7 @@ impl Tracer {
         let mut args: Vec<String> = match cfg {
             Config::Trace => vec!["trace".into()],
             Config::Top => ["top", "--batch", "--delay", "1"].map(String::from).to_vec(),
+            Config::TopNames => ["top", "--batch", "--delay", "1", "--names"].map(String::from).to_vec(),
             Config::Export => ["export", "--web.listen-address", "127.0.0.1:0"].map(String::from).to_vec(),
             _ => unreachable!("not a tfo-trace configuration"),
         };
