@@ -6,14 +6,14 @@
 //! name must be the kernel's own counts (nstat) for the connections made to it.
 mod common;
 
-use std::{net::SocketAddr, path::Path, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
 use common::{netns_inode, Deltas, TempFile, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     events::{Event, Outcome, Role},
     lab::{
-        dns::{Resolver, Zone, DNSMASQ},
+        dns::{Resolver, Zone},
         ClientArgs, Lab, LabConfig, Side,
     },
     names::GRACE,
@@ -24,8 +24,8 @@ const PORT: u16 = 8080;
 macro_rules! require_dnsmasq {
     () => {
         require_kernel!();
-        if !Path::new(DNSMASQ).exists() {
-            common::skip(format!("{DNSMASQ} not found (cargo xtask setup installs dnsmasq-base)"));
+        if let Some(why) = tfo_trace::lab::dns::cannot_serve() {
+            common::skip(format!("{why}; cargo xtask setup installs dnsmasq-base"));
         }
     };
 }

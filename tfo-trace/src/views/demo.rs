@@ -70,11 +70,8 @@ const EDGE: &str = "edge.lab.test";
 
 /// The lab's DNS server, when dnsmasq is installed (without it the demo runs unnamed).
 fn start_dns(lab: &Lab) -> Result<Option<crate::lab::dns::DnsServer>> {
-    if !std::path::Path::new(crate::lab::dns::DNSMASQ).exists() {
-        crate::note!(
-            "tfo-trace demo: no {} (dnsmasq-base): destinations go unnamed",
-            crate::lab::dns::DNSMASQ
-        )?;
+    if let Some(why) = crate::lab::dns::cannot_serve() {
+        crate::note!("tfo-trace demo: {why}: destinations go unnamed")?;
         return Ok(None);
     }
     let ttl = 60;
