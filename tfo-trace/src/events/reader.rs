@@ -148,7 +148,6 @@ impl EventSource {
         if let Some(names) = names.as_mut() {
             names.learn(std::time::Instant::now());
         }
-        let mut unseen_namespaces = Vec::new();
         let ring = &mut ring.get_mut().0;
         let mut learning = cgroups.names();
         let mut handed = 0;
@@ -173,15 +172,15 @@ impl EventSource {
                 }
             }
             if let (Some(names), Role::Client) = (names.as_mut(), e.role) {
-                if names.reads(e.netns) && names.name_of(e.netns, e.daddr, e.unix_ns).is_none() {
+                if !names.reads(e.netns) {
+                    names.saw_namespace(e.netns);
+                } else if names.name_of(e.netns, e.daddr, e.unix_ns).is_none() {
                     names.catch_up(e.unix_ns);
                 }
             }
             if let (Some(names), Role::Client) = (names.as_ref(), e.role) {
                 e.dname = names.name_of(e.netns, e.daddr, e.unix_ns);
-                if e.dname.is_none() && !names.reads(e.netns) {
-                    unseen_namespaces.push(e.netns);
-                } else if e.dname.is_none() && log::log_enabled!(log::Level::Debug) {
+                if e.dname.is_none() && names.reads(e.netns) && log::log_enabled!(log::Level::Debug) {
                     let kept = names.kept(e.netns, e.daddr);
                     log::debug!(
                         "--names: {} at {} in netns {}: none of {kept:?}",
@@ -205,10 +204,6 @@ impl EventSource {
             each(e);
         }
         learning.names.events_read();
-        if let Some(names) = names.as_mut() {
-            unseen_namespaces.dedup();
-            unseen_namespaces.into_iter().for_each(|ns| names.saw_namespace(ns));
-        }
         handed
     }
 
