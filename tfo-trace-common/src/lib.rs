@@ -414,6 +414,7 @@ macro_rules! kernel_structs {
                 SkBuff "sk_buff",
                 TcpSkbCb "tcp_skb_cb",
                 RequestSock "request_sock",
+                TcpRequestSock "tcp_request_sock",
                 Cgroup "cgroup",
                 KernfsNode "kernfs_node",
                 CgroupRoot "cgroup_root",
@@ -476,6 +477,10 @@ macro_rules! kernel_structs {
                 net_tfo_active_disable_times: Net u32 optional ["ipv4", "tfo_active_disable_times"];
                 // SYN-ACKs retransmitted so far.
                 req_num_retrans: RequestSock int optional ["num_retrans"];
+                // When the first SYN-ACK went out (tcp_clock_us(), the clock of
+                // bpf_ktime_get_ns in µs): the start of a TFO child whose SYN-ACK is
+                // resent, read only then (probe read: past struct request_sock's end).
+                snt_synack: TcpRequestSock u64 optional ["snt_synack"];
                 // Read only by the cgroup tracepoints (a new or removed cgroup, never a
                 // connection); without them containers are named by walking the
                 // hierarchy. A cgroup's kernfs node's id is the cgroup id; its root's

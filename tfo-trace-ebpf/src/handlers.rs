@@ -560,18 +560,25 @@ fn server_child_tfo<A: Access>(sk: Sock<A>) {
     if tp.is_null() {
         return;
     }
-    // The handshake of a child is its SYN-ACK's round trip, which tcp_rcv_state_process()
-    // has just measured (tcp_synack_rtt_meas); 0 where Karn's rule gave no sample (the
-    // SYN-ACK was retransmitted).
     let srtt_us = tp.srtt_us();
-    let handshake_ns = srtt_ns(srtt_us);
     let data = tp.bytes_received() as u32;
     let netns = netns_of(sk.common());
     if !server_selected(sk.common(), netns) {
         return;
     }
-    // The time only the event needs: none in counts-only mode.
-    let at_ns = if config_has(config::COUNTS_ONLY) { 0 } else { packet_time_ns(tp) };
+    // tcp_rtx_synack() counts each SYN-ACK a TFO child resends in its total_retrans.
+    // A child that resent one has state since (on_synack_retransmit): when it started.
+    let retransmits = tp.total_retrans();
+    let resent = if retransmits > 0 { Known::of(conn_state(sk)) } else { Known::NONE };
+    if resent.known {
+        forget(sk);
+    }
+    // The time only the event needs: none in counts-only mode, unless the handshake does.
+    let at_ns = if config_has(config::COUNTS_ONLY) && !resent.known { 0 } else { packet_time_ns(tp) };
+    // The handshake of a child is its SYN-ACK's round trip, which tcp_rcv_state_process()
+    // has just measured (tcp_synack_rtt_meas); where Karn's rule gave no sample (the
+    // SYN-ACK was resent), from its first SYN-ACK to now.
+    let handshake_ns = if resent.known { resent.since_start(at_ns) } else { srtt_ns(srtt_us) };
     // The same sample is what the server saved: the SYN's data reached the listener's
     // queue when the child was made (tcp_try_fastopen), one round trip before this final
     // ACK would have brought it. (Where tcp_ack() sampled a reply sent before this ACK,
@@ -579,7 +586,7 @@ fn server_child_tfo<A: Access>(sk: Sock<A>) {
     let measure = Measure {
         stall_ns: 0,
         syn_data_bytes: data,
-        retransmits: 0,
+        retransmits,
         handshake_ns,
         at_ns,
         saved_srtt_us: srtt_us,
@@ -611,6 +618,11 @@ pub fn on_synack_retransmit<A: Access>(sk: Sock<A>, req: RequestSock<A>) {
     let netns = netns_of(sk.common());
     if !server_selected(sk.common(), netns) {
         return;
+    }
+    // Where the child is judged as it leaves SYN_RECV, its first resend starts following
+    // it: Karn's rule leaves that moment no round-trip sample to time the handshake by.
+    if before == 0 && config_has(config::SERVER_FROM_STATE) {
+        let _ = follow(sk, &ConnState::child_since(req.tcp_request().snt_synack()));
     }
     // inet_rtx_syn_ack() counts this one after the send: the event counts it already.
     let measure = Measure {

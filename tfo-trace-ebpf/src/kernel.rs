@@ -193,6 +193,14 @@ impl<A> RequestSock<A> {
     pub fn common(self) -> SockCommon<A> {
         SockCommon::at(self.addr)
     }
+
+    /// The `struct tcp_request_sock` it is the start of, read with probe reads whatever
+    /// the hook: a BTF-typed program's direct load may not reach past the end of the
+    /// `struct request_sock` the hook's argument is typed as.
+    #[inline(always)]
+    pub fn tcp_request(self) -> TcpRequestSock<Probe> {
+        TcpRequestSock::at(self.addr)
+    }
 }
 
 pub const IPPROTO_TCP: u64 = 6;

@@ -44,6 +44,17 @@ impl ConnState {
     }
 }
 
+impl ConnState {
+    /// A server's TFO child whose first SYN-ACK went out at `snt_synack_us`
+    /// (tcp_clock_us(), the clock of bpf_ktime_get_ns in µs; now where unknown). Its
+    /// process is its listener's owner, named when it is resolved.
+    #[inline(always)]
+    pub fn child_since(snt_synack_us: u64) -> Self {
+        let start_ns = if snt_synack_us != 0 { snt_synack_us * 1000 } else { now() };
+        ConnState { start_ns, last_retrans_ns: 0, pid: 0, retransmits: 0, comm: [0; 2], cgroup_id: 0 }
+    }
+}
+
 /// The process a program runs in (connect(), listen()).
 pub struct Process {
     pub pid: u32,

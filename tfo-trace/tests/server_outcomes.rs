@@ -241,6 +241,99 @@ fn synack_retransmits_of_tfo_children() {
     }
 }
 
+/// How a TFO child's handshake is held up before it ends after all.
+#[derive(Clone, Copy, Debug)]
+enum HeldUp {
+    /// The server's input drops the client's ACKs (handshake ACK, FIN) until the child has
+    /// resent its SYN-ACK twice (tcp_fastopen_synack_timer: 1 s, then 2 s later).
+    AcksDropped,
+    /// The client drops the first SYN-ACK: its SYN timer resends the SYN, and the child
+    /// answers that with its SYN-ACK again (tcp_check_req), as its own timer may too.
+    FirstSynackDropped,
+}
+
+/// A TFO child whose handshake is held up, then ends: every SYN-ACK it resent is one
+/// `synack_retransmitted` (TcpExtTCPSynRetrans, and tcpdump's resent SYN-ACKs), and the
+/// child's `accepted` carries them and its handshake from its first SYN-ACK.
+fn synack_retransmits_of_a_tfo_child_that_completes(how: HeldUp) {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    assert_eq!(lab.run_client(common::exe(), &args(dst, 1)).unwrap().ok_count(), 1, "cookie cached");
+    let srv_ns = netns_inode(&lab, Side::Server);
+    let wire = lab.capture_syns(Side::Server).unwrap();
+    let before = Deltas::since(&lab);
+    let tracer = Tracer::start(&["--netns", &srv_ns.to_string()]);
+    match how {
+        HeldUp::AcksDropped => {
+            lab.middlebox_drop_acks().unwrap();
+            // The child answers the SYN-data at once (data may go before the handshake
+            // ends), so the client is done; its FIN is dropped and resent, and a copy
+            // that gets through ends the handshake.
+            assert_eq!(lab.run_client(common::exe(), &args(dst, 1)).unwrap().ok_count(), 1);
+            before.wait_for(Side::Server, "TcpExtTCPSynRetrans", 2);
+            lab.middlebox_clear().unwrap();
+        }
+        HeldUp::FirstSynackDropped => {
+            lab.client_drop_synack().unwrap();
+            let client = lab.spawn_client(common::exe(), &args(dst, 1)).unwrap();
+            common::eventually("the client drops the first SYN-ACK", || match lab.client_dropped() {
+                Ok(n) if n >= 1 => Ok(()),
+                other => Err(other.map_err(|e| format!("{e:#}"))),
+            });
+            lab.client_allow_synack().unwrap();
+            assert_eq!(client.wait(common::HANG_LIMIT).unwrap().ok_count(), 1);
+        }
+    }
+    common::eventually("the child leaves SYN_RECV", || {
+        match lab.sockets_in_state(Side::Server, "syn-recv") {
+            Ok(0) => Ok(()),
+            other => Err(other.map_err(|e| format!("{e:#}"))),
+        }
+    });
+    let ds = before.server();
+    let (events, stderr) = tracer.stop();
+    let resent: Vec<_> = wire.stop().into_iter().filter(|s| s.syn_ack && s.sport == 8080).collect();
+
+    assert_eq!(ds.get("TcpExtTCPFastOpenPassive"), 1, "one child: {ds:?}");
+    let retrans = ds.get("TcpExtTCPSynRetrans");
+    assert!(retrans >= 1, "the child resent its SYN-ACK: {ds:?}");
+    assert_eq!(resent.len() as u64, retrans + 1, "the first SYN-ACK and each resend on the wire: {resent:?}");
+    assert_eq!(
+        count(&events, srv_ns, Role::Server, Outcome::SynackRetransmitted),
+        retrans,
+        "server deltas {ds:?}; tracer: {stderr:?}"
+    );
+    for e in events.iter().filter(|e| e.outcome == Outcome::SynackRetransmitted) {
+        assert_eq!(e.pid, server.pid(), "{e:?}");
+    }
+    if visible(&stderr, Role::Server, Outcome::Accepted) {
+        let accepted: Vec<_> =
+            events.iter().filter(|e| e.role == Role::Server && e.outcome == Outcome::Accepted).collect();
+        assert_eq!(accepted.len() as u64, ds.get("TcpExtTCPFastOpenPassive"), "{events:?}");
+        let child = accepted[0];
+        // Judged at the SYN (fentry, kprobe), nothing was resent yet; judged as it leaves
+        // SYN_RECV (the tracepoint backends), every resend is behind it.
+        if tfo_trace::probes::table::server_from_state(common::backend_of(&stderr)) {
+            assert_eq!(u64::from(child.retransmits), retrans, "{child:?}");
+            // From the first SYN-ACK on the wire to the ACK that ended it: after the last
+            // resend, before the child's timer (1 s, doubling) would have resent once more.
+            let at = |i: usize| resent[i].time_s * 1e6;
+            let (first, last) = (at(0), at(resent.len() - 1));
+            let next = ((1u64 << (retrans + 1)) - 1) as f64 * 1e6;
+            let slack = 2_000f64.max((last - first) * 0.005);
+            let handshake_us = child.handshake_us.expect("a child's handshake is known") as f64;
+            assert!(
+                handshake_us >= last - first - slack && handshake_us <= next + slack,
+                "{how:?}: the handshake ends between the last resend ({:.0} us) and the timer's next \
+                 ({next:.0} us): {child:?}",
+                last - first,
+            );
+        }
+    }
+}
+
 /// Cookieless TFO: the client sends data without a cookie (0x4) and the server takes it
 /// without one (0x200): accepted on both sides from the first SYN, no cookie request.
 fn cookieless_mode_accepts_data_without_a_cookie() {
@@ -420,5 +513,9 @@ tests_main!(
     tfo_queue_overflows_when_handshakes_stay_unfinished,
     blackhole_detection_pauses_active_tfo,
     synack_retransmits_of_tfo_children,
+    synack_retransmits_of_a_tfo_child_that_completes {
+        acks_dropped: HeldUp::AcksDropped,
+        first_synack_dropped: HeldUp::FirstSynackDropped,
+    },
     cookieless_mode_accepts_data_without_a_cookie,
 );

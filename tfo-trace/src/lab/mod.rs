@@ -327,6 +327,13 @@ impl Lab {
         Netstat::parse(&text).with_context(|| format!("parsing counters of {}", self.netns(side)))
     }
 
+    /// How many TCP sockets of `side`'s namespace are in `state`, as `ss` names states
+    /// (`syn-recv`, `established`, ...): the kernel's own list.
+    pub fn sockets_in_state(&self, side: Side, state: &str) -> Result<usize> {
+        let text = cmd::run(cmd::in_netns(self.netns(side), "ss").args(["-Htn", "state", state]))?;
+        Ok(text.lines().filter(|l| !l.trim().is_empty()).count())
+    }
+
     /// `ip tcp_metrics show` in `side`'s namespace: cached cookies (fo_cookie) and
     /// SYN-data losses (fo_syn_drops) per destination.
     pub fn tcp_metrics(&self, side: Side) -> Result<String> {
@@ -448,6 +455,17 @@ impl Lab {
         Ok(())
     }
 
+    /// A middlebox that drops every segment with ACK and without SYN arriving at the server
+    /// (the client's handshake ACK, its data and its FIN): a TFO child made from SYN-data
+    /// stays in SYN_RECV and resends its SYN-ACK (tcp_fastopen_synack_timer) until the rule
+    /// goes ([`Lab::middlebox_clear`]) and an ACK gets through.
+    pub fn middlebox_drop_acks(&self) -> Result<()> {
+        self.ensure_nft_table()?;
+        let rule = "tcp flags & (syn | ack) == ack counter drop";
+        self.nft(&["add", "rule", "inet", NFT_TABLE, "input", rule])?;
+        Ok(())
+    }
+
     /// Drops every SYN-ACK arriving in the client namespace, so handshakes stay unfinished
     /// (RFC 7413 section 5.1). The table dies with the namespace.
     pub fn client_drop_synack(&self) -> Result<()> {
@@ -486,15 +504,13 @@ impl Lab {
         if lock(&REGISTRY).get(&self.id).and_then(|o| o.nft_in.as_ref()).is_none() {
             return Ok(0);
         }
-        let json = self.nft(&["-j", "list", "table", "inet", NFT_TABLE])?;
-        let v: serde_json::Value = serde_json::from_str(&json).context("parsing `nft -j` output")?;
-        let mut total = 0;
-        for item in v["nftables"].as_array().into_iter().flatten() {
-            for expr in item["rule"]["expr"].as_array().into_iter().flatten() {
-                total += expr["counter"]["packets"].as_u64().unwrap_or(0);
-            }
-        }
-        Ok(total)
+        nft_dropped(&self.nft(&["-j", "list", "table", "inet", NFT_TABLE])?)
+    }
+
+    /// SYN-ACKs dropped so far by [`Lab::client_drop_synack`]'s rule.
+    pub fn client_dropped(&self) -> Result<u64> {
+        let list = ["-j", "list", "table", "inet", NFT_TABLE];
+        nft_dropped(&cmd::run(cmd::in_netns(&self.client_ns, "nft").args(list))?)
     }
 
     fn ensure_nft_table(&self) -> Result<()> {
@@ -695,6 +711,18 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The sum of the rule counters of one table, from `nft -j list table` output.
+fn nft_dropped(json: &str) -> Result<u64> {
+    let v: serde_json::Value = serde_json::from_str(json).context("parsing `nft -j` output")?;
+    let mut total = 0;
+    for item in v["nftables"].as_array().into_iter().flatten() {
+        for expr in item["rule"]["expr"].as_array().into_iter().flatten() {
+            total += expr["counter"]["packets"].as_u64().unwrap_or(0);
+        }
+    }
+    Ok(total)
 }
 
 /// Whether an error of [`Lab::delay_egress`] says the kernel has no netem (tc: "Specified
