@@ -269,11 +269,14 @@ fn synack_retransmits_of_a_tfo_child_that_completes(how: HeldUp) {
         HeldUp::AcksDropped => {
             lab.middlebox_drop_acks().unwrap();
             // The child answers the SYN-data at once (data may go before the handshake
-            // ends), so the client is done; its FIN is dropped and resent, and a copy
-            // that gets through ends the handshake.
-            assert_eq!(lab.run_client(common::exe(), &args(dst, 1)).unwrap().ok_count(), 1);
+            // ends); whatever the client sends next (an ACK, its FIN, resent) ends the
+            // handshake once it gets through. (Whether the client sees the server's FIN
+            // before then varies: its own outcome is not what this test is about.)
+            let client = lab.spawn_client(common::exe(), &args(dst, 1)).unwrap();
             before.wait_for(Side::Server, "TcpExtTCPSynRetrans", 2);
             lab.middlebox_clear().unwrap();
+            let run = client.wait(common::HANG_LIMIT).unwrap();
+            assert_eq!(run.results.len(), 1, "{run:?}");
         }
         HeldUp::FirstSynackDropped => {
             lab.client_drop_synack().unwrap();
