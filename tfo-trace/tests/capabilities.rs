@@ -16,6 +16,8 @@ use std::{
 };
 
 use common::{netns_inode, spawn_retrying, Deltas, Tracer};
+use std::os::unix::fs::MetadataExt as _;
+use tfo_trace::events::{Outcome, Role};
 use tfo_trace::lab::{traffic::ClientArgs, Lab, LabConfig, Side};
 
 const NOBODY: u32 = 65534;
@@ -152,9 +154,6 @@ fn scrape(addr: SocketAddr) -> String {
 
 fn exporter_with_ambient_capabilities_as_in_the_systemd_unit() {
     require_kernel!();
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        common::skip("needs setpriv (util-linux) to hand over ambient capabilities");
-    }
     // No file capabilities here: the capabilities come from the parent, as systemd's
     // AmbientCapabilities= gives them, and no_new_privs is set as NoNewPrivileges= does.
     let copy = Copy::new("ambient", "");
@@ -163,19 +162,9 @@ fn exporter_with_ambient_capabilities_as_in_the_systemd_unit() {
     let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let listen: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "--inh-caps=-all,+bpf,+perfmon",
-        "--ambient-caps=+bpf,+perfmon",
-        "--bounding-set=-all,+bpf,+perfmon",
-        "--no-new-privs",
-    ])
-    .arg(&copy.exe)
-    .current_dir(&copy.dir)
-    .stdin(Stdio::null());
+    let Some(cmd) = as_the_unit(&copy) else {
+        common::skip("needs setpriv (util-linux) to hand over ambient capabilities")
+    };
     let (listen_arg, cli, srv) = (listen.to_string(), cli_ns.to_string(), srv_ns.to_string());
     let exporter = Tracer::start_with(
         cmd,
@@ -203,8 +192,114 @@ fn exporter_with_ambient_capabilities_as_in_the_systemd_unit() {
     exporter.stop_lines();
 }
 
+/// The command line of the systemd unit's exporter: uid 65534, ambient CAP_BPF and
+/// CAP_PERFMON only, no_new_privs (deploy/tfo-trace-exporter.service); None where setpriv
+/// is missing.
+fn as_the_unit(copy: &Copy) -> Option<Command> {
+    Command::new("setpriv").arg("--version").output().ok()?;
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all,+bpf,+perfmon",
+        "--ambient-caps=+bpf,+perfmon",
+        "--bounding-set=-all,+bpf,+perfmon",
+        "--no-new-privs",
+    ])
+    .arg(&copy.exe)
+    .current_dir(&copy.dir)
+    .stdin(Stdio::null());
+    Some(cmd)
+}
+
+/// Issue 37: with the unit's privileges, the counters of a namespace whose processes are
+/// another user's (root's lab server) could not be read, and its kernel-counted outcomes
+/// stayed 0. They are read through /proc/PID/net now, without entering the namespace:
+/// the server's invalid cookies, which no tracepoint hook sees, equal its PassiveFail. A
+/// namespace nothing but a mount holds cannot be read without CAP_SYS_ADMIN: it is said
+/// (the closing summary's `unreadable`, `tfo_trace_kernel_counted_namespaces{state="unreadable"}`),
+/// never counted as 0.
+fn kernel_counted_outcomes_with_the_units_privileges() {
+    require_kernel!();
+    let copy = Copy::new("unit", "");
+    let Some(cmd) = as_the_unit(&copy) else {
+        common::skip("needs setpriv (util-linux) to hand over ambient capabilities")
+    };
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen_key", "00000000-00000000-00000000-0000000a").unwrap();
+    let server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    let args = |count| ClientArgs { count, payload_bytes: 100, ..ClientArgs::new(dst) };
+    assert_eq!(lab.run_client(common::exe(), &args(1)).unwrap().ok_count(), 1, "cookie cached");
+    // Nothing but a mount holds it: no process to read it through.
+    let empty = format!("tfo-caps-empty-{}", std::process::id());
+    let made = Command::new("ip").args(["netns", "add", &empty]).status().unwrap();
+    assert!(made.success());
+    let _empty = scopeguard(|| {
+        let _ = Command::new("ip").args(["netns", "delete", &empty]).status();
+    });
+    let empty_inode = std::fs::metadata(format!("/run/netns/{empty}")).unwrap().ino() as u32;
+
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let exporter = Tracer::start_with(cmd, &["export", "--web.listen-address", &listen, "--json-summary"]);
+    let before = Deltas::since(&lab);
+    // Two keys, one after the other, without a backup: each time the cached cookie fails.
+    for key in ["00000000-00000000-00000000-0000000b", "00000000-00000000-00000000-0000000c"] {
+        lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen_key", key).unwrap();
+        assert_eq!(lab.run_client(common::exe(), &args(1)).unwrap().ok_count(), 1);
+    }
+    let ds = before.server();
+    assert_eq!(ds.get("TcpExtTCPFastOpenPassiveFail"), 2, "server counters: {ds:?}");
+    let text = scrape(listen.parse().unwrap());
+    let (_, stderr) = exporter.stop_lines();
+    let backend = common::backend_of(&stderr);
+    if tfo_trace::probes::table::sees(backend, Role::Server, Outcome::CookieInvalid) {
+        common::skip(format!("the {backend} backend sees invalid cookies itself: no kernel counter is read"));
+    }
+    let closing = common::closing(&stderr).expect("a closing summary");
+    let counted = &closing["kernel_counted"];
+    // Read through the server's process: its key is the inode of its /proc/PID/net/netstat.
+    let key = std::fs::metadata(format!("/proc/{}/net/netstat", server.pid())).unwrap().ino();
+    let row = counted["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["netns"] == key && r["outcome"] == "cookie_invalid")
+        .unwrap_or_else(|| panic!("no cookie_invalid row for the server's namespace {key}: {counted}"));
+    assert_eq!(row["count"], ds.get("TcpExtTCPFastOpenPassiveFail"), "{counted}");
+    assert!(counted["unnamed"].get(key.to_string()).is_some(), "read without its name: {counted}");
+    assert!(
+        counted["unreadable"].get(empty_inode.to_string()).is_some(),
+        "the namespace only a mount holds is said unreadable: {counted}"
+    );
+    // Export's kernel-counted series hold every namespace read, and say what they miss.
+    let series =
+        r#"tfo_trace_connections_total{role="server",outcome="cookie_invalid",source="kernel_counter"}"#;
+    assert!(sample(&text, series).unwrap() >= ds.get("TcpExtTCPFastOpenPassiveFail") as f64, "{text}");
+    assert!(
+        sample(&text, r#"tfo_trace_kernel_counted_namespaces{state="unreadable"}"#).unwrap() >= 1.0,
+        "{text}"
+    );
+}
+
+/// Runs `f` when dropped.
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f()
+            }
+        }
+    }
+    Guard(Some(f))
+}
+
 tests_main!(
     nobody_with_cap_bpf_and_cap_perfmon_sees_the_kernels_connections,
     nobody_without_them_gets_one_line_naming_what_is_missing,
     exporter_with_ambient_capabilities_as_in_the_systemd_unit,
+    kernel_counted_outcomes_with_the_units_privileges,
 );

@@ -168,8 +168,11 @@ fn a_namespace_only_a_listener_holds_is_still_counted() {
     let mut counters = NamespaceCounters::start(Backend::Tracepoint, &tfo_trace_common::Filter::none());
     netns::with_netns(&path, || request_a_cookie(port)).unwrap();
     drop(guard); // unmounts it: only the listener holds it now
-    assert!(!every_netns::every_netns().iter().any(|n| n.inode == inode), "no process, no mount");
-    let held = every_netns::held_by_sockets(&every_netns::every_netns());
+    assert!(
+        !every_netns::every_netns(&Default::default()).iter().any(|n| n.inode == inode),
+        "no process, no mount"
+    );
+    let held = every_netns::held_by_sockets(&every_netns::every_netns(&Default::default()));
     let found = held.iter().find(|n| n.inode == inode).unwrap_or_else(|| panic!("not found: {held:?}"));
     assert_eq!(
         found.way,

@@ -137,6 +137,27 @@ impl CounterDeltas {
     pub fn live(&self) -> impl Iterator<Item = u32> + '_ {
         self.live.keys().copied()
     }
+
+    /// A namespace followed under key `from` is known as `to` from now on (one without a
+    /// name, found again under its inode): its count goes on under `to`, from the same
+    /// baseline, and nothing is counted twice.
+    pub fn rename(&mut self, from: u32, to: u32) {
+        if from == to || self.live.contains_key(&to) {
+            return;
+        }
+        if let Some(f) = self.live.remove(&from) {
+            self.live.insert(to, f);
+        }
+        if self.no_base.remove(&from) {
+            self.no_base.insert(to);
+        }
+        if let Some(kept) = self.retired.remove(&from) {
+            self.retired.insert(to, kept);
+        }
+        if let Some(g) = self.gone.remove(&from) {
+            self.gone.insert(to, g);
+        }
+    }
 }
 
 /// Which kernel-counted outcomes a run's filters let through: the kernel's counters know
@@ -207,9 +228,15 @@ pub struct KernelCounted {
     /// Why there is nothing to show (the filters, no counter readable), if so.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
-    /// Namespaces whose counters could not be read, and why.
+    /// Namespaces whose counters could not be read, and why: their counts are missing
+    /// from the totals (never shown as 0 without saying so).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub unreadable: BTreeMap<u32, String>,
+    /// Namespaces read, and counted, through a process whose namespace this user may not
+    /// name (another user's, without CAP_SYS_PTRACE): their key (the `netns` of their rows)
+    /// is the inode of their /proc/net/netstat, not a namespace's; the value is that pid.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub unnamed: BTreeMap<u32, u32>,
     /// `ip netns` names of the namespaces, where they have one.
     #[serde(skip)]
     pub netns_names: BTreeMap<u32, String>,
@@ -257,8 +284,35 @@ impl KernelCounted {
         if !netns.is_empty() {
             self.rows.retain(|r| netns.contains(&r.netns));
             self.unreadable.retain(|i, _| netns.contains(i));
+            self.unnamed.clear();
         }
         self
+    }
+
+    /// How a namespace is named in sentences: `netns 4026532246 (lab-srv)`, or for one
+    /// without a name, `an unnamed netns (pid 1234's)`.
+    pub fn namespace_phrase(&self, key: u32) -> String {
+        if let Some(pid) = self.unnamed.get(&key) {
+            return format!("an unnamed netns (pid {pid}'s)");
+        }
+        let name = self.netns_names.get(&key).map(|n| format!(" ({n})")).unwrap_or_default();
+        format!("netns {key}{name}")
+    }
+
+    /// `2 namespaces unreadable (netns 4026532246: setns: Operation not permitted; ...)`:
+    /// what the counts above leave out, where anything is; None where nothing is.
+    pub fn unreadable_phrase(&self) -> Option<String> {
+        if self.unreadable.is_empty() {
+            return None;
+        }
+        let each: Vec<String> =
+            self.unreadable.iter().map(|(i, why)| format!("{}: {why}", self.namespace_phrase(*i))).collect();
+        let n = self.unreadable.len();
+        Some(format!(
+            "{n} namespace{} unreadable, not counted ({})",
+            if n == 1 { "" } else { "s" },
+            each.join("; ")
+        ))
     }
 
     /// One role and outcome, over every namespace.
@@ -292,12 +346,11 @@ impl KernelCounted {
         self.by_namespace()
             .into_iter()
             .map(|(ns, rows)| {
-                let name = self.netns_names.get(&ns).map(|n| format!(" ({n})")).unwrap_or_default();
                 let each: Vec<String> = rows
                     .iter()
                     .map(|r| format!("{} {} {}", r.role.name(), r.outcome.name(), r.count))
                     .collect();
-                format!("netns {ns}{name}: {}", each.join(", "))
+                format!("{}: {}", self.namespace_phrase(ns), each.join(", "))
             })
             .collect()
     }

@@ -407,6 +407,25 @@ impl Collector for ModelCollector {
             }
         }
 
+        if m.counted.unavailable.is_none() && KernelCounted::series(m.backend).next().is_some() {
+            // The namespaces behind the kernel_counter series: an unreadable one is missing
+            // from them, and says so here rather than as a silent 0.
+            let mut e = encoder.encode_descriptor(
+                "tfo_trace_kernel_counted_namespaces",
+                "Network namespaces whose own counters back the source=\"kernel_counter\" series: \
+                 read (by name, or unnamed: read through a process whose namespace this user may not \
+                 name) or unreadable (left out of those series; see tfo-trace doctor)",
+                None,
+                MetricType::Gauge,
+            )?;
+            let unreadable = m.counted.unreadable.len();
+            let unnamed = m.counted.unnamed.len();
+            let read = m.counted.namespaces.saturating_sub(unnamed);
+            for (state, n) in [("read", read), ("unnamed", unnamed), ("unreadable", unreadable)] {
+                e.encode_family(&vec![("state", state.to_string())])?.encode_gauge(&(n as i64))?;
+            }
+        }
+
         let mut e = encoder.encode_descriptor(
             "tfo_trace_syn_data_bytes",
             "Payload bytes carried in TFO SYNs (client: sent, server: accepted), by role",

@@ -66,6 +66,29 @@ pub fn advice(r: &HostFacts) -> Vec<String> {
         }
     }
 
+    let reach = &r.counter_reach;
+    if !reach.unreadable.is_empty() {
+        let each: Vec<String> =
+            reach.unreadable.iter().map(|(ns, why)| format!("netns {ns}: {why}")).collect();
+        a.push(format!(
+            "the own counters of {} namespaces cannot be read ({}): the outcomes a backend's hooks \
+             cannot see (`kernel_counted`) leave them out, and say so; a namespace with a process in it \
+             is read through /proc/PID/net, one that only a mount or a socket holds needs CAP_SYS_ADMIN \
+             (root) to be entered",
+            reach.unreadable.len(),
+            each.join("; ")
+        ));
+    }
+    if !reach.unnamed_through.is_empty() {
+        a.push(format!(
+            "{} namespaces are read without their names, through processes of other users (pids {}): \
+             counted in every total, but `--netns` cannot select them until one of their processes makes \
+             a TFO connection or listens (or with CAP_SYS_PTRACE, or as root)",
+            reach.unnamed_through.len(),
+            reach.unnamed_through.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+
     // Per-namespace findings, grouped so that one line names every namespace it applies to.
     #[derive(PartialEq)]
     enum Finding {
@@ -180,6 +203,27 @@ mod tests {
         let all = advice(&r).join("\n");
         assert!(all.contains("client bit 0x1 is off in namespace srv"), "{all}");
         assert!(all.contains("namespace srv: 0x200 (server without cookie) has no effect"), "{all}");
+    }
+
+    #[test]
+    fn namespaces_whose_counters_cannot_be_read_are_said() {
+        let mut r = sample_facts();
+        assert!(!advice(&r)
+            .iter()
+            .any(|l| l.contains("cannot be read") || l.contains("without their names")));
+        r.counter_reach.unreadable = vec![(4026532246, "setns: Operation not permitted".into())];
+        r.counter_reach.unnamed_through = vec![4242];
+        let all = advice(&r).join("\n");
+        assert!(
+            all.contains("the own counters of 1 namespaces cannot be read (netns 4026532246: setns"),
+            "{all}"
+        );
+        assert!(
+            all.contains(
+                "1 namespaces are read without their names, through processes of other users (pids 4242)"
+            ),
+            "{all}"
+        );
     }
 
     #[test]

@@ -217,6 +217,7 @@ pub(crate) fn sample_facts() -> HostFacts {
         tcp_metrics: vec![],
         listeners: vec![],
         key_files: vec![],
+        counter_reach: Default::default(),
     }
 }
 

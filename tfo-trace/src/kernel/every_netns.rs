@@ -21,53 +21,111 @@ use std::{
 
 use anyhow::{anyhow, Context as _, Result};
 
-use super::netns;
+use super::{netns, netstat::NetnsReading};
 
 /// SIOCGSKNS (include/uapi/linux/sockios.h): a socket's network namespace as an nsfs fd
 /// (4.9+).
 const SIOCGSKNS: libc::c_ulong = 0x894C;
 
-/// How to enter a namespace.
+/// How to reach a namespace's counters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Way {
     /// The one tfo-trace runs in.
     Current,
-    /// A process in it (`/proc/PID/ns/net`).
+    /// A process in it: its counters are read from /proc/PID/net, without entering.
     Process(u32),
-    /// A bind mount of its nsfs file.
+    /// A bind mount of its nsfs file (entered: CAP_SYS_ADMIN).
     Mount(PathBuf),
-    /// A socket made in it, held by process `pid` as `fd` (no process or mount left in it).
+    /// A socket made in it, held by process `pid` as `fd` (no process or mount left in it;
+    /// entered: CAP_SYS_ADMIN).
     Socket { pid: u32, fd: i32 },
+    /// A process whose namespace link this user may not read (another user's, without
+    /// CAP_SYS_PTRACE), read through /proc/PID/net all the same: the namespace is counted
+    /// but has no name. It is known by the inode of its /proc/net/netstat (the kernel
+    /// numbers those and namespaces from one pool, so it is never a live namespace's).
+    Unnamed(u32),
 }
 
-/// A network namespace: its nsfs inode (what events carry as `netns`) and a way in.
+/// A network namespace: its nsfs inode (what events carry as `netns`; for [`Way::Unnamed`],
+/// the inode of its /proc/net/netstat) and a way to its counters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Netns {
     pub inode: u32,
     pub way: Way,
+    /// The inode of its /proc/net/netstat, where known: one per namespace, whoever looks
+    /// (what tells an unnamed namespace found again under its name).
+    pub netstat_inode: Option<u32>,
 }
 
-/// Every namespace a process or a mount holds, the current one first, each once. Cheap
-/// enough to run at every refresh: one stat per process, one read of the mount table.
-pub fn every_netns() -> Vec<Netns> {
+/// The inode of a process's /proc/PID/net/netstat: which namespace it is in, for anyone
+/// who may see the process (no ptrace rights needed, unlike /proc/PID/ns/net).
+pub fn netstat_inode(pid: Option<u32>) -> Option<u32> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/net/netstat"),
+        None => "/proc/thread-self/net/netstat".to_string(),
+    };
+    std::fs::metadata(path).ok().map(|m| m.ino() as u32)
+}
+
+/// Every namespace a process or a mount holds, the current one first, each once, named by
+/// its inode where this user may read it. `learned`: processes the kernel named with their
+/// namespace (an event's, a listener's owner), which name namespaces whose link this user
+/// may not read. Cheap enough to run at every refresh: one stat per process, one read of
+/// the mount table.
+pub fn every_netns(learned: &BTreeMap<u32, u32>) -> Vec<Netns> {
     let mut out: Vec<Netns> = Vec::new();
-    let mut seen = HashSet::new();
-    let mut add = |inode: u64, way: Way| {
+    let mut seen: HashSet<u32> = HashSet::new();
+    let mut add = |out: &mut Vec<Netns>, inode: u64, way: Way, netstat_inode: Option<u32>| {
         if seen.insert(inode as u32) {
-            out.push(Netns { inode: inode as u32, way });
+            out.push(Netns { inode: inode as u32, way, netstat_inode });
         }
     };
     if let Ok(i) = netns::netns_inode_of(netns::SELF_NETNS) {
-        add(i, Way::Current);
+        add(&mut out, i, Way::Current, netstat_inode(None));
     }
     for path in nsfs_mounts() {
         if let Ok(i) = netns::netns_inode_of(&path) {
-            add(i, Way::Mount(path));
+            add(&mut out, i, Way::Mount(path), None);
         }
     }
+    let mut unnamed = Vec::new();
+    let mut named_by_process = HashSet::new();
     for pid in super::listeners::pids() {
-        if let Ok(i) = netns::netns_inode_of(format!("/proc/{pid}/ns/net")) {
-            add(i, Way::Process(pid));
+        match netns::netns_inode_of(format!("/proc/{pid}/ns/net")) {
+            // The netstat inode once per namespace, not per process.
+            Ok(i) if named_by_process.insert(i) => {
+                let n = netstat_inode(Some(pid));
+                match out.iter_mut().find(|ns| ns.inode == i as u32) {
+                    // Held by a mount too: read through the process, without entering.
+                    Some(ns) if matches!(ns.way, Way::Mount(_)) => {
+                        (ns.way, ns.netstat_inode) = (Way::Process(pid), n)
+                    }
+                    Some(_) => {}
+                    None => add(&mut out, i, Way::Process(pid), n),
+                }
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => unnamed.push(pid),
+            Err(_) => {}
+        }
+    }
+    for (&inode, &pid) in learned {
+        if let Some(n) = netstat_inode(Some(pid)) {
+            match out.iter_mut().find(|ns| ns.inode == inode) {
+                // Held by a mount this user may not enter: read through the process.
+                Some(ns) if matches!(ns.way, Way::Mount(_)) => {
+                    (ns.way, ns.netstat_inode) = (Way::Process(pid), Some(n));
+                }
+                Some(_) => {}
+                None => add(&mut out, inode.into(), Way::Process(pid), Some(n)),
+            }
+        }
+    }
+    let mut named: HashSet<u32> = out.iter().filter_map(|ns| ns.netstat_inode).collect();
+    for pid in unnamed {
+        let Some(n) = netstat_inode(Some(pid)) else { continue };
+        if named.insert(n) {
+            out.push(Netns { inode: n, way: Way::Unnamed(pid), netstat_inode: Some(n) });
         }
     }
     out
@@ -118,7 +176,7 @@ pub fn held_by_sockets(known: &[Netns]) -> Vec<Netns> {
             }
         }
     }
-    found.into_iter().map(|(inode, way)| Netns { inode, way }).collect()
+    found.into_iter().map(|(inode, way)| Netns { inode, way, netstat_inode: None }).collect()
 }
 
 /// Whether `/proc/PID/fd/FD` is a TCP socket (sockfs names its protocol in an xattr:
@@ -167,12 +225,25 @@ fn socket_netns(pid: u32, fd: i32) -> io::Result<OwnedFd> {
 }
 
 impl Netns {
+    /// Whether it is a namespace without a name ([`Way::Unnamed`]).
+    pub fn is_unnamed(&self) -> bool {
+        matches!(self.way, Way::Unnamed(_))
+    }
+
+    /// The process its counters are read through, without entering it.
+    pub fn process(&self) -> Option<u32> {
+        match self.way {
+            Way::Process(pid) | Way::Unnamed(pid) => Some(pid),
+            _ => None,
+        }
+    }
+
     /// An nsfs fd of this namespace, checked to be the one its inode names (a pid or a
     /// mount may name another namespace by now).
     fn open(&self) -> Result<OwnedFd> {
         let fd: OwnedFd = match &self.way {
             Way::Current => File::open(netns::SELF_NETNS).context("opening /proc/self/ns/net")?.into(),
-            Way::Process(pid) => File::open(format!("/proc/{pid}/ns/net"))
+            Way::Process(pid) | Way::Unnamed(pid) => File::open(format!("/proc/{pid}/ns/net"))
                 .with_context(|| format!("opening /proc/{pid}/ns/net"))?
                 .into(),
             Way::Mount(path) => {
@@ -188,6 +259,62 @@ impl Netns {
             return Err(anyhow!("{:?} now leads to netns {inode}, not {}", self.way, self.inode));
         }
         Ok(fd.into())
+    }
+}
+
+/// Each namespace's TFO counters: through /proc/PID/net where a process in it is known
+/// (no entering, so no CAP_SYS_ADMIN and no setns: what a tracer with only CAP_BPF and
+/// CAP_PERFMON, or a systemd unit that forbids namespace changes, can do), else from
+/// inside it ([`run_in_each`]: the namespaces only a mount or a socket holds).
+pub fn read_counters(list: &[Netns]) -> Vec<(u32, Result<NetnsReading, String>)> {
+    let (through_proc, entered): (Vec<&Netns>, Vec<&Netns>) =
+        list.iter().partition(|ns| ns.process().is_some() || ns.way == Way::Current);
+    let flat = |r: Result<NetnsReading>| r.map_err(|e| format!("{e:#}"));
+    let mut out: Vec<(u32, Result<NetnsReading, String>)> = through_proc
+        .into_iter()
+        .map(|ns| match ns.process() {
+            Some(pid) => (ns.inode, flat(NetnsReading::through(pid, ns.netstat_inode))),
+            None => (ns.inode, flat(NetnsReading::here())),
+        })
+        .collect();
+    let entered: Vec<Netns> = entered.into_iter().cloned().collect();
+    let no_process = |e: String| format!("no process in it to read it through, and entering it failed: {e}");
+    out.extend(
+        run_in_each(&entered, NetnsReading::here)
+            .into_iter()
+            .map(|(i, r)| (i, r.and_then(flat).map_err(no_process))),
+    );
+    out
+}
+
+/// How far this user's view of the namespaces' own counters reaches: `doctor`'s finding.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CounterReach {
+    /// Namespaces read by name.
+    pub named: usize,
+    /// Namespaces read without a name: through these processes (another user's, whose
+    /// namespace link this user may not read).
+    pub unnamed_through: Vec<u32>,
+    /// Namespaces that could not be read, and why.
+    pub unreadable: Vec<(u32, String)>,
+}
+
+impl CounterReach {
+    /// Every namespace, read once now.
+    pub fn collect() -> CounterReach {
+        let found = every_netns(&BTreeMap::new());
+        let mut read: BTreeMap<u32, Result<NetnsReading, String>> =
+            read_counters(&found).into_iter().collect();
+        let mut reach = CounterReach::default();
+        for ns in &found {
+            let Some(read) = read.remove(&ns.inode) else { continue };
+            match (read, ns.way.clone()) {
+                (Err(why), _) => reach.unreadable.push((ns.inode, why)),
+                (Ok(_), Way::Unnamed(pid)) => reach.unnamed_through.push(pid),
+                (Ok(_), _) => reach.named += 1,
+            }
+        }
+        reach
     }
 }
 
@@ -238,9 +365,10 @@ mod tests {
 
     #[test]
     fn the_current_namespace_comes_first_and_can_be_entered() {
-        let all = every_netns();
+        let all = every_netns(&BTreeMap::new());
         let me = netns::current_netns_inode().unwrap() as u32;
-        assert_eq!(all.first(), Some(&Netns { inode: me, way: Way::Current }));
+        assert_eq!(all.first().map(|n| (n.inode, &n.way)), Some((me, &Way::Current)));
+        assert_eq!(all[0].netstat_inode, netstat_inode(None));
         let mut inodes: Vec<u32> = all.iter().map(|n| n.inode).collect();
         inodes.sort();
         inodes.dedup();
@@ -251,7 +379,7 @@ mod tests {
 
     #[test]
     fn a_way_that_leads_elsewhere_is_refused() {
-        let wrong = Netns { inode: 1, way: Way::Process(std::process::id()) };
+        let wrong = Netns { inode: 1, way: Way::Mount("/proc/self/ns/net".into()), netstat_inode: None };
         let read = run_in_each(&[wrong], || ());
         assert!(read[0].1.as_ref().is_err_and(|e| e.contains("not 1")), "{read:?}");
     }

@@ -1,6 +1,7 @@
 //! Everything `tfo-trace doctor` judges about this host, each fact read once by its
 //! collector in this folder. Reading never fails: what cannot be read says why in place.
 use crate::kernel::{
+    every_netns::CounterReach,
     kallsyms::{self, HookPoint, TracingFacilities},
     listeners::{self, TfoListener},
     privileges::PrivilegeInfo,
@@ -27,6 +28,9 @@ pub struct HostFacts {
     pub listeners: Vec<TfoListener>,
     /// sysctl.d files that persist net.ipv4.tcp_fastopen_key.
     pub key_files: Vec<String>,
+    /// Which namespaces' own counters this user can read (the outcomes a backend's hooks
+    /// cannot see come from there).
+    pub counter_reach: CounterReach,
 }
 
 impl HostFacts {
@@ -43,6 +47,7 @@ impl HostFacts {
             tcp_metrics: tcp_metrics::per_namespace(&namespaces),
             listeners: listeners::tfo_listeners(&namespaces),
             key_files: sysctl::persisted_key_files(),
+            counter_reach: CounterReach::collect(),
             namespaces,
         }
     }

@@ -142,6 +142,25 @@ impl NetnsReading {
         let counters = Netstat(all.0.into_iter().filter(|(k, _)| is_tfo_counter(k)).collect());
         Ok(NetnsReading { counters, cookie: netns_cookie_here() })
     }
+
+    /// The namespace of process `pid`, from its /proc/PID/net/netstat, without entering it
+    /// (anyone who may see the process may read it: no CAP_SYS_ADMIN, no setns). The file
+    /// is checked to be that of the namespace whose netstat inode is `expect`, where given:
+    /// a process may have moved, or its pid gone to another.
+    pub fn through(pid: u32, expect: Option<u32>) -> Result<NetnsReading> {
+        use std::{io::Read as _, os::unix::fs::MetadataExt as _};
+        let path = format!("/proc/{pid}/net/netstat");
+        let mut file = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+        let inode = file.metadata().with_context(|| format!("stat of {path}"))?.ino() as u32;
+        if expect.is_some_and(|e| e != inode) {
+            bail!("pid {pid} is in another namespace now");
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text).with_context(|| format!("reading {path}"))?;
+        let all = Netstat::parse(&text)?;
+        let counters = Netstat(all.0.into_iter().filter(|(k, _)| is_tfo_counter(k)).collect());
+        Ok(NetnsReading { counters, cookie: None })
+    }
 }
 
 /// The calling thread's namespace cookie, from a socket made there (a Unix one: no

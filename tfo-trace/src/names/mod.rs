@@ -189,7 +189,9 @@ impl Names {
     /// because of us.
     pub fn rescan(&mut self) {
         self.scanned_at = Some(Instant::now());
-        let all = every_netns::every_netns();
+        // A namespace without a name cannot be entered (its link is another user's).
+        let mut all = every_netns::every_netns(&Default::default());
+        all.retain(|n| !n.is_unnamed());
         let live: HashSet<u32> = all.iter().map(|n| n.inode).collect();
         let gone: Vec<u32> = self.sockets.keys().copied().filter(|i| !live.contains(i)).collect();
         for inode in gone {

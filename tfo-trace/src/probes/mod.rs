@@ -407,6 +407,16 @@ fn prefill_listeners(ebpf: &mut Ebpf, opts: &LoadOptions) -> Result<()> {
     Ok(())
 }
 
+/// (netns, pid) of each listener's owner the kernel's LISTENERS table knows (those the
+/// programs saw call listen(), and those found before attach): processes the kernel itself
+/// placed in a namespace, which names namespaces this user may not look into.
+pub fn listener_owners(ebpf: &Ebpf) -> Vec<(u32, u32)> {
+    use tfo_trace_common::{ListenerKey, ProcInfo};
+    let Some(map) = ebpf.map("LISTENERS") else { return Vec::new() };
+    let Ok(table) = aya::maps::HashMap::<_, ListenerKey, ProcInfo>::try_from(map) else { return Vec::new() };
+    table.iter().filter_map(Result::ok).filter(|(_, o)| o.pid != 0).map(|(k, o)| (k.netns, o.pid)).collect()
+}
+
 /// Loads and attaches `hooks` of an object already loaded, each step named on error.
 fn attach_all(ebpf: &mut Ebpf, hooks: &[table::Hook]) -> Result<()> {
     // aya's own BTF, for the typed programs' target lookup.

@@ -103,7 +103,9 @@ impl Closing {
     /// `counted by each namespace's own kernel counters: ...: netns 4026532246 (lab-srv):
     /// server cookie_requested 3`: said after the closing line (None when nothing moved).
     pub fn kernel_counted_sentence(&self) -> Option<String> {
-        let namespaces = self.kernel_counted.per_namespace();
+        let mut namespaces = self.kernel_counted.per_namespace();
+        // What those counts leave out, said wherever they are (never a silent 0).
+        namespaces.extend(self.kernel_counted.unreadable_phrase());
         if namespaces.is_empty() {
             return None;
         }

@@ -6,8 +6,15 @@
 //! each from inside it. A namespace that only a socket holds (its processes gone, its
 //! mount removed) is looked for at the start and whenever a followed namespace stops
 //! being found, which costs a walk of every process's fds.
+//!
+//! A namespace with a process in it is read through /proc/PID/net, without entering it
+//! (no CAP_SYS_ADMIN, no setns: the systemd unit forbids both). One this user may not
+//! name (another user's process, without CAP_SYS_PTRACE) is still read and counted,
+//! unnamed, until the kernel names one of its processes (an event, a listener's owner);
+//! only namespaces no process is in are entered, and are said unreadable where they
+//! cannot be.
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant},
 };
 
@@ -27,6 +34,10 @@ use crate::{
 /// found (aggregation::kernel_counted).
 const SOCKET_WALK_EVERY: Duration = Duration::from_secs(30);
 
+/// At most this many processes the kernel named with their namespace are kept to name
+/// namespaces by (one per namespace; those of gone processes are dropped at each read).
+const LEARNED_MAX: usize = 4096;
+
 pub struct NamespaceCounters {
     backend: Backend,
     /// What the filters let through, or why kernel counts cannot honour them.
@@ -36,6 +47,19 @@ pub struct NamespaceCounters {
     socket_held: Vec<Netns>,
     unreadable: BTreeMap<u32, String>,
     last_socket_walk: Option<Instant>,
+    /// A process in each namespace, as the kernel named them (events, listeners' owners):
+    /// names the namespaces whose /proc/PID/ns/net this user may not read.
+    learned: BTreeMap<u32, u32>,
+    /// The namespaces read by name at the last read: no process needs learning for them.
+    named: BTreeSet<u32>,
+    /// The last namespace [`NamespaceCounters::saw`] was told of (most events repeat it).
+    last_seen: u32,
+    /// Namespaces followed without a name (key: their /proc/net/netstat inode) and the pid
+    /// they are read through.
+    unnamed: BTreeMap<u32, u32>,
+    /// The name (inode) of each namespace by its /proc/net/netstat inode, once known: a
+    /// namespace named once keeps its name when the process that named it is gone.
+    names: BTreeMap<u32, u32>,
 }
 
 impl NamespaceCounters {
@@ -48,9 +72,32 @@ impl NamespaceCounters {
             socket_held: Vec::new(),
             unreadable: BTreeMap::new(),
             last_socket_walk: None,
+            learned: BTreeMap::new(),
+            named: BTreeSet::new(),
+            last_seen: 0,
+            unnamed: BTreeMap::new(),
+            names: BTreeMap::new(),
         };
         me.read(true);
         me
+    }
+
+    /// Process `pid` is in namespace `netns`, as the kernel says (an event's): kept while
+    /// some namespace has no name, to name it by. Cheap: most events repeat the last one.
+    pub fn saw(&mut self, netns: u32, pid: u32) {
+        if pid == 0 || netns == self.last_seen || self.unnamed.is_empty() {
+            return;
+        }
+        self.last_seen = netns;
+        if !self.named.contains(&netns) && self.learned.len() < LEARNED_MAX {
+            self.learned.insert(netns, pid);
+        }
+    }
+
+    /// Whether some namespace is followed without a name (then listeners' owners are worth
+    /// learning from).
+    pub fn has_unnamed(&self) -> bool {
+        !self.unnamed.is_empty()
     }
 
     /// Every namespace's counter deltas since the start (read now): `report`'s findings.
@@ -60,7 +107,35 @@ impl NamespaceCounters {
     }
 
     fn read(&mut self, at_start: bool) {
-        let mut found = every_netns::every_netns();
+        // A learned process that is gone names nothing any more.
+        self.learned.retain(|_, pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        let mut found = every_netns::every_netns(&self.learned);
+        for ns in found.iter_mut() {
+            match (ns.is_unnamed(), ns.netstat_inode) {
+                // Named before: it keeps that name.
+                (true, _) => {
+                    if let (Some(&inode), Some(pid)) = (self.names.get(&ns.inode), ns.process()) {
+                        (ns.inode, ns.way) = (inode, Way::Process(pid));
+                    }
+                }
+                (false, Some(key)) => {
+                    self.names.insert(key, ns.inode);
+                    // Followed without a name until now: it goes on under its name.
+                    if self.unnamed.remove(&key).is_some() {
+                        self.deltas.rename(key, ns.inode);
+                    }
+                }
+                (false, None) => {}
+            }
+        }
+        let found_keys: BTreeSet<u32> = found.iter().filter_map(|n| n.netstat_inode).collect();
+        self.names.retain(|k, _| found_keys.contains(k));
+        // Each namespace once, read through a process where one names it (no entering).
+        let through: BTreeSet<u32> =
+            found.iter().filter(|n| n.process().is_some()).map(|n| n.inode).collect();
+        found.retain(|n| n.process().is_some() || n.way == Way::Current || !through.contains(&n.inode));
+        let mut once = BTreeSet::new();
+        found.retain(|n| once.insert(n.inode));
         // Found again through a process or a mount: no socket needed for it any more.
         self.socket_held.retain(|s| !found.iter().any(|n| n.inode == s.inode));
         found.extend(self.socket_held.iter().cloned());
@@ -76,10 +151,7 @@ impl NamespaceCounters {
             found.extend(held);
         }
         let readings: BTreeMap<u32, Result<NetnsReading, String>> =
-            every_netns::run_in_each(&found, NetnsReading::here)
-                .into_iter()
-                .map(|(inode, r)| (inode, r.and_then(|r| r.map_err(|e| format!("{e:#}")))))
-                .collect();
+            every_netns::read_counters(&found).into_iter().collect();
         // A socket that no longer leads anywhere: its namespace is gone (retired below).
         let gone: Vec<u32> = found
             .iter()
@@ -92,6 +164,10 @@ impl NamespaceCounters {
         let readings: BTreeMap<_, _> = readings.into_iter().filter(|(i, _)| !gone.contains(i)).collect();
         self.unreadable =
             readings.iter().filter_map(|(i, r)| r.as_ref().err().map(|e| (*i, e.clone()))).collect();
+        self.named = found.iter().filter(|n| !n.is_unnamed()).map(|n| n.inode).collect();
+        for ns in found.iter().filter(|n| n.is_unnamed()) {
+            self.unnamed.insert(ns.inode, ns.process().unwrap_or(0));
+        }
         self.deltas.update(&readings);
     }
 
@@ -116,6 +192,24 @@ impl NamespaceCounters {
             .filter(|(i, _)| scope.netns.is_empty() || scope.netns.contains(i))
             .map(|(i, e)| (*i, e.clone()))
             .collect();
+        if scope.netns.is_empty() {
+            counted.unnamed = self.unnamed.clone();
+        } else if !self.unnamed.is_empty() {
+            // A namespace asked for by name may be one of those read without a name.
+            for &ns in scope.netns.iter().filter(|n| !self.named.contains(n)) {
+                counted.unreadable.insert(ns, unnamed_why(self.unnamed.len()));
+            }
+        }
         counted
     }
+}
+
+/// Why a namespace asked for by `--netns` has no count, where some namespaces could be
+/// read only without their names.
+fn unnamed_why(unnamed: usize) -> String {
+    format!(
+        "not found by name: {unnamed} namespaces are read only through processes whose namespace \
+         this user may not see (/proc/PID/ns/net needs CAP_SYS_PTRACE or root for another user's \
+         process); it is named once one of its processes makes a TFO connection or listens"
+    )
 }

@@ -86,20 +86,33 @@ impl Session {
     /// [`Session::drain`], each event handed to `each` as its [`Event::view`]: no event is
     /// made unless one is recorded (what `top` counts, at the rate of a busy host).
     pub fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> Result<()> {
+        let counters = &mut self.counters;
         if self.recorder.is_none() {
-            self.seen += self.source.drain_each(each);
+            self.seen += self.source.drain_each(|e| {
+                counters.saw(e.netns, e.pid);
+                each(e)
+            });
             return Ok(());
         }
         let mut batch = Vec::new();
         self.source.drain_each(|e| {
+            counters.saw(e.netns, e.pid);
             batch.push(e.to_event());
             each(e);
         });
-        self.delivered(&batch)
+        self.seen += batch.len() as u64;
+        self.record(&batch)
     }
 
     fn delivered(&mut self, events: &[Event]) -> Result<()> {
+        for e in events {
+            self.counters.saw(e.netns, e.pid);
+        }
         self.seen += events.len() as u64;
+        self.record(events)
+    }
+
+    fn record(&mut self, events: &[Event]) -> Result<()> {
         match &mut self.recorder {
             Some(r) if !events.is_empty() => r.write_batch(events),
             _ => Ok(()),
@@ -167,13 +180,25 @@ impl Session {
 
     /// Every namespace's TFO counter deltas since the start (read now).
     pub fn counter_deltas(&mut self) -> std::collections::BTreeMap<u32, crate::kernel::netstat::Netstat> {
+        self.learn_listener_owners();
         self.counters.deltas()
     }
 
     /// What the kernel's own per-namespace counters counted since the start, of the
     /// outcomes no hook of this backend sees (read now).
     pub fn kernel_counted(&mut self) -> KernelCounted {
+        self.learn_listener_owners();
         self.counters.counted()
+    }
+
+    /// Where a namespace has no name for this user, the listeners' owners the kernel knows
+    /// may name it (one map walk, only then).
+    fn learn_listener_owners(&mut self) {
+        if self.counters.has_unnamed() {
+            for (netns, pid) in probes::listener_owners(&self.tracer.ebpf) {
+                self.counters.saw(netns, pid);
+            }
+        }
     }
 
     /// What this view says when it stops ([`Closing`]), read now: read it before the

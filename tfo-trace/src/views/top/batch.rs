@@ -92,7 +92,12 @@ fn counted_text(counted: &KernelCounted, backend: &str) -> Option<String> {
     for (ns, rows) in counted.by_namespace() {
         let each: Vec<String> =
             rows.iter().map(|r| format!("{}_{}={}", r.role.name(), r.outcome.name(), r.count)).collect();
-        lines.push(format!("kernel_counted netns={ns} {}", each.join(" ")));
+        let unnamed =
+            counted.unnamed.get(&ns).map(|pid| format!(" unnamed_through_pid={pid}")).unwrap_or_default();
+        lines.push(format!("kernel_counted netns={ns}{unnamed} {}", each.join(" ")));
+    }
+    if let Some(left_out) = counted.unreadable_phrase() {
+        lines.push(format!("kernel_counted unreadable={} ({left_out})", counted.unreadable.len()));
     }
     Some(lines.join("\n"))
 }
@@ -123,6 +128,7 @@ fn counted_json(counted: &KernelCounted) -> Value {
         "rows": rows,
         "unavailable": counted.unavailable,
         "unreadable": counted.unreadable,
+        "unnamed": counted.unnamed,
     })
 }
 

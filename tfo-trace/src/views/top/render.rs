@@ -186,7 +186,8 @@ fn counted_line(counted: &KernelCounted, info: &HeaderInfo, st: &Styles) -> Opti
     } else if counted.outcomes.is_empty() {
         return None;
     } else {
-        let per_ns = counted.per_namespace();
+        let mut per_ns = counted.per_namespace();
+        per_ns.extend(counted.unreadable_phrase());
         // The numbers first: why they come from there is in `?` and after the closing line.
         if per_ns.is_empty() {
             format!(
