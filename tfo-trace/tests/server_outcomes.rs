@@ -171,11 +171,15 @@ fn blackhole_detection_pauses_active_tfo() {
     let cli_ns = netns_inode(&lab, Side::Client);
     let before = Deltas::since(&lab);
     let tracer = Tracer::start(&[]);
+    // What `report` makes of it, over the same window: the pause is one of its findings.
+    let report = Tracer::start_command(&["report", "--format", "json", "--netns", &cli_ns.to_string()]);
     lab.middlebox_drop_all_syns().unwrap();
     let failed = lab.run_client(common::exe(), &ClientArgs { timeout_ms: 10_000, ..args(dst, 1) }).unwrap();
     lab.middlebox_clear().unwrap();
     let after = lab.run_client(common::exe(), &args(dst, 1)).unwrap();
     let (events, stderr) = tracer.stop();
+    let (report, _) = report.stop_lines();
+    let report: serde_json::Value = serde_json::from_str(&report.join("\n")).unwrap();
     let dc = before.client();
     assert_eq!(failed.ok_count(), 0, "every SYN was dropped");
     assert_eq!(after.ok_count(), 1, "a plain handshake works");
@@ -192,10 +196,21 @@ fn blackhole_detection_pauses_active_tfo() {
         "the next connect sent a plain SYN"
     );
     assert_eq!(count(&events, cli_ns, Role::Client, Outcome::Accepted), dc.get("TcpExtTCPFastOpenActive"));
+    let findings = report["namespaces"].as_array().cloned().unwrap_or_default();
+    let paused: Vec<_> = findings.iter().filter(|f| f["verdict"]["kind"] == "active_tfo_paused").collect();
     if visible(&stderr, Role::Client, Outcome::ActiveDisabled) {
         assert_eq!(
             count(&events, cli_ns, Role::Client, Outcome::ActiveDisabled),
             dc.get("TcpExtTCPFastOpenBlackhole")
+        );
+    } else {
+        // No hook sees the pause: the report says it from the namespace's counter.
+        assert_eq!(paused.len(), 1, "{findings:?}");
+        assert_eq!(paused[0]["netns"], cli_ns, "{findings:?}");
+        assert_eq!(
+            paused[0]["verdict"]["support"]["connections"],
+            dc.get("TcpExtTCPFastOpenBlackhole"),
+            "{findings:?}"
         );
     }
 }

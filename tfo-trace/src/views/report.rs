@@ -411,8 +411,10 @@ fn lost_line(d: &DestinationReport) -> String {
     line
 }
 
-/// `saved 420ms over 12 of 12 accepted, lost 1.02s: net -600ms over 13 connections`; None
-/// where no saving was measured (nothing accepted, or a recording without `saved_us`).
+/// `saved 420ms over 12 of 12 accepted, lost 1.02s: net -600ms over 13 connections`; for a
+/// row where nothing was accepted, what it lost is its net (`nothing accepted, net -11.2s
+/// over 11 connections`); None where no saving was measured of what was accepted (a
+/// recording without `saved_us`), or nothing happened either way.
 fn balance_line(
     saved_us: u64,
     measured: u64,
@@ -421,7 +423,13 @@ fn balance_line(
     connections: u64,
 ) -> Option<String> {
     if measured == 0 {
-        return None;
+        return (accepted == Some(0) && net_us != 0).then(|| {
+            format!(
+                "nothing accepted, net {} over {}",
+                units::net_us(net_us),
+                units::plural(connections, "connection", "connections")
+            )
+        });
     }
     let of = accepted.map(|a| format!(" of {}", units::count(a))).unwrap_or_default();
     Some(format!(
@@ -681,7 +689,7 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     }
     for l in &b.listeners {
         let q = l.max_qlen.map(|q| format!("  max_qlen {q}")).unwrap_or_default();
-        let ns = l.netns.map(|n| format!(" (netns {n})")).unwrap_or_default();
+        let ns = l.netns.map(|n| format!(" ({})", b.netns_label(n))).unwrap_or_default();
         writeln!(w, "{}{ns}{q}", l.listener)?;
         writeln!(w, "  outcomes: {}", outcomes_line(&l.outcomes))?;
         write_verdict_text(w, &l.verdict)?;
@@ -692,15 +700,20 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
             "\nFrom the kernel's counters (not visible as events: per namespace, no listener or process named)"
         )?;
     }
+    // One heading per namespace, its findings under it.
+    let mut last = None;
     for n in &b.namespaces {
-        writeln!(w, "netns {}", n.netns)?;
+        if last != Some(n.netns) {
+            writeln!(w, "{}", b.netns_label(n.netns))?;
+            last = Some(n.netns);
+        }
         write_verdict_text(w, &n.verdict)?;
     }
     if !b.kernel_cache.is_empty() {
         writeln!(w, "\nFrom the kernel's TFO cache (ip tcp_metrics: no connection there in this window)")?;
     }
     for c in &b.kernel_cache {
-        writeln!(w, "{} (netns {})", c.destination, c.netns)?;
+        writeln!(w, "{} ({})", c.destination, b.netns_label(c.netns))?;
         writeln!(w, "  {}", c.sentence)?;
     }
     Ok(())
@@ -753,7 +766,12 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
                 lost_cell(d.lost_us_total),
                 if d.stalled == 0 { "-".to_string() } else { units::duration_us(d.lost_us_per_stalled) },
                 if d.saved_measured == 0 { "-".to_string() } else { units::duration_us(d.saved_us_total) },
-                if d.saved_measured == 0 { "-".to_string() } else { units::net_us(d.net_us) },
+                // Nothing accepted: nothing to save, what was lost is the net.
+                if d.saved_measured == 0 && d.accepted > 0 {
+                    "-".to_string()
+                } else {
+                    units::net_us(d.net_us)
+                },
                 md(&d.verdict.sentence),
                 md(&strength_line(&d.verdict))
             )?;
@@ -788,7 +806,7 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     if !b.namespaces.is_empty() {
         writeln!(w, "\n## From the kernel's counters (per namespace, no listener or process named)\n")?;
         for n in &b.namespaces {
-            writeln!(w, "- netns {}: {}", n.netns, md(&n.verdict.sentence))?;
+            writeln!(w, "- {}: {}", md(&b.netns_label(n.netns)), md(&n.verdict.sentence))?;
             for e in &n.verdict.evidence {
                 writeln!(w, "  - {}", md(e))?;
             }
@@ -797,7 +815,7 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     if !b.kernel_cache.is_empty() {
         writeln!(w, "\n## From the kernel's TFO cache (ip tcp_metrics)\n")?;
         for c in &b.kernel_cache {
-            writeln!(w, "- {} (netns {}): {}", md(&c.destination), c.netns, md(&c.sentence))?;
+            writeln!(w, "- {} ({}): {}", md(&c.destination), md(&b.netns_label(c.netns)), md(&c.sentence))?;
         }
     }
     Ok(())
@@ -909,7 +927,7 @@ mod tests {
         let m = rendered(&b, ReportFormat::Markdown, &[]);
         assert!(m.starts_with("# tfo-trace report\n"), "{m}");
         assert!(
-            m.contains("| 198.18.0.3:8080 | 7 | 3 | 0 | 3 | 0 | 3.06s | 1.02s | - | - | SYN-data to"),
+            m.contains("| 198.18.0.3:8080 | 7 | 3 | 0 | 3 | 0 | 3.06s | 1.02s | - | -3.06s | SYN-data to"),
             "{m}"
         );
         assert!(m.contains("| moderate: 3 of 3 connections |"), "{m}");

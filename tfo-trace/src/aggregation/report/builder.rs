@@ -334,6 +334,11 @@ impl Built {
         self.b.group.by
     }
 
+    /// `netns lab-srv` where the namespace has an `ip netns` name, else `netns 4026532246`.
+    pub fn netns_label(&self, netns: u32) -> String {
+        self.facts.ns(netns)
+    }
+
     /// Several hosts were merged.
     pub fn fleet(&self) -> bool {
         self.b.fleet

@@ -39,7 +39,7 @@ pub struct Facts {
 
 impl Facts {
     /// `netns lab-srv`, or `netns 4026532246` for a namespace with no `ip netns` name.
-    pub(super) fn ns(&self, netns: u32) -> String {
+    pub(crate) fn ns(&self, netns: u32) -> String {
         match self.netns_names.get(&netns) {
             Some(n) => format!("netns {n}"),
             None => format!("netns {netns}"),

@@ -23,6 +23,8 @@ pub enum Kind {
     CookieInvalid,
     KeyRotated,
     ListenerDisabled,
+    /// Blackhole detection paused active TFO in a client namespace.
+    ActiveTfoPaused,
 }
 
 impl Kind {
@@ -40,6 +42,7 @@ impl Kind {
             Kind::CookieInvalid => "cookie_invalid",
             Kind::KeyRotated => "key_rotated",
             Kind::ListenerDisabled => "listener_disabled",
+            Kind::ActiveTfoPaused => "active_tfo_paused",
         }
     }
 
@@ -85,7 +88,7 @@ impl Kind {
         match self {
             Kind::Healthy | Kind::Info => 0,
             Kind::NotAttempted | Kind::KeyRotated => 1,
-            Kind::ConnectFailed => 2,
+            Kind::ConnectFailed | Kind::ActiveTfoPaused => 2,
             Kind::ServerStoppedTfo | Kind::CookieInvalid | Kind::ListenerDisabled => 3,
             Kind::QueueOverflow => 4,
             Kind::CookieRequestDropped => 5,

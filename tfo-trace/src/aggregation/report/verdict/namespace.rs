@@ -13,8 +13,9 @@ use crate::{
         kernel_counted,
         report::facts::{Facts, ListenerFact},
     },
-    events::Outcome,
+    events::{Outcome, Role},
     kernel::tcp_metrics::TcpMetric,
+    probes::{table, Backend},
     units,
 };
 
@@ -54,6 +55,21 @@ pub fn cached_drops(m: &TcpMetric, netns: u32, facts: &Facts) -> CachedDrops {
         fo_syn_drops: m.fo_syn_drops,
         last_drop_s_ago: m.fo_syn_drop_age_s,
         entry_age_s: m.age_s,
+    }
+}
+
+/// The backend whose events the report holds, where it is known (a live report's).
+fn backend_of(facts: &Facts) -> Option<Backend> {
+    let name = facts.backend.as_deref()?;
+    Backend::ALL.into_iter().find(|b| b.name() == name)
+}
+
+/// A finding of one namespace counter's delta `n`, with its one line of evidence.
+fn finding(netns: u32, kind: Kind, sentence: String, evidence: String, n: u64) -> NamespaceFinding {
+    NamespaceFinding {
+        netns,
+        source: kernel_counted::SOURCE,
+        verdict: counted(kind, sentence, vec![evidence], n),
     }
 }
 
@@ -139,6 +155,33 @@ pub fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Na
                 ),
             });
         }
+        // Outcomes only a namespace counter sees on this backend, said from the counter.
+        let blind = |role, outcome| backend_of(facts).is_some_and(|b| !table::sees(b, role, outcome));
+        let paused = n.get("TcpExtTCPFastOpenBlackhole");
+        if paused > 0 && blind(Role::Client, Outcome::ActiveDisabled) {
+            let sentence = format!(
+                "{ns}: blackhole detection paused active TFO {}: a TFO connect's SYNs timed out, and the \
+                 connections that followed went without TFO for tcp_fastopen_blackhole_timeout_sec \
+                 (doubled at each new pause)",
+                units::plural(paused, "time", "times")
+            );
+            let evidence = format!(
+                "TcpExtTCPFastOpenBlackhole +{paused} in {ns}; the {backend} backend cannot see which \
+                 connection tripped it"
+            );
+            out.push(finding(netns, Kind::ActiveTfoPaused, sentence, evidence, paused));
+        }
+        let asked = n.get("TcpExtTCPFastOpenCookieReqd");
+        if asked > 0 && blind(Role::Server, Outcome::CookieRequested) {
+            let sentence = format!(
+                "{ns}: {} reached its listeners",
+                units::plural(asked, "cookie request", "cookie requests")
+            );
+            let evidence = format!(
+                "TcpExtTCPFastOpenCookieReqd +{asked} in {ns}; the {backend} backend cannot see which listener"
+            );
+            out.push(finding(netns, Kind::Info, sentence, evidence, asked));
+        }
         let alt = n.get("TcpExtTCPFastOpenPassiveAltKey");
         if alt > seen(Outcome::AcceptedAltKey) {
             out.push(NamespaceFinding {
@@ -209,6 +252,7 @@ mod tests {
         });
         let r = report(&[srv("accepted", 0)], &facts);
         assert_eq!(r.namespaces.len(), 2, "{:?}", r.namespaces);
+
         assert_eq!(
             r.namespaces[0].verdict.sentence,
             "listener 0.0.0.0:81: 5 TFO queue overflows (max_qlen 4); raise fastopen= but keep it below somaxconn"
@@ -223,5 +267,21 @@ mod tests {
             .chain((0..2).map(|i| srv("accepted_alt_key", i)))
             .collect();
         assert!(report(&events, &facts).namespaces.is_empty());
+        // Blackhole pauses and cookie requests too, where the backend has no hook for them.
+        let mut blind = facts.clone();
+        blind.counters.insert(
+            NS_CLI,
+            Netstat::parse("TcpExt: TCPFastOpenBlackhole TCPFastOpenCookieReqd\nTcpExt: 1 0\n").unwrap(),
+        );
+        blind.counters.get_mut(&NS_SRV).unwrap().0.insert("TcpExtTCPFastOpenCookieReqd".into(), 3);
+        let b = report(&[srv("accepted", 0)], &blind);
+        let said: Vec<(u32, Kind)> = b.namespaces.iter().map(|n| (n.netns, n.verdict.kind)).collect();
+        assert!(said.contains(&(NS_CLI, Kind::ActiveTfoPaused)), "{said:?}");
+        assert!(said.contains(&(NS_SRV, Kind::Info)), "{said:?}");
+        let paused = b.namespaces.iter().find(|n| n.verdict.kind == Kind::ActiveTfoPaused).unwrap();
+        assert!(paused.verdict.sentence.contains("paused active TFO 1 time:"), "{paused:?}");
+        blind.backend = Some("fentry".into());
+        let b = report(&[srv("accepted", 0)], &blind);
+        assert!(b.namespaces.iter().all(|n| !matches!(n.verdict.kind, Kind::ActiveTfoPaused | Kind::Info)));
     }
 }
