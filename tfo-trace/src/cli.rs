@@ -394,12 +394,14 @@ pub struct ExportArgs {
     /// How often --textfile is rewritten.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub interval: Duration,
-    /// Add a `destination` label (server address:port) for at most K destinations, the
-    /// first K seen; all later ones are counted under destination="other".
+    /// Add a `destination` label (server address:port): per role (client destinations,
+    /// server listeners) the first K seen, then up to K more at their first failure; all
+    /// later ones are counted under destination="other" (docs/export.md).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub top_destinations: Option<u16>,
     /// Add a `container` label (container id, else systemd unit or cgroup path, else
-    /// "none") for at most K containers, the first K seen; later ones count as "other".
+    /// "none"): per role the first K containers seen, then up to K more at their first
+    /// failure; later ones count as "other".
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000),
           conflicts_with = "top_destinations")]
     pub top_containers: Option<u16>,

@@ -18,7 +18,7 @@
 //! container is known), so `tfo_trace_connections_total{role,outcome}` summed over its
 //! series means the same on every backend.
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::{Arc, Mutex},
 };
 
@@ -60,7 +60,7 @@ type Labels = Vec<(&'static str, String)>;
 pub const EXPOSED: &[(&str, &str)] = &[
     (
         "tfo_trace_connections_total",
-        "{role,outcome[,destination[,dname]|container][,source=\"kernel_counter\"]} counter",
+        "{role,outcome[,destination[,dname]|container]} or {role,outcome,source=\"kernel_counter\"} counter",
     ),
     ("tfo_trace_syn_data_bytes_total", "{role} counter"),
     ("tfo_trace_stall_seconds_total", "[{destination[,dname]|container}] counter"),
@@ -70,6 +70,7 @@ pub const EXPOSED: &[(&str, &str)] = &[
     ("tfo_trace_hook_runs_missed_total", "counter"),
     ("tfo_trace_connects_unfollowed_total", "counter"),
     ("tfo_trace_outcomes_uncounted_total", "counter"),
+    ("tfo_trace_kernel_counted_namespaces", "{state} gauge, where some outcome is source=\"kernel_counter\""),
     ("tfo_trace_build_info", "{version,backend,kernel} gauge = 1"),
 ];
 
@@ -141,17 +142,30 @@ impl Breakdown {
     }
 }
 
-/// The opt-in series, from events. Which values get a series of their own: the first
-/// `cap` distinct ones seen keep theirs for the exporter's lifetime; every later one is
-/// counted under [`OTHER`]. A value is never moved between series, so every counter only
-/// goes up (what `rate()` needs), and the series count stays at most `cap + 1` per (role,
-/// outcome). "other" also takes what the kernel counted beyond the events that arrived, so
-/// the series of one (role, outcome) always sum to the kernel's exact total.
+/// The opt-in series, from events. Which values get a series of their own, for each role
+/// apart (client destinations and server listeners do not take each other's places):
+///
+/// - the first `cap` distinct values seen;
+/// - after those, up to `cap` more, each admitted at its first failure (a stall, data not
+///   acked, a refused cookie, an overflow: [`is_failure`]): a destination that starts to
+///   fail after the quiet ones took the places still gets a series of its own. Its counts
+///   run from that failure; what it did before stays under [`OTHER`].
+///
+/// Every later value is counted under [`OTHER`]. A value is never moved between series, so
+/// every counter only goes up (what `rate()` needs), and the series count stays at most
+/// `2 cap + 1` per (role, outcome). "other" also takes what the kernel counted beyond the
+/// events that arrived, so the series of one (role, outcome) always sum to the kernel's
+/// exact total.
 #[derive(Debug)]
 struct Capped {
     breakdown: Breakdown,
-    /// Each value with a series of its own, and its series' labels.
+    /// Each value with a series of its own (in either role), and its series' labels.
     admitted: HashMap<String, Labels>,
+    /// Which role admitted which value.
+    admitted_for: HashSet<(Role, String)>,
+    /// Per role ([`Role::index`]): values admitted first come, and at their first failure.
+    first_come: [usize; 2],
+    at_failure: [usize; 2],
     connections: BTreeMap<(Role, Outcome, String), u64>,
     stall_ns: BTreeMap<String, u64>,
     saved_ns: BTreeMap<String, u64>,
@@ -162,19 +176,41 @@ impl Capped {
         Capped {
             breakdown,
             admitted: HashMap::new(),
+            admitted_for: HashSet::new(),
+            first_come: [0; 2],
+            at_failure: [0; 2],
             connections: BTreeMap::new(),
             stall_ns: BTreeMap::new(),
             saved_ns: BTreeMap::new(),
         }
     }
 
+    /// Whether `e`'s value has (or now gets) a series of its own for `e`'s role.
+    fn admit(&mut self, e: &Event, value: &str) -> bool {
+        let key = (e.role, value.to_string());
+        if self.admitted_for.contains(&key) {
+            return true;
+        }
+        let r = role_index(e.role);
+        let cap = self.breakdown.cap();
+        if self.first_come[r] < cap {
+            self.first_come[r] += 1;
+        } else if self.at_failure[r] < cap && is_failure(e) {
+            self.at_failure[r] += 1;
+        } else {
+            return false; // counted under "other", from the kernel's total
+        }
+        self.admitted_for.insert(key);
+        if !self.admitted.contains_key(value) {
+            self.admitted.insert(value.to_string(), self.breakdown.series_labels(e, value));
+        }
+        true
+    }
+
     fn observe(&mut self, e: &Event) {
         let value = self.breakdown.value(e);
-        if !self.admitted.contains_key(&value) {
-            if self.admitted.len() >= self.breakdown.cap() {
-                return; // counted under "other", from the kernel's total
-            }
-            self.admitted.insert(value.clone(), self.breakdown.series_labels(e, &value));
+        if !self.admit(e, &value) {
+            return;
         }
         if let Some(s) = stall::of(e).filter(|s| s.lost_us > 0) {
             *self.stall_ns.entry(value.clone()).or_default() += s.lost_us * 1000;
@@ -184,6 +220,28 @@ impl Capped {
             *self.saved_ns.entry(value.clone()).or_default() += us * 1000;
         }
         *self.connections.entry((e.role, e.outcome, value)).or_default() += 1;
+    }
+}
+
+fn role_index(role: Role) -> usize {
+    match role {
+        Role::Client => 0,
+        Role::Server => 1,
+    }
+}
+
+/// Whether an event tells of TFO failing: a stall (its SYN timed out), the data not
+/// acked or the connect given up on (client); a cookie refused, a full TFO queue, a
+/// listener without TFO, a SYN-ACK resent (server). What earns a late destination a series.
+fn is_failure(e: &Event) -> bool {
+    use Outcome::*;
+    match e.role {
+        Role::Client => {
+            stall::of(e).is_some() || matches!(e.outcome, DataNotAcked | SynRetransmitted | ConnectFailed)
+        }
+        Role::Server => {
+            matches!(e.outcome, CookieInvalid | QueueOverflow | ListenerDisabled | SynackRetransmitted)
+        }
     }
 }
 
@@ -326,10 +384,10 @@ fn encode_seconds(
     }
 }
 
-/// A kernel-counted series' labels: the opt-in label (if any) says `other`, then the source.
-fn counted_labels(role: Role, outcome: Outcome, breakdown: Option<&'static str>) -> Labels {
-    let extra: Vec<(&'static str, String)> = breakdown.map(|b| (b, OTHER.to_string())).into_iter().collect();
-    let mut l = labels(role, Some(outcome), &extra);
+/// A kernel-counted series' labels: no opt-in label (a namespace's counter knows no
+/// destination or container), the source.
+fn counted_labels(role: Role, outcome: Outcome) -> Labels {
+    let mut l = labels(role, Some(outcome), &[]);
     l.push(("source", kernel_counted::SOURCE.to_string()));
     l
 }
@@ -398,11 +456,10 @@ impl Collector for ModelCollector {
             }
         }
         if m.counted.unavailable.is_none() {
-            let label = m.breakdown.as_ref().map(|d| d.breakdown.label());
             for (role, outcome, _) in KernelCounted::series(m.backend) {
                 let total = m.counted.total(role, outcome);
                 let total = m.never_less(role, outcome, true, total);
-                e.encode_family(&counted_labels(role, outcome, label))?
+                e.encode_family(&counted_labels(role, outcome))?
                     .encode_counter::<Labels, _, u64>(&total, None)?;
             }
         }
@@ -688,14 +745,59 @@ mod tests {
         assert_eq!(conns("client", "198.18.0.3:8080"), Some(2.0));
         assert_eq!(conns("client", "other"), Some(3.0), "two beyond the cap, one lost: {t}");
         assert_eq!(conns("server", "198.18.0.2:8080"), Some(1.0));
-        assert_eq!(sample(&t, r#"tfo_trace_stall_seconds_total{destination="other"}"#), Some(1.0));
-        assert!(!t.contains("198.18.0.4") && !t.contains("198.18.0.9") && !t.contains(":40000"), "{t}");
-        // One series per admitted destination and outcome (2 on the client, 1 on the server).
-        let (series, expected) = breakdown_series(&t, 2 + 1);
+        // Beyond the first two, a destination that fails still gets its series.
+        let stalls =
+            |dst: &str| sample(&t, &format!(r#"tfo_trace_stall_seconds_total{{destination="{dst}"}}"#));
+        assert_eq!((stalls("198.18.0.9:8080"), stalls("other")), (Some(1.0), Some(0.0)), "{t}");
+        assert!(!t.contains("198.18.0.4") && !t.contains(":40000"), "{t}");
+        // One series per admitted destination and outcome (3 on the client, 1 on the server).
+        let (series, expected) = breakdown_series(&t, 3 + 1);
         assert_eq!(series, expected, "{t}");
-        let overflow =
-            r#"{role="server",outcome="queue_overflow",destination="other",source="kernel_counter"}"#;
+        // A namespace's counter knows no destination: no `destination="other"` there.
+        let overflow = r#"{role="server",outcome="queue_overflow",source="kernel_counter"}"#;
         assert!(t.contains(overflow), "{t}");
+    }
+
+    /// Issue 37: with K=2, listeners (`[::]:8080`) and a quiet destination came first and
+    /// took both places; the destination that stalled went to `other`. Each role has its own
+    /// places now, and a failing destination gets one of K more at its first failure.
+    #[test]
+    fn a_destination_that_fails_late_gets_a_series() {
+        let m = Metrics::new(&build(), Some(Breakdown::Destinations(2)));
+        let listener = |port| Event {
+            listener: Some(format!("[::]:{port}").parse().unwrap()),
+            ..ev(Role::Server, Outcome::Accepted, 2, 10, 100, 0)
+        };
+        let mut events = vec![listener(8080), listener(8081), listener(8082)];
+        for dst in [2, 3, 4] {
+            events.push(ev(Role::Client, Outcome::Accepted, dst, 10, 100, 0));
+        }
+        for dst in [5, 6, 7] {
+            events.push(ev(Role::Client, Outcome::SynRetransmitted, dst, 10, 1_000_000, 1_000_000));
+        }
+        // Admitted at its stall, .4 counts from there; its quiet start stays in "other".
+        events.push(ev(Role::Client, Outcome::SynRetransmitted, 4, 10, 1_000_000, 1_000_000));
+        for e in &events {
+            m.observe(e);
+        }
+        m.set_kernel(counted(&events), Health::default());
+        let t = m.encode();
+        let conns = |role: &str, outcome: &str, dst: &str| {
+            sample(
+                &t,
+                &format!(
+                    r#"tfo_trace_connections_total{{role="{role}",outcome="{outcome}",destination="{dst}"}}"#
+                ),
+            )
+        };
+        assert_eq!(conns("server", "accepted", "[::]:8080"), Some(1.0), "{t}");
+        assert_eq!(conns("server", "accepted", "other"), Some(1.0), "the third listener: {t}");
+        assert_eq!(conns("client", "accepted", "198.18.0.2:8080"), Some(1.0), "{t}");
+        assert_eq!(conns("client", "accepted", "other"), Some(1.0), "the quiet .4: {t}");
+        assert_eq!(conns("client", "syn_retransmitted", "198.18.0.5:8080"), Some(1.0), "{t}");
+        assert_eq!(conns("client", "syn_retransmitted", "198.18.0.6:8080"), Some(1.0), "{t}");
+        assert_eq!(conns("client", "syn_retransmitted", "other"), Some(2.0), "K more, then other: {t}");
+        assert!(!t.contains("198.18.0.7"), "{t}");
     }
 
     /// `--names`: a destination's series says its `dname`, the name of the event that
@@ -865,7 +967,9 @@ mod tests {
         let of = |name: &str, dst: &str| sample(&t, &format!(r#"{name}{{destination="{dst}"}}"#));
         assert_eq!(of("tfo_trace_saved_seconds_total", "198.18.0.2:8080"), Some(0.05), "{t}");
         assert_eq!(of("tfo_trace_saved_seconds_total", "other"), Some(0.0), "{t}");
-        assert_eq!(of("tfo_trace_stall_seconds_total", "other"), Some(1.02), "{t}");
+        // .3 came second, quiet: "other"; its stall admits it, and its time is its own.
+        assert_eq!(of("tfo_trace_stall_seconds_total", "198.18.0.3:8080"), Some(1.02), "{t}");
+        assert_eq!(of("tfo_trace_stall_seconds_total", "other"), Some(0.0), "{t}");
     }
 
     #[test]
