@@ -215,6 +215,45 @@ fn blackhole_detection_pauses_active_tfo() {
     }
 }
 
+/// What blackhole detection does not catch, as `doctor` says it (issue 37): with it on and a
+/// path that drops only SYN-data (the plain SYN resent after the timeout passes), every
+/// connect pays its stall and nothing is paused (Blackhole stays 0). And `doctor` tells
+/// client lessons only where clients use TFO, and says a server namespace in syncookie mode.
+fn blackhole_detection_misses_a_path_that_drops_only_syn_data() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    lab.set_sysctl(Side::Client, "net.ipv4.tcp_fastopen_blackhole_timeout_sec", "60").unwrap();
+    let _server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    assert_eq!(lab.run_client(common::exe(), &args(dst, 1)).unwrap().ok_count(), 1, "cookie cached");
+    lab.middlebox_drop_syn_data(None).unwrap();
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let before = Deltas::since(&lab);
+    let tracer = Tracer::start(&["--netns", &cli_ns.to_string()]);
+    let n = 3;
+    assert_eq!(lab.run_client(common::exe(), &args(dst, n)).unwrap().ok_count(), n as usize);
+    let (events, _) = tracer.stop();
+    let dc = before.client();
+    assert_eq!(lab.middlebox_dropped().unwrap(), u64::from(n), "each SYN-data dropped once");
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), u64::from(n), "{dc:?}");
+    assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), u64::from(n), "TFO tried every time: {dc:?}");
+    assert_eq!(dc.get("TcpExtTCPFastOpenBlackhole"), 0, "nothing paused: {dc:?}");
+    assert_eq!(count(&events, cli_ns, Role::Client, Outcome::SynRetransmitted), u64::from(n));
+
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_syncookies", "2").unwrap();
+    let out = std::process::Command::new(common::exe()).args(["doctor", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doctor: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = |name: &str| {
+        doctor["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap()
+    };
+    let (srv, cli) = (lab.netns(Side::Server), lab.netns(Side::Client));
+    let blackhole = check("blackhole detection")["detail"].as_str().unwrap().to_string();
+    assert!(!blackhole.contains(srv) && !blackhole.contains(cli), "no client there, or on: {blackhole}");
+    let syncookies = check("syncookies")["detail"].as_str().unwrap().to_string();
+    assert!(syncookies.contains(srv) && !syncookies.contains(cli), "{syncookies}");
+}
+
 /// TFO children whose SYN-ACK gets no answer resend it (tcp_fastopen_synack_timer), and each
 /// resend counts as TcpExtTCPSynRetrans in the server's namespace. The client drops SYN-ACKs
 /// and gives up; later it lets them through, its kernel answers RST, and the children go.
@@ -530,6 +569,7 @@ tests_main!(
     listener_without_tcp_fastopen,
     tfo_queue_overflows_when_handshakes_stay_unfinished,
     blackhole_detection_pauses_active_tfo,
+    blackhole_detection_misses_a_path_that_drops_only_syn_data,
     synack_retransmits_of_tfo_children,
     synack_retransmits_of_a_tfo_child_that_completes {
         acks_dropped: HeldUp::AcksDropped,

@@ -95,6 +95,7 @@ pub fn advice(r: &HostFacts) -> Vec<String> {
         ClientOff(u32),
         ServerOff(u32),
         BlackholeOff,
+        Syncookies,
         NoKeyYet,
         Other(String),
     }
@@ -105,9 +106,11 @@ pub fn advice(r: &HostFacts) -> Vec<String> {
     };
     for ns in &r.namespaces {
         let label = ns.label();
+        // A namespace with TFO listeners serves: its client bit is no finding.
+        let serves = r.listeners.iter().any(|l| l.namespace == label && matches!(l.max_qlen, Ok(q) if q > 0));
         match &ns.tcp_fastopen {
             Ok(v) => {
-                if !v.client_enabled() {
+                if !v.client_enabled() && !serves {
                     add(Finding::ClientOff(v.0 | sysctl::TFO_CLIENT_ENABLE), &label);
                 }
                 if !v.server_enabled() {
@@ -134,8 +137,12 @@ pub fn advice(r: &HostFacts) -> Vec<String> {
             ),
             Err(e) => add(Finding::Other(format!("cannot read tcp_fastopen: {e}")), &label),
         }
-        if let Ok(0) = &ns.blackhole_timeout_sec {
+        let client = ns.tcp_fastopen.as_ref().is_ok_and(|v| v.client_enabled());
+        if matches!(ns.blackhole_timeout_sec, Ok(0)) && client {
             add(Finding::BlackholeOff, &label);
+        }
+        if matches!(ns.syncookies, Ok(2)) && ns.tcp_fastopen.as_ref().is_ok_and(|v| v.server_enabled()) {
+            add(Finding::Syncookies, &label);
         }
         if let (Ok(v), Ok(k)) = (&ns.tcp_fastopen, &ns.key) {
             if v.server_enabled() && !k.primary {
@@ -160,8 +167,14 @@ pub fn advice(r: &HostFacts) -> Vec<String> {
             ),
             Finding::BlackholeOff => format!(
                 "blackhole detection is off in {ns} (tcp_fastopen_blackhole_timeout_sec=0, the default \
-                 since 5.14): if a middlebox drops SYN-data, every TFO connect pays a SYN retransmit \
-                 (~1 s) instead of the kernel pausing active TFO"
+                 since 5.14): a path that drops every SYN with a TFO option makes each TFO connect there \
+                 time out, with nothing to pause TFO; on, it pauses active TFO after one such connect (it \
+                 does not catch a path dropping only SYN-data: each connect still pays ~1 s, see \
+                 `tfo-trace stalls`)"
+            ),
+            Finding::Syncookies => format!(
+                "tcp_syncookies=2 in {ns}: its listeners answer every SYN with a syncookie and skip TFO \
+                 (no SYN-data accepted, no TFO counter moves, TcpExtSyncookiesSent does): keep 1 there"
             ),
             Finding::NoKeyYet => {
                 format!("no TFO key yet in {ns}: the kernel generates one when the first TFO listener starts")

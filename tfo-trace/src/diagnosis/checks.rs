@@ -1,4 +1,4 @@
-//! The five lessons users of TFO keep learning the hard way, each checked against the
+//! The six lessons users of TFO keep learning the hard way, each checked against the
 //! host's facts with its advice. Pure.
 use std::collections::BTreeSet;
 
@@ -17,7 +17,7 @@ pub struct Check {
     pub advice: String,
 }
 
-/// The five lessons, checked against this host (pure).
+/// The six lessons, checked against this host (pure).
 pub fn checks(namespaces: &[TfoNamespace], listeners: &[TfoListener], key_files: &[String]) -> Vec<Check> {
     let mut out = Vec::new();
 
@@ -117,15 +117,49 @@ pub fn checks(namespaces: &[TfoNamespace], listeners: &[TfoListener], key_files:
             .into(),
     });
 
-    // 5. Blackhole detection is off by default since 5.14.
-    let off: Vec<String> =
-        namespaces.iter().filter(|n| matches!(n.blackhole_timeout_sec, Ok(0))).map(|n| n.label()).collect();
+    // 5. Blackhole detection is off by default since 5.14; it matters where clients use TFO.
+    let client = |n: &&TfoNamespace| n.tcp_fastopen.as_ref().is_ok_and(|v| v.client_enabled());
+    let off: Vec<String> = namespaces
+        .iter()
+        .filter(client)
+        .filter(|n| matches!(n.blackhole_timeout_sec, Ok(0)))
+        .map(|n| n.label())
+        .collect();
     out.push(Check {
         name: "blackhole detection".into(),
         ok: off.is_empty(),
-        detail: if off.is_empty() { "on in every namespace".into() } else { format!("off in {}", off.join(", ")) },
-        advice: "off by default since 5.14 (tcp_fastopen_blackhole_timeout_sec=0): behind a middlebox that drops \
-                 SYN-data every TFO connect pays ~1 s; set it (e.g. 3600) on clients, or use `tfo-trace report`"
+        detail: if off.is_empty() {
+            "on in every namespace with TFO clients".into()
+        } else {
+            format!("off in {}", off.join(", "))
+        },
+        advice: "off by default since 5.14 (tcp_fastopen_blackhole_timeout_sec=0). On (e.g. 3600), the kernel \
+                 pauses active TFO after a TFO connect whose SYNs all time out (a path that drops every SYN with \
+                 a TFO option). It does not catch a path that drops only SYN-data: the plain SYN resent after \
+                 the timeout gets through, so every connect there still pays ~1 s and nothing is paused \
+                 (measured: blackhole_detection_misses_a_path_that_drops_only_syn_data); `tfo-trace stalls` \
+                 names those destinations"
+            .into(),
+    });
+
+    // 6. A listener in syncookie mode skips TFO, and no TFO counter says so.
+    let cookies: Vec<String> = namespaces
+        .iter()
+        .filter(|n| n.tcp_fastopen.as_ref().is_ok_and(|v| v.server_enabled()))
+        .filter(|n| matches!(n.syncookies, Ok(2)))
+        .map(|n| n.label())
+        .collect();
+    out.push(Check {
+        name: "syncookies".into(),
+        ok: cookies.is_empty(),
+        detail: if cookies.is_empty() {
+            "no TFO server namespace answers every SYN with a syncookie".into()
+        } else {
+            format!("tcp_syncookies=2 in {}", cookies.join(", "))
+        },
+        advice: "with tcp_syncookies=2 (or under a SYN flood, with 1) a listener answers SYNs with a syncookie \
+                 and skips TFO: SYN-data is not accepted and no TFO counter moves (TcpExtSyncookiesSent does); \
+                 keep 1, the default, on TFO servers"
             .into(),
     });
     out
@@ -154,13 +188,13 @@ mod tests {
     }
 
     #[test]
-    fn five_lessons_on_fixed_facts() {
+    fn six_lessons_on_fixed_facts() {
         let f = sample_facts();
         let srv = &f.namespaces[1];
         let listeners =
             [listener(srv, "0.0.0.0:443", Ok(4096), 4096), listener(srv, "0.0.0.0:80", Ok(16), 4096)];
         let c = checks(&f.namespaces, &listeners, &[]);
-        assert_eq!(c.len(), 5);
+        assert_eq!(c.len(), 6);
         let per_ns = by_name(&c, "sysctl per namespace");
         assert!(!per_ns.ok, "0x1 here, 0x403 in srv");
         assert_eq!(per_ns.detail, "net.ipv4.tcp_fastopen is 0x1 in current, 0x403 in srv");
@@ -172,6 +206,21 @@ mod tests {
         assert_eq!((key.ok, key.detail.as_str()), (false, "TFO server key not persisted in srv"));
         let bh = by_name(&c, "blackhole detection");
         assert_eq!((bh.ok, bh.detail.as_str()), (false, "off in current"));
+        assert!(by_name(&c, "syncookies").ok);
+    }
+
+    /// Issue 37: a namespace that only serves is not told about client settings, and one
+    /// whose listeners answer every SYN with a syncookie is told that TFO is skipped there.
+    #[test]
+    fn client_lessons_only_where_clients_use_tfo_and_syncookies_said() {
+        let mut f = sample_facts();
+        f.namespaces[0].tcp_fastopen = Ok(TcpFastopen(0x2));
+        let c = checks(&f.namespaces, &[], &[]);
+        assert!(by_name(&c, "blackhole detection").ok, "no TFO client here: {c:?}");
+        f.namespaces[0].syncookies = Ok(2);
+        let c = checks(&f.namespaces, &[], &[]);
+        let sc = by_name(&c, "syncookies");
+        assert_eq!((sc.ok, sc.detail.as_str()), (false, "tcp_syncookies=2 in current"));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What `tfo-trace doctor` concludes about this host. Pure: host facts in (read by
 //! `kernel::host`, and the probe loader's verdict per backend), a [`DoctorReport`] out, which
-//! `views::doctor` only renders. The five lessons are in [`checks`], the advice lines in
+//! `views::doctor` only renders. The six lessons are in [`checks`], the advice lines in
 //! [`advice`]; both are unit-tested on fixed facts.
 pub mod advice;
 pub mod checks;
@@ -202,6 +202,7 @@ pub(crate) fn sample_facts() -> HostFacts {
                 tcp_fastopen: Ok(TcpFastopen(1)),
                 blackhole_timeout_sec: Ok(0),
                 key: Ok(FastopenKeyStatus { primary: false, backup: false }),
+                syncookies: Ok(1),
             },
             TfoNamespace {
                 name: Some("srv".into()),
@@ -212,6 +213,7 @@ pub(crate) fn sample_facts() -> HostFacts {
                 tcp_fastopen: Ok(TcpFastopen(0x403)),
                 blackhole_timeout_sec: Ok(3600),
                 key: Ok(FastopenKeyStatus { primary: true, backup: true }),
+                syncookies: Ok(1),
             },
         ],
         tcp_metrics: vec![],
@@ -247,7 +249,7 @@ mod tests {
             ),
             "{overflow:?}"
         );
-        assert_eq!(r.checks.len(), 5);
+        assert_eq!(r.checks.len(), 6);
 
         let none_loads = diagnose(sample_facts(), vec![(Backend::Kprobe, Err("no kprobes".into()))]);
         assert!(!none_loads.advice.iter().any(|a| a.starts_with("auto would choose")));

@@ -298,6 +298,10 @@ pub struct TfoNamespace {
     pub blackhole_timeout_sec: Result<u32, String>,
     #[serde(serialize_with = "ser_result")]
     pub key: Result<FastopenKeyStatus, String>,
+    /// `net.ipv4.tcp_syncookies`: 2 answers every SYN with a syncookie, and a listener that
+    /// does skips TFO (tcp_conn_request: no tcp_try_fastopen() for a syncookie).
+    #[serde(serialize_with = "ser_result")]
+    pub syncookies: Result<u32, String>,
 }
 
 impl TfoNamespace {
@@ -324,14 +328,23 @@ impl TfoNamespace {
     }
 }
 
-type Sysctls = (Result<TcpFastopen, String>, Result<u32, String>, Result<FastopenKeyStatus, String>);
+type Sysctls = (
+    Result<TcpFastopen, String>,
+    Result<u32, String>,
+    Result<FastopenKeyStatus, String>,
+    Result<u32, String>,
+);
 
-/// The three TFO sysctls of the calling thread's namespace.
+/// The TFO sysctls of the calling thread's namespace, and tcp_syncookies.
 fn read_tfo_sysctls() -> Sysctls {
+    let syncookies = read_sysctl(format!("{PROC_SYS_IPV4}/tcp_syncookies"))
+        .map_err(|e| e.to_string())
+        .and_then(|t| t.parse::<u32>().map_err(|e| format!("tcp_syncookies: cannot parse {t:?}: {e}")));
     (
         read_tcp_fastopen().map_err(|e| e.to_string()),
         read_blackhole_timeout_sec().map_err(|e| e.to_string()),
         read_fastopen_key_status().map_err(|e| e.to_string()),
+        syncookies,
     )
 }
 
@@ -345,7 +358,7 @@ pub fn tfo_namespaces() -> Vec<TfoNamespace> {
     let names = netns::names_by_inode(&named);
     let mut out = Vec::new();
 
-    let (tcp_fastopen, blackhole_timeout_sec, key) = read_tfo_sysctls();
+    let (tcp_fastopen, blackhole_timeout_sec, key, syncookies) = read_tfo_sysctls();
     out.push(TfoNamespace {
         name: current_ino.and_then(|i| names.get(&i).cloned()),
         path: netns::SELF_NETNS.into(),
@@ -355,6 +368,7 @@ pub fn tfo_namespaces() -> Vec<TfoNamespace> {
         tcp_fastopen,
         blackhole_timeout_sec,
         key,
+        syncookies,
     });
 
     for n in named {
@@ -368,9 +382,9 @@ pub fn tfo_namespaces() -> Vec<TfoNamespace> {
             }
             Some(_) => netns::with_netns(&n.path, read_tfo_sysctls).map_err(|e| format!("{e:#}")),
         };
-        let (tcp_fastopen, blackhole_timeout_sec, key) = match read {
+        let (tcp_fastopen, blackhole_timeout_sec, key, syncookies) = match read {
             Ok(t) => t,
-            Err(e) => (Err(e.clone()), Err(e.clone()), Err(e)),
+            Err(e) => (Err(e.clone()), Err(e.clone()), Err(e.clone()), Err(e)),
         };
         out.push(TfoNamespace {
             name: n.inode.and_then(|i| names.get(&i).cloned()).or(Some(n.name.clone())),
@@ -381,6 +395,7 @@ pub fn tfo_namespaces() -> Vec<TfoNamespace> {
             tcp_fastopen,
             blackhole_timeout_sec,
             key,
+            syncookies,
         });
     }
     // Two names of one namespace appear once.
