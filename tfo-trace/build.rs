@@ -1,17 +1,20 @@
 //! Builds the eBPF programs (tfo-trace-ebpf) for the bpf target with the nightly
 //! toolchain and bpf-linker (`cargo xtask setup` installs both), and puts the object in
-//! OUT_DIR, where probes/mod.rs embeds it: one binary is all a host needs. Then says what
-//! this build is, for `tfo-trace --version` (src/build_info.rs).
+//! OUT_DIR, where probes/mod.rs embeds it: one binary is all a host needs (build/ebpf.rs:
+//! aya-build's way, showing the inner build's output only when it fails, and its
+//! warnings). Then says what this build is, for `tfo-trace --version` (src/build_info.rs).
 use std::{env, fs, path::PathBuf, process::Command};
 
 use sha2::{Digest, Sha256};
+
+#[path = "build/ebpf.rs"]
+mod ebpf;
 
 fn main() -> anyhow::Result<()> {
     let root_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tfo-trace-ebpf");
     // The floor's empty programs go into the object only for the `fixtures` build.
     let features: &[&str] = if env::var_os("CARGO_FEATURE_FIXTURES").is_some() { &["floor"] } else { &[] };
-    let ebpf = aya_build::Package { name: "tfo-trace-ebpf", root_dir, features, ..Default::default() };
-    aya_build::build_ebpf([ebpf], aya_build::Toolchain::default())?;
+    ebpf::build(&ebpf::Package { name: "tfo-trace-ebpf", root_dir, features })?;
     build_info()
 }
 

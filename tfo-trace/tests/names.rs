@@ -13,7 +13,7 @@ use serde_json::Value;
 use tfo_trace::{
     events::{Event, Outcome, Role},
     lab::{
-        dns::{Resolver, Zone},
+        dns::{Resolver, Seen, Zone},
         ClientArgs, Lab, LabConfig, Side,
     },
     names::GRACE,
@@ -186,6 +186,74 @@ fn every_connection_is_named_by_its_namespace_s_resolver() {
     assert_eq!(name_of(clean6), Some("v6.lab.test".into()), "{top:#}");
 }
 
+/// Two names for one address, and a CNAME to one of them: each connection is named by the
+/// last answer for its address before it, in the order the kernel saw the answers arrive
+/// and the SYNs leave (tcpdump on the client's veth), also when that answer repeats a name
+/// the address already had (issue 42). The zone's TTL (300 s) outlasts the test: every
+/// answer is still valid at every connection.
+fn a_repeated_answer_makes_its_name_the_current_one(v6: bool) {
+    require_dnsmasq!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, v6).unwrap(), PORT);
+    let _dns = lab
+        .start_dns(&zone(
+            &[("good.lab.test", dst.ip()), ("other.lab.test", dst.ip())],
+            300,
+            &[("alias.lab.test", "good.lab.test")],
+        ))
+        .unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, v6).unwrap();
+    connect(&lab, dst, 1, None); // the cookie, unnamed and untraced
+
+    let capture = lab.capture_lookups(PORT).unwrap();
+    let tracer = Tracer::start(&["--names"]);
+    // The issue's two cases: good, other, good again (a query of the client's own); good,
+    // its alias, good again (getaddrinfo). Each lookup, then one connection.
+    let steps = [
+        ("good.lab.test", Resolver::Udp),
+        ("other.lab.test", Resolver::Udp),
+        ("good.lab.test", Resolver::Udp),
+        ("good.lab.test", Resolver::Libc),
+        ("alias.lab.test", Resolver::Libc),
+        ("good.lab.test", Resolver::Libc),
+    ];
+    let pids: Vec<u32> = steps.iter().map(|&(name, how)| connect(&lab, dst, 1, Some((name, how)))).collect();
+    let (events, _) = tracer.stop();
+    let wire = capture.stop();
+
+    for (&pid, (asked, how)) in pids.iter().zip(steps) {
+        let mine: Vec<&Event> = events.iter().filter(|e| e.role == Role::Client && e.pid == pid).collect();
+        assert!(!mine.is_empty(), "no client event of {asked} ({how:?}, pid {pid}): {events:?}");
+        for e in mine {
+            let syn_at = wire
+                .iter()
+                .find_map(|s| match s {
+                    Seen::Syn { at_ns, sport } if *sport == e.sport => Some(*at_ns),
+                    _ => None,
+                })
+                .unwrap_or_else(|| panic!("no SYN from port {} on the wire: {wire:?}", e.sport));
+            // The wire's account: the last answer that gave dst's address before the SYN.
+            let (answered_at, answered) = wire
+                .iter()
+                .filter_map(|s| match s {
+                    Seen::Answer { at_ns, asked, addrs } if *at_ns < syn_at && addrs.contains(&dst.ip()) => {
+                        Some((*at_ns, asked.as_str()))
+                    }
+                    _ => None,
+                })
+                .max_by_key(|(at, _)| *at)
+                .unwrap_or_else(|| panic!("no answer for {dst} before the SYN at {syn_at}: {wire:?}"));
+            assert_eq!(answered, asked, "the lab: the lookup before this connection was its own: {wire:?}");
+            assert_eq!(
+                e.dname.as_deref(),
+                Some(answered),
+                "{asked} ({how:?}) then a connection: answer at {answered_at} ns, SYN at {syn_at} ns, event at {} ns; wire: {wire:?}",
+                e.ts.unix_ns()
+            );
+        }
+    }
+}
+
 /// `tfo-trace ARGS` exits 0; its stdout's last JSON document.
 fn stdout_json(args: &[&str]) -> Value {
     let out = std::process::Command::new(common::exe()).args(args).output().unwrap();
@@ -200,4 +268,7 @@ fn stdout_json(args: &[&str]) -> Value {
     }
 }
 
-tests_main!(every_connection_is_named_by_its_namespace_s_resolver);
+tests_main!(
+    every_connection_is_named_by_its_namespace_s_resolver,
+    a_repeated_answer_makes_its_name_the_current_one { v4: false, v6: true },
+);

@@ -281,7 +281,7 @@ fn lint() -> Vec<String> {
         "warnings",
     ]);
     // The eBPF crate is no_std for the bpf target: linted there, with core built from
-    // source as aya-build does, in a target directory of its own.
+    // source as tfo-trace/build.rs does, in a target directory of its own.
     let mut ebpf = util::nightly("cargo");
     // --all-features: the floor's programs (a `fixtures` build's) are linted too.
     ebpf.current_dir(&root).args([

@@ -37,7 +37,7 @@ pub fn setup() -> Result<()> {
     vm_kernel_suites()
 }
 
-/// bpf-linker lands in `$CARGO_HOME/bin`; the eBPF build (aya-build -> rustc) finds it in PATH.
+/// bpf-linker lands in `$CARGO_HOME/bin`; the eBPF build (tfo-trace/build.rs -> rustc) finds it in PATH.
 fn ensure_in_path(dir: &Path) -> Result<()> {
     let path = env::var_os("PATH").unwrap_or_default();
     if env::split_paths(&path).any(|p| p == dir) {

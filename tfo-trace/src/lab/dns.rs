@@ -13,7 +13,7 @@ use std::{
 
 use anyhow::{anyhow, bail, Context as _, Result};
 
-use super::{cmd, Lab, Proc};
+use super::{cmd, Lab, Proc, Side, Tcpdump};
 
 /// Where dnsmasq is; the tests skip without it.
 pub const DNSMASQ: &str = "/usr/sbin/dnsmasq";
@@ -117,6 +117,84 @@ impl Lab {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+impl Lab {
+    /// Starts tcpdump on the client's veth for the DNS answers the client namespace
+    /// receives and the SYNs it sends to `port`, each with the kernel's time (ns): the
+    /// order in which lookups and connections really happened.
+    pub fn capture_lookups(&self, port: u16) -> Result<LookupCapture> {
+        // ip6[53]: the TCP flags of a segment with no extension header.
+        let syn = "((ip and tcp[tcpflags] & tcp-syn != 0) or (ip6 and ip6[53] & 0x02 == 0x02))";
+        let filter = format!("src port 53 or (dst port {port} and {syn})");
+        // -vv: a DNS answer's question (the name asked for) as well as its records.
+        let args = ["-tt", "--time-stamp-precision=nano", "-vv"];
+        Ok(LookupCapture { tcpdump: self.tcpdump(Side::Client, &args, &filter)? })
+    }
+}
+
+/// tcpdump on the client's veth: DNS answers and SYNs ([`Lab::capture_lookups`]).
+#[derive(Debug)]
+pub struct LookupCapture {
+    tcpdump: Tcpdump,
+}
+
+impl LookupCapture {
+    /// Stops tcpdump and returns what it saw, in the order it saw it.
+    pub fn stop(self) -> Vec<Seen> {
+        parse_lookups(&self.tcpdump.stop())
+    }
+}
+
+/// A packet on the client's veth, at the kernel's time for it (ns since the epoch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// A DNS answer: the name asked for (lower case, no final dot) and the A and AAAA
+    /// addresses it gave, through any CNAME.
+    Answer { at_ns: u128, asked: String, addrs: Vec<IpAddr> },
+    /// A SYN the client sent, from port `sport`.
+    Syn { at_ns: u128, sport: u16 },
+}
+
+/// What `tcpdump -tt --time-stamp-precision=nano -vv` printed: one packet per line, with
+/// its continuation lines (indented) joined to it.
+pub fn parse_lookups(text: &str) -> Vec<Seen> {
+    let mut packets: Vec<String> = Vec::new();
+    for line in text.lines() {
+        match packets.last_mut() {
+            Some(p) if line.starts_with(char::is_whitespace) => p.push_str(line),
+            _ => packets.push(line.to_string()),
+        }
+    }
+    packets.iter().filter_map(|p| parse_packet(p)).collect()
+}
+
+/// `1796427808.702525542 IP (...) 198.18.0.2.53 > 198.18.0.1.48210: [...] 4660* q: A?
+/// alias.lab.test. 2/0/0 alias.lab.test. CNAME good.lab.test., good.lab.test. A 10.9.0.1 (75)`,
+/// or `... 198.18.0.1.40000 > 198.18.0.2.8080: Flags [S], ...`.
+fn parse_packet(line: &str) -> Option<Seen> {
+    let (secs, nanos) = line.split_whitespace().next()?.split_once('.')?;
+    // Nine digits with --time-stamp-precision=nano; fewer where the capture gave less.
+    let nanos = format!("{:0<9}", nanos.get(..9).unwrap_or(nanos));
+    let at_ns = secs.parse::<u128>().ok()? * 1_000_000_000 + nanos.parse::<u128>().ok()?;
+    if let Some((_, question)) = line.split_once(" q: ") {
+        let mut words = question.split_whitespace();
+        let _type = words.next()?;
+        let asked = words.next()?.trim_end_matches('.').to_ascii_lowercase();
+        let words: Vec<&str> = words.map(|w| w.trim_end_matches(',')).collect();
+        let addrs = words
+            .windows(2)
+            .filter(|w| w[0] == "A" || w[0] == "AAAA")
+            .filter_map(|w| w[1].parse().ok())
+            .collect();
+        return Some(Seen::Answer { at_ns, asked, addrs });
+    }
+    if !line.contains("Flags [S],") {
+        return None;
+    }
+    let (from, _) = line.split_once(" > ")?;
+    let sport = from.split_whitespace().last()?.rsplit('.').next()?.parse().ok()?;
+    Some(Seen::Syn { at_ns, sport })
 }
 
 /// Why this host cannot give a lab a DNS server, if it cannot (the tests skip with it).
@@ -242,4 +320,43 @@ fn query(name: &str, server: IpAddr, transport: Transport, v6: bool) -> Result<V
         bail!("{to} answered another query");
     }
     Ok(crate::names::wire::answers(&answer).into_iter().map(|a| a.addr).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_answers_and_syns_as_tcpdump_prints_them() {
+        let text = "\
+1796427808.702786187 IP (tos 0x0, ttl 64, id 45411, offset 0, flags [DF], proto UDP (17), length 103)
+    198.18.0.2.53 > 198.18.0.1.44786: [bad udp cksum 0xfe66 -> 0xec3d!] 4660* q: A? Alias.lab.test. 2/0/0 alias.lab.test. CNAME good.lab.test., good.lab.test. A 10.9.0.1 (75)
+1796427808.702885885 IP (tos 0x0, ttl 64, id 45413, offset 0, flags [DF], proto UDP (17), length 115)
+    198.18.0.2.53 > 198.18.0.1.59074: [udp sum ok] 4660* q: AAAA? good.lab.test. 1/0/0 good.lab.test. AAAA fd00::9 (87)
+1796427808.702983910 IP (tos 0x0, ttl 64, id 45415, offset 0, flags [DF], proto UDP (17), length 60)
+    198.18.0.2.53 > 198.18.0.1.60567: [udp sum ok] 4660 q: AAAA? other.lab.test. 0/0/0 (32)
+1796427808.800000001 IP6 (flowlabel 0x1, hlim 64, next-header TCP (6) payload length: 140) fd00:7f0::1.40000 > fd00:7f0::2.8080: Flags [S], cksum 0x1 (correct), seq 1, win 64800, options [mss 1440], length 100
+1796427808.900000000 IP (tos 0x0, ttl 64, id 1, offset 0, flags [DF], proto TCP (6), length 60)
+    198.18.0.1.40001 > 198.18.0.2.8080: Flags [S], cksum 0x1 (correct), seq 1, win 64240, length 0
+";
+        let addr = |a: &str| a.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            parse_lookups(text),
+            [
+                Seen::Answer {
+                    at_ns: 1796427808702786187,
+                    asked: "alias.lab.test".into(),
+                    addrs: vec![addr("10.9.0.1")]
+                },
+                Seen::Answer {
+                    at_ns: 1796427808702885885,
+                    asked: "good.lab.test".into(),
+                    addrs: vec![addr("fd00::9")]
+                },
+                Seen::Answer { at_ns: 1796427808702983910, asked: "other.lab.test".into(), addrs: vec![] },
+                Seen::Syn { at_ns: 1796427808800000001, sport: 40000 },
+                Seen::Syn { at_ns: 1796427808900000000, sport: 40001 },
+            ]
+        );
+    }
 }

@@ -382,15 +382,21 @@ impl Lab {
     /// Starts tcpdump on one side's veth for SYNs and SYN-ACKs (IPv4 and IPv6), and waits
     /// until it listens.
     pub fn capture_syns(&self, side: Side) -> Result<SynCapture> {
-        let (ns, dev) = self.veth(side);
         // Every segment with SYN set: SYNs and SYN-ACKs (the filter took SYNs only before,
         // so no SYN-ACK was ever seen, whatever `WireSyn::syn_ack` said).
         let filter = "(ip and tcp[tcpflags] & tcp-syn != 0) or (ip6 and ip6[53] & 0x02 == 0x02)";
+        Ok(SynCapture { tcpdump: self.tcpdump(side, &["-tt"], filter)? })
+    }
+
+    /// Starts tcpdump on one side's veth (`args` before the filter), collecting what it
+    /// prints, and waits until it listens.
+    fn tcpdump(&self, side: Side, args: &[&str], filter: &str) -> Result<Tcpdump> {
+        let (ns, dev) = self.veth(side);
         let mut c = cmd::in_netns(ns, "tcpdump");
         // -Z root: stay root rather than switch to a `tcpdump` user a minimal system (the
         // test VMs) may not have.
         // --immediate-mode: hand each packet over at once (no buffering until SIGINT).
-        c.args(["-i", dev, "-nn", "-tt", "-l", "--immediate-mode", "-Z", "root", filter]);
+        c.args(["-i", dev, "-nn", "-l", "--immediate-mode", "-Z", "root"]).args(args).arg(filter);
         c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut proc =
             Proc::spawn(self.id, &mut c).context("starting tcpdump (cargo xtask setup installs it)")?;
@@ -406,7 +412,7 @@ impl Lab {
         let mut said = Vec::new();
         loop {
             match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(l) if l.contains("listening on") => return Ok(SynCapture { proc, stdout }),
+                Ok(l) if l.contains("listening on") => return Ok(Tcpdump { proc, stdout }),
                 Ok(l) => said.push(l),
                 Err(_) => bail!("tcpdump did not start listening on {dev}: {}", said.join(" / ")),
             }
@@ -748,8 +754,24 @@ pub struct WireSyn {
 /// tcpdump on a lab veth, capturing SYNs and SYN-ACKs: the wire's own account of handshakes.
 #[derive(Debug)]
 pub struct SynCapture {
+    tcpdump: Tcpdump,
+}
+
+/// A running tcpdump and what it prints.
+#[derive(Debug)]
+struct Tcpdump {
     proc: Proc,
     stdout: Option<JoinHandle<String>>,
+}
+
+impl Tcpdump {
+    /// Stops it (SIGINT, so it flushes) and returns what it printed.
+    fn stop(mut self) -> String {
+        // SAFETY: kill() on the pid of a child we own and have not reaped.
+        unsafe { libc::kill(self.proc.pid() as i32, libc::SIGINT) };
+        self.proc.wait_bounded(Duration::from_secs(5));
+        join_text(&mut self.stdout)
+    }
 }
 
 /// `1764491234.123456 IP 198.18.0.1.40000 > 198.18.0.2.8080: Flags [S], ..., length 100`
@@ -772,11 +794,8 @@ pub fn parse_tcpdump_syn(line: &str) -> Option<WireSyn> {
 
 impl SynCapture {
     /// Stops tcpdump (SIGINT, so it flushes) and returns the SYNs it saw.
-    pub fn stop(mut self) -> Vec<WireSyn> {
-        // SAFETY: kill() on the pid of a child we own and have not reaped.
-        unsafe { libc::kill(self.proc.pid() as i32, libc::SIGINT) };
-        self.proc.wait_bounded(Duration::from_secs(5));
-        join_text(&mut self.stdout).lines().filter_map(parse_tcpdump_syn).collect()
+    pub fn stop(self) -> Vec<WireSyn> {
+        self.tcpdump.stop().lines().filter_map(parse_tcpdump_syn).collect()
     }
 }
 

@@ -94,6 +94,7 @@ impl Names {
             self.rescan();
         }
         let read_from_ns = realtime_ns();
+        self.cache.settle();
         let Names { sockets, cache, streams, buf, stats, .. } = self;
         for (&netns, socks) in sockets.iter() {
             socks.read(buf, READ_LIMIT, |packet, at_ns| {
@@ -277,6 +278,10 @@ fn follow(
 struct Cache {
     entries: HashMap<(u32, IpAddr), Vec<Learnt>>,
     names: HashSet<Arc<str>>,
+    /// Addresses that got more than [`ANSWERS_PER_ADDRESS`] answers in the last read: they
+    /// keep them all until the next read ([`Cache::settle`]), because the events read in
+    /// between (up to the reader's poll interval old) may have come before any of them.
+    over: Vec<(u32, IpAddr)>,
 }
 
 struct Learnt {
@@ -292,6 +297,25 @@ struct Learnt {
 
 /// Answers kept per address: the names of the last few lookups that gave it.
 const ANSWERS_PER_ADDRESS: usize = 4;
+
+/// Adds one answer to those kept for its address. The name of the newest answer, answered
+/// again while that answer is still valid, extends it: a connection in between had that
+/// name either way, and a lookup repeated in a loop takes one place, not all. Any other
+/// answer is kept as its own, so a name answered again after another's answer is the
+/// newest, and names the connections after it, while the older answer still names those
+/// before. Returns whether the address now keeps more than [`ANSWERS_PER_ADDRESS`].
+fn keep_answer(kept: &mut Vec<Learnt>, new: Learnt) -> bool {
+    let newest = kept.iter_mut().max_by_key(|l| l.at_ns);
+    if let Some(newest) =
+        newest.filter(|l| l.name == new.name && l.at_ns <= new.at_ns && new.at_ns < l.until_ns)
+    {
+        newest.expires = newest.expires.max(new.expires);
+        newest.until_ns = newest.until_ns.max(new.until_ns);
+        return false;
+    }
+    kept.push(new);
+    kept.len() == ANSWERS_PER_ADDRESS + 1
+}
 
 impl Cache {
     /// Keeps the addresses of one DNS message that arrived at `at_ns`; returns how many.
@@ -314,18 +338,23 @@ impl Cache {
             let until_ns = if at_ns != 0 { at_ns } else { realtime_ns() } + kept_for.as_nanos();
             let kept = self.entries.entry((netns, a.addr)).or_default();
             kept.retain(|l| now < l.expires);
-            // The same name again: it has named the address since its first answer.
-            if let Some(same) = kept.iter_mut().find(|l| l.name == name) {
-                same.expires = same.expires.max(expires);
-                same.until_ns = same.until_ns.max(until_ns);
-                continue;
+            if keep_answer(kept, Learnt { name, at_ns, until_ns, expires }) {
+                self.over.push((netns, a.addr));
             }
-            if kept.len() >= ANSWERS_PER_ADDRESS {
-                kept.remove(0);
-            }
-            kept.push(Learnt { name, at_ns, until_ns, expires });
         }
         answers.len() as u64
+    }
+
+    /// Before a read: the events of the last one are named, so each address goes back to
+    /// its newest [`ANSWERS_PER_ADDRESS`] answers (an event read from now on came after the
+    /// older ones, and after the newest of them, which names it if no later one does).
+    fn settle(&mut self) {
+        for key in self.over.drain(..) {
+            if let Some(kept) = self.entries.get_mut(&key) {
+                kept.sort_unstable_by_key(|l| std::cmp::Reverse(l.at_ns));
+                kept.truncate(ANSWERS_PER_ADDRESS);
+            }
+        }
     }
 
     /// The name of the last answer for `addr` that came before `at_ns` (a connection's
@@ -401,6 +430,109 @@ mod tests {
         assert_eq!(at(&cache, 500), None, "before both: an answer of before we looked");
         cache.learn(1, &answer("shop.example", [203, 0, 113, 7], 60), t0, 3_000);
         assert_eq!(at(&cache, 1_500).as_deref(), Some("shop.example"), "named so since its first answer");
+    }
+
+    /// The name `cache` gives `addr` in namespace 1 at `at_ns`.
+    fn named(cache: &Cache, addr: [u8; 4], at_ns: u128) -> Option<String> {
+        cache.get(1, IpAddr::from(addr), at_ns).map(|n| n.to_string())
+    }
+
+    const SHARED: [u8; 4] = [203, 0, 113, 9];
+
+    #[test]
+    fn a_name_answered_again_after_another_names_the_connections_after_it() {
+        let t0 = Instant::now();
+        let mut cache = Cache::default();
+        for (name, at) in [("good.example", 1_000), ("other.example", 2_000), ("good.example", 3_000)] {
+            cache.learn(1, &answer(name, SHARED, 60), t0, at);
+        }
+        let at = |ns| named(&cache, SHARED, ns);
+        assert_eq!(at(1_500).as_deref(), Some("good.example"));
+        assert_eq!(at(2_500).as_deref(), Some("other.example"));
+        assert_eq!(at(3_500).as_deref(), Some("good.example"), "the repeated answer is the last one");
+    }
+
+    #[test]
+    fn a_name_answered_again_after_its_alias_names_the_connections_after_it() {
+        let t0 = Instant::now();
+        let mut cache = Cache::default();
+        let through_alias = wire::response(
+            "alias.example",
+            &[
+                ("alias.example", 5, 60, wire::encode_name("good.example")),
+                ("good.example", 1, 60, SHARED.to_vec()),
+            ],
+        );
+        cache.learn(1, &answer("good.example", SHARED, 60), t0, 1_000);
+        cache.learn(1, &through_alias, t0, 2_000);
+        cache.learn(1, &answer("good.example", SHARED, 60), t0, 3_000);
+        assert_eq!(named(&cache, SHARED, 2_500).as_deref(), Some("alias.example"));
+        assert_eq!(named(&cache, SHARED, 3_500).as_deref(), Some("good.example"));
+    }
+
+    #[test]
+    fn a_name_answered_over_and_over_takes_one_place() {
+        let t0 = Instant::now();
+        let mut cache = Cache::default();
+        cache.learn(1, &answer("other.example", SHARED, 60), t0, 500);
+        for i in 1..=10 {
+            cache.learn(1, &answer("good.example", SHARED, 60), t0, i * 1_000);
+        }
+        cache.settle();
+        assert_eq!(cache.entries[&(1, IpAddr::from(SHARED))].len(), 2, "one answer each");
+        assert_eq!(named(&cache, SHARED, 700).as_deref(), Some("other.example"));
+        assert_eq!(named(&cache, SHARED, 1_500).as_deref(), Some("good.example"), "since its first answer");
+        assert_eq!(named(&cache, SHARED, 10_500).as_deref(), Some("good.example"));
+    }
+
+    #[test]
+    fn a_name_answered_again_after_its_answer_expired_names_nothing_in_between() {
+        let t0 = Instant::now();
+        let mut cache = Cache::default();
+        let ttl0 = GRACE.as_nanos();
+        cache.learn(1, &answer("good.example", SHARED, 0), t0, 1_000);
+        cache.learn(1, &answer("good.example", SHARED, 0), t0, 1_000 + 2 * ttl0);
+        assert_eq!(named(&cache, SHARED, 1_000 + ttl0 / 2).as_deref(), Some("good.example"));
+        assert_eq!(named(&cache, SHARED, 1_000 + ttl0 + 1), None, "between the two answers' lives");
+        assert_eq!(named(&cache, SHARED, 1_000 + 2 * ttl0 + 1).as_deref(), Some("good.example"));
+    }
+
+    #[test]
+    fn an_answer_read_late_names_only_the_connections_of_its_time() {
+        let t0 = Instant::now();
+        let mut cache = Cache::default();
+        // Two namespaces' sockets, or the IPv4 and IPv6 ones, read one after the other.
+        cache.learn(1, &answer("other.example", SHARED, 60), t0, 2_000);
+        cache.learn(1, &answer("good.example", SHARED, 60), t0, 1_000);
+        assert_eq!(named(&cache, SHARED, 1_500).as_deref(), Some("good.example"));
+        assert_eq!(named(&cache, SHARED, 2_500).as_deref(), Some("other.example"));
+    }
+
+    #[test]
+    fn a_read_keeps_every_answer_until_the_next_then_the_last_few() {
+        let t0 = Instant::now();
+        let mut cache = Cache::default();
+        // One read: more answers than an address keeps, alternating two names, before the
+        // reader names the connections made between them (it polls every 100 ms).
+        let names = ["good.example", "other.example"];
+        let answers = 2 * ANSWERS_PER_ADDRESS as u128 + 1;
+        for i in 0..answers {
+            cache.learn(1, &answer(names[i as usize % 2], SHARED, 60), t0, (i + 1) * 1_000);
+        }
+        for i in 0..answers {
+            let between = (i + 1) * 1_000 + 500;
+            assert_eq!(
+                named(&cache, SHARED, between).as_deref(),
+                Some(names[i as usize % 2]),
+                "at {between}"
+            );
+        }
+        // The next read: only the newest few are kept, and what they no longer name is
+        // unnamed, never named otherwise.
+        cache.settle();
+        assert_eq!(cache.entries[&(1, IpAddr::from(SHARED))].len(), ANSWERS_PER_ADDRESS);
+        assert_eq!(named(&cache, SHARED, answers * 1_000 + 500).as_deref(), Some(names[0]));
+        assert_eq!(named(&cache, SHARED, 1_500), None, "the first answer is forgotten");
     }
 
     #[test]

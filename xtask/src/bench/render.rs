@@ -380,7 +380,8 @@ impl Report {
         ));
         w.push_str(&format!(
             "\n`report --from` a recording of 1,000,000 client connections to 1,000,000 destinations \
-             ({:.0} MiB; one in {DROP_EVERY} SYN-data dropped, one in {NOT_ACKED_EVERY} not acknowledged), \
+             ({:.0} MiB; one in {DROP_EVERY} SYN-data dropped, one in {NOT_ACKED_EVERY} not acknowledged; \
+             every field a live client event carries but a DNS name), \
              the default top 20 and the rest summed: {} ({} and {} bytes of output); the summary counted \
              {} connections, {} destinations, {} with SYN-data dropped.\n",
             self.report_scale.file_bytes as f64 / (1024.0 * 1024.0),

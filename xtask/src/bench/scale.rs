@@ -208,8 +208,14 @@ pub(super) enum Mix {
 pub(super) const DROP_EVERY: u64 = 100;
 pub(super) const NOT_ACKED_EVERY: u64 = 250;
 
+/// Pods the generated clients run in, in turn: a client event of a live recording on a
+/// Kubernetes node carries its cgroup and container and their names.
+const PODS: u64 = 8;
+
 /// A recording (events/record.rs, format 1) of 1,000,000 client events, each to its own
-/// destination 10.a.b.c:443.
+/// destination 10.a.b.c:443, each with every field a client event of a live recording
+/// carries (`dname` aside: no `--names`): its namespace's `ip netns` name, the round trip
+/// an accepted one saved, and the cgroup and Kubernetes container of one of [`PODS`] pods.
 pub(super) fn write_million(path: &Path, mix: Mix) -> Result<()> {
     let file = fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
@@ -221,15 +227,47 @@ pub(super) fn write_million(path: &Path, mix: Mix) -> Result<()> {
     for i in 0..MILLION {
         let (a, b, c) = ((i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff);
         let (sec, ns) = (i / 100_000, (i % 100_000) * 10_000);
-        let (outcome, retransmits, handshake_us, stall_us) = match mix {
-            Mix::Problems if i % DROP_EVERY == 7 => ("syn_retransmitted", 1, 1_000_120, 1_000_000),
-            Mix::Problems if i % NOT_ACKED_EVERY == 3 => ("data_not_acked", 0, 120, 0),
-            _ => ("accepted", 0, 120, 0),
+        let (outcome, retransmits, handshake_us, stall_us, saved_us) = match mix {
+            Mix::Problems if i % DROP_EVERY == 7 => ("syn_retransmitted", 1, 1_000_120, 1_000_000, "null"),
+            Mix::Problems if i % NOT_ACKED_EVERY == 3 => ("data_not_acked", 0, 120, 0, "null"),
+            _ => ("accepted", 0, 120, 0, "95"),
         };
+        let pod = i % PODS;
+        let uid = format!("5f0c7a3e-1b2d-4c6e-8f9a-{pod:012x}");
+        let id = format!("{:064x}", 0x7e57_c0de_u64 * (pod + 1));
+        let cgroup = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{id}.scope",
+            uid.replace('-', "_")
+        );
         writeln!(
             w,
-            r#"{{"ts":"2026-01-01T00:00:{sec:02}.{ns:09}Z","role":"client","outcome":"{outcome}","family":4,"saddr":"198.18.0.1","sport":{},"daddr":"10.{a}.{b}.{c}","dport":443,"netns":4026531840,"pid":4242,"comm":"bench","syn_data_bytes":64,"cookie_len":8,"exp_option":false,"retransmits":{retransmits},"handshake_us":{handshake_us},"stall_us":{stall_us}}}"#,
-            32768 + (i % 28000),
+            concat!(
+                r#"{{"ts":"2026-01-01T00:00:{sec:02}.{ns:09}Z","role":"client","outcome":"{outcome}","family":4,"#,
+                r#""saddr":"10.244.1.{pod}","sport":{sport},"daddr":"10.{a}.{b}.{c}","dport":443,"#,
+                r#""netns":{netns},"netns_name":"cni-{uid}","pid":{pid},"comm":"bench","syn_data_bytes":64,"#,
+                r#""cookie_len":8,"exp_option":false,"retransmits":{retransmits},"handshake_us":{handshake_us},"#,
+                r#""stall_us":{stall_us},"saved_us":{saved_us},"cgroup_id":{cgroup_id},"cgroup":"{cgroup}","#,
+                r#""container_id":"{id}","container_runtime":"containerd","pod_uid":"{uid}","#,
+                r#""container_name":"app","pod":"web-{pod}","pod_namespace":"shop","container":"shop/web-{pod}/app"}}"#
+            ),
+            sec = sec,
+            ns = ns,
+            outcome = outcome,
+            pod = pod,
+            sport = 32768 + (i % 28000),
+            a = a,
+            b = b,
+            c = c,
+            netns = 4026532200 + pod,
+            uid = uid,
+            pid = 4242 + pod,
+            retransmits = retransmits,
+            handshake_us = handshake_us,
+            stall_us = stall_us,
+            saved_us = saved_us,
+            cgroup_id = 90_000 + pod,
+            cgroup = cgroup,
+            id = id,
         )?;
     }
     w.flush().with_context(|| format!("writing {}", path.display()))

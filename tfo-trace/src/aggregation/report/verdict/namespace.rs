@@ -210,16 +210,16 @@ mod tests {
         events::Event,
     };
 
+    /// The client namespace's `ip tcp_metrics` as `text` says.
+    fn cached(text: &str) -> Facts {
+        let mut facts = Facts::default();
+        facts.tcp_metrics.insert(NS_CLI, crate::kernel::tcp_metrics::parse(text).unwrap());
+        facts
+    }
+
     #[test]
     fn remembered_drops_without_events() {
-        let mut facts = Facts::default();
-        facts.tcp_metrics.insert(
-            NS_CLI,
-            crate::kernel::tcp_metrics::parse(
-                "10.1.2.3 age 9.000sec fo_syn_drops 3/0.060usec ago source 10.1.2.1\n",
-            )
-            .unwrap(),
-        );
+        let facts = cached("10.1.2.3 age 9.000sec fo_syn_drops 3/0.060usec ago source 10.1.2.1\n");
         let r = report(&[], &facts);
         assert!(r.destinations.is_empty(), "no connection in the window: no row of them");
         assert_eq!(r.kernel_cache.len(), 1);
@@ -232,6 +232,17 @@ mod tests {
             c.sentence.contains("holds 3 SYN-data to 10.1.2.3:* lost on the path, the last 60s ago"),
             "{c:?}"
         );
+    }
+
+    #[test]
+    fn remembered_drops_of_a_destination_with_connections_are_its_row_s() {
+        let facts = cached(
+            "10.1.2.3 age 9.000sec fo_syn_drops 3/0.060usec ago source 10.1.2.1\n\
+             10.1.2.4 age 9.000sec fo_syn_drops 1/0.060usec ago source 10.1.2.1\n",
+        );
+        let r = report(&[cli("accepted", "10.1.2.3:443", 64, 0, 1)], &facts);
+        let listed: Vec<&str> = r.kernel_cache.iter().map(|c| c.destination.as_str()).collect();
+        assert_eq!(listed, ["10.1.2.4:*"], "10.1.2.3 has a connection in the window: {listed:?}");
     }
 
     #[test]
