@@ -3,8 +3,9 @@
 //! its own config and data directory) scrapes the exporter every second; the values
 //! Prometheus then returns from its HTTP API must equal the kernel's counter deltas in the
 //! lab's namespaces. `promtool check metrics` must pass on the exposition and on the
-//! textfile. One test only: tests in one binary run in parallel, and this one counts
-//! kernel events.
+//! textfile. One kernel test only: tests in one binary run in parallel, and that one
+//! counts kernel events. Beside it, `prometheus_rules` checks the shipped alerting rules
+//! (deploy/prometheus) with promtool: their syntax, and their unit tests.
 mod common;
 
 use std::{
@@ -334,4 +335,49 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-tests_main!(prometheus_scrapes_what_the_kernel_counted,);
+/// The shipped rules (deploy/prometheus/tfo-trace.rules.yml): `promtool check rules`
+/// passes, their unit tests (`promtool test rules` on tfo-trace.rules.test.yml: every alert
+/// fires on its synthetic series with its labels and annotations, and stays silent on a
+/// healthy one and on `destination="other"`) pass, every alert has a unit test, and every
+/// runbook_url points at a section of docs/alerts.md.
+fn prometheus_rules() {
+    let promtool = Path::new("/usr/bin/promtool");
+    if !promtool.exists() {
+        common::skip("promtool is missing: `apt-get install prometheus` (cargo xtask setup installs it)");
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = root.join("deploy/prometheus");
+    for args in [["check", "rules", "tfo-trace.rules.yml"], ["test", "rules", "tfo-trace.rules.test.yml"]] {
+        let out = Command::new(promtool).args(args).current_dir(&dir).output().expect("running promtool");
+        let said =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "promtool {}: {said}", args.join(" "));
+    }
+
+    let read =
+        |path: &Path| std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let rules = read(&dir.join("tfo-trace.rules.yml"));
+    let unit_tests = read(&dir.join("tfo-trace.rules.test.yml"));
+    let runbook = read(&root.join("docs/alerts.md"));
+    let after = |text: &str, key: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.trim().trim_start_matches("- ").strip_prefix(key))
+            .map(|v| v.trim().to_string())
+            .collect()
+    };
+    let alerts = after(&rules, "alert:");
+    let tested = after(&unit_tests, "alertname:");
+    let sections: Vec<String> = after(&runbook, "## ").iter().map(|h| h.to_lowercase()).collect();
+    assert!(alerts.len() >= 9, "{alerts:?}");
+    for alert in &alerts {
+        assert!(tested.contains(alert), "{alert} has no unit test in tfo-trace.rules.test.yml");
+        assert!(sections.contains(&alert.to_lowercase()), "{alert} has no section in docs/alerts.md");
+    }
+    let runbooks = after(&rules, "runbook_url:");
+    assert_eq!(runbooks.len(), alerts.len(), "one runbook_url per alert");
+    for (url, alert) in runbooks.iter().zip(&alerts) {
+        assert!(url.ends_with(&format!("docs/alerts.md#{}", alert.to_lowercase())), "{alert}: {url}");
+    }
+}
+
+tests_main!(prometheus_scrapes_what_the_kernel_counted, prometheus_rules);
