@@ -9,15 +9,17 @@
 mod common;
 
 use std::{
-    io::{Read as _, Write as _},
+    io::Write as _,
     net::SocketAddr,
-    path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{SystemTime, UNIX_EPOCH},
+    path::Path,
+    process::{Command, Stdio},
 };
 
-use common::{free_port, http_get, netns_inode, Deltas, Tracer};
-use serde_json::Value;
+use common::{
+    free_port, http_get, netns_inode,
+    prometheus::{self, now_unix, Prometheus},
+    Deltas, Tracer,
+};
 use tfo_trace::{
     kernel::netstat::Netstat,
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
@@ -25,133 +27,6 @@ use tfo_trace::{
 
 const PORT: u16 = 8080;
 const PAYLOAD: usize = 100;
-
-/// Prometheus and promtool, installing Debian's package if they are missing; Err = why not.
-fn prometheus_binaries() -> Result<(PathBuf, PathBuf), String> {
-    let find = || {
-        let p = Path::new("/usr/bin/prometheus");
-        let t = Path::new("/usr/bin/promtool");
-        (p.exists() && t.exists()).then(|| (p.to_path_buf(), t.to_path_buf()))
-    };
-    if let Some(found) = find() {
-        return Ok(found);
-    }
-    eprintln!("installing Debian's prometheus package (apt-get, up to 4 minutes)");
-    let mut child = Command::new("apt-get")
-        .args(["-o", "DPkg::Lock::Timeout=120", "install", "-y", "--no-install-recommends", "prometheus"])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            format!("prometheus is not installed and apt-get cannot run ({e}); `apt-get install prometheus`")
-        })?;
-    let status = match common::wait::within(common::HANG_LIMIT, || child.try_wait().map(|s| s.ok_or(()))) {
-        Ok(Ok(status)) => status,
-        Ok(Err(())) => {
-            let _ = child.kill(); // by pid: our own child
-            let _ = child.wait();
-            return Err("installing prometheus took over 4 minutes; `apt-get install prometheus`".into());
-        }
-        Err(e) => return Err(e.to_string()),
-    };
-    let mut err = String::new();
-    let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
-    find().ok_or_else(|| format!("`apt-get install prometheus` failed ({status}): {}", err.trim()))
-}
-
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// A Prometheus server on loopback with its own config and data directory; killed (by
-/// pid, it is our child) when dropped.
-struct Prometheus {
-    child: Child,
-    addr: SocketAddr,
-    dir: PathBuf,
-}
-
-impl Prometheus {
-    fn start(bin: &Path, dir: &Path, target: SocketAddr) -> Prometheus {
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: tfo-trace\n    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .unwrap();
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = Command::new(bin)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address={addr}"))
-            .arg("--log.level=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
-            .spawn()
-            .expect("starting prometheus");
-        let mut p = Prometheus { child, addr, dir: dir.to_path_buf() };
-        common::eventually("prometheus ready", || match http_get(addr, "/-/ready") {
-            Ok((200, _)) => Ok(()),
-            answer => match p.child.try_wait() {
-                Ok(Some(status)) => panic!("prometheus exited ({status}): {}", p.log()),
-                _ => Err(format!("{answer:?}; log: {}", p.log())),
-            },
-        });
-        p
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
-    }
-
-    /// An instant query that must return one sample: its value.
-    fn query(&self, promql: &str) -> Option<f64> {
-        let (status, body) =
-            http_get(self.addr, &format!("/api/v1/query?query={}", url_encode(promql))).ok()?;
-        assert_eq!(status, 200, "query {promql}: {body}");
-        let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("query {promql}: {e}: {body}"));
-        let result = v["data"]["result"].as_array()?;
-        assert!(result.len() <= 1, "query {promql} returned {} series: {body}", result.len());
-        result.first()?["value"][1].as_str()?.parse().ok()
-    }
-
-    fn value(&self, promql: &str) -> f64 {
-        self.query(promql).unwrap_or_else(|| panic!("no value for {promql}; prometheus log: {}", self.log()))
-    }
-
-    /// Waits for a scrape that started after `t` (unix seconds), so every later query sees
-    /// what the exporter counted up to `t`.
-    fn wait_for_scrape_after(&self, t: f64) {
-        common::eventually(format!("a scrape after {t}"), || {
-            match self.query(r#"timestamp(up{job="tfo-trace"})"#) {
-                Some(ts) if ts > t => Ok(()),
-                last => Err(format!("last scrape at {last:?}; log: {}", self.log())),
-            }
-        });
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn now_unix() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
-}
 
 /// `promtool check metrics` on `text`; panics with its output if it complains.
 fn promtool_check(promtool: &Path, text: &str, what: &str) {
@@ -173,7 +48,7 @@ fn promtool_check(promtool: &Path, text: &str, what: &str) {
 
 fn prometheus_scrapes_what_the_kernel_counted() {
     require_kernel!();
-    let (prometheus, promtool) = match prometheus_binaries() {
+    let (prometheus, promtool) = match prometheus::binaries() {
         Ok(b) => b,
         Err(why) => common::skip(why),
     };
@@ -220,8 +95,12 @@ fn prometheus_scrapes_what_the_kernel_counted() {
         "--interval",
         "1s",
     ]);
-    let prom = Prometheus::start(&prometheus, &dir, exporter);
-    prom.wait_for_scrape_after(now_unix());
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+         scrape_configs:\n  - job_name: tfo-trace\n    static_configs:\n      - targets: ['{exporter}']\n"
+    );
+    let prom = Prometheus::start(&prometheus, &dir, &config, None);
+    prom.wait_for_scrape_after("tfo-trace", now_unix());
     assert_eq!(prom.value(r#"up{job="tfo-trace"}"#), 1.0, "prometheus scrapes the exporter");
 
     let q = |role: &str, outcome: &str| {
@@ -278,7 +157,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     });
     let t_end = now_unix();
     let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
-    prom.wait_for_scrape_after(t_end);
+    prom.wait_for_scrape_after("tfo-trace", t_end);
     let after_prom = read_all();
     let d: Vec<f64> = after_prom.iter().zip(&before_prom).map(|(a, b)| a - b).collect();
     fn tfo(n: &Netstat) -> Vec<(&str, u64)> {

@@ -10,10 +10,22 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::util::{capture, cargo_home, is_root, nightly, probe, run, which};
 
 /// Debian packages the tests and the demo use (ip/nstat, nft, tcpdump, sysctl, tmux, bpftool,
-/// dnsmasq as the lab's DNS server for `--names`, and prometheus for promtool, which checks
-/// the shipped alerting rules: deploy/prometheus, tests/export.rs).
-const DEB_REQUIRED: &[&str] =
-    &["iproute2", "nftables", "tcpdump", "procps", "tmux", "bpftool", "dnsmasq-base", "prometheus"];
+/// dnsmasq as the lab's DNS server for `--names`, prometheus for promtool, which checks the
+/// shipped alerting rules (deploy/prometheus, tests/export.rs), and openssl and curl, which
+/// make a certificate for `export --web.config.file` and scrape over TLS:
+/// tests/export_http.rs).
+const DEB_REQUIRED: &[&str] = &[
+    "iproute2",
+    "nftables",
+    "tcpdump",
+    "procps",
+    "tmux",
+    "bpftool",
+    "dnsmasq-base",
+    "prometheus",
+    "openssl",
+    "curl",
+];
 /// `cargo xtask dist` and its checks in the test suite (tests/dist.rs): the musl and
 /// cross toolchains (with cross.rs's `Arch::packages`), readelf, qemu-user for the
 /// aarch64 binary, debootstrap for a Debian 11 userspace, lintian for the .debs.
