@@ -11,9 +11,9 @@ use crate::util::{capture, cargo_home, is_root, nightly, probe, run, which};
 
 /// Debian packages the tests and the demo use (ip/nstat, nft, tcpdump, sysctl, tmux, bpftool,
 /// dnsmasq as the lab's DNS server for `--names`, prometheus for promtool, which checks the
-/// shipped alerting rules (deploy/prometheus, tests/export.rs), and openssl and curl, which
-/// make a certificate for `export --web.config.file` and scrape over TLS:
-/// tests/export_http.rs).
+/// shipped alerting rules (deploy/prometheus, tests/export.rs), prometheus-alertmanager, which
+/// tests/export.rs runs the rules' alerts through end to end, and openssl and curl, which make
+/// a certificate for `export --web.config.file` and scrape over TLS: tests/export_http.rs).
 const DEB_REQUIRED: &[&str] = &[
     "iproute2",
     "nftables",
@@ -23,6 +23,7 @@ const DEB_REQUIRED: &[&str] = &[
     "bpftool",
     "dnsmasq-base",
     "prometheus",
+    "prometheus-alertmanager",
     "openssl",
     "curl",
 ];
