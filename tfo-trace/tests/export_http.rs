@@ -411,6 +411,9 @@ fn bad_web_config_is_one_line_at_start() {
     let dir = &web.0;
     let good_hash = bcrypt::hash_with_result("x", 4).unwrap().format_for_version(bcrypt::Version::TwoY);
     std::fs::write(dir.join("not-a-cert.pem"), "hello\n").unwrap();
+    let other = web_config_files("bad-web-config-other");
+    std::fs::copy(web_config_files("bad-web-config-cert").tls.ca, dir.join("cert.pem")).unwrap();
+    std::fs::copy(other.dir.0.join("key.pem"), dir.join("other-key.pem")).unwrap();
     let cases: &[(&str, Option<&str>, &str)] = &[
         ("missing.yml", None, "missing.yml: No such file or directory"),
         ("unparsable.yml", Some("tls_server_config: [\n"), "line 1 column"),
@@ -424,6 +427,11 @@ fn bad_web_config_is_one_line_at_start() {
             "not-a-cert.yml",
             Some("tls_server_config:\n  cert_file: not-a-cert.pem\n  key_file: not-a-cert.pem\n"),
             "no PEM certificate",
+        ),
+        (
+            "key-of-another-cert.yml",
+            Some("tls_server_config:\n  cert_file: cert.pem\n  key_file: other-key.pem\n"),
+            "the key does not match the certificate",
         ),
         ("plain-password.yml", Some("basic_auth_users:\n  prometheus: s3cret\n"), "not a bcrypt hash"),
         (

@@ -258,9 +258,12 @@ fn tls_config(t: TlsFile, dir: &Path) -> Result<Arc<ServerConfig>> {
             bail!("tls_server_config.client_auth_type {auth_type} needs client_ca_file (or client_ca)")
         }
     };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| anyhow!("tls_server_config: certificate and key: {e}"))?;
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(_) => {
+            anyhow!("tls_server_config: the key does not match the certificate")
+        }
+        e => anyhow!("tls_server_config: certificate and key: {e}"),
+    })?;
     config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
