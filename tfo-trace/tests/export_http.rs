@@ -13,7 +13,7 @@ use std::{
     io::{ErrorKind, Read as _, Write as _},
     net::{SocketAddr, TcpStream},
     os::unix::process::CommandExt as _,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
 };
@@ -400,6 +400,24 @@ fn web_config_serves_tls_with_basic_auth() {
         .status()
         .unwrap();
     assert!(!untrusted.success(), "a self-signed certificate is not trusted without its CA");
+
+    // Renewed in place (as cert-manager does): the next connection gets the new one. A
+    // renewal that cannot be read keeps the one served.
+    let renewed = web_config_files("web-config-renewed");
+    let replace = |name: &str, from: &Path| {
+        let tmp = web.dir.0.join(format!(".{name}.tmp"));
+        std::fs::copy(from, &tmp).unwrap();
+        std::fs::rename(&tmp, web.dir.0.join(name)).unwrap();
+    };
+    let old_ca = Tls { ca: web.dir.0.join("old-ca.pem"), ..web.tls.clone() };
+    std::fs::copy(&web.tls.ca, &old_ca.ca).unwrap();
+    replace("key.pem", &renewed.dir.0.join("key.pem"));
+    replace("cert.pem", &renewed.tls.ca);
+    let new_ca = Tls { ca: renewed.tls.ca.clone(), ..web.tls.clone() };
+    assert_eq!(curl_get(exporter.addr, "/metrics", &new_ca, Some(true)).0, 200, "the renewed certificate");
+    assert_eq!(curl_get(exporter.addr, "/metrics", &old_ca, Some(true)).0, 0, "not the old one");
+    std::fs::write(web.dir.0.join("cert.pem"), "not a certificate\n").unwrap();
+    assert_eq!(curl_get(exporter.addr, "/metrics", &new_ca, Some(true)).0, 200, "a bad renewal keeps it");
     exporter.tracer.stop_lines();
 }
 

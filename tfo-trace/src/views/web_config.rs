@@ -3,10 +3,11 @@
 //! itself read), so a fleet reuses the file, the certificates and the bcrypt hashes it
 //! already has.
 //!
-//! Read once, at start: anything wrong (a missing or unreadable file, YAML that does not
-//! parse, an unknown key, a certificate or key that cannot be read, a password hash that is
-//! not bcrypt, a setting this exporter does not implement) is one error line naming the
-//! file and the key, and the exporter does not start. What it implements:
+//! Read at start: anything wrong (a missing or unreadable file, YAML that does not parse,
+//! an unknown key, a certificate or key that cannot be read, a password hash that is not
+//! bcrypt, a setting this exporter does not implement) is one error line naming the file
+//! and the key, and the exporter does not start. Later, only the certificate and key files
+//! are read again, when they change ([`ServedCert`]). What it implements:
 //! `tls_server_config` (`cert_file`/`key_file` or inline `cert`/`key`, relative paths from
 //! the file's folder as exporter-toolkit reads them; `client_auth_type` `NoClientCert`,
 //! `VerifyClientCertIfGiven` or `RequireAndVerifyClientCert` with `client_ca_file` or
@@ -32,8 +33,10 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use base64::Engine as _;
 use hyper::header::{HeaderName, HeaderValue};
 use rustls::{
+    crypto::CryptoProvider,
     pki_types::{pem::PemObject as _, CertificateDer, PrivateKeyDer},
-    server::WebPkiClientVerifier,
+    server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier},
+    sign::CertifiedKey,
     RootCertStore, ServerConfig, SupportedProtocolVersion,
 };
 use serde::Deserialize;
@@ -210,18 +213,12 @@ fn tls_config(t: TlsFile, dir: &Path) -> Result<Arc<ServerConfig>> {
     if t.cert.is_none() && t.cert_file.is_none() || t.key.is_none() && t.key_file.is_none() {
         bail!("tls_server_config needs cert_file (or cert) and key_file (or key)");
     }
+    let files = t.cert_file.as_ref().zip(t.key_file.as_ref()).map(|(c, k)| [dir.join(c), dir.join(k)]);
     let cert = pem("cert", t.cert, t.cert_file, dir)?;
     let key = pem("key", t.key, t.key_file, dir)?;
     let (Some(cert), Some(key)) = (cert, key) else {
         bail!("tls_server_config needs cert_file (or cert) and key_file (or key)");
     };
-    let certs = certificates("cert_file", &cert)?;
-    let key = PrivateKeyDer::from_pem_slice(&key).map_err(|e| match e {
-        rustls::pki_types::pem::Error::NoItemsFound => {
-            anyhow!("tls_server_config.key_file: no PEM private key in it")
-        }
-        e => anyhow!("tls_server_config.key_file: {e}"),
-    })?;
 
     let min = version("min_version", t.min_version.as_deref(), &rustls::version::TLS12)?;
     let max = version("max_version", t.max_version.as_deref(), &rustls::version::TLS13)?;
@@ -238,6 +235,7 @@ fn tls_config(t: TlsFile, dir: &Path) -> Result<Arc<ServerConfig>> {
     // build (cmake on some targets), not tried there.
     #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let served = ServedCert::new(&cert, &key, files, provider.clone())?;
     let builder = ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(&versions)?;
 
     let client_ca = pem("client_ca", t.client_ca, t.client_ca_file, dir)?;
@@ -258,15 +256,88 @@ fn tls_config(t: TlsFile, dir: &Path) -> Result<Arc<ServerConfig>> {
             bail!("tls_server_config.client_auth_type {auth_type} needs client_ca_file (or client_ca)")
         }
     };
-    let mut config = builder.with_single_cert(certs, key).map_err(|e| match e {
+    let mut config = builder.with_cert_resolver(Arc::new(served));
+    config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The server's certificate chain and key, from PEM text.
+fn certified_key(cert: &[u8], key: &[u8], provider: &CryptoProvider) -> Result<CertifiedKey> {
+    let certs = certificates("cert_file", cert)?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => {
+            anyhow!("tls_server_config.key_file: no PEM private key in it")
+        }
+        e => anyhow!("tls_server_config.key_file: {e}"),
+    })?;
+    CertifiedKey::from_der(certs, key, provider).map_err(|e| match e {
         rustls::Error::InconsistentKeys(_) => {
             anyhow!("tls_server_config: the key does not match the certificate")
         }
         e => anyhow!("tls_server_config: certificate and key: {e}"),
-    })?;
-    config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    })
+}
+
+/// What identifies a file's content without reading it: modification time, size, inode
+/// (a Kubernetes Secret's files are symlinks whose target changes on update).
+type Stamp = Option<[(std::time::SystemTime, u64, u64); 2]>;
+
+fn stamp(files: &[PathBuf; 2]) -> Stamp {
+    use std::os::unix::fs::MetadataExt as _;
+    let one =
+        |f: &PathBuf| std::fs::metadata(f).ok().and_then(|m| Some((m.modified().ok()?, m.len(), m.ino())));
+    Some([one(&files[0])?, one(&files[1])?])
+}
+
+/// The certificate the server presents: read again at a handshake after `cert_file` or
+/// `key_file` changed (cert-manager renews them in place), as exporter-toolkit reads them
+/// at every connection; two `stat`s a handshake otherwise. A renewal that cannot be read
+/// (half written, a key of another certificate) keeps the previous certificate, said once
+/// per change on stderr. Inline `cert`/`key` never change.
+#[derive(Debug)]
+struct ServedCert {
+    files: Option<[PathBuf; 2]>,
+    provider: Arc<CryptoProvider>,
+    current: Mutex<(Stamp, Arc<CertifiedKey>)>,
+}
+
+impl ServedCert {
+    fn new(
+        cert: &[u8],
+        key: &[u8],
+        files: Option<[PathBuf; 2]>,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<Self> {
+        let first = Arc::new(certified_key(cert, key, &provider)?);
+        let stamp = files.as_ref().and_then(stamp);
+        Ok(ServedCert { files, provider, current: Mutex::new((stamp, first)) })
+    }
+
+    fn reload(&self, files: &[PathBuf; 2]) -> Result<CertifiedKey> {
+        let read = |f: &PathBuf| std::fs::read(f).with_context(|| f.display().to_string());
+        certified_key(&read(&files[0])?, &read(&files[1])?, &self.provider)
+    }
+}
+
+impl ResolvesServerCert for ServedCert {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let mut current = self.current.lock().ok()?;
+        if let Some(files) = &self.files {
+            let now = stamp(files);
+            if now.is_some() && now != current.0 {
+                current.0 = now;
+                match self.reload(files) {
+                    Ok(key) => {
+                        log::info!("tls_server_config: read the renewed {}", files[0].display());
+                        current.1 = Arc::new(key);
+                    }
+                    Err(e) => log::warn!("{e:#}: still serving the previous certificate"),
+                }
+            }
+        }
+        Some(current.1.clone())
+    }
 }
 
 /// A bcrypt hash of cost 10 (htpasswd's default) that no password is checked against for
