@@ -387,6 +387,10 @@ pub struct ExportArgs {
     /// Do not serve HTTP (with --textfile: only write the file).
     #[arg(long = "web.disable", requires = "textfile")]
     pub web_disable: bool,
+    /// TLS and basic auth for /metrics from a Prometheus exporter-toolkit web-config file
+    /// (tls_server_config, basic_auth_users with bcrypt hashes; docs/export.md).
+    #[arg(long = "web.config.file", value_name = "FILE", conflicts_with = "web_disable")]
+    pub web_config_file: Option<std::path::PathBuf>,
     /// Also write the metrics to this file for node_exporter's textfile collector
     /// (e.g. /var/lib/prometheus/node-exporter/tfo_trace.prom), replaced atomically.
     #[arg(long, value_name = "PATH")]

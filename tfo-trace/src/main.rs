@@ -94,6 +94,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 (None, None) => None,
             },
             netns: a.probe.filter.netns.clone(),
+            web_config: a.web_config_file,
             duration: a.duration,
             json_summary: a.summary.json_summary,
         })),

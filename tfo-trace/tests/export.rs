@@ -3,19 +3,32 @@
 //! its own config and data directory) scrapes the exporter every second; the values
 //! Prometheus then returns from its HTTP API must equal the kernel's counter deltas in the
 //! lab's namespaces. `promtool check metrics` must pass on the exposition and on the
-//! textfile. One test only: tests in one binary run in parallel, and this one counts
-//! kernel events.
+//! textfile. Beside it, `prometheus_rules` checks the shipped alerting rules
+//! (deploy/prometheus) with promtool: their syntax, and their unit tests; and
+//! `alerts_reach_alertmanager` runs them end to end: the lab's middlebox, the exporter, a
+//! real Prometheus evaluating the rules and a real Alertmanager notifying a webhook in the
+//! test. The two kernel tests count only their own lab's namespaces (`--netns`), so they
+//! may run at once.
 mod common;
 
 use std::{
-    io::{Read as _, Write as _},
-    net::SocketAddr,
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{SocketAddr, TcpListener},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{SystemTime, UNIX_EPOCH},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+    thread::JoinHandle,
+    time::Duration,
 };
 
-use common::{free_port, http_get, netns_inode, Deltas, Tracer};
+use common::{
+    free_port, http_get, netns_inode,
+    prometheus::{self, now_unix, Prometheus},
+    Deltas, TempDir, Tracer,
+};
 use serde_json::Value;
 use tfo_trace::{
     kernel::netstat::Netstat,
@@ -24,133 +37,6 @@ use tfo_trace::{
 
 const PORT: u16 = 8080;
 const PAYLOAD: usize = 100;
-
-/// Prometheus and promtool, installing Debian's package if they are missing; Err = why not.
-fn prometheus_binaries() -> Result<(PathBuf, PathBuf), String> {
-    let find = || {
-        let p = Path::new("/usr/bin/prometheus");
-        let t = Path::new("/usr/bin/promtool");
-        (p.exists() && t.exists()).then(|| (p.to_path_buf(), t.to_path_buf()))
-    };
-    if let Some(found) = find() {
-        return Ok(found);
-    }
-    eprintln!("installing Debian's prometheus package (apt-get, up to 4 minutes)");
-    let mut child = Command::new("apt-get")
-        .args(["-o", "DPkg::Lock::Timeout=120", "install", "-y", "--no-install-recommends", "prometheus"])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            format!("prometheus is not installed and apt-get cannot run ({e}); `apt-get install prometheus`")
-        })?;
-    let status = match common::wait::within(common::HANG_LIMIT, || child.try_wait().map(|s| s.ok_or(()))) {
-        Ok(Ok(status)) => status,
-        Ok(Err(())) => {
-            let _ = child.kill(); // by pid: our own child
-            let _ = child.wait();
-            return Err("installing prometheus took over 4 minutes; `apt-get install prometheus`".into());
-        }
-        Err(e) => return Err(e.to_string()),
-    };
-    let mut err = String::new();
-    let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
-    find().ok_or_else(|| format!("`apt-get install prometheus` failed ({status}): {}", err.trim()))
-}
-
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// A Prometheus server on loopback with its own config and data directory; killed (by
-/// pid, it is our child) when dropped.
-struct Prometheus {
-    child: Child,
-    addr: SocketAddr,
-    dir: PathBuf,
-}
-
-impl Prometheus {
-    fn start(bin: &Path, dir: &Path, target: SocketAddr) -> Prometheus {
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: tfo-trace\n    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .unwrap();
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = Command::new(bin)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address={addr}"))
-            .arg("--log.level=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
-            .spawn()
-            .expect("starting prometheus");
-        let mut p = Prometheus { child, addr, dir: dir.to_path_buf() };
-        common::eventually("prometheus ready", || match http_get(addr, "/-/ready") {
-            Ok((200, _)) => Ok(()),
-            answer => match p.child.try_wait() {
-                Ok(Some(status)) => panic!("prometheus exited ({status}): {}", p.log()),
-                _ => Err(format!("{answer:?}; log: {}", p.log())),
-            },
-        });
-        p
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
-    }
-
-    /// An instant query that must return one sample: its value.
-    fn query(&self, promql: &str) -> Option<f64> {
-        let (status, body) =
-            http_get(self.addr, &format!("/api/v1/query?query={}", url_encode(promql))).ok()?;
-        assert_eq!(status, 200, "query {promql}: {body}");
-        let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("query {promql}: {e}: {body}"));
-        let result = v["data"]["result"].as_array()?;
-        assert!(result.len() <= 1, "query {promql} returned {} series: {body}", result.len());
-        result.first()?["value"][1].as_str()?.parse().ok()
-    }
-
-    fn value(&self, promql: &str) -> f64 {
-        self.query(promql).unwrap_or_else(|| panic!("no value for {promql}; prometheus log: {}", self.log()))
-    }
-
-    /// Waits for a scrape that started after `t` (unix seconds), so every later query sees
-    /// what the exporter counted up to `t`.
-    fn wait_for_scrape_after(&self, t: f64) {
-        common::eventually(format!("a scrape after {t}"), || {
-            match self.query(r#"timestamp(up{job="tfo-trace"})"#) {
-                Some(ts) if ts > t => Ok(()),
-                last => Err(format!("last scrape at {last:?}; log: {}", self.log())),
-            }
-        });
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn now_unix() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
-}
 
 /// `promtool check metrics` on `text`; panics with its output if it complains.
 fn promtool_check(promtool: &Path, text: &str, what: &str) {
@@ -170,9 +56,44 @@ fn promtool_check(promtool: &Path, text: &str, what: &str) {
     );
 }
 
+/// A lab with two server addresses, a TFO server on each: `clean`, and `blocked` for the
+/// tests to put behind the middlebox.
+struct TwoDestinations {
+    lab: Lab,
+    clean: SocketAddr,
+    blocked: SocketAddr,
+    _servers: [tfo_trace::lab::ServerHandle; 2],
+}
+
+impl TwoDestinations {
+    fn create() -> TwoDestinations {
+        let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() }).unwrap();
+        let address = |i| SocketAddr::new(lab.server_addr(i, false).unwrap(), PORT);
+        let (clean, blocked) = (address(0), address(1));
+        let server = |i| lab.start_server(common::exe(), i, PORT, 16, false).unwrap();
+        let _servers = [server(0), server(1)];
+        TwoDestinations { lab, clean, blocked, _servers }
+    }
+}
+
+/// `tfo-trace export` on a free loopback port with `args`, counting only `lab`'s
+/// namespaces: the exporter counts the whole host, and --netns keeps other TFO traffic on
+/// this machine (another test, say) out of what the test compares.
+fn lab_exporter(lab: &Lab, args: &[&str]) -> (SocketAddr, Tracer) {
+    let exporter: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (listen, cli_ns, srv_ns) = (
+        exporter.to_string(),
+        netns_inode(lab, Side::Client).to_string(),
+        netns_inode(lab, Side::Server).to_string(),
+    );
+    let mut all = vec!["export", "--web.listen-address", &listen, "--netns", &cli_ns, "--netns", &srv_ns];
+    all.extend_from_slice(args);
+    (exporter, Tracer::start_command(&all))
+}
+
 fn prometheus_scrapes_what_the_kernel_counted() {
     require_kernel!();
-    let (prometheus, promtool) = match prometheus_binaries() {
+    let (prometheus, promtool) = match prometheus::binaries() {
         Ok(b) => b,
         Err(why) => common::skip(why),
     };
@@ -182,11 +103,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
 
     // Two destinations: a clean one and one behind a middlebox that drops SYN-data. Both
     // hand out a cookie first (a cookie request passes the middlebox).
-    let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() }).unwrap();
-    let clean = SocketAddr::new(lab.server_addr(0, false).unwrap(), PORT);
-    let blocked = SocketAddr::new(lab.server_addr(1, false).unwrap(), PORT);
-    let _s0 = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
-    let _s1 = lab.start_server(common::exe(), 1, PORT, 16, false).unwrap();
+    let TwoDestinations { lab, clean, blocked, _servers } = TwoDestinations::create();
     let client =
         |dst, count| ClientArgs { count, payload_bytes: PAYLOAD, timeout_ms: 5000, ..ClientArgs::new(dst) };
     for dst in [clean, blocked] {
@@ -197,32 +114,22 @@ fn prometheus_scrapes_what_the_kernel_counted() {
         );
     }
     lab.middlebox_drop_syn_data(Some(blocked.ip())).unwrap();
-    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
 
-    // The exporter counts the whole host; --netns keeps other TFO traffic on this machine
-    // (another test run, say) out of the comparison. --top-destinations 1: the first
-    // destination seen (the clean one, below) gets its own series; the blocked one, seen
-    // after the clean one took the place, gets one of its own at its first stall (issue 37:
-    // it went to "other", and the alert on stalls named no destination).
-    let exporter: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    // --top-destinations 1: the first destination seen (the clean one, below) gets its own
+    // series; the blocked one, seen after the clean one took the place, gets one of its own
+    // at its first stall (issue 37: it went to "other", and the alert on stalls named no
+    // destination).
     let textfile = dir.join("tfo_trace.prom");
-    let tracer = Tracer::start_command(&[
-        "export",
-        "--web.listen-address",
-        &exporter.to_string(),
-        "--netns",
-        &cli_ns.to_string(),
-        "--netns",
-        &srv_ns.to_string(),
-        "--top-destinations",
-        "1",
-        "--textfile",
-        textfile.to_str().unwrap(),
-        "--interval",
-        "1s",
-    ]);
-    let prom = Prometheus::start(&prometheus, &dir, exporter);
-    prom.wait_for_scrape_after(now_unix());
+    let (exporter, tracer) = lab_exporter(
+        &lab,
+        &["--top-destinations", "1", "--textfile", textfile.to_str().unwrap(), "--interval", "1s"],
+    );
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+         scrape_configs:\n  - job_name: tfo-trace\n    static_configs:\n      - targets: ['{exporter}']\n"
+    );
+    let prom = Prometheus::start(&prometheus, &dir, &config, None);
+    prom.wait_for_scrape_after("tfo-trace", now_unix());
     assert_eq!(prom.value(r#"up{job="tfo-trace"}"#), 1.0, "prometheus scrapes the exporter");
 
     let q = |role: &str, outcome: &str| {
@@ -282,7 +189,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     });
     let t_end = now_unix();
     let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
-    prom.wait_for_scrape_after(t_end);
+    prom.wait_for_scrape_after("tfo-trace", t_end);
     let after_prom = read_all();
     let d: Vec<f64> = after_prom.iter().zip(&before_prom).map(|(a, b)| a - b).collect();
     fn tfo(n: &Netstat) -> Vec<(&str, u64)> {
@@ -343,4 +250,318 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-tests_main!(prometheus_scrapes_what_the_kernel_counted,);
+/// The shipped rules (deploy/prometheus/tfo-trace.rules.yml): `promtool check rules`
+/// passes, their unit tests (`promtool test rules` on tfo-trace.rules.test.yml: every alert
+/// fires on its synthetic series with its labels and annotations, and stays silent on a
+/// healthy one and on `destination="other"`) pass, every alert has a unit test, and every
+/// runbook_url points at a section of docs/alerts.md.
+fn prometheus_rules() {
+    let promtool = Path::new("/usr/bin/promtool");
+    if !promtool.exists() {
+        common::skip("promtool is missing: `apt-get install prometheus` (cargo xtask setup installs it)");
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = root.join("deploy/prometheus");
+    for args in [["check", "rules", "tfo-trace.rules.yml"], ["test", "rules", "tfo-trace.rules.test.yml"]] {
+        let out = Command::new(promtool).args(args).current_dir(&dir).output().expect("running promtool");
+        let said =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "promtool {}: {said}", args.join(" "));
+    }
+
+    let read =
+        |path: &Path| std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let rules = read(&dir.join("tfo-trace.rules.yml"));
+    let unit_tests = read(&dir.join("tfo-trace.rules.test.yml"));
+    let runbook = read(&root.join("docs/alerts.md"));
+    let after = |text: &str, key: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.trim().trim_start_matches("- ").strip_prefix(key))
+            .map(|v| v.trim().to_string())
+            .collect()
+    };
+    let alerts = after(&rules, "alert:");
+    let tested = after(&unit_tests, "alertname:");
+    let sections: Vec<String> = after(&runbook, "## ").iter().map(|h| h.to_lowercase()).collect();
+    assert!(alerts.len() >= 9, "{alerts:?}");
+    for alert in &alerts {
+        assert!(tested.contains(alert), "{alert} has no unit test in tfo-trace.rules.test.yml");
+        assert!(sections.contains(&alert.to_lowercase()), "{alert} has no section in docs/alerts.md");
+    }
+    let runbooks = after(&rules, "runbook_url:");
+    assert_eq!(runbooks.len(), alerts.len(), "one runbook_url per alert");
+    for (url, alert) in runbooks.iter().zip(&alerts) {
+        assert!(url.ends_with(&format!("docs/alerts.md#{}", alert.to_lowercase())), "{alert}: {url}");
+    }
+}
+
+/// An HTTP server on loopback that takes Alertmanager's webhook POSTs and keeps each JSON
+/// body; stopped (its thread joined) when dropped.
+struct Webhook {
+    addr: SocketAddr,
+    received: Arc<Mutex<Vec<Value>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Webhook {
+    fn start() -> Webhook {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (received, stop) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicBool::new(false)));
+        let (keep, stopped) = (received.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        if let Some(body) = Self::take(stream) {
+                            keep.lock().unwrap().push(body);
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        Webhook { addr, received, stop, thread: Some(thread) }
+    }
+
+    /// One POST: its JSON body, answered 200.
+    fn take(stream: std::net::TcpStream) -> Option<Value> {
+        stream.set_nonblocking(false).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let mut reader = BufReader::new(stream.try_clone().ok()?);
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).ok()?;
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().ok()?;
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).ok()?;
+        let _ = (&stream).write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        serde_json::from_slice(&body).ok()
+    }
+
+    /// Every alert notified so far: (status, labels, annotations).
+    fn alerts(&self) -> Vec<(String, Value, Value)> {
+        let received = self.received.lock().unwrap();
+        received
+            .iter()
+            .flat_map(|n| n["alerts"].as_array().cloned().unwrap_or_default())
+            .map(|a| {
+                (
+                    a["status"].as_str().unwrap_or("").to_string(),
+                    a["labels"].clone(),
+                    a["annotations"].clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// Waits for a notification of `alertname` toward `destination` with `status`.
+    fn wait_for(&self, alertname: &str, destination: &str, status: &str) -> (Value, Value) {
+        common::eventually(format!("{status} {alertname} toward {destination} at the webhook"), || {
+            let alerts = self.alerts();
+            alerts
+                .iter()
+                .find(|(s, l, _)| {
+                    s == status && l["alertname"] == alertname && l["destination"] == destination
+                })
+                .map(|(_, l, a)| (l.clone(), a.clone()))
+                .ok_or(alerts)
+        })
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Alertmanager (Debian's prometheus-alertmanager, 0.25) on loopback, alone (no cluster),
+/// with its own storage, sending every group to `webhook` at once; killed (by pid, our
+/// child) when dropped.
+struct Alertmanager(Child);
+
+impl Alertmanager {
+    fn start(dir: &Path, webhook: SocketAddr) -> (Alertmanager, SocketAddr) {
+        let bin = Path::new("/usr/bin/prometheus-alertmanager");
+        if !bin.exists() {
+            common::skip(
+                "no Alertmanager: `apt-get install prometheus-alertmanager` (cargo xtask setup installs it)",
+            );
+        }
+        let config = dir.join("alertmanager.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "route:\n  receiver: webhook\n  group_by: [alertname, instance, destination]\n  \
+                 group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
+                 receivers:\n  - name: webhook\n    webhook_configs:\n      - url: http://{webhook}/\n        \
+                 send_resolved: true\n"
+            ),
+        )
+        .unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.path={}", dir.join("am-data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--cluster.listen-address=")
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("alertmanager.log")).unwrap())
+            .spawn()
+            .expect("starting alertmanager");
+        let mut am = Alertmanager(child);
+        common::eventually("alertmanager ready", || match http_get(addr, "/-/ready") {
+            Ok((200, _)) => Ok(()),
+            answer => match am.0.try_wait() {
+                Ok(Some(status)) => {
+                    panic!("alertmanager exited ({status}): {}", log(dir, "alertmanager.log"))
+                }
+                _ => Err(format!("{answer:?}")),
+            },
+        });
+        (am, addr)
+    }
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn log(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_default()
+}
+
+/// The shipped rules with every `for:` at 5 s (the expressions as shipped), for a test
+/// that cannot wait 10 minutes.
+fn rules_with_short_for(into: &Path) -> PathBuf {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus/tfo-trace.rules.yml");
+    let text = std::fs::read_to_string(&shipped).unwrap();
+    let mut shortened = 0;
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| match l.trim_start().strip_prefix("for: ") {
+            Some(_) => {
+                shortened += 1;
+                format!("{}for: 5s", &l[..l.len() - l.trim_start().len()])
+            }
+            None => l.to_string(),
+        })
+        .collect();
+    assert!(shortened >= 9, "every alert has a `for:`: {shortened}");
+    let path = into.join("tfo-trace.rules.yml");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+/// End to end: the lab's middlebox drops SYN-data toward one address; `tfo-trace export`
+/// counts it; a real Prometheus scrapes it and evaluates the shipped rules (their `for:`
+/// shortened to 5 s); a real Alertmanager notifies a webhook here. TFOSynDataDropped
+/// must arrive naming the middlebox's destination (and not TFOCookieRequestsDropped: it had
+/// given a cookie), no alert may name the clean destination, and once the middlebox is
+/// gone and connections to that address are accepted again, the alert resolves.
+fn alerts_reach_alertmanager() {
+    require_kernel!();
+    let (prometheus, _) = match prometheus::binaries() {
+        Ok(b) => b,
+        Err(why) => common::skip(why),
+    };
+    let dir = TempDir::new("alerts");
+    let webhook = Webhook::start();
+    let (_alertmanager, am) = Alertmanager::start(&dir.0, webhook.addr);
+
+    let TwoDestinations { lab, clean, blocked, _servers } = TwoDestinations::create();
+    let (exporter, tracer) = lab_exporter(&lab, &["--top-destinations", "2"]);
+    let rules = rules_with_short_for(&dir.0);
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+         rule_files: ['{rules}']\n\
+         alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{am}']\n\
+         scrape_configs:\n  - job_name: tfo-trace\n    static_configs:\n      - targets: ['{exporter}']\n",
+        rules = rules.display(),
+    );
+    let prom = Prometheus::start(&prometheus, &dir.0, &config, None);
+    prom.wait_for_scrape_after("tfo-trace", now_unix());
+
+    // Both destinations hand out a cookie (the exporter counts it), then SYN-data toward
+    // one is dropped: each connection to it stalls a second; the other stays clean.
+    let client = |dst, count, interval_ms| ClientArgs {
+        count,
+        interval_ms,
+        payload_bytes: PAYLOAD,
+        timeout_ms: 5000,
+        ..ClientArgs::new(dst)
+    };
+    for dst in [clean, blocked] {
+        assert_eq!(
+            lab.run_client(common::exe(), &client(dst, 1, 0)).unwrap().ok_count(),
+            1,
+            "cookie from {dst}"
+        );
+    }
+    lab.middlebox_drop_syn_data(Some(blocked.ip())).unwrap();
+    let stalling = lab.spawn_client(common::exe(), &client(blocked, 15, 0)).unwrap();
+    let healthy = lab.spawn_client(common::exe(), &client(clean, 60, 250)).unwrap();
+    let (labels, annotations) = webhook.wait_for("TFOSynDataDropped", &blocked.to_string(), "firing");
+    eprintln!("firing: {labels} {annotations}");
+    assert_eq!(labels["severity"], "critical");
+    assert_eq!(labels["instance"], exporter.to_string());
+    let summary = annotations["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains(&format!("toward {blocked}")), "{summary}");
+    let stalled = stalling.wait(common::HANG_LIMIT).unwrap();
+    let fine = healthy.wait(common::HANG_LIMIT).unwrap();
+    assert_eq!(stalled.ok_count() + fine.ok_count(), 75, "every lab connection completed");
+    // What the alert rests on: every SYN-data the middlebox dropped is a stall in Prometheus.
+    let dropped = lab.middlebox_dropped().unwrap() as f64;
+    assert_eq!(dropped, 15.0, "one SYN-data dropped per connection");
+    let stalls = format!(
+        r#"tfo_trace_connections_total{{role="client",outcome="syn_retransmitted",destination="{blocked}"}}"#
+    );
+    common::eventually("the middlebox's drops as stalls in prometheus", || match prom.query(&stalls) {
+        Some(n) if n == dropped => Ok(()),
+        seen => Err(seen),
+    });
+
+    // Removed: connections to that address are accepted again, spread over a few scrapes.
+    lab.middlebox_clear().unwrap();
+    let recovered = lab.run_client(common::exe(), &client(blocked, 200, 20)).unwrap();
+    assert_eq!(recovered.ok_count(), 200);
+    let (labels, _) = webhook.wait_for("TFOSynDataDropped", &blocked.to_string(), "resolved");
+    eprintln!("resolved: {labels}");
+
+    let alerts = webhook.alerts();
+    for (status, labels, annotations) in &alerts {
+        eprintln!("notified: {status} {labels} {annotations}");
+    }
+    let clean_name = clean.to_string();
+    for (_, labels, annotations) in &alerts {
+        let text = format!("{labels} {annotations}");
+        assert!(!text.contains(&clean_name), "an alert about the clean destination: {text}");
+        assert_ne!(labels["alertname"], "TFOCookieRequestsDropped", "it had given a cookie: {labels}");
+        assert_ne!(labels["destination"], "other", "{labels}");
+    }
+    drop(prom);
+    let _ = tracer.stop_lines();
+}
+
+tests_main!(prometheus_scrapes_what_the_kernel_counted, prometheus_rules, alerts_reach_alertmanager);

@@ -1,18 +1,28 @@
 //! `tfo-trace export`'s HTTP server under abuse, with the real binary on real loopback
 //! sockets: idle and slow-loris connections must not cost a scrape and are closed by the
 //! header timeout; oversized and malformed requests are answered and closed; HEAD, 404 and
-//! 405 as Prometheus and curl expect. Each test runs its own exporter (it loads eBPF:
-//! root). Every socket a test opens is closed when it ends (dropped).
+//! 405 as Prometheus and curl expect. With `--web.config.file` (TLS and basic auth, the
+//! exporter-toolkit format): curl's status codes with, without and with wrong credentials,
+//! plain HTTP to the TLS port, a bad file's one line, and a real Prometheus scraping over
+//! TLS with basic auth, itself serving the same web config (the reference the exporter's
+//! answers are compared with). Each test runs its own exporter (it loads eBPF: root).
+//! Every socket a test opens is closed when it ends (dropped).
 mod common;
 
 use std::{
     io::{ErrorKind, Read as _, Write as _},
     net::{SocketAddr, TcpStream},
     os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::Command,
     time::{Duration, Instant},
 };
 
-use common::{free_port, http_get, Tracer};
+use common::{
+    free_port, http_get,
+    prometheus::{self, curl_get, now_unix, Prometheus, Tls},
+    TempDir, Tracer,
+};
 use tfo_trace::aggregation::metrics::CONTENT_TYPE;
 
 /// The exporter's time for a request head (`HEADER_TIMEOUT` in views/export.rs).
@@ -32,9 +42,15 @@ impl Exporter {
     }
 
     fn start_with(configure: impl FnOnce(&mut std::process::Command)) -> Exporter {
+        Self::start_args(&[], configure)
+    }
+
+    fn start_args(args: &[&str], configure: impl FnOnce(&mut std::process::Command)) -> Exporter {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let tracer =
-            Tracer::start_command_with(&["export", "--web.listen-address", &addr.to_string()], configure);
+        let listen = addr.to_string();
+        let args: Vec<&str> =
+            ["export", "--web.listen-address", &listen].into_iter().chain(args.iter().copied()).collect();
+        let tracer = Tracer::start_command_with(&args, configure);
         Exporter { tracer, addr }
     }
 
@@ -298,9 +314,221 @@ fn head_not_found_and_method_not_allowed() {
     exporter.tracer.stop_lines();
 }
 
+/// The user the web configs below let in, and its password.
+const USER: &str = "prometheus";
+const PASSWORD: &str = "s3cret: with a colon";
+
+/// A web config in exporter-toolkit's format: a self-signed certificate for 127.0.0.1
+/// (openssl), and [`USER`] with a bcrypt hash of cost 10 in htpasswd's `$2y$` form; the
+/// paths relative to the file, as exporter-toolkit reads them. Deleted with `dir`.
+struct WebConfigFiles {
+    dir: TempDir,
+    file: PathBuf,
+    tls: Tls,
+}
+
+fn web_config_files(name: &str) -> WebConfigFiles {
+    let dir = TempDir::new(name);
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+        .args(["-keyout", "key.pem", "-out", "cert.pem", "-days", "2", "-subj", "/CN=127.0.0.1"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .current_dir(&dir.0)
+        .output();
+    match made {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!("openssl req: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => {
+            common::skip(format!("no openssl to make a test certificate ({e}): `apt-get install openssl`"))
+        }
+    }
+    let hash = bcrypt::hash_with_result(PASSWORD, 10).unwrap().format_for_version(bcrypt::Version::TwoY);
+    let file = dir.0.join("web.yml");
+    std::fs::write(
+        &file,
+        format!(
+            "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n\
+             basic_auth_users:\n  {USER}: {hash}\n"
+        ),
+    )
+    .unwrap();
+    let tls = Tls { ca: dir.0.join("cert.pem"), user: USER.into(), password: PASSWORD.into() };
+    WebConfigFiles { dir, file, tls }
+}
+
+/// What a server on `addr` with [`web_config_files`] answers: curl's status without
+/// credentials, with a wrong password, an unknown user's and the right ones (and that
+/// body), then what a plain HTTP GET of /metrics gets back.
+fn answers(addr: SocketAddr, tls: &Tls, path: &str) -> ([u16; 4], String, String) {
+    let unknown = Tls { user: "nobody".into(), ..tls.clone() };
+    let (without, _) = curl_get(addr, path, tls, None);
+    let (wrong, _) = curl_get(addr, path, tls, Some(false));
+    let (stranger, _) = curl_get(addr, path, &unknown, Some(true));
+    let (right, body) = curl_get(addr, path, tls, Some(true));
+    let (plain, _) = exchange(addr, format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+    ([without, wrong, stranger, right], body, plain)
+}
+
+/// `--web.config.file` with TLS and basic auth: 401 with `WWW-Authenticate` without the
+/// right credentials (on every path), 200 and the metrics with them, and to plain HTTP on
+/// the TLS port Go's 400 and no metrics.
+fn web_config_serves_tls_with_basic_auth() {
+    require_kernel!();
+    let web = web_config_files("web-config");
+    let exporter = Exporter::start_args(&["--web.config.file", web.file.to_str().unwrap()], |_| {});
+    let (codes, body, plain) = answers(exporter.addr, &web.tls, "/metrics");
+    eprintln!("exporter: without, wrong password, unknown user, right: {codes:?}; plain HTTP: {plain:?}");
+    assert_eq!(codes, [401, 401, 401, 200], "{body}");
+    assert!(body.contains("tfo_trace_build_info{"), "{body}");
+    assert!(plain.starts_with("HTTP/1.0 400 Bad Request\r\n") && !plain.contains("tfo_trace"), "{plain:?}");
+    let (index, ..) = answers(exporter.addr, &web.tls, "/");
+    assert_eq!(index, [401, 401, 401, 200], "the index page too");
+    let (missing, ..) = answers(exporter.addr, &web.tls, "/nope");
+    assert_eq!(missing, [401, 401, 401, 404], "no path is told before the credentials");
+    let head = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-D", "-", "--max-time", "10", "--cacert"])
+        .arg(&web.tls.ca)
+        .arg(format!("https://{}/metrics", exporter.addr))
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&head.stdout).to_lowercase();
+    assert!(head.contains("www-authenticate: basic realm=\"tfo-trace\""), "{head}");
+    // The certificate is the file's: curl without the CA refuses it.
+    let untrusted = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "--max-time", "10", "-u", &format!("{USER}:{PASSWORD}")])
+        .arg(format!("https://{}/metrics", exporter.addr))
+        .status()
+        .unwrap();
+    assert!(!untrusted.success(), "a self-signed certificate is not trusted without its CA");
+
+    // Renewed in place (as cert-manager does): the next connection gets the new one. A
+    // renewal that cannot be read keeps the one served.
+    let renewed = web_config_files("web-config-renewed");
+    let replace = |name: &str, from: &Path| {
+        let tmp = web.dir.0.join(format!(".{name}.tmp"));
+        std::fs::copy(from, &tmp).unwrap();
+        std::fs::rename(&tmp, web.dir.0.join(name)).unwrap();
+    };
+    let old_ca = Tls { ca: web.dir.0.join("old-ca.pem"), ..web.tls.clone() };
+    std::fs::copy(&web.tls.ca, &old_ca.ca).unwrap();
+    replace("key.pem", &renewed.dir.0.join("key.pem"));
+    replace("cert.pem", &renewed.tls.ca);
+    let new_ca = Tls { ca: renewed.tls.ca.clone(), ..web.tls.clone() };
+    assert_eq!(curl_get(exporter.addr, "/metrics", &new_ca, Some(true)).0, 200, "the renewed certificate");
+    assert_eq!(curl_get(exporter.addr, "/metrics", &old_ca, Some(true)).0, 0, "not the old one");
+    std::fs::write(web.dir.0.join("cert.pem"), "not a certificate\n").unwrap();
+    assert_eq!(curl_get(exporter.addr, "/metrics", &new_ca, Some(true)).0, 200, "a bad renewal keeps it");
+    exporter.tracer.stop_lines();
+}
+
+/// A bad web config stops the exporter at start, before any kernel work, with one line
+/// naming the file and what is wrong, and exit code 1; the flag with --web.disable is a
+/// usage error (2).
+fn bad_web_config_is_one_line_at_start() {
+    let web = TempDir::new("bad-web-config");
+    let dir = &web.0;
+    let good_hash = bcrypt::hash_with_result("x", 4).unwrap().format_for_version(bcrypt::Version::TwoY);
+    std::fs::write(dir.join("not-a-cert.pem"), "hello\n").unwrap();
+    let other = web_config_files("bad-web-config-other");
+    std::fs::copy(web_config_files("bad-web-config-cert").tls.ca, dir.join("cert.pem")).unwrap();
+    std::fs::copy(other.dir.0.join("key.pem"), dir.join("other-key.pem")).unwrap();
+    let cases: &[(&str, Option<&str>, &str)] = &[
+        ("missing.yml", None, "missing.yml: No such file or directory"),
+        ("unparsable.yml", Some("tls_server_config: [\n"), "line 1 column"),
+        ("unknown-key.yml", Some("tls_server_config:\n  cert_file: a\n  certfile: b\n"), "unknown field `certfile`"),
+        (
+            "unreadable-cert.yml",
+            Some("tls_server_config:\n  cert_file: nowhere/cert.pem\n  key_file: key.pem\n"),
+            "tls_server_config.cert_file",
+        ),
+        (
+            "not-a-cert.yml",
+            Some("tls_server_config:\n  cert_file: not-a-cert.pem\n  key_file: not-a-cert.pem\n"),
+            "no PEM certificate",
+        ),
+        (
+            "key-of-another-cert.yml",
+            Some("tls_server_config:\n  cert_file: cert.pem\n  key_file: other-key.pem\n"),
+            "the key does not match the certificate",
+        ),
+        ("plain-password.yml", Some("basic_auth_users:\n  prometheus: s3cret\n"), "not a bcrypt hash"),
+        (
+            "client-certs-unverified.yml",
+            Some("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: RequireAnyClientCert\n"),
+            "RequireAnyClientCert is not supported",
+        ),
+        ("rate-limit.yml", Some(&format!("basic_auth_users:\n  a: {good_hash}\nrate_limit:\n  burst: 2\n")), "rate_limit is not supported"),
+    ];
+    for (name, text, says) in cases {
+        let path = dir.join(name);
+        if let Some(text) = text {
+            std::fs::write(&path, text).unwrap();
+        }
+        let out = Command::new(common::exe())
+            .args(["export", "--web.listen-address", "127.0.0.1:0", "--web.config.file"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{name}: exit {:?}: {stderr}", out.status.code());
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{name}: one line: {stderr}");
+        let prefix = format!("tfo-trace: error: --web.config.file {}: ", path.display());
+        assert!(stderr.starts_with(&prefix) && stderr.contains(says), "{name}: {stderr}");
+    }
+    let out = Command::new(common::exe())
+        .args(["export", "--web.disable", "--textfile", "/tmp/x.prom", "--web.config.file"])
+        .arg(dir.join("missing.yml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A real Prometheus (Debian's 2.42) scrapes the exporter over TLS with basic auth
+/// (`scheme: https`, `tls_config.ca_file`, `basic_auth`): `up` is 1 and tfo_trace_ series
+/// arrive. Prometheus itself serves the same web config: what curl gets from it, the
+/// reference, is what it gets from the exporter.
+fn prometheus_scrapes_over_tls_with_basic_auth() {
+    require_kernel!();
+    let (bin, _) = match prometheus::binaries() {
+        Ok(b) => b,
+        Err(why) => common::skip(why),
+    };
+    let web = web_config_files("web-config-prometheus");
+    let exporter = Exporter::start_args(&["--web.config.file", web.file.to_str().unwrap()], |_| {});
+    let config = format!(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+         scrape_configs:\n  - job_name: tfo-trace\n    scheme: https\n    tls_config:\n      ca_file: {ca}\n\
+         \x20   basic_auth:\n      username: {USER}\n      password: '{PASSWORD}'\n\
+         \x20   static_configs:\n      - targets: ['{target}']\n",
+        ca = web.tls.ca.display(),
+        target = exporter.addr,
+    );
+    let data = TempDir::new("prometheus-tls");
+    let prom = Prometheus::start(&bin, &data.0, &config, Some((&web.file, web.tls.clone())));
+    prom.wait_for_scrape_after("tfo-trace", now_unix());
+    assert_eq!(prom.value(r#"up{job="tfo-trace"}"#), 1.0, "prometheus scrapes the exporter: {}", prom.log());
+    let series = prom.value(r#"count({job="tfo-trace",__name__=~"tfo_trace_.+"})"#);
+    assert!(series > 0.0, "tfo_trace_ series arrived");
+    assert_eq!(prom.value(r#"count(tfo_trace_build_info{job="tfo-trace"} == 1)"#), 1.0);
+
+    let (reference, _, reference_plain) = answers(prom.addr, &web.tls, "/metrics");
+    let (codes, _, plain) = answers(exporter.addr, &web.tls, "/metrics");
+    eprintln!("prometheus 2.42: {reference:?}, plain HTTP {reference_plain:?}; exporter: {codes:?}, plain HTTP {plain:?}");
+    assert_eq!(codes, reference, "the exporter answers as Prometheus's own web config does");
+    let status = |r: &str| r.split(' ').nth(1).map(str::to_string);
+    assert_eq!(status(&plain), status(&reference_plain), "plain HTTP on the TLS port: {plain:?}");
+    drop(prom);
+    exporter.tracer.stop_lines();
+    drop(web.dir);
+}
+
 tests_main!(
     scrape_succeeds_with_thousands_of_idle_connections_open,
     slow_and_idle_connections_are_closed_after_the_header_timeout,
     oversized_and_malformed_requests_are_answered_and_closed,
     head_not_found_and_method_not_allowed,
+    web_config_serves_tls_with_basic_auth,
+    bad_web_config_is_one_line_at_start,
+    prometheus_scrapes_over_tls_with_basic_auth,
 );

@@ -10,19 +10,33 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::util::{capture, cargo_home, is_root, nightly, probe, run, which};
 
 /// Debian packages the tests and the demo use (ip/nstat, nft, tcpdump, sysctl, tmux, bpftool,
-/// and dnsmasq as the lab's DNS server for `--names`).
-const DEB_REQUIRED: &[&str] =
-    &["iproute2", "nftables", "tcpdump", "procps", "tmux", "bpftool", "dnsmasq-base"];
+/// dnsmasq as the lab's DNS server for `--names`, prometheus for promtool, which checks the
+/// shipped alerting rules (deploy/prometheus, tests/export.rs), prometheus-alertmanager, which
+/// tests/export.rs runs the rules' alerts through end to end, and openssl and curl, which make
+/// a certificate for `export --web.config.file` and scrape over TLS: tests/export_http.rs).
+const DEB_REQUIRED: &[&str] = &[
+    "iproute2",
+    "nftables",
+    "tcpdump",
+    "procps",
+    "tmux",
+    "bpftool",
+    "dnsmasq-base",
+    "prometheus",
+    "prometheus-alertmanager",
+    "openssl",
+    "curl",
+];
 /// `cargo xtask dist` and its checks in the test suite (tests/dist.rs): the musl and
 /// cross toolchains (with cross.rs's `Arch::packages`), readelf, qemu-user for the
 /// aarch64 binary, debootstrap for a Debian 11 userspace, lintian for the .debs.
 const DEB_DIST: &[&str] = &["binutils", "qemu-user-static", "debootstrap", "lintian"];
 /// The foreign architecture whose packages the aarch64 build needs (musl-dev:arm64).
 const FOREIGN_ARCH: &str = "arm64";
-/// Nice to have (prometheus + promtool for tests/export.rs, setcap for
-/// tests/capabilities.rs, dockerd and podman for tests/containers.rs and the image check of
-/// tests/dist.rs, which skip without them); a failed install is only a warning.
-const DEB_OPTIONAL: &[&str] = &["prometheus", "libcap2-bin", "docker.io", "podman"];
+/// Nice to have (setcap for tests/capabilities.rs, dockerd and podman for
+/// tests/containers.rs and the image check of tests/dist.rs, which skip without them); a
+/// failed install is only a warning.
+const DEB_OPTIONAL: &[&str] = &["libcap2-bin", "docker.io", "podman"];
 /// Records the LLVM major the installed bpf-linker was built for (it can't tell itself).
 const STAMP: &str = "bpf-linker.llvm-major";
 

@@ -13,7 +13,9 @@
 //! What it answers: GET or HEAD of `/metrics` and `/`; 404 for other paths, 405 for other
 //! methods; hyper itself answers a malformed request 400 and a request head over
 //! [`MAX_HEAD_BYTES`] 431, then closes. One request per connection (`Connection: close`):
-//! see [`serve`] for why not keep-alive.
+//! see [`serve`] for why not keep-alive. With `--web.config.file` ([`WebConfig`]): TLS,
+//! and basic auth on every path (401 with `WWW-Authenticate` without the right
+//! credentials, before the path is looked at).
 use std::{
     collections::BTreeMap,
     convert::Infallible,
@@ -40,17 +42,22 @@ use hyper::{
 };
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
-    io::{AsyncRead, AsyncWrite},
-    net::{TcpListener, TcpSocket},
+    io::{AsyncRead, AsyncWrite, AsyncWriteExt as _},
+    net::{TcpListener, TcpSocket, TcpStream},
     sync::{mpsc, oneshot},
     task::{AbortHandle, JoinSet},
 };
+use tokio_rustls::{server::TlsStream, TlsAcceptor};
 
 use crate::{
     aggregation::metrics::{Breakdown, BuildInfo, Metrics, CONTENT_TYPE},
     events::Event,
     probes::LoadOptions,
-    views::{session::Session, stop::Stop},
+    views::{
+        session::Session,
+        stop::Stop,
+        web_config::{BasicAuth, WebConfig},
+    },
 };
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9435";
@@ -92,6 +99,8 @@ pub struct ExportOptions {
     pub breakdown: Option<Breakdown>,
     /// Count only events from these network namespaces (inodes); empty: all.
     pub netns: Vec<u32>,
+    /// `--web.config.file`: TLS and basic auth (exporter-toolkit's format).
+    pub web_config: Option<PathBuf>,
     pub duration: Option<Duration>,
     /// The closing summary as one JSON object on stderr.
     pub json_summary: bool,
@@ -141,7 +150,12 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     if opts.load.names && !matches!(opts.breakdown, Some(Breakdown::Destinations(_))) {
         bail!("--names labels destinations: export has them only with --top-destinations");
     }
-    // Bind before loading anything: a port in use is reported without touching the kernel.
+    // Read the web config and bind before loading anything: a bad file or a port in use is
+    // reported without touching the kernel.
+    let guard = match &opts.web_config {
+        Some(path) => Guard::of(WebConfig::load(path)?)?,
+        None => Guard::default(),
+    };
     let listener = match opts.listen {
         Some(addr) => {
             Some(listen(addr).with_context(|| format!("listening on {addr} (--web.listen-address)"))?)
@@ -171,8 +185,9 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     let serving = listener.is_some();
     let server = match listener {
         Some(l) => {
-            crate::note!("tfo-trace: serving metrics on http://{}/metrics", l.local_addr()?)?;
-            Some(tokio::spawn(serve(l, Scrapes(scrapes), connection_cap())))
+            let scheme = if guard.tls.is_some() { "https" } else { "http" };
+            crate::note!("tfo-trace: serving metrics on {scheme}://{}/metrics", l.local_addr()?)?;
+            Some(tokio::spawn(serve(l, Scrapes(scrapes), connection_cap(), Arc::new(guard))))
         }
         None => None,
     };
@@ -329,13 +344,72 @@ impl<H> Connections<H> {
     }
 }
 
+/// What `--web.config.file` puts in front of every connection (nothing without it).
+#[derive(Default)]
+struct Guard {
+    tls: Option<TlsAcceptor>,
+    auth: Option<Arc<BasicAuth>>,
+    /// Added to every response.
+    headers: Vec<(header::HeaderName, HeaderValue)>,
+}
+
+impl Guard {
+    fn of(web: WebConfig) -> Result<Guard> {
+        if web.auth.is_some() && web.tls.is_none() {
+            crate::note!(
+                "tfo-trace: note: basic auth without tls_server_config sends passwords in clear text"
+            )?;
+        }
+        Ok(Guard { tls: web.tls.map(TlsAcceptor::from), auth: web.auth.map(Arc::new), headers: web.headers })
+    }
+}
+
+/// The first byte of a TLS connection: a handshake record.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+/// What Go's net/http (so Prometheus, node_exporter) answers plain HTTP on a TLS port.
+const PLAIN_HTTP_TO_TLS: &[u8] =
+    b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
+
+/// The TLS connection `stream` starts, or None: a client that speaks anything else gets
+/// [`PLAIN_HTTP_TO_TLS`] and no metrics, a failed handshake nothing.
+async fn tls_accept(tls: &TlsAcceptor, mut stream: TcpStream) -> Option<TlsStream<TcpStream>> {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HEADER_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {}
+        Ok(Ok(1)) => {
+            let _ = stream.write_all(PLAIN_HTTP_TO_TLS).await;
+            let _ = stream.shutdown().await;
+            return None;
+        }
+        _ => return None,
+    }
+    tokio::time::timeout(HEADER_TIMEOUT, tls.accept(stream)).await.ok()?.ok()
+}
+
+/// One accepted connection, through TLS first when configured.
+async fn serve_one(
+    http: http1::Builder,
+    stream: TcpStream,
+    scrapes: Scrapes,
+    answering: Arc<AtomicBool>,
+    guard: Arc<Guard>,
+) -> hyper::Result<()> {
+    match &guard.tls {
+        None => connection(&http, stream, scrapes, answering, guard.clone()).await,
+        Some(tls) => match tls_accept(tls, stream).await {
+            Some(stream) => connection(&http, stream, scrapes, answering, guard.clone()).await,
+            None => Ok(()),
+        },
+    }
+}
+
 /// Accepts connections and serves each on its own task until aborted.
 ///
 /// Keep-alive is off (hyper then answers `Connection: close`): the header timeout also
 /// bounds the wait for a kept-alive connection's next request, and Prometheus scrapes
 /// every 15 s by default, so a kept-alive connection would be closed before the next
 /// scrape anyway, and one closed just as the client reuses it is a failed scrape.
-async fn serve(listener: TcpListener, scrapes: Scrapes, cap: usize) {
+async fn serve(listener: TcpListener, scrapes: Scrapes, cap: usize, guard: Arc<Guard>) {
     let http = http1_server();
     let mut tasks = JoinSet::new();
     let mut open: Connections<AbortHandle> = Connections::new(cap);
@@ -350,7 +424,7 @@ async fn serve(listener: TcpListener, scrapes: Scrapes, cap: usize) {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let answering = Arc::new(AtomicBool::new(false));
-                    let conn = connection(&http, stream, scrapes.clone(), answering.clone());
+                    let conn = serve_one(http.clone(), stream, scrapes.clone(), answering.clone(), guard.clone());
                     let evicted = open.admit(answering, |id| {
                         tasks.spawn(async move {
                             let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
@@ -393,20 +467,34 @@ fn connection(
     io: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
     scrapes: Scrapes,
     answering: Arc<AtomicBool>,
+    guard: Arc<Guard>,
 ) -> impl Future<Output = hyper::Result<()>> + Send + 'static {
     let service = service_fn(move |req: Request<Incoming>| {
         answering.store(true, Ordering::Relaxed);
-        answer(Page::of(req.method(), req.uri().path()), scrapes.clone())
+        let page = Page::of(req.method(), req.uri().path());
+        let authorization = req.headers().get(header::AUTHORIZATION).cloned();
+        answer(page, authorization, scrapes.clone(), guard.clone())
     });
     http.serve_connection(TokioIo::new(io), service)
 }
 
-async fn answer(page: Page, scrapes: Scrapes) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn answer(
+    page: Page,
+    authorization: Option<HeaderValue>,
+    scrapes: Scrapes,
+    guard: Arc<Guard>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let page = match &guard.auth {
+        Some(auth) if !auth.allows(authorization.as_ref()).await => Page::Unauthorized,
+        _ => page,
+    };
     let exposition = match page {
         Page::Metrics => scrapes.exposition().await,
         _ => None,
     };
-    Ok(respond(page, exposition))
+    let mut response = respond(page, exposition);
+    response.headers_mut().extend(guard.headers.iter().map(|(n, v)| (n.clone(), v.clone())));
+    Ok(response)
 }
 
 /// What a request asks for: only GET or HEAD of `/metrics` and `/` are served.
@@ -416,6 +504,8 @@ pub enum Page {
     Index,
     NotFound,
     MethodNotAllowed,
+    /// Basic auth is configured and the request did not carry a user's password.
+    Unauthorized,
 }
 
 impl Page {
@@ -447,6 +537,7 @@ pub fn respond(page: Page, exposition: Option<Bytes>) -> Response<Full<Bytes>> {
         (Page::Metrics, None) => error(StatusCode::SERVICE_UNAVAILABLE),
         (Page::NotFound, _) => error(StatusCode::NOT_FOUND),
         (Page::MethodNotAllowed, _) => error(StatusCode::METHOD_NOT_ALLOWED),
+        (Page::Unauthorized, _) => error(StatusCode::UNAUTHORIZED),
     };
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
@@ -454,6 +545,9 @@ pub fn respond(page: Page, exposition: Option<Bytes>) -> Response<Full<Bytes>> {
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if status == StatusCode::METHOD_NOT_ALLOWED {
         headers.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    }
+    if status == StatusCode::UNAUTHORIZED {
+        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"tfo-trace\""));
     }
     response
 }
@@ -501,7 +595,13 @@ mod tests {
             }
         });
         let (mut client, server) = tokio::io::duplex(64 * 1024);
-        let conn = connection(&http1_server(), server, Scrapes(scrapes), Arc::new(AtomicBool::new(false)));
+        let conn = connection(
+            &http1_server(),
+            server,
+            Scrapes(scrapes),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(Guard::default()),
+        );
         let conn = tokio::spawn(conn);
         client.write_all(request).await.unwrap();
         let mut raw = Vec::new();

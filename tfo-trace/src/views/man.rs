@@ -120,6 +120,10 @@ const EXTRAS: &[Extra] = &[
             BTF,
             ("PATH of --textfile", "Rewritten atomically every --interval for node_exporter."),
             ("/lib/systemd/system/tfo-trace-exporter.service", "The exporter as a service, not enabled."),
+            (
+                "FILE of --web.config.file",
+                "TLS and basic auth, in the Prometheus exporter-toolkit's web-config format; read at start.",
+            ),
         ],
         examples: &[
             ("sudo tfo-trace export", "Serve /metrics on 127.0.0.1:9435."),
@@ -131,6 +135,10 @@ const EXTRAS: &[Extra] = &[
             (
                 "sudo tfo-trace export --web.disable --textfile /var/lib/prometheus/node-exporter/tfo_trace.prom",
                 "Only the textfile.",
+            ),
+            (
+                "sudo tfo-trace export --web.listen-address 0.0.0.0:9435 --web.config.file /etc/tfo-trace/web.yml",
+                "Beyond loopback, over TLS with basic auth (the file node_exporter reads).",
             ),
         ],
     },

@@ -15,3 +15,4 @@ pub mod stalls;
 pub mod stop;
 pub mod top;
 pub mod trace;
+pub mod web_config;

@@ -7,6 +7,7 @@
 pub mod cgroups;
 pub mod docker;
 pub mod harness;
+pub mod prometheus;
 pub mod wait;
 pub use harness::skip;
 pub use wait::{eventually, Deltas, HANG_LIMIT};
