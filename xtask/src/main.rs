@@ -11,7 +11,9 @@
 //!   Debian 11 userspace (userspace.rs), then the whole test suite (unit + root-only
 //!   kernel tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
 //!   Closes with passed, failed, skipped (each with its reason, partial skips too) and
-//!   second runs (each with its cause; testlines.rs has their rule).
+//!   second runs (each with its cause; testlines.rs has their rule). Under `CI=true` what
+//!   would only warn elsewhere fails the run: not root (every kernel test would skip), no
+//!   Debian 11 userspace (tests/dist.rs's checks in it would skip), the VM matrix skipped.
 //! - `vm`: boots Debian's 5.10, 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
 //!   once per tracer backend (see docs/vm.md).
 //! - `dist`: setup, then static x86_64 and aarch64 binaries, .debs, OCI images and
@@ -179,11 +181,22 @@ fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
+/// What the run cannot vouch for where it runs as CI (`CI=true`): each a problem there, a
+/// warning elsewhere (a developer's machine may lack root, a VM, a Debian mirror).
+fn ci_rule(ci: bool, problems: &mut Vec<String>, what: String) {
+    if ci {
+        problems.push(format!("CI: {what}"));
+    } else {
+        println!("warning: {what}");
+    }
+}
+
 /// Host tests, then the VM matrix (even when host tests failed: both verdicts in one run);
 /// then where the time went, the tests that could not run here with their reasons, and
 /// the closing tally of everything, printed last.
 fn test(args: &[String], no_vm: bool) -> Result<()> {
     let start = Instant::now();
+    let ci = env_flag("CI");
     setup::setup()?;
     let setup_s = start.elapsed().as_secs_f64();
     let lint_problems = lint();
@@ -196,10 +209,12 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     }
     let dist_s = start.elapsed().as_secs_f64() - setup_s - lint_s;
     if let Err(e) = userspace::ensure(userspace::SUITE) {
-        println!("warning: no Debian {} userspace, its checks will skip: {e:#}", userspace::SUITE);
+        let what = format!("no Debian {} userspace, its checks will skip: {e:#}", userspace::SUITE);
+        ci_rule(ci, &mut dist_problems, what);
     }
     if !is_root() {
-        println!("warning: not root: the kernel integration tests (network namespaces, eBPF) will skip");
+        let what = "not root: the kernel integration tests (network namespaces, eBPF) will skip".to_string();
+        ci_rule(ci, &mut dist_problems, what);
     }
     let userspace_s = start.elapsed().as_secs_f64() - setup_s - lint_s - dist_s;
     let host = run_tests(args)?;
@@ -211,7 +226,7 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     problems.extend(lint_problems);
     problems.extend(dist_problems);
     if no_vm {
-        println!("vm: skipped (--no-vm / TFO_NO_VM)");
+        ci_rule(ci, &mut problems, "vm: skipped (--no-vm / TFO_NO_VM): no test ran on another kernel".into());
     } else {
         match vm::test_matrix() {
             Ok(r) => {
@@ -501,6 +516,15 @@ mod tally_tests {
             t.add(line);
         }
         assert_eq!(t, Tally { passed: 52, failed: 1, ignored: 1 });
+    }
+
+    #[test]
+    fn under_ci_what_would_only_warn_fails_the_run() {
+        let mut problems = Vec::new();
+        super::ci_rule(false, &mut problems, "not root: the kernel integration tests will skip".into());
+        assert!(problems.is_empty(), "a warning off CI: {problems:?}");
+        super::ci_rule(true, &mut problems, "not root: the kernel integration tests will skip".into());
+        assert_eq!(problems, ["CI: not root: the kernel integration tests will skip"]);
     }
 
     #[test]
