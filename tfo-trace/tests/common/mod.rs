@@ -1,8 +1,8 @@
 //! Shared by the kernel tests: the harness (skips, partial skips and second runs, cases of
 //! one test body: `harness.rs`'s doc is the whole API), skip rules, waiting on facts
-//! (`wait`: [`eventually`], [`Deltas`] of the kernel's counters), a handle on a running
-//! `tfo-trace` and its typed events, cgroups (`cgroups`) and private container engines
-//! (`docker`).
+//! (`wait`: [`eventually`], [`Deltas`] of the kernel's counters), the wire's account of
+//! stalls (`wire`), a handle on a running `tfo-trace` and its typed events, cgroups
+//! (`cgroups`) and private container engines (`docker`).
 #![allow(dead_code, unused_imports)]
 
 pub mod cgroups;
@@ -10,6 +10,7 @@ pub mod docker;
 pub mod harness;
 pub mod prometheus;
 pub mod wait;
+pub mod wire;
 pub use harness::{assert_hook_count, partial_skip, skip, HookRun};
 pub use wait::{eventually, Deltas, HANG_LIMIT};
 
@@ -128,6 +129,18 @@ pub fn delay_where_netem(lab: &Lab, side: Side, delay: std::time::Duration, chec
         }
         Err(e) => panic!("{e:#}"),
     }
+}
+
+/// The delay netem puts on the server's packets in the tests that stall connections, where
+/// the kernel has netem (the VM kernels): each SYN-ACK comes that much after the resent SYN,
+/// so a stall measured to the SYN-ACK instead of the resent SYN would be that much longer
+/// than the wire's gap (`wire`), and the handshake that much longer than the stall.
+pub const STALL_RTT: Duration = Duration::from_millis(50);
+
+/// Delays the server's packets by [`STALL_RTT`] where the kernel has netem (a partial skip
+/// where it has none); whether it did.
+pub fn delay_stalls(lab: &Lab) -> bool {
+    delay_where_netem(lab, Side::Server, STALL_RTT, "each stall told apart from its handshake")
 }
 
 /// Spawns `cmd`, retrying while exec says ETXTBSY: an executable just written (a copy of
