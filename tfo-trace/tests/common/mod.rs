@@ -1,13 +1,15 @@
 //! Shared by the kernel tests: the harness (skips, partial skips and second runs, cases of
 //! one test body: `harness.rs`'s doc is the whole API), skip rules, waiting on facts
 //! (`wait`: [`eventually`], [`Deltas`] of the kernel's counters), the wire's account of
-//! stalls (`wire`), a handle on a running `tfo-trace` and its typed events, cgroups
-//! (`cgroups`) and private container engines (`docker`).
+//! stalls (`wire`), an independent reader of the kernel's counters (`nstat`), a handle on a
+//! running `tfo-trace` and its typed events, cgroups (`cgroups`), private container engines
+//! (`docker`) and a real Prometheus (`prometheus`).
 #![allow(dead_code, unused_imports)]
 
 pub mod cgroups;
 pub mod docker;
 pub mod harness;
+pub mod nstat;
 pub mod prometheus;
 pub mod wait;
 pub mod wire;
