@@ -121,10 +121,12 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     // at its first stall (issue 37: it went to "other", and the alert on stalls named no
     // destination).
     let textfile = dir.join("tfo_trace.prom");
-    let (exporter, tracer) = lab_exporter(
+    let (exporter, mut tracer) = lab_exporter(
         &lab,
         &["--top-destinations", "1", "--textfile", textfile.to_str().unwrap(), "--interval", "1s"],
     );
+    // The backend the tracer says it attached with, whichever this kernel gives.
+    let backend = common::backend_of(&[tracer.wait_stderr("programs attached")]);
     let config = format!(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
          scrape_configs:\n  - job_name: tfo-trace\n    static_configs:\n      - targets: ['{exporter}']\n"
@@ -226,7 +228,8 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     stalled.assert_total(stalls, d[8], 0.0, "sum(tfo_trace_stall_seconds_total)");
     assert_eq!(d[10] - d[9], k(stalls), "handshakes between 0.9 s and 1.5 s");
     assert_eq!(d[11], k(syns_with_data), "one handshake observation per client connection");
-    assert_eq!(prom.value(r#"count(tfo_trace_build_info{backend="tracepoint"} == 1)"#), 1.0);
+    let build_info = format!(r#"count(tfo_trace_build_info{{backend="{backend}"}} == 1)"#);
+    assert_eq!(prom.value(&build_info), 1.0, "the backend the tracer attached with: {backend}");
 
     // The exposition, from HTTP and from the textfile, passes promtool's checks.
     let (status, exposition) = http_get(exporter, "/metrics").unwrap();
