@@ -3,13 +3,16 @@
 //! tcpdump on the client's veth (`Lab::capture_syns`) shows each SYN a client port sent. A
 //! stalled connection's time lost is, on the wire, the gap from its first SYN (the one with
 //! the data, or with an empty TFO option) to the last SYN resent before the SYN-ACK; the
-//! tracer times the same two sends in the stack, a few microseconds off the capture point.
-//! So a stall must be at least the kernel's 1 s initial RTO, and within
-//! [`tolerance_s`] of its gap: max(2 ms, 0.5 %) on hardware, 10 ms in a TCG guest (the VM
-//! matrix: `TFO_VM_ACCEL=tcg`, set by the guest's /init), where the emulated stack holds a
-//! packet for milliseconds now and then. A stall measured to the SYN-ACK instead of the
-//! resent SYN is off by the round trip (tests add netem delay where the kernel has it, so
-//! the two differ), a ns -> µs conversion by 1024 by 2.3 %: both fail.
+//! tracer times the same connection from its connect() to the resent SYN's send in the
+//! stack, microseconds off the capture points on hardware. So a stall must be at least the
+//! kernel's 1 s initial RTO, and within [`tolerance_s`] of its gap: max(2 ms, 0.5 %) on
+//! hardware, 20 ms in a TCG guest (the VM matrix: `TFO_VM_ACCEL=tcg`, set by the guest's
+//! /init), where the emulated stack holds a packet for milliseconds now and then: 0.2-5.4 ms
+//! in a 5.10 guest alone on a core, and once 11.0 ms (the first SYN's way from connect() to
+//! the veth) with two guests on the two shared cores. A stall measured to the SYN-ACK
+//! instead of the resent SYN is off by the round trip (tests add 50 ms of netem delay where
+//! the kernel has it, so the two differ), a ns -> µs conversion by 1024 by 2.3 % (and under
+//! the initial RTO): both fail.
 use std::{collections::BTreeMap, fmt::Display};
 
 use tfo_trace::lab::WireSyn;
@@ -25,7 +28,7 @@ pub fn in_tcg_guest() -> bool {
 /// How far a stall may be from its gap on the wire (the module's doc).
 pub fn tolerance_s(gap_s: f64) -> f64 {
     if in_tcg_guest() {
-        0.010
+        0.020
     } else {
         (0.005 * gap_s).max(0.002)
     }
