@@ -15,6 +15,20 @@ const CONNECTIONS: u64 = 1_000_000;
 const DESTINATIONS: u32 = 100_000;
 const LISTENERS: u32 = 10_000;
 
+/// `bpftool ARGS -j`, parsed; fails the test when bpftool fails or says no JSON (a map
+/// that cannot be read must not pass as an empty one).
+fn bpftool_json(args: &[&str]) -> Value {
+    let out = Command::new("bpftool").args(args).arg("-j").output().expect("running bpftool");
+    assert!(
+        out.status.success(),
+        "bpftool {args:?}: {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bpftool {args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 /// The BPF maps a process holds: (id, name, type).
 fn maps_of(pid: u32) -> Vec<(u64, String, String)> {
     let ids: BTreeSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
@@ -25,28 +39,29 @@ fn maps_of(pid: u32) -> Vec<(u64, String, String)> {
         })
         .unwrap_or_default();
     ids.into_iter()
-        .filter_map(|id| {
-            let out =
-                Command::new("bpftool").args(["map", "show", "id", &id.to_string(), "-j"]).output().ok()?;
-            let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-            Some((id, v["name"].as_str()?.to_string(), v["type"].as_str()?.to_string()))
+        .map(|id| {
+            let v = bpftool_json(&["map", "show", "id", &id.to_string()]);
+            let field =
+                |k: &str| v[k].as_str().unwrap_or_else(|| panic!("map {id}: no {k}: {v}")).to_string();
+            (id, field("name"), field("type"))
         })
         .collect()
 }
 
 /// Keys of a hash map, as bytes.
 fn keys(id: u64) -> Vec<Vec<u8>> {
-    let out = Command::new("bpftool").args(["map", "dump", "id", &id.to_string(), "-j"]).output().unwrap();
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    v.as_array()
-        .into_iter()
-        .flatten()
+    let v = bpftool_json(&["map", "dump", "id", &id.to_string()]);
+    let entries = v.as_array().unwrap_or_else(|| panic!("map {id}: not a list of entries: {v}"));
+    entries
+        .iter()
         .map(|e| {
-            e["key"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|b| u8::from_str_radix(b.as_str()?.trim_start_matches("0x"), 16).ok())
+            let key = e["key"].as_array().unwrap_or_else(|| panic!("map {id}: an entry without a key: {e}"));
+            key.iter()
+                .map(|b| {
+                    let hex = b.as_str().unwrap_or_else(|| panic!("map {id}: key byte {b}"));
+                    u8::from_str_radix(hex.trim_start_matches("0x"), 16)
+                        .unwrap_or_else(|e| panic!("{hex}: {e}"))
+                })
                 .collect()
         })
         .collect()
@@ -119,7 +134,12 @@ fn a_million_connections_leave_nothing_behind_and_miss_no_count() {
     // Kernel maps: bounded, and the state of closed sockets gone (lab-load has exited,
     // its sockets closed with it).
     let maps = maps_of(export.pid());
-    assert!(!maps.is_empty(), "no maps found for the exporter");
+    for wanted in ["CONNS", "LISTENERS", "COUNTS"] {
+        assert!(
+            maps.iter().any(|(_, name, _)| name == wanted),
+            "the exporter holds no {wanted} map: {maps:?}"
+        );
+    }
     for (id, name, kind) in &maps {
         match name.as_str() {
             // Every backend keeps a TFO connect's state in this hash until its outcome.

@@ -1,17 +1,16 @@
 //! `tfo-trace stalls` against the real kernel: a middlebox drops SYN-data, and every
 //! connection that paid the 1 s SYN timeout must be listed, matching the kernel's
-//! TcpExtTCPSynRetrans and the middlebox's drop counter. And one recording fed to every
-//! view that counts stalls (`stalls`, `top`, `report`, the exporter's metrics) must give
-//! the same stalls and the same time lost in each.
+//! TcpExtTCPSynRetrans and the middlebox's drop counter, each with the time tcpdump shows
+//! it lost (`common::wire`). And every view that counts stalls (`stalls`, `top` and
+//! `report` on one recording, a live `export`) must give the same stalls and time lost.
 mod common;
 
-use std::{net::SocketAddr, path::PathBuf, process::Command, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, process::Command};
 
-use common::{netns_inode, Deltas, Tracer};
+use common::{netns_inode, wire::WireStalls, Deltas, HookRun, Tracer};
 use serde_json::Value;
 use tfo_trace::{
-    aggregation::metrics::{BuildInfo, Metrics},
-    events::{counts::Health, record},
+    events::record,
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
 };
 
@@ -23,11 +22,15 @@ fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
     let clean = lab.run_client(common::exe(), &ClientArgs { count: 3, ..ClientArgs::new(dst) }).unwrap();
     assert_eq!(clean.ok_count(), 3);
     lab.middlebox_drop_syn_data(None).unwrap();
+    common::delay_stalls(&lab);
     let cli_ns = netns_inode(&lab, Side::Client);
     let before = Deltas::since(&lab);
     let dropped_before = lab.middlebox_dropped().unwrap();
 
-    let tracer = Tracer::start_command(&["stalls", "--json"]);
+    // This lab's client namespace only, filtered in the kernel: the closing summary's count
+    // is then this lab's alone.
+    let wire = lab.capture_syns(Side::Client).unwrap();
+    let tracer = Tracer::start_command(&["stalls", "--json", "--netns", &cli_ns.to_string()]);
     // One clean run first (cookie cached, nothing lost), then stalled ones.
     lab.middlebox_clear().unwrap();
     let fine = lab.run_client(common::exe(), &ClientArgs { count: 2, ..ClientArgs::new(dst) }).unwrap();
@@ -35,19 +38,22 @@ fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
     let n = 2;
     let run = lab.run_client(common::exe(), &ClientArgs { count: n, ..ClientArgs::new(dst) }).unwrap();
     let (lines, stderr) = tracer.stop_json();
+    let stalled = WireStalls::of(&wire.stop());
     let delta = before.client();
     let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
     assert_eq!(fine.ok_count() + run.ok_count(), (2 + n) as usize);
 
-    let mine: Vec<_> = lines.iter().filter(|l| l["netns"] == cli_ns).collect();
+    assert!(lines.iter().all(|l| l["netns"] == cli_ns), "only this lab's namespace: {lines:?}");
     assert_eq!(delta.get("TcpExtTCPSynRetrans"), u64::from(n), "kernel: {delta:?}");
     assert_eq!(dropped, u64::from(n), "packets the middlebox dropped");
-    assert_eq!(
-        mine.len() as u64,
+    common::assert_hook_count(
+        HookRun::Established,
+        lines.len() as u64,
         delta.get("TcpExtTCPSynRetrans"),
-        "one line per stalled connection: {mine:?}"
+        format!("one line per stalled connection: {lines:?}"),
     );
-    for l in &mine {
+    assert_eq!(stalled.count(), u64::from(n), "stalls on the wire: {stalled:?}");
+    for l in &lines {
         assert_eq!(l["cause"], "syn_data_dropped", "{l}");
         assert_eq!(l["pid"], run.pid, "the stalled process: {l}");
         // The event's own fields, as `trace --json` has them (one schema everywhere).
@@ -57,13 +63,12 @@ fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
         );
         assert!(l["sport"].as_u64().is_some_and(|p| p > 0) && l.get("lost_us").is_none(), "{l}");
         assert_eq!(l["retransmits"], 1);
-        let lost = Duration::from_micros(l["stall_us"].as_u64().unwrap());
-        assert!(lost >= Duration::from_millis(900) && lost <= Duration::from_millis(1500), "{l}");
+        stalled.assert_stall(l["sport"].as_u64().unwrap() as u16, l["stall_us"].as_u64().unwrap(), l);
     }
-    // The stalled connections it listed (this host's, all of them), in its closing summary.
+    // The stalled connections it listed, in its closing summary.
     let closing = common::closing(&stderr).unwrap_or_else(|| panic!("no closing summary: {stderr:?}"));
     let count = closing["stalled"].as_u64().unwrap_or_else(|| panic!("{closing}"));
-    assert!(count >= u64::from(n), "{closing}");
+    assert_eq!(count, lines.len() as u64, "{closing}");
 }
 
 /// Deleted on drop, also when the test fails.
@@ -83,10 +88,11 @@ fn stdout_of(args: &[&str]) -> String {
 
 /// The issue's lab recording: 3 connections accepted, 2 to a listener without TCP_FASTOPEN
 /// (data not acked: one extra round trip, not a stall), 2 whose SYN-data a middlebox drops
-/// (the 1 s SYN timeout: stalls). `stalls --json --record` traces it; the recording then
-/// goes through `top --from --batch --json`, `report --from --format json` and the
-/// exporter's metrics. All four must count 2 stalls and the same time lost, and keep the
-/// data not acked apart.
+/// (the 1 s SYN timeout: stalls). `stalls --json --record` traces it, with a real `export`
+/// beside it; the recording then goes through `top --from --batch --json` and `report
+/// --from --format json`. All four must count the kernel's 2 stalls, lose the time the
+/// wire shows (tcpdump's gap between each SYN-data and the SYN resent after it), the three
+/// replays exactly what `stalls` listed, and keep the data not acked apart.
 fn one_recording_gives_the_same_stalls_in_every_view() {
     require_kernel!();
     let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() }).unwrap();
@@ -111,10 +117,15 @@ fn one_recording_gives_the_same_stalls_in_every_view() {
     let file = TempFile(std::env::temp_dir().join(format!("tfo-stall-views-{}.jsonl", std::process::id())));
     let path = file.0.to_str().unwrap();
 
+    common::delay_stalls(&lab);
     let before = Deltas::since(&lab);
     // Only this lab's client namespace, filtered in the kernel: a test running beside this
     // one has its own lab with the same addresses, and its stalls are not ours.
     let ns = cli_ns.to_string();
+    let wire = lab.capture_syns(Side::Client).unwrap();
+    let exporter: SocketAddr = format!("127.0.0.1:{}", common::free_port()).parse().unwrap();
+    let listen = exporter.to_string();
+    let export = Tracer::start_command(&["export", "--web.listen-address", &listen, "--netns", &ns]);
     let tracer = Tracer::start_command(&["stalls", "--json", "--record", path, "--netns", &ns]);
     for (dst, n) in [(clean, 3), (plain, 2), (blocked, 2)] {
         assert_eq!(
@@ -124,6 +135,12 @@ fn one_recording_gives_the_same_stalls_in_every_view() {
         );
     }
     let (lines, stderr) = tracer.stop_json();
+    // Each scrape reads the kernel's counts then: every outcome was counted before its
+    // client returned.
+    let (status, exposition) = common::http_get(exporter, "/metrics").unwrap();
+    assert_eq!(status, 200, "{exposition}");
+    export.stop_lines();
+    let stalled = WireStalls::of(&wire.stop());
     let dc = before.client();
 
     // The kernel's view first: 2 SYN timeouts, 3 + 0 SYN-data acked, 2 + 2 not.
@@ -137,13 +154,13 @@ fn one_recording_gives_the_same_stalls_in_every_view() {
     // stalls: one line per stalled connection.
     let mine: Vec<&Value> = lines.iter().filter(|l| l["netns"] == cli_ns).collect();
     let stalls_lost: u64 = mine.iter().map(|l| l["stall_us"].as_u64().unwrap()).sum();
-    assert_eq!(mine.len() as u64, kernel_stalls, "stalls lines: {mine:?}");
+    common::assert_hook_count(HookRun::Established, mine.len() as u64, kernel_stalls, format!("{mine:?}"));
     let to_blocked = |l: &&Value| l["daddr"] == blocked.ip().to_string() && l["dport"] == blocked.port();
     assert!(mine.iter().all(|l| l["cause"] == "syn_data_dropped" && to_blocked(l)), "{mine:?}");
-    assert!(
-        (900_000 * kernel_stalls..=1_500_000 * kernel_stalls).contains(&stalls_lost),
-        "each stall one initial SYN RTO: {stalls_lost} us"
-    );
+    for l in &mine {
+        stalled.assert_stall(l["sport"].as_u64().unwrap() as u16, l["stall_us"].as_u64().unwrap(), l);
+    }
+    stalled.assert_total(kernel_stalls, stalls_lost as f64 / 1e6, 0.0, "stalls");
 
     // top, replayed: the destination rows of this lab.
     let top = stdout_of(&["top", "--from", path, "--batch", "--json"]);
@@ -174,29 +191,22 @@ fn one_recording_gives_the_same_stalls_in_every_view() {
         (Some(0), Some(0))
     );
 
-    // The exporter's metrics, fed the recording as `export --netns` would count it.
-    let (header, events, bad) = record::read_recording(&file.0).unwrap();
+    // The recording names the backend that made it.
+    let (header, _, bad) = record::read_recording(&file.0).unwrap();
     assert!(bad.is_empty(), "{bad:?}");
     assert_eq!(header.backend, common::backend_of(&stderr).to_string());
-    let build =
-        BuildInfo { version: "test".into(), backend: common::backend_of(&stderr), kernel: header.kernel };
-    let metrics = Metrics::new(&build, None);
-    // The exporter's series come from the kernel's counts; a recording's events are counted
-    // the way the kernel counts them.
-    let mut counts = tfo_trace::events::counts::KernelCounts::default();
-    events.iter().filter(|e| e.netns == cli_ns).for_each(|e| counts.add_event(e));
-    metrics.set_kernel(counts, Health::default());
-    let text = metrics.encode();
-    let exported: f64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("tfo_trace_stall_seconds_total "))
-        .unwrap_or_else(|| panic!("no stall seconds in\n{text}"))
-        .parse()
-        .unwrap();
-    assert!(
-        (exported * 1e6 - stalls_lost as f64).abs() < 1.0,
-        "export: {exported} s, stalls: {stalls_lost} us"
+
+    // export, live beside `stalls`: the kernel's count of this namespace's stalls, and the
+    // time the wire shows they lost (its own programs' clock reads, so not to the
+    // microsecond of what `stalls` timed).
+    let stall_conns = common::metric_sum(
+        &exposition,
+        "tfo_trace_connections_total",
+        &[r#"role="client""#, r#"outcome="syn_retransmitted""#],
     );
+    common::assert_hook_count(HookRun::Established, stall_conns as u64, kernel_stalls, &exposition);
+    let exported = common::metric_sum(&exposition, "tfo_trace_stall_seconds_total", &[]);
+    stalled.assert_total(kernel_stalls, exported, 0.0, format!("export\n{exposition}"));
 }
 
 /// Time lost, summed by the kernel and summed from the events, when no event was lost
@@ -218,7 +228,9 @@ fn kernel_and_event_sums_of_time_lost_agree() {
         assert_eq!(lab.run_client(common::exe(), &ClientArgs::new(dst)).unwrap().ok_count(), 1, "cookie");
     }
     lab.middlebox_drop_syn_data(Some(blocked.ip())).unwrap();
+    common::delay_stalls(&lab);
     let ns = netns_inode(&lab, Side::Client).to_string();
+    let wire = lab.capture_syns(Side::Client).unwrap();
     let exporter: SocketAddr = format!("127.0.0.1:{}", common::free_port()).parse().unwrap();
     let addr = exporter.to_string();
     let export = Tracer::start_command(&[
@@ -268,7 +280,8 @@ fn kernel_and_event_sums_of_time_lost_agree() {
         assert_eq!(closing["events_lost"], 0, "nothing lost, or the sums may differ: {closing}");
     }
     let listed_us: u64 = listed.iter().map(|e| e["stall_us"].as_u64().unwrap()).sum();
-    assert_eq!(listed.len() as u64, retrans, "{listed:?}");
+    common::assert_hook_count(HookRun::Established, listed.len() as u64, retrans, format!("{listed:?}"));
+    WireStalls::of(&wire.stop()).assert_total(retrans, listed_us as f64 / 1e6, 0.0, "stalls");
 
     // Each tracer times a stall with its own programs' clock reads, one tracer's programs
     // after the other's on the same hook: microseconds apart on hardware, up to 1.7 ms

@@ -10,6 +10,10 @@
 //! - `test`: setup, the gates (`lint`), `dist` (once, for tests/dist.rs) and a cached
 //!   Debian 11 userspace (userspace.rs), then the whole test suite (unit + root-only
 //!   kernel tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
+//!   Closes with passed, failed, skipped (each with its reason, partial skips too) and
+//!   second runs (each with its cause; testlines.rs has their rule). Under `CI=true` what
+//!   would only warn elsewhere fails the run: not root (every kernel test would skip), no
+//!   Debian 11 userspace (tests/dist.rs's checks in it would skip), the VM matrix skipped.
 //! - `vm`: boots Debian's 5.10, 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
 //!   once per tracer backend (see docs/vm.md).
 //! - `dist`: setup, then static x86_64 and aarch64 binaries, .debs, OCI images and
@@ -34,6 +38,7 @@ mod dist;
 mod fuzz;
 mod setup;
 mod soak;
+mod testlines;
 mod userspace;
 mod util;
 mod vm;
@@ -45,6 +50,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 
+use testlines::{partial_test, second_run_test, skipped_test, SecondRun};
 use util::{cargo, is_root, run, which, workspace_root};
 
 #[derive(Parser)]
@@ -175,11 +181,22 @@ fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
+/// What the run cannot vouch for where it runs as CI (`CI=true`): each a problem there, a
+/// warning elsewhere (a developer's machine may lack root, a VM, a Debian mirror).
+fn ci_rule(ci: bool, problems: &mut Vec<String>, what: String) {
+    if ci {
+        problems.push(format!("CI: {what}"));
+    } else {
+        println!("warning: {what}");
+    }
+}
+
 /// Host tests, then the VM matrix (even when host tests failed: both verdicts in one run);
 /// then where the time went, the tests that could not run here with their reasons, and
 /// the closing tally of everything, printed last.
 fn test(args: &[String], no_vm: bool) -> Result<()> {
     let start = Instant::now();
+    let ci = env_flag("CI");
     setup::setup()?;
     let setup_s = start.elapsed().as_secs_f64();
     let lint_problems = lint();
@@ -192,19 +209,24 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     }
     let dist_s = start.elapsed().as_secs_f64() - setup_s - lint_s;
     if let Err(e) = userspace::ensure(userspace::SUITE) {
-        println!("warning: no Debian {} userspace, its checks will skip: {e:#}", userspace::SUITE);
+        let what = format!("no Debian {} userspace, its checks will skip: {e:#}", userspace::SUITE);
+        ci_rule(ci, &mut dist_problems, what);
+    }
+    if !is_root() {
+        let what = "not root: the kernel integration tests (network namespaces, eBPF) will skip".to_string();
+        ci_rule(ci, &mut dist_problems, what);
     }
     let userspace_s = start.elapsed().as_secs_f64() - setup_s - lint_s - dist_s;
     let host = run_tests(args)?;
     let host_s = start.elapsed().as_secs_f64() - setup_s - lint_s - dist_s - userspace_s;
     let (mut tally, mut problems, mut skipped) = (host.tally, host.problems, host.skipped);
-    let mut retried = host.retried;
+    let (mut partial, mut second_runs) = (host.partial, host.second_runs);
     // A gate that fails fails the run, but the tests still run: both verdicts at once.
     tally.failed += (lint_problems.len() + dist_problems.len()) as u64;
     problems.extend(lint_problems);
     problems.extend(dist_problems);
     if no_vm {
-        println!("vm: skipped (--no-vm / TFO_NO_VM)");
+        ci_rule(ci, &mut problems, "vm: skipped (--no-vm / TFO_NO_VM): no test ran on another kernel".into());
     } else {
         match vm::test_matrix() {
             Ok(r) => {
@@ -213,7 +235,8 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
                 tally.ignored += r.ignored;
                 problems.extend(r.problems.into_iter().map(|p| format!("vm: {p}")));
                 skipped.extend(r.skipped.into_iter().map(|s| format!("vm {s}")));
-                retried.extend(r.retried.into_iter().map(|s| format!("vm {s}")));
+                partial.extend(r.partial.into_iter().map(|s| format!("vm {s}")));
+                second_runs.extend(r.second_runs);
             }
             Err(e) => {
                 tally.failed += 1;
@@ -221,6 +244,7 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
             }
         }
     }
+    problems.extend(testlines::second_run_problems(&second_runs));
     let total_s = start.elapsed().as_secs_f64();
     println!();
     println!(
@@ -242,21 +266,33 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
             println!("  {s}");
         }
     }
-    if !retried.is_empty() {
+    if !partial.is_empty() {
         println!(
-            "retried ({}): kernel tests that failed once, then passed on their second run:",
-            retried.len()
+            "partly skipped ({}): checks of tests that passed on the rest, each with its reason:",
+            partial.len()
         );
-        for r in &retried {
+        for s in &partial {
+            println!("  {s}");
+        }
+    }
+    if !second_runs.is_empty() {
+        println!(
+            "second runs ({}, at most {} allowed): tests whose first run failed with the kernel's skipped \
+             hook run, run again:",
+            second_runs.len(),
+            testlines::SECOND_RUN_BUDGET
+        );
+        for r in &second_runs {
             println!("  {r}");
         }
     }
     println!(
-        "summary: {} passed ({} on a second run), {} failed, {} skipped",
+        "summary: {} passed, {} failed, {} skipped, {} checks partly skipped, {} second runs",
         tally.passed,
-        retried.len(),
         tally.failed,
-        tally.ignored
+        tally.ignored,
+        partial.len(),
+        second_runs.len()
     );
     if !problems.is_empty() {
         bail!("{}", problems.join("\n"));
@@ -309,9 +345,10 @@ struct HostRun {
     problems: Vec<String>,
     /// `binary test: reason` for each test that said it cannot run here.
     skipped: Vec<String>,
-    /// `binary test ...`: kernel tests that failed once and passed on their second run
-    /// (the harness's `retried:` lines, tests/common/harness.rs).
-    retried: Vec<String>,
+    /// `binary test: reason` for each check a test said it could not make here.
+    partial: Vec<String>,
+    /// Tests run a second time (testlines.rs).
+    second_runs: Vec<SecondRun>,
     /// cargo's `Finished` time for the build.
     build_s: Option<f64>,
     /// Seconds per test binary, from libtest's `finished in` lines.
@@ -320,9 +357,6 @@ struct HostRun {
 
 /// Runs cargo test on the host; returns the tally of every test binary and what went wrong.
 fn run_tests(args: &[String]) -> Result<HostRun> {
-    if !is_root() {
-        eprintln!("warning: not root: the kernel integration tests (network namespaces, eBPF) will skip");
-    }
     let mut cmd = cargo();
     cmd.current_dir(workspace_root()).args(["test", "--workspace", "--exclude", "tfo-trace-ebpf"]).args(args);
     cmd.env("TFO_DIST_DIR", dist::dist_dir());
@@ -354,7 +388,8 @@ fn run_tests(args: &[String]) -> Result<HostRun> {
         tally: Tally::default(),
         problems: Vec::new(),
         skipped: Vec::new(),
-        retried: Vec::new(),
+        partial: Vec::new(),
+        second_runs: Vec::new(),
         build_s: None,
         binary_s: Vec::new(),
     };
@@ -366,10 +401,15 @@ fn run_tests(args: &[String]) -> Result<HostRun> {
         if let Some(rest) = l.strip_prefix("Running ") {
             // `Running tests/lab.rs (target/debug/deps/lab-0123)` or `Running unittests src/lib.rs (...)`
             binary = rest.split(" (").next().unwrap_or(rest).to_string();
-        } else if let Some((name, reason)) = vm::skipped_test(l) {
+        } else if let Some((name, reason)) = skipped_test(l) {
             run.skipped.push(format!("{binary} {name}: {reason}"));
-        } else if let Some(what) = vm::retried_test(l) {
-            run.retried.push(format!("{binary} {what}"));
+        } else if let Some((name, reason)) = partial_test(l) {
+            run.partial.push(format!("{binary} {name}: {reason}"));
+        } else if let Some((test, cause)) = second_run_test(l) {
+            // `tests/stalls.rs` -> `stalls`, as the VM cells name the binary.
+            let stem = std::path::Path::new(&binary).file_stem().map(|s| s.to_string_lossy().into_owned());
+            let binary = stem.unwrap_or_else(|| binary.clone());
+            run.second_runs.push(SecondRun { place: "host".into(), binary, test, cause });
         } else if l.starts_with("test result:") {
             if let Some(s) = seconds_after(l, "finished in ") {
                 run.binary_s.push((binary.clone(), s));
@@ -476,6 +516,15 @@ mod tally_tests {
             t.add(line);
         }
         assert_eq!(t, Tally { passed: 52, failed: 1, ignored: 1 });
+    }
+
+    #[test]
+    fn under_ci_what_would_only_warn_fails_the_run() {
+        let mut problems = Vec::new();
+        super::ci_rule(false, &mut problems, "not root: the kernel integration tests will skip".into());
+        assert!(problems.is_empty(), "a warning off CI: {problems:?}");
+        super::ci_rule(true, &mut problems, "not root: the kernel integration tests will skip".into());
+        assert_eq!(problems, ["CI: not root: the kernel integration tests will skip"]);
     }
 
     #[test]

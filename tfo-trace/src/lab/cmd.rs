@@ -38,8 +38,9 @@ pub(crate) fn in_netns(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Comman
 
 /// Starts the child in a cgroup v2 directory: it joins between fork and exec, before
 /// `ip netns exec` remounts /sys (where the cgroup mount would be out of its sight), and
-/// what it execs stays there. For tests of container attribution.
-pub(crate) fn join_cgroup_at_spawn(c: &mut Command, dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+/// what it execs stays there. For tests of container attribution, and of a tracer
+/// filtered to a cgroup.
+pub fn join_cgroup_at_spawn(c: &mut Command, dir: Option<&std::path::Path>) -> anyhow::Result<()> {
     use std::os::unix::{ffi::OsStrExt as _, process::CommandExt as _};
     let Some(dir) = dir else { return Ok(()) };
     let procs = std::ffi::CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())?;

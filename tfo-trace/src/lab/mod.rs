@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 
 use crate::kernel::netstat::Netstat;
+pub use cmd::join_cgroup_at_spawn;
 pub use traffic::{ClientArgs, ClientMode, ConnResult, ServerArgs};
 
 /// The arguments of one client run; the same struct the `lab-client` subcommand takes.

@@ -159,8 +159,9 @@ fn prog_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<aya_obj::generated::bpf_
     (rc == 0).then_some(info)
 }
 
-/// Why `backend` cannot be used here, before trying to load anything; None if it may.
-fn unavailable(backend: Backend) -> Option<String> {
+/// Why `backend` cannot be used here, before trying to load anything (the kernel lacks
+/// what it needs: a fact, not a refusal); None if it may.
+pub fn unavailable(backend: Backend) -> Option<String> {
     match backend {
         Backend::Fentry | Backend::Tracepoint if !Path::new(btf::KERNEL_BTF).exists() => {
             Some(format!("BTF-typed hooks need kernel BTF ({})", btf::KERNEL_BTF))

@@ -1,15 +1,19 @@
-//! Shared by the kernel tests: the harness (skips reported as skips, cases of one test
-//! body), skip rules, waiting on facts (`wait`: [`eventually`], [`Deltas`] of the kernel's
-//! counters), a handle on a running `tfo-trace` and its typed events, cgroups (`cgroups`)
-//! and private container engines (`docker`).
+//! Shared by the kernel tests: the harness (skips, partial skips and second runs, cases of
+//! one test body: `harness.rs`'s doc is the whole API), skip rules, waiting on facts
+//! (`wait`: [`eventually`], [`Deltas`] of the kernel's counters), the wire's account of
+//! stalls (`wire`), an independent reader of the kernel's counters (`nstat`), a handle on a
+//! running `tfo-trace` and its typed events, cgroups (`cgroups`), private container engines
+//! (`docker`) and a real Prometheus (`prometheus`).
 #![allow(dead_code, unused_imports)]
 
 pub mod cgroups;
 pub mod docker;
 pub mod harness;
+pub mod nstat;
 pub mod prometheus;
 pub mod wait;
-pub use harness::skip;
+pub mod wire;
+pub use harness::{assert_hook_count, partial_skip, skip, HookRun};
 pub use wait::{eventually, Deltas, HANG_LIMIT};
 
 use std::{
@@ -86,15 +90,13 @@ pub fn skip_reason() -> Option<String> {
     None
 }
 
-/// Skips the calling test when the kernel tests cannot run here, with the reason; else
-/// marks it a kernel test, which runs once more if it fails (`harness.rs` says why).
+/// Skips the calling test when the kernel tests cannot run here, with the reason.
 #[macro_export]
 macro_rules! require_kernel {
     () => {
         if let Some(why) = common::skip_reason() {
             common::skip(why);
         }
-        common::harness::uses_kernel();
     };
 }
 
@@ -104,15 +106,43 @@ pub fn netns_inode(lab: &Lab, side: Side) -> u32 {
     std::fs::metadata(&path).unwrap_or_else(|e| panic!("stat {path}: {e}")).ino() as u32
 }
 
+/// Why a test that needs netem cannot have it here.
+const NO_NETEM: &str = "this kernel has no netem (CONFIG_NET_SCH_NETEM); the VM kernels run it";
+
 /// Delays every packet leaving `side`'s veth by `delay` (netem), or skips the test where
 /// the kernel has no netem (this host; the VM kernels load it).
 pub fn delay_or_skip(lab: &Lab, side: Side, delay: std::time::Duration) {
-    if let Err(e) = lab.delay_egress(side, delay) {
-        if tfo_trace::lab::is_no_netem(&e) {
-            skip("this kernel has no netem (CONFIG_NET_SCH_NETEM); the VM kernels run it");
-        }
-        panic!("{e:#}");
+    if !delay_where_netem(lab, side, delay, "") {
+        skip(NO_NETEM);
     }
+}
+
+/// Delays every packet leaving `side`'s veth by `delay` (netem) where the kernel has
+/// netem; where it has none, records `check` (what the delay was for) as a partial skip.
+/// Whether it delays. With `check` empty, says nothing (the caller skips).
+pub fn delay_where_netem(lab: &Lab, side: Side, delay: std::time::Duration, check: &str) -> bool {
+    match lab.delay_egress(side, delay) {
+        Ok(()) => true,
+        Err(e) if tfo_trace::lab::is_no_netem(&e) => {
+            if !check.is_empty() {
+                partial_skip(format!("{check}: {NO_NETEM}"));
+            }
+            false
+        }
+        Err(e) => panic!("{e:#}"),
+    }
+}
+
+/// The delay netem puts on the server's packets in the tests that stall connections, where
+/// the kernel has netem (the VM kernels): each SYN-ACK comes that much after the resent SYN,
+/// so a stall measured to the SYN-ACK instead of the resent SYN would be that much longer
+/// than the wire's gap (`wire`), and the handshake that much longer than the stall.
+pub const STALL_RTT: Duration = Duration::from_millis(50);
+
+/// Delays the server's packets by [`STALL_RTT`] where the kernel has netem (a partial skip
+/// where it has none); whether it did.
+pub fn delay_stalls(lab: &Lab) -> bool {
+    delay_where_netem(lab, Side::Server, STALL_RTT, "each stall told apart from its handshake")
 }
 
 /// Spawns `cmd`, retrying while exec says ETXTBSY: an executable just written (a copy of
@@ -344,17 +374,19 @@ pub fn backend_of(stderr: &[String]) -> tfo_trace::probes::Backend {
         .unwrap_or_else(|| panic!("no backend named in {line:?}"))
 }
 
-/// Whether that backend reports (role, outcome): tests assert only what it can see,
-/// and say what they skipped.
-pub fn visible(
-    stderr: &[String],
-    role: tfo_trace::events::Role,
-    outcome: tfo_trace::events::Outcome,
-) -> bool {
-    let backend = backend_of(stderr);
-    let seen = tfo_trace::probes::table::sees(backend, role, outcome);
+/// Whether that backend reports (role, outcome), for a check that runs either way (one
+/// expectation where it sees it, another where it does not).
+pub fn sees(stderr: &[String], role: Role, outcome: Outcome) -> bool {
+    tfo_trace::probes::table::sees(backend_of(stderr), role, outcome)
+}
+
+/// Whether that backend reports (role, outcome), to guard the checks that need it: where
+/// it does not, records the checks skipped as a partial skip (the harness reports it).
+pub fn visible(stderr: &[String], role: Role, outcome: Outcome) -> bool {
+    let seen = sees(stderr, role, outcome);
     if !seen {
-        eprintln!("not checked: {} {} is not visible to the {backend} backend", role.name(), outcome.name());
+        let backend = backend_of(stderr);
+        partial_skip(format!("{} {} is not visible to the {backend} backend", role.name(), outcome.name()));
     }
     seen
 }

@@ -113,28 +113,44 @@ fn host_build(root: &Path) -> Result<Build> {
     Ok(Build { tests, tfo_trace, cross: None })
 }
 
-/// The binaries `--bins` names, or the default VM selection.
+/// The binaries `--bins` names, or the default VM selection: every one of them must have
+/// been built (a binary of the matrix that is missing is an error, not a smaller matrix).
 pub(super) fn select_bins<'a>(build: &'a Build, wanted: &[String]) -> Result<Vec<&'a TestBin>> {
-    if wanted.is_empty() {
-        let (vm, host): (Vec<&TestBin>, Vec<&TestBin>) = build
+    let names: Vec<&str> = if wanted.is_empty() {
+        let host: Vec<&str> = build
             .tests
             .iter()
-            .partition(|t| VM_PER_BACKEND.contains(&t.name.as_str()) || VM_ONCE.contains(&t.name.as_str()));
-        let host: Vec<&str> = host.iter().map(|t| t.name.as_str()).collect();
+            .map(|t| t.name.as_str())
+            .filter(|n| !VM_PER_BACKEND.contains(n) && !VM_ONCE.contains(n))
+            .collect();
         if !host.is_empty() {
             println!("vm: host-only test binaries (not run in the VM): {}", host.join(", "));
         }
-        return Ok(vm);
-    }
-    wanted
-        .iter()
+        VM_PER_BACKEND.iter().chain(VM_ONCE).copied().collect()
+    } else {
+        wanted.iter().map(String::as_str).collect()
+    };
+    names
+        .into_iter()
         .map(|name| {
-            build.tests.iter().find(|t| &t.name == name).with_context(|| {
+            build.tests.iter().find(|t| t.name == name).with_context(|| {
                 let all: Vec<_> = build.tests.iter().map(|t| t.name.as_str()).collect();
                 format!("no integration test binary `{name}` (there are: {})", all.join(", "))
             })
         })
         .collect()
+}
+
+/// A binary of the matrix lists no test: without a filter of the user's (`-- NAME`), that
+/// is a broken binary, never a cell with nothing to do.
+pub(super) fn check_listed(listed: &[(TestBin, Vec<String>)], filter: &[String]) -> Result<()> {
+    if !list_args(filter).is_empty() {
+        return Ok(());
+    }
+    let empty: Vec<&str> =
+        listed.iter().filter(|(_, t)| t.is_empty()).map(|(b, _)| b.name.as_str()).collect();
+    ensure!(empty.is_empty(), "test binaries that list no test (`--list`): {}", empty.join(", "));
+    Ok(())
 }
 
 /// The tests of one binary that `filter` selects, as the binary itself lists them
@@ -186,6 +202,26 @@ pub(super) fn run_args(filter: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_binary_of_the_matrix_must_be_built_and_list_tests() {
+        let bin = |n: &str| TestBin { name: n.into(), path: format!("/x/{n}").into() };
+        let all: Vec<TestBin> =
+            VM_PER_BACKEND.iter().chain(VM_ONCE).chain(&["cli"]).map(|n| bin(n)).collect();
+        let build = Build { tests: all.clone(), tfo_trace: "/x/tfo-trace".into(), cross: None };
+        assert_eq!(select_bins(&build, &[]).unwrap().len(), VM_PER_BACKEND.len() + VM_ONCE.len());
+        let without_stalls: Vec<TestBin> = all.iter().filter(|b| b.name != "stalls").cloned().collect();
+        let build = Build { tests: without_stalls, ..build };
+        let err = select_bins(&build, &[]).unwrap_err().to_string();
+        assert!(err.starts_with("no integration test binary `stalls`"), "{err}");
+        let listed = vec![(bin("lab"), vec!["a".to_string()]), (bin("names"), Vec::new())];
+        let err = check_listed(&listed, &[]).unwrap_err().to_string();
+        assert_eq!(err, "test binaries that list no test (`--list`): names");
+        assert!(
+            check_listed(&listed, &["--exact".into(), "a".into()]).is_ok(),
+            "a filter may select nothing here"
+        );
+    }
 
     #[test]
     fn user_arguments_split_into_selection_and_run_flags() {

@@ -1,7 +1,10 @@
 //! Step 6a, the console: the markers /init prints (`TFO-VM-BOOT`, `-BACKEND`, `-TEST`,
-//! `-END`, `-DONE`; `-AUTO` and `-DOCTOR-SAYS` in a refused backend's cell) and libtest's `test result:`, `ignored (reason)` and the harness's
-//! `retried:` lines, read into one result per test.
+//! `-END`, `-DONE`, `-WARN`; `-AUTO` and `-DOCTOR-SAYS` in a refused backend's cell) and
+//! libtest's `test result:` and `ignored (reason)` lines and the harness's `partial:`,
+//! `second run:` and `retried:` lines (crate::testlines), read into one result per test.
 use std::collections::BTreeMap;
+
+use crate::testlines::{partial_test, second_run_test, skipped_test};
 
 /// One test's run inside the guest.
 #[derive(Clone, Debug, Default)]
@@ -13,8 +16,10 @@ pub(super) struct TestRun {
     pub(super) ignored: u64,
     /// Why the test said it cannot run here.
     pub(super) skip_reason: Option<String>,
-    /// The harness's `retried:` line: it passed on its second run, after this failure.
-    pub(super) retried: Option<String>,
+    /// Checks it said it could not make here (partial skips).
+    pub(super) partial: Vec<String>,
+    /// The harness's `second run:` line: why its first run failed.
+    pub(super) second_run: Option<String>,
 }
 
 /// What a refused backend's cell printed about the refusal (guest.rs, `refused`).
@@ -42,6 +47,9 @@ pub(super) struct Console {
     /// The backend failed to load: the tracer's error line.
     pub(super) unloadable: Option<String>,
     pub(super) refusal: RefusalSeen,
+    /// What /init warned about (`TFO-VM-WARN`: a module that did not load, an unknown
+    /// cell): each fails the cell, since the tests would skip or run without it.
+    pub(super) warnings: Vec<String>,
 }
 
 impl Console {
@@ -53,6 +61,8 @@ impl Console {
         };
         if l.starts_with("TFO-VM-BOOT") {
             self.booted = true;
+        } else if let Some(warning) = l.strip_prefix("TFO-VM-WARN") {
+            self.warnings.push(warning.trim().to_string());
         } else if l.starts_with("TFO-VM-DONE") {
             self.done = true;
         } else if let Some(rest) = l.strip_prefix("TFO-VM-BACKEND ") {
@@ -101,26 +111,14 @@ impl Console {
             }
         } else if let Some((_, reason)) = skipped_test(l) {
             self.cur.skip_reason = Some(reason);
-        } else if let Some(what) = retried_test(l) {
-            self.cur.retried = Some(what.to_string());
+        } else if let Some((_, reason)) = partial_test(l) {
+            self.cur.partial.push(reason);
+        } else if let Some((_, cause)) = second_run_test(l) {
+            self.cur.second_run = Some(cause);
         } else if l.contains("Kernel panic") && self.panic.is_none() {
             self.panic = Some(l.to_string());
         }
     }
-}
-
-/// The harness's `retried: NAME passed on its second run; ...` line
-/// (tests/common/harness.rs): what follows the marker.
-pub fn retried_test(line: &str) -> Option<&str> {
-    line.strip_prefix("retried: ")
-}
-
-/// `test NAME   ... ignored (REASON)` (libtest-mimic pads the name): (name, reason).
-pub fn skipped_test(line: &str) -> Option<(String, String)> {
-    let rest = line.strip_prefix("test ")?;
-    let (name, verdict) = rest.split_once(" ... ")?;
-    let reason = verdict.strip_prefix("ignored (")?.strip_suffix(')')?;
-    Some((name.trim().to_string(), reason.to_string()))
 }
 
 #[cfg(test)]

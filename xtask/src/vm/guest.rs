@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::binaries::{run_args, Build};
 use super::cells::{Cell, ONCE_CELL};
-use super::kernels::Kernel;
+use super::kernels::{Kernel, REFUSALS};
 
 pub(super) fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -41,6 +41,19 @@ ip link set lo up
     for m in modules {
         let _ = writeln!(s, "insmod /modules/{m} || echo 'TFO-VM-WARN insmod {m} failed'");
     }
+    // What the tests read of the VM: the accelerator (a TCG guest's looser timing, tests/
+    // common/wire.rs) and the backends this kernel refuses (kernels.rs, REFUSALS), which
+    // kernel_facts must then see refused with that errno.
+    let refused: Vec<String> = REFUSALS
+        .iter()
+        .filter(|r| r.series == k.series && r.arch == k.arch.name)
+        .map(|r| format!("{}:{}", r.backend, r.errno))
+        .collect();
+    let _ = writeln!(
+        s,
+        "export TFO_VM_ACCEL=$(sed -n 's/.*tfo_accel=\\([^ ]*\\).*/\\1/p' /proc/cmdline) TFO_EXPECTED_REFUSALS={}",
+        sh_quote(&refused.join(","))
+    );
     let _ = write!(
         s,
         r#"cell=$(sed -n 's/.*tfo_cell=\([^ ]*\).*/\1/p' /proc/cmdline)

@@ -36,6 +36,7 @@ mod kernels;
 mod modules;
 mod packages;
 mod qemu;
+mod skips;
 mod summary;
 mod userland;
 
@@ -47,9 +48,8 @@ use clap::Args;
 
 use crate::util::workspace_root;
 use arch::{Arch, ArchChoice};
-use binaries::{build_tests, list_tests, select_bins, TestBin};
+use binaries::{build_tests, check_listed, list_tests, select_bins, TestBin};
 use cells::{plan, run_cells, schedule, Cell, ONCE_CELL};
-pub use console::{retried_test, skipped_test};
 use initramfs::initramfs;
 use kernels::{kernels, KernelChoice};
 use packages::{foreign_arch, host_packages};
@@ -154,14 +154,25 @@ pub struct Report {
     pub problems: Vec<String>,
     /// Tests that reported themselves as unable to run here: `cell test: reason`.
     pub skipped: Vec<String>,
-    /// Kernel tests that failed once and passed on their second run: `cell test ...`
-    /// (the harness's `retried:` lines, tests/common/harness.rs).
-    pub retried: Vec<String>,
+    /// Checks tests reported they could not make here (partial skips): `cell test: reason`.
+    pub partial: Vec<String>,
+    /// Tests run a second time for the kernel's skipped hook run (crate::testlines).
+    pub second_runs: Vec<crate::testlines::SecondRun>,
 }
 
-/// `cargo xtask vm`: errors when any cell failed.
+/// `cargo xtask vm`: errors when any cell failed, or its second runs broke the rule on them.
 pub fn vm(args: &VmArgs) -> Result<()> {
-    let report = if args.boot_only { boot_only::boot_only(args)? } else { matrix(args)? };
+    let mut report = if args.boot_only { boot_only::boot_only(args)? } else { matrix(args)? };
+    for s in &report.skipped {
+        println!("vm: skipped: {s}");
+    }
+    for s in &report.partial {
+        println!("vm: partly skipped: {s}");
+    }
+    for r in &report.second_runs {
+        println!("vm: second run: {r}");
+    }
+    report.problems.extend(crate::testlines::second_run_problems(&report.second_runs));
     if !report.problems.is_empty() {
         bail!("VM matrix: {} problem(s):\n  {}", report.problems.len(), report.problems.join("\n  "));
     }
@@ -258,6 +269,7 @@ fn run_parts(parts: &[Part], args: &VmArgs) -> Result<Report> {
             .iter()
             .map(|b| Ok(((*b).clone(), list_tests(&build, b, &args.filter)?)))
             .collect::<Result<Vec<(TestBin, Vec<String>)>>>()?;
+        check_listed(&listed, &args.filter)?;
         let mine = plan(&kernels, &listed, &part.backends);
         for k in &kernels {
             let of_k: Vec<&Cell> = mine.iter().filter(|c| c.kernel == k.short).collect();

@@ -67,6 +67,8 @@ pub(super) struct Boot {
     pub(super) end: Option<String>,
     /// What a refused backend's cell showed.
     pub(super) refusal: RefusalSeen,
+    /// /init's `TFO-VM-WARN` lines.
+    pub(super) warnings: Vec<String>,
 }
 
 pub(super) fn boot(k: &Kernel, cell: &Cell, initrd: &Path, args: &VmArgs) -> Result<Boot> {
@@ -81,7 +83,11 @@ pub(super) fn boot(k: &Kernel, cell: &Cell, initrd: &Path, args: &VmArgs) -> Res
         .arg(&k.vmlinuz)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", &format!("console={} panic=-1 quiet tfo_cell={}", k.arch.console, cell.name)])
+        // tfo_accel: the tests' tolerances for a TCG guest's timing (TFO_VM_ACCEL in /init).
+        .args([
+            "-append",
+            &format!("console={} panic=-1 quiet tfo_cell={} tfo_accel={accel}", k.arch.console, cell.name),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -178,6 +184,7 @@ pub(super) fn boot(k: &Kernel, cell: &Cell, initrd: &Path, args: &VmArgs) -> Res
         unloadable: parser.unloadable,
         end,
         refusal: parser.refusal,
+        warnings: parser.warnings,
     })
 }
 

@@ -1,18 +1,39 @@
 //! Step 6b, the summary: per cell and test the tally and every problem in one line, the
 //! kernel x cell x binary result table and the time table (boot, tests, guest time per
-//! kernel).
+//! kernel). A cell fails on a test that failed, timed out or did not run, on a skip (whole
+//! or partial) not on the list of skips a VM may report (skips.rs), on a warning of /init,
+//! and when no test of it passed.
 use std::collections::BTreeMap;
 
 use super::cells::Cell;
 use super::console::TestRun;
 use super::kernels::Refusal;
 use super::qemu::Boot;
+use super::skips::allowed;
 use super::Report;
+use crate::testlines::SecondRun;
+
+/// The skips of one test's run (whole, then partial) that no entry of skips.rs allows.
+fn unlisted_skips(cell: &Cell, bin: &str, test: &str, r: &TestRun) -> Vec<String> {
+    r.skip_reason
+        .iter()
+        .map(|reason| format!("skipped: {reason}"))
+        .chain(r.partial.iter().map(|reason| format!("partly skipped: {reason}")))
+        .filter(|said| {
+            let reason = said.split_once(": ").map_or(said.as_str(), |(_, r)| r);
+            allowed(&cell.kernel, &cell.name, bin, test, reason).is_none()
+        })
+        .collect()
+}
 
 /// Per cell and test: the tally, and every problem in one line.
 pub(super) fn summarize(cells: &[Cell], boots: &[Boot]) -> Report {
     let mut report = Report::default();
     for (cell, boot) in cells.iter().zip(boots) {
+        for w in &boot.warnings {
+            report.failed += 1;
+            report.problems.push(format!("{}: /init warned: {w}", cell.label()));
+        }
         if let Some(r) = cell.refused {
             match refusal_verdict(r, boot) {
                 Ok(_) => report.passed += 1,
@@ -23,6 +44,7 @@ pub(super) fn summarize(cells: &[Cell], boots: &[Boot]) -> Report {
             }
             continue;
         }
+        let mut passed_here = 0;
         for (bin, tests) in &cell.runs {
             for t in tests {
                 let what = format!("{} {}::{t}", cell.label(), bin.name);
@@ -39,11 +61,31 @@ pub(super) fn summarize(cells: &[Cell], boots: &[Boot]) -> Report {
                 report.passed += r.passed;
                 report.failed += r.failed;
                 report.ignored += r.ignored;
+                passed_here += r.passed;
+                // Each skip with why a VM may report it (skips.rs), where it may.
+                let listed = |reason: &str| {
+                    allowed(&cell.kernel, &cell.name, &bin.name, t, reason)
+                        .map_or(String::new(), |a| format!(" [on the VM's list: {}]", a.why))
+                };
                 if let Some(reason) = &r.skip_reason {
-                    report.skipped.push(format!("{what}: {reason}"));
+                    report.skipped.push(format!("{what}: {reason}{}", listed(reason)));
                 }
-                if let Some(retried) = &r.retried {
-                    report.retried.push(format!("{}: {retried}", cell.label()));
+                report
+                    .partial
+                    .extend(r.partial.iter().map(|reason| format!("{what}: {reason}{}", listed(reason))));
+                for unlisted in unlisted_skips(cell, &bin.name, t, r) {
+                    report.failed += 1;
+                    report
+                        .problems
+                        .push(format!("{what}: {unlisted} (not on the VM's list of skips, vm/skips.rs)"));
+                }
+                if let Some(cause) = &r.second_run {
+                    report.second_runs.push(SecondRun {
+                        place: cell.label(),
+                        binary: bin.name.clone(),
+                        test: t.clone(),
+                        cause: cause.clone(),
+                    });
                 }
                 let ran_nothing = r.exit == 0 && r.passed + r.ignored == 0;
                 if r.exit != 0 || ran_nothing {
@@ -54,6 +96,12 @@ pub(super) fn summarize(cells: &[Cell], boots: &[Boot]) -> Report {
                     report.problems.push(format!("{what}: {}", verdict(r)));
                 }
             }
+        }
+        if cell.test_count() > 0 && passed_here == 0 && boot.results.len() == cell.test_count() {
+            report.failed += 1;
+            report
+                .problems
+                .push(format!("{}: no test passed: a cell of skips vouches for nothing", cell.label()));
         }
         if let Some(end) = &boot.end {
             if boot.results.len() == cell.test_count() {
@@ -137,7 +185,10 @@ pub(super) fn print_result_table(cells: &[Cell], boots: &[Boot]) {
                     Some(r) if r.exit != 0 || r.passed + r.ignored == 0 => {
                         Some(format!("{t}: {}", verdict(r)))
                     }
-                    Some(_) => None,
+                    Some(r) => {
+                        let unlisted = unlisted_skips(cell, &bin.name, t, r);
+                        (!unlisted.is_empty()).then(|| format!("{t}: {}", unlisted.join("; ")))
+                    }
                 })
                 .collect();
             let result = if ran.is_empty() {
@@ -213,35 +264,128 @@ mod tests {
     use crate::vm::binaries::TestBin;
     use crate::vm::console::Console;
 
-    #[test]
-    fn a_test_passed_on_its_second_run_is_listed() {
+    /// One cell of `tests` in `binary`, and the boot its console `lines` make.
+    fn cell_and_boot(kernel: &str, name: &str, binary: &str, tests: &[&str], lines: &[&str]) -> (Cell, Boot) {
         let mut c = Console::default();
-        for l in [
-            "TFO-VM-TEST stalls a",
-            "retried: a passed on its second run; its first run failed: 2 != 3",
-            "test a ... ok",
-            "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 9 filtered out; finished in 9s",
-            "TFO-VM-END stalls a 0 9",
-        ] {
+        for l in lines {
             c.line(l);
         }
-        let bin = TestBin { name: "stalls".into(), path: "/x/stalls".into() };
+        let bin = TestBin { name: binary.into(), path: format!("/x/{binary}").into() };
         let cell = Cell {
-            kernel: "6.1".into(),
-            name: "tracepoint".into(),
-            runs: vec![(bin, vec!["a".into()])],
+            kernel: kernel.into(),
+            name: name.into(),
+            runs: vec![(bin, tests.iter().map(|t| t.to_string()).collect())],
             refused: None,
         };
-        let boot = Boot { results: c.results, ..Boot::default() };
+        (cell, Boot { results: c.results, warnings: c.warnings, ..Boot::default() })
+    }
+
+    #[test]
+    fn a_second_run_is_listed_with_its_cause() {
+        let (cell, boot) = cell_and_boot(
+            "6.1",
+            "tracepoint",
+            "stalls",
+            &["a"],
+            &[
+                "TFO-VM-TEST stalls a",
+                "second run: a: one ESTABLISHED short (the kernel's skipped hook run): the tracer counted 2, the kernel 3",
+                "retried: a passed on its second run; its first run failed: one ESTABLISHED short",
+                "test a ... ok",
+                "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 9 filtered out; finished in 9s",
+                "TFO-VM-END stalls a 0 9",
+            ],
+        );
         let r = summarize(&[cell], &[boot]);
-        assert_eq!((r.passed, r.failed), (1, 0));
-        assert_eq!(r.retried.len(), 1, "{:?}", r.retried);
+        assert_eq!((r.passed, r.failed), (1, 0), "{:?}", r.problems);
+        assert_eq!(r.second_runs.len(), 1, "{:?}", r.second_runs);
+        assert_eq!(
+            (r.second_runs[0].place.as_str(), r.second_runs[0].test.as_str()),
+            ("6.1 tracepoint", "a")
+        );
         assert!(
-            r.retried[0].contains("a passed on its second run; its first run failed: 2 != 3"),
+            r.second_runs[0].cause.ends_with("the tracer counted 2, the kernel 3"),
             "{:?}",
-            r.retried
+            r.second_runs
         );
     }
+
+    /// The console of one test that passed, optionally with a partial skip, or skipped.
+    fn one_test(binary: &str, name: &str, partial: Option<&str>, skipped: Option<&str>) -> Vec<String> {
+        let mut l = vec![format!("TFO-VM-TEST {binary} {name}")];
+        l.extend(partial.map(|p| format!("partial: {name}: {p}")));
+        match skipped {
+            Some(why) => {
+                l.push(format!("test {name} ... ignored ({why})"));
+                l.push("test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out".into());
+            }
+            None => {
+                l.push("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out".into())
+            }
+        }
+        l.push(format!("TFO-VM-END {binary} {name} 0 3"));
+        l
+    }
+
+    #[test]
+    fn skips_fail_a_cell_unless_listed_and_a_cell_must_pass_something() {
+        let blind = "server cookie_invalid is not visible to the tracepoint backend";
+        let netem =
+            "each stall told apart from its handshake: this kernel has no netem (CONFIG_NET_SCH_NETEM)";
+        let lines =
+            [one_test("report", "a", Some(blind), None), one_test("report", "b", None, None)].concat();
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        // Listed: blind outcomes on the tracepoint backend.
+        let (cell, boot) = cell_and_boot("5.10", "tracepoint", "report", &["a", "b"], &lines);
+        let r = summarize(&[cell], &[boot]);
+        assert_eq!((r.passed, r.failed), (2, 0), "{:?}", r.problems);
+        assert!(
+            r.partial.len() == 1
+                && r.partial[0].starts_with(&format!("5.10 tracepoint report::a: {blind} [on"))
+        );
+        // The same partial skip where the backend sees every outcome: a regression.
+        let (cell, boot) = cell_and_boot("5.10", "fentry", "report", &["a", "b"], &lines);
+        let r = summarize(&[cell], &[boot]);
+        assert_eq!(r.failed, 1, "{:?}", r.problems);
+        assert!(
+            r.problems[0].contains("report::a: partly skipped: server cookie_invalid"),
+            "{:?}",
+            r.problems
+        );
+        // A whole skip for want of netem, which the VM kernels load: a regression.
+        let lines =
+            [one_test("report", "a", None, Some(netem)), one_test("report", "b", None, None)].concat();
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let (cell, boot) = cell_and_boot("6.12", "fentry", "report", &["a", "b"], &lines);
+        let r = summarize(&[cell], &[boot]);
+        assert_eq!((r.passed, r.failed, r.ignored), (1, 1, 1), "{:?}", r.problems);
+        assert!(r.problems[0].contains("report::a: skipped: each stall told apart"), "{:?}", r.problems);
+        // Every test skipped, each skip listed: still no cell.
+        let figure = "this kernel does not report the instructions it verified";
+        let t = "every_backend_verifies_far_below_the_kernel_s_limit";
+        let lines = one_test("kernel_facts", t, None, Some(figure));
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let (cell, boot) = cell_and_boot("5.10", "lab", "kernel_facts", &[t], &lines);
+        let r = summarize(&[cell], &[boot]);
+        assert_eq!((r.passed, r.failed, r.ignored), (0, 1, 1), "{:?}", r.problems);
+        assert!(
+            r.problems[0].ends_with("no test passed: a cell of skips vouches for nothing"),
+            "{:?}",
+            r.problems
+        );
+    }
+
+    #[test]
+    fn a_warning_of_init_fails_the_cell() {
+        let mut lines = vec!["TFO-VM-WARN insmod sch_netem.ko failed"];
+        let test = one_test("report", "b", None, None);
+        lines.extend(test.iter().map(String::as_str));
+        let (cell, boot) = cell_and_boot("5.10", "tracepoint", "report", &["b"], &lines);
+        let r = summarize(&[cell], &[boot]);
+        assert_eq!((r.passed, r.failed), (1, 1));
+        assert_eq!(r.problems, ["5.10 tracepoint: /init warned: insmod sch_netem.ko failed"]);
+    }
+
     #[test]
     fn a_test_that_runs_nothing_or_times_out_is_a_problem() {
         let bin = TestBin { name: "stalls".into(), path: "/x/stalls".into() };
