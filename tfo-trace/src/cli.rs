@@ -211,7 +211,7 @@ impl ProbeArgs {
 #[derive(Args, Debug, Clone, Copy)]
 pub struct SummaryArgs {
     /// Say the closing summary (events, losses, what the kernel counted) on stderr as one
-    /// JSON object instead of sentences; --json implies it.
+    /// JSON object instead of sentences, and keep the text output.
     #[arg(long)]
     pub json_summary: bool,
 }
@@ -458,6 +458,27 @@ mod tests {
     fn cli_is_consistent() {
         Cli::command().debug_assert();
         Cli::visible_command().debug_assert();
+    }
+
+    /// A help text names `--json` only in a command that has it (`export` has none).
+    #[test]
+    fn helps_name_json_only_where_the_command_has_it() {
+        for sub in Cli::command().get_subcommands() {
+            let has_json = sub.get_arguments().any(|a| a.get_long() == Some("json"));
+            for arg in sub.get_arguments() {
+                let help = arg.get_long_help().or(arg.get_help()).map(|h| h.to_string()).unwrap_or_default();
+                let names_json = help.match_indices("--json").any(|(at, _)| {
+                    !help[at + "--json".len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+                });
+                assert!(
+                    has_json || !names_json,
+                    "`{} --{}` says {help:?}, but {} has no --json",
+                    sub.get_name(),
+                    arg.get_long().unwrap_or_default(),
+                    sub.get_name()
+                );
+            }
+        }
     }
 
     #[test]

@@ -39,8 +39,9 @@ pub struct Event {
     /// The namespace's `ip netns` name, where it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns_name: Option<Arc<str>>,
-    /// Server: the listening socket the connection arrived at, named as `ss -ltn` names it
-    /// (`0.0.0.0:8080`, `[::]:8080`, or its own address), where it was found in /proc.
+    /// Server: the listening socket the connection arrived at, named by its bound address
+    /// (`0.0.0.0:8080`, `[::]:8080`, or its own address; a dual-stack `[::]:8080` is `*:8080`
+    /// in `ss -ltn`), where it was found in /proc.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listener: Option<std::net::SocketAddr>,
     pub pid: u32,
@@ -553,8 +554,8 @@ impl Event {
 }
 
 impl EventRef<'_> {
-    /// A server event's listener as every view names it: the listening socket `ss -ltn`
-    /// shows ([`Event::listener`]), else (not found, or a recording made before it was
+    /// A server event's listener as every view names it: the listening socket's bound
+    /// address ([`Event::listener`]), else (not found, or a recording made before it was
     /// recorded) the address the connection arrived at.
     pub fn listener_name(&self) -> std::net::SocketAddr {
         self.listener.unwrap_or(std::net::SocketAddr::new(self.saddr, self.sport))

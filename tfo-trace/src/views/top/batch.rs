@@ -123,7 +123,7 @@ fn counted_json(counted: &KernelCounted) -> Value {
         .collect();
     json!({
         "source": kernel_counted::SOURCE,
-        "outcomes": counted.outcomes.iter().map(|(r, o)| format!("{}/{}", r.name(), o.name())).collect::<Vec<_>>(),
+        "outcomes": counted.outcomes.iter().map(|&(r, o)| kernel_counted::outcome_label(r, o)).collect::<Vec<_>>(),
         "namespaces": counted.namespaces,
         "rows": rows,
         "unavailable": counted.unavailable,
@@ -186,6 +186,7 @@ mod tests {
         model_of,
         tests::{demo_events, demo_events_in_a_container, demo_refreshes, named_demo_events},
     };
+    use crate::events::{Outcome, Role};
     use std::time::Duration;
 
     fn info() -> HeaderInfo {
@@ -285,6 +286,20 @@ mod tests {
         assert_eq!(v["totals"]["client"]["stalls_per_s"].as_f64(), Some(0.0));
         assert_eq!(v["rate_interval_s"].as_f64(), Some(1.0));
         assert_eq!(v["stall_history"], serde_json::json!([0, 0, 0, 0, 0, 1, 1, 0]));
+    }
+
+    /// `kernel_counted.outcomes` reads the same in `top --json` as in the closing summary
+    /// (which serializes the whole [`KernelCounted`]): `"client/active_disabled"`.
+    #[test]
+    fn kernel_counted_outcomes_have_one_form() {
+        let counted = KernelCounted {
+            outcomes: vec![(Role::Client, Outcome::ActiveDisabled), (Role::Server, Outcome::CookieRequested)],
+            namespaces: 1,
+            ..KernelCounted::default()
+        };
+        let want = json!(["client/active_disabled", "server/cookie_requested"]);
+        assert_eq!(counted_json(&counted)["outcomes"], want, "top --json");
+        assert_eq!(serde_json::to_value(&counted).unwrap()["outcomes"], want, "the closing summary");
     }
 
     /// `--names`: `--batch` shows the destinations' NAME column (`-` where none is known,
