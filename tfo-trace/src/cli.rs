@@ -4,7 +4,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    probes::{BackendChoice, DEFAULT_RING_BUFFER_BYTES},
+    probes::{BackendChoice, DEFAULT_RING_BUFFER_BYTES, MAX_RING_BUFFER_BYTES},
     units::parse_duration,
 };
 
@@ -101,6 +101,15 @@ impl Cli {
         }
     }
 
+    /// The probe flags of the subcommand where it traces now (not a `--from` replay).
+    pub fn live_probe_args(&self) -> Option<&ProbeArgs> {
+        match &self.command {
+            Command::Top(a) if a.from.is_some() => None,
+            Command::Report(a) if !a.from.is_empty() => None,
+            _ => self.probe_args(),
+        }
+    }
+
     /// The visible subcommands' names, in the order `--help` lists them: the manual's
     /// pages (`views::man`).
     pub fn visible_subcommands() -> Vec<String> {
@@ -152,6 +161,9 @@ impl Cli {
         if let Some(msg) = cli.probe_args().and_then(|p| p.filter.too_many()) {
             Cli::command().error(clap::error::ErrorKind::TooManyValues, msg).exit();
         }
+        if let Some(msg) = cli.live_probe_args().and_then(|p| p.filter.netns_gone()) {
+            Cli::command().error(clap::error::ErrorKind::InvalidValue, msg).exit();
+        }
         if let Command::Report(a) = &cli.command {
             // A folder that cannot be read is the run's error (exit 1), said there.
             let named = crate::events::record::recordings_named(&a.from).unwrap_or_default();
@@ -175,8 +187,9 @@ pub struct ProbeArgs {
     /// Which kernel hooks to use; `auto` picks the richest that loads and says why.
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
-    /// Size of the event ring buffer in bytes (a power of two, at least one page).
-    #[arg(long, default_value_t = DEFAULT_RING_BUFFER_BYTES, value_parser = parse_ring_size)]
+    /// Size of the event ring buffer in bytes: a power of two (the kernel's rule), from 4096
+    /// (one page) to 268435456 (256 MiB).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_RING_BUFFER_BYTES, value_parser = parse_ring_size)]
     pub ring_buffer_size: u32,
     /// Struct layouts from this BTF file instead of the kernel's own (a kernel without
     /// /sys/kernel/btf/vmlinux: BTFHub or `pahole -J`; only the raw-tracepoint and kprobe
@@ -441,10 +454,26 @@ pub struct DemoArgs {
     pub summary: SummaryArgs,
 }
 
+/// A ring buffer size: one rule broken, one line saying which.
 fn parse_ring_size(s: &str) -> Result<u32, String> {
-    let v: u32 = s.parse().map_err(|_| format!("`{s}` is not a number of bytes"))?;
-    if v < 4096 || !v.is_power_of_two() {
-        return Err(format!("{v} must be a power of two and at least 4096"));
+    const MIN: u32 = 4096;
+    let max = MAX_RING_BUFFER_BYTES;
+    let too_large = || format!("{s} bytes: the ring buffer is at most {max} (256 MiB)");
+    let v: u128 = match s.parse() {
+        Ok(v) => v,
+        // Digits alone are a number, however long.
+        Err(_) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => return Err(too_large()),
+        Err(_) => return Err(format!("`{s}` is not a number of bytes")),
+    };
+    if v > u128::from(max) {
+        return Err(too_large());
+    }
+    let v = v as u32;
+    if v < MIN {
+        return Err(format!("{v} bytes: the ring buffer is at least {MIN} (one page)"));
+    }
+    if !v.is_power_of_two() {
+        return Err(format!("{v} bytes: the ring buffer's size is a power of two (the kernel's rule)"));
     }
     Ok(v)
 }
@@ -484,6 +513,8 @@ mod tests {
     #[test]
     fn ring_sizes() {
         assert!(parse_ring_size("4096").is_ok());
+        assert_eq!(parse_ring_size("268435456"), Ok(MAX_RING_BUFFER_BYTES));
+        assert!(parse_ring_size("536870912").unwrap_err().contains("at most"));
         assert!(parse_ring_size("5000").is_err());
         assert!(parse_ring_size("1024").is_err());
     }

@@ -9,7 +9,7 @@ use tfo_trace_common::{Cidr, Filter, Outcome, Role, FAMILY_V4, FAMILY_V6, FILTER
 
 use crate::{
     events::Event,
-    kernel::{cgroup, netns},
+    kernel::{cgroup, every_netns::exists as netns_exists, netns},
 };
 
 #[derive(Args, Debug, Clone, Default)]
@@ -25,7 +25,8 @@ pub struct FilterArgs {
     #[arg(long, value_name = "PATH", value_parser = parse_cgroup, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub cgroup: Vec<PathBuf>,
     /// Only this network namespace: its inode (`stat -L -c %i /proc/PID/ns/net`) or its
-    /// `ip netns` name.
+    /// `ip netns` name. Traced live, it must exist when tracing starts (one made later
+    /// has another inode).
     #[arg(long, value_name = "INODE|NAME", value_parser = parse_netns, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub netns: Vec<u32>,
     /// Only connections to this server port.
@@ -89,6 +90,9 @@ fn parse_netns(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
         Ok(0) => return Err("no namespace has inode 0: nothing would match".into()),
         Ok(inode) => return Ok(inode),
+        Err(_) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            return Err(format!("`{s}`: a namespace inode is at most {} (32 bits)", u32::MAX))
+        }
         Err(_) => {}
     }
     let path = std::path::Path::new(netns::NAMED_NETNS_DIR).join(s);
@@ -130,6 +134,17 @@ impl FilterArgs {
             .iter()
             .find(|(_, n)| *n > FILTER_SLOTS)
             .map(|(flag, n)| format!("{flag} given {n} times: at most {FILTER_SLOTS}"))
+    }
+
+    /// The first `--netns` inode no namespace has now, as a usage error: a live run would
+    /// trace nothing, silently. (Namespaces come and go: one that goes later ends nothing.)
+    /// Where part of /proc could not be looked at, nothing is refused.
+    pub fn netns_gone(&self) -> Option<String> {
+        let gone = self.netns.iter().find(|&&inode| netns_exists(inode) == Some(false))?;
+        Some(format!(
+            "--netns {gone}: no network namespace has inode {gone} now (a traced namespace must \
+             exist when tracing starts)"
+        ))
     }
 
     pub fn is_empty(&self) -> bool {
