@@ -101,12 +101,23 @@ impl Cli {
         }
     }
 
-    /// The probe flags of the subcommand where it traces now (not a `--from` replay).
-    pub fn live_probe_args(&self) -> Option<&ProbeArgs> {
+    fn probe_args_mut(&mut self) -> Option<&mut ProbeArgs> {
+        match &mut self.command {
+            Command::Trace(a) | Command::Stalls(a) => Some(&mut a.probe),
+            Command::Top(a) => Some(&mut a.probe),
+            Command::Report(a) => Some(&mut a.probe),
+            Command::Export(a) => Some(&mut a.probe),
+            Command::Demo(a) => Some(&mut a.probe),
+            _ => None,
+        }
+    }
+
+    /// Whether the subcommand reads recordings (`--from`) rather than tracing.
+    fn replays(&self) -> bool {
         match &self.command {
-            Command::Top(a) if a.from.is_some() => None,
-            Command::Report(a) if !a.from.is_empty() => None,
-            _ => self.probe_args(),
+            Command::Top(a) => a.from.is_some(),
+            Command::Report(a) => !a.from.is_empty(),
+            _ => false,
         }
     }
 
@@ -141,7 +152,7 @@ impl Cli {
     pub fn parse_checked() -> Cli {
         use clap::{CommandFactory as _, FromArgMatches as _};
         let matches = Cli::command().get_matches();
-        let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
         // A replay traces nothing: the kernel side's flags given with --from do nothing
         // (--names too: a recording carries the names its host learnt).
         if let Some((_, sub)) = matches.subcommand().filter(|(name, _)| ["report", "top"].contains(name)) {
@@ -161,8 +172,17 @@ impl Cli {
         if let Some(msg) = cli.probe_args().and_then(|p| p.filter.too_many()) {
             Cli::command().error(clap::error::ErrorKind::TooManyValues, msg).exit();
         }
-        if let Some(msg) = cli.live_probe_args().and_then(|p| p.filter.netns_gone()) {
-            Cli::command().error(clap::error::ErrorKind::InvalidValue, msg).exit();
+        // A live run's namespaces are today's: a name as /run/netns has it now, an inode
+        // that some namespace has (a replay's are the recording's).
+        if !cli.replays() {
+            if let Some(p) = cli.probe_args_mut() {
+                if let Err(msg) = p.filter.resolve_live() {
+                    Cli::command().error(clap::error::ErrorKind::InvalidValue, msg).exit();
+                }
+            }
+            if let Some(msg) = cli.probe_args().and_then(|p| p.filter.netns_gone()) {
+                Cli::command().error(clap::error::ErrorKind::InvalidValue, msg).exit();
+            }
         }
         if let Command::Report(a) = &cli.command {
             // A folder that cannot be read is the run's error (exit 1), said there.

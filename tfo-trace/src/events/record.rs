@@ -77,17 +77,18 @@ pub struct RecordTo {
     pub replace: bool,
 }
 
-/// Why `--record` refused its file: the user's to fix (a usage error, exit 2).
+/// A usage error about recordings, the user's to fix (exit 2): why `--record` refused its
+/// file, or a replay's `--netns` name that no recorded event carries.
 #[derive(Debug)]
-pub struct RecordRefused(pub String);
+pub struct UsageError(pub String);
 
-impl std::fmt::Display for RecordRefused {
+impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl std::error::Error for RecordRefused {}
+impl std::error::Error for UsageError {}
 
 /// Writes a recording. Every [`Recorder::write_batch`] ends with a flush to the kernel.
 pub struct Recorder {
@@ -116,7 +117,7 @@ impl Recorder {
     pub fn open(to: &RecordTo) -> Result<Recorder> {
         let path = to.path.as_path();
         let refused =
-            |why: String| anyhow::Error::new(RecordRefused(format!("--record {}: {why}", path.display())));
+            |why: String| anyhow::Error::new(UsageError(format!("--record {}: {why}", path.display())));
         let new = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -637,7 +638,7 @@ mod tests {
         let to = |p: &Path, replace| RecordTo { path: p.to_path_buf(), replace };
         for replace in [false, true] {
             let e = Recorder::open(&to(&link, replace)).err().unwrap();
-            assert!(e.is::<RecordRefused>() && e.to_string().contains("symbolic link"), "{e}");
+            assert!(e.is::<UsageError>() && e.to_string().contains("symbolic link"), "{e}");
         }
         let e = Recorder::open(&to(&target, false)).err().unwrap();
         assert!(e.to_string().ends_with("the file exists; --force replaces it"), "{e}");

@@ -55,8 +55,9 @@ pub struct TopOptions {
     pub max_groups: usize,
     /// `--record FILE`: every live event also goes there.
     pub record: Option<crate::events::record::RecordTo>,
-    /// `--from FILE`: the tables of a recording instead of live events.
-    pub from: Option<std::path::PathBuf>,
+    /// `--from FILE`: the tables of a recording instead of live events, as the filter
+    /// flags select them.
+    pub from: Option<(std::path::PathBuf, crate::filter::EventFilter)>,
 }
 
 /// The facts the header shows besides the tables.
@@ -211,13 +212,19 @@ impl<I: Iterator<Item = Event>> EventFeed for Recorded<I> {
 
 /// `top --from FILE`: the tables of every good line of the recording (of every segment,
 /// as the filter flags select them), then one error line for the bad ones.
-async fn run_from(path: &std::path::Path, opts: &TopOptions) -> Result<()> {
-    let filter = crate::filter::EventFilter::new(opts.load.filter, &opts.load.cgroups);
-    let (header, mut replay) = crate::views::replay::Replay::open(path, filter)?;
+async fn run_from(
+    path: &std::path::Path,
+    filter: &crate::filter::EventFilter,
+    opts: &TopOptions,
+) -> Result<()> {
+    let (header, mut replay) = crate::views::replay::Replay::open(path, filter.clone())?;
     let info = HeaderInfo::new(format!("{} (recorded on {})", header.backend, header.host), opts.interval);
     let mut stop = Stop::new(opts.duration)?;
     let seen = run_on(&mut Recorded::new(replay.events()), opts, info, &mut stop).await?;
     crate::note!("tfo-trace: {seen} events from {}", path.display())?;
+    if let Some(msg) = filter.netns_name_unrecorded(&replay.netns_names) {
+        return Err(crate::events::record::UsageError(msg).into());
+    }
     match replay.bad.summary() {
         Some(line) => Err(anyhow::anyhow!(line)),
         None => Ok(()),
@@ -226,8 +233,8 @@ async fn run_from(path: &std::path::Path, opts: &TopOptions) -> Result<()> {
 
 /// `tfo-trace top`, live: load and attach, then run the loop on the ring buffer.
 pub async fn run(opts: TopOptions) -> Result<()> {
-    if let Some(path) = &opts.from {
-        return run_from(path, &opts).await;
+    if let Some((path, filter)) = &opts.from {
+        return run_from(path, filter, &opts).await;
     }
     let mut session = Session::start(&opts.load, opts.record.as_ref())?;
     let info = HeaderInfo::new(session.tracer.backend.to_string(), opts.interval);
