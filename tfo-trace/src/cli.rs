@@ -83,7 +83,7 @@ pub struct FloorArgs {
     /// `tracepoint` (tp_btf) or `raw-tracepoint` attach points.
     #[arg(long, value_enum, default_value_t = BackendChoice::Tracepoint)]
     pub backend: BackendChoice,
-    /// Stop after this long; default: until SIGINT/SIGTERM.
+    /// Stop after this long; default: until SIGINT, SIGTERM or SIGHUP.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
 }
@@ -442,7 +442,7 @@ pub struct ExportArgs {
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000),
           conflicts_with = "top_destinations")]
     pub top_containers: Option<u16>,
-    /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
+    /// Stop after this long (e.g. 30s, 5m); default: until SIGINT, SIGTERM or SIGHUP.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
     #[command(flatten)]

@@ -660,23 +660,65 @@ fn demo_json_prints_tables_and_its_closing_summary_adds_up() {
 }
 
 /// A Ctrl-C while the demo is still building its lab (before top starts) ends it cleanly:
-/// exit 0, its closing summary said, and its lab gone: no namespace of its own left, and no
-/// orphaned lab server or client (this test binary's tfo-trace, run as `lab-server` or
-/// `lab-client`) still running. Until the demo took Ctrl-C before building its lab, a Ctrl-C then ended
-/// the process at once and left all of them behind.
+/// exit 0, its closing summary said, and its lab gone (`assert_demo_lab_gone`). Until the
+/// demo took Ctrl-C before building its lab, a Ctrl-C then ended the process at once and
+/// left all of it behind.
 fn demo_stopped_while_it_builds_its_lab_removes_the_lab() {
     require_kernel!();
     let mut demo = common::Tracer::start_command(&["demo", "--json", "--duration", "60s"]);
     demo.wait_stderr("building the lab");
-    let prefix = format!("{}-{}-", tfo_trace::lab::NS_PREFIX, demo.pid());
+    let pid = demo.pid();
     let (_, stderr) = demo.stop_lines();
-    assert!(common::closing(&stderr).is_some(), "no closing summary: {stderr:?}");
-    let left: Vec<String> = std::fs::read_dir("/run/netns")
+    assert_demo_lab_gone(pid, &stderr);
+}
+
+/// A hang-up (the ssh session that ran it dropped: SIGHUP) while the demo's lab runs ends it
+/// as Ctrl-C and SIGTERM do: exit 0, its closing summary, its lab gone. It exited 129 and
+/// left two namespaces with their nft table, dnsmasq and its files behind (issue 37, item 6).
+fn demo_hung_up_removes_its_lab() {
+    require_kernel!();
+    let mut demo = common::Tracer::start_command(&["demo", "--json", "--duration", "60s"]);
+    // Its first snapshot: the lab (and its DNS server, where dnsmasq is installed) runs.
+    demo.wait_stdout("the demo's first snapshot", |l| l.starts_with('{'));
+    let pid = demo.pid();
+    let dns = tfo_trace::lab::dns::cannot_serve().is_none();
+    assert!(!dns || !demo_leftovers(pid).is_empty(), "the lab runs before the signal");
+    let (_, stderr) = demo.stop_lines_with(libc::SIGHUP);
+    assert_demo_lab_gone(pid, &stderr);
+}
+
+/// What the demo of process `pid` may leave behind: its namespaces (`tfolab-PID-N-{cli,srv}`,
+/// which hold the nft table), dnsmasq's folder in /tmp and the client's /etc/netns
+/// resolv.conf, and a dnsmasq serving from that folder.
+fn demo_leftovers(pid: u32) -> Vec<String> {
+    let prefix = format!("{}-{pid}-", tfo_trace::lab::NS_PREFIX);
+    let ours = |dir: &str| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&prefix))
+            .map(|n| format!("{dir}/{n}"))
+            .collect()
+    };
+    let mut left: Vec<String> = ["/run/netns", "/etc/netns"].into_iter().flat_map(ours).collect();
+    left.extend(ours(&std::env::temp_dir().to_string_lossy()));
+    let dnsmasq = std::fs::read_dir("/proc")
         .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with(&prefix))
-        .collect();
-    assert!(left.is_empty(), "namespaces left behind: {left:?}; {stderr:?}");
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("dnsmasq") && c.contains(&prefix));
+    left.extend(dnsmasq);
+    left
+}
+
+/// The demo of process `pid` ended cleanly: its closing summary said, nothing of its lab
+/// left ([`demo_leftovers`]), and no orphaned lab server or client (this test binary's
+/// tfo-trace, run as `lab-server` or `lab-client`) still running.
+fn assert_demo_lab_gone(pid: u32, stderr: &[String]) {
+    assert!(common::closing(stderr).is_some(), "no closing summary: {stderr:?}");
+    let left = demo_leftovers(pid);
+    assert!(left.is_empty(), "left behind: {left:?}; {stderr:?}");
     // Ours once orphaned: a lab process of this binary whose parent is no longer a
     // tfo-trace (other tests' demos, running beside this one, are their servers' parents).
     let exe = std::fs::canonicalize(common::exe()).unwrap();
@@ -697,6 +739,7 @@ fn demo_stopped_while_it_builds_its_lab_removes_the_lab() {
 
 tests_main!(
     demo_stopped_while_it_builds_its_lab_removes_the_lab,
+    demo_hung_up_removes_its_lab,
     demo_json_prints_tables_and_its_closing_summary_adds_up,
     count_stops_top_by_itself,
     batch_rows_match_the_kernel_counters,

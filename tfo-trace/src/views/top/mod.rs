@@ -238,7 +238,7 @@ pub async fn run(opts: TopOptions) -> Result<()> {
     }
     let mut session = Session::start(&opts.load, opts.record.as_ref())?;
     let info = HeaderInfo::new(session.tracer.backend.to_string(), opts.interval);
-    let mut stop = Stop::new(opts.duration)?;
+    let mut stop = session.take_stop(opts.duration)?;
     let ended = run_on(&mut session, &opts, info, &mut stop).await;
     // A closed stdout ends the tables, not the closing line (as in `trace`).
     if let Err(e) = &ended {
