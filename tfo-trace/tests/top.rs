@@ -576,6 +576,60 @@ fn is_lab_client(pid: &str) -> bool {
         .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == b"lab-client"))
 }
 
+/// `top`'s header says `net.ipv4.tcp_fastopen` of the namespaces it traces: each `--netns`
+/// one's, as that namespace reads it (it showed the host's whatever `--netns` said), and in
+/// a replay none (the host replaying is not the one that recorded) (issue 37, item 10).
+fn header_sysctl_is_the_traced_namespaces() {
+    require_kernel!();
+    // A value no host has by default, so that the host's cannot pass for it.
+    let lab = Lab::create(LabConfig { server_fastopen: 0x602, ..LabConfig::default() }).unwrap();
+    let read = |side| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", lab.netns(side), "cat", "/proc/sys/net/ipv4/tcp_fastopen"])
+            .output()
+            .unwrap();
+        format!("{:#x}", String::from_utf8_lossy(&out.stdout).trim().parse::<u32>().unwrap())
+    };
+    let (srv, cli) = (read(Side::Server), read(Side::Client));
+    assert_eq!(srv, "0x602");
+    let (srv_ns, cli_ns) = (lab.netns(Side::Server).to_string(), lab.netns(Side::Client).to_string());
+    let mut top = common::Tracer::start_command(&["top", "--batch", "-d", "1", "--netns", &srv_ns]);
+    let head = top.wait_stdout("a snapshot's header", |l| l.starts_with("tfo-trace top "));
+    assert!(head.contains(&format!(" tcp_fastopen={srv_ns}:{srv} ")), "{head}");
+    drop(top);
+    let top = common::Tracer::start_command(
+        &["top", "--json", "-d", "1", "--netns", &srv_ns, "--netns", &cli_ns, "--record"]
+            .into_iter()
+            .chain([recording_path("header").as_str()])
+            .collect::<Vec<_>>(),
+    );
+    let (lines, _) = top.stop_lines();
+    let snap: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let by_name: BTreeMap<String, String> = snap["tcp_fastopen_netns"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{snap}"))
+        .iter()
+        .map(|n| {
+            (n["netns_name"].as_str().unwrap().to_string(), format!("{:#x}", n["value"].as_u64().unwrap()))
+        })
+        .collect();
+    assert_eq!(by_name, BTreeMap::from([(srv_ns.clone(), srv), (cli_ns.clone(), cli)]), "{snap}");
+    assert!(snap["tcp_fastopen"].is_null(), "two namespaces, no one value: {snap}");
+    // The replay: none.
+    let replay = Command::new(common::exe())
+        .args(["top", "--batch", "--from", &recording_path("header")])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(recording_path("header"));
+    let text = String::from_utf8_lossy(&replay.stdout);
+    let head = text.lines().find(|l| l.starts_with("tfo-trace top ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(!head.contains("tcp_fastopen"), "{head}");
+}
+
+fn recording_path(what: &str) -> String {
+    std::env::temp_dir().join(format!("tfo-top-{what}-{}.jsonl", std::process::id())).display().to_string()
+}
+
 /// `demo --json` (issue 31, item 9): its help says what it prints, `top`'s tables as JSON
 /// lines, and it prints them. Its closing summary against the kernel: the demo runs in a
 /// cgroup of its own, traced with `--cgroup` (only its lab's connections are counted, not
@@ -740,6 +794,7 @@ fn assert_demo_lab_gone(pid: u32, stderr: &[String]) {
 tests_main!(
     demo_stopped_while_it_builds_its_lab_removes_the_lab,
     demo_hung_up_removes_its_lab,
+    header_sysctl_is_the_traced_namespaces,
     demo_json_prints_tables_and_its_closing_summary_adds_up,
     count_stops_top_by_itself,
     batch_rows_match_the_kernel_counters,

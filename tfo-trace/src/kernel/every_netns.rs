@@ -131,6 +131,18 @@ pub fn every_netns(learned: &BTreeMap<u32, u32>) -> Vec<Netns> {
     out
 }
 
+/// A way into each namespace of `inodes` that exists now (those held only by sockets
+/// too), in no particular order; none for one that does not.
+pub fn find(inodes: &[u32]) -> Vec<Netns> {
+    let known = every_netns(&BTreeMap::new());
+    let mut found: Vec<Netns> =
+        known.iter().filter(|n| inodes.contains(&n.inode) && !n.is_unnamed()).cloned().collect();
+    if found.len() < inodes.len() {
+        found.extend(held_by_sockets(&known).into_iter().filter(|n| inodes.contains(&n.inode)));
+    }
+    found
+}
+
 /// Whether a network namespace with this inode exists now, held by a process, a mount or
 /// a socket: None where that cannot be told (a process whose namespace this user may not
 /// read and that no readable one shares: [`Way::Unnamed`]; a socket that could not be

@@ -134,7 +134,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         record: None,
         from: None,
     };
-    let info = HeaderInfo::new(session.tracer.backend.to_string(), interval);
+    let info = HeaderInfo::new(session.tracer.backend.to_string(), interval, &[]);
     stop.stop_after(args.duration + Duration::from_secs(2));
     top::run_on(&mut session, &opts, info, &mut stop).await?;
     for c in clients {
