@@ -35,7 +35,8 @@ pub struct FilterArgs {
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..), help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub port: Vec<u16>,
     /// Only connections to a server address in this prefix (`203.0.113.0/24`, `2001:db8::/32`,
-    /// or one address).
+    /// or one address). An IPv4 prefix also selects an IPv6 socket's IPv4-mapped addresses
+    /// (a dual-stack listener's IPv4 clients), shown as IPv4.
     #[arg(long, value_name = "CIDR", value_parser = parse_cidr, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub daddr: Vec<ipnet::IpNet>,
     /// Only connections from a client address in this prefix.
@@ -123,11 +124,21 @@ fn named_netns_inode(name: &str) -> Result<u32, String> {
     })
 }
 
+/// An address or a prefix, truncated to its network. An IPv4-mapped one (`::ffff:10.0.0.0/104`)
+/// is the IPv4 prefix it is (`10.0.0.0/8`): events show such addresses as IPv4.
 fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
-    s.parse::<ipnet::IpNet>()
+    let net = s
+        .parse::<ipnet::IpNet>()
         .or_else(|_| s.parse::<IpAddr>().map(ipnet::IpNet::from))
         .map(|n| n.trunc())
-        .map_err(|_| format!("`{s}` is not an address or a prefix like 203.0.113.0/24"))
+        .map_err(|_| format!("`{s}` is not an address or a prefix like 203.0.113.0/24"))?;
+    Ok(match net {
+        ipnet::IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(net, ipnet::IpNet::V4),
+            None => net,
+        },
+        _ => net,
+    })
 }
 
 fn parse_outcome(s: &str) -> Result<Outcome, String> {
@@ -514,6 +525,10 @@ mod tests {
     fn bad_values_say_why() {
         assert!(parse_comm("a-name-far-too-long").unwrap_err().contains("15"));
         assert!(parse_cidr("10.0.0.0/33").is_err());
+        // IPv4-mapped: the IPv4 prefix it is, as events show such addresses.
+        assert_eq!(parse_cidr("::ffff:10.77.0.0/120"), Ok("10.77.0.0/24".parse().unwrap()));
+        assert_eq!(parse_cidr("::ffff:10.77.0.2"), Ok("10.77.0.2/32".parse().unwrap()));
+        assert_eq!(parse_cidr("::ffff:0:0/95"), Ok("::fffe:0:0/95".parse().unwrap()), "wider: IPv6");
         assert!(parse_cidr("example.com").is_err());
         assert!(parse_outcome("accept").unwrap_err().contains("accepted"));
         let mut args = FilterArgs {

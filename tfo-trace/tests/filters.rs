@@ -6,6 +6,7 @@
 mod common;
 
 use std::{
+    collections::BTreeSet,
     net::SocketAddr,
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
@@ -140,6 +141,88 @@ fn filters_select_in_the_kernel() {
     // --netns (by name) and --daddr: the server namespace's events, all to that address.
     assert_eq!(acc(&by_netns, srv_ns, server), 12);
     assert!(by_netns.iter().all(|e| e.netns == srv_ns), "{by_netns:?}");
+}
+
+/// A dual-stack listener (`[::]:8082`, IPV6_V6ONLY off, Go's default) and clients to its
+/// IPv4 address, one from an IPv4 socket and one from an IPv6 socket connecting to the
+/// IPv4-mapped address: both ends' sockets of the second, and the server's children of
+/// both, hold `::ffff:a.b.c.d`. Every event must show the IPv4 addresses they are, and the
+/// address filters (decided in the kernel) select them as such: `--saddr` the client's
+/// /24 and `--daddr` the server's address see the server's events too, equal to the
+/// kernel's TcpExtTCPFastOpenPassive; a recording holds and replays them as IPv4
+/// (issue 37, item 3: the server's events were `[::ffff:10.77.0.2]:8082`, unfiltered).
+fn dual_stack_listeners_show_and_filter_ipv4() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let (srv, cli) = (lab.server_addr(0, false).unwrap(), lab.client_addr(false));
+    let (std::net::IpAddr::V4(srv4), std::net::IpAddr::V4(cli4)) = (srv, cli) else { unreachable!() };
+    let listen: SocketAddr = "[::]:8082".parse().unwrap();
+    let _server = lab
+        .start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(listen) })
+        .unwrap();
+    let to_v4 = SocketAddr::new(srv, 8082);
+    let to_mapped = SocketAddr::new(srv4.to_ipv6_mapped().into(), 8082);
+    // The cookie first (one per server address, whatever the client socket's family).
+    assert_eq!(lab.run_client(common::exe(), &ClientArgs::new(to_v4)).unwrap().ok_count(), 1);
+    let (cli_name, srv_name) = (lab.netns(Side::Client).to_string(), lab.netns(Side::Server).to_string());
+    let ours = ["--netns", &cli_name, "--netns", &srv_name];
+    let client_net = format!("{}/24", cli4);
+    let rec = common::TempFile::new("dual-stack");
+    let tracers = [
+        Tracer::start(&[&["--saddr", &client_net, "--port", "8082"][..], &ours].concat()),
+        Tracer::start(&[&["--daddr", &srv.to_string()][..], &ours].concat()),
+        Tracer::start(&[&["--record", rec.path()][..], &ours].concat()),
+    ];
+    let before = Deltas::since(&lab);
+    for dst in [to_v4, to_mapped] {
+        assert_eq!(
+            lab.run_client(common::exe(), &ClientArgs { count: 3, ..ClientArgs::new(dst) })
+                .unwrap()
+                .ok_count(),
+            3
+        );
+    }
+    let (dc, ds) = before.both();
+    let (active, passive) = (dc.get("TcpExtTCPFastOpenActive"), ds.get("TcpExtTCPFastOpenPassive"));
+    assert_eq!((active, passive), (6, 6), "the kernel: {dc:?} {ds:?}");
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    let [by_saddr, by_daddr, all] = tracers.map(|t| t.stop().0);
+    for (what, events) in [("--saddr", &by_saddr), ("--daddr", &by_daddr), ("unfiltered", &all)] {
+        let acc = |ns, role| count(events, ns, role, Outcome::Accepted);
+        assert_eq!(
+            (acc(cli_ns, Role::Client), acc(srv_ns, Role::Server)),
+            (active, passive),
+            "{what}: {events:?}"
+        );
+        for e in events.iter() {
+            let (server, client) =
+                if e.role == Role::Client { (e.daddr, e.saddr) } else { (e.saddr, e.daddr) };
+            assert_eq!((e.family, server, client), (4, srv, cli), "{what}: IPv4 as it is: {e:?}");
+        }
+        let listeners: BTreeSet<_> =
+            events.iter().filter(|e| e.role == Role::Server).map(|e| e.listener).collect();
+        assert_eq!(listeners, BTreeSet::from([Some(listen)]), "{what}: its listener, by its bound address");
+    }
+    // The recording: the addresses as trace printed them, and a replay's filter selects them.
+    let text = std::fs::read_to_string(&rec.0).unwrap();
+    assert!(!text.contains("::ffff:"), "{text}");
+    let replay = Command::new(common::exe())
+        .args([
+            "report",
+            "--format",
+            "json",
+            "--from",
+            rec.path(),
+            "--daddr",
+            &format!("{srv}/32"),
+            "--role",
+            "server",
+        ])
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+    let report: Value = serde_json::from_slice(&replay.stdout).unwrap();
+    assert_eq!(report["source"]["events"], passive, "{report:#}");
 }
 
 /// Two cgroups named as docker names its containers' ([`CONTAINER`], [`OTHER_CONTAINER`]),
@@ -449,4 +532,5 @@ tests_main!(
     export_labels_containers_within_a_bound,
     top_tables_each_container,
     bad_filter_values_are_usage_errors,
+    dual_stack_listeners_show_and_filter_ipv4,
 );

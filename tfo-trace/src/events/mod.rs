@@ -299,6 +299,23 @@ fn addr(family: u8, raw: &[u8; 16]) -> IpAddr {
     }
 }
 
+/// An IPv6 socket's addresses, where both are IPv4-mapped (`::ffff:a.b.c.d`: a dual-stack
+/// listener's child of an IPv4 client, an IPv6 socket connected to an IPv4 address), as
+/// the IPv4 addresses they are, family 4: what every view shows and filters on, and what
+/// recordings hold. The one rule, applied where an event is decoded (the kernel's record,
+/// a recording's line made before it); the kernel's address filter applies the same
+/// (tfo-trace-ebpf/src/filter.rs).
+pub fn unmapped(family: u8, saddr: IpAddr, daddr: IpAddr) -> (u8, IpAddr, IpAddr) {
+    let v4 = |a: IpAddr| match a {
+        IpAddr::V6(a) => a.to_ipv4_mapped(),
+        IpAddr::V4(_) => None,
+    };
+    match (family, v4(saddr), v4(daddr)) {
+        (FAMILY_V6, Some(s), Some(d)) => (FAMILY_V4, s.into(), d.into()),
+        _ => (family, saddr, daddr),
+    }
+}
+
 /// The role and outcome of a record, once its family, role and outcome are known values.
 fn checked(raw: &TfoEvent) -> Result<(Role, Outcome)> {
     if raw.family != FAMILY_V4 && raw.family != FAMILY_V6 {
@@ -396,13 +413,15 @@ impl<'a> EventRef<'a> {
     pub(crate) fn decode(raw: &TfoEvent, clock: Clock, comm: &'a Arc<str>) -> Result<Self> {
         let (role, outcome) = checked(raw)?;
         let queue_known = raw.flags & flags::QUEUE_KNOWN != 0;
+        let (family, saddr, daddr) =
+            unmapped(raw.family, addr(raw.family, &raw.saddr), addr(raw.family, &raw.daddr));
         Ok(EventRef {
             role,
             outcome,
-            family: raw.family,
-            saddr: addr(raw.family, &raw.saddr),
+            family,
+            saddr,
             sport: raw.sport,
-            daddr: addr(raw.family, &raw.daddr),
+            daddr,
             dport: raw.dport,
             dname: None,
             netns: raw.netns,
@@ -664,6 +683,40 @@ mod tests {
         assert_eq!(e.cookie_len, None);
         assert_eq!(e.cookie_issued, None);
         assert_eq!(e.ts.to_string(), "2001-09-09T01:46:45.000000000Z");
+    }
+
+    /// A dual-stack listener's child of an IPv4 client holds both addresses IPv4-mapped:
+    /// they are IPv4, family 4; an IPv6 connection, or one mapped address alone, stays.
+    #[test]
+    fn ipv4_mapped_addresses_are_ipv4() {
+        let mapped = |a: [u8; 4]| {
+            let mut raw = [0u8; 16];
+            raw[10..12].copy_from_slice(&[0xff, 0xff]);
+            raw[12..].copy_from_slice(&a);
+            raw
+        };
+        let server = TfoEvent {
+            family: FAMILY_V6,
+            role: Role::Server as u8,
+            outcome: Outcome::Accepted as u8,
+            saddr: mapped([10, 77, 0, 2]),
+            daddr: mapped([10, 77, 0, 1]),
+            sport: 8082,
+            dport: 40000,
+            ..raw()
+        };
+        let e = decode(&server, Clock::fixed(0)).unwrap();
+        assert_eq!(
+            (e.family, e.source(), e.destination()),
+            (4, "10.77.0.2:8082".into(), "10.77.0.1:40000".into())
+        );
+        let v6 = TfoEvent { daddr: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1).octets(), ..server };
+        let e = decode(&v6, Clock::fixed(0)).unwrap();
+        assert_eq!(
+            (e.family, e.source()),
+            (6, "[::ffff:10.77.0.2]:8082".into()),
+            "one mapped address alone stays"
+        );
     }
 
     #[test]

@@ -520,8 +520,12 @@ fn parse_header(line: &[u8]) -> std::result::Result<Header, String> {
     serde_json::from_value(v).map_err(|e| format!("bad header: {e}"))
 }
 
+/// One recorded event; IPv4-mapped addresses, as a recording made before events were
+/// decoded so holds them, as IPv4 ([`super::unmapped`]).
 pub(crate) fn parse_event(text: &str) -> std::result::Result<Event, String> {
-    serde_json::from_str(text).map_err(|e| e.to_string())
+    let mut e: Event = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    (e.family, e.saddr, e.daddr) = super::unmapped(e.family, e.saddr, e.daddr);
+    Ok(e)
 }
 
 /// A recording's time, RFC 3339 in UTC as [`super::rfc3339`] writes it

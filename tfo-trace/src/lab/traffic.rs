@@ -46,7 +46,9 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 300)]
     pub max_seconds: u64,
     /// An IPv6 listener that takes IPv6 only (IPV6_V6ONLY), so that an IPv4 one can share
-    /// its port, as `[::]:80` and `0.0.0.0:80` of many servers do.
+    /// its port, as `[::]:80` and `0.0.0.0:80` of many servers do. Without it an IPv6
+    /// listener is dual-stack (IPV6_V6ONLY 0, whatever net.ipv6.bindv6only says): `[::]:80`
+    /// takes IPv4 too, its children holding the clients' addresses IPv4-mapped.
     #[arg(long)]
     pub v6_only: bool,
     /// A cgroup v2 directory the lab starts the server in (tests of container attribution).
