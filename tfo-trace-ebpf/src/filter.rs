@@ -69,9 +69,10 @@ pub fn by_process() -> bool {
     filter!(n_pids) > 0 || filter!(n_comms) > 0 || filter!(n_cgroups) > 0
 }
 
-/// pid, comm and cgroup filters, in the context of the process (connect(), listen()).
+/// pid, comm and cgroup filters, in the context of the process (connect(), listen()):
+/// `--comm` takes the process's name (`comm`) or the calling thread's (`thread`).
 #[inline(always)]
-pub fn process_selected(pid: u32, comm: &[u64; 2]) -> bool {
+pub fn process_selected(pid: u32, comm: &[u64; 2], thread: &[u64; 2]) -> bool {
     let n = filter!(n_pids) as usize;
     if n > 0 && !listed!(pids, n, pid) {
         return false;
@@ -80,8 +81,9 @@ pub fn process_selected(pid: u32, comm: &[u64; 2]) -> bool {
     if n > 0 {
         let mut hit = false;
         for i in 0..FILTER_SLOTS {
-            // Both sides are NUL padded to 16 bytes: compared as two words.
-            if i < n && words(&FILTER.comms[i]) == *comm {
+            // Each is NUL padded to 16 bytes: compared as two words.
+            let name = words(&FILTER.comms[i]);
+            if i < n && (name == *comm || name == *thread) {
                 hit = true;
             }
         }

@@ -17,7 +17,9 @@ pub struct FilterArgs {
     /// Only connections of this process (the client's, or the listener's owner); repeat for more.
     #[arg(long, value_name = "PID", value_parser = parse_pid, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub pid: Vec<u32>,
-    /// Only processes with this name (as in /proc/PID/comm, at most 15 characters).
+    /// Only processes with this name (as in /proc/PID/comm, at most 15 characters), or
+    /// whose thread that connected or listened has it (a worker's name, as in
+    /// /proc/PID/task/TID/comm).
     #[arg(long, value_name = "NAME", value_parser = parse_comm, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub comm: Vec<String>,
     /// Only processes in this cgroup (v2) or below it: a path under the cgroup v2 root, like
@@ -316,16 +318,16 @@ impl EventFilter {
         Some(format!("--netns {missing}: no event of the recording is in a namespace of that name ({has})"))
     }
 
-    /// `--pid`, `--comm`, `--cgroup`: whether the process (its cgroup path below the v2
-    /// root, where known) is one of those asked for. Also what the loader tells the kernel
-    /// about listeners opened before it attached.
-    pub fn process_selected(&self, pid: u32, comm: &str, cgroup: Option<&str>) -> bool {
+    /// `--pid`, `--comm`, `--cgroup`: whether the process (its name, its thread's where
+    /// another, its cgroup path below the v2 root, where known) is one of those asked for.
+    /// Also what the loader tells the kernel about listeners opened before it attached.
+    pub fn process_selected(&self, pid: u32, comm: &str, thread: Option<&str>, cgroup: Option<&str>) -> bool {
         let f = &self.filter;
         let pid_listed = f.n_pids == 0 || f.pids[..f.n_pids as usize].contains(&pid);
         let comm_listed = f.n_comms == 0
             || f.comms[..f.n_comms as usize].iter().any(|c| {
                 let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
-                &c[..end] == comm.as_bytes()
+                &c[..end] == comm.as_bytes() || thread.is_some_and(|t| &c[..end] == t.as_bytes())
             });
         let in_cgroup = self.cgroups.is_empty()
             || cgroup.is_some_and(|path| {
@@ -354,7 +356,7 @@ impl EventFilter {
         let netns_listed = (f.n_netns == 0 && self.netns_names.is_empty())
             || f.netns[..f.n_netns as usize].contains(&e.netns)
             || by_name(&e.netns_name);
-        self.process_selected(e.pid, &e.comm, e.cgroup.as_deref())
+        self.process_selected(e.pid, &e.comm, e.thread.as_deref(), e.cgroup.as_deref())
             && netns_listed
             && port_listed
             && in_prefixes(f.n_daddrs, &f.daddrs, server)

@@ -225,6 +225,69 @@ fn dual_stack_listeners_show_and_filter_ipv4() {
     assert_eq!(report["source"]["events"], passive, "{report:#}");
 }
 
+/// A client whose connecting thread is named `connworker` (prctl(PR_SET_NAME), as
+/// multi-threaded servers name their workers) in a process named `tfo-trace`, to a
+/// destination behind a middlebox that drops SYN-data: COMM is the process's name, the
+/// thread's beside it (`thread`); `--comm` finds the connections by either; the report's
+/// advice names the process. `--comm` matched the thread's name only, COMM showed it and
+/// the advice named it (issue 37, item 4).
+fn comm_is_the_process_and_the_thread_beside_it() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    let _server =
+        lab.start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(dst) }).unwrap();
+    lab.middlebox_drop_syn_data(Some(dst.ip())).unwrap();
+    let cli = lab.netns(Side::Client).to_string();
+    let process =
+        common::exe().file_name().unwrap().to_str().unwrap()[..].chars().take(15).collect::<String>();
+    let rec = common::TempFile::new("thread-name");
+    let tracers = [
+        Tracer::start(&["--netns", &cli, "--comm", &process]),
+        Tracer::start(&["--netns", &cli, "--comm", "connworker"]),
+        Tracer::start(&["--netns", &cli, "--comm", "nosuchname", "--comm", &process]),
+        Tracer::start(&["--netns", &cli, "--record", rec.path()]),
+    ];
+    let before = Deltas::since(&lab);
+    let worker = ClientArgs { count: 3, thread_name: Some("connworker".into()), ..ClientArgs::new(dst) };
+    let run = lab.run_client(common::exe(), &worker).unwrap();
+    assert_eq!(run.ok_count(), 3);
+    let dc = before.client();
+    // A cookie request (small enough to pass), then two SYN-data dropped and resent.
+    assert_eq!((dc.get("TcpExtTCPSynRetrans"), dc.get("TcpExtTCPFastOpenActiveFail")), (2, 2), "{dc:?}");
+    let [by_process, by_thread, either, all] = tracers.map(|t| t.stop().0);
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let stalled = |events: &[Event]| count(events, cli_ns, Role::Client, Outcome::SynRetransmitted);
+    for (what, events) in
+        [("--comm process", &by_process), ("--comm thread", &by_thread), ("either", &either), ("all", &all)]
+    {
+        assert_eq!(events.len(), 3, "{what}: {events:?}");
+        assert_eq!(stalled(events), dc.get("TcpExtTCPSynRetrans"), "{what}: {events:?}");
+        for e in events.iter() {
+            assert_eq!(
+                (e.pid, &*e.comm, e.thread.as_deref()),
+                (run.pid, process.as_str(), Some("connworker")),
+                "{what}: {e:?}"
+            );
+        }
+    }
+    // The report on the recording: its advice names the process.
+    let out = Command::new(common::exe()).args(["report", "--from", rec.path()]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let verdict = text
+        .lines()
+        .find(|l| l.contains("verdict:") && l.contains(&dst.to_string()))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(verdict.contains(&format!(" in {process}")) && !verdict.contains("connworker"), "{verdict}");
+    // `trace`'s COMM: the process's name, the thread's beside it.
+    let mut text_trace = Tracer::start_command(&["trace", "--netns", &cli]);
+    let one = ClientArgs { thread_name: Some("connworker".into()), ..ClientArgs::new(dst) };
+    assert_eq!(lab.run_client(common::exe(), &one).unwrap().ok_count(), 1);
+    let line = text_trace.wait_stdout("the stalled connection's line", |l| l.contains("syn_retransmitted"));
+    assert!(line.contains(&format!(" {process}/connworker ")), "{line}");
+}
+
 /// Two cgroups named as docker names its containers' ([`CONTAINER`], [`OTHER_CONTAINER`]),
 /// and a lab whose client already has the server's cookie: every connection from there on
 /// is accepted TFO. Dropped server first, cgroups last.
@@ -533,4 +596,5 @@ tests_main!(
     top_tables_each_container,
     bad_filter_values_are_usage_errors,
     dual_stack_listeners_show_and_filter_ipv4,
+    comm_is_the_process_and_the_thread_beside_it,
 );

@@ -402,10 +402,11 @@ fn prefill_listeners(ebpf: &mut Ebpf, opts: &LoadOptions) -> Result<()> {
         let n = l.comm.len().min(TASK_COMM_LEN - 1);
         comm[..n].copy_from_slice(&l.comm.as_bytes()[..n]);
         let name = String::from_utf8_lossy(&comm[..n]);
-        let selected = filter.process_selected(l.pid, &name, l.cgroup.as_deref());
+        // The thread that called listen() is not known here: the process's name stands for it.
+        let selected = filter.process_selected(l.pid, &name, None, l.cgroup.as_deref());
         let family = if l.addr.is_ipv4() { tfo_trace_common::FAMILY_V4 } else { tfo_trace_common::FAMILY_V6 };
         let key = ListenerKey::new(l.netns, l.port, family);
-        let owner = ProcInfo { pid: l.pid, selected: u32::from(selected), comm, cgroup_id };
+        let owner = ProcInfo { pid: l.pid, selected: u32::from(selected), comm, cgroup_id, thread: comm };
         // A full table (16,384 listeners) keeps the first ones: the rest are named in
         // userspace, as before.
         let _ = table.insert(key, owner, 0);
