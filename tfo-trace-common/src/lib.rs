@@ -142,7 +142,8 @@ pub mod flags {
     pub const COOKIE_ISSUED: u8 = 1 << 1;
     /// The SYN used the experimental option (kind 254, magic 0xF989).
     pub const EXP_OPTION: u8 = 1 << 2;
-    /// `pid`/`comm` were captured in the owning process's context (not guessed later).
+    /// `pid`/`comm`/`thread` were captured in the owning process's context (not guessed
+    /// later).
     pub const PID_KNOWN: u8 = 1 << 3;
     /// `start_ns` is known, so `handshake` can be computed.
     pub const START_KNOWN: u8 = 1 << 4;
@@ -194,6 +195,8 @@ pub struct TfoEvent {
     /// the SYN-ACK sent as the SYN-data arrived to the final ACK): how long the data sat
     /// at the listener ahead of the handshake's end.
     pub saved_us: u32,
+    /// The process's name: its thread group leader's comm (`/proc/PID/comm`), whichever
+    /// of its threads connected (client) or called listen() (server).
     pub comm: [u8; TASK_COMM_LEN],
     /// Server: the listener's TFO queue (fastopenq.qlen / max_qlen) when the SYN arrived;
     /// 0/0 where the backend does not see it.
@@ -202,6 +205,31 @@ pub struct TfoEvent {
     /// cgroup v2 id (the cgroup directory's inode) of `pid` when it connected (client) or
     /// called listen() (server); 0 when unknown.
     pub cgroup_id: u64,
+    /// The name of the thread that connected or called listen() (bpf_get_current_comm),
+    /// where `comm` is known: the same as `comm` in a single-threaded process, a worker's
+    /// name (`connworker`) in others. Last, so that the fields before keep their offsets
+    /// (8-byte aligned: no padding after it).
+    pub thread: [u8; TASK_COMM_LEN],
+}
+
+/// A comm's 16 bytes, as two little-endian words, as bpf_get_current_comm gives them: zero
+/// from the first NUL on. A task's `comm` array itself may hold an older, longer name's
+/// bytes past its NUL (5.10's __set_task_comm copies with strlcpy, which does not pad), and
+/// the programs compare names as two words. Branch-light, for the programs' verifier.
+#[inline(always)]
+pub fn cleared_after_nul(w: [u64; 2]) -> [u64; 2] {
+    // The lowest byte that is zero (the first in memory), as its high bit: the bits above
+    // it may be wrong (a borrow), the lowest set one is not.
+    let first_nul = |v: u64| {
+        let zeros = v.wrapping_sub(0x0101_0101_0101_0101) & !v & 0x8080_8080_8080_8080;
+        zeros & zeros.wrapping_neg()
+    };
+    let keep_below = |v: u64, nul: u64| if nul == 0 { v } else { v & ((nul >> 7) - 1) };
+    let nul0 = first_nul(w[0]);
+    if nul0 != 0 {
+        return [keep_below(w[0], nul0), 0];
+    }
+    [w[0], keep_below(w[1], first_nul(w[1]))]
 }
 
 /// Indexes of the per-CPU `COUNTERS` array: the tracer's own health.
@@ -397,7 +425,7 @@ pub struct Field {
 /// - `int`: any integer or bitfield, decoded at run time from its whole [`Field`]
 ///   (presence, size, bit range): for members some kernels size differently, read off the
 ///   paths every connection takes; 0 where this kernel has none, or with `(int or N)`, N;
-/// - `addr16`: a 16-byte address, in two 8-byte loads;
+/// - `addr16`: 16 bytes (an address, a task's comm), in two 8-byte loads;
 /// - `(inner S)`: where struct `S` sits inside this one (an array member that holds it).
 #[macro_export]
 macro_rules! kernel_structs {
@@ -418,6 +446,7 @@ macro_rules! kernel_structs {
                 Cgroup "cgroup",
                 KernfsNode "kernfs_node",
                 CgroupRoot "cgroup_root",
+                TaskStruct "task_struct",
             }
             fields {
                 skc_family: SockCommon u16 required ["skc_family"];
@@ -489,6 +518,11 @@ macro_rules! kernel_structs {
                 cgroup_root: Cgroup (ptr CgroupRoot) optional ["root"];
                 kernfs_node_id: KernfsNode u64 optional ["id"];
                 cgroup_root_hierarchy_id: CgroupRoot i32 optional ["hierarchy_id"];
+                // The process's name (its thread group leader's comm, as /proc/PID/comm
+                // shows it), read at connect() and listen() of TFO sockets only: the
+                // current thread's comm is bpf_get_current_comm's.
+                task_group_leader: TaskStruct (ptr TaskStruct) required ["group_leader"];
+                task_comm: TaskStruct addr16 required ["comm"];
             }
         }
     };
@@ -650,8 +684,10 @@ pub struct ProcInfo {
     pub pid: u32,
     /// 1 when the owner passed the process filters (pid, comm, cgroup) at listen().
     pub selected: u32,
+    /// The process's name, and its thread's that called listen() ([`TfoEvent::thread`]).
     pub comm: [u8; TASK_COMM_LEN],
     pub cgroup_id: u64,
+    pub thread: [u8; TASK_COMM_LEN],
 }
 
 /// The call instruction the eBPF object carries where it casts a socket to `struct
@@ -685,6 +721,7 @@ pub struct Cidr {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Filter {
     pub pids: [u32; FILTER_SLOTS],
+    /// A process's name or its thread's (`--comm` matches either).
     pub comms: [[u8; TASK_COMM_LEN]; FILTER_SLOTS],
     pub netns: [u32; FILTER_SLOTS],
     /// The server's port (where the connection goes), host order.
@@ -760,11 +797,11 @@ mod tests {
 
     #[test]
     fn wire_sizes_have_no_hidden_padding() {
-        assert_eq!(size_of::<TfoEvent>(), 120);
+        assert_eq!(size_of::<TfoEvent>(), 136);
         assert_eq!(size_of::<CgroupEvent>(), 16 + CGROUP_PATH_LEN);
         assert_eq!(size_of::<Field>(), 8);
         assert_eq!(size_of::<ListenerKey>(), 8);
-        assert_eq!(size_of::<ProcInfo>(), 32);
+        assert_eq!(size_of::<ProcInfo>(), 48);
         assert_eq!(size_of::<Cidr>(), 24);
         assert_eq!(size_of::<Filter>(), 32 + 128 + 32 + 16 + 192 + 192 + 8 + 8);
         assert_eq!(size_of::<CountKey>(), 8);
@@ -787,11 +824,8 @@ mod tests {
         // ... and the field named like a spec holds that spec's index.
         assert_eq!(layout.skc_family.off, 0);
         assert_eq!(KernelLayout::FIELDS[layout.fastopen_req.off as usize].name, "fastopen_req");
-        assert_eq!(
-            KernelLayout::FIELDS[layout.cgroup_root_hierarchy_id.off as usize].name,
-            "cgroup_root_hierarchy_id"
-        );
-        assert_eq!(layout.cgroup_root_hierarchy_id.off as usize, n - 1);
+        assert_eq!(KernelLayout::FIELDS[layout.task_comm.off as usize].name, "task_comm");
+        assert_eq!(layout.task_comm.off as usize, n - 1);
         for (j, spec) in KernelLayout::FIELDS.iter().enumerate() {
             assert!(KernelLayout::FIELDS[..j].iter().all(|s| s.name != spec.name), "{} twice", spec.name);
         }
@@ -823,6 +857,35 @@ mod tests {
         for o in Outcome::ALL {
             assert_eq!(Outcome::ALL[o.index()], o);
         }
+    }
+
+    #[test]
+    fn a_comm_is_cleared_after_its_nul() {
+        let words = |b: &[u8; 16]| {
+            [u64::from_le_bytes(b[..8].try_into().unwrap()), u64::from_le_bytes(b[8..].try_into().unwrap())]
+        };
+        let name = |n: &[u8]| {
+            let mut b = [0u8; 16];
+            b[..n.len()].copy_from_slice(n);
+            b
+        };
+        // A short name over a longer one's leftovers (strlcpy), at every length.
+        for len in 0..16 {
+            let mut stale = *b"abcdefghijklmnop";
+            stale[len] = 0;
+            let mut want = [0u8; 16];
+            want[..len].copy_from_slice(&stale[..len]);
+            assert_eq!(cleared_after_nul(words(&stale)), words(&want), "{len}");
+        }
+        // Already clean, a 0x01 byte (the borrow's worst case) and a 0x80 one kept.
+        for clean in [name(b"tfo-trace"), name(b"a\x01b"), name(b"\x80\x01\x01\x01\x01\x01\x01\x01\x01")] {
+            assert_eq!(cleared_after_nul(words(&clean)), words(&clean));
+        }
+        let mut full = *b"abcdefghijklmnop";
+        assert_eq!(cleared_after_nul(words(&full)), words(&full), "no NUL: all 16 bytes");
+        full[9] = 0;
+        full[10] = 0x01;
+        assert_eq!(cleared_after_nul(words(&full)), words(&name(b"abcdefghi")));
     }
 
     #[test]

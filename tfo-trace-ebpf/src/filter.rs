@@ -2,7 +2,7 @@
 //! read-only data: the verifier knows every count, and drops the checks of an empty kind).
 //! A connection filtered out costs what a plain one costs: no state, no event, no count.
 use aya_ebpf::{helpers::generated::bpf_current_task_under_cgroup, macros::map, maps::CgroupArray};
-use tfo_trace_common::{Cidr, Filter, Outcome, Role, FAMILY_V4, FILTER_SLOTS};
+use tfo_trace_common::{Cidr, Filter, Outcome, Role, FAMILY_V4, FAMILY_V6, FILTER_SLOTS};
 
 /// Filled in by userspace before load (`EbpfLoader::override_global`).
 #[no_mangle]
@@ -69,9 +69,10 @@ pub fn by_process() -> bool {
     filter!(n_pids) > 0 || filter!(n_comms) > 0 || filter!(n_cgroups) > 0
 }
 
-/// pid, comm and cgroup filters, in the context of the process (connect(), listen()).
+/// pid, comm and cgroup filters, in the context of the process (connect(), listen()):
+/// `--comm` takes the process's name (`comm`) or the calling thread's (`thread`).
 #[inline(always)]
-pub fn process_selected(pid: u32, comm: &[u64; 2]) -> bool {
+pub fn process_selected(pid: u32, comm: &[u64; 2], thread: &[u64; 2]) -> bool {
     let n = filter!(n_pids) as usize;
     if n > 0 && !listed!(pids, n, pid) {
         return false;
@@ -80,8 +81,9 @@ pub fn process_selected(pid: u32, comm: &[u64; 2]) -> bool {
     if n > 0 {
         let mut hit = false;
         for i in 0..FILTER_SLOTS {
-            // Both sides are NUL padded to 16 bytes: compared as two words.
-            if i < n && words(&FILTER.comms[i]) == *comm {
+            // Each is NUL padded to 16 bytes: compared as two words.
+            let name = words(&FILTER.comms[i]);
+            if i < n && (name == *comm || name == *thread) {
                 hit = true;
             }
         }
@@ -141,8 +143,26 @@ fn prefix_mask(bits: u32) -> u64 {
     m
 }
 
+/// An IPv6 socket's IPv4-mapped address (`::ffff:a.b.c.d`: a dual-stack listener's child
+/// of an IPv4 client, or an IPv6 socket connected to an IPv4 address) as the IPv4 address
+/// it is, held as an IPv4 one is (its four bytes in the low half of the first word): an
+/// IPv4 prefix selects it, an IPv6 one does not, as userspace shows and replays it.
+#[inline(always)]
+fn as_ipv4_if_mapped(family: u8, addr: &[u64; 2]) -> (u8, [u64; 2]) {
+    // Little-endian words: bytes 8..12 are 00 00 ff ff, bytes 12..16 the IPv4 address.
+    if family == FAMILY_V6 && addr[0] == 0 && addr[1] as u32 == 0xffff_0000 {
+        (FAMILY_V4, [addr[1] >> 32, 0])
+    } else {
+        (family, *addr)
+    }
+}
+
+/// Whether `addr` is in one of the first `n` prefixes of `list`; called only where an
+/// address filter is set, so a mapped address costs nothing more without one.
 #[inline(always)]
 fn any_prefix(list: &[Cidr; FILTER_SLOTS], n: usize, family: u8, addr: &[u64; 2]) -> bool {
+    let (family, addr) = as_ipv4_if_mapped(family, addr);
+    let addr = &addr;
     let mut hit = false;
     for (i, c) in list.iter().enumerate() {
         if i < n && in_prefix(c, family, addr) {

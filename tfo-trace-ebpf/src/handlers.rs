@@ -33,8 +33,9 @@ use crate::{
     filter,
     globals::config_has,
     kernel::{
-        family_of, is_tcp, netns_of, present, state_of, tuple_of, Access, FastopenCookie, RequestSock, Sock,
-        SockCommon, TcpSock, TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
+        family_of, is_tcp, netns_of, present, process_name, state_of, tuple_of, Access, FastopenCookie,
+        RequestSock, Sock, SockCommon, TcpSock, TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV,
+        TCP_SYN_SENT,
     },
     maps::{
         bump, conn_state, count, emit_with, follow, forget, get16, now, put16, ConnState, Measure, Process,
@@ -42,23 +43,24 @@ use crate::{
     },
 };
 
-/// The process we run in: tgid, comm (as two words, see `maps::put16`) and cgroup.
+/// The process we run in: tgid, its name and the calling thread's (each as two words, see
+/// `maps::put16`) and cgroup.
 #[inline(always)]
 fn current_process() -> Process {
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let mut comm = core::mem::MaybeUninit::<[u64; 2]>::uninit();
-    let p = comm.as_mut_ptr() as *mut u64;
+    let mut thread = core::mem::MaybeUninit::<[u64; 2]>::uninit();
+    let p = thread.as_mut_ptr() as *mut u64;
     // SAFETY: 16 writable bytes, zeroed word by word first (volatile: not a memset call),
     // so a failed helper call leaves an empty name; then the helper fills them.
-    let comm = unsafe {
+    let thread = unsafe {
         p.write_volatile(0);
         p.add(1).write_volatile(0);
         bpf_get_current_comm(p as *mut _, TASK_COMM_LEN as u32);
-        comm.assume_init()
+        thread.assume_init()
     };
     // SAFETY: helper without preconditions.
     let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
-    Process { pid, comm, cgroup_id }
+    Process { pid, comm: process_name(), thread, cgroup_id }
 }
 
 /// `sock:inet_sock_set_state`: every TCP state change (and SCTP's, which never pass
@@ -88,12 +90,20 @@ pub(crate) struct Known {
     pub last_retrans_ns: u64,
     pub pid: u32,
     pub comm: [u64; 2],
+    pub thread: [u64; 2],
     pub cgroup_id: u64,
 }
 
 impl Known {
-    pub const NONE: Known =
-        Known { known: false, start_ns: 0, last_retrans_ns: 0, pid: 0, comm: [0; 2], cgroup_id: 0 };
+    pub const NONE: Known = Known {
+        known: false,
+        start_ns: 0,
+        last_retrans_ns: 0,
+        pid: 0,
+        comm: [0; 2],
+        thread: [0; 2],
+        cgroup_id: 0,
+    };
 
     /// Copies the state at `p` (null: none).
     #[inline(always)]
@@ -109,6 +119,7 @@ impl Known {
             last_retrans_ns: s.last_retrans_ns,
             pid: s.pid,
             comm: s.comm,
+            thread: s.thread,
             cgroup_id: s.cgroup_id,
         }
     }
@@ -189,6 +200,7 @@ pub(crate) fn record<A: Access>(
             if conn.pid != 0 {
                 ev.pid = conn.pid;
                 put16(&mut ev.comm, conn.comm);
+                put16(&mut ev.thread, conn.thread);
                 ev.cgroup_id = conn.cgroup_id;
                 ev.flags |= flags::PID_KNOWN;
             }
@@ -235,7 +247,7 @@ fn client_connect_tfo<A: Access>(sk: Sock<A>) {
         return;
     }
     let process = current_process();
-    if !filter::process_selected(process.pid, &process.comm) {
+    if !filter::process_selected(process.pid, &process.comm, &process.thread) {
         return;
     }
     // Where it goes is known at connect() (tcp_v4_connect sets the destination and the
@@ -653,6 +665,7 @@ pub(crate) fn name_listener_owner(ev: &mut TfoEvent, listener: &ListenerKey) {
         let owner = unsafe { &*owner };
         ev.pid = owner.pid;
         put16(&mut ev.comm, get16(&owner.comm));
+        put16(&mut ev.thread, get16(&owner.thread));
         ev.cgroup_id = owner.cgroup_id;
         ev.flags |= flags::PID_KNOWN;
     }
@@ -686,7 +699,7 @@ fn listener_started<A: Access>(sk: Sock<A>) {
         return; // an SCTP listener
     }
     let process = current_process();
-    let selected = filter::process_selected(process.pid, &process.comm) as u32;
+    let selected = filter::process_selected(process.pid, &process.comm, &process.thread) as u32;
     let mut owner = core::mem::MaybeUninit::<ProcInfo>::uninit();
     let p = owner.as_mut_ptr();
     // SAFETY: every field of the ProcInfo is written before assume_init, the comm by
@@ -696,6 +709,7 @@ fn listener_started<A: Access>(sk: Sock<A>) {
         core::ptr::addr_of_mut!((*p).selected).write(selected);
         core::ptr::addr_of_mut!((*p).cgroup_id).write(process.cgroup_id);
         put16(&mut *core::ptr::addr_of_mut!((*p).comm), process.comm);
+        put16(&mut *core::ptr::addr_of_mut!((*p).thread), process.thread);
         owner.assume_init()
     };
     let _ = LISTENERS.insert(listener_key(sk.common()), owner, 0);

@@ -405,6 +405,17 @@ pub fn netns_of<A: Access>(sk: SockCommon<A>) -> u32 {
     inum
 }
 
+/// The name of the process the program runs in: its thread group leader's comm, as
+/// /proc/PID/comm shows it, where bpf_get_current_comm gives the calling thread's (a
+/// worker's `connworker`). Read at connect() and listen() of TFO sockets only: a helper
+/// call and three probe reads.
+#[inline(always)]
+pub fn process_name() -> [u64; 2] {
+    // SAFETY: helper without preconditions; its result is only probe-read.
+    let task = TaskStruct::<Probe>::at(unsafe { gen::bpf_get_current_task() } as *const u8);
+    tfo_trace_common::cleared_after_nul(task.task_group_leader().task_comm())
+}
+
 /// The state of a socket (sk_state).
 #[inline(always)]
 pub fn state_of<A: Access>(sk: SockCommon<A>) -> i32 {

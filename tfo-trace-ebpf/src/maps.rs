@@ -27,6 +27,8 @@ pub struct ConnState {
     pub comm: [u64; 2],
     /// cgroup v2 id of the connecting process.
     pub cgroup_id: u64,
+    /// The connecting thread's name (`comm` is the process's).
+    pub thread: [u64; 2],
 }
 
 impl ConnState {
@@ -40,6 +42,7 @@ impl ConnState {
             retransmits: 0,
             comm: p.comm,
             cgroup_id: p.cgroup_id,
+            thread: p.thread,
         }
     }
 }
@@ -51,14 +54,24 @@ impl ConnState {
     #[inline(always)]
     pub fn child_since(snt_synack_us: u64) -> Self {
         let start_ns = if snt_synack_us != 0 { snt_synack_us * 1000 } else { now() };
-        ConnState { start_ns, last_retrans_ns: 0, pid: 0, retransmits: 0, comm: [0; 2], cgroup_id: 0 }
+        ConnState {
+            start_ns,
+            last_retrans_ns: 0,
+            pid: 0,
+            retransmits: 0,
+            comm: [0; 2],
+            cgroup_id: 0,
+            thread: [0; 2],
+        }
     }
 }
 
-/// The process a program runs in (connect(), listen()).
+/// The process a program runs in (connect(), listen()): its tgid and name, and the name
+/// of the thread that runs the call.
 pub struct Process {
     pub pid: u32,
     pub comm: [u64; 2],
+    pub thread: [u64; 2],
     pub cgroup_id: u64,
 }
 
@@ -68,7 +81,8 @@ pub struct Process {
 pub fn put16(dst: &mut [u8; 16], words: [u64; 2]) {
     let d = dst.as_mut_ptr() as *mut u64;
     // SAFETY: 16 writable bytes, 8-byte aligned in every struct that has them
-    // (TfoEvent.saddr/daddr/comm, ProcInfo.comm: offsets 24, 40, 80, 8).
+    // (TfoEvent.saddr/daddr/comm/thread, ProcInfo.comm/thread: offsets 24, 40, 88, 120,
+    // 8, 32).
     // Volatile, or the compiler turns the stores into a memcpy/memset call.
     unsafe {
         d.write_volatile(words[0]);
@@ -86,7 +100,7 @@ pub fn get16(src: &[u8; 16]) -> [u64; 2] {
 /// Zeroes a reserved event word by word (no memset call).
 #[inline(always)]
 fn zero_event(ev: *mut TfoEvent) {
-    const _: () = assert!(core::mem::size_of::<TfoEvent>() == 15 * 8);
+    const _: () = assert!(core::mem::size_of::<TfoEvent>() == 17 * 8);
     let w = ev as *mut u64;
     macro_rules! zero {
         ($($i:literal)*) => {
@@ -95,7 +109,7 @@ fn zero_event(ev: *mut TfoEvent) {
             unsafe { $( w.add($i).write_volatile(0); )* }
         };
     }
-    zero!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14);
+    zero!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
 }
 
 #[inline(always)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    probes::{BackendChoice, DEFAULT_RING_BUFFER_BYTES},
+    probes::{BackendChoice, DEFAULT_RING_BUFFER_BYTES, MAX_RING_BUFFER_BYTES},
     units::parse_duration,
 };
 
@@ -83,7 +83,7 @@ pub struct FloorArgs {
     /// `tracepoint` (tp_btf) or `raw-tracepoint` attach points.
     #[arg(long, value_enum, default_value_t = BackendChoice::Tracepoint)]
     pub backend: BackendChoice,
-    /// Stop after this long; default: until SIGINT/SIGTERM.
+    /// Stop after this long; default: until SIGINT, SIGTERM or SIGHUP.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
 }
@@ -98,6 +98,26 @@ impl Cli {
             Command::Export(a) => Some(&a.probe),
             Command::Demo(a) => Some(&a.probe),
             _ => None,
+        }
+    }
+
+    fn probe_args_mut(&mut self) -> Option<&mut ProbeArgs> {
+        match &mut self.command {
+            Command::Trace(a) | Command::Stalls(a) => Some(&mut a.probe),
+            Command::Top(a) => Some(&mut a.probe),
+            Command::Report(a) => Some(&mut a.probe),
+            Command::Export(a) => Some(&mut a.probe),
+            Command::Demo(a) => Some(&mut a.probe),
+            _ => None,
+        }
+    }
+
+    /// Whether the subcommand reads recordings (`--from`) rather than tracing.
+    fn replays(&self) -> bool {
+        match &self.command {
+            Command::Top(a) => a.from.is_some(),
+            Command::Report(a) => !a.from.is_empty(),
+            _ => false,
         }
     }
 
@@ -132,7 +152,7 @@ impl Cli {
     pub fn parse_checked() -> Cli {
         use clap::{CommandFactory as _, FromArgMatches as _};
         let matches = Cli::command().get_matches();
-        let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
         // A replay traces nothing: the kernel side's flags given with --from do nothing
         // (--names too: a recording carries the names its host learnt).
         if let Some((_, sub)) = matches.subcommand().filter(|(name, _)| ["report", "top"].contains(name)) {
@@ -151,6 +171,18 @@ impl Cli {
         }
         if let Some(msg) = cli.probe_args().and_then(|p| p.filter.too_many()) {
             Cli::command().error(clap::error::ErrorKind::TooManyValues, msg).exit();
+        }
+        // A live run's namespaces are today's: a name as /run/netns has it now, an inode
+        // that some namespace has (a replay's are the recording's).
+        if !cli.replays() {
+            if let Some(p) = cli.probe_args_mut() {
+                if let Err(msg) = p.filter.resolve_live() {
+                    Cli::command().error(clap::error::ErrorKind::InvalidValue, msg).exit();
+                }
+            }
+            if let Some(msg) = cli.probe_args().and_then(|p| p.filter.netns_gone()) {
+                Cli::command().error(clap::error::ErrorKind::InvalidValue, msg).exit();
+            }
         }
         if let Command::Report(a) = &cli.command {
             // A folder that cannot be read is the run's error (exit 1), said there.
@@ -175,8 +207,9 @@ pub struct ProbeArgs {
     /// Which kernel hooks to use; `auto` picks the richest that loads and says why.
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     pub backend: BackendChoice,
-    /// Size of the event ring buffer in bytes (a power of two, at least one page).
-    #[arg(long, default_value_t = DEFAULT_RING_BUFFER_BYTES, value_parser = parse_ring_size)]
+    /// Size of the event ring buffer in bytes: a power of two (the kernel's rule), from 4096
+    /// (one page) to 268435456 (256 MiB).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_RING_BUFFER_BYTES, value_parser = parse_ring_size)]
     pub ring_buffer_size: u32,
     /// Struct layouts from this BTF file instead of the kernel's own (a kernel without
     /// /sys/kernel/btf/vmlinux: BTFHub or `pahole -J`; only the raw-tracepoint and kprobe
@@ -211,7 +244,7 @@ impl ProbeArgs {
 #[derive(Args, Debug, Clone, Copy)]
 pub struct SummaryArgs {
     /// Say the closing summary (events, losses, what the kernel counted) on stderr as one
-    /// JSON object instead of sentences; --json implies it.
+    /// JSON object instead of sentences, and keep the text output.
     #[arg(long)]
     pub json_summary: bool,
 }
@@ -409,7 +442,7 @@ pub struct ExportArgs {
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000),
           conflicts_with = "top_destinations")]
     pub top_containers: Option<u16>,
-    /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
+    /// Stop after this long (e.g. 30s, 5m); default: until SIGINT, SIGTERM or SIGHUP.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
     #[command(flatten)]
@@ -441,10 +474,26 @@ pub struct DemoArgs {
     pub summary: SummaryArgs,
 }
 
+/// A ring buffer size: one rule broken, one line saying which.
 fn parse_ring_size(s: &str) -> Result<u32, String> {
-    let v: u32 = s.parse().map_err(|_| format!("`{s}` is not a number of bytes"))?;
-    if v < 4096 || !v.is_power_of_two() {
-        return Err(format!("{v} must be a power of two and at least 4096"));
+    const MIN: u32 = 4096;
+    let max = MAX_RING_BUFFER_BYTES;
+    let too_large = || format!("{s} bytes: the ring buffer is at most {max} (256 MiB)");
+    let v: u128 = match s.parse() {
+        Ok(v) => v,
+        // Digits alone are a number, however long.
+        Err(_) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => return Err(too_large()),
+        Err(_) => return Err(format!("`{s}` is not a number of bytes")),
+    };
+    if v > u128::from(max) {
+        return Err(too_large());
+    }
+    let v = v as u32;
+    if v < MIN {
+        return Err(format!("{v} bytes: the ring buffer is at least {MIN} (one page)"));
+    }
+    if !v.is_power_of_two() {
+        return Err(format!("{v} bytes: the ring buffer's size is a power of two (the kernel's rule)"));
     }
     Ok(v)
 }
@@ -460,9 +509,32 @@ mod tests {
         Cli::visible_command().debug_assert();
     }
 
+    /// A help text names `--json` only in a command that has it (`export` has none).
+    #[test]
+    fn helps_name_json_only_where_the_command_has_it() {
+        for sub in Cli::command().get_subcommands() {
+            let has_json = sub.get_arguments().any(|a| a.get_long() == Some("json"));
+            for arg in sub.get_arguments() {
+                let help = arg.get_long_help().or(arg.get_help()).map(|h| h.to_string()).unwrap_or_default();
+                let names_json = help.match_indices("--json").any(|(at, _)| {
+                    !help[at + "--json".len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+                });
+                assert!(
+                    has_json || !names_json,
+                    "`{} --{}` says {help:?}, but {} has no --json",
+                    sub.get_name(),
+                    arg.get_long().unwrap_or_default(),
+                    sub.get_name()
+                );
+            }
+        }
+    }
+
     #[test]
     fn ring_sizes() {
         assert!(parse_ring_size("4096").is_ok());
+        assert_eq!(parse_ring_size("268435456"), Ok(MAX_RING_BUFFER_BYTES));
+        assert!(parse_ring_size("536870912").unwrap_err().contains("at most"));
         assert!(parse_ring_size("5000").is_err());
         assert!(parse_ring_size("1024").is_err());
     }

@@ -9,7 +9,7 @@ use tfo_trace_common::{Cidr, Filter, Outcome, Role, FAMILY_V4, FAMILY_V6, FILTER
 
 use crate::{
     events::Event,
-    kernel::{cgroup, netns},
+    kernel::{cgroup, every_netns::exists as netns_exists, netns},
 };
 
 #[derive(Args, Debug, Clone, Default)]
@@ -17,7 +17,9 @@ pub struct FilterArgs {
     /// Only connections of this process (the client's, or the listener's owner); repeat for more.
     #[arg(long, value_name = "PID", value_parser = parse_pid, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub pid: Vec<u32>,
-    /// Only processes with this name (as in /proc/PID/comm, at most 15 characters).
+    /// Only processes with this name (as in /proc/PID/comm, at most 15 characters), or
+    /// whose thread that connected or listened has it (a worker's name, as in
+    /// /proc/PID/task/TID/comm).
     #[arg(long, value_name = "NAME", value_parser = parse_comm, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub comm: Vec<String>,
     /// Only processes in this cgroup (v2) or below it: a path under the cgroup v2 root, like
@@ -25,14 +27,18 @@ pub struct FilterArgs {
     #[arg(long, value_name = "PATH", value_parser = parse_cgroup, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub cgroup: Vec<PathBuf>,
     /// Only this network namespace: its inode (`stat -L -c %i /proc/PID/ns/net`) or its
-    /// `ip netns` name.
+    /// `ip netns` name. Traced live, it must exist when tracing starts (one made later
+    /// has another inode).
+    /// With --from, a name is the one the events were recorded with (`netns_name`), whatever
+    /// /run/netns holds now.
     #[arg(long, value_name = "INODE|NAME", value_parser = parse_netns, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
-    pub netns: Vec<u32>,
+    pub netns: Vec<NetnsArg>,
     /// Only connections to this server port.
     #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..), help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub port: Vec<u16>,
     /// Only connections to a server address in this prefix (`203.0.113.0/24`, `2001:db8::/32`,
-    /// or one address).
+    /// or one address). An IPv4 prefix also selects an IPv6 socket's IPv4-mapped addresses
+    /// (a dual-stack listener's IPv4 clients), shown as IPv4.
     #[arg(long, value_name = "CIDR", value_parser = parse_cidr, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub daddr: Vec<ipnet::IpNet>,
     /// Only connections from a client address in this prefix.
@@ -85,26 +91,56 @@ fn parse_cgroup(s: &str) -> Result<PathBuf, String> {
     cgroup::resolve(s)
 }
 
-fn parse_netns(s: &str) -> Result<u32, String> {
+/// `--netns` as typed: an inode, or an `ip netns` name. A live run resolves a name in
+/// /run/netns as it starts ([`FilterArgs::resolve_live`]); a replay matches it with the
+/// `netns_name` its events were recorded with ([`EventFilter`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NetnsArg {
+    Inode(u32),
+    Name(String),
+}
+
+fn parse_netns(s: &str) -> Result<NetnsArg, String> {
     match s.parse::<u32>() {
-        Ok(0) => return Err("no namespace has inode 0: nothing would match".into()),
-        Ok(inode) => return Ok(inode),
-        Err(_) => {}
+        Ok(0) => Err("no namespace has inode 0: nothing would match".into()),
+        Ok(inode) => Ok(NetnsArg::Inode(inode)),
+        Err(_) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            Err(format!("`{s}`: a namespace inode is at most {} (32 bits)", u32::MAX))
+        }
+        // A name is a file of /run/netns: one path component.
+        Err(_) if s.is_empty() || s.contains('/') || s == "." || s == ".." => {
+            Err(format!("`{s}` is neither a namespace inode nor an `ip netns` name"))
+        }
+        Err(_) => Ok(NetnsArg::Name(s.to_string())),
     }
-    let path = std::path::Path::new(netns::NAMED_NETNS_DIR).join(s);
-    if s.contains('/') || s.is_empty() {
-        return Err(format!("`{s}` is neither a namespace inode nor an `ip netns` name"));
-    }
+}
+
+/// The inode of the namespace `ip netns` names `name` now.
+fn named_netns_inode(name: &str) -> Result<u32, String> {
+    let path = std::path::Path::new(netns::NAMED_NETNS_DIR).join(name);
     std::fs::metadata(&path).map(|m| m.ino() as u32).map_err(|_| {
-        format!("`{s}` is neither a namespace inode nor an `ip netns` name (no {})", path.display())
+        format!(
+            "--netns {name}: `{name}` is neither a namespace inode nor an `ip netns` name (no {})",
+            path.display()
+        )
     })
 }
 
+/// An address or a prefix, truncated to its network. An IPv4-mapped one (`::ffff:10.0.0.0/104`)
+/// is the IPv4 prefix it is (`10.0.0.0/8`): events show such addresses as IPv4.
 fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
-    s.parse::<ipnet::IpNet>()
+    let net = s
+        .parse::<ipnet::IpNet>()
         .or_else(|_| s.parse::<IpAddr>().map(ipnet::IpNet::from))
         .map(|n| n.trunc())
-        .map_err(|_| format!("`{s}` is not an address or a prefix like 203.0.113.0/24"))
+        .map_err(|_| format!("`{s}` is not an address or a prefix like 203.0.113.0/24"))?;
+    Ok(match net {
+        ipnet::IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(net, ipnet::IpNet::V4),
+            None => net,
+        },
+        _ => net,
+    })
 }
 
 fn parse_outcome(s: &str) -> Result<Outcome, String> {
@@ -132,11 +168,57 @@ impl FilterArgs {
             .map(|(flag, n)| format!("{flag} given {n} times: at most {FILTER_SLOTS}"))
     }
 
+    /// For a live run: each `--netns` name as the inode /run/netns gives it now; a name it
+    /// does not have is a usage error (the message).
+    pub fn resolve_live(&mut self) -> Result<(), String> {
+        for n in &mut self.netns {
+            if let NetnsArg::Name(name) = n {
+                *n = NetnsArg::Inode(named_netns_inode(name)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// The `--netns` inodes (a live run's names among them, once resolved).
+    pub fn netns_inodes(&self) -> Vec<u32> {
+        self.netns
+            .iter()
+            .filter_map(|n| match n {
+                NetnsArg::Inode(i) => Some(*i),
+                NetnsArg::Name(_) => None,
+            })
+            .collect()
+    }
+
+    /// The `--netns` names a replay matches with the recorded `netns_name`.
+    fn netns_names(&self) -> Vec<String> {
+        self.netns
+            .iter()
+            .filter_map(|n| match n {
+                NetnsArg::Name(name) => Some(name.clone()),
+                NetnsArg::Inode(_) => None,
+            })
+            .collect()
+    }
+
+    /// The first `--netns` inode no namespace has now, as a usage error: a live run would
+    /// trace nothing, silently. (Namespaces come and go: one that goes later ends nothing.)
+    /// Where part of /proc could not be looked at, nothing is refused.
+    pub fn netns_gone(&self) -> Option<String> {
+        let inodes = self.netns_inodes();
+        let gone = inodes.iter().find(|&&inode| netns_exists(inode) == Some(false))?;
+        Some(format!(
+            "--netns {gone}: no network namespace has inode {gone} now (a traced namespace must \
+             exist when tracing starts)"
+        ))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.kernel_filter() == Filter::none()
     }
 
-    /// The filter the kernel programs decide with (cgroups go in a map: see `cgroups`).
+    /// The filter the kernel programs decide with (cgroups go in a map: see `cgroups`);
+    /// `--netns` names count once [`FilterArgs::resolve_live`] made them inodes.
     pub fn kernel_filter(&self) -> Filter {
         let mut f = Filter::none();
         for (slot, pid) in f.pids.iter_mut().zip(&self.pid) {
@@ -145,7 +227,8 @@ impl FilterArgs {
         for (slot, comm) in f.comms.iter_mut().zip(&self.comm) {
             slot[..comm.len()].copy_from_slice(comm.as_bytes());
         }
-        for (slot, n) in f.netns.iter_mut().zip(&self.netns) {
+        let netns = self.netns_inodes();
+        for (slot, n) in f.netns.iter_mut().zip(&netns) {
             *slot = *n;
         }
         for (slot, p) in f.ports.iter_mut().zip(&self.port) {
@@ -161,7 +244,7 @@ impl FilterArgs {
         f.n_pids = n(self.pid.len());
         f.n_comms = n(self.comm.len());
         f.n_cgroups = n(self.cgroup.len());
-        f.n_netns = n(self.netns.len());
+        f.n_netns = n(netns.len());
         f.n_ports = n(self.port.len());
         f.n_daddrs = n(self.daddr.len());
         f.n_saddrs = n(self.saddr.len());
@@ -170,9 +253,12 @@ impl FilterArgs {
         f
     }
 
-    /// The same selection, on recorded events.
+    /// The same selection, on recorded events (`--netns` names as recorded).
     pub fn event_filter(&self) -> EventFilter {
-        EventFilter::new(self.kernel_filter(), self.cgroups())
+        EventFilter {
+            netns_names: self.netns_names(),
+            ..EventFilter::new(self.kernel_filter(), self.cgroups())
+        }
     }
 
     /// The cgroup directories of `--cgroup`, for the kernel's cgroup array.
@@ -191,6 +277,9 @@ pub struct EventFilter {
     filter: Filter,
     /// `--cgroup`, as events name cgroups: the path below the v2 root.
     cgroups: Vec<String>,
+    /// `--netns` names, as events were recorded with them (`netns_name`): besides the
+    /// inodes of `filter`.
+    netns_names: Vec<String>,
 }
 
 impl EventFilter {
@@ -204,24 +293,41 @@ impl EventFilter {
                 format!("/{}", below.to_string_lossy().trim_matches('/'))
             })
             .collect();
-        EventFilter { filter, cgroups }
+        EventFilter { filter, cgroups, netns_names: Vec::new() }
     }
 
     /// Whether no flag narrows anything.
     pub fn selects_all(&self) -> bool {
-        self.filter == Filter::none()
+        self.filter == Filter::none() && self.netns_names.is_empty()
     }
 
-    /// `--pid`, `--comm`, `--cgroup`: whether the process (its cgroup path below the v2
-    /// root, where known) is one of those asked for. Also what the loader tells the kernel
-    /// about listeners opened before it attached.
-    pub fn process_selected(&self, pid: u32, comm: &str, cgroup: Option<&str>) -> bool {
+    /// The first `--netns` name no event of a replay was recorded with (`recorded`: the
+    /// names they were), as a usage error naming those they were: a name from today's
+    /// /run/netns, or mistyped, would select nothing.
+    pub fn netns_name_unrecorded(&self, recorded: &RecordedNetnsNames) -> Option<String> {
+        let missing = self.netns_names.iter().find(|n| !recorded.names.contains(n.as_str()))?;
+        if recorded.full {
+            return None; // too many names to say this one is not among them
+        }
+        let has = if recorded.names.is_empty() {
+            "it names no namespace".to_string()
+        } else {
+            let names: Vec<&str> = recorded.names.iter().map(|n| &**n).collect();
+            format!("the names it has: {}", names.join(", "))
+        };
+        Some(format!("--netns {missing}: no event of the recording is in a namespace of that name ({has})"))
+    }
+
+    /// `--pid`, `--comm`, `--cgroup`: whether the process (its name, its thread's where
+    /// another, its cgroup path below the v2 root, where known) is one of those asked for.
+    /// Also what the loader tells the kernel about listeners opened before it attached.
+    pub fn process_selected(&self, pid: u32, comm: &str, thread: Option<&str>, cgroup: Option<&str>) -> bool {
         let f = &self.filter;
         let pid_listed = f.n_pids == 0 || f.pids[..f.n_pids as usize].contains(&pid);
         let comm_listed = f.n_comms == 0
             || f.comms[..f.n_comms as usize].iter().any(|c| {
                 let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
-                &c[..end] == comm.as_bytes()
+                &c[..end] == comm.as_bytes() || thread.is_some_and(|t| &c[..end] == t.as_bytes())
             });
         let in_cgroup = self.cgroups.is_empty()
             || cgroup.is_some_and(|path| {
@@ -237,7 +343,6 @@ impl EventFilter {
     /// Whether the kernel would have let `e` through.
     pub fn selects(&self, e: &Event) -> bool {
         let f = &self.filter;
-        let listed = |n: u8, slots: &[u32], v: u32| n == 0 || slots[..n as usize].contains(&v);
         let (server, server_port, client) = match e.role {
             Role::Client => (e.daddr, e.dport, e.saddr),
             Role::Server => (e.saddr, e.sport, e.daddr),
@@ -245,13 +350,51 @@ impl EventFilter {
         let port_listed = f.n_ports == 0 || f.ports[..f.n_ports as usize].contains(&server_port);
         let in_prefixes =
             |n: u8, list: &[Cidr], ip: IpAddr| n == 0 || list[..n as usize].iter().any(|c| in_prefix(c, ip));
-        self.process_selected(e.pid, &e.comm, e.cgroup.as_deref())
-            && listed(f.n_netns, &f.netns, e.netns)
+        let by_name = |name: &Option<std::sync::Arc<str>>| {
+            name.as_deref().is_some_and(|n| self.netns_names.iter().any(|m| m == n))
+        };
+        let netns_listed = (f.n_netns == 0 && self.netns_names.is_empty())
+            || f.netns[..f.n_netns as usize].contains(&e.netns)
+            || by_name(&e.netns_name);
+        self.process_selected(e.pid, &e.comm, e.thread.as_deref(), e.cgroup.as_deref())
+            && netns_listed
             && port_listed
             && in_prefixes(f.n_daddrs, &f.daddrs, server)
             && in_prefixes(f.n_saddrs, &f.saddrs, client)
             && (f.roles == 0 || f.roles & (1 << e.role as u8) != 0)
             && (f.outcomes == 0 || f.outcomes & (1 << e.outcome as u8) != 0)
+    }
+}
+
+/// The `netns_name`s a replay's events were recorded with (before any filter), for
+/// [`EventFilter::netns_name_unrecorded`]: up to [`RecordedNetnsNames::MAX`] of them.
+#[derive(Clone, Debug, Default)]
+pub struct RecordedNetnsNames {
+    names: std::collections::BTreeSet<std::sync::Arc<str>>,
+    /// More names came than are kept.
+    full: bool,
+}
+
+impl RecordedNetnsNames {
+    const MAX: usize = 4096;
+
+    pub fn add(&mut self, name: Option<&std::sync::Arc<str>>) {
+        let Some(name) = name else { return };
+        if self.names.contains(name) {
+            return;
+        }
+        if self.names.len() >= Self::MAX {
+            self.full = true;
+            return;
+        }
+        self.names.insert(name.clone());
+    }
+
+    pub fn extend(&mut self, other: &RecordedNetnsNames) {
+        for n in &other.names {
+            self.add(Some(n));
+        }
+        self.full |= other.full;
     }
 }
 
@@ -358,22 +501,47 @@ mod tests {
         let cg = |path: &str| EventFilter {
             filter: Filter { n_cgroups: 1, ..Filter::none() },
             cgroups: vec![path.into()],
+            netns_names: Vec::new(),
         };
         assert!(cg("/system.slice/a.service").selects(&client), "a cgroup and below it");
         assert!(!cg("/system.slice/a.serv").selects(&client), "a whole path component");
         assert!(!cg("/system.slice").selects(&Event { cgroup: None, ..client.clone() }));
+        // --netns in a replay: the recorded name, or the inode; either of them (OR).
+        let named = Event { netns: 7, netns_name: Some("lab-srv".into()), ..server.clone() };
+        let ns = |given: &[&str]| FilterArgs {
+            netns: given.iter().map(|g| parse_netns(g).unwrap()).collect(),
+            ..Default::default()
+        };
+        assert!(ns(&["lab-srv"]).event_filter().selects(&named));
+        assert!(!ns(&["lab-cli"]).event_filter().selects(&named));
+        assert!(ns(&["lab-cli", "7"]).event_filter().selects(&named));
+        assert!(!ns(&["lab-srv"]).event_filter().selects(&client), "a name selects only what has it");
+        let mut recorded = RecordedNetnsNames::default();
+        recorded.add(named.netns_name.as_ref());
+        assert_eq!(ns(&["lab-srv", "7"]).event_filter().netns_name_unrecorded(&recorded), None);
+        let msg = ns(&["lab-cli"]).event_filter().netns_name_unrecorded(&recorded).unwrap();
+        assert!(msg.starts_with("--netns lab-cli:") && msg.ends_with("(the names it has: lab-srv)"), "{msg}");
     }
 
     #[test]
     fn bad_values_say_why() {
         assert!(parse_comm("a-name-far-too-long").unwrap_err().contains("15"));
         assert!(parse_cidr("10.0.0.0/33").is_err());
+        // IPv4-mapped: the IPv4 prefix it is, as events show such addresses.
+        assert_eq!(parse_cidr("::ffff:10.77.0.0/120"), Ok("10.77.0.0/24".parse().unwrap()));
+        assert_eq!(parse_cidr("::ffff:10.77.0.2"), Ok("10.77.0.2/32".parse().unwrap()));
+        assert_eq!(parse_cidr("::ffff:0:0/95"), Ok("::fffe:0:0/95".parse().unwrap()), "wider: IPv6");
         assert!(parse_cidr("example.com").is_err());
         assert!(parse_outcome("accept").unwrap_err().contains("accepted"));
-        assert!(parse_netns("no-such-namespace-here").is_err());
-        assert!(parse_netns("../etc").is_err());
-        assert_eq!(parse_netns("4026531840"), Ok(4026531840));
+        let mut args = FilterArgs {
+            netns: vec![parse_netns("no-such-namespace-here").unwrap()],
+            ..FilterArgs::default()
+        };
+        assert!(args.resolve_live().unwrap_err().contains("no /run/netns/no-such-namespace-here"));
+        assert!(parse_netns("../etc").is_err() && parse_netns("..").is_err());
+        assert_eq!(parse_netns("4026531840"), Ok(NetnsArg::Inode(4026531840)));
         assert!(parse_netns("0").is_err());
+        assert!(parse_netns("4294967296").unwrap_err().contains("at most 4294967295"));
         assert!(parse_pid("0").is_err() && parse_pid("x").is_err());
         assert_eq!(parse_pid("1"), Ok(1));
         assert!(parse_comm("").is_err());

@@ -9,7 +9,7 @@ use std::{
 use tfo_trace::{
     aggregation::metrics::Breakdown,
     cli::{Cli, Command},
-    events::record::RecordRefused,
+    events::record::UsageError,
     views::{self, output, session::PrivilegeError},
 };
 
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that went away (`| head -1`) ends any command quietly.
         Err(err) if output::is_output_closed(&err) => ExitCode::SUCCESS,
-        Err(err) if err.is::<RecordRefused>() => {
+        Err(err) if err.is::<UsageError>() => {
             let _ = tfo_trace::note!("tfo-trace: error: {err}");
             ExitCode::from(2)
         }
@@ -79,7 +79,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             filter: a.filter,
             view: views::top::rows::View::Destinations,
             max_groups: a.max_groups,
-            from: a.from,
+            from: a.from.map(|path| (path, a.probe.filter.event_filter())),
         })),
         Command::Report(a) => views::report::run(a),
         Command::Doctor(a) => views::doctor::run(a.json),
@@ -93,7 +93,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 (None, Some(k)) => Some(Breakdown::Containers(k.into())),
                 (None, None) => None,
             },
-            netns: a.probe.filter.netns.clone(),
+            netns: a.probe.filter.netns_inodes(),
             web_config: a.web_config_file,
             duration: a.duration,
             json_summary: a.summary.json_summary,

@@ -314,6 +314,28 @@ pub fn destination(ip: IpAddr, port: u16, name: Option<&str>) -> String {
     String::from_utf8(out).expect("an address and a str")
 }
 
+/// The process as `trace` and `stalls` print it (COMM): its name, and where the thread that
+/// connected or listened has another, that one after a slash (`python3/connworker`); `-`
+/// where neither is known.
+pub fn write_process(out: &mut Vec<u8>, comm: &str, thread: Option<&str>) {
+    match (comm, thread) {
+        ("", None) => out.push(b'-'),
+        (comm, None) => out.extend_from_slice(comm.as_bytes()),
+        (comm, Some(thread)) => {
+            out.extend_from_slice(if comm.is_empty() { b"-" } else { comm.as_bytes() });
+            out.push(b'/');
+            out.extend_from_slice(thread.as_bytes());
+        }
+    }
+}
+
+/// [`write_process`] as a String.
+pub fn process(comm: &str, thread: Option<&str>) -> String {
+    let mut out = Vec::with_capacity(32);
+    write_process(&mut out, comm, thread);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// [`write_destination`] as a String at most `max_chars` wide where cutting the name can
 /// make it so (a fixed-width column).
 pub fn destination_within(ip: IpAddr, port: u16, name: Option<&str>, max_chars: usize) -> String {

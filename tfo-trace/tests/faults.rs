@@ -168,6 +168,41 @@ fn two_tracers_at_once_do_not_disturb_each_other() {
     export.stop_lines();
 }
 
+/// SIGHUP (a dropped ssh session) ends every long-running command as SIGTERM does: exit 0,
+/// its closing summary (or `report`'s report) said, a recording whole. Each died of it
+/// before, exit 129, without a word (issue 37, item 6; `demo`: tests/top.rs).
+fn a_hang_up_ends_every_command_as_sigterm_does() {
+    require_kernel!();
+    let rec = common::TempFile::new("hung-up");
+    let commands: [&[&str]; 5] = [
+        &["trace", "--json-summary", "--record", rec.path(), "--force"],
+        &["stalls", "--json-summary"],
+        &["top", "--batch", "--json-summary"],
+        &["report", "--duration", "10m", "--format", "json"],
+        &["export", "--web.listen-address", "127.0.0.1:0", "--json-summary"],
+    ];
+    for args in commands {
+        for signal in [libc::SIGTERM, libc::SIGHUP] {
+            let tracer = Tracer::start_command(args);
+            let (stdout, stderr) = tracer.stop_lines_with(signal); // asserts exit 0
+            if args[0] == "report" {
+                let report: Value = serde_json::from_str(&stdout.join("\n")).unwrap_or_else(|e| {
+                    panic!("{args:?}, signal {signal}: no report ({e}): {stdout:?} {stderr:?}")
+                });
+                assert_eq!(report["source"]["kind"], "live", "{report}");
+                continue;
+            }
+            let closing = common::closing(&stderr)
+                .unwrap_or_else(|| panic!("{args:?}, signal {signal}: no closing summary: {stderr:?}"));
+            if args[0] == "trace" {
+                assert_eq!(closing["recorded_to"], rec.path(), "{closing}");
+                let text = std::fs::read_to_string(&rec.0).unwrap();
+                assert!(text.starts_with("{\"tfo_trace_recording\":1"), "the recording's header: {text}");
+            }
+        }
+    }
+}
+
 /// Runs `tfo-trace ARGS` to its end: (exit code, stderr).
 fn run(args: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(common::exe()).args(args).output().expect("running tfo-trace");
@@ -223,7 +258,12 @@ fn a_missing_or_bad_btf_or_an_unloadable_backend_is_one_clear_line() {
 }
 
 tests_main!(
-    under_load_detaches_and_completes_the_recording { sigint: libc::SIGINT, sigterm: libc::SIGTERM },
+    under_load_detaches_and_completes_the_recording {
+        sigint: libc::SIGINT,
+        sigterm: libc::SIGTERM,
+        sighup: libc::SIGHUP,
+    },
+    a_hang_up_ends_every_command_as_sigterm_does,
     sigkill_leaves_nothing_attached_or_pinned,
     two_tracers_at_once_do_not_disturb_each_other,
     a_missing_or_bad_btf_or_an_unloadable_backend_is_one_clear_line,

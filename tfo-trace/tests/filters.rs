@@ -6,6 +6,7 @@
 mod common;
 
 use std::{
+    collections::BTreeSet,
     net::SocketAddr,
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
@@ -140,6 +141,151 @@ fn filters_select_in_the_kernel() {
     // --netns (by name) and --daddr: the server namespace's events, all to that address.
     assert_eq!(acc(&by_netns, srv_ns, server), 12);
     assert!(by_netns.iter().all(|e| e.netns == srv_ns), "{by_netns:?}");
+}
+
+/// A dual-stack listener (`[::]:8082`, IPV6_V6ONLY off, Go's default) and clients to its
+/// IPv4 address, one from an IPv4 socket and one from an IPv6 socket connecting to the
+/// IPv4-mapped address: both ends' sockets of the second, and the server's children of
+/// both, hold `::ffff:a.b.c.d`. Every event must show the IPv4 addresses they are, and the
+/// address filters (decided in the kernel) select them as such: `--saddr` the client's
+/// /24 and `--daddr` the server's address see the server's events too, equal to the
+/// kernel's TcpExtTCPFastOpenPassive; a recording holds and replays them as IPv4
+/// (issue 37, item 3: the server's events were `[::ffff:10.77.0.2]:8082`, unfiltered).
+fn dual_stack_listeners_show_and_filter_ipv4() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let (srv, cli) = (lab.server_addr(0, false).unwrap(), lab.client_addr(false));
+    let (std::net::IpAddr::V4(srv4), std::net::IpAddr::V4(cli4)) = (srv, cli) else { unreachable!() };
+    let listen: SocketAddr = "[::]:8082".parse().unwrap();
+    let _server = lab
+        .start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(listen) })
+        .unwrap();
+    let to_v4 = SocketAddr::new(srv, 8082);
+    let to_mapped = SocketAddr::new(srv4.to_ipv6_mapped().into(), 8082);
+    // The cookie first (one per server address, whatever the client socket's family).
+    assert_eq!(lab.run_client(common::exe(), &ClientArgs::new(to_v4)).unwrap().ok_count(), 1);
+    let (cli_name, srv_name) = (lab.netns(Side::Client).to_string(), lab.netns(Side::Server).to_string());
+    let ours = ["--netns", &cli_name, "--netns", &srv_name];
+    let client_net = format!("{}/24", cli4);
+    let rec = common::TempFile::new("dual-stack");
+    let tracers = [
+        Tracer::start(&[&["--saddr", &client_net, "--port", "8082"][..], &ours].concat()),
+        Tracer::start(&[&["--daddr", &srv.to_string()][..], &ours].concat()),
+        Tracer::start(&[&["--record", rec.path()][..], &ours].concat()),
+    ];
+    let before = Deltas::since(&lab);
+    for dst in [to_v4, to_mapped] {
+        assert_eq!(
+            lab.run_client(common::exe(), &ClientArgs { count: 3, ..ClientArgs::new(dst) })
+                .unwrap()
+                .ok_count(),
+            3
+        );
+    }
+    let (dc, ds) = before.both();
+    let (active, passive) = (dc.get("TcpExtTCPFastOpenActive"), ds.get("TcpExtTCPFastOpenPassive"));
+    assert_eq!((active, passive), (6, 6), "the kernel: {dc:?} {ds:?}");
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    let [by_saddr, by_daddr, all] = tracers.map(|t| t.stop().0);
+    for (what, events) in [("--saddr", &by_saddr), ("--daddr", &by_daddr), ("unfiltered", &all)] {
+        let acc = |ns, role| count(events, ns, role, Outcome::Accepted);
+        assert_eq!(
+            (acc(cli_ns, Role::Client), acc(srv_ns, Role::Server)),
+            (active, passive),
+            "{what}: {events:?}"
+        );
+        for e in events.iter() {
+            let (server, client) =
+                if e.role == Role::Client { (e.daddr, e.saddr) } else { (e.saddr, e.daddr) };
+            assert_eq!((e.family, server, client), (4, srv, cli), "{what}: IPv4 as it is: {e:?}");
+        }
+        let listeners: BTreeSet<_> =
+            events.iter().filter(|e| e.role == Role::Server).map(|e| e.listener).collect();
+        assert_eq!(listeners, BTreeSet::from([Some(listen)]), "{what}: its listener, by its bound address");
+    }
+    // The recording: the addresses as trace printed them, and a replay's filter selects them.
+    let text = std::fs::read_to_string(&rec.0).unwrap();
+    assert!(!text.contains("::ffff:"), "{text}");
+    let replay = Command::new(common::exe())
+        .args([
+            "report",
+            "--format",
+            "json",
+            "--from",
+            rec.path(),
+            "--daddr",
+            &format!("{srv}/32"),
+            "--role",
+            "server",
+        ])
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+    let report: Value = serde_json::from_slice(&replay.stdout).unwrap();
+    assert_eq!(report["source"]["events"], passive, "{report:#}");
+}
+
+/// A client whose connecting thread is named `connworker` (prctl(PR_SET_NAME), as
+/// multi-threaded servers name their workers) in a process named `tfo-trace`, to a
+/// destination behind a middlebox that drops SYN-data: COMM is the process's name, the
+/// thread's beside it (`thread`); `--comm` finds the connections by either; the report's
+/// advice names the process. `--comm` matched the thread's name only, COMM showed it and
+/// the advice named it (issue 37, item 4).
+fn comm_is_the_process_and_the_thread_beside_it() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    let _server =
+        lab.start_server_with(common::exe(), &ServerArgs { tfo_queue: 16, ..ServerArgs::new(dst) }).unwrap();
+    lab.middlebox_drop_syn_data(Some(dst.ip())).unwrap();
+    let cli = lab.netns(Side::Client).to_string();
+    let process =
+        common::exe().file_name().unwrap().to_str().unwrap()[..].chars().take(15).collect::<String>();
+    let rec = common::TempFile::new("thread-name");
+    let tracers = [
+        Tracer::start(&["--netns", &cli, "--comm", &process]),
+        Tracer::start(&["--netns", &cli, "--comm", "connworker"]),
+        Tracer::start(&["--netns", &cli, "--comm", "nosuchname", "--comm", &process]),
+        Tracer::start(&["--netns", &cli, "--record", rec.path()]),
+    ];
+    let before = Deltas::since(&lab);
+    let worker = ClientArgs { count: 3, thread_name: Some("connworker".into()), ..ClientArgs::new(dst) };
+    let run = lab.run_client(common::exe(), &worker).unwrap();
+    assert_eq!(run.ok_count(), 3);
+    let dc = before.client();
+    // A cookie request (small enough to pass), then two SYN-data dropped and resent.
+    assert_eq!((dc.get("TcpExtTCPSynRetrans"), dc.get("TcpExtTCPFastOpenActiveFail")), (2, 2), "{dc:?}");
+    let [by_process, by_thread, either, all] = tracers.map(|t| t.stop().0);
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let stalled = |events: &[Event]| count(events, cli_ns, Role::Client, Outcome::SynRetransmitted);
+    for (what, events) in
+        [("--comm process", &by_process), ("--comm thread", &by_thread), ("either", &either), ("all", &all)]
+    {
+        assert_eq!(events.len(), 3, "{what}: {events:?}");
+        assert_eq!(stalled(events), dc.get("TcpExtTCPSynRetrans"), "{what}: {events:?}");
+        for e in events.iter() {
+            assert_eq!(
+                (e.pid, &*e.comm, e.thread.as_deref()),
+                (run.pid, process.as_str(), Some("connworker")),
+                "{what}: {e:?}"
+            );
+        }
+    }
+    // The report on the recording: its advice names the process.
+    let out = Command::new(common::exe()).args(["report", "--from", rec.path()]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let verdict = text
+        .lines()
+        .find(|l| l.contains("verdict:") && l.contains(&dst.to_string()))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(verdict.contains(&format!(" in {process}")) && !verdict.contains("connworker"), "{verdict}");
+    // `trace`'s COMM: the process's name, the thread's beside it.
+    let mut text_trace = Tracer::start_command(&["trace", "--netns", &cli]);
+    let one = ClientArgs { thread_name: Some("connworker".into()), ..ClientArgs::new(dst) };
+    assert_eq!(lab.run_client(common::exe(), &one).unwrap().ok_count(), 1);
+    let line = text_trace.wait_stdout("the stalled connection's line", |l| l.contains("syn_retransmitted"));
+    assert!(line.contains(&format!(" {process}/connworker ")), "{line}");
 }
 
 /// Two cgroups named as docker names its containers' ([`CONTAINER`], [`OTHER_CONTAINER`]),
@@ -449,4 +595,6 @@ tests_main!(
     export_labels_containers_within_a_bound,
     top_tables_each_container,
     bad_filter_values_are_usage_errors,
+    dual_stack_listeners_show_and_filter_ipv4,
+    comm_is_the_process_and_the_thread_beside_it,
 );

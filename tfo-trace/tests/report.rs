@@ -305,6 +305,74 @@ fn report_rejects_what_is_not_a_recording() {
     assert_eq!(out.status.code(), Some(2), "--from and --duration conflict");
 }
 
+/// `report --from` and `top --from` with `--netns NAME` select the events recorded with that
+/// `netns_name`, whatever /run/netns holds today: the namespace gone (it was a usage error)
+/// or made again under the same name (it matched nothing, silently: another inode). A name
+/// no event of the recording carries is one line listing those it does (issue 37, item 8).
+fn replays_select_namespaces_by_their_recorded_names() {
+    let rec = TempFile::new("recorded-names");
+    let (cli, srv) =
+        (format!("tfo-test-{}-cli", std::process::id()), format!("tfo-test-{}-srv", std::process::id()));
+    // 8 client events in one namespace, 3 server ones in the other, as a lab records them.
+    let header = r#"{"tfo_trace_recording":1,"host":"vm","kernel":"6.18","backend":"tracepoint","start":"2026-11-30T08:00:00.000000000Z","version":"0.1.0"}"#;
+    let mut lines = vec![header.to_string()];
+    for (n, (role, netns, name)) in std::iter::repeat_n(("client", 4026532177u32, &cli), 8)
+        .chain(std::iter::repeat_n(("server", 4026532239, &srv), 3))
+        .enumerate()
+    {
+        let (saddr, daddr) =
+            if role == "client" { ("198.18.0.1", "198.18.0.2") } else { ("198.18.0.2", "198.18.0.1") };
+        lines.push(
+            serde_json::json!({
+                "ts": format!("2026-11-30T08:00:{n:02}.000000000Z"), "role": role, "outcome": "accepted",
+                "family": 4, "saddr": saddr, "sport": 40000 + n, "daddr": daddr, "dport": PORT,
+                "netns": netns, "netns_name": name, "pid": 7, "comm": "tfo-trace", "syn_data_bytes": 64,
+                "cookie_len": null, "exp_option": false, "retransmits": 0, "handshake_us": 90, "stall_us": 0,
+            })
+            .to_string(),
+        );
+    }
+    std::fs::write(&rec.0, lines.join("\n") + "\n").unwrap();
+    let report = |netns: &str| {
+        Command::new(common::exe())
+            .args(["report", "--format", "json", "--from", rec.path(), "--netns", netns])
+            .output()
+            .unwrap()
+    };
+    let events = |out: &std::process::Output| {
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        json["source"]["events"].as_u64().unwrap()
+    };
+    // 3 server events and 8 client ones in the recording; neither namespace exists now.
+    assert_eq!(events(&report(&srv)), 3);
+    assert_eq!(events(&report(&cli)), 8);
+    let top = Command::new(common::exe())
+        .args(["top", "--json", "--from", rec.path(), "--netns", &srv])
+        .output()
+        .unwrap();
+    assert_eq!(top.status.code(), Some(0), "{}", String::from_utf8_lossy(&top.stderr));
+    let last: Value =
+        serde_json::from_str(String::from_utf8_lossy(&top.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(last["events"], 3, "{last}");
+    // A name in no event of the recording: one line naming those it has, exit 2.
+    let out = report("tfo-test-no-such-name");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("tfo-test-no-such-name") && err.contains(&cli) && err.contains(&srv), "{err}");
+    // Made again under the same name (root: `ip netns add`): still the recorded events.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::skip("needs root to make a namespace of the recorded name (the rest passed)");
+    }
+    let made = Command::new("ip").args(["netns", "add", &srv]).status().unwrap();
+    assert!(made.success());
+    let again = report(&srv);
+    let _ = Command::new("ip").args(["netns", "del", &srv]).status();
+    assert_eq!(events(&again), 3);
+}
+
 /// A recording whose client events carry the DNS name their process resolved (`dname`, as
 /// `--names` records it), without a kernel: `--group-by name` makes one row per name whose
 /// counts are its addresses' rows (by destination) summed, those rows as its evidence; an
@@ -747,6 +815,7 @@ tests_main!(
     report_balance_agrees_with_the_break_even { veth: 0, delayed_20ms: 20 },
     report_on_a_recorded_server_that_stopped_taking_tfo,
     report_rejects_what_is_not_a_recording,
+    replays_select_namespaces_by_their_recorded_names,
     report_groups_a_recording_by_name,
     report_on_recorded_key_rotation_and_queue_overflow,
 );

@@ -576,6 +576,60 @@ fn is_lab_client(pid: &str) -> bool {
         .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == b"lab-client"))
 }
 
+/// `top`'s header says `net.ipv4.tcp_fastopen` of the namespaces it traces: each `--netns`
+/// one's, as that namespace reads it (it showed the host's whatever `--netns` said), and in
+/// a replay none (the host replaying is not the one that recorded) (issue 37, item 10).
+fn header_sysctl_is_the_traced_namespaces() {
+    require_kernel!();
+    // A value no host has by default, so that the host's cannot pass for it.
+    let lab = Lab::create(LabConfig { server_fastopen: 0x602, ..LabConfig::default() }).unwrap();
+    let read = |side| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", lab.netns(side), "cat", "/proc/sys/net/ipv4/tcp_fastopen"])
+            .output()
+            .unwrap();
+        format!("{:#x}", String::from_utf8_lossy(&out.stdout).trim().parse::<u32>().unwrap())
+    };
+    let (srv, cli) = (read(Side::Server), read(Side::Client));
+    assert_eq!(srv, "0x602");
+    let (srv_ns, cli_ns) = (lab.netns(Side::Server).to_string(), lab.netns(Side::Client).to_string());
+    let mut top = common::Tracer::start_command(&["top", "--batch", "-d", "1", "--netns", &srv_ns]);
+    let head = top.wait_stdout("a snapshot's header", |l| l.starts_with("tfo-trace top "));
+    assert!(head.contains(&format!(" tcp_fastopen={srv_ns}:{srv} ")), "{head}");
+    drop(top);
+    let top = common::Tracer::start_command(
+        &["top", "--json", "-d", "1", "--netns", &srv_ns, "--netns", &cli_ns, "--record"]
+            .into_iter()
+            .chain([recording_path("header").as_str()])
+            .collect::<Vec<_>>(),
+    );
+    let (lines, _) = top.stop_lines();
+    let snap: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let by_name: BTreeMap<String, String> = snap["tcp_fastopen_netns"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{snap}"))
+        .iter()
+        .map(|n| {
+            (n["netns_name"].as_str().unwrap().to_string(), format!("{:#x}", n["value"].as_u64().unwrap()))
+        })
+        .collect();
+    assert_eq!(by_name, BTreeMap::from([(srv_ns.clone(), srv), (cli_ns.clone(), cli)]), "{snap}");
+    assert!(snap["tcp_fastopen"].is_null(), "two namespaces, no one value: {snap}");
+    // The replay: none.
+    let replay = Command::new(common::exe())
+        .args(["top", "--batch", "--from", &recording_path("header")])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(recording_path("header"));
+    let text = String::from_utf8_lossy(&replay.stdout);
+    let head = text.lines().find(|l| l.starts_with("tfo-trace top ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(!head.contains("tcp_fastopen"), "{head}");
+}
+
+fn recording_path(what: &str) -> String {
+    std::env::temp_dir().join(format!("tfo-top-{what}-{}.jsonl", std::process::id())).display().to_string()
+}
+
 /// `demo --json` (issue 31, item 9): its help says what it prints, `top`'s tables as JSON
 /// lines, and it prints them. Its closing summary against the kernel: the demo runs in a
 /// cgroup of its own, traced with `--cgroup` (only its lab's connections are counted, not
@@ -660,23 +714,65 @@ fn demo_json_prints_tables_and_its_closing_summary_adds_up() {
 }
 
 /// A Ctrl-C while the demo is still building its lab (before top starts) ends it cleanly:
-/// exit 0, its closing summary said, and its lab gone: no namespace of its own left, and no
-/// orphaned lab server or client (this test binary's tfo-trace, run as `lab-server` or
-/// `lab-client`) still running. Until the demo took Ctrl-C before building its lab, a Ctrl-C then ended
-/// the process at once and left all of them behind.
+/// exit 0, its closing summary said, and its lab gone (`assert_demo_lab_gone`). Until the
+/// demo took Ctrl-C before building its lab, a Ctrl-C then ended the process at once and
+/// left all of it behind.
 fn demo_stopped_while_it_builds_its_lab_removes_the_lab() {
     require_kernel!();
     let mut demo = common::Tracer::start_command(&["demo", "--json", "--duration", "60s"]);
     demo.wait_stderr("building the lab");
-    let prefix = format!("{}-{}-", tfo_trace::lab::NS_PREFIX, demo.pid());
+    let pid = demo.pid();
     let (_, stderr) = demo.stop_lines();
-    assert!(common::closing(&stderr).is_some(), "no closing summary: {stderr:?}");
-    let left: Vec<String> = std::fs::read_dir("/run/netns")
+    assert_demo_lab_gone(pid, &stderr);
+}
+
+/// A hang-up (the ssh session that ran it dropped: SIGHUP) while the demo's lab runs ends it
+/// as Ctrl-C and SIGTERM do: exit 0, its closing summary, its lab gone. It exited 129 and
+/// left two namespaces with their nft table, dnsmasq and its files behind (issue 37, item 6).
+fn demo_hung_up_removes_its_lab() {
+    require_kernel!();
+    let mut demo = common::Tracer::start_command(&["demo", "--json", "--duration", "60s"]);
+    // Its first snapshot: the lab (and its DNS server, where dnsmasq is installed) runs.
+    demo.wait_stdout("the demo's first snapshot", |l| l.starts_with('{'));
+    let pid = demo.pid();
+    let dns = tfo_trace::lab::dns::cannot_serve().is_none();
+    assert!(!dns || !demo_leftovers(pid).is_empty(), "the lab runs before the signal");
+    let (_, stderr) = demo.stop_lines_with(libc::SIGHUP);
+    assert_demo_lab_gone(pid, &stderr);
+}
+
+/// What the demo of process `pid` may leave behind: its namespaces (`tfolab-PID-N-{cli,srv}`,
+/// which hold the nft table), dnsmasq's folder in /tmp and the client's /etc/netns
+/// resolv.conf, and a dnsmasq serving from that folder.
+fn demo_leftovers(pid: u32) -> Vec<String> {
+    let prefix = format!("{}-{pid}-", tfo_trace::lab::NS_PREFIX);
+    let ours = |dir: &str| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&prefix))
+            .map(|n| format!("{dir}/{n}"))
+            .collect()
+    };
+    let mut left: Vec<String> = ["/run/netns", "/etc/netns"].into_iter().flat_map(ours).collect();
+    left.extend(ours(&std::env::temp_dir().to_string_lossy()));
+    let dnsmasq = std::fs::read_dir("/proc")
         .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with(&prefix))
-        .collect();
-    assert!(left.is_empty(), "namespaces left behind: {left:?}; {stderr:?}");
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("dnsmasq") && c.contains(&prefix));
+    left.extend(dnsmasq);
+    left
+}
+
+/// The demo of process `pid` ended cleanly: its closing summary said, nothing of its lab
+/// left ([`demo_leftovers`]), and no orphaned lab server or client (this test binary's
+/// tfo-trace, run as `lab-server` or `lab-client`) still running.
+fn assert_demo_lab_gone(pid: u32, stderr: &[String]) {
+    assert!(common::closing(stderr).is_some(), "no closing summary: {stderr:?}");
+    let left = demo_leftovers(pid);
+    assert!(left.is_empty(), "left behind: {left:?}; {stderr:?}");
     // Ours once orphaned: a lab process of this binary whose parent is no longer a
     // tfo-trace (other tests' demos, running beside this one, are their servers' parents).
     let exe = std::fs::canonicalize(common::exe()).unwrap();
@@ -697,6 +793,8 @@ fn demo_stopped_while_it_builds_its_lab_removes_the_lab() {
 
 tests_main!(
     demo_stopped_while_it_builds_its_lab_removes_the_lab,
+    demo_hung_up_removes_its_lab,
+    header_sysctl_is_the_traced_namespaces,
     demo_json_prints_tables_and_its_closing_summary_adds_up,
     count_stops_top_by_itself,
     batch_rows_match_the_kernel_counters,

@@ -216,10 +216,21 @@ pub struct CountedRow {
     pub within: Option<Outcome>,
 }
 
+/// A kernel-counted (role, outcome) as every JSON output says it: `client/active_disabled`.
+pub fn outcome_label(role: Role, outcome: Outcome) -> String {
+    format!("{}/{}", role.name(), outcome.name())
+}
+
+fn ser_outcome_labels<S: serde::Serializer>(outcomes: &[(Role, Outcome)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(outcomes.iter().map(|&(r, o)| outcome_label(r, o)))
+}
+
 /// What the kernel counted of the outcomes the backend cannot see, per namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct KernelCounted {
-    /// The (role, outcome) pairs the backend takes from the counters (empty: none).
+    /// The (role, outcome) pairs the backend takes from the counters (empty: none); said
+    /// as [`outcome_label`]s.
+    #[serde(serialize_with = "ser_outcome_labels")]
     pub outcomes: Vec<(Role, Outcome)>,
     /// How many namespaces' counters were followed.
     pub namespaces: usize,

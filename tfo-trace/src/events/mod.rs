@@ -39,12 +39,19 @@ pub struct Event {
     /// The namespace's `ip netns` name, where it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns_name: Option<Arc<str>>,
-    /// Server: the listening socket the connection arrived at, named as `ss -ltn` names it
-    /// (`0.0.0.0:8080`, `[::]:8080`, or its own address), where it was found in /proc.
+    /// Server: the listening socket the connection arrived at, named by its bound address
+    /// (`0.0.0.0:8080`, `[::]:8080`, or its own address; a dual-stack `[::]:8080` is `*:8080`
+    /// in `ss -ltn`), where it was found in /proc.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listener: Option<std::net::SocketAddr>,
     pub pid: u32,
+    /// The process's name (its main thread's, as /proc/PID/comm shows it).
     pub comm: Arc<str>,
+    /// The name of the thread that connected (client) or called listen() (server), where it
+    /// is not the process's: a worker's (`connworker`). Absent where the same or unknown,
+    /// and in a recording made before events carried it (whose `comm` is the thread's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<Arc<str>>,
     pub syn_data_bytes: u32,
     /// Length of the TFO cookie, where the backend saw it (null otherwise).
     pub cookie_len: Option<u8>,
@@ -275,18 +282,40 @@ impl Interner {
 
     /// A `comm` as the kernel sends it (NUL-padded bytes), as a name.
     pub fn comm(&mut self, comm: &[u8; TASK_COMM_LEN]) -> &Arc<str> {
-        let at = match self.recent_comms.iter().position(|r| r.as_ref().is_some_and(|(raw, _)| raw == comm)) {
-            Some(at) => at,
-            None => {
-                let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
-                let name = self.get(&String::from_utf8_lossy(&comm[..end]));
-                let at = self.next_recent;
-                self.next_recent = (at + 1) % RECENT_COMMS;
-                self.recent_comms[at] = Some((*comm, name));
-                at
-            }
-        };
+        let at = self.recent_slot(comm, None);
         &self.recent_comms[at].as_ref().expect("found or just set").1
+    }
+
+    /// A process's name and its thread's as the kernel sends them, as names: the thread's
+    /// only where it is another (an unknown one is all zero, as the process's then is).
+    pub fn comm_and_thread(
+        &mut self,
+        comm: &[u8; TASK_COMM_LEN],
+        thread: &[u8; TASK_COMM_LEN],
+    ) -> (&Arc<str>, Option<&Arc<str>>) {
+        let at = self.recent_slot(comm, None);
+        let thread_at = (thread != comm && thread[0] != 0).then(|| self.recent_slot(thread, Some(at)));
+        let name = |i: usize| &self.recent_comms[i].as_ref().expect("found or just set").1;
+        (name(at), thread_at.map(name))
+    }
+
+    /// The slot of `comm` among the recent ones, put there (in turn, but never over
+    /// `keep`) if it is not.
+    fn recent_slot(&mut self, comm: &[u8; TASK_COMM_LEN], keep: Option<usize>) -> usize {
+        if let Some(at) =
+            self.recent_comms.iter().position(|r| r.as_ref().is_some_and(|(raw, _)| raw == comm))
+        {
+            return at;
+        }
+        let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
+        let name = self.get(&String::from_utf8_lossy(&comm[..end]));
+        if Some(self.next_recent) == keep {
+            self.next_recent = (self.next_recent + 1) % RECENT_COMMS;
+        }
+        let at = self.next_recent;
+        self.next_recent = (at + 1) % RECENT_COMMS;
+        self.recent_comms[at] = Some((*comm, name));
+        at
     }
 }
 
@@ -295,6 +324,23 @@ fn addr(family: u8, raw: &[u8; 16]) -> IpAddr {
         IpAddr::V4(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]))
     } else {
         IpAddr::V6(Ipv6Addr::from(*raw))
+    }
+}
+
+/// An IPv6 socket's addresses, where both are IPv4-mapped (`::ffff:a.b.c.d`: a dual-stack
+/// listener's child of an IPv4 client, an IPv6 socket connected to an IPv4 address), as
+/// the IPv4 addresses they are, family 4: what every view shows and filters on, and what
+/// recordings hold. The one rule, applied where an event is decoded (the kernel's record,
+/// a recording's line made before it); the kernel's address filter applies the same
+/// (tfo-trace-ebpf/src/filter.rs).
+pub fn unmapped(family: u8, saddr: IpAddr, daddr: IpAddr) -> (u8, IpAddr, IpAddr) {
+    let v4 = |a: IpAddr| match a {
+        IpAddr::V6(a) => a.to_ipv4_mapped(),
+        IpAddr::V4(_) => None,
+    };
+    match (family, v4(saddr), v4(daddr)) {
+        (FAMILY_V6, Some(s), Some(d)) => (FAMILY_V4, s.into(), d.into()),
+        _ => (family, saddr, daddr),
     }
 }
 
@@ -366,6 +412,8 @@ pub struct EventRef<'a> {
     pub netns_name: Option<&'a Arc<str>>,
     pub pid: u32,
     pub comm: &'a Arc<str>,
+    /// [`Event::thread`].
+    pub thread: Option<&'a Arc<str>>,
     pub syn_data_bytes: u32,
     pub cookie_len: Option<u8>,
     pub cookie_issued: Option<bool>,
@@ -390,24 +438,32 @@ pub struct EventRef<'a> {
 }
 
 impl<'a> EventRef<'a> {
-    /// A ring-buffer record as the event it holds, its process name `comm` (the record's,
-    /// named): not yet named by the reader (no listener, namespace name or container).
-    pub(crate) fn decode(raw: &TfoEvent, clock: Clock, comm: &'a Arc<str>) -> Result<Self> {
+    /// A ring-buffer record as the event it holds, its process's name `comm` and its
+    /// thread's (the record's, named): not yet named by the reader (no listener, namespace
+    /// name or container).
+    pub(crate) fn decode(
+        raw: &TfoEvent,
+        clock: Clock,
+        (comm, thread): (&'a Arc<str>, Option<&'a Arc<str>>),
+    ) -> Result<Self> {
         let (role, outcome) = checked(raw)?;
         let queue_known = raw.flags & flags::QUEUE_KNOWN != 0;
+        let (family, saddr, daddr) =
+            unmapped(raw.family, addr(raw.family, &raw.saddr), addr(raw.family, &raw.daddr));
         Ok(EventRef {
             role,
             outcome,
-            family: raw.family,
-            saddr: addr(raw.family, &raw.saddr),
+            family,
+            saddr,
             sport: raw.sport,
-            daddr: addr(raw.family, &raw.daddr),
+            daddr,
             dport: raw.dport,
             dname: None,
             netns: raw.netns,
             netns_name: None,
             pid: raw.pid,
             comm,
+            thread,
             syn_data_bytes: raw.syn_data_bytes,
             cookie_len: (raw.flags & flags::COOKIE_LEN_KNOWN != 0).then_some(raw.cookie_len),
             cookie_issued: (role == Role::Server && outcome == Outcome::CookieRequested)
@@ -430,7 +486,7 @@ impl<'a> EventRef<'a> {
     /// [`EventRef::decode`] the bytes of one ring-buffer record.
     pub(crate) fn from_bytes(bytes: &[u8], clock: Clock, names: &'a mut Interner) -> Result<Self> {
         let raw = record_of(bytes)?;
-        Self::decode(&raw, clock, names.comm(&raw.comm))
+        Self::decode(&raw, clock, names.comm_and_thread(&raw.comm, &raw.thread))
     }
 
     /// The event, owned: its names shared, not copied.
@@ -454,6 +510,7 @@ impl<'a> EventRef<'a> {
             listener: self.listener,
             pid: self.pid,
             comm: self.comm.clone(),
+            thread: self.thread.cloned(),
             syn_data_bytes: self.syn_data_bytes,
             cookie_len: self.cookie_len,
             cookie_issued: self.cookie_issued,
@@ -505,6 +562,7 @@ impl Event {
             netns_name: self.netns_name.as_ref(),
             pid: self.pid,
             comm: &self.comm,
+            thread: self.thread.as_ref(),
             syn_data_bytes: self.syn_data_bytes,
             cookie_len: self.cookie_len,
             cookie_issued: self.cookie_issued,
@@ -553,8 +611,8 @@ impl Event {
 }
 
 impl EventRef<'_> {
-    /// A server event's listener as every view names it: the listening socket `ss -ltn`
-    /// shows ([`Event::listener`]), else (not found, or a recording made before it was
+    /// A server event's listener as every view names it: the listening socket's bound
+    /// address ([`Event::listener`]), else (not found, or a recording made before it was
     /// recorded) the address the connection arrived at.
     pub fn listener_name(&self) -> std::net::SocketAddr {
         self.listener.unwrap_or(std::net::SocketAddr::new(self.saddr, self.sport))
@@ -586,6 +644,7 @@ pub(crate) fn sample_event(role: Role, outcome: Outcome) -> Event {
         listener: None,
         pid: 1,
         comm: "c".into(),
+        thread: None,
         syn_data_bytes: 0,
         cookie_len: None,
         cookie_issued: None,
@@ -642,13 +701,14 @@ mod tests {
             queue_len: 0,
             queue_max: 0,
             cgroup_id: 0,
+            thread: comm,
         }
     }
 
     /// The event a record holds, not named by the reader.
     fn decode(r: &TfoEvent, clock: Clock) -> Result<Event> {
-        let comm = Interner::default().comm(&r.comm).clone();
-        EventRef::decode(r, clock, &comm).map(|e| e.to_event())
+        let mut names = Interner::default();
+        EventRef::decode(r, clock, names.comm_and_thread(&r.comm, &r.thread)).map(|e| e.to_event())
     }
 
     #[test]
@@ -663,6 +723,40 @@ mod tests {
         assert_eq!(e.cookie_len, None);
         assert_eq!(e.cookie_issued, None);
         assert_eq!(e.ts.to_string(), "2001-09-09T01:46:45.000000000Z");
+    }
+
+    /// A dual-stack listener's child of an IPv4 client holds both addresses IPv4-mapped:
+    /// they are IPv4, family 4; an IPv6 connection, or one mapped address alone, stays.
+    #[test]
+    fn ipv4_mapped_addresses_are_ipv4() {
+        let mapped = |a: [u8; 4]| {
+            let mut raw = [0u8; 16];
+            raw[10..12].copy_from_slice(&[0xff, 0xff]);
+            raw[12..].copy_from_slice(&a);
+            raw
+        };
+        let server = TfoEvent {
+            family: FAMILY_V6,
+            role: Role::Server as u8,
+            outcome: Outcome::Accepted as u8,
+            saddr: mapped([10, 77, 0, 2]),
+            daddr: mapped([10, 77, 0, 1]),
+            sport: 8082,
+            dport: 40000,
+            ..raw()
+        };
+        let e = decode(&server, Clock::fixed(0)).unwrap();
+        assert_eq!(
+            (e.family, e.source(), e.destination()),
+            (4, "10.77.0.2:8082".into(), "10.77.0.1:40000".into())
+        );
+        let v6 = TfoEvent { daddr: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1).octets(), ..server };
+        let e = decode(&v6, Clock::fixed(0)).unwrap();
+        assert_eq!(
+            (e.family, e.source()),
+            (6, "[::ffff:10.77.0.2]:8082".into()),
+            "one mapped address alone stays"
+        );
     }
 
     #[test]
@@ -736,6 +830,33 @@ mod tests {
         assert!(EventRef::from_bytes(&bytes(&bad), Clock::fixed(0), &mut Interner::default()).is_err());
         assert!(
             EventRef::from_bytes(&bytes(&raw())[..10], Clock::fixed(0), &mut Interner::default()).is_err()
+        );
+    }
+
+    /// A worker thread's name beside its process's: `thread` where it differs, and the two
+    /// kept apart by the recent names whatever their order.
+    #[test]
+    fn the_thread_is_named_where_it_is_not_the_process() {
+        let name = |n: &str| {
+            let mut c = [0u8; TASK_COMM_LEN];
+            c[..n.len()].copy_from_slice(n.as_bytes());
+            c
+        };
+        let worker = TfoEvent { comm: name("python3"), thread: name("connworker"), ..raw() };
+        let e = decode(&worker, Clock::fixed(0)).unwrap();
+        assert_eq!((&*e.comm, e.thread.as_deref()), ("python3", Some("connworker")));
+        assert_eq!(decode(&raw(), Clock::fixed(0)).unwrap().thread, None, "one thread: the same name");
+        let unknown = TfoEvent { comm: [0; 16], thread: [0; 16], ..raw() };
+        assert_eq!(decode(&unknown, Clock::fixed(0)).unwrap().thread, None);
+        let mut names = Interner::default();
+        for n in ["a", "b", "c", "d", "e", "f", "g"] {
+            let (comm, thread) = names.comm_and_thread(&name(n), &name(&format!("{n}-worker")));
+            assert_eq!((&**comm, thread.map(|t| &**t)), (n, Some(format!("{n}-worker").as_str())));
+        }
+        let v = serde_json::to_value(decode(&worker, Clock::fixed(0)).unwrap()).unwrap();
+        assert_eq!(
+            (&v["comm"], &v["thread"]),
+            (&serde_json::json!("python3"), &serde_json::json!("connworker"))
         );
     }
 

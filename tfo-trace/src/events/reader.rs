@@ -126,7 +126,7 @@ impl EventSource {
     /// Everything already in the ring buffer, without waiting, each record decoded
     /// ([`EventRef::decode`]), named and handed to `each` without making an [`Event`]
     /// (what `top` counts and `trace` prints, with no name cloned). The one place a record
-    /// is named: a server event's listener as `ss -ltn` names it, and its owner where the
+    /// is named: a server event's listener by its bound address, and its owner where the
     /// kernel map had none (a listener opened before we attached), both from /proc; every
     /// event's namespace name and container, and a client's destination by its DNS name
     /// (`--names`; the answers queued before the records are read first). Returns how many

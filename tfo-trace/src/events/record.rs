@@ -77,17 +77,18 @@ pub struct RecordTo {
     pub replace: bool,
 }
 
-/// Why `--record` refused its file: the user's to fix (a usage error, exit 2).
+/// A usage error about recordings, the user's to fix (exit 2): why `--record` refused its
+/// file, or a replay's `--netns` name that no recorded event carries.
 #[derive(Debug)]
-pub struct RecordRefused(pub String);
+pub struct UsageError(pub String);
 
-impl std::fmt::Display for RecordRefused {
+impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl std::error::Error for RecordRefused {}
+impl std::error::Error for UsageError {}
 
 /// Writes a recording. Every [`Recorder::write_batch`] ends with a flush to the kernel.
 pub struct Recorder {
@@ -116,7 +117,7 @@ impl Recorder {
     pub fn open(to: &RecordTo) -> Result<Recorder> {
         let path = to.path.as_path();
         let refused =
-            |why: String| anyhow::Error::new(RecordRefused(format!("--record {}: {why}", path.display())));
+            |why: String| anyhow::Error::new(UsageError(format!("--record {}: {why}", path.display())));
         let new = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -519,8 +520,12 @@ fn parse_header(line: &[u8]) -> std::result::Result<Header, String> {
     serde_json::from_value(v).map_err(|e| format!("bad header: {e}"))
 }
 
+/// One recorded event; IPv4-mapped addresses, as a recording made before events were
+/// decoded so holds them, as IPv4 ([`super::unmapped`]).
 pub(crate) fn parse_event(text: &str) -> std::result::Result<Event, String> {
-    serde_json::from_str(text).map_err(|e| e.to_string())
+    let mut e: Event = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    (e.family, e.saddr, e.daddr) = super::unmapped(e.family, e.saddr, e.daddr);
+    Ok(e)
 }
 
 /// A recording's time, RFC 3339 in UTC as [`super::rfc3339`] writes it
@@ -637,7 +642,7 @@ mod tests {
         let to = |p: &Path, replace| RecordTo { path: p.to_path_buf(), replace };
         for replace in [false, true] {
             let e = Recorder::open(&to(&link, replace)).err().unwrap();
-            assert!(e.is::<RecordRefused>() && e.to_string().contains("symbolic link"), "{e}");
+            assert!(e.is::<UsageError>() && e.to_string().contains("symbolic link"), "{e}");
         }
         let e = Recorder::open(&to(&target, false)).err().unwrap();
         assert!(e.to_string().ends_with("the file exists; --force replaces it"), "{e}");

@@ -131,6 +131,34 @@ pub fn every_netns(learned: &BTreeMap<u32, u32>) -> Vec<Netns> {
     out
 }
 
+/// A way into each namespace of `inodes` that exists now (those held only by sockets
+/// too), in no particular order; none for one that does not.
+pub fn find(inodes: &[u32]) -> Vec<Netns> {
+    let known = every_netns(&BTreeMap::new());
+    let mut found: Vec<Netns> =
+        known.iter().filter(|n| inodes.contains(&n.inode) && !n.is_unnamed()).cloned().collect();
+    if found.len() < inodes.len() {
+        found.extend(held_by_sockets(&known).into_iter().filter(|n| inodes.contains(&n.inode)));
+    }
+    found
+}
+
+/// Whether a network namespace with this inode exists now, held by a process, a mount or
+/// a socket: None where that cannot be told (a process whose namespace this user may not
+/// read and that no readable one shares: [`Way::Unnamed`]; a socket that could not be
+/// asked), so that no one can say it does not.
+pub fn exists(inode: u32) -> Option<bool> {
+    let known = every_netns(&BTreeMap::new());
+    if known.iter().any(|n| n.inode == inode && !n.is_unnamed()) {
+        return Some(true);
+    }
+    let (held, sockets_complete) = held_by_sockets_checked(&known);
+    if held.iter().any(|n| n.inode == inode) {
+        return Some(true);
+    }
+    (sockets_complete && !known.iter().any(Netns::is_unnamed)).then_some(false)
+}
+
 /// Mount points of nsfs files (`ip netns` names, container runtimes), from our mount
 /// table; those of other namespace types are weeded out when their inode is read as a
 /// network namespace's (a file that is not one fails to enter).
@@ -156,9 +184,15 @@ fn nsfs_mount_point(line: &str) -> Option<PathBuf> {
 /// namespace it was made in), each asked for its namespace. Costs a walk of every
 /// process's fds: for the start and for a namespace that lost its last process.
 pub fn held_by_sockets(known: &[Netns]) -> Vec<Netns> {
+    held_by_sockets_checked(known).0
+}
+
+/// [`held_by_sockets`], and whether every namespace and socket could be looked at.
+fn held_by_sockets_checked(known: &[Netns]) -> (Vec<Netns>, bool) {
+    let mut complete = true;
     let listed: HashSet<u64> = run_in_each(known, tcp_socket_inodes_here)
         .into_iter()
-        .filter_map(|(_, r)| r.ok())
+        .filter_map(|(_, r)| r.map_err(|_| complete = false).ok())
         .flatten()
         .collect();
     let mut found = BTreeMap::new();
@@ -168,7 +202,10 @@ pub fn held_by_sockets(known: &[Netns]) -> Vec<Netns> {
             if listed.contains(&inode) || !is_tcp_fd(pid, fd) {
                 continue;
             }
-            let Ok(ns) = socket_netns(pid, fd) else { continue };
+            let Ok(ns) = socket_netns(pid, fd) else {
+                complete = false;
+                continue;
+            };
             let Ok(meta) = File::from(ns).metadata() else { continue };
             let ns_inode = meta.ino() as u32;
             if !known_inodes.contains(&ns_inode) {
@@ -176,7 +213,8 @@ pub fn held_by_sockets(known: &[Netns]) -> Vec<Netns> {
             }
         }
     }
-    found.into_iter().map(|(inode, way)| Netns { inode, way, netstat_inode: None }).collect()
+    let held = found.into_iter().map(|(inode, way)| Netns { inode, way, netstat_inode: None }).collect();
+    (held, complete)
 }
 
 /// Whether `/proc/PID/fd/FD` is a TCP socket (sockfs names its protocol in an xattr:
@@ -375,6 +413,15 @@ mod tests {
         assert_eq!(inodes.len(), all.len(), "each namespace once");
         let read = run_in_each(&all[..1], || netns::current_netns_inode().map(|i| i as u32).ok());
         assert_eq!(read, vec![(me, Ok(Some(me)))]);
+    }
+
+    #[test]
+    fn our_namespace_exists_and_inode_1_does_not() {
+        let me = netns::current_netns_inode().unwrap() as u32;
+        assert_eq!(exists(me), Some(true));
+        // Inode 1 is the root of a file system, never an nsfs file; unprivileged, the
+        // search may not be complete enough to say so.
+        assert_ne!(exists(1), Some(true));
     }
 
     #[test]

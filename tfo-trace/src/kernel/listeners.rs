@@ -107,7 +107,7 @@ pub fn find_owner(netns: u32, port: u16, listener: Option<SocketAddr>) -> Option
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListenerOwner {
     pub netns: u32,
-    /// Its bound address, as `ss -ltn` shows it.
+    /// Its bound address (as `ss -ltn` shows it, but a dual-stack `[::]:P`, `*:P` there).
     pub addr: SocketAddr,
     pub port: u16,
     pub pid: u32,
@@ -146,8 +146,8 @@ pub fn every_listener_owner() -> Vec<ListenerOwner> {
     out
 }
 
-/// The listener a connection arrived at, by the name `ss -ltn` gives it: its bound
-/// address, among `listening` (the namespace's listeners), for the connection's local
+/// The listener a connection arrived at, by its bound address (docs/usage.md, "JSON
+/// fields", on how that differs from `ss -ltn`), among `listening` (the namespace's listeners), for the connection's local
 /// address. The same address and port first, else the wildcard of the connection's family
 /// (`0.0.0.0:P`, `[::]:P`), else for IPv4 a dual-stack `[::]:P` (which takes IPv4 as
 /// `::ffff:a.b.c.d`).

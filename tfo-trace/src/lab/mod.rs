@@ -606,10 +606,11 @@ impl Lab {
     }
 
     /// Starts `exe lab-client` in the client namespace in the background. `spec.dst` must
-    /// be one of this lab's server addresses.
+    /// be one of this lab's server addresses (an IPv4 one may be given IPv4-mapped: the
+    /// client then connects from an IPv6 socket, as a dual-stack program does).
     pub fn spawn_client(&self, exe: &Path, spec: &ClientRunSpec) -> Result<ClientChild> {
         let all: Vec<IpAddr> = self.server_addrs(false).into_iter().chain(self.server_addrs(true)).collect();
-        if !all.contains(&spec.dst.ip()) {
+        if !all.contains(&spec.dst.ip().to_canonical()) {
             bail!("client destination {} is not a server address of this lab ({all:?})", spec.dst);
         }
         let mut c = cmd::in_netns(&self.client_ns, exe);

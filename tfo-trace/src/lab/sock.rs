@@ -28,8 +28,9 @@ pub(super) fn family_of(addr: &SocketAddr) -> libc::c_int {
 }
 
 /// A listener on `addr` with SO_REUSEADDR, TCP_FASTOPEN set to `tfo_queue` (0: left off)
-/// before listen(), and accept() returning every `accept_poll` so loops can check for stop;
-/// with `v6_only`, an IPv6 one that takes no IPv4 (IPV6_V6ONLY).
+/// before listen(), and accept() returning every `accept_poll` so loops can check for stop.
+/// An IPv6 one takes IPv4 too (dual-stack: IPV6_V6ONLY 0, as Go's listeners do), whatever
+/// the namespace's net.ipv6.bindv6only says; with `v6_only`, IPv6 only.
 pub(super) fn tfo_listener(
     addr: SocketAddr,
     tfo_queue: u32,
@@ -39,8 +40,9 @@ pub(super) fn tfo_listener(
 ) -> Result<TcpListener> {
     let s = new_socket(family_of(&addr))?;
     setsockopt_int(&s, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1).context("setsockopt(SO_REUSEADDR)")?;
-    if v6_only && addr.is_ipv6() {
-        setsockopt_int(&s, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1).context("setsockopt(IPV6_V6ONLY)")?;
+    if addr.is_ipv6() {
+        setsockopt_int(&s, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, v6_only.into())
+            .context("setsockopt(IPV6_V6ONLY)")?;
     }
     let (sa, len) = sockaddr(&addr);
     // SAFETY: valid fd and sockaddr of the given length.

@@ -46,7 +46,9 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 300)]
     pub max_seconds: u64,
     /// An IPv6 listener that takes IPv6 only (IPV6_V6ONLY), so that an IPv4 one can share
-    /// its port, as `[::]:80` and `0.0.0.0:80` of many servers do.
+    /// its port, as `[::]:80` and `0.0.0.0:80` of many servers do. Without it an IPv6
+    /// listener is dual-stack (IPV6_V6ONLY 0, whatever net.ipv6.bindv6only says): `[::]:80`
+    /// takes IPv4 too, its children holding the clients' addresses IPv4-mapped.
     #[arg(long)]
     pub v6_only: bool,
     /// A cgroup v2 directory the lab starts the server in (tests of container attribution).
@@ -136,6 +138,10 @@ pub struct ClientArgs {
     pub resolve: Option<String>,
     #[arg(long, value_enum, default_value_t = super::dns::Resolver::Libc)]
     pub resolver: super::dns::Resolver,
+    /// Connect from a thread of this name (prctl(PR_SET_NAME), at most 15 bytes), as a
+    /// multi-threaded server's workers do; the process keeps its own name.
+    #[arg(long, value_name = "NAME")]
+    pub thread_name: Option<String>,
 }
 
 impl ClientArgs {
@@ -150,6 +156,7 @@ impl ClientArgs {
             cgroup: None,
             resolve: None,
             resolver: super::dns::Resolver::Libc,
+            thread_name: None,
         }
     }
 
@@ -173,6 +180,7 @@ impl ClientArgs {
         .chain(self.resolve.iter().flat_map(|name| {
             ["--resolve".into(), name.clone(), "--resolver".into(), self.resolver.as_str().into()]
         }))
+        .chain(self.thread_name.iter().flat_map(|name| ["--thread-name".into(), name.clone()]))
         .collect()
     }
 
@@ -287,6 +295,31 @@ pub fn run_client(args: &ClientArgs) -> Result<()> {
             bail!("{name} resolved to {found:?}, not to {}", args.dst.ip());
         }
     }
+    match &args.thread_name {
+        None => connections(args),
+        Some(name) => {
+            let name = std::ffi::CString::new(name.as_str()).context("--thread-name: no NUL byte")?;
+            if name.as_bytes().len() >= 16 {
+                bail!("--thread-name: at most 15 bytes (the kernel's TASK_COMM_LEN)");
+            }
+            let worker = std::thread::scope(|s| {
+                s.spawn(|| {
+                    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes,
+                    // and renames the calling thread only.
+                    if unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) } != 0 {
+                        return Err(io::Error::last_os_error()).context("prctl(PR_SET_NAME)");
+                    }
+                    connections(args)
+                })
+                .join()
+            });
+            worker.unwrap_or_else(|p| std::panic::resume_unwind(p))
+        }
+    }
+}
+
+/// `args.count` connections, one result line each, from the calling thread.
+fn connections(args: &ClientArgs) -> Result<()> {
     let payload = pattern(args.payload_bytes);
     let timeout = Duration::from_millis(args.timeout_ms);
     let mut out = io::stdout().lock();

@@ -21,7 +21,6 @@ use crate::{
     probes::LoadOptions,
     views::{
         session::Session,
-        stop::Stop,
         top::{self, rows::View, HeaderInfo, TopOptions},
     },
 };
@@ -92,10 +91,10 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let load = LoadOptions { names: true, ..args.probe.load_options() };
     // Privileges are checked (one clear line) before anything is created.
     let mut session = Session::start(&load, None)?;
-    // Ctrl-C from here on is the demo's to handle: the lab it builds next (namespaces,
-    // servers, nft rules) must go with it. Without this, a Ctrl-C before top took over
-    // ended the process at once and left them behind.
-    let mut stop = Stop::new(None)?;
+    // Ctrl-C, SIGTERM and SIGHUP from here on are the demo's to handle: the lab it builds
+    // next (namespaces, servers, nft rules, dnsmasq and its files) must go with it. Without
+    // this, a signal before top took over ended the process at once and left them behind.
+    let mut stop = session.take_stop(None)?;
 
     crate::note!("tfo-trace demo: building the lab (2 namespaces, 2 destinations, 1 middlebox)")?;
     let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() })?;
@@ -135,7 +134,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         record: None,
         from: None,
     };
-    let info = HeaderInfo::new(session.tracer.backend.to_string(), interval);
+    let info = HeaderInfo::new(session.tracer.backend.to_string(), interval, &[]);
     stop.stop_after(args.duration + Duration::from_secs(2));
     top::run_on(&mut session, &opts, info, &mut stop).await?;
     for c in clients {

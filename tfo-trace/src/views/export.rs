@@ -55,7 +55,6 @@ use crate::{
     probes::LoadOptions,
     views::{
         session::Session,
-        stop::Stop,
         web_config::{BasicAuth, WebConfig},
     },
 };
@@ -192,7 +191,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
         None => None,
     };
 
-    let mut stop = Stop::new(opts.duration)?;
+    let mut stop = session.take_stop(opts.duration)?;
     let mut textfile_tick = tokio::time::interval(opts.interval);
     let mut batch: Vec<Event> = Vec::new();
     let needs_events = metrics.needs_events();

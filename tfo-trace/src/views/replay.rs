@@ -11,7 +11,7 @@ use crate::{
         record::{BadLines, Events, Header, Line},
         Event,
     },
-    filter::EventFilter,
+    filter::{EventFilter, RecordedNetnsNames},
 };
 
 /// What a replay hands on: the events the filter selects, and the headers after line 1.
@@ -28,13 +28,16 @@ pub struct Replay {
     filter: EventFilter,
     /// The bad lines skipped so far.
     pub bad: BadLines,
+    /// The namespace names of every event read so far, selected or not.
+    pub netns_names: RecordedNetnsNames,
 }
 
 impl Replay {
     /// Opens a recording: its first header, and the replay of the rest.
     pub fn open(path: &Path, filter: EventFilter) -> Result<(Header, Replay)> {
         let (header, lines) = Events::open(path)?;
-        Ok((header, Replay { lines, filter, bad: BadLines::default() }))
+        let (bad, netns_names) = (BadLines::default(), RecordedNetnsNames::default());
+        Ok((header, Replay { lines, filter, bad, netns_names }))
     }
 
     /// The selected events alone (headers passed over), for views that merge segments.
@@ -52,8 +55,12 @@ impl Iterator for Replay {
     fn next(&mut self) -> Option<Replayed> {
         loop {
             match self.lines.next()? {
-                Line::Event(e) if self.filter.selects(&e) => return Some(Replayed::Event(e)),
-                Line::Event(_) => {}
+                Line::Event(e) => {
+                    self.netns_names.add(e.netns_name.as_ref());
+                    if self.filter.selects(&e) {
+                        return Some(Replayed::Event(e));
+                    }
+                }
                 Line::Header(h) => return Some(Replayed::Header(h)),
                 Line::Bad(bad) => self.bad.add(bad),
             }

@@ -156,6 +156,7 @@ fn from_recordings(
 ) -> Result<(Source, Vec<Source>, Built, Vec<String>)> {
     let mut opened = Vec::new();
     let mut hosts = std::collections::BTreeSet::new();
+    let mut netns_names = crate::filter::RecordedNetnsNames::default();
     for (path, in_folder) in record::recordings_named(from)? {
         match Replay::open(&path, filter.clone()) {
             Ok((header, replay)) => {
@@ -224,6 +225,10 @@ fn from_recordings(
         source.bad_lines = replay.bad.count - bad_before;
         sources.push(source);
         errors.extend(replay.bad.summary());
+        netns_names.extend(&replay.netns_names);
+    }
+    if let Some(msg) = filter.netns_name_unrecorded(&netns_names) {
+        return Err(crate::events::record::UsageError(msg).into());
     }
     let backends: std::collections::BTreeSet<&str> =
         sources.iter().filter_map(|s| s.backend.as_deref()).collect();

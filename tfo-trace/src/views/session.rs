@@ -1,8 +1,9 @@
 //! A live tracing session: what every live view (trace, stalls, top, report, export, demo)
 //! does around its own output, said once. Check privileges, load and attach (and say which
 //! backend runs), read the ring buffer, write every event to the `--record` file, stop on
-//! Ctrl-C, SIGTERM or `--duration` with what the kernel already wrote still delivered, and
-//! say at the end how many events came and every way one could have gone missing.
+//! Ctrl-C, SIGTERM, SIGHUP or `--duration` with what the kernel already wrote still
+//! delivered, and say at the end how many events came and every way one could have gone
+//! missing.
 use std::{ops::ControlFlow, time::Duration};
 
 use anyhow::Result;
@@ -27,6 +28,10 @@ pub struct Session {
     seen: u64,
     /// Every namespace's counters since the programs attached: the outcomes no hook sees.
     counters: NamespaceCounters,
+    /// Made first thing, so that a signal from then on stops the view (which takes it,
+    /// [`Session::take_stop`]) rather than killing the process: one that came in the
+    /// window between "attached" and the view's loop did, with no summary said.
+    stop: Option<Stop>,
 }
 
 impl Session {
@@ -34,6 +39,7 @@ impl Session {
     /// file (before loading: a file refused is said at once; its header names the backend
     /// that runs).
     pub fn start(load: &LoadOptions, record: Option<&RecordTo>) -> Result<Session> {
+        let stop = Some(Stop::new(None)?);
         check_privileges()?;
         let mut recorder = record.map(Recorder::open).transpose()?;
         let started = probes::load(load).and_then(|mut tracer| {
@@ -48,7 +54,9 @@ impl Session {
             Ok((tracer, source, counters))
         });
         match started {
-            Ok((tracer, source, counters)) => Ok(Session { tracer, source, recorder, seen: 0, counters }),
+            Ok((tracer, source, counters)) => {
+                Ok(Session { tracer, source, recorder, seen: 0, counters, stop })
+            }
             Err(e) => {
                 if let Some(r) = recorder {
                     r.discard();
@@ -137,6 +145,19 @@ impl Session {
         .await
     }
 
+    /// What stops the view: the signals caught since the session started, and `duration`
+    /// from now. Taken once; taken again, it watches for signals from then on only.
+    pub fn take_stop(&mut self, duration: Option<Duration>) -> Result<Stop> {
+        let mut stop = match self.stop.take() {
+            Some(stop) => stop,
+            None => Stop::new(None)?,
+        };
+        if let Some(d) = duration {
+            stop.stop_after(d);
+        }
+        Ok(stop)
+    }
+
     /// Calls `take` each time the kernel wakes us or 100 ms pass, to drain what is there
     /// ([`Session::drain`], [`Session::drain_each`]), until a stop is requested (then once
     /// more, for what the kernel had already written) or `take` breaks.
@@ -145,7 +166,7 @@ impl Session {
         duration: Option<Duration>,
         mut take: impl FnMut(&mut Session) -> Result<ControlFlow<()>>,
     ) -> Result<()> {
-        let mut stop = Stop::new(duration)?;
+        let mut stop = self.take_stop(duration)?;
         loop {
             let stopping = tokio::select! {
                 r = self.wait() => { r?; false }

@@ -51,7 +51,7 @@ fn write_line(out: &mut impl Write, e: &Event, cause: Cause, lost_us: u64, json:
             "{:<23} {:<7} {:<16} {:<24} {:<24} {:>10} {:>3}  {}",
             e.ts.millis(),
             e.pid,
-            if e.comm.is_empty() { "-" } else { &e.comm },
+            units::process(&e.comm, e.thread.as_deref()),
             units::destination(e.daddr, e.dport, e.dname.as_deref()),
             cause.name(),
             units::duration_us(lost_us),

@@ -1,4 +1,6 @@
-//! When a live view stops: Ctrl-C (SIGINT), SIGTERM, or its `--duration` running out.
+//! When a live view stops: Ctrl-C (SIGINT), SIGTERM, a hang-up (SIGHUP: the terminal or
+//! ssh session it ran in went away), or its `--duration` running out. Each ends it the
+//! same way: what the kernel wrote is read, the closing summary said, a demo's lab removed.
 use std::{pin::Pin, time::Duration};
 
 use anyhow::{Context as _, Result};
@@ -12,6 +14,7 @@ pub struct Stop {
     // Registered once, so a signal that arrives while events are being written is kept.
     sigint: Signal,
     sigterm: Signal,
+    sighup: Signal,
 }
 
 impl Stop {
@@ -21,6 +24,7 @@ impl Stop {
             deadline: duration.map(|d| Box::pin(tokio::time::sleep(d))),
             sigint: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
             sigterm: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            sighup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
         })
     }
 
@@ -41,6 +45,7 @@ impl Stop {
         tokio::select! {
             _ = self.sigint.recv() => {}
             _ = self.sigterm.recv() => {}
+            _ = self.sighup.recv() => {}
             _ = deadline => {}
         }
     }

@@ -127,7 +127,7 @@ pub fn write_text_line(
     line.left(e.role.name(), 6);
     line.left(e.outcome.name(), 18);
     line.left_int(e.pid, 7);
-    line.left(if e.comm.is_empty() { "-" } else { e.comm }, 16);
+    line.left_process(e.comm, e.thread.map(|t| &**t), 16);
     line.left_destination(e.saddr, e.sport, None, source_width);
     line.left_destination(e.daddr, e.dport, e.dname.map(|n| &**n), destination_width);
     line.left_int(e.netns, 11);
@@ -201,6 +201,16 @@ impl Columns<'_> {
         let before = self.buf.len();
         ts.write_millis(self.buf);
         let used = self.buf.len() - before;
+        self.pad(used, width);
+    }
+
+    /// The process's name, its thread's beside it ([`crate::units::write_process`], whole:
+    /// a wider one pushes the rest right).
+    fn left_process(&mut self, comm: &str, thread: Option<&str>, width: usize) {
+        self.separate();
+        let before = self.buf.len();
+        crate::units::write_process(self.buf, comm, thread);
+        let used = chars(std::str::from_utf8(&self.buf[before..]).unwrap_or(""));
         self.pad(used, width);
     }
 
@@ -309,7 +319,7 @@ mod tests {
             e.role.name(),
             e.outcome.name(),
             e.pid,
-            if e.comm.is_empty() { "-" } else { &e.comm },
+            crate::units::process(&e.comm, e.thread.as_deref()),
             e.source(),
             match &e.dname {
                 Some(name) => format!("{name} ({})", e.destination()),

@@ -327,10 +327,15 @@ impl Tracer {
     /// client returned (a server's child is established before it answers; a connect fails
     /// before connect() returns), so its event is in the ring buffer, and at a stop the
     /// views read once more what the kernel had written (`Session::on_each_wakeup`).
-    pub fn stop_lines(mut self) -> (Vec<String>, Vec<String>) {
+    pub fn stop_lines(self) -> (Vec<String>, Vec<String>) {
+        self.stop_lines_with(libc::SIGINT)
+    }
+
+    /// [`Tracer::stop_lines`], stopped by `signal` (SIGTERM, SIGHUP) instead of SIGINT.
+    pub fn stop_lines_with(mut self, signal: i32) -> (Vec<String>, Vec<String>) {
         // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let status = wait_exit(&mut self.child, "the tracer, after SIGINT");
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        let status = wait_exit(&mut self.child, &format!("the tracer, after signal {signal}"));
         // The pump ends with the pipe: every line is in the channel once it is joined.
         self.stdout.take().unwrap().join().unwrap();
         let mut lines = std::mem::take(&mut self.stdout_seen);

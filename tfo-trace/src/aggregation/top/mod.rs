@@ -106,7 +106,8 @@ impl TopModel {
             }
         }
         self.processes.add(KeyRef::Process { pid: e.pid, comm: e.comm }, &t, &mut self.names, None);
-        self.containers.add(KeyRef::Container(e.container), &t, &mut self.names, None);
+        let container = KeyRef::Container { label: e.container, role: e.role };
+        self.containers.add(container, &t, &mut self.names, None);
         if let Some(us) = e.handshake_us {
             self.decades.record(us);
         }
@@ -493,8 +494,11 @@ pub(crate) mod tests {
         let m = model_of(&events);
         assert_eq!(m.containers.len(), 4);
         assert_eq!(m.processes.len(), 3, "the docker rows come from two processes");
-        let get =
-            |label: Option<&str>| m.containers.get(&RowKey::Container(label.map(Into::into))).unwrap().row();
+        let key = |label: Option<&str>, role| RowKey::Container { label: label.map(Into::into), role };
+        let get = |label: Option<&str>| {
+            let role = if label == Some("nginx.service") { Role::Server } else { Role::Client };
+            m.containers.get(&key(label, role)).unwrap().row()
+        };
         let d = get(Some(&DOCKER_ID[..12]));
         assert_eq!((d.attempts, d.accepted, d.stalls, d.stall_us), (4, 3, 1, 1_005_900));
         let unit = get(Some("nginx.service"));
@@ -511,7 +515,7 @@ pub(crate) mod tests {
             small.add(e);
         }
         assert_eq!((small.containers.len(), small.containers.evicted), (2, 1));
-        assert!(small.containers.get(&RowKey::Container(Some("nginx.service".into()))).is_none());
+        assert!(small.containers.get(&key(Some("nginx.service"), Role::Server)).is_none());
         assert_eq!(small.snapshot().evicted(), 1, "the other tables keep everything here");
     }
 

@@ -30,8 +30,14 @@ pub enum RowKey {
         pid: u32,
         comm: Arc<str>,
     },
-    /// None: no container, unit or cgroup below the root (the host).
-    Container(Option<Arc<str>>),
+    /// A container's connections of one role: a connection counts once in a row, as in
+    /// the destinations' (clients) and the listeners' (servers), where one row for both
+    /// ends counted it twice when both are in the container. `label` None: no container,
+    /// unit or cgroup below the root (the host).
+    Container {
+        label: Option<Arc<str>>,
+        role: Role,
+    },
 }
 
 impl RowKey {
@@ -41,7 +47,9 @@ impl RowKey {
             KeyRef::Destination(a) => RowKey::Destination(a),
             KeyRef::Listener { addr, netns } => RowKey::Listener { addr, netns },
             KeyRef::Process { pid, comm } => RowKey::Process { pid, comm: names.get(comm) },
-            KeyRef::Container(label) => RowKey::Container(label.map(|l| names.get(l))),
+            KeyRef::Container { label, role } => {
+                RowKey::Container { label: label.map(|l| names.get(l)), role }
+            }
         }
     }
 }
@@ -53,7 +61,7 @@ pub(super) enum KeyRef<'a> {
     Destination(SocketAddr),
     Listener { addr: SocketAddr, netns: u32 },
     Process { pid: u32, comm: &'a str },
-    Container(Option<&'a str>),
+    Container { label: Option<&'a str>, role: Role },
 }
 
 /// What a table is looked up by: a row's own key or an event's [`KeyRef`], hashed and
@@ -68,7 +76,7 @@ impl AsKeyRef for RowKey {
             RowKey::Destination(a) => KeyRef::Destination(*a),
             RowKey::Listener { addr, netns } => KeyRef::Listener { addr: *addr, netns: *netns },
             RowKey::Process { pid, comm } => KeyRef::Process { pid: *pid, comm },
-            RowKey::Container(label) => KeyRef::Container(label.as_deref()),
+            RowKey::Container { label, role } => KeyRef::Container { label: label.as_deref(), role: *role },
         }
     }
 }

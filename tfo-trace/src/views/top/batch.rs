@@ -37,11 +37,11 @@ pub fn write_text(
     let rate = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
     writeln!(
         out,
-        "tfo-trace top {ts} backend={} tcp_fastopen={} events={} lost={} evicted={} client_attempts={} \
+        "tfo-trace top {ts} backend={} {}events={} lost={} evicted={} client_attempts={} \
          client_stalls={} client_lost_us={} client_saved_us={} client_net_us={} server_attempts={} server_accepted={} \
          client_attempts_per_s={} client_stalls_per_s={} client_lost_per_s={} server_attempts_per_s={}",
         info.backend,
-        info.tcp_fastopen.map(|t| format!("{:#x}", t.value())).unwrap_or_else(|| "unknown".into()),
+        fastopen_field(info),
         snap.events,
         info.lost,
         snap.evicted(),
@@ -71,6 +71,41 @@ pub fn write_text(
     }
     writeln!(out)?;
     out.flush()
+}
+
+/// `tcp_fastopen=0x1 ` (the namespace tfo-trace runs in), `tcp_fastopen=lab-srv:0x602,
+/// 4026532247:0x1 ` (each `--netns` one, by its name or inode); nothing in a replay.
+fn fastopen_field(info: &HeaderInfo) -> String {
+    if info.tcp_fastopen.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = info
+        .tcp_fastopen
+        .iter()
+        .map(|f| {
+            let value = f.value.map_or_else(|| "unknown".into(), |t| format!("{:#x}", t.value()));
+            f.label().map_or_else(|| value.clone(), |ns| format!("{ns}:{value}"))
+        })
+        .collect();
+    format!("tcp_fastopen={} ", each.join(","))
+}
+
+/// `tcp_fastopen`: the one value the header speaks for (tfo-trace's namespace, or the one
+/// `--netns`); null in a replay or for several. `tcp_fastopen_netns`: each `--netns` one's.
+fn fastopen_json(info: &HeaderInfo) -> (Value, Value) {
+    let one = match info.tcp_fastopen.as_slice() {
+        [f] => f.value.map(|t| t.value()).into(),
+        _ => Value::Null,
+    };
+    let traced: Vec<Value> = info
+        .tcp_fastopen
+        .iter()
+        .filter_map(|f| {
+            let netns = f.netns?;
+            Some(json!({"netns": netns, "netns_name": f.netns_name, "value": f.value.map(|t| t.value())}))
+        })
+        .collect();
+    (one, if traced.is_empty() { Value::Null } else { Value::Array(traced) })
 }
 
 /// `kernel_counted source=kernel_counter netns=4026532246 server_queue_overflow=3 ...`, one
@@ -123,7 +158,7 @@ fn counted_json(counted: &KernelCounted) -> Value {
         .collect();
     json!({
         "source": kernel_counted::SOURCE,
-        "outcomes": counted.outcomes.iter().map(|(r, o)| format!("{}/{}", r.name(), o.name())).collect::<Vec<_>>(),
+        "outcomes": counted.outcomes.iter().map(|&(r, o)| kernel_counted::outcome_label(r, o)).collect::<Vec<_>>(),
         "namespaces": counted.namespaces,
         "rows": rows,
         "unavailable": counted.unavailable,
@@ -151,11 +186,13 @@ pub fn write_json(
             })
             .collect()
     };
+    let (tcp_fastopen, tcp_fastopen_netns) = fastopen_json(info);
     let v = json!({
         "ts": ts,
         "interval_s": info.interval.as_secs_f64(),
         "backend": info.backend,
-        "tcp_fastopen": info.tcp_fastopen.map(|t| t.value()),
+        "tcp_fastopen": tcp_fastopen,
+        "tcp_fastopen_netns": tcp_fastopen_netns,
         "events": snap.events,
         "lost": info.lost,
         "evicted": {
@@ -186,12 +223,17 @@ mod tests {
         model_of,
         tests::{demo_events, demo_events_in_a_container, demo_refreshes, named_demo_events},
     };
+    use crate::events::{Outcome, Role};
     use std::time::Duration;
 
     fn info() -> HeaderInfo {
         HeaderInfo {
             backend: "tracepoint".into(),
-            tcp_fastopen: Some(crate::kernel::sysctl::TcpFastopen(0x1)),
+            tcp_fastopen: vec![super::super::FastopenOf {
+                netns: None,
+                netns_name: None,
+                value: Some(crate::kernel::sysctl::TcpFastopen(0x1)),
+            }],
             interval: Duration::from_secs(1),
             lost: 3,
             color: false,
@@ -220,11 +262,11 @@ mod tests {
         assert!(text.contains("\nLISTENER"));
         assert!(text.contains("\nPID"));
         assert!(lines.iter().any(|l| l.starts_with("200 ") && l.contains("nginx")));
-        // No event came from a container: one row, the host's, with every event.
+        // No event came from a container: the host's rows, one per role, have every event.
         let at = lines.iter().position(|l| l.starts_with("CONTAINER ")).unwrap();
-        let host: Vec<&str> = lines[at + 1].split_whitespace().collect();
-        assert_eq!(host[..2], ["-", "21"], "{text}");
-        assert_eq!(lines[at + 2], "", "one row");
+        let host = |i: usize| lines[at + i].split_whitespace().take(3).collect::<Vec<_>>();
+        assert_eq!((host(1), host(2)), (vec!["-", "client", "11"], vec!["-", "server", "10"]), "{text}");
+        assert_eq!(lines[at + 3], "", "two rows");
     }
 
     #[test]
@@ -249,8 +291,9 @@ mod tests {
         assert_eq!(v["evicted"]["destinations"], 0);
         assert_eq!(v["evicted"]["containers"], 0);
         let host = &v["containers"][0];
-        assert_eq!((&host["container"], &host["attempts"]), (&Value::Null, &json!(21)), "null: the host");
-        assert_eq!(v["containers"].as_array().unwrap().len(), 1);
+        assert_eq!((&host["container"], &host["role"]), (&Value::Null, &json!("client")), "null: the host");
+        assert_eq!(host["attempts"], 11);
+        assert_eq!(v["containers"].as_array().unwrap().len(), 2);
         // A replay: the rate fields are there, null.
         assert_eq!(d["stalls_per_s"], Value::Null);
         assert_eq!(v["totals"]["client"]["stalls_per_s"], Value::Null);
@@ -264,11 +307,23 @@ mod tests {
         write_json(&mut out, "T", &snap, &info(), Sort::Attempts, "").unwrap();
         let v: Value = serde_json::from_str(&String::from_utf8(out).unwrap()).unwrap();
         let rows = v["containers"].as_array().unwrap();
-        let named: Vec<(&Value, u64)> =
-            rows.iter().map(|r| (&r["container"], r["attempts"].as_u64().unwrap())).collect();
-        // By attempts: the host's 16 first; the id shortened as `docker ps` does.
-        assert_eq!(named, [(&Value::Null, 16), (&json!("4f1e6d9a0c2b"), 5)]);
-        assert_eq!(rows[1]["accepted"], 4, "two clients, two server children: {}", rows[1]);
+        let named: Vec<(&Value, &str, u64)> = rows
+            .iter()
+            .map(|r| (&r["container"], r["role"].as_str().unwrap(), r["attempts"].as_u64().unwrap()))
+            .collect();
+        // By attempts: the host's first; the id shortened as `docker ps` does.
+        let docker = json!("4f1e6d9a0c2b");
+        assert_eq!(
+            named,
+            [
+                (&Value::Null, "client", 8),
+                (&Value::Null, "server", 8),
+                (&docker, "client", 3),
+                (&docker, "server", 2)
+            ]
+        );
+        assert_eq!(rows[2]["accepted"], 2, "a cookie request, then two accepted: {}", rows[2]);
+        assert_eq!(rows[3]["accepted"], 2, "two server children: {}", rows[3]);
     }
 
     #[test]
@@ -285,6 +340,40 @@ mod tests {
         assert_eq!(v["totals"]["client"]["stalls_per_s"].as_f64(), Some(0.0));
         assert_eq!(v["rate_interval_s"].as_f64(), Some(1.0));
         assert_eq!(v["stall_history"], serde_json::json!([0, 0, 0, 0, 0, 1, 1, 0]));
+    }
+
+    /// The container table counts each connection once, as the destination and listener
+    /// tables do: a container's client connections on one row, its server ones on another
+    /// (the host's row summed client and server events: 21 for 11 + 10 connections).
+    #[test]
+    fn containers_count_each_connection_once() {
+        let snap = model_of(&demo_events()).snapshot();
+        let mut out = Vec::new();
+        write_json(&mut out, "T", &snap, &info(), Sort::Attempts, "").unwrap();
+        let v: Value = serde_json::from_str(&String::from_utf8(out).unwrap()).unwrap();
+        let attempts = |table: &str, role: Option<&str>| -> u64 {
+            let rows = v[table].as_array().unwrap().iter();
+            rows.filter(|r| role.is_none_or(|role| r["role"] == role))
+                .map(|r| r["attempts"].as_u64().unwrap())
+                .sum()
+        };
+        assert_eq!(attempts("containers", Some("client")), attempts("destinations", None), "{v}");
+        assert_eq!(attempts("containers", Some("server")), attempts("listeners", None), "{v}");
+        assert_eq!(attempts("destinations", None), 11);
+    }
+
+    /// `kernel_counted.outcomes` reads the same in `top --json` as in the closing summary
+    /// (which serializes the whole [`KernelCounted`]): `"client/active_disabled"`.
+    #[test]
+    fn kernel_counted_outcomes_have_one_form() {
+        let counted = KernelCounted {
+            outcomes: vec![(Role::Client, Outcome::ActiveDisabled), (Role::Server, Outcome::CookieRequested)],
+            namespaces: 1,
+            ..KernelCounted::default()
+        };
+        let want = json!(["client/active_disabled", "server/cookie_requested"]);
+        assert_eq!(counted_json(&counted)["outcomes"], want, "top --json");
+        assert_eq!(serde_json::to_value(&counted).unwrap()["outcomes"], want, "the closing summary");
     }
 
     /// `--names`: `--batch` shows the destinations' NAME column (`-` where none is known,

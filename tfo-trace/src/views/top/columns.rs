@@ -161,7 +161,7 @@ pub fn key_titles(view: View) -> &'static [&'static str] {
         View::Destinations => &["DESTINATION"],
         View::Listeners => &["LISTENER", "NETNS"],
         View::Processes => &["PID", "COMM"],
-        View::Containers => &["CONTAINER"],
+        View::Containers => &["CONTAINER", "ROLE"],
     }
 }
 
@@ -173,7 +173,7 @@ fn key_min_widths(view: View, named: bool) -> Vec<usize> {
         View::Listeners => vec![21, 10],
         View::Processes => vec![7, 15],
         // A container id as `docker ps` shortens it; names grow as addresses do.
-        View::Containers => vec![12],
+        View::Containers => vec![12, 6],
     };
     if named {
         mins.push(NAME_TITLE.len());
@@ -326,9 +326,10 @@ pub fn key_json(row: &Row) -> serde_json::Map<String, serde_json::Value> {
             m.insert("pid".into(), (*pid).into());
             m.insert("comm".into(), (**comm).into());
         }
-        RowKey::Container(label) => {
+        RowKey::Container { label, role } => {
             // null: the host (no container, unit or cgroup below the root).
             m.insert("container".into(), label.as_deref().into());
+            m.insert("role".into(), role.name().into());
         }
     }
     m

@@ -55,16 +55,19 @@ pub struct TopOptions {
     pub max_groups: usize,
     /// `--record FILE`: every live event also goes there.
     pub record: Option<crate::events::record::RecordTo>,
-    /// `--from FILE`: the tables of a recording instead of live events.
-    pub from: Option<std::path::PathBuf>,
+    /// `--from FILE`: the tables of a recording instead of live events, as the filter
+    /// flags select them.
+    pub from: Option<(std::path::PathBuf, crate::filter::EventFilter)>,
 }
 
 /// The facts the header shows besides the tables.
 #[derive(Clone, Debug)]
 pub struct HeaderInfo {
     pub backend: String,
-    /// `net.ipv4.tcp_fastopen` of the namespace tfo-trace runs in; None if unreadable.
-    pub tcp_fastopen: Option<TcpFastopen>,
+    /// `net.ipv4.tcp_fastopen` where the traced connections are: the namespace tfo-trace
+    /// runs in, or each `--netns` one; none in a replay (the recording does not hold it,
+    /// and this host's says nothing of the one that recorded).
+    pub tcp_fastopen: Vec<FastopenOf>,
     pub interval: Duration,
     /// Events the kernel could not write (ring buffer full).
     pub lost: u64,
@@ -74,11 +77,31 @@ pub struct HeaderInfo {
     pub live: bool,
 }
 
+/// `net.ipv4.tcp_fastopen` of one namespace the header speaks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FastopenOf {
+    /// The traced namespace (`--netns`); None: the one tfo-trace runs in.
+    pub netns: Option<u32>,
+    /// Its `ip netns` name, where it has one.
+    pub netns_name: Option<String>,
+    /// None where it could not be read (the namespace gone, or not to be entered).
+    pub value: Option<TcpFastopen>,
+}
+
+impl FastopenOf {
+    /// The namespace as the header names it: its `ip netns` name, else its inode.
+    pub fn label(&self) -> Option<String> {
+        self.netns_name.clone().or_else(|| self.netns.map(|n| n.to_string()))
+    }
+}
+
 impl HeaderInfo {
-    pub fn new(backend: impl Into<String>, interval: Duration) -> Self {
+    /// For live tracing: the sysctl of each namespace of `netns` (`--netns`), or of the one
+    /// tfo-trace runs in where that is empty.
+    pub fn new(backend: impl Into<String>, interval: Duration, netns: &[u32]) -> Self {
         HeaderInfo {
             backend: backend.into(),
-            tcp_fastopen: crate::kernel::sysctl::read_tcp_fastopen().ok(),
+            tcp_fastopen: fastopen_of(netns),
             interval,
             lost: 0,
             color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
@@ -86,33 +109,78 @@ impl HeaderInfo {
         }
     }
 
-    /// `0x3 (client+server)`: the value and what it turns on.
-    pub fn fastopen_text(&self) -> String {
-        let Some(t) = self.tcp_fastopen else { return "unknown".into() };
-        let mut on = Vec::new();
-        if t.client_enabled() {
-            on.push("client");
-        }
-        if t.server_enabled() {
-            on.push("server");
-        }
-        if t.client_no_cookie() {
-            on.push("no_cookie");
-        }
-        if t.server_cookie_not_required() {
-            on.push("cookie_not_reqd");
-        }
-        if t.server_all_listeners() {
-            on.push("all_listeners");
-        }
-        if t.unknown_bits() != 0 {
-            on.push("unknown_bits");
-        }
-        if on.is_empty() {
-            on.push("off");
-        }
-        format!("{:#x} ({})", t.value(), on.join("+"))
+    /// For a replay: no sysctl (see [`HeaderInfo::tcp_fastopen`]).
+    pub fn replay(backend: impl Into<String>, interval: Duration) -> Self {
+        HeaderInfo { tcp_fastopen: Vec::new(), live: false, ..HeaderInfo::new(backend, interval, &[]) }
     }
+
+    /// `0x3 (client+server)`, or with `--netns` `lab-srv 0x2 (server), 4026532247 0x1
+    /// (client)`: each value and what it turns on; None in a replay.
+    pub fn fastopen_text(&self) -> Option<String> {
+        let each: Vec<String> = self
+            .tcp_fastopen
+            .iter()
+            .map(|f| {
+                let value = f.value.map_or_else(|| "unknown".into(), fastopen_meaning);
+                match f.label() {
+                    Some(ns) => format!("{ns} {value}"),
+                    None => value,
+                }
+            })
+            .collect();
+        (!each.is_empty()).then(|| each.join(", "))
+    }
+}
+
+/// The sysctl of each namespace of `netns`, read inside it; of tfo-trace's own where
+/// `netns` is empty.
+fn fastopen_of(netns: &[u32]) -> Vec<FastopenOf> {
+    use crate::kernel::{every_netns, netns::netns_names, sysctl::read_tcp_fastopen};
+    if netns.is_empty() {
+        return vec![FastopenOf { netns: None, netns_name: None, value: read_tcp_fastopen().ok() }];
+    }
+    let names = netns_names();
+    let found = every_netns::find(netns);
+    let read: std::collections::BTreeMap<u32, Option<TcpFastopen>> =
+        every_netns::run_in_each(&found, || read_tcp_fastopen().ok())
+            .into_iter()
+            .map(|(inode, r)| (inode, r.ok().flatten()))
+            .collect();
+    netns
+        .iter()
+        .map(|&n| FastopenOf {
+            netns: Some(n),
+            netns_name: names.get(&u64::from(n)).cloned(),
+            value: read.get(&n).copied().flatten(),
+        })
+        .collect()
+}
+
+/// `0x3 (client+server)`: the value and what it turns on.
+fn fastopen_meaning(t: TcpFastopen) -> String {
+    let mut on = Vec::new();
+    if t.client_enabled() {
+        on.push("client");
+    }
+    if t.server_enabled() {
+        on.push("server");
+    }
+    if t.client_no_cookie() {
+        on.push("no_cookie");
+    }
+    if t.server_cookie_not_required() {
+        on.push("cookie_not_reqd");
+    }
+    if t.server_all_listeners() {
+        on.push("all_listeners");
+    }
+    if t.unknown_bits() != 0 {
+        on.push("unknown_bits");
+    }
+    if on.is_empty() {
+        on.push("off");
+    }
+    format!("{:#x} ({})", t.value(), on.join("+"))
 }
 
 /// Where `top` gets its events: the live ring buffer or a recording.
@@ -211,13 +279,19 @@ impl<I: Iterator<Item = Event>> EventFeed for Recorded<I> {
 
 /// `top --from FILE`: the tables of every good line of the recording (of every segment,
 /// as the filter flags select them), then one error line for the bad ones.
-async fn run_from(path: &std::path::Path, opts: &TopOptions) -> Result<()> {
-    let filter = crate::filter::EventFilter::new(opts.load.filter, &opts.load.cgroups);
-    let (header, mut replay) = crate::views::replay::Replay::open(path, filter)?;
-    let info = HeaderInfo::new(format!("{} (recorded on {})", header.backend, header.host), opts.interval);
+async fn run_from(
+    path: &std::path::Path,
+    filter: &crate::filter::EventFilter,
+    opts: &TopOptions,
+) -> Result<()> {
+    let (header, mut replay) = crate::views::replay::Replay::open(path, filter.clone())?;
+    let info = HeaderInfo::replay(format!("{} (recorded on {})", header.backend, header.host), opts.interval);
     let mut stop = Stop::new(opts.duration)?;
     let seen = run_on(&mut Recorded::new(replay.events()), opts, info, &mut stop).await?;
     crate::note!("tfo-trace: {seen} events from {}", path.display())?;
+    if let Some(msg) = filter.netns_name_unrecorded(&replay.netns_names) {
+        return Err(crate::events::record::UsageError(msg).into());
+    }
     match replay.bad.summary() {
         Some(line) => Err(anyhow::anyhow!(line)),
         None => Ok(()),
@@ -226,12 +300,13 @@ async fn run_from(path: &std::path::Path, opts: &TopOptions) -> Result<()> {
 
 /// `tfo-trace top`, live: load and attach, then run the loop on the ring buffer.
 pub async fn run(opts: TopOptions) -> Result<()> {
-    if let Some(path) = &opts.from {
-        return run_from(path, &opts).await;
+    if let Some((path, filter)) = &opts.from {
+        return run_from(path, filter, &opts).await;
     }
     let mut session = Session::start(&opts.load, opts.record.as_ref())?;
-    let info = HeaderInfo::new(session.tracer.backend.to_string(), opts.interval);
-    let mut stop = Stop::new(opts.duration)?;
+    let netns = &opts.load.filter.netns[..usize::from(opts.load.filter.n_netns)];
+    let info = HeaderInfo::new(session.tracer.backend.to_string(), opts.interval, netns);
+    let mut stop = session.take_stop(opts.duration)?;
     let ended = run_on(&mut session, &opts, info, &mut stop).await;
     // A closed stdout ends the tables, not the closing line (as in `trace`).
     if let Err(e) = &ended {

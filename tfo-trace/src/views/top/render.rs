@@ -123,13 +123,15 @@ fn header_lines(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -
     // Each part with how much it is needed (0: always): a narrow terminal drops the least
     // needed parts whole, the sysctl's spelled-out bits first.
     let lost_style = if info.lost > 0 { st.alert } else { Style::default() };
-    let first = vec![
+    let mut first = vec![
         (0, Span::styled("tfo-trace top", st.bold)),
         (1, Span::raw(format!("  backend {}", info.backend))),
         (0, Span::styled(format!("  lost {}", info.lost), lost_style)),
         (2, Span::raw(format!("  evicted {}", snap.evicted()))),
-        (3, Span::raw(format!("  tcp_fastopen {}", info.fastopen_text()))),
     ];
+    if let Some(sysctl) = info.fastopen_text() {
+        first.push((3, Span::raw(format!("  tcp_fastopen {sysctl}"))));
+    }
     let c = &snap.client;
     // `*`: the number comes from the namespaces' counters (see the `kernel*` line).
     let k = |role, outcome| if snap.kernel_counted.counts(role, outcome) { "*" } else { "" };
@@ -309,21 +311,26 @@ fn tabs_line(
     width: u16,
     st: &Styles,
 ) -> Line<'static> {
-    // What changes what the tables show comes first: a narrow terminal cuts the end.
+    // What changes what the tables show comes first. Where the line has no room, the
+    // interval goes, then the filter's text (the tab's `N of M rows` still says one is
+    // set), each whole; the pause and the sort are always said.
     let mut status = Vec::new();
     if ui.paused {
-        status.push(Span::styled("PAUSED  ", st.alert));
+        status.push((0, Span::styled("PAUSED  ", st.alert)));
     }
     if !ui.filter.is_empty() {
-        status.push(Span::styled(format!("filter: {}  ", ui.filter), st.bold));
+        status.push((1, Span::styled(format!("filter: {}  ", ui.filter), st.bold)));
     }
-    status.push(Span::raw(format!("sort {}", ui.sort.name())));
-    status.push(Span::raw(format!("  every {}", units::period(interval))));
+    status.push((0, Span::raw(format!("sort {}", ui.sort.name()))));
+    let every = Span::raw(format!("  every {}", units::period(interval)));
+    let with_status = |lead: Vec<Span<'static>>, status: Vec<(u8, Span<'static>)>| {
+        let mut parts: Vec<(u8, Span<'static>)> = lead.into_iter().map(|s| (0, s)).chain(status).collect();
+        parts.push((2, every.clone()));
+        fit(parts, width as usize)
+    };
     if stacked {
         // Each table has its own title line; this one says what applies to all of them.
-        let mut spans = vec![Span::styled("all tables", st.bold), Span::raw("  ")];
-        spans.extend(status);
-        return Line::from(spans);
+        return with_status(vec![Span::styled("all tables", st.bold), Span::raw("  ")], status);
     }
     // Full names; else short ones; else the row count on the chosen tab only; else only
     // the keys of the others. The interval may be cut, never the pause, the filter or the
@@ -334,7 +341,8 @@ fn tabs_line(
             let active = v == ui.view;
             let style = if active { st.active_tab } else { Style::default() };
             let label = match form {
-                TabForm::KeysOnly if !active => format!("[{}]", v.key()),
+                TabForm::KeysOnly | TabForm::Bare if !active => format!("[{}]", v.key()),
+                TabForm::Bare => tab_label(snap, ui, v, true, false),
                 _ => tab_label(snap, ui, v, form != TabForm::Full, form.all_counted() || active),
             };
             if !spans.is_empty() {
@@ -344,22 +352,19 @@ fn tabs_line(
         }
         spans
     };
-    let width = width as usize;
-    let status_width = Line::from(status.clone()).width();
-    let must_show = Line::from(status[..status.len() - 1].to_vec()).width();
-    // Two spaces between the tabs and the status, when there is status to show.
-    let fits = |spans: &Vec<Span>, room: usize| {
-        Line::from(spans.clone()).width() + if room > 0 { 2 + room } else { 0 } <= width
-    };
-    let forms = [TabForm::Full, TabForm::Short, TabForm::ChosenCounted];
+    let must_show: usize = status.iter().map(|(_, s)| s.width()).sum();
+    let status_width = must_show + every.width();
+    // Two spaces between the tabs and the status.
+    let fits =
+        |spans: &Vec<Span>, room: usize| Line::from(spans.clone()).width() + 2 + room <= width as usize;
+    let forms = [TabForm::Full, TabForm::Short, TabForm::ChosenCounted, TabForm::KeysOnly];
     let mut spans = forms
         .into_iter()
         .map(|form| (form, tabs(form)))
         .find(|(form, spans)| fits(spans, if *form == TabForm::Full { status_width } else { must_show }))
-        .map_or_else(|| tabs(TabForm::KeysOnly), |(_, spans)| spans);
+        .map_or_else(|| tabs(TabForm::Bare), |(_, spans)| spans);
     spans.push(Span::raw("  "));
-    spans.extend(status);
-    Line::from(spans)
+    with_status(spans, status)
 }
 
 /// How much the tab line says, from the most to the least.
@@ -373,6 +378,8 @@ enum TabForm {
     ChosenCounted,
     /// The chosen tab as in `ChosenCounted`, the others by their key only.
     KeysOnly,
+    /// The chosen tab's key and short name, the others' keys.
+    Bare,
 }
 
 impl TabForm {
@@ -484,14 +491,22 @@ fn stalled(r: &Row) -> bool {
 
 fn footer_line(ui: &UiState, width: u16, st: &Styles) -> Line<'static> {
     if ui.editing {
-        return Line::from(vec![
-            Span::styled("filter: ", st.bold),
-            Span::raw(format!("{}_", ui.filter)),
-            Span::styled(
-                "  (address, port, netns or its name, pid, process, container; Enter keeps, Esc clears)",
-                st.dim,
-            ),
-        ]);
+        // What the keys do before what the filter matches (`?` says that too); each whole.
+        return fit(
+            vec![
+                (0, Span::styled("filter: ", st.bold)),
+                (0, Span::raw(format!("{}_", ui.filter))),
+                (1, Span::styled("  Enter keeps, Esc clears", st.dim)),
+                (
+                    2,
+                    Span::styled(
+                        "  (matches address, port, netns or its name, pid, process, container)",
+                        st.dim,
+                    ),
+                ),
+            ],
+            width as usize,
+        );
     }
     // Quitting and help always; then what changes the view; each key whole.
     let need = |k: &str| match k {
@@ -508,6 +523,21 @@ fn footer_line(ui: &UiState, width: u16, st: &Styles) -> Line<'static> {
 }
 
 fn draw_help(frame: &mut Frame, area: Rect) {
+    let text = help_lines();
+    let w = (text.iter().map(|l| l.len()).max().unwrap_or(0) as u16 + 4).min(area.width);
+    let h = (text.len() as u16 + 2).min(area.height);
+    let popup =
+        Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
+    frame.render_widget(Clear, popup);
+    let lines: Vec<Line> = text.into_iter().map(Line::raw).collect();
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")),
+        popup,
+    );
+}
+
+/// The `?` overlay's text: every key, then every column.
+fn help_lines() -> Vec<String> {
     let mut text = vec!["Keys".to_string()];
     for (key, lines) in KEYS {
         for (i, line) in lines.iter().enumerate() {
@@ -521,7 +551,11 @@ fn draw_help(frame: &mut Frame, area: Rect) {
             "  STALL/S   stalls per second now (0: none lately)",
             "  LOST      time lost to SYN timeouts",
             "  LOST/S    time lost per second now",
+            "  ATTEMPTS  connections (client: made; server: taken)",
             "  ATT/S     connections per second now",
+            "  ACCEPTED  SYN-data accepted",
+            "  SAVED     round trips accepted SYN-data saved",
+            "  NET       SAVED less LOST and data_not_acked resends",
             "  NAME      destination's DNS name (--names)",
             "  STALL_HISTORY  stalls per refresh, newest right",
             "  COOKIE    cookie requests",
@@ -535,16 +569,7 @@ fn draw_help(frame: &mut Frame, area: Rect) {
         ]
         .map(String::from),
     );
-    let w = (text.iter().map(|l| l.len()).max().unwrap_or(0) as u16 + 4).min(area.width);
-    let h = (text.len() as u16 + 2).min(area.height);
-    let popup =
-        Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
-    frame.render_widget(Clear, popup);
-    let lines: Vec<Line> = text.into_iter().map(Line::raw).collect();
-    frame.render_widget(
-        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" help ")),
-        popup,
-    );
+    text
 }
 
 #[cfg(test)]
@@ -556,6 +581,7 @@ mod tests {
             tests::{demo_events, demo_events_in_a_container, demo_refreshes, named_demo_events},
         },
         cli::Sort,
+        events::Event,
     };
     use ratatui::{backend::TestBackend, Terminal};
     use std::time::Duration;
@@ -563,7 +589,11 @@ mod tests {
     fn info() -> HeaderInfo {
         HeaderInfo {
             backend: "tracepoint".into(),
-            tcp_fastopen: Some(crate::kernel::sysctl::TcpFastopen(0x3)),
+            tcp_fastopen: vec![super::super::FastopenOf {
+                netns: None,
+                netns_name: None,
+                value: Some(crate::kernel::sysctl::TcpFastopen(0x3)),
+            }],
             interval: Duration::from_secs(1),
             lost: 0,
             color: false,
@@ -656,13 +686,13 @@ mod tests {
         let tabs = titles(&s);
         assert_eq!(tabs.len(), 1, "{tabs:?}");
         let tabs = &tabs[0];
-        for t in ["[1] Dest (2 rows)", "[2] Listen (2 rows)", "[3] Proc (2 rows)", "[4] Cont (1 row)"] {
+        for t in ["[1] Dest (2 rows)", "[2] Listen (2 rows)", "[3] Proc (2 rows)", "[4] Cont (2 rows)"] {
             assert!(tabs.contains(t), "{tabs}");
         }
         assert!(tabs.ends_with("sort attempts  every 1s"), "{tabs}");
         // Wide enough, the full names.
         let tabs = titles(&screen_of(&demo_refreshes(0).snapshot(), 130, 30, &ui())).remove(0);
-        for t in ["[1] Destinations (2 rows)", "[2] Listeners (2 rows)", "[4] Containers (1 row)"] {
+        for t in ["[1] Destinations (2 rows)", "[2] Listeners (2 rows)", "[4] Containers (2 rows)"] {
             assert!(tabs.contains(t), "{tabs}");
         }
         let footer = s.last().unwrap();
@@ -702,7 +732,7 @@ mod tests {
                     "[1] Destinations (2 rows)",
                     "[2] Listeners (2 rows)",
                     "[3] Processes (2 rows)",
-                    "[4] Containers (1 row)"
+                    "[4] Containers (2 rows)"
                 ],
                 "{w}x{h}: one title line per table"
             );
@@ -715,11 +745,11 @@ mod tests {
             assert_eq!(curl.last(), Some(&"·····██"), "the process's stalls, refresh by refresh");
             let l81 = tokens(line(&s, "198.18.0.2:8081"));
             assert_eq!(l81[..4], ["198.18.0.2:8081", "4026532246", "3", "3.00"]);
-            // No event from a container: the host's row has them all (the last refresh:
-            // the client's stall and the three server events).
+            // No event from a container: the host's rows have them all, one per role (the
+            // last refresh: the client's stall, the three server events).
             let at = s.iter().position(|l| l.starts_with("CONTAINER ")).unwrap();
-            let host = tokens(&s[at + 1]);
-            assert_eq!(host[..3], ["-", "21", "4.00"], "{w}x{h}");
+            assert_eq!(tokens(&s[at + 1])[..4], ["-", "client", "11", "1.00"], "{w}x{h}");
+            assert_eq!(tokens(&s[at + 2])[..4], ["-", "server", "10", "3.00"], "{w}x{h}");
             let alt_key = line(&s, "DESTINATION").contains("ALT_KEY");
             assert_eq!(alt_key, w >= 200, "{w}x{h}: every column at 200 only");
         }
@@ -835,17 +865,17 @@ mod tests {
         for (w, h) in [(80, 24), (120, 30)] {
             let s = screen_of(&snap, w, h, &u);
             assert!(s.iter().all(|l| l.chars().count() <= w as usize));
-            assert_eq!(tokens(line(&s, "CONTAINER"))[..2], ["CONTAINER", "ATTEMPTS"]);
+            assert_eq!(tokens(line(&s, "CONTAINER"))[..3], ["CONTAINER", "ROLE", "ATTEMPTS"]);
             let c = tokens(line(&s, "4f1e6d9a0c2b"));
-            assert_eq!(c[..2], ["4f1e6d9a0c2b", "5"], "{w}x{h}");
+            assert_eq!(c[..3], ["4f1e6d9a0c2b", "client", "3"], "{w}x{h}");
             let host = s.iter().position(|l| l.starts_with("CONTAINER ")).unwrap() + 1;
-            assert_eq!(tokens(&s[host])[..2], ["-", "16"], "sorted by attempts: the host first");
-            line(&s, "[4] Cont (2 rows)");
+            assert_eq!(tokens(&s[host])[..3], ["-", "client", "8"], "sorted by attempts: the host first");
+            line(&s, "[4] Cont (4 rows)");
         }
         u.filter = "4F1E".into();
         let s = screen_of(&snap, 120, 30, &u);
-        line(&s, "[4] Cont (1 of 2 rows)");
-        assert_eq!(tokens(line(&s, "4f1e6d9a0c2b"))[1], "5");
+        line(&s, "[4] Cont (2 of 4 rows)");
+        assert_eq!(tokens(line(&s, "4f1e6d9a0c2b"))[2], "3");
         assert!(!s.iter().any(|l| l.starts_with("- ")), "the host filtered out");
         u.filter.clear();
         let empty = screen_of(&Snapshot::default(), 80, 24, &u);
@@ -879,6 +909,55 @@ mod tests {
         let s = screen_of(&snap, 120, 30, &u);
         line(&s, "[1] Dest (1 of 3 rows)");
         assert!(!s.iter().any(|l| l.contains("198.18.0.3:8080")), "filtered out");
+    }
+
+    /// Never a word cut (issue 37, item 10): at 80x24 the filter prompt read "Enter ke" and
+    /// the tab line's "every 1s" lost its "s". Each part of those lines is whole or absent,
+    /// at every width from 60 to 120, with a dozen rows ("(12 rows)" is longer).
+    #[test]
+    fn no_word_is_cut_in_the_prompt_or_the_tab_line() {
+        use crate::aggregation::top::tests::client;
+        let events: Vec<Event> = (10..22).map(|host| client(Outcome::Accepted, host, 8080, 100, 0)).collect();
+        let snap = model_of(&events).snapshot();
+        let words = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
+        for w in [60, 70, 80, 90, 100, 120] {
+            let mut u = ui();
+            u.editing = true;
+            u.filter = "198.18".into();
+            let s = screen_of(&snap, w, 24, &u);
+            let footer = s.last().unwrap();
+            let prompt = "filter: 198.18_ Enter keeps, Esc clears \
+                          (matches address, port, netns or its name, pid, process, container)";
+            for word in words(footer) {
+                assert!(words(prompt).contains(&word), "{w}: {word:?} cut in {footer:?}");
+            }
+            assert!(footer.contains("Enter keeps, Esc clears"), "{w}: what the keys do, first: {footer:?}");
+            for paused in [false, true] {
+                u.editing = false;
+                u.paused = paused;
+                let s = screen_of(&snap, w, 24, &u);
+                let tabs = titles(&s).remove(0);
+                let status: Vec<String> = words(&tabs)
+                    .into_iter()
+                    .skip_while(|t| !["PAUSED", "filter:", "sort"].contains(&t.as_str()))
+                    .collect();
+                let whole = ["PAUSED", "filter:", "198.18", "sort", "attempts", "every", "1s"];
+                assert!(status.iter().all(|t| whole.contains(&t.as_str())), "{w}: {tabs:?}");
+                assert!(tabs.contains("sort attempts") && tabs.contains("PAUSED") == paused, "{w}: {tabs:?}");
+                assert!(!tabs.contains("every") || tabs.ends_with("every 1s"), "{w}: {tabs:?}");
+            }
+        }
+    }
+
+    /// `?` explains every column a table can show (SAVED and NET were missing).
+    #[test]
+    fn help_explains_every_column() {
+        let help = help_lines().join("\n");
+        let words: Vec<&str> = help.split_whitespace().collect();
+        for c in &crate::views::top::columns::COLUMNS {
+            let said = words.iter().any(|w| *w == c.title || w.split('/').any(|part| part == c.title));
+            assert!(said, "{} is not in the help:\n{help}", c.title);
+        }
     }
 
     #[test]

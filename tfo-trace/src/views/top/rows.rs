@@ -18,7 +18,8 @@ pub enum View {
     /// All events, by process (pid, comm).
     Processes,
     /// All events, by container ([`crate::events::Event::container_label`]: the container,
-    /// else the systemd unit, else the cgroup path; the host's root cgroup on its own row).
+    /// else the systemd unit, else the cgroup path; the host's root cgroup on its own row)
+    /// and role: a container's client connections and its server ones are two rows.
     Containers,
 }
 
@@ -64,7 +65,9 @@ pub fn cells(key: &RowKey) -> Vec<String> {
             if *pid == 0 { "-".into() } else { pid.to_string() },
             if comm.is_empty() { "-".into() } else { comm.to_string() },
         ],
-        RowKey::Container(label) => vec![label.as_deref().unwrap_or("-").to_string()],
+        RowKey::Container { label, role } => {
+            vec![label.as_deref().unwrap_or("-").to_string(), role.name().to_string()]
+        }
     }
 }
 
@@ -186,9 +189,10 @@ mod tests {
     fn containers_sort_and_filter_with_the_host_as_a_dash() {
         let s = model_of(&container_events()).snapshot();
         let rows = |sort, filter| rows(&s, View::Containers, sort, filter);
-        assert_eq!(cells(&rows(Sort::Name, "")[0].key), ["-"], "the host first, shown as -");
-        assert_eq!(cells(&rows(Sort::Stalls, "")[0].key), [&DOCKER_ID[..12]]);
+        assert_eq!(cells(&rows(Sort::Name, "")[0].key), ["-", "client"], "the host first, shown as -");
+        assert_eq!(cells(&rows(Sort::Stalls, "")[0].key), [&DOCKER_ID[..12], "client"]);
         assert_eq!(rows(Sort::Attempts, "4F1E").len(), 1, "by id, any case");
+        assert_eq!(rows(Sort::Attempts, "server").len(), 1, "by role: the unit's listener");
         assert_eq!(rows(Sort::Attempts, "nginx").len(), 1, "by unit");
         assert!(rows(Sort::Attempts, "nothing").is_empty());
     }

@@ -12,7 +12,7 @@ use crate::{
     units,
 };
 
-/// The verdict on one listener (named as `ss -ltn` names it: [`crate::events::EventRef::listener_name`]):
+/// The verdict on one listener (named by its bound address: [`crate::events::EventRef::listener_name`]):
 /// its events, each host's share, and the kernel's facts about that listening socket.
 pub fn listener_row(
     netns: Option<u32>,
