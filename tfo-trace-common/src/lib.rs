@@ -232,6 +232,14 @@ pub fn cleared_after_nul(w: [u64; 2]) -> [u64; 2] {
     [w[0], keep_below(w[1], first_nul(w[1]))]
 }
 
+impl TfoEvent {
+    /// Every field 0: what the kernel's programs start an event from, and tests too.
+    pub const fn zeroed() -> TfoEvent {
+        // SAFETY: TfoEvent is plain integers and byte arrays; all zero is a valid value.
+        unsafe { core::mem::zeroed() }
+    }
+}
+
 /// Indexes of the per-CPU `COUNTERS` array: the tracer's own health.
 pub mod counter {
     /// Events dropped because the ring buffer was full (their counts are still in `COUNTS`).

@@ -1,6 +1,7 @@
 //! Decoding kernel events into [`Event`], the record every view and the JSON output use.
 pub mod cgroups;
 pub mod counts;
+mod fields;
 pub mod reader;
 pub mod record;
 
@@ -14,97 +15,124 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use tfo_trace_common::{flags, TfoEvent, FAMILY_V4, FAMILY_V6, TASK_COMM_LEN};
 
+use crate::kernel::cgroup::NamedCgroup;
+
 /// Roles and outcomes are declared once, in tfo-trace-common, with their wire numbers.
 pub use tfo_trace_common::{Outcome, Role};
 
-/// One decoded TFO event. Field names are the JSON contract users script against.
-/// Names (process, namespace, cgroup, container) are shared with every event of the same
-/// one: an event costs no allocation of its own.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Event {
-    /// Wall-clock time with ns precision.
-    pub ts: Timestamp,
-    pub role: Role,
-    pub outcome: Outcome,
-    pub family: u8,
-    pub saddr: IpAddr,
-    pub sport: u16,
-    pub daddr: IpAddr,
-    pub dport: u16,
+fields::event_fields! {
+    /// One decoded TFO event. Field names are the JSON contract users script against.
+    /// Names (process, namespace, cgroup, container) are shared with every event of the same
+    /// one: an event costs no allocation of its own.
+    struct Event;
+
+    /// One event, decoded from its ring-buffer record and named by the reader (listener and
+    /// owner, namespace name, container), its names borrowed: what `top` counts and `trace`
+    /// prints without making an [`Event`], and what [`EventRef::to_event`] makes one of. The
+    /// one decoding of a record is [`EventRef::decode`]; the one naming is the reader's
+    /// ([`reader::EventSource::drain_each`]). [`Event::view`] gives one of an [`Event`].
+    /// Its fields are [`Event`]'s.
+    struct EventRef<'a>;
+
+    // `raw`: the kernel's record; `at`: what decoding checked and worked out of it first;
+    // `r`: the view an event is made from; `e`: the event a view is made of.
+    decode(raw, at: Checked<'a>) event(r) view(e);
+
+    /// Wall-clock time with ns precision. The view holds it as ns since the epoch
+    /// ([`Timestamp::unix_ns`]): a number, so that `trace` makes the text only as it prints it.
+    ts: Timestamp, view unix_ns: u128 = at.unix_ns;
+        event Timestamp::from_unix_ns(r.unix_ns); view e.ts.unix_ns();
+    role: Role = at.role;
+    outcome: Outcome = at.outcome;
+    family: u8 = at.family;
+    saddr: IpAddr = at.saddr;
+    sport: u16 = raw.sport;
+    daddr: IpAddr = at.daddr;
+    dport: u16 = raw.dport;
     /// Client: the DNS name a process of its namespace resolved to `daddr` (the name it
     /// asked for, before any CNAME), where `--names` learnt one; never set otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dname: Option<Arc<str>>,
-    pub netns: u32,
-    /// The namespace's `ip netns` name, where it has one.
+    dname: Option<Arc<str>>, view dname: Option<&'a Arc<str>> = None;
+        event r.dname.cloned(); view e.dname.as_ref();
+    netns: u32 = raw.netns;
+    /// The namespace's `ip netns` name, where it has one (what a server event's reader
+    /// names, and `top`'s `/` filter matches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub netns_name: Option<Arc<str>>,
+    netns_name: Option<Arc<str>>, view netns_name: Option<&'a Arc<str>> = None;
+        event r.netns_name.cloned(); view e.netns_name.as_ref();
     /// Server: the listening socket the connection arrived at, named by its bound address
     /// (`0.0.0.0:8080`, `[::]:8080`, or its own address; a dual-stack `[::]:8080` is `*:8080`
     /// in `ss -ltn`), where it was found in /proc.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub listener: Option<std::net::SocketAddr>,
-    pub pid: u32,
+    listener: Option<std::net::SocketAddr> = None;
+    pid: u32 = raw.pid;
     /// The process's name (its main thread's, as /proc/PID/comm shows it).
-    pub comm: Arc<str>,
+    comm: Arc<str>, view comm: &'a Arc<str> = at.comm;
+        event r.comm.clone(); view &e.comm;
     /// The name of the thread that connected (client) or called listen() (server), where it
     /// is not the process's: a worker's (`connworker`). Absent where the same or unknown,
     /// and in a recording made before events carried it (whose `comm` is the thread's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thread: Option<Arc<str>>,
-    pub syn_data_bytes: u32,
+    thread: Option<Arc<str>>, view thread: Option<&'a Arc<str>> = at.thread;
+        event r.thread.cloned(); view e.thread.as_ref();
+    syn_data_bytes: u32 = raw.syn_data_bytes;
     /// Length of the TFO cookie, where the backend saw it (null otherwise).
-    pub cookie_len: Option<u8>,
+    cookie_len: Option<u8> = (raw.flags & flags::COOKIE_LEN_KNOWN != 0).then_some(raw.cookie_len);
     /// Server `cookie_requested` only: whether a cookie went back.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cookie_issued: Option<bool>,
+    cookie_issued: Option<bool> = (at.role == Role::Server && at.outcome == Outcome::CookieRequested)
+        .then_some(raw.flags & flags::COOKIE_ISSUED != 0);
     /// The SYN used the experimental option (kind 254, magic 0xF989).
-    pub exp_option: bool,
-    pub retransmits: u32,
+    exp_option: bool = raw.flags & flags::EXP_OPTION != 0;
+    retransmits: u32 = raw.retransmits;
     /// SYN sent (client) or child created (server) to the outcome; null where unknown.
-    pub handshake_us: Option<u64>,
+    handshake_us: Option<u64> = handshake_us(raw);
     /// Time lost to SYN timeouts (0 if none).
-    pub stall_us: u64,
+    stall_us: u64 = raw.stall_ns / 1000;
     /// `accepted`: the round trip TFO saved this connection, as the kernel sampled it
     /// (client: SYN -> SYN-ACK; server: SYN-data's arrival to the final ACK); null where
     /// unknown (no sample, a backend that decides it before the handshake ends, or a
     /// recording made before events carried it) and on every other outcome.
     #[serde(default)]
-    pub saved_us: Option<u64>,
+    saved_us: Option<u64> = (raw.flags & flags::SAVED_KNOWN != 0).then_some(u64::from(raw.saved_us));
     /// Server: the listener's TFO queue length and its limit (fastopen=) when the SYN
     /// arrived, where the backend sees it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue_len: Option<u32>,
+    queue_len: Option<u32> = (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_len);
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue_max: Option<u32>,
+    queue_max: Option<u32> = (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_max);
     /// cgroup v2 of `pid` when it connected (client) or called listen() (server): its id
     /// (the directory's inode), its path below the v2 root, and the container that path
-    /// names, where it names one.
+    /// names, where it names one. The view holds the cgroup as the reader's table named it
+    /// (None: not named by the reader), whose names the event's fields below are made of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup_id: Option<u64>,
+    cgroup_id: Option<u64> = (raw.cgroup_id != 0).then_some(raw.cgroup_id);
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<Arc<str>>,
+    cgroup: Option<Arc<str>>, view cgroup: Option<&'a NamedCgroup> = None;
+        event r.cgroup.map(|n| n.path.clone()); view None;
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container_id: Option<Arc<str>>,
+    container_id: Option<Arc<str>>, event only = r.cgroup_name(|n| &n.container_id);
     /// `docker`, `containerd`, `crio`, `podman` (the runtime whose state has the container;
     /// `unknown` for an id no runtime here knows), or a systemd unit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container_runtime: Option<Arc<str>>,
+    container_runtime: Option<Arc<str>>, event only = r.cgroup_name(|n| &n.container_runtime);
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_uid: Option<Arc<str>>,
+    pod_uid: Option<Arc<str>>, event only = r.cgroup_name(|n| &n.pod_uid);
     /// Docker's or Podman's name of the container; a Kubernetes container's name in its pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container_name: Option<Arc<str>>,
+    container_name: Option<Arc<str>>, event only = r.cgroup_name(|n| &n.container_name);
     /// A Kubernetes pod's name and namespace (from the runtime's CRI labels).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod: Option<Arc<str>>,
+    pod: Option<Arc<str>>, event only = r.cgroup_name(|n| &n.pod);
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_namespace: Option<Arc<str>>,
+    pod_namespace: Option<Arc<str>>, event only = r.cgroup_name(|n| &n.pod_namespace);
     /// What the views show as CONTAINER: the name (`namespace/pod/container` in
     /// Kubernetes), else the short id, the systemd unit or the cgroup path; `unknown` where
-    /// the cgroup could not be named; absent for the host (the root cgroup).
+    /// the cgroup could not be named; absent for the host (the root cgroup). The view's
+    /// is [`Event::container_label`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container: Option<Arc<str>>,
+    container: Option<Arc<str>>, view container: Option<&'a str> = None;
+        event r.owned_container(); view e.container_label();
 }
 
 /// Converts CLOCK_MONOTONIC (what bpf_ktime_get_ns returns) to wall-clock time.
@@ -344,8 +372,26 @@ pub fn unmapped(family: u8, saddr: IpAddr, daddr: IpAddr) -> (u8, IpAddr, IpAddr
     }
 }
 
-/// The role and outcome of a record, once its family, role and outcome are known values.
-fn checked(raw: &TfoEvent) -> Result<(Role, Outcome)> {
+/// What decoding a record checks and works out before its fields: its role and outcome
+/// (known values, or the record is refused), its addresses (IPv4-mapped ones unmapped,
+/// with their family), its time, and its process's and thread's names.
+pub(crate) struct Checked<'a> {
+    role: Role,
+    outcome: Outcome,
+    family: u8,
+    saddr: IpAddr,
+    daddr: IpAddr,
+    unix_ns: u128,
+    comm: &'a Arc<str>,
+    thread: Option<&'a Arc<str>>,
+}
+
+/// A record's [`Checked`] facts, once its family, role and outcome are known values.
+fn checked<'a>(
+    raw: &TfoEvent,
+    clock: Clock,
+    (comm, thread): (&'a Arc<str>, Option<&'a Arc<str>>),
+) -> Result<Checked<'a>> {
     if raw.family != FAMILY_V4 && raw.family != FAMILY_V6 {
         bail!("unknown address family {} in event", raw.family);
     }
@@ -353,7 +399,9 @@ fn checked(raw: &TfoEvent) -> Result<(Role, Outcome)> {
         bail!("unknown outcome {} in event", raw.outcome)
     };
     let Some(role) = Role::from_u8(raw.role) else { bail!("unknown role {} in event", raw.role) };
-    Ok((role, outcome))
+    let (family, saddr, daddr) =
+        unmapped(raw.family, addr(raw.family, &raw.saddr), addr(raw.family, &raw.daddr));
+    Ok(Checked { role, outcome, family, saddr, daddr, unix_ns: clock.to_unix_ns(raw.ts_ns), comm, thread })
 }
 
 /// SYN sent (client) or child created (server) to the outcome, where the start is known.
@@ -391,52 +439,6 @@ fn unknown_label() -> Arc<str> {
     UNKNOWN.with(Arc::clone)
 }
 
-/// One event, decoded from its ring-buffer record and named by the reader (listener and
-/// owner, namespace name, container), its names borrowed: what `top` counts and `trace`
-/// prints without making an [`Event`], and what [`EventRef::to_event`] makes one of. The
-/// one decoding of a record is [`EventRef::decode`]; the one naming is the reader's
-/// ([`reader::EventSource::drain_each`]). [`Event::view`] gives one of an [`Event`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EventRef<'a> {
-    pub role: Role,
-    pub outcome: Outcome,
-    pub family: u8,
-    pub saddr: IpAddr,
-    pub sport: u16,
-    pub daddr: IpAddr,
-    pub dport: u16,
-    /// [`Event::dname`].
-    pub dname: Option<&'a Arc<str>>,
-    pub netns: u32,
-    /// [`Event::netns_name`]: what a server event's reader names (the `/` filter of `top`).
-    pub netns_name: Option<&'a Arc<str>>,
-    pub pid: u32,
-    pub comm: &'a Arc<str>,
-    /// [`Event::thread`].
-    pub thread: Option<&'a Arc<str>>,
-    pub syn_data_bytes: u32,
-    pub cookie_len: Option<u8>,
-    pub cookie_issued: Option<bool>,
-    pub exp_option: bool,
-    pub retransmits: u32,
-    pub handshake_us: Option<u64>,
-    pub stall_us: u64,
-    /// [`Event::saved_us`].
-    pub saved_us: Option<u64>,
-    pub queue_len: Option<u32>,
-    pub queue_max: Option<u32>,
-    pub cgroup_id: Option<u64>,
-    /// The cgroup as the reader's table named it (None: not named by the reader).
-    pub cgroup: Option<&'a crate::kernel::cgroup::NamedCgroup>,
-    /// [`Event::listener`].
-    pub listener: Option<std::net::SocketAddr>,
-    /// [`Event::container_label`].
-    pub container: Option<&'a str>,
-    /// When it happened, ns since the epoch ([`Timestamp::unix_ns`]): a number, so that
-    /// `trace` makes the text only as it prints it.
-    pub unix_ns: u128,
-}
-
 impl<'a> EventRef<'a> {
     /// A ring-buffer record as the event it holds, its process's name `comm` and its
     /// thread's (the record's, named): not yet named by the reader (no listener, namespace
@@ -444,43 +446,9 @@ impl<'a> EventRef<'a> {
     pub(crate) fn decode(
         raw: &TfoEvent,
         clock: Clock,
-        (comm, thread): (&'a Arc<str>, Option<&'a Arc<str>>),
+        names: (&'a Arc<str>, Option<&'a Arc<str>>),
     ) -> Result<Self> {
-        let (role, outcome) = checked(raw)?;
-        let queue_known = raw.flags & flags::QUEUE_KNOWN != 0;
-        let (family, saddr, daddr) =
-            unmapped(raw.family, addr(raw.family, &raw.saddr), addr(raw.family, &raw.daddr));
-        Ok(EventRef {
-            role,
-            outcome,
-            family,
-            saddr,
-            sport: raw.sport,
-            daddr,
-            dport: raw.dport,
-            dname: None,
-            netns: raw.netns,
-            netns_name: None,
-            pid: raw.pid,
-            comm,
-            thread,
-            syn_data_bytes: raw.syn_data_bytes,
-            cookie_len: (raw.flags & flags::COOKIE_LEN_KNOWN != 0).then_some(raw.cookie_len),
-            cookie_issued: (role == Role::Server && outcome == Outcome::CookieRequested)
-                .then_some(raw.flags & flags::COOKIE_ISSUED != 0),
-            exp_option: raw.flags & flags::EXP_OPTION != 0,
-            retransmits: raw.retransmits,
-            handshake_us: handshake_us(raw),
-            stall_us: raw.stall_ns / 1000,
-            saved_us: (raw.flags & flags::SAVED_KNOWN != 0).then_some(u64::from(raw.saved_us)),
-            queue_len: queue_known.then_some(raw.queue_len),
-            queue_max: queue_known.then_some(raw.queue_max),
-            cgroup_id: (raw.cgroup_id != 0).then_some(raw.cgroup_id),
-            cgroup: None,
-            listener: None,
-            container: None,
-            unix_ns: clock.to_unix_ns(raw.ts_ns),
-        })
+        Ok(Self::of_record(raw, checked(raw, clock, names)?))
     }
 
     /// [`EventRef::decode`] the bytes of one ring-buffer record.
@@ -489,53 +457,19 @@ impl<'a> EventRef<'a> {
         Self::decode(&raw, clock, names.comm_and_thread(&raw.comm, &raw.thread))
     }
 
-    /// The event, owned: its names shared, not copied.
-    pub fn to_event(&self) -> Event {
-        let named = self.cgroup;
-        let name = |f: fn(&crate::kernel::cgroup::NamedCgroup) -> &Option<Arc<str>>| {
-            named.and_then(|n| f(n).clone())
-        };
-        Event {
-            ts: Timestamp::from_unix_ns(self.unix_ns),
-            role: self.role,
-            outcome: self.outcome,
-            family: self.family,
-            saddr: self.saddr,
-            sport: self.sport,
-            daddr: self.daddr,
-            dport: self.dport,
-            dname: self.dname.cloned(),
-            netns: self.netns,
-            netns_name: self.netns_name.cloned(),
-            listener: self.listener,
-            pid: self.pid,
-            comm: self.comm.clone(),
-            thread: self.thread.cloned(),
-            syn_data_bytes: self.syn_data_bytes,
-            cookie_len: self.cookie_len,
-            cookie_issued: self.cookie_issued,
-            exp_option: self.exp_option,
-            retransmits: self.retransmits,
-            handshake_us: self.handshake_us,
-            stall_us: self.stall_us,
-            saved_us: self.saved_us,
-            queue_len: self.queue_len,
-            queue_max: self.queue_max,
-            cgroup_id: self.cgroup_id,
-            cgroup: named.map(|n| n.path.clone()),
-            container_id: name(|n| &n.container_id),
-            container_runtime: name(|n| &n.container_runtime),
-            pod_uid: name(|n| &n.pod_uid),
-            container_name: name(|n| &n.container_name),
-            pod: name(|n| &n.pod),
-            pod_namespace: name(|n| &n.pod_namespace),
-            container: match named {
-                Some(n) => n.label.clone(),
-                None => self.container.map(|label| match label {
-                    crate::kernel::cgroup::UNKNOWN => unknown_label(),
-                    other => other.into(),
-                }),
-            },
+    /// One name of the cgroup the reader named, owned (shared).
+    fn cgroup_name(&self, name: fn(&NamedCgroup) -> &Option<Arc<str>>) -> Option<Arc<str>> {
+        self.cgroup.and_then(|n| name(n).clone())
+    }
+
+    /// [`Event::container`]: the label of the cgroup the reader named, else the view's.
+    fn owned_container(&self) -> Option<Arc<str>> {
+        match self.cgroup {
+            Some(n) => n.label.clone(),
+            None => self.container.map(|label| match label {
+                crate::kernel::cgroup::UNKNOWN => unknown_label(),
+                other => other.into(),
+            }),
         }
     }
 }
@@ -545,40 +479,6 @@ impl Event {
     /// reader: what the fuzz target and the tests decode.
     pub fn from_bytes(bytes: &[u8], clock: Clock, names: &mut Interner) -> Result<Self> {
         EventRef::from_bytes(bytes, clock, names).map(|e| e.to_event())
-    }
-
-    /// The event as `top`'s tables count it and `trace` prints it.
-    pub fn view(&self) -> EventRef<'_> {
-        EventRef {
-            role: self.role,
-            outcome: self.outcome,
-            family: self.family,
-            saddr: self.saddr,
-            sport: self.sport,
-            daddr: self.daddr,
-            dport: self.dport,
-            dname: self.dname.as_ref(),
-            netns: self.netns,
-            netns_name: self.netns_name.as_ref(),
-            pid: self.pid,
-            comm: &self.comm,
-            thread: self.thread.as_ref(),
-            syn_data_bytes: self.syn_data_bytes,
-            cookie_len: self.cookie_len,
-            cookie_issued: self.cookie_issued,
-            exp_option: self.exp_option,
-            retransmits: self.retransmits,
-            handshake_us: self.handshake_us,
-            stall_us: self.stall_us,
-            saved_us: self.saved_us,
-            queue_len: self.queue_len,
-            queue_max: self.queue_max,
-            cgroup_id: self.cgroup_id,
-            cgroup: None,
-            listener: self.listener,
-            container: self.container_label(),
-            unix_ns: self.ts.unix_ns(),
-        }
     }
 
     /// What users call the container (or unit) of the process ([`Event::container`]),
@@ -620,51 +520,34 @@ impl EventRef<'_> {
 }
 
 /// An event with plain values, for unit tests to adjust with struct update syntax:
-/// client 198.18.0.1:40000 -> 198.18.0.2:8080 (reversed for a server), netns 1, pid 1.
+/// client 198.18.0.1:40000 -> 198.18.0.2:8080 (reversed for a server), netns 1, pid 1,
+/// `c`, a handshake of 100 µs at the epoch; everything else absent or 0 (decoded from a
+/// record of zeros: a new field needs nothing here).
 #[cfg(test)]
 pub(crate) fn sample_event(role: Role, outcome: Outcome) -> Event {
-    let (client, server) =
-        (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)), IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)));
-    let (saddr, sport, daddr, dport) = match role {
-        Role::Client => (client, 40000, server, 8080),
-        Role::Server => (server, 8080, client, 40000),
+    let (client, server) = ([198, 18, 0, 1], [198, 18, 0, 2]);
+    let ((saddr, sport), (daddr, dport)) = match role {
+        Role::Client => ((client, 40000), (server, 8080)),
+        Role::Server => ((server, 8080), (client, 40000)),
     };
-    Event {
-        ts: Timestamp::default(),
-        role,
-        outcome,
-        family: 4,
-        saddr,
+    let mut raw = TfoEvent {
+        ts_ns: 100_000,
+        flags: flags::START_KNOWN,
+        family: FAMILY_V4,
+        role: role as u8,
+        outcome: outcome as u8,
         sport,
-        daddr,
         dport,
-        dname: None,
         netns: 1,
-        netns_name: None,
-        listener: None,
         pid: 1,
-        comm: "c".into(),
-        thread: None,
-        syn_data_bytes: 0,
-        cookie_len: None,
-        cookie_issued: None,
-        exp_option: false,
-        retransmits: 0,
-        handshake_us: Some(100),
-        stall_us: 0,
-        saved_us: None,
-        queue_len: None,
-        queue_max: None,
-        cgroup_id: None,
-        cgroup: None,
-        container_id: None,
-        container_runtime: None,
-        pod_uid: None,
-        container_name: None,
-        pod: None,
-        pod_namespace: None,
-        container: None,
-    }
+        ..TfoEvent::zeroed()
+    };
+    raw.saddr[..4].copy_from_slice(&saddr);
+    raw.daddr[..4].copy_from_slice(&daddr);
+    let comm: Arc<str> = "c".into();
+    let e = EventRef::decode(&raw, Clock::fixed(-100_000), (&comm, None)).expect("a valid record").to_event();
+    debug_assert_eq!((e.ts.unix_ns(), e.handshake_us), (0, Some(100)));
+    e
 }
 
 #[cfg(test)]
@@ -694,14 +577,9 @@ mod tests {
             role: Role::Client as u8,
             outcome: Outcome::SynRetransmitted as u8,
             flags: flags::START_KNOWN | flags::PID_KNOWN,
-            cookie_len: 0,
-            _pad: [0; 3],
-            saved_us: 0,
             comm,
-            queue_len: 0,
-            queue_max: 0,
-            cgroup_id: 0,
             thread: comm,
+            ..TfoEvent::zeroed()
         }
     }
 
