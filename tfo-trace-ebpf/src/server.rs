@@ -22,6 +22,14 @@ pub struct SynSeen {
     pub start_ns: u64,
     pub in_len: i32,
     pub syn_data_bytes: u32,
+    /// Filled in at exit for the events: the listener's TFO queue and its limit, the
+    /// namespace, whether the experimental option was used. The events read them from
+    /// here, not from copies on the stack: five inlined outcomes, each holding pointers
+    /// to those copies, took the program past the 512-byte BPF stack with its callee.
+    pub qlen: u32,
+    pub max_qlen: u32,
+    pub netns: u32,
+    pub exp: u32,
 }
 
 #[map]
@@ -67,6 +75,10 @@ pub fn try_fastopen_enter<A: Access>(
                 start_ns: now(),
                 in_len,
                 syn_data_bytes: data,
+                qlen: 0,
+                max_qlen: 0,
+                netns: 0,
+                exp: 0,
             };
         }
     }
@@ -84,22 +96,23 @@ pub struct CallArgs<A> {
 #[inline(always)]
 pub fn try_fastopen_exit<A: Access>(args: CallArgs<A>, child: Sock<A>) {
     let Some(slot) = SYN_SEEN.get_ptr_mut(0) else { return };
-    // SAFETY: per-CPU slot of this CPU; copied, then cleared so it is used once.
-    let seen = unsafe { *slot };
+    // SAFETY: per-CPU slot of this CPU, written only by this softirq; its `sk` cleared so
+    // it is used once.
+    let seen = unsafe { &mut *slot };
     if seen.sk == 0 {
         return;
     }
-    // SAFETY: as above.
-    unsafe { (*slot).sk = 0 };
+    let at_entry = (seen.sk, seen.req, seen.foc);
+    seen.sk = 0;
     // Typed hooks read from their own arguments (the verifier would refuse the numbers
     // remembered at entry); the others have only those numbers.
     let (sk, req, foc) = if !A::TYPED {
         (
-            Sock::at(seen.sk as *const u8),
-            RequestSock::at(seen.req as *const u8),
-            FastopenCookie::at(seen.foc as *const u8),
+            Sock::at(at_entry.0 as *const u8),
+            RequestSock::at(at_entry.1 as *const u8),
+            FastopenCookie::at(at_entry.2 as *const u8),
         )
-    } else if !args.sk.is_null() && args.sk.addr() == seen.sk {
+    } else if !args.sk.is_null() && args.sk.addr() == at_entry.0 {
         (args.sk, args.req, args.foc)
     } else {
         return;
@@ -115,9 +128,11 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs<A>, child: Sock<A>) {
     if !server_selected(req.common(), netns) {
         return;
     }
-    let qlen = tp.fastopenq_qlen() as u32;
-    let max_qlen = tp.fastopenq_max_qlen() as u32;
-    let exp = foc.foc_exp() != 0;
+    seen.qlen = tp.fastopenq_qlen() as u32;
+    seen.max_qlen = tp.fastopenq_max_qlen() as u32;
+    seen.netns = netns;
+    seen.exp = (foc.foc_exp() != 0) as u32;
+    let seen = &*seen;
 
     let server = |what: Outcome, cookie_len: i32, extra_flags: u8| {
         // The child is judged at the SYN, before any handshake: no handshake time.
@@ -131,19 +146,19 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs<A>, child: Sock<A>) {
         };
         // The request sock starts with a sock_common holding the SYN's addresses and
         // ports (tcp_v4_init_req / tcp_openreq_init ran before tcp_try_fastopen).
-        record(req.common(), Role::Server, what, netns, &Known::NONE, measure, |ev| {
+        record(req.common(), Role::Server, what, seen.netns, &Known::NONE, measure, |ev| {
             ev.start_ns = seen.start_ns;
-            ev.queue_len = qlen;
-            ev.queue_max = max_qlen;
+            ev.queue_len = seen.qlen;
+            ev.queue_max = seen.max_qlen;
             ev.flags |= flags::QUEUE_KNOWN | extra_flags;
             if cookie_len > 0 {
                 ev.cookie_len = cookie_len as u8;
                 ev.flags |= flags::COOKIE_LEN_KNOWN;
             }
-            if exp {
+            if seen.exp != 0 {
                 ev.flags |= flags::EXP_OPTION;
             }
-            name_listener_owner(ev, &ListenerKey::new(netns, ev.sport, ev.family));
+            name_listener_owner(ev, &ListenerKey::new(seen.netns, ev.sport, ev.family));
         })
     };
 
@@ -171,7 +186,7 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs<A>, child: Sock<A>) {
         // TcpExtTCPFastOpenListenOverflow).
         let net = sk.common().skc_net();
         let bits = if net.is_null() { 0 } else { net.net_sysctl_tcp_fastopen() };
-        if bits & TFO_SERVER_ENABLE != 0 && max_qlen > 0 && qlen >= max_qlen {
+        if bits & TFO_SERVER_ENABLE != 0 && seen.max_qlen > 0 && seen.qlen >= seen.max_qlen {
             server(Outcome::QueueOverflow, seen.in_len, 0);
         } else if seen.in_len > 0 {
             server(Outcome::ListenerDisabled, seen.in_len, 0);
