@@ -215,6 +215,127 @@ fn blackhole_detection_pauses_active_tfo() {
     }
 }
 
+/// Blackhole blame (issue 38): every SYN to one destination is lost, one connect there
+/// trips blackhole detection (TcpExtTCPFastOpenBlackhole), and the connections to a healthy
+/// second destination that follow go without TFO: `not_attempted`, and on the wire SYNs
+/// without the TFO option. `report`, `stalls`' summary, `top` and `export` name the
+/// destination that tripped it and count the others, as the counters and the wire say.
+/// With the timeout set to 0 the pause ends at once and TFO is used again.
+fn blackhole_pause_is_blamed_on_the_destination_that_tripped_it() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() }).unwrap();
+    lab.set_sysctl(Side::Client, "net.ipv4.tcp_fastopen_blackhole_timeout_sec", "60").unwrap();
+    lab.set_sysctl(Side::Client, "net.ipv4.tcp_syn_retries", "1").unwrap();
+    let _server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let healthy = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    let lost = SocketAddr::new(lab.server_addr(1, false).unwrap(), 8080);
+    assert_eq!(lab.run_client(common::exe(), &args(healthy, 2)).unwrap().ok_count(), 2, "cookie cached");
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let ns = cli_ns.to_string();
+    let wire = lab.capture_syns(Side::Client).unwrap();
+    let before = Deltas::since(&lab);
+    let tracer = Tracer::start(&["--netns", &ns]);
+    let report = Tracer::start_command(&["report", "--format", "json", "--netns", &ns]);
+    let stalls = Tracer::start_command(&["stalls", "--netns", &ns]);
+    let top = Tracer::start_command(&["top", "--json", "-d", "1", "--netns", &ns]);
+    let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port()).parse().unwrap();
+    let export =
+        Tracer::start_command(&["export", "--web.listen-address", &addr.to_string(), "--netns", &ns]);
+
+    lab.middlebox_drop_all_syns().unwrap();
+    let tripped = lab.run_client(common::exe(), &ClientArgs { timeout_ms: 10_000, ..args(lost, 1) }).unwrap();
+    lab.middlebox_clear().unwrap();
+    let n = 4;
+    let paused = lab.run_client(common::exe(), &args(healthy, n)).unwrap();
+    let dc = before.client();
+    let (_, metrics) = common::http_get(addr, "/metrics").unwrap();
+    let (report, _) = report.stop_lines();
+    let (stalls, _) = stalls.stop_lines();
+    let (_, export_err) = export.stop_lines();
+    // The pause ends at once with the timeout at 0: TFO again, with the cookie it had.
+    lab.set_sysctl(Side::Client, "net.ipv4.tcp_fastopen_blackhole_timeout_sec", "0").unwrap();
+    let resumed = lab.run_client(common::exe(), &args(healthy, 1)).unwrap();
+    let dc_end = before.client();
+    let (events, stderr) = tracer.stop();
+    let (top, _) = top.stop_lines();
+    let syns: Vec<_> = wire.stop().into_iter().filter(|s| !s.syn_ack).collect();
+
+    // The figures, for the record.
+    eprintln!(
+        "nstat: Blackhole {} Active {} (after the timeout went to 0: {}); wire: tripping {:?}, paused {:?}, resumed {:?}",
+        dc.get("TcpExtTCPFastOpenBlackhole"),
+        dc.get("TcpExtTCPFastOpenActive"),
+        dc_end.get("TcpExtTCPFastOpenActive"),
+        syns.iter().filter(|s| tripped.results.iter().any(|r| r.sport == s.sport)).collect::<Vec<_>>(),
+        syns.iter().filter(|s| paused.results.iter().any(|r| r.sport == s.sport)).collect::<Vec<_>>(),
+        syns.iter().filter(|s| resumed.results.iter().any(|r| r.sport == s.sport)).collect::<Vec<_>>(),
+    );
+    eprintln!("stalls: {:?}", stalls.iter().find(|l| l.starts_with("TFO paused")));
+    assert_eq!(tripped.ok_count(), 0, "every SYN to {lost} was lost");
+    assert_eq!((paused.ok_count(), resumed.ok_count()), (n as usize, 1));
+    // The kernel: one pause, no TFO while it lasted, TFO again after.
+    assert_eq!(dc.get("TcpExtTCPFastOpenBlackhole"), 1, "client counters: {dc:?}");
+    assert_eq!(dc.get("TcpExtTCPFastOpenActive"), 0, "paused: {dc:?}");
+    assert_eq!(dc_end.get("TcpExtTCPFastOpenActive"), 1, "resumed: {dc_end:?}");
+    assert_eq!(count(&events, cli_ns, Role::Client, Outcome::NotAttempted), u64::from(n));
+    assert_eq!(
+        count(&events, cli_ns, Role::Client, Outcome::Accepted),
+        dc_end.get("TcpExtTCPFastOpenActive")
+    );
+    if visible(&stderr, Role::Client, Outcome::ActiveDisabled) {
+        assert_eq!(count(&events, cli_ns, Role::Client, Outcome::ActiveDisabled), 1);
+    }
+    // The wire: the tripping connect asked for a cookie; the paused ones' SYNs carry no TFO
+    // option and no data; the one after carries its data and cookie.
+    let of = |run: &tfo_trace::lab::ClientRun| -> Vec<&tfo_trace::lab::WireSyn> {
+        syns.iter().filter(|s| run.results.iter().any(|r| r.sport == s.sport)).collect()
+    };
+    assert!(of(&tripped).first().is_some_and(|s| s.tfo), "a cookie request first: {syns:?}");
+    let plain = of(&paused);
+    assert_eq!(plain.len(), n as usize, "one SYN each: {syns:?}");
+    assert!(plain.iter().all(|s| !s.tfo && s.payload == 0), "no TFO option while paused: {plain:?}");
+    assert!(of(&resumed).iter().all(|s| s.tfo && s.payload == 100), "TFO again: {syns:?}");
+
+    // report: the finding names the destination that tripped it and counts the others.
+    let report: serde_json::Value = serde_json::from_str(&report.join("\n")).unwrap();
+    let findings = report["namespaces"].as_array().cloned().unwrap_or_default();
+    let found: Vec<_> = findings.iter().filter(|f| f["verdict"]["kind"] == "active_tfo_paused").collect();
+    assert_eq!(found.len(), 1, "{findings:?}");
+    let (f, pause) = (found[0], &found[0]["pause"]);
+    eprintln!("report: {}", f["verdict"]["sentence"]);
+    assert_eq!(f["netns"], cli_ns);
+    assert_eq!(pause["pauses"], dc.get("TcpExtTCPFastOpenBlackhole"), "{f}");
+    let first = &pause["each"][0];
+    assert_eq!(first["tripped_by"]["destination"], lost.to_string(), "{f}");
+    assert_eq!(first["tripped_by"]["pid"], tripped.pid, "{f}");
+    assert_eq!(first["length_s"], 60, "{f}");
+    let at = tfo_trace::events::Timestamp::parse(first["tripped_by"]["at"].as_str().unwrap()).unwrap();
+    let until = tfo_trace::events::Timestamp::parse(first["until"].as_str().unwrap()).unwrap();
+    assert_eq!(until.unix_ns() - at.unix_ns(), 60_000_000_000, "{f}");
+    assert_eq!(pause["without_tfo"], count(&events, cli_ns, Role::Client, Outcome::NotAttempted), "{f}");
+    let by_dst = pause["without_tfo_by_destination"].as_array().unwrap();
+    assert_eq!(by_dst.len(), 1, "{f}");
+    assert_eq!(
+        (&by_dst[0]["destination"], &by_dst[0]["connections"]),
+        (&healthy.to_string().into(), &n.into())
+    );
+    let said = f["verdict"]["sentence"].as_str().unwrap();
+    let blame =
+        format!("because SYNs to {lost} were lost; {n} connections to 1 other destination went without TFO");
+    assert!(said.contains(&blame) && said.contains(&format!(" until {} UTC", until.millis())), "{said}");
+    // stalls' summary and top say it too.
+    assert!(stalls.iter().any(|l| l.contains(&blame)), "stalls: {stalls:?}");
+    let last: serde_json::Value = serde_json::from_str(top.last().expect("a top snapshot")).unwrap();
+    let top_pause = &last["tfo_paused"][0];
+    assert_eq!((&top_pause["netns"], &top_pause["without_tfo"]), (&cli_ns.into(), &n.into()), "{last}");
+    assert!(top_pause["sentence"].as_str().unwrap().contains(&format!("because SYNs to {lost} were lost")));
+    assert!(!top_pause["each"][0]["resumed"].is_null(), "TFO attempted again: {top_pause}");
+    // export counts the connections left without TFO.
+    let suppressed = common::metric_sum(&metrics, "tfo_trace_tfo_paused_connections_total", &[]);
+    eprintln!("top: {}; export: tfo_trace_tfo_paused_connections_total {suppressed}", top_pause["sentence"]);
+    assert_eq!(suppressed as u64, u64::from(n), "{metrics}\n{export_err:?}");
+}
+
 /// What blackhole detection does not catch, as `doctor` says it (issue 37): with it on and a
 /// path that drops only SYN-data (the plain SYN resent after the timeout passes), every
 /// connect pays its stall and nothing is paused (Blackhole stays 0). And `doctor` tells
@@ -580,6 +701,7 @@ tests_main!(
     listener_without_tcp_fastopen,
     tfo_queue_overflows_when_handshakes_stay_unfinished,
     blackhole_detection_pauses_active_tfo,
+    blackhole_pause_is_blamed_on_the_destination_that_tripped_it,
     blackhole_detection_misses_a_path_that_drops_only_syn_data,
     synack_retransmits_of_tfo_children,
     synack_retransmits_of_a_tfo_child_that_completes {

@@ -66,6 +66,7 @@ pub const EXPOSED: &[(&str, &str)] = &[
     ("tfo_trace_stall_seconds_total", "[{destination[,dname]|container}] counter"),
     ("tfo_trace_saved_seconds_total", "[{destination[,dname]|container}] counter"),
     ("tfo_trace_handshake_seconds", "{role} histogram, buckets resolving the 1 s SYN timeout"),
+    ("tfo_trace_tfo_paused_connections_total", "counter: not_attempted where blackhole detection paused TFO"),
     ("tfo_trace_events_lost_total", "counter"),
     ("tfo_trace_hook_runs_missed_total", "counter"),
     ("tfo_trace_connects_unfollowed_total", "counter"),
@@ -277,6 +278,9 @@ struct Model {
     /// counter (accepted, less those made on the backup key) may lag for a moment, and a
     /// counter must never go back.
     shown: BTreeMap<(Role, Outcome, bool), u64>,
+    /// The highest `tfo_trace_tfo_paused_connections_total` shown (a namespace gone takes
+    /// its kernel rows with it; the counter must not go back).
+    paused_shown: u64,
 }
 
 impl Model {
@@ -305,6 +309,7 @@ impl Metrics {
             health: Health::default(),
             breakdown: breakdown.map(Capped::new),
             shown: BTreeMap::new(),
+            paused_shown: 0,
         }));
         registry.register_collector(Box::new(ModelCollector(model.clone())));
         let info: Labels = vec![
@@ -390,6 +395,25 @@ fn counted_labels(role: Role, outcome: Outcome) -> Labels {
     let mut l = labels(role, Some(outcome), &[]);
     l.push(("source", kernel_counted::SOURCE.to_string()));
     l
+}
+
+/// The kernel's `not_attempted` count in the namespaces where a pause was counted (by a
+/// hook's `active_disabled`, or the namespace's own counter): exact, from `COUNTS`.
+fn paused_connections(kernel: &KernelCounts, counted: &KernelCounted) -> u64 {
+    let paused = |ns: u32| {
+        kernel
+            .iter()
+            .any(|(n, r, o, c)| n == ns && r == Role::Client && o == Outcome::ActiveDisabled && c.events > 0)
+            || counted
+                .rows
+                .iter()
+                .any(|r| r.netns == ns && r.role == Role::Client && r.outcome == Outcome::ActiveDisabled)
+    };
+    kernel
+        .iter()
+        .filter(|(n, r, o, _)| *r == Role::Client && *o == Outcome::NotAttempted && paused(*n))
+        .map(|(_, _, _, c)| c.events)
+        .sum()
 }
 
 /// `extra`: the opt-in label and its value.
@@ -540,6 +564,19 @@ impl Collector for ModelCollector {
                 None,
             )?;
         }
+
+        let paused = paused_connections(&m.kernel, &m.counted).max(m.paused_shown);
+        m.paused_shown = paused;
+        encoder
+            .encode_descriptor(
+                "tfo_trace_tfo_paused_connections",
+                "Client connections that went without TFO (not_attempted) in namespaces where \
+                 blackhole detection paused active TFO (active_disabled, TcpExtTCPFastOpenBlackhole): \
+                 what one lost path cost every other connection; `tfo-trace report` names the path",
+                None,
+                MetricType::Counter,
+            )?
+            .encode_counter::<Labels, _, u64>(&paused, None)?;
 
         let h = m.health;
         for (name, help, total) in [
@@ -703,6 +740,32 @@ mod tests {
         assert!(t.contains("# TYPE tfo_trace_connections_total counter"), "{t}");
         assert!(t.contains("# TYPE tfo_trace_handshake_seconds histogram"), "{t}");
         assert!(!t.contains("# EOF"), "Prometheus text format, not OpenMetrics: {t}");
+    }
+
+    /// Connections left without TFO count where a pause was counted, by a hook or by the
+    /// namespace's counter; a namespace with no pause (TFO off there) does not.
+    #[test]
+    fn connections_left_without_tfo_by_a_pause() {
+        let at = |ns: u32, outcome| Event { netns: ns, ..ev(Role::Client, outcome, 2, 0, 100, 0) };
+        let mut events = vec![at(1, Outcome::ActiveDisabled), at(3, Outcome::NotAttempted)];
+        events.extend((0..4).map(|_| at(1, Outcome::NotAttempted)));
+        events.extend((0..2).map(|_| at(2, Outcome::NotAttempted)));
+        let m = Metrics::new(&build(), None);
+        m.set_kernel(counted(&events), Health::default());
+        let paused = |m: &Metrics| sample(&m.encode(), "tfo_trace_tfo_paused_connections_total");
+        assert_eq!(paused(&m), Some(4.0), "netns 1 only");
+        let row = crate::aggregation::kernel_counted::CountedRow {
+            netns: 2,
+            role: Role::Client,
+            outcome: Outcome::ActiveDisabled,
+            count: 1,
+            counter: "TcpExtTCPFastOpenBlackhole",
+            within: None,
+        };
+        m.set_kernel_counted(KernelCounted { rows: vec![row], ..KernelCounted::default() });
+        assert_eq!(paused(&m), Some(6.0), "and netns 2, by its counter");
+        m.set_kernel(counted(&events[..1]), Health::default());
+        assert_eq!(paused(&m), Some(6.0), "never back");
     }
 
     #[test]

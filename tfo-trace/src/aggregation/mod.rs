@@ -1,6 +1,7 @@
 //! Pure counting over decoded events: no I/O, so every view and test can share it.
 #[cfg(test)]
 mod agreement;
+pub mod blackhole;
 pub mod counting;
 pub mod kernel_counted;
 pub mod metrics;

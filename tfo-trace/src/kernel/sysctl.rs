@@ -404,6 +404,26 @@ pub fn tfo_namespaces() -> Vec<TfoNamespace> {
     out
 }
 
+/// `tcp_fastopen_blackhole_timeout_sec` of each namespace of `inodes` that can be read
+/// now: the current one, and named (`ip netns`) ones (entering needs CAP_SYS_ADMIN).
+/// Only these, not every namespace: a live view asks for those with a pause.
+pub fn blackhole_timeouts(inodes: &[u32]) -> std::collections::BTreeMap<u32, u32> {
+    let mut out = std::collections::BTreeMap::new();
+    let wanted = |i: u64| inodes.contains(&(i as u32));
+    if let Some(i) = netns::current_netns_inode().ok().filter(|&i| wanted(i)) {
+        if let Ok(t) = read_blackhole_timeout_sec() {
+            out.insert(i as u32, t);
+        }
+    }
+    for n in netns::named_netns() {
+        let Some(i) = n.inode.filter(|&i| wanted(i) && !out.contains_key(&(i as u32))) else { continue };
+        if let Ok(Ok(t)) = netns::with_netns(&n.path, read_blackhole_timeout_sec) {
+            out.insert(i as u32, t);
+        }
+    }
+    out
+}
+
 /// sysctl configuration files that set net.ipv4.tcp_fastopen_key (what systemd-sysctl and
 /// `sysctl --system` read at boot).
 pub fn persisted_key_files() -> Vec<String> {

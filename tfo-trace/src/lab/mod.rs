@@ -751,6 +751,9 @@ pub struct WireSyn {
     pub payload: u32,
     /// The TFO option was the experimental one (kind 254, tcpdump's `exp-tfo`).
     pub exp_tfo: bool,
+    /// It carried a TFO option (kind 34, tcpdump's `tfo`, or the experimental one): a cookie,
+    /// a cookie request, or (SYN-ACK) the server's cookie.
+    pub tfo: bool,
 }
 
 /// tcpdump on a lab veth, capturing SYNs and SYN-ACKs: the wire's own account of handshakes.
@@ -791,7 +794,8 @@ pub fn parse_tcpdump_syn(line: &str) -> Option<WireSyn> {
     let after = line.split("length ").nth(1)?;
     let payload = after.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
     let syn_ack = line.contains("Flags [S.]");
-    Some(WireSyn { time_s, sport, dport, syn_ack, payload, exp_tfo: line.contains("exp-tfo") })
+    let tfo = ["[tfo ", ",tfo ", "exp-tfo"].iter().any(|o| line.contains(o));
+    Some(WireSyn { time_s, sport, dport, syn_ack, payload, exp_tfo: line.contains("exp-tfo"), tfo })
 }
 
 impl SynCapture {
@@ -922,7 +926,8 @@ mod tests {
                 dport: 8080,
                 syn_ack: false,
                 payload: 100,
-                exp_tfo: false
+                exp_tfo: false,
+                tfo: true
             })
         );
         let v6 = "1764491235.000001 IP6 fd00:7f0::1.41000 > fd00:7f0::2.8080: Flags [S], seq 2, win 64800, length 0";
@@ -934,7 +939,8 @@ mod tests {
                 dport: 8080,
                 syn_ack: false,
                 payload: 0,
-                exp_tfo: false
+                exp_tfo: false,
+                tfo: false
             })
         );
         assert_eq!(parse_tcpdump_syn("tcpdump: verbose output suppressed"), None);
@@ -942,7 +948,7 @@ mod tests {
             "1764491236.5 IP 198.18.0.1.40002 > 198.18.0.2.8080: Flags [S], seq 3:103, length 100: HTTP";
         assert_eq!(parse_tcpdump_syn(http).map(|s| s.payload), Some(100));
         let exp = "1.5 IP 198.19.7.1.46764 > 198.19.7.2.7001: Flags [S], options [mss 1460,exp-tfo cookiereq], length 0";
-        assert_eq!(parse_tcpdump_syn(exp).map(|s| s.exp_tfo), Some(true));
+        assert_eq!(parse_tcpdump_syn(exp).map(|s| (s.exp_tfo, s.tfo)), Some((true, true)));
         let synack = "2.5 IP 198.19.7.2.7001 > 198.19.7.1.46764: Flags [S.], seq 9, ack 10, length 0";
         assert_eq!(
             parse_tcpdump_syn(synack).map(|s| (s.syn_ack, s.sport, s.dport)),

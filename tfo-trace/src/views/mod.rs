@@ -8,6 +8,7 @@ pub mod logging;
 pub mod man;
 pub mod namespace_counters;
 pub mod output;
+pub mod paused;
 pub mod replay;
 pub mod report;
 pub mod session;

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::{
     aggregation::report::{
-        verdict::{CachedDrops, DestinationReport, ListenerReport, NamespaceFinding, Verdict},
+        verdict::{CachedDrops, DestinationReport, Kind, ListenerReport, NamespaceFinding, Verdict},
         Built, Facts, GroupOptions, ListenerFact, ReportBuilder, Rest, Summary,
     },
     cli::{ReportArgs, ReportFormat},
@@ -317,6 +317,9 @@ fn gather_facts(
         if let Ok(k) = &ns.key {
             facts.backup_key.insert(inode, k.backup);
         }
+        if let Ok(t) = ns.blackhole_timeout_sec {
+            facts.blackhole_timeout_s.insert(inode, t);
+        }
     }
     // tcp_metrics of the namespaces the clients ran in: the current one directly, a named
     // one with `ip -n NAME`; a namespace with no name cannot be entered by name: skipped.
@@ -540,6 +543,10 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
         ));
     }
     out.push(first);
+    // What paused TFO for a whole namespace is the answer before any destination's.
+    for n in r.built.namespaces.iter().filter(|n| n.verdict.kind == Kind::ActiveTfoPaused) {
+        out.push(n.verdict.sentence.clone());
+    }
     if !s.verdicts.is_empty() {
         out.push(format!("verdicts (one per {}): {}", g.name(), verdict_counts(&s.verdicts)));
     }
@@ -699,7 +706,16 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
         writeln!(w, "  outcomes: {}", outcomes_line(&l.outcomes))?;
         write_verdict_text(w, &l.verdict)?;
     }
-    if !b.namespaces.is_empty() {
+    let (paused, counted): (Vec<&NamespaceFinding>, Vec<&NamespaceFinding>) =
+        b.namespaces.iter().partition(|n| n.pause.is_some());
+    if !paused.is_empty() {
+        writeln!(w, "\nActive TFO paused (blackhole detection, per client namespace)")?;
+    }
+    for n in &paused {
+        writeln!(w, "{}", b.netns_label(n.netns))?;
+        write_verdict_text(w, &n.verdict)?;
+    }
+    if !counted.is_empty() {
         writeln!(
             w,
             "\nFrom the kernel's counters (not visible as events: per namespace, no listener or process named)"
@@ -707,7 +723,7 @@ fn render_text(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     }
     // One heading per namespace, its findings under it.
     let mut last = None;
-    for n in &b.namespaces {
+    for n in counted {
         if last != Some(n.netns) {
             writeln!(w, "{}", b.netns_label(n.netns))?;
             last = Some(n.netns);
@@ -808,9 +824,16 @@ fn render_markdown(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
             )?;
         }
     }
-    if !b.namespaces.is_empty() {
-        writeln!(w, "\n## From the kernel's counters (per namespace, no listener or process named)\n")?;
-        for n in &b.namespaces {
+    let (paused, counted): (Vec<&NamespaceFinding>, Vec<&NamespaceFinding>) =
+        b.namespaces.iter().partition(|n| n.pause.is_some());
+    for (title, findings) in [
+        ("Active TFO paused (blackhole detection, per client namespace)", paused),
+        ("From the kernel's counters (per namespace, no listener or process named)", counted),
+    ] {
+        if !findings.is_empty() {
+            writeln!(w, "\n## {title}\n")?;
+        }
+        for n in findings {
             writeln!(w, "- {}: {}", md(&b.netns_label(n.netns)), md(&n.verdict.sentence))?;
             for e in &n.verdict.evidence {
                 writeln!(w, "  - {}", md(e))?;

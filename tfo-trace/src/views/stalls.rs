@@ -14,11 +14,17 @@ use anyhow::{Context as _, Result};
 use serde::Serialize;
 
 use crate::{
-    aggregation::stall::{self, Cause, StallTally},
+    aggregation::{
+        blackhole::Pauses,
+        stall::{self, Cause, StallTally},
+    },
     events::Event,
     probes::LoadOptions,
     units,
-    views::session::Session,
+    views::{
+        paused::{self, Paused},
+        session::Session,
+    },
 };
 
 pub struct StallsOptions {
@@ -133,6 +139,15 @@ fn write_summary(out: &mut impl Write, per_dst: &PerDestinations) -> io::Result<
     out.flush()
 }
 
+/// Blackhole detection's pauses, after the destinations: the connections they left
+/// without TFO are no stalls, but they are what one lost destination cost the others.
+fn write_paused(out: &mut impl Write, paused: &[Paused]) -> io::Result<()> {
+    for p in paused {
+        writeln!(out, "\n{}", p.sentence)?;
+    }
+    out.flush()
+}
+
 pub async fn run(opts: StallsOptions) -> Result<()> {
     let mut session = Session::start(&opts.load, opts.record.as_ref())?;
     // One write per batch, not per line (stdout alone is line-buffered).
@@ -145,10 +160,12 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
         )?;
     }
     let mut per_dst = PerDestinations::new();
+    let mut pauses = Pauses::default();
     let mut pipe_closed = false;
     session
         .run(opts.duration, |batch| {
             for e in batch.iter() {
+                pauses.add(&e.view());
                 let (stall, extra) = (stall::of(e), stall::extra_round_trip_us(e));
                 // What the same destinations saved, for the summary's balance.
                 if stall.is_some() || extra.is_some() || stall::saved_us(e).is_some() {
@@ -171,7 +188,10 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
         return Ok(());
     }
     if !opts.json {
-        crate::views::output::stdout_written(write_summary(&mut out, &per_dst))?;
+        let paused = paused::said(&pauses, &session.kernel_counted());
+        crate::views::output::stdout_written(
+            write_summary(&mut out, &per_dst).and_then(|_| write_paused(&mut out, &paused)),
+        )?;
     }
     let mut closing = session.closing();
     closing.stalled = Some(per_dst.values().map(|d| d.tally.stalls.count()).sum());

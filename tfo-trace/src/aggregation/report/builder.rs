@@ -24,7 +24,7 @@ use super::{
     Report, WORST,
 };
 use crate::{
-    aggregation::{counting::OutcomeCounts, stall::Cause},
+    aggregation::{blackhole::Pauses, counting::OutcomeCounts, stall::Cause},
     events::{Event, Role},
 };
 
@@ -61,6 +61,9 @@ pub struct ReportBuilder {
     /// By namespace (none across hosts) and listener name.
     listeners: IndexMap<(Option<u32>, SocketAddr), ListenerAcc>,
     client_netns: BTreeSet<u32>,
+    /// Blackhole detection's pauses per client namespace (one host only: across hosts an
+    /// inode names nothing).
+    pauses: Pauses,
     all: ConnAcc,
     events: u64,
     server_events: u64,
@@ -79,6 +82,7 @@ impl ReportBuilder {
             cell_names: HashMap::new(),
             listeners: IndexMap::new(),
             client_netns: BTreeSet::new(),
+            pauses: Pauses::default(),
             all: ConnAcc::default(),
             events: 0,
             server_events: 0,
@@ -114,6 +118,9 @@ impl ReportBuilder {
                 self.all.add(&one);
                 self.host_acc[h].0.add(&one);
                 self.client_netns.insert(e.netns);
+                if !self.fleet {
+                    self.pauses.add(&e.view());
+                }
                 let dname = dns_name(e).map(|n| self.name(&n));
                 let tag = match self.group.by {
                     GroupBy::Process => self.name(&e.comm),
@@ -326,7 +333,7 @@ impl Built {
         built.rest = built.rest(&kinds);
         built.kernel_cache = built.kernel_cache();
         built.listeners = built.listener_reports();
-        built.namespaces = verdict::namespace_findings(&built.listeners, &built.facts);
+        built.namespaces = verdict::namespace_findings(&built.listeners, &built.facts, &built.b.pauses);
         built
     }
 

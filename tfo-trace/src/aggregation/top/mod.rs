@@ -22,7 +22,7 @@ pub use self::{
     table::{BoundedTable, GroupStats, Row, RowKey, RowStats},
     totals::Totals,
 };
-use super::quantiles::Decades;
+use super::{blackhole::Pauses, quantiles::Decades};
 use crate::events::{Event, EventRef, Interner, Role};
 
 /// Groups kept per table by default.
@@ -52,6 +52,8 @@ pub struct TopModel {
     server_trend: Trend,
     /// The real length of the last refresh interval.
     last_interval: Option<Duration>,
+    /// Blackhole detection's pauses per client namespace.
+    pub pauses: Pauses,
 }
 
 impl Default for TopModel {
@@ -78,6 +80,7 @@ impl TopModel {
             client_trend: Trend::default(),
             server_trend: Trend::default(),
             last_interval: None,
+            pauses: Pauses::default(),
         }
     }
 
@@ -89,6 +92,7 @@ impl TopModel {
     pub fn add_view(&mut self, e: EventRef<'_>) {
         let t = Counted::of(&e);
         self.events += 1;
+        self.pauses.add(&e);
         self.total.count_in(&t);
         match e.role {
             Role::Client => {

@@ -60,6 +60,14 @@ pub fn write_text(
     if let Some(line) = counted_text(&snap.kernel_counted, &info.backend) {
         writeln!(out, "{line}")?;
     }
+    for p in &info.paused {
+        let s = &p.summary;
+        writeln!(
+            out,
+            "tfo_paused netns={} pauses={} without_tfo={} ({})",
+            s.netns, s.pauses, s.without_tfo, p.sentence
+        )?;
+    }
     for view in View::ALL {
         let rows = rows(snap, view, sort, filter);
         let layout = Layout::full(view, &rows);
@@ -210,6 +218,7 @@ pub fn write_json(
         "processes": table(View::Processes),
         "containers": table(View::Containers),
         "kernel_counted": counted_json(&snap.kernel_counted),
+        "tfo_paused": info.paused,
     });
     serde_json::to_writer(&mut *out, &v)?;
     out.write_all(b"\n")?;
@@ -238,6 +247,7 @@ mod tests {
             lost: 3,
             color: false,
             live: true,
+            paused: Vec::new(),
         }
     }
 

@@ -30,7 +30,11 @@ use crate::{
     events::{counts::KernelCounts, rfc3339, Event},
     kernel::sysctl::TcpFastopen,
     probes::LoadOptions,
-    views::{session::Session, stop::Stop},
+    views::{
+        paused::{self, Paused},
+        session::Session,
+        stop::Stop,
+    },
 };
 use rows::View;
 use state::{Action, UiState};
@@ -75,6 +79,8 @@ pub struct HeaderInfo {
     pub color: bool,
     /// Events as they happen (rates mean *now*), not a replayed recording.
     pub live: bool,
+    /// Where blackhole detection paused active TFO (live only), as of the last refresh.
+    pub paused: Vec<Paused>,
 }
 
 /// `net.ipv4.tcp_fastopen` of one namespace the header speaks for.
@@ -106,6 +112,7 @@ impl HeaderInfo {
             lost: 0,
             color: std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
             live: true,
+            paused: Vec::new(),
         }
     }
 
@@ -338,7 +345,8 @@ pub async fn run_on<F: EventFeed>(
     let mut ticker = tokio::time::interval_at(start + opts.interval, opts.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut refreshes = 0u64;
-    let mut clock = RefreshClock { last: start.into_std(), counted: KernelCounted::default() };
+    let mut clock =
+        RefreshClock { last: start.into_std(), counted: KernelCounted::default(), paused: Vec::new() };
     info.live = feed.live();
 
     if !tui {
@@ -357,6 +365,7 @@ pub async fn run_on<F: EventFeed>(
                     printed_events = Some(model.events);
                     let snap = refresh(&mut model, feed, &mut clock);
                     printed_counted = snap.kernel_counted.clone();
+                    info.paused.clone_from(&clock.paused);
                     print(&mut out, &snap, &info, opts)?;
                 }
                 _ = stop.requested() => done = true,
@@ -380,6 +389,7 @@ pub async fn run_on<F: EventFeed>(
             let snap = refresh(&mut model, feed, &mut clock);
             if events_changed || snap.kernel_counted.rows != printed_counted.rows {
                 info.lost = feed.lost();
+                info.paused.clone_from(&clock.paused);
                 print(&mut out, &snap, &info, opts)?;
             }
         }
@@ -398,6 +408,7 @@ pub async fn run_on<F: EventFeed>(
     loop {
         if redraw {
             info.lost = feed.lost();
+            info.paused.clone_from(&clock.paused);
             if !ui.paused {
                 snap = fresh.take().unwrap_or_else(|| snapshot(&model, feed, &clock));
             }
@@ -450,6 +461,7 @@ fn finish(guard: terminal::TerminalGuard, events: u64) -> Result<u64> {
 struct RefreshClock {
     last: std::time::Instant,
     counted: KernelCounted,
+    paused: Vec<Paused>,
 }
 
 impl RefreshClock {
@@ -488,6 +500,7 @@ fn refresh<F: EventFeed>(model: &mut TopModel, feed: &mut F, clock: &mut Refresh
     let totals = totals_of(model, feed, &clock.counted);
     if feed.live() {
         model.tick(clock.lap(), &totals);
+        clock.paused = paused::said(&model.pauses, &clock.counted);
     }
     let mut snap = model.snapshot_with(totals);
     snap.kernel_counted = clock.counted.clone();

@@ -176,6 +176,12 @@ fn header_lines(snap: &Snapshot, info: &HeaderInfo, width: usize, st: &Styles) -
     let mut lines =
         vec![fit(first, width), fit(client, width), fit(server, width), now_line(snap, info, width, st)];
     lines.extend(counted_line(&snap.kernel_counted, info, st));
+    for p in &info.paused {
+        lines.push(Line::from(vec![
+            Span::styled("paused ", st.bold),
+            Span::styled(p.sentence.clone(), st.alert),
+        ]));
+    }
     lines
 }
 
@@ -598,6 +604,7 @@ mod tests {
             lost: 0,
             color: false,
             live: true,
+            paused: Vec::new(),
         }
     }
 

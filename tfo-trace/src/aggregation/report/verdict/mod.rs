@@ -28,7 +28,7 @@ pub use self::{
     classify::{Kind, Strength},
     client::{client_report, ClientRow},
     listener::listener_row,
-    namespace::{cached_drops, namespace_findings, CachedDrops},
+    namespace::{cached_drops, namespace_findings, pause_sentence, CachedDrops},
 };
 use super::connections::ConnAcc;
 use crate::units;
@@ -188,8 +188,13 @@ pub struct ListenerReport {
 pub struct NamespaceFinding {
     pub netns: u32,
     pub verdict: Verdict,
-    /// Where its counts come from: [`super::kernel_counted::SOURCE`].
+    /// Where its counts come from: [`super::kernel_counted::SOURCE`], or `events` (a
+    /// pause that a hook's `active_disabled` events tell).
     pub source: &'static str,
+    /// `active_tfo_paused`: the pauses' figures (which connection tripped each, when it
+    /// ends, the connections left without TFO by destination).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause: Option<crate::aggregation::blackhole::PauseSummary>,
 }
 
 /// A name that hosts that show a verdict share and the others do not: a domain

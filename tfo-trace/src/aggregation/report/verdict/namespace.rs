@@ -1,7 +1,7 @@
 //! What the kernel's per-namespace facts say apart from the events: counter deltas that no
 //! event of the running backend explains ([`namespace_findings`]), and destinations the TFO
 //! cache remembers losing SYN-data to with no connection in the window ([`cached_drops`]).
-use std::net::IpAddr;
+use std::{collections::BTreeSet, net::IpAddr};
 
 use serde::Serialize;
 
@@ -10,11 +10,12 @@ use super::{
 };
 use crate::{
     aggregation::{
+        blackhole::{PauseSummary, Pauses},
         kernel_counted,
         report::facts::{Facts, ListenerFact},
     },
     events::{Outcome, Role},
-    kernel::tcp_metrics::TcpMetric,
+    kernel::{netstat::Netstat, tcp_metrics::TcpMetric},
     probes::{table, Backend},
     units,
 };
@@ -70,6 +71,7 @@ fn finding(netns: u32, kind: Kind, sentence: String, evidence: String, n: u64) -
         netns,
         source: kernel_counted::SOURCE,
         verdict: counted(kind, sentence, vec![evidence], n),
+        pause: None,
     }
 }
 
@@ -79,11 +81,22 @@ fn counted(kind: Kind, sentence: String, evidence: Vec<String>, n: u64) -> Verdi
     Verdict { kind, sentence, evidence, strength: Strength::of(n, n), support }
 }
 
-/// Counter deltas the events do not explain, because the backend cannot see them.
-pub fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<NamespaceFinding> {
+/// Counter deltas the events do not explain, because the backend cannot see them, and
+/// what blackhole detection's pauses did to each client namespace ([`Pauses`]).
+pub fn namespace_findings(
+    listeners: &[ListenerReport],
+    facts: &Facts,
+    pauses: &Pauses,
+) -> Vec<NamespaceFinding> {
     let backend = facts.backend.as_deref().unwrap_or("running");
+    // Outcomes only a namespace counter sees on this backend, said from the counter.
+    let blind = |role, outcome| backend_of(facts).is_some_and(|b| !table::sees(b, role, outcome));
     let mut out = Vec::new();
-    for (&netns, n) in &facts.counters {
+    let none = Netstat::default();
+    let mut namespaces: BTreeSet<u32> = facts.counters.keys().copied().collect();
+    namespaces.extend(pauses.namespaces());
+    for netns in namespaces {
+        let n = facts.counters.get(&netns).unwrap_or(&none);
         let ns = facts.ns(netns);
         let seen = |o: Outcome| -> u64 {
             listeners
@@ -101,25 +114,18 @@ pub fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Na
             .join(", ");
         let overflow = n.get("TcpExtTCPFastOpenListenOverflow");
         if overflow > seen(Outcome::QueueOverflow) {
-            let (max, sentence) = match tfo_listeners.as_slice() {
-                [one] => (
+            let sentence = match tfo_listeners.as_slice() {
+                [one] => overflow_sentence(
+                    &one.addr.to_string(),
+                    overflow,
                     one.max_qlen,
-                    overflow_sentence(
-                        &one.addr.to_string(),
-                        overflow,
-                        one.max_qlen,
-                        facts.somaxconn.get(&netns).copied(),
-                    ),
+                    facts.somaxconn.get(&netns).copied(),
                 ),
-                _ => (
-                    None,
-                    format!(
-                        "{ns}: {} on its listeners; raise fastopen= but keep it below somaxconn",
-                        units::plural(overflow, "TFO queue overflow", "TFO queue overflows")
-                    ),
+                _ => format!(
+                    "{ns}: {} on its listeners; raise fastopen= but keep it below somaxconn",
+                    units::plural(overflow, "TFO queue overflow", "TFO queue overflows")
                 ),
             };
-            let _ = max;
             let mut evidence = vec![format!(
                 "TcpExtTCPFastOpenListenOverflow +{overflow} in {ns}; the {backend} backend cannot see which listener"
             )];
@@ -130,46 +136,18 @@ pub fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Na
                 netns,
                 source: kernel_counted::SOURCE,
                 verdict: counted(Kind::QueueOverflow, sentence, evidence, overflow),
+                pause: None,
             });
         }
         let fail = n.get("TcpExtTCPFastOpenPassiveFail");
         if fail > seen(Outcome::CookieInvalid) {
-            let key = match facts.backup_key.get(&netns) {
-                Some(false) => " and no backup key is set",
-                _ => "",
-            };
-            out.push(NamespaceFinding {
-                netns,
-                source: kernel_counted::SOURCE,
-                verdict: counted(
-                    Kind::CookieInvalid,
-                    format!(
-                        "{ns}: {} SYN-data refused by its listeners (invalid cookie or child creation failed{key}): \
-                         when rotating the key, keep the old one as backup (`tcp_fastopen_key=NEW,OLD`)",
-                        fail
-                    ),
-                    vec![format!(
-                        "TcpExtTCPFastOpenPassiveFail +{fail} in {ns}; the {backend} backend cannot see which listener"
-                    )],
-                    fail,
-                ),
-            });
+            out.push(refused_finding(netns, &ns, fail, facts, backend));
         }
-        // Outcomes only a namespace counter sees on this backend, said from the counter.
-        let blind = |role, outcome| backend_of(facts).is_some_and(|b| !table::sees(b, role, outcome));
         let paused = n.get("TcpExtTCPFastOpenBlackhole");
-        if paused > 0 && blind(Role::Client, Outcome::ActiveDisabled) {
-            let sentence = format!(
-                "{ns}: blackhole detection paused active TFO {}: a TFO connect's SYNs timed out, and the \
-                 connections that followed went without TFO for tcp_fastopen_blackhole_timeout_sec \
-                 (doubled at each new pause)",
-                units::plural(paused, "time", "times")
-            );
-            let evidence = format!(
-                "TcpExtTCPFastOpenBlackhole +{paused} in {ns}; the {backend} backend cannot see which \
-                 connection tripped it"
-            );
-            out.push(finding(netns, Kind::ActiveTfoPaused, sentence, evidence, paused));
+        let counted_pauses = blind(Role::Client, Outcome::ActiveDisabled).then_some(paused);
+        let timeout = facts.blackhole_timeout_s.get(&netns).copied();
+        if let Some(p) = pauses.summary(netns, counted_pauses, timeout) {
+            out.push(pause_finding(p, &ns, paused, backend));
         }
         let asked = n.get("TcpExtTCPFastOpenCookieReqd");
         if asked > 0 && blind(Role::Server, Outcome::CookieRequested) {
@@ -184,21 +162,148 @@ pub fn namespace_findings(listeners: &[ListenerReport], facts: &Facts) -> Vec<Na
         }
         let alt = n.get("TcpExtTCPFastOpenPassiveAltKey");
         if alt > seen(Outcome::AcceptedAltKey) {
-            out.push(NamespaceFinding {
-                netns,
-                source: kernel_counted::SOURCE,
-                verdict: counted(
-                    Kind::KeyRotated,
-                    format!(
-                        "{ns}: the TFO key was rotated: {alt} SYN-data carried a cookie of the backup key and were accepted"
-                    ),
-                    vec![format!("TcpExtTCPFastOpenPassiveAltKey +{alt} in {ns}")],
-                    alt,
-                ),
-            });
+            let sentence = format!(
+                "{ns}: the TFO key was rotated: {alt} SYN-data carried a cookie of the backup key and were accepted"
+            );
+            let evidence = format!("TcpExtTCPFastOpenPassiveAltKey +{alt} in {ns}");
+            out.push(finding(netns, Kind::KeyRotated, sentence, evidence, alt));
         }
     }
     out
+}
+
+/// SYN-data its listeners refused (TcpExtTCPFastOpenPassiveFail) where no hook names the
+/// listener.
+fn refused_finding(netns: u32, ns: &str, fail: u64, facts: &Facts, backend: &str) -> NamespaceFinding {
+    let key = match facts.backup_key.get(&netns) {
+        Some(false) => " and no backup key is set",
+        _ => "",
+    };
+    let sentence = format!(
+        "{ns}: {fail} SYN-data refused by its listeners (invalid cookie or child creation failed{key}): when \
+         rotating the key, keep the old one as backup (`tcp_fastopen_key=NEW,OLD`)"
+    );
+    let evidence = format!(
+        "TcpExtTCPFastOpenPassiveFail +{fail} in {ns}; the {backend} backend cannot see which listener"
+    );
+    finding(netns, Kind::CookieInvalid, sentence, evidence, fail)
+}
+
+/// Blackhole detection's pauses in a client namespace, as a finding: which connection and
+/// destination tripped them, until when, and the connections left without TFO.
+fn pause_finding(p: PauseSummary, ns: &str, counter: u64, backend: &str) -> NamespaceFinding {
+    let mut evidence = Vec::new();
+    if p.from_events {
+        evidence.push(format!(
+            "{} from the {backend} backend's hook",
+            units::plural(p.pauses, "active_disabled event", "active_disabled events")
+        ));
+    } else {
+        evidence.push(format!(
+            "TcpExtTCPFastOpenBlackhole +{counter} in {ns}; no {backend} hook sees the pause: its connection is \
+             the one whose SYNs timed out just before TFO stopped being attempted"
+        ));
+    }
+    for t in p.each.iter().filter_map(|e| e.tripped_by.as_ref()) {
+        evidence.push(format!(
+            "tripped at {} by pid {} ({}) connecting to {}: {} after {}",
+            t.at.millis(),
+            t.pid,
+            t.comm,
+            t.destination,
+            t.outcome.name(),
+            units::plural(u64::from(t.retransmits), "SYN retransmission", "SYN retransmissions")
+        ));
+    }
+    if let Some(last) = p.last() {
+        if let (Some(len), Some(t)) = (last.length_s, p.timeout_s) {
+            evidence.push(format!(
+                "pause length {}: tcp_fastopen_blackhole_timeout_sec={t}, doubled for each pause before it \
+                 ({} seen; the kernel doubles up to 64x and does not export its count)",
+                units::duration_s(len as f64),
+                p.pauses
+            ));
+        }
+    }
+    if p.without_tfo > 0 {
+        let each: Vec<String> = p
+            .without_tfo_by_destination
+            .iter()
+            .take(5)
+            .map(|d| format!("{} {}", d.destination, d.connections))
+            .collect();
+        evidence.push(format!(
+            "not_attempted (SYN without the TFO option although TFO was asked for): {}",
+            each.join(", ")
+        ));
+    }
+    let sentence = pause_sentence(&p, ns);
+    let n = p.pauses.max(1);
+    NamespaceFinding {
+        netns: p.netns,
+        source: if p.from_events { "events" } else { kernel_counted::SOURCE },
+        verdict: counted(Kind::ActiveTfoPaused, sentence, evidence, n),
+        pause: Some(p),
+    }
+}
+
+/// `TFO paused in netns N until T because SYNs to X were lost; 4 connections to 1 other
+/// destination went without TFO`: the one wording of `report`, `stalls` and `top`.
+pub fn pause_sentence(p: &PauseSummary, ns: &str) -> String {
+    let times = if p.pauses > 1 { format!(" {} times", p.pauses) } else { String::new() };
+    let mut s = format!("TFO paused in {ns}{times}");
+    let last = p.last();
+    let end = match (last.and_then(|l| l.resumed.as_ref()), last.and_then(|l| l.until.as_ref())) {
+        (Some(r), _) => format!(" until {} UTC (TFO attempted again)", r.millis()),
+        (None, Some(u)) => format!(" until {} UTC", u.millis()),
+        (None, None) if p.timeout_s == Some(0) => {
+            " (tcp_fastopen_blackhole_timeout_sec is 0 now: paused no more)".to_string()
+        }
+        (None, None) => " for tcp_fastopen_blackhole_timeout_sec, doubled at each pause".to_string(),
+    };
+    s.push_str(&end);
+    let trippers = p.tripping_destinations();
+    if trippers.is_empty() && p.pauses == 0 {
+        s.push_str(" (since before tfo-trace started)");
+    } else if trippers.is_empty() {
+        s.push_str(" (no event shows the connection that tripped it)");
+    } else {
+        let named: Vec<&str> = trippers.iter().map(|t| t.destination.as_str()).collect();
+        s.push_str(&format!(" because SYNs to {} were lost", named.join(" and ")));
+    }
+    let (others, destinations) = p.to_others();
+    let itself = p.without_tfo - others;
+    if p.without_tfo == 0 {
+        s.push_str("; no connection went without TFO during it");
+    } else if trippers.is_empty() {
+        s.push_str(&format!(
+            "; {} to {} went without TFO",
+            units::plural(p.without_tfo, "connection", "connections"),
+            units::plural(destinations, "destination", "destinations")
+        ));
+    } else {
+        if others > 0 {
+            s.push_str(&format!(
+                "; {} to {} went without TFO",
+                units::plural(others, "connection", "connections"),
+                units::plural(destinations, "other destination", "other destinations")
+            ));
+        }
+        if itself > 0 {
+            let to = if trippers.len() == 1 { trippers[0].destination.as_str() } else { "those" };
+            s.push_str(&format!("{} {itself} to {to}", if others > 0 { " and" } else { ";" }));
+            if others == 0 {
+                s.push_str(" went without TFO");
+            }
+        }
+    }
+    if !trippers.is_empty() && p.timeout_s != Some(0) {
+        s.push_str(
+            ": fix the path to it, or set net.ipv4.tcp_fastopen_blackhole_timeout_sec=0 (the default since \
+             Linux 5.14) so that one lost destination does not pause TFO for every other",
+        );
+    }
+    s
 }
 
 #[cfg(test)]
@@ -243,6 +348,40 @@ mod tests {
         let r = report(&[cli("accepted", "10.1.2.3:443", 64, 0, 1)], &facts);
         let listed: Vec<&str> = r.kernel_cache.iter().map(|c| c.destination.as_str()).collect();
         assert_eq!(listed, ["10.1.2.4:*"], "10.1.2.3 has a connection in the window: {listed:?}");
+    }
+
+    /// Blackhole detection on a backend without the hook: the counter moved once, the
+    /// connection to .3 that gave up just before the plain SYNs tripped it.
+    #[test]
+    fn a_pause_names_what_tripped_it_and_what_it_cost() {
+        let mut facts = Facts { backend: Some("tracepoint".into()), ..Default::default() };
+        facts.netns_names.insert(NS_CLI, "cli".into());
+        facts.counters.insert(NS_CLI, Netstat::parse("TcpExt: TCPFastOpenBlackhole\nTcpExt: 1\n").unwrap());
+        facts.blackhole_timeout_s.insert(NS_CLI, 60);
+        let mut events = vec![
+            cli("accepted", "198.18.0.2:443", 64, 0, 0),
+            cli("connect_failed", "198.18.0.3:443", 0, 3_000_000, 4_000),
+        ];
+        events.extend((5..9).map(|t| cli("not_attempted", "198.18.0.2:443", 0, 0, t * 1000)));
+        let r = report(&events, &facts);
+        let p = r.namespaces.iter().find(|n| n.verdict.kind == Kind::ActiveTfoPaused).unwrap();
+        assert_eq!(
+            p.verdict.sentence,
+            "TFO paused in netns cli until 1970-01-01 00:01:04.000 UTC because SYNs to 198.18.0.3:443 were lost; \
+             4 connections to 1 other destination went without TFO: fix the path to it, or set \
+             net.ipv4.tcp_fastopen_blackhole_timeout_sec=0 (the default since Linux 5.14) so that one lost \
+             destination does not pause TFO for every other"
+        );
+        let pause = p.pause.as_ref().unwrap();
+        assert_eq!((pause.pauses, pause.without_tfo), (1, 4));
+        assert!(p
+            .verdict
+            .evidence
+            .iter()
+            .any(|e| e.contains("by pid 7 (curl) connecting to 198.18.0.3:443")));
+        let json = serde_json::to_value(p).unwrap();
+        assert_eq!(json["pause"]["each"][0]["tripped_by"]["destination"], "198.18.0.3:443");
+        assert_eq!(json["pause"]["without_tfo_by_destination"][0]["connections"], 4);
     }
 
     #[test]
@@ -290,7 +429,7 @@ mod tests {
         assert!(said.contains(&(NS_CLI, Kind::ActiveTfoPaused)), "{said:?}");
         assert!(said.contains(&(NS_SRV, Kind::Info)), "{said:?}");
         let paused = b.namespaces.iter().find(|n| n.verdict.kind == Kind::ActiveTfoPaused).unwrap();
-        assert!(paused.verdict.sentence.contains("paused active TFO 1 time:"), "{paused:?}");
+        assert!(paused.verdict.sentence.starts_with("TFO paused in netns 4026532177 for"), "{paused:?}");
         blind.backend = Some("fentry".into());
         let b = report(&[srv("accepted", 0)], &blind);
         assert!(b.namespaces.iter().all(|n| !matches!(n.verdict.kind, Kind::ActiveTfoPaused | Kind::Info)));
