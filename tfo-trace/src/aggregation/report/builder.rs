@@ -17,6 +17,7 @@ use super::{
     connections::{ClientId, ConnAcc, OneConn, Slot},
     facts::Facts,
     grouping::{dns_name, DestKey, GroupBy, GroupKey, GroupOptions, NO_NAME},
+    key_change::KeyChange,
     verdict::{
         self, client_report, AddressShare, CachedDrops, ClientRow, DestinationReport, HostShare, Kind,
         ListenerReport, NamespaceFinding, Strength, NAMES_SHOWN,
@@ -41,6 +42,8 @@ struct CellKey {
 struct ListenerAcc {
     outcomes: OutcomeCounts,
     hosts: BTreeMap<u32, OutcomeCounts>,
+    /// When its cookies were refused and SYN-data accepted (a key rotation).
+    key: KeyChange,
 }
 
 /// Gathers events; [`ReportBuilder::finish`] ranks them.
@@ -155,6 +158,7 @@ impl ReportBuilder {
                 let netns = (!self.fleet).then_some(e.netns);
                 let l = self.listeners.entry((netns, e.view().listener_name())).or_default();
                 l.outcomes.add(e.outcome);
+                l.key.add(e.outcome, u64::try_from(e.ts.unix_ns()).unwrap_or(u64::MAX));
                 l.hosts.entry(host).or_default().add(e.outcome);
             }
         }
@@ -702,7 +706,14 @@ impl Built {
                     .iter()
                     .map(|(h, t)| (self.b.hosts.get_index(*h as usize).cloned().unwrap_or_default(), t))
                     .collect::<Vec<_>>();
-                Some(verdict::listener_row(k.0, k.1, &l.outcomes, &hosts, self.b.fleet, &self.facts))
+                Some(verdict::listener_row(
+                    k.0,
+                    k.1,
+                    (&l.outcomes, &l.key),
+                    &hosts,
+                    self.b.fleet,
+                    &self.facts,
+                ))
             })
             .collect()
     }

@@ -7,6 +7,7 @@ use std::{borrow::Cow, collections::BTreeMap};
 use crate::{
     aggregation::{
         counting::OutcomeCounts,
+        report::key_change::KeyChange,
         stall::{self, Cause, Stall, StallCounts},
     },
     events::{Event, Outcome},
@@ -123,6 +124,8 @@ pub struct ConnAcc {
     pub saves: u64,
     pub first_accepted_ns: Option<u64>,
     pub first_not_acked_ns: Option<u64>,
+    /// When SYN-data was refused and accepted again (a key rotated without a backup).
+    pub key: KeyChange,
     /// Which processes made the connections.
     pub clients: Clients,
 }
@@ -163,6 +166,7 @@ impl ConnAcc {
         if c.outcome == Outcome::Accepted {
             self.first_accepted_ns = min_opt(self.first_accepted_ns, Some(c.ts_ns));
         }
+        self.key.add(c.outcome, c.ts_ns);
     }
 
     pub fn merge(&mut self, o: &ConnAcc) {
@@ -175,6 +179,7 @@ impl ConnAcc {
         self.saves = self.saves.saturating_add(o.saves);
         self.first_accepted_ns = min_opt(self.first_accepted_ns, o.first_accepted_ns);
         self.first_not_acked_ns = min_opt(self.first_not_acked_ns, o.first_not_acked_ns);
+        self.key.merge(&o.key);
         self.clients.merge(&o.clients);
     }
 

@@ -12,6 +12,7 @@ pub mod builder;
 pub mod connections;
 pub mod facts;
 pub mod grouping;
+pub mod key_change;
 pub mod verdict;
 
 use serde::Serialize;

@@ -3,7 +3,11 @@
 use serde::Serialize;
 
 use crate::{
-    aggregation::{counting::OutcomeCounts, report::connections::ConnAcc, stall::Cause},
+    aggregation::{
+        counting::OutcomeCounts,
+        report::{connections::ConnAcc, key_change::KeyChange},
+        stall::Cause,
+    },
     events::Outcome,
 };
 
@@ -22,6 +26,8 @@ pub enum Kind {
     QueueOverflow,
     CookieInvalid,
     KeyRotated,
+    /// The key changed without a backup key: old cookies refused once, then new accepted.
+    KeyRotatedWithoutBackup,
     ListenerDisabled,
     /// Blackhole detection paused active TFO in a client namespace.
     ActiveTfoPaused,
@@ -41,6 +47,7 @@ impl Kind {
             Kind::QueueOverflow => "queue_overflow",
             Kind::CookieInvalid => "cookie_invalid",
             Kind::KeyRotated => "key_rotated",
+            Kind::KeyRotatedWithoutBackup => "key_rotated_without_backup",
             Kind::ListenerDisabled => "listener_disabled",
             Kind::ActiveTfoPaused => "active_tfo_paused",
         }
@@ -51,6 +58,8 @@ impl Kind {
         let c = |o| a.count(o);
         if a.syn_data_dropped() > 0 {
             Kind::SynDataDropped
+        } else if c(Outcome::DataNotAcked) > 0 && a.key.rotated(c(Outcome::DataNotAcked)) {
+            Kind::KeyRotatedWithoutBackup
         } else if c(Outcome::DataNotAcked) > 0 {
             Kind::ServerStoppedTfo
         } else if a.stalls_of(Cause::CookieRequestDropped) > 0 {
@@ -72,7 +81,9 @@ impl Kind {
         let cookie_dropped = a.stalls_of(Cause::CookieRequestDropped);
         match self {
             Kind::SynDataDropped => (a.syn_data_dropped(), a.syn_data_sent()),
-            Kind::ServerStoppedTfo => (c(Outcome::DataNotAcked), a.syn_data_sent()),
+            Kind::ServerStoppedTfo | Kind::KeyRotatedWithoutBackup => {
+                (c(Outcome::DataNotAcked), a.syn_data_sent())
+            }
             Kind::CookieRequestDropped => {
                 (cookie_dropped, c(Outcome::CookieRequested).saturating_add(cookie_dropped))
             }
@@ -87,7 +98,7 @@ impl Kind {
     pub fn severity(self) -> u8 {
         match self {
             Kind::Healthy | Kind::Info => 0,
-            Kind::NotAttempted | Kind::KeyRotated => 1,
+            Kind::NotAttempted | Kind::KeyRotated | Kind::KeyRotatedWithoutBackup => 1,
             Kind::ConnectFailed | Kind::ActiveTfoPaused => 2,
             Kind::ServerStoppedTfo | Kind::CookieInvalid | Kind::ListenerDisabled => 3,
             Kind::QueueOverflow => 4,
@@ -131,9 +142,11 @@ impl Strength {
 }
 
 /// The verdict on a listener's server events: the first that applies.
-pub fn of_listener(t: &OutcomeCounts) -> Kind {
+pub fn of_listener(t: &OutcomeCounts, key: &KeyChange) -> Kind {
     if t[Outcome::QueueOverflow] > 0 {
         Kind::QueueOverflow
+    } else if t[Outcome::CookieInvalid] > 0 && key.rotated(t[Outcome::CookieInvalid]) {
+        Kind::KeyRotatedWithoutBackup
     } else if t[Outcome::CookieInvalid] > 0 {
         Kind::CookieInvalid
     } else if t[Outcome::AcceptedAltKey] > 0 {
@@ -157,7 +170,7 @@ pub fn listener_shown_by(kind: Kind, t: &OutcomeCounts) -> (u64, u64) {
         accepted + c(Outcome::CookieInvalid) + c(Outcome::QueueOverflow) + c(Outcome::ListenerDisabled);
     match kind {
         Kind::QueueOverflow => (c(Outcome::QueueOverflow), syn_data),
-        Kind::CookieInvalid => (c(Outcome::CookieInvalid), syn_data),
+        Kind::CookieInvalid | Kind::KeyRotatedWithoutBackup => (c(Outcome::CookieInvalid), syn_data),
         Kind::KeyRotated => (alt, syn_data),
         Kind::ListenerDisabled => (c(Outcome::ListenerDisabled), syn_data),
         Kind::Healthy => (accepted, syn_data),
@@ -185,7 +198,7 @@ mod tests {
         let of = |outcomes: &[Outcome]| {
             let mut t = OutcomeCounts::default();
             outcomes.iter().for_each(|o| t.add(*o));
-            of_listener(&t)
+            of_listener(&t, &KeyChange::default())
         };
         assert_eq!(
             of(&[Outcome::Accepted, Outcome::QueueOverflow, Outcome::CookieInvalid]),
@@ -196,5 +209,24 @@ mod tests {
         assert_eq!(of(&[Outcome::ListenerDisabled]), Kind::ListenerDisabled);
         assert_eq!(of(&[Outcome::Accepted]), Kind::Healthy);
         assert_eq!(of(&[Outcome::CookieRequested]), Kind::Info);
+    }
+
+    #[test]
+    fn refusals_then_acceptance_are_a_rotation_and_refusals_that_go_on_are_not() {
+        let judge = |seq: &[(Outcome, u64)]| {
+            let (mut t, mut k) = (OutcomeCounts::default(), KeyChange::default());
+            for &(o, at) in seq {
+                t.add(o);
+                k.add(o, at);
+            }
+            of_listener(&t, &k)
+        };
+        use Outcome::{Accepted, CookieInvalid};
+        let rotation = [(Accepted, 1), (CookieInvalid, 2), (CookieInvalid, 3), (Accepted, 4), (Accepted, 5)];
+        assert_eq!(judge(&rotation), Kind::KeyRotatedWithoutBackup);
+        assert_eq!(judge(&rotation[..3]), Kind::CookieInvalid, "not accepted again (yet)");
+        let fleet =
+            [(CookieInvalid, 1), (Accepted, 2), (CookieInvalid, 3), (CookieInvalid, 4), (Accepted, 5)];
+        assert_eq!(judge(&fleet), Kind::CookieInvalid, "refused more than accepted since: no one-off");
     }
 }

@@ -234,6 +234,29 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
                 units::count(sent)
             )
         }
+        Kind::KeyRotatedWithoutBackup => {
+            evidence.push(format!(
+                "{} not acknowledged by the SYN-ACK (TcpExtTCPFastOpenActiveFail), each resent after the \
+                 handshake (+{} each); SYN-data accepted again after the last one, no more refused than \
+                 accepted since the first",
+                units::plural(not_acked, "SYN-data", "SYN-data"),
+                each(a.extra_round_trip_us, not_acked)
+            ));
+            evidence.push(
+                "likely: the server's TFO key was rotated without keeping the old one as backup, or the \
+                 client's address as the server sees it changed (NAT); a TFO queue full once looks the same \
+                 from the client"
+                    .into(),
+            );
+            let who = if many { format!("servers at {subj}") } else { format!("server {subj}") };
+            format!(
+                "{who} refused {} of {} SYN-data once, then accepted again{spread}: the TFO key was likely \
+                 rotated without a backup key: a one-off, not a fault; its owner keeps the old key as backup \
+                 next time (`net.ipv4.tcp_fastopen_key=NEW,OLD`)",
+                units::count(not_acked),
+                units::count(sent)
+            )
+        }
         Kind::CookieRequestDropped => {
             evidence.push(format!(
                 "{} with an empty TFO option timed out, {} lost",
@@ -268,7 +291,9 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
             units::plural(cookie_req, "cookie request", "cookie requests")
         ),
     };
-    let sentence = match balance_sentence(subj, &balance, &in_cl) {
+    // A one-off refusal is no reason to stop using TFO: no advice on its balance.
+    let advice = (row.kind != Kind::KeyRotatedWithoutBackup).then_some(in_cl.as_str());
+    let sentence = match balance_sentence(subj, &balance, advice) {
         Some(b) if row.kind == Kind::Healthy => format!("{b}: {sentence_tail}"),
         Some(b) => format!("{sentence}; {b}"),
         None => sentence,
@@ -336,8 +361,8 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
 /// net over 12 connections`, or `TFO toward X costs more than it saves: -3.04s net (one
 /// stall per 4 accepted at this round trip of 2.1ms; it breaks even at one per 486): stop
 /// using it toward X in curl or fix the path`. None where nothing was measured on either
-/// side. `in_clients`: where the clients are named ([`in_clients`]).
-fn balance_sentence(subj: &str, b: &Balance, in_clients: &str) -> Option<String> {
+/// side. `advice`: where the clients are named ([`in_clients`]), None to give no advice.
+fn balance_sentence(subj: &str, b: &Balance, advice: Option<&str>) -> Option<String> {
     // Nothing accepted says it all already; accepted SYN-data whose savings nobody
     // measured (a recording made before events carried them) leaves the balance unknown,
     // not a loss.
@@ -360,7 +385,9 @@ fn balance_sentence(subj: &str, b: &Balance, in_clients: &str) -> Option<String>
             units::count(even)
         ));
     }
-    s.push_str(&format!(": stop using it toward {subj}{in_clients} or fix the path"));
+    if let Some(in_clients) = advice {
+        s.push_str(&format!(": stop using it toward {subj}{in_clients} or fix the path"));
+    }
     Some(s)
 }
 
@@ -576,6 +603,33 @@ mod tests {
             "server 198.18.0.2:8080 no longer accepts TFO: 4 of 4 SYN-data not acknowledged (the client sent a \
              cookie it got from that server)"
         );
+    }
+
+    /// Issue 38: refused once, then accepted again (a key rotated without a backup): said
+    /// as a one-off, and its balance gives no "stop using" advice even where it costs.
+    #[test]
+    fn refused_once_then_accepted_is_a_rotation_not_a_reason_to_stop() {
+        let dst = "198.18.0.2:8080";
+        let saved = |ts| Event { saved_us: Some(10), ..cli("accepted", dst, 64, 0, ts) };
+        let events = vec![saved(1), cli("data_not_acked", dst, 64, 0, 10), saved(11)];
+        let d = report(&events, &Facts::default()).destinations[0].clone();
+        assert_eq!(d.verdict.kind, Kind::KeyRotatedWithoutBackup, "{:?}", d.verdict);
+        assert!(
+            d.verdict.sentence.starts_with(
+                "server 198.18.0.2:8080 refused 1 of 3 SYN-data once, then accepted again: the TFO key was \
+                 likely rotated without a backup key: a one-off, not a fault"
+            ),
+            "{}",
+            d.verdict.sentence
+        );
+        assert!(d.verdict.sentence.contains("costs more than it saves"), "{}", d.verdict.sentence);
+        assert!(!d.verdict.sentence.contains("stop using"), "{}", d.verdict.sentence);
+        // Refused again after the last acceptance: it goes on, no one-off.
+        let mut going_on = events.clone();
+        going_on.push(cli("data_not_acked", dst, 64, 0, 12));
+        let d = report(&going_on, &Facts::default()).destinations[0].clone();
+        assert_eq!(d.verdict.kind, Kind::ServerStoppedTfo);
+        assert!(d.verdict.sentence.contains("stop using"), "{}", d.verdict.sentence);
     }
 
     #[test]

@@ -4,10 +4,15 @@ use std::net::SocketAddr;
 
 use super::{
     classify::{self, listener_shown_by},
-    hosts_line, HostShare, Kind, ListenerReport, Strength, Support, Verdict,
+    hosts_line,
+    namespace::rotated_without_backup_sentence,
+    HostShare, Kind, ListenerReport, Strength, Support, Verdict,
 };
 use crate::{
-    aggregation::{counting::OutcomeCounts, report::facts::Facts},
+    aggregation::{
+        counting::OutcomeCounts,
+        report::{facts::Facts, key_change::KeyChange},
+    },
     events::Outcome,
     units,
 };
@@ -17,13 +22,13 @@ use crate::{
 pub fn listener_row(
     netns: Option<u32>,
     listener: SocketAddr,
-    t: &OutcomeCounts,
+    (t, key): (&OutcomeCounts, &KeyChange),
     hosts: &[(String, &OutcomeCounts)],
     fleet: bool,
     facts: &Facts,
 ) -> ListenerReport {
     let fact = netns.and_then(|ns| facts.listeners.iter().find(|l| l.netns == ns && l.addr == listener));
-    let mut r = listener_report(listener.to_string(), netns, t, fact.and_then(|f| f.max_qlen), facts);
+    let mut r = listener_report(listener.to_string(), netns, (t, key), fact.and_then(|f| f.max_qlen), facts);
     let shown = |t: &OutcomeCounts| listener_shown_by(r.verdict.kind, t).0;
     r.hosts = hosts
         .iter()
@@ -49,7 +54,7 @@ pub fn listener_row(
 fn listener_report(
     listener: String,
     netns: Option<u32>,
-    t: &OutcomeCounts,
+    (t, key): (&OutcomeCounts, &KeyChange),
     max_qlen: Option<u32>,
     facts: &Facts,
 ) -> ListenerReport {
@@ -68,7 +73,7 @@ fn listener_report(
     let mut evidence = Vec::new();
     let counter = |key: &str| counters.map(|n| n.get(key));
 
-    let kind = classify::of_listener(t);
+    let kind = classify::of_listener(t, key);
     let sentence = match kind {
         Kind::QueueOverflow => {
             if let Some(n) = counter("TcpExtTCPFastOpenListenOverflow") {
@@ -94,13 +99,24 @@ fn listener_report(
                  net.ipv4.tcp_fastopen_key=NEW,OLD`)"
             )
         }
+        Kind::KeyRotatedWithoutBackup => {
+            if let Some(n) = counter("TcpExtTCPFastOpenPassiveFail") {
+                evidence.push(format!("TcpExtTCPFastOpenPassiveFail +{n} in {ns}"));
+            }
+            evidence.push(format!(
+                "{invalid} cookie_invalid, then accepted again ({accepted} accepted in all): the refusals \
+                 stopped once clients had the new cookie"
+            ));
+            rotated_without_backup_sentence(&format!("listener {listener}"), invalid, accepted)
+        }
         Kind::KeyRotated => {
             if let Some(n) = counter("TcpExtTCPFastOpenPassiveAltKey") {
                 evidence.push(format!("TcpExtTCPFastOpenPassiveAltKey +{n} in {ns}"));
             }
             format!(
-                "listener {listener}: the TFO key was rotated: {alt} of {syn_data} SYN-data carried a cookie of \
-                 the backup key and were accepted; those clients get a new cookie on the next cookie request"
+                "listener {listener}: the TFO key was rotated with the old one kept as backup: {alt} of \
+                 {syn_data} SYN-data carried a cookie of the backup key and were accepted; a rotation done \
+                 right, not a fault (those clients get a new cookie on the next cookie request)"
             )
         }
         Kind::ListenerDisabled => format!(

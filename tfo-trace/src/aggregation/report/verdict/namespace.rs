@@ -141,7 +141,7 @@ pub fn namespace_findings(
         }
         let fail = n.get("TcpExtTCPFastOpenPassiveFail");
         if fail > seen(Outcome::CookieInvalid) {
-            out.push(refused_finding(netns, &ns, fail, facts, backend));
+            out.push(refused_finding(netns, &ns, fail, seen(Outcome::Accepted), facts, backend));
         }
         let paused = n.get("TcpExtTCPFastOpenBlackhole");
         let counted_pauses = blind(Role::Client, Outcome::ActiveDisabled).then_some(paused);
@@ -163,7 +163,8 @@ pub fn namespace_findings(
         let alt = n.get("TcpExtTCPFastOpenPassiveAltKey");
         if alt > seen(Outcome::AcceptedAltKey) {
             let sentence = format!(
-                "{ns}: the TFO key was rotated: {alt} SYN-data carried a cookie of the backup key and were accepted"
+                "{ns}: the TFO key was rotated with the old one kept as backup: {alt} SYN-data carried a \
+                 cookie of the backup key and were accepted; a rotation done right, not a fault"
             );
             let evidence = format!("TcpExtTCPFastOpenPassiveAltKey +{alt} in {ns}");
             out.push(finding(netns, Kind::KeyRotated, sentence, evidence, alt));
@@ -173,20 +174,52 @@ pub fn namespace_findings(
 }
 
 /// SYN-data its listeners refused (TcpExtTCPFastOpenPassiveFail) where no hook names the
-/// listener.
-fn refused_finding(netns: u32, ns: &str, fail: u64, facts: &Facts, backend: &str) -> NamespaceFinding {
-    let key = match facts.backup_key.get(&netns) {
-        Some(false) => " and no backup key is set",
-        _ => "",
-    };
-    let sentence = format!(
-        "{ns}: {fail} SYN-data refused by its listeners (invalid cookie or child creation failed{key}): when \
-         rotating the key, keep the old one as backup (`tcp_fastopen_key=NEW,OLD`)"
-    );
-    let evidence = format!(
+/// listener. With SYN-data accepted beside them and no backup key, a key changed without
+/// a backup: each client's old cookie is refused once, then its new one works.
+fn refused_finding(
+    netns: u32,
+    ns: &str,
+    fail: u64,
+    accepted: u64,
+    facts: &Facts,
+    backend: &str,
+) -> NamespaceFinding {
+    let no_backup = facts.backup_key.get(&netns) == Some(&false);
+    let mut evidence = vec![format!(
         "TcpExtTCPFastOpenPassiveFail +{fail} in {ns}; the {backend} backend cannot see which listener"
-    );
-    finding(netns, Kind::CookieInvalid, sentence, evidence, fail)
+    )];
+    let (kind, sentence) = if accepted >= fail && no_backup {
+        evidence.push(format!(
+            "{} accepted at its listeners in the same window (the counter gives no order: a rotation \
+             refuses first, then accepts)",
+            units::plural(accepted, "SYN-data", "SYN-data")
+        ));
+        (Kind::KeyRotatedWithoutBackup, rotated_without_backup_sentence(ns, fail, accepted))
+    } else {
+        let key = if no_backup { " and no backup key is set" } else { "" };
+        let sentence = format!(
+            "{ns}: {fail} SYN-data refused by its listeners (invalid cookie or child creation failed{key}): \
+             when rotating the key, keep the old one as backup (`tcp_fastopen_key=NEW,OLD`)"
+        );
+        (Kind::CookieInvalid, sentence)
+    };
+    NamespaceFinding {
+        netns,
+        source: kernel_counted::SOURCE,
+        verdict: counted(kind, sentence, evidence, fail),
+        pause: None,
+    }
+}
+
+/// `listener X` or `netns N`: the key changed without a backup, refused then accepted.
+pub(super) fn rotated_without_backup_sentence(subject: &str, refused: u64, accepted: u64) -> String {
+    format!(
+        "{subject}: the TFO key was rotated without a backup key: {} with a cookie of the old key refused \
+         (each resent after the handshake, one round trip), then {accepted} accepted on new cookies: a \
+         one-off, not a fault; next time keep the old key as backup (`sysctl -w \
+         net.ipv4.tcp_fastopen_key=NEW,OLD`)",
+        units::plural(refused, "SYN-data", "SYN-data")
+    )
 }
 
 /// Blackhole detection's pauses in a client namespace, as a finding: which connection and
@@ -382,6 +415,21 @@ mod tests {
         let json = serde_json::to_value(p).unwrap();
         assert_eq!(json["pause"]["each"][0]["tripped_by"]["destination"], "198.18.0.3:443");
         assert_eq!(json["pause"]["without_tfo_by_destination"][0]["connections"], 4);
+    }
+
+    /// PassiveFail where no hook sees it, with SYN-data accepted beside it and no backup
+    /// key: a rotation, said as one; refusals that outnumber acceptance are not.
+    #[test]
+    fn refused_cookies_beside_accepted_ones_are_a_rotation() {
+        let mut facts = Facts { backend: Some("tracepoint".into()), ..Default::default() };
+        facts.counters.insert(NS_SRV, Netstat::parse("TcpExt: TCPFastOpenPassiveFail\nTcpExt: 1\n").unwrap());
+        facts.backup_key.insert(NS_SRV, false);
+        let r = report(&[srv("accepted", 5)], &facts);
+        let f = &r.namespaces[0];
+        assert_eq!(f.verdict.kind, Kind::KeyRotatedWithoutBackup, "{f:?}");
+        assert!(f.verdict.sentence.contains("the TFO key was rotated without a backup key"), "{f:?}");
+        assert!(f.verdict.sentence.contains("a one-off, not a fault"), "{f:?}");
+        assert_eq!(report(&[], &facts).namespaces[0].verdict.kind, Kind::CookieInvalid);
     }
 
     #[test]
