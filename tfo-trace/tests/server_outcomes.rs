@@ -196,6 +196,59 @@ fn key_rotation_is_said_as_a_rotation(with_backup: bool) {
     }
 }
 
+/// Syncookie mode (`tcp_syncookies=2` in the server's namespace): its listeners answer every
+/// SYN with a syncookie and skip TFO. No TFO counter moves there, TcpExtSyncookiesSent does,
+/// the SYN-ACK carries no TFO option and the client's SYN-data is not acked (ActiveFail).
+/// `report` says it as a finding of that namespace.
+fn syncookie_mode_takes_no_syn_data_and_is_said_per_namespace() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), 8080);
+    assert_eq!(lab.run_client(common::exe(), &args(dst, 1)).unwrap().ok_count(), 1, "cookie cached");
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_syncookies", "2").unwrap();
+    let n = 3;
+    let Watched { cli_ns, srv_ns, dc, ds, events, report, wire, .. } = watch_client(&lab, dst, n);
+
+    let (syns, synacks): (Vec<_>, Vec<_>) = wire.iter().partition(|s| !s.syn_ack);
+    eprintln!(
+        "nstat: server SyncookiesSent {} SyncookiesRecv {} Passive {} PassiveFail {}; client ActiveFail {}; \
+         SYNs {syns:?}; SYN-ACKs {synacks:?}",
+        ds.get("TcpExtSyncookiesSent"),
+        ds.get("TcpExtSyncookiesRecv"),
+        ds.get("TcpExtTCPFastOpenPassive"),
+        ds.get("TcpExtTCPFastOpenPassiveFail"),
+        dc.get("TcpExtTCPFastOpenActiveFail")
+    );
+    assert_eq!(ds.get("TcpExtSyncookiesSent"), u64::from(n), "every SYN: {ds:?}");
+    for key in ["TcpExtTCPFastOpenPassive", "TcpExtTCPFastOpenPassiveFail", "TcpExtTCPFastOpenCookieReqd"] {
+        assert_eq!(ds.get(key), 0, "no TFO counter moves: {ds:?}");
+    }
+    assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), u64::from(n), "client counters: {dc:?}");
+    assert_eq!(
+        count(&events, cli_ns, Role::Client, Outcome::DataNotAcked),
+        dc.get("TcpExtTCPFastOpenActiveFail")
+    );
+    assert!(common::of_role(&events, srv_ns, Role::Server).is_empty(), "no server TFO event: {events:?}");
+    // The wire: SYN-data with its cookie out, SYN-ACKs without any TFO option back.
+    assert_eq!((syns.len(), synacks.len()), (n as usize, n as usize), "{wire:?}");
+    assert!(syns.iter().all(|s| s.tfo && s.payload == 100), "{syns:?}");
+    assert!(synacks.iter().all(|s| !s.tfo), "{synacks:?}");
+
+    let findings = report["namespaces"].as_array().cloned().unwrap_or_default();
+    let found: Vec<_> = findings.iter().filter(|f| f["verdict"]["kind"] == "syncookies").collect();
+    assert_eq!(found.len(), 1, "{findings:?}");
+    assert_eq!(found[0]["netns"], srv_ns);
+    assert_eq!(found[0]["verdict"]["support"]["connections"], ds.get("TcpExtSyncookiesSent"));
+    let sentence = found[0]["verdict"]["sentence"].as_str().unwrap();
+    eprintln!("report: {sentence}");
+    let want = format!(
+        "listeners in netns {} answered {n} SYNs with syncookies and took no SYN-data: tcp_syncookies=2 there",
+        lab.netns(Side::Server)
+    );
+    assert!(sentence.starts_with(&want), "{sentence}");
+}
+
 /// A cookie for the address, then SYN-data to a listener on the same address that did not
 /// set TCP_FASTOPEN: the data is not acked (ActiveFail), and the server sees a disabled listener.
 fn listener_without_tcp_fastopen() {
@@ -812,6 +865,7 @@ tests_main!(
     key_rotation_without_backup_invalidates_cookies,
     key_rotation_with_backup_accepts_on_the_old_key,
     key_rotation_is_said_as_a_rotation { without_backup: false, with_backup: true },
+    syncookie_mode_takes_no_syn_data_and_is_said_per_namespace,
     listener_without_tcp_fastopen,
     tfo_queue_overflows_when_handshakes_stay_unfinished,
     blackhole_detection_pauses_active_tfo,

@@ -118,9 +118,11 @@ impl Netstat {
 }
 
 /// The counters tfo-trace follows in every namespace while it traces (the kernel-counted
-/// outcomes, `report`'s findings): the TFO family and SYN retransmissions.
+/// outcomes, `report`'s findings): the TFO family, SYN retransmissions, and syncookies (a
+/// listener that answers with one skips TFO and moves no TFO counter).
 pub fn is_tfo_counter(key: &str) -> bool {
-    key.starts_with("TcpExtTCPFastOpen") || key == "TcpExtTCPSynRetrans"
+    key.starts_with("TcpExtTCPFastOpen")
+        || matches!(key, "TcpExtTCPSynRetrans" | "TcpExtSyncookiesSent" | "TcpExtSyncookiesRecv")
 }
 
 /// One namespace's TFO counters, read from inside it, and what tells this namespace from

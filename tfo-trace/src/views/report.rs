@@ -320,6 +320,9 @@ fn gather_facts(
         if let Ok(t) = ns.blackhole_timeout_sec {
             facts.blackhole_timeout_s.insert(inode, t);
         }
+        if let Ok(c) = ns.syncookies {
+            facts.syncookies.insert(inode, c);
+        }
     }
     // tcp_metrics of the namespaces the clients ran in: the current one directly, a named
     // one with `ip -n NAME`; a namespace with no name cannot be entered by name: skipped.
@@ -543,8 +546,14 @@ fn summary_lines(r: &Rendered) -> Vec<String> {
         ));
     }
     out.push(first);
-    // What paused TFO for a whole namespace is the answer before any destination's.
-    for n in r.built.namespaces.iter().filter(|n| n.verdict.kind == Kind::ActiveTfoPaused) {
+    // What paused TFO for a whole namespace, or kept its listeners from it, is the answer
+    // before any destination's.
+    for n in r
+        .built
+        .namespaces
+        .iter()
+        .filter(|n| matches!(n.verdict.kind, Kind::ActiveTfoPaused | Kind::Syncookies))
+    {
         out.push(n.verdict.sentence.clone());
     }
     if !s.verdicts.is_empty() {

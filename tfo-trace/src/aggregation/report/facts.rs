@@ -33,6 +33,8 @@ pub struct Facts {
     pub somaxconn: BTreeMap<u32, u32>,
     /// net.ipv4.tcp_fastopen_blackhole_timeout_sec per namespace (how long a pause lasts).
     pub blackhole_timeout_s: BTreeMap<u32, u32>,
+    /// net.ipv4.tcp_syncookies per namespace (2: every SYN answered with a syncookie).
+    pub syncookies: BTreeMap<u32, u32>,
     /// Namespace inode -> `ip netns` name, for readable evidence.
     pub netns_names: BTreeMap<u32, String>,
     /// The backend that produced the events (its blind spots are named in findings).

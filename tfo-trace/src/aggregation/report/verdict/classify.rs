@@ -28,6 +28,8 @@ pub enum Kind {
     KeyRotated,
     /// The key changed without a backup key: old cookies refused once, then new accepted.
     KeyRotatedWithoutBackup,
+    /// Listeners answered SYNs with syncookies, so they took no SYN-data.
+    Syncookies,
     ListenerDisabled,
     /// Blackhole detection paused active TFO in a client namespace.
     ActiveTfoPaused,
@@ -48,6 +50,7 @@ impl Kind {
             Kind::CookieInvalid => "cookie_invalid",
             Kind::KeyRotated => "key_rotated",
             Kind::KeyRotatedWithoutBackup => "key_rotated_without_backup",
+            Kind::Syncookies => "syncookies",
             Kind::ListenerDisabled => "listener_disabled",
             Kind::ActiveTfoPaused => "active_tfo_paused",
         }
@@ -100,7 +103,7 @@ impl Kind {
             Kind::Healthy | Kind::Info => 0,
             Kind::NotAttempted | Kind::KeyRotated | Kind::KeyRotatedWithoutBackup => 1,
             Kind::ConnectFailed | Kind::ActiveTfoPaused => 2,
-            Kind::ServerStoppedTfo | Kind::CookieInvalid | Kind::ListenerDisabled => 3,
+            Kind::ServerStoppedTfo | Kind::CookieInvalid | Kind::ListenerDisabled | Kind::Syncookies => 3,
             Kind::QueueOverflow => 4,
             Kind::CookieRequestDropped => 5,
             Kind::SynDataDropped => 6,

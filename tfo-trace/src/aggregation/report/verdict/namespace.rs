@@ -143,6 +143,10 @@ pub fn namespace_findings(
         if fail > seen(Outcome::CookieInvalid) {
             out.push(refused_finding(netns, &ns, fail, seen(Outcome::Accepted), facts, backend));
         }
+        let cookies = n.get("TcpExtSyncookiesSent");
+        if cookies > 0 {
+            out.push(syncookie_finding(netns, &ns, n, &list, facts));
+        }
         let paused = n.get("TcpExtTCPFastOpenBlackhole");
         let counted_pauses = blind(Role::Client, Outcome::ActiveDisabled).then_some(paused);
         let timeout = facts.blackhole_timeout_s.get(&netns).copied();
@@ -220,6 +224,56 @@ pub(super) fn rotated_without_backup_sentence(subject: &str, refused: u64, accep
          net.ipv4.tcp_fastopen_key=NEW,OLD`)",
         units::plural(refused, "SYN-data", "SYN-data")
     )
+}
+
+/// Listeners that answered SYNs with syncookies (TcpExtSyncookiesSent): the kernel skips
+/// TFO for such a SYN (tcp_conn_request(): no tcp_try_fastopen() when it wants a cookie),
+/// so no TFO counter moves, the SYN-ACK carries no TFO option and the client's SYN-data
+/// is not acked. No hook of any backend sees that SYN: the namespace is all that is known.
+fn syncookie_finding(
+    netns: u32,
+    ns: &str,
+    n: &Netstat,
+    tfo_listeners: &str,
+    facts: &Facts,
+) -> NamespaceFinding {
+    let sent = n.get("TcpExtSyncookiesSent");
+    let took = n.get("TcpExtTCPFastOpenPassive");
+    let why = match facts.syncookies.get(&netns) {
+        Some(2) => "tcp_syncookies=2 there: set it to 1 (syncookies only when a SYN queue overflows)",
+        Some(1) => {
+            "a SYN flood, or a SYN queue too small for the load (tcp_syncookies=1 there sends them only \
+             when one overflows): find the flood, or raise the listen backlog and net.ipv4.tcp_max_syn_backlog"
+        }
+        _ => "tcp_syncookies=2 there, or a SYN flood",
+    };
+    let took_text =
+        if took == 0 { "took no SYN-data".to_string() } else { format!("took SYN-data only {took} times") };
+    let sentence = format!(
+        "listeners in {ns} answered {} with syncookies and {took_text}: {why}",
+        units::plural(sent, "SYN", "SYNs")
+    );
+    let mut evidence = vec![
+        format!(
+            "TcpExtSyncookiesSent +{sent} in {ns}; TcpExtTCPFastOpenPassive +{took}, PassiveFail +{}: a SYN \
+             answered with a syncookie skips TFO, its SYN-ACK carries no TFO option and the client's data \
+             is not acked (the client counts ActiveFail)",
+            n.get("TcpExtTCPFastOpenPassiveFail")
+        ),
+        "no hook of any backend sees such a SYN: the namespace is named, not the listener".to_string(),
+    ];
+    if let Some(r) = Some(n.get("TcpExtSyncookiesRecv")).filter(|&r| r > 0) {
+        evidence.push(format!("TcpExtSyncookiesRecv +{r}: handshakes completed on a syncookie"));
+    }
+    if !tfo_listeners.is_empty() {
+        evidence.push(format!("TFO listeners there: {tfo_listeners}"));
+    }
+    NamespaceFinding {
+        netns,
+        source: kernel_counted::SOURCE,
+        verdict: counted(Kind::Syncookies, sentence, evidence, sent),
+        pause: None,
+    }
 }
 
 /// Blackhole detection's pauses in a client namespace, as a finding: which connection and
@@ -415,6 +469,30 @@ mod tests {
         let json = serde_json::to_value(p).unwrap();
         assert_eq!(json["pause"]["each"][0]["tripped_by"]["destination"], "198.18.0.3:443");
         assert_eq!(json["pause"]["without_tfo_by_destination"][0]["connections"], 4);
+    }
+
+    /// Syncookies in the server's namespace: a finding of their own, whatever the backend;
+    /// the sysctl says why.
+    #[test]
+    fn listeners_answering_with_syncookies_took_no_syn_data() {
+        let mut facts = Facts { backend: Some("fentry".into()), ..Default::default() };
+        facts.netns_names.insert(NS_SRV, "srv".into());
+        facts.counters.insert(
+            NS_SRV,
+            Netstat::parse("TcpExt: SyncookiesSent SyncookiesRecv TCPFastOpenPassive\nTcpExt: 3 3 0\n")
+                .unwrap(),
+        );
+        facts.syncookies.insert(NS_SRV, 2);
+        let r = report(&[], &facts);
+        let f = &r.namespaces[0];
+        assert_eq!(f.verdict.kind, Kind::Syncookies);
+        assert_eq!(
+            f.verdict.sentence,
+            "listeners in netns srv answered 3 SYNs with syncookies and took no SYN-data: tcp_syncookies=2 \
+             there: set it to 1 (syncookies only when a SYN queue overflows)"
+        );
+        facts.syncookies.insert(NS_SRV, 1);
+        assert!(report(&[], &facts).namespaces[0].verdict.sentence.contains(": a SYN flood"));
     }
 
     /// PassiveFail where no hook sees it, with SYN-data accepted beside it and no backup
