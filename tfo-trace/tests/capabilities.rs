@@ -3,7 +3,8 @@
 //! the lab's TFO connections exactly as the kernel counts them; the same copy without
 //! those capabilities must stop with one line naming what is missing. And `export` run the
 //! way deploy/tfo-trace-exporter.service runs it (ambient CAP_BPF + CAP_PERFMON, bounding
-//! set of just those, no_new_privs, as nobody) must serve the kernel's counts.
+//! set of just those, no_new_privs, as nobody) must serve the kernel's counts, and the unit
+//! itself must pass `systemd-analyze verify`.
 mod common;
 
 use std::{
@@ -44,7 +45,7 @@ impl Copy {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let exe = dir.join("tfo-trace");
-        std::fs::copy(common::exe(), &exe).unwrap();
+        std::os::unix::fs::symlink(common::exe(), &exe).unwrap();
         std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
         if !caps.is_empty() {
             let out = Command::new("setcap").arg(caps).arg(&exe).output().unwrap();
@@ -284,6 +285,42 @@ fn kernel_counted_outcomes_with_the_units_privileges() {
     );
 }
 
+/// The unit's binary path, as its header installs it.
+const UNIT_EXE: &str = "/usr/local/bin/tfo-trace";
+
+/// `systemd-analyze verify` of deploy/tfo-trace-exporter.service, installed as its header
+/// says (the binary and `tfo-trace man`) into a directory of this test rather than /usr:
+/// the unit's ExecStart pointed there and MANPATH set, nothing else changed. verify exits 0
+/// on an unknown key or a bad value ("ignoring"), so any output at all fails too.
+fn systemd_unit_passes_systemd_analyze_verify() {
+    let Some(analyze) = common::which("systemd-analyze") else {
+        common::skip("needs systemd-analyze (Debian's systemd)")
+    };
+    let root = common::TempDir::new("unit-verify");
+    let exe = root.0.join(UNIT_EXE.trim_start_matches('/'));
+    let man1 = root.0.join("usr/local/share/man/man1");
+    std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(&man1).unwrap();
+    std::os::unix::fs::symlink(common::exe(), &exe).unwrap();
+    let man = Command::new(&exe).arg("man").output().unwrap();
+    assert!(man.status.success(), "tfo-trace man: {}", String::from_utf8_lossy(&man.stderr));
+    std::fs::write(man1.join("tfo-trace.1"), man.stdout).unwrap();
+    let shipped =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/tfo-trace-exporter.service");
+    let text = std::fs::read_to_string(&shipped).unwrap();
+    assert!(text.contains(&format!("ExecStart={UNIT_EXE} ")), "the unit runs {UNIT_EXE}");
+    let unit = root.0.join("tfo-trace-exporter.service");
+    std::fs::write(&unit, text.replace(UNIT_EXE, &exe.to_string_lossy())).unwrap();
+    let out = Command::new(analyze)
+        .arg("verify")
+        .arg(&unit)
+        .env("MANPATH", root.0.join("usr/local/share/man"))
+        .output()
+        .expect("systemd-analyze");
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.trim().is_empty(), "systemd-analyze verify: {said}");
+}
+
 /// Runs `f` when dropped.
 fn scopeguard(f: impl FnOnce()) -> impl Drop {
     struct Guard<F: FnOnce()>(Option<F>);
@@ -298,6 +335,7 @@ fn scopeguard(f: impl FnOnce()) -> impl Drop {
 }
 
 tests_main!(
+    systemd_unit_passes_systemd_analyze_verify,
     nobody_with_cap_bpf_and_cap_perfmon_sees_the_kernels_connections,
     nobody_without_them_gets_one_line_naming_what_is_missing,
     exporter_with_ambient_capabilities_as_in_the_systemd_unit,

@@ -6,16 +6,27 @@
 //! Podman), and with cgroups this test makes itself (what runtimes do underneath, and what
 //! runs on every kernel of the VM matrix). The truth of which connection came from which
 //! container is each client's own report of its source ports, never the tracer's.
+//!
+//! And the shipped DaemonSet (deploy/kubernetes/daemonset.yaml): its pod template, run as a
+//! Pod by `podman kube play` with the image `cargo xtask dist` built, exports exactly what
+//! the lab's namespaces counted; every manifest there passes Kubernetes' schema.
 mod common;
 
-use std::{collections::BTreeMap, net::SocketAddr, os::unix::fs::MetadataExt as _, path::Path};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::SocketAddr,
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+};
 
 use common::{
     cgroups::Cgroups,
     docker::{CgroupDriver, Engine},
-    Deltas, Tracer,
+    kube, netns_inode,
+    prometheus::{curl_get_in, web_config_files, Tls},
+    Deltas, TempDir, Tracer,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
 use tfo_trace::{
     events::{Event, Outcome, Role},
     kernel::netstat::Netstat,
@@ -344,7 +355,285 @@ fn a_burst_of_cgroups_leaves_the_tracers_memory_where_it_was() {
     eprintln!("closing summary: {closing}");
 }
 
+// ---- the shipped DaemonSet, as a Pod ----------------------------------------------------
+
+/// The version `cargo xtask dist` names what it makes with.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Podman's pause program for a pod's infra container (Debian's `catatonit`).
+const CATATONIT: &str = "/usr/libexec/podman/catatonit";
+/// The seccomp profile Podman applies by default (Debian 12's containers-common).
+const PODMAN_DEFAULT_SECCOMP: &str = "/usr/share/containers/seccomp.json";
+/// The lab servers' port.
+const PORT: u16 = 8080;
+
+/// What `podman kube play` made, removed when dropped (also when the test fails): the pod
+/// (`kube down`), then the volume and the Secret named after the manifest's Secret.
+struct Played<'e> {
+    engine: &'e Engine,
+    pod_file: PathBuf,
+    secret: String,
+}
+
+impl Drop for Played<'_> {
+    fn drop(&mut self) {
+        let _ = self.engine.output(&["kube", "down", &self.pod_file.to_string_lossy()]);
+        let _ = self.engine.output(&["volume", "rm", "-f", &self.secret]);
+        let _ = self.engine.output(&["secret", "rm", &self.secret]);
+    }
+}
+
+/// VALUE of `NAME=VALUE` among a container's args.
+fn arg_value<'a>(container: &'a Value, name: &str) -> &'a str {
+    let args = container["args"].as_array().into_iter().flatten().filter_map(Value::as_str);
+    args.clone()
+        .find_map(|a| a.strip_prefix(name)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {name}= in the container's args: {:?}", args.collect::<Vec<_>>()))
+}
+
+/// The Secret the pod's first container mounts, and where: (secretName, mountPath).
+fn secret_mount(pod: &Value) -> (String, PathBuf) {
+    let volumes = pod["spec"]["volumes"].as_array().expect("the pod's volumes");
+    let volume = volumes.iter().find(|v| v["secret"].is_object()).expect("a volume from a Secret");
+    let mounts = pod["spec"]["containers"][0]["volumeMounts"].as_array().expect("volumeMounts");
+    let mount = mounts.iter().find(|m| m["name"] == volume["name"]).expect("the Secret's volume mounted");
+    let path = mount["mountPath"].as_str().expect("mountPath");
+    (volume["secret"]["secretName"].as_str().expect("secretName").to_string(), PathBuf::from(path))
+}
+
+/// Sum of tfo_trace_connections_total{role, outcome} (every source).
+fn connections(exposition: &str, role: &str, outcome: &str) -> f64 {
+    let labels = [format!(r#"role="{role}""#), format!(r#"outcome="{outcome}""#)];
+    common::metric_sum(exposition, "tfo_trace_connections_total", &[&labels[0], &labels[1]])
+}
+
+/// The running container (host pid `pid`) has what the pod's first container asks for: its
+/// user, exactly the capabilities added (all others dropped) in every set, no_new_privs,
+/// a seccomp filter, the host's PID namespace or its own, a read-only root, and each
+/// volume mounted where and as the manifest says.
+fn assert_runs_as_written(pod: &Value, pid: u32) {
+    let container = &pod["spec"]["containers"][0];
+    let security = &container["securityContext"];
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        let line = status.lines().find_map(|l| l.strip_prefix(name));
+        line.unwrap_or_else(|| panic!("no {name} in {status}")).trim().to_string()
+    };
+    let names = |v: &Value| -> BTreeSet<String> {
+        v.as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect()
+    };
+    assert_eq!(names(&security["capabilities"]["drop"]), BTreeSet::from(["ALL".to_string()]));
+    let added = names(&security["capabilities"]["add"]);
+    for set in ["CapEff:", "CapPrm:", "CapBnd:"] {
+        assert_eq!(kube::capability_names(&field(set)), added, "{set} of the pod's container");
+    }
+    assert!(kube::capability_names(&field("CapAmb:")).is_empty(), "no ambient capability");
+    let uid = security["runAsUser"].as_u64().expect("runAsUser");
+    assert_eq!(field("Uid:").split_whitespace().next(), Some(uid.to_string().as_str()));
+    let no_new_privs = security["allowPrivilegeEscalation"] == false;
+    assert_eq!(field("NoNewPrivs:"), if no_new_privs { "1" } else { "0" });
+    assert_eq!(field("Seccomp:"), "2", "a seccomp filter");
+    let pid_ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/pid")).unwrap();
+    let host_pid = pod["spec"]["hostPID"] == true;
+    assert_eq!(pid_ns(&pid.to_string()) == pid_ns("self"), host_pid, "hostPID: {host_pid}");
+    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let read_only = |at: &str| {
+        let line = mountinfo.lines().rev().find(|l| l.split_whitespace().nth(4) == Some(at));
+        let options = line.unwrap_or_else(|| panic!("nothing mounted at {at}: {mountinfo}"));
+        options.split_whitespace().nth(5).unwrap().split(',').any(|o| o == "ro")
+    };
+    assert_eq!(read_only("/"), security["readOnlyRootFilesystem"] == true, "the root file system");
+    for mount in container["volumeMounts"].as_array().expect("volumeMounts") {
+        let at = mount["mountPath"].as_str().unwrap();
+        assert_eq!(read_only(at), mount["readOnly"] == true, "{at}");
+    }
+}
+
+/// deploy/kubernetes/daemonset.yaml's pod template, run as its DaemonSet runs it on a node,
+/// by `podman kube play` (Debian's Podman 4.3, offline): the image `cargo xtask dist` built,
+/// the web config from a Secret played first (a certificate and a bcrypt hash made here),
+/// the user, capabilities, mounts and PID namespace the manifest gives (checked on the
+/// running container; what Podman 4.3 needs told otherwise: `kube::for_podman_4_3`).
+/// Scraped with curl over TLS with the credentials, inside the pod's network namespace, it
+/// must export what the lab's namespaces counted: accepted connections, stalls behind the
+/// SYN-data-dropping middlebox, and the server's cookie requests, which no tracepoint hook
+/// sees and which it reads from the server namespace's own counters (through the host's
+/// PID namespace). Its args get `--netns` for the lab's two namespaces: the exporter
+/// counts the whole host, and other tests' TFO traffic must stay out of the comparison.
+fn daemonset_pod_exports_the_lab_exactly() {
+    require_kernel!();
+    let tar = common::artefact(&format!("tfo-trace-{VERSION}-{}-linux-image.tar", std::env::consts::ARCH));
+    if !Path::new(CATATONIT).exists() {
+        common::skip(format!(
+            "a pod's infra container needs {CATATONIT} (Debian's catatonit; `cargo xtask setup` installs it)"
+        ));
+    }
+    let daemonset = kube::read(&kube::manifests_dir().join("daemonset.yaml"));
+    let name = format!("tfo-trace-exporter-{}", std::process::id());
+    let mut pod = kube::pod_of_daemonset(&daemonset, &name);
+    // A DaemonSet's pods restart always; here a failed start must end the test at once
+    // with the exporter's words (Podman restarts a failing container without a pause, a
+    // kubelet backs off), so the one Pod is run once.
+    pod["spec"]["restartPolicy"] = json!("Never");
+    let host_pid = pod["spec"]["hostPID"] == true;
+    let engine =
+        Engine::podman_configured("podman-kube", if host_pid { &[r#"pidns = "host""#] } else { &[] });
+    let loaded = engine.ok(&["load", "-i", &tar.to_string_lossy()]);
+    let image = loaded.lines().find_map(|l| l.strip_prefix("Loaded image: ")).expect("podman load's image");
+
+    let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() }).unwrap();
+    let [cli_ns, srv_ns] = [Side::Client, Side::Server].map(|side| netns_inode(&lab, side).to_string());
+    let files = TempDir::new("kube");
+    let container = &mut pod["spec"]["containers"][0];
+    container["image"] = json!(image);
+    let args = container["args"].as_array_mut().expect("the container's args");
+    args.extend(["--netns", &cli_ns, "--netns", &srv_ns].map(|a| json!(a)));
+    let seccomp = kube::for_podman_4_3(container, Path::new(PODMAN_DEFAULT_SECCOMP));
+    pod["metadata"]["annotations"]["seccomp.security.alpha.kubernetes.io/pod"] = json!(seccomp.annotation);
+    if let Some(profile) = &seccomp.profile {
+        std::fs::write(files.0.join("runtime-default.json"), profile.to_string()).unwrap();
+    }
+
+    // The web config the args name, in the Secret mounted at its folder.
+    let container = &pod["spec"]["containers"][0];
+    let (secret, mount) = secret_mount(&pod);
+    let web_config = PathBuf::from(arg_value(container, "--web.config.file"));
+    let key = web_config.strip_prefix(&mount).expect("--web.config.file in the Secret's mount");
+    let web = web_config_files("kube-web-config");
+    let secret_files: Vec<(String, Vec<u8>)> = [
+        (key.to_string_lossy().into_owned(), web.file.clone()),
+        ("cert.pem".into(), web.dir.0.join("cert.pem")),
+        ("key.pem".into(), web.dir.0.join("key.pem")),
+    ]
+    .into_iter()
+    .map(|(k, file)| (k, std::fs::read(file).unwrap()))
+    .collect();
+    let (secret_file, pod_file) = (files.0.join("secret.json"), files.0.join("pod.json"));
+    std::fs::write(&secret_file, kube::secret(&secret, &secret_files).to_string()).unwrap();
+    std::fs::write(&pod_file, pod.to_string()).unwrap();
+    let played = Played { engine: &engine, pod_file: pod_file.clone(), secret: secret.clone() };
+    engine.ok(&["kube", "play", &secret_file.to_string_lossy()]);
+    let profiles = files.0.to_string_lossy();
+    let pod_path = pod_file.to_string_lossy();
+    let network = ["--network", "none", "--seccomp-profile-root", &profiles, "--start=false"];
+    engine.ok(&[&["kube", "play"][..], &network, &[&pod_path]].concat());
+    let volume = engine.ok(&["volume", "inspect", "-f", "{{.Mountpoint}}", &secret]);
+    kube::secret_volume_as_a_kubelet_mounts_it(Path::new(&volume), &secret_files);
+    engine.ok(&["pod", "start", &name]);
+
+    let ctr = format!("{name}-{}", container["name"].as_str().expect("the container's name"));
+    let said = common::eventually("the pod's exporter serving", || {
+        let out = engine.output(&["logs", &ctr]);
+        let logs =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if logs.contains("serving metrics on https://") {
+            return Ok(logs);
+        }
+        assert_ne!(engine.inspect(&ctr, "{{.State.Status}}"), "exited", "the pod's exporter exited: {logs}");
+        Err(logs)
+    });
+    eprintln!("the pod's exporter said:\n{}", said.trim_end());
+    let pid = engine.pid_of(&ctr);
+    assert_runs_as_written(&pod, pid);
+
+    let netns = PathBuf::from(format!("/proc/{pid}/ns/net"));
+    let port = arg_value(container, "--web.listen-address").rsplit_once(':').expect("host:port").1;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let scrape = |credentials| curl_get_in(Some(&netns), addr, "/metrics", &web.tls, credentials);
+    assert_eq!(scrape(None).0, 401, "a scrape without credentials");
+    let stranger = Tls { user: "nobody".into(), ..web.tls.clone() };
+    assert_eq!(curl_get_in(Some(&netns), addr, "/metrics", &stranger, Some(true)).0, 401, "an unknown user");
+    let metrics = || match scrape(Some(true)) {
+        (200, body) => body,
+        (status, body) => panic!("a scrape with the credentials: {status} {body}"),
+    };
+
+    // The servers listen once the exporter runs: it names the server's namespace by the
+    // listener's owner, as it cannot read another user's /proc/PID/ns/net without
+    // CAP_SYS_PTRACE (those of root's processes with more capabilities than its own).
+    let _servers = [0, 1].map(|i| lab.start_server(common::exe(), i, PORT, 16, false).unwrap());
+    let [clean, blocked] = [0, 1].map(|i| SocketAddr::new(lab.server_addr(i, false).unwrap(), PORT));
+    let before = metrics();
+    let counters = Deltas::since(&lab);
+    let client =
+        |dst, count| ClientArgs { count, payload_bytes: 100, timeout_ms: 5000, ..ClientArgs::new(dst) };
+    // A cookie from each address first; then SYN-data accepted at the clean one, and
+    // dropped on the way to the other (a stall each).
+    let (n_ok, n_stalled) = (4, 2);
+    let ok = lab.run_client(common::exe(), &client(clean, n_ok + 1)).unwrap();
+    let cookie = lab.run_client(common::exe(), &client(blocked, 1)).unwrap();
+    lab.middlebox_drop_syn_data(Some(blocked.ip())).unwrap();
+    let stalled = lab.run_client(common::exe(), &client(blocked, n_stalled)).unwrap();
+    assert_eq!(ok.ok_count() + cookie.ok_count() + stalled.ok_count(), (n_ok + n_stalled + 2) as usize);
+    let (dc, ds) = counters.both();
+    // The kernel agrees with the lab first (else the comparison proves nothing).
+    assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n_ok), "client counters: {dc:?}");
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), u64::from(n_stalled), "client counters: {dc:?}");
+    assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 2, "server counters: {ds:?}");
+
+    let kernel = [
+        ("client", "accepted", "TcpExtTCPFastOpenActive", dc.get("TcpExtTCPFastOpenActive")),
+        ("client", "syn_retransmitted", "TcpExtTCPSynRetrans", dc.get("TcpExtTCPSynRetrans")),
+        ("client", "cookie_requested", "TcpExtTCPFastOpenCookieReqd", ds.get("TcpExtTCPFastOpenCookieReqd")),
+        ("server", "accepted", "TcpExtTCPFastOpenPassive", ds.get("TcpExtTCPFastOpenPassive")),
+        ("server", "cookie_requested", "TcpExtTCPFastOpenCookieReqd", ds.get("TcpExtTCPFastOpenCookieReqd")),
+    ];
+    let deltas = |after: &str| {
+        kernel.map(|(role, outcome, ..)| {
+            connections(after, role, outcome) - connections(&before, role, outcome)
+        })
+    };
+    // Counted in the kernel (the events' series) or read from the server's namespace at
+    // each scrape, once the exporter has named it (the listener's owner, at its next read).
+    let after = common::eventually("the exporter's series up to the kernel's counts", || {
+        let after = metrics();
+        let d = deltas(&after);
+        if d.iter().zip(&kernel).all(|(d, k)| *d >= k.3 as f64) {
+            Ok(after)
+        } else {
+            let namespaces = after.lines().filter(|l| l.starts_with("tfo_trace_kernel_counted_namespaces"));
+            Err((d, namespaces.collect::<Vec<_>>().join(", ")))
+        }
+    });
+    for ((role, outcome, counter, count), exported) in kernel.iter().zip(deltas(&after)) {
+        eprintln!("{role} {outcome}: exported {exported}, nstat {counter} {count}");
+        assert_eq!(exported, *count as f64, "{role} {outcome} against {counter}");
+    }
+    let kernel_counted: Vec<&str> = after
+        .lines()
+        .filter(|l| {
+            l.contains(r#"source="kernel_counter""#) || l.starts_with("tfo_trace_kernel_counted_namespaces")
+        })
+        .collect();
+    eprintln!("{}", kernel_counted.join("\n"));
+    drop(played);
+}
+
+/// Every manifest of deploy/kubernetes/ against Kubernetes' own schema (the OpenAPI of
+/// the version kubernetes-validate ships), strictly: an unknown or misspelt field is an
+/// error, which a kubelet would otherwise drop without a word. Podman reads fields it
+/// does not know as silently, so the pod test above cannot catch those.
+fn kubernetes_manifests_pass_the_schema() {
+    let Some(validate) = common::which("kubernetes-validate") else {
+        common::skip("needs kubernetes-validate (PyPI; `cargo xtask setup` installs it)")
+    };
+    let manifests = kube::manifests();
+    assert!(!manifests.is_empty(), "no manifest in {}", kube::manifests_dir().display());
+    for manifest in manifests {
+        let out = std::process::Command::new(&validate)
+            .args(["--strict", "--no-warn"])
+            .arg(&manifest)
+            .output()
+            .expect("kubernetes-validate");
+        let said =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        eprintln!("{}", said.trim_end());
+        assert!(out.status.success(), "{}: {said}", manifest.display());
+    }
+}
+
 tests_main!(
+    daemonset_pod_exports_the_lab_exactly,
+    kubernetes_manifests_pass_the_schema,
     cgroups_made_while_tracing_name_their_connections,
     docker_containers_are_named_whenever_they_started,
     docker_systemd_driver_containers_are_named,

@@ -19,7 +19,7 @@ use std::{
 };
 
 use common::{
-    count,
+    artefact, count, dist_dir,
     docker::{CgroupDriver, Engine},
     netns_inode, Deltas, Tracer,
 };
@@ -36,23 +36,6 @@ const SUITE: &str = "bullseye";
 
 fn target_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../target")
-}
-
-/// TFO_DIST_DIR (set by `cargo xtask test`), else target/dist.
-fn dist_dir() -> PathBuf {
-    std::env::var_os("TFO_DIST_DIR").map(PathBuf::from).unwrap_or_else(|| target_dir().join("dist"))
-}
-
-/// A file of target/dist, or a skip naming how to make it.
-fn artefact(name: &str) -> PathBuf {
-    let p = dist_dir().join(name);
-    if !p.exists() {
-        common::skip(format!(
-            "no {}: `cargo xtask dist` makes it (`cargo xtask test` runs it first)",
-            p.display()
-        ));
-    }
-    p
 }
 
 #[derive(Clone, Copy, Debug)]

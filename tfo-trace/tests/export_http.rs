@@ -13,14 +13,14 @@ use std::{
     io::{ErrorKind, Read as _, Write as _},
     net::{SocketAddr, TcpStream},
     os::unix::process::CommandExt as _,
-    path::{Path, PathBuf},
+    path::Path,
     process::Command,
     time::{Duration, Instant},
 };
 
 use common::{
     free_port, http_get,
-    prometheus::{self, curl_get, now_unix, Prometheus, Tls},
+    prometheus::{self, curl_get, now_unix, web_config_files, Prometheus, Tls, PASSWORD, USER},
     TempDir, Tracer,
 };
 use tfo_trace::aggregation::metrics::CONTENT_TYPE;
@@ -312,48 +312,6 @@ fn head_not_found_and_method_not_allowed() {
     assert!(post.starts_with("HTTP/1.1 405 Method Not Allowed\r\n") && closed, "{post}");
     assert_eq!(header(&post, "allow"), Some("GET, HEAD"));
     exporter.tracer.stop_lines();
-}
-
-/// The user the web configs below let in, and its password.
-const USER: &str = "prometheus";
-const PASSWORD: &str = "s3cret: with a colon";
-
-/// A web config in exporter-toolkit's format: a self-signed certificate for 127.0.0.1
-/// (openssl), and [`USER`] with a bcrypt hash of cost 10 in htpasswd's `$2y$` form; the
-/// paths relative to the file, as exporter-toolkit reads them. Deleted with `dir`.
-struct WebConfigFiles {
-    dir: TempDir,
-    file: PathBuf,
-    tls: Tls,
-}
-
-fn web_config_files(name: &str) -> WebConfigFiles {
-    let dir = TempDir::new(name);
-    let made = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
-        .args(["-keyout", "key.pem", "-out", "cert.pem", "-days", "2", "-subj", "/CN=127.0.0.1"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-        .current_dir(&dir.0)
-        .output();
-    match made {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => panic!("openssl req: {}", String::from_utf8_lossy(&out.stderr)),
-        Err(e) => {
-            common::skip(format!("no openssl to make a test certificate ({e}): `apt-get install openssl`"))
-        }
-    }
-    let hash = bcrypt::hash_with_result(PASSWORD, 10).unwrap().format_for_version(bcrypt::Version::TwoY);
-    let file = dir.0.join("web.yml");
-    std::fs::write(
-        &file,
-        format!(
-            "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n\
-             basic_auth_users:\n  {USER}: {hash}\n"
-        ),
-    )
-    .unwrap();
-    let tls = Tls { ca: dir.0.join("cert.pem"), user: USER.into(), password: PASSWORD.into() };
-    WebConfigFiles { dir, file, tls }
 }
 
 /// What a server on `addr` with [`web_config_files`] answers: curl's status without

@@ -33,10 +33,15 @@ const DEB_REQUIRED: &[&str] = &[
 const DEB_DIST: &[&str] = &["binutils", "qemu-user-static", "debootstrap", "lintian"];
 /// The foreign architecture whose packages the aarch64 build needs (musl-dev:arm64).
 const FOREIGN_ARCH: &str = "arm64";
-/// Nice to have (setcap for tests/capabilities.rs, dockerd and podman for
-/// tests/containers.rs and the image check of tests/dist.rs, which skip without them); a
-/// failed install is only a warning.
-const DEB_OPTIONAL: &[&str] = &["libcap2-bin", "docker.io", "podman"];
+/// Nice to have (setcap for tests/capabilities.rs, systemd for its `systemd-analyze verify`
+/// of the shipped unit, dockerd and podman for tests/containers.rs and the image check of
+/// tests/dist.rs, and catatonit, the pause program of the pod `podman kube play` makes of
+/// the DaemonSet in tests/containers.rs, which skip without them); a failed install is
+/// only a warning.
+const DEB_OPTIONAL: &[&str] = &["libcap2-bin", "systemd", "docker.io", "podman", "catatonit"];
+/// Nice to have from PyPI (no Debian package has it): kubernetes-validate, Kubernetes'
+/// schema check of deploy/kubernetes/ in tests/containers.rs, which skips without it.
+const PYPI_OPTIONAL: &[(&str, &str)] = &[("kubernetes-validate", "kubernetes-validate==1.37.0")];
 /// Records the LLVM major the installed bpf-linker was built for (it can't tell itself).
 const STAMP: &str = "bpf-linker.llvm-major";
 
@@ -48,6 +53,7 @@ pub fn setup() -> Result<()> {
     let major = llvm_major(&rustc_vv)?;
     bpf_linker(&major, &cargo_bin)?;
     debian_packages()?;
+    python_tools();
     vm_kernel_suites()
 }
 
@@ -268,6 +274,24 @@ fn debian_packages() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Installs each missing [`PYPI_OPTIONAL`] with the machine's `python3 -m pip`; a failure
+/// (no pip, or a Python that refuses packages outside apt) is only a warning.
+fn python_tools() {
+    for (command, requirement) in PYPI_OPTIONAL {
+        if which(command).is_some() {
+            println!("ok: {command}");
+            continue;
+        }
+        println!("installing: {requirement} (pip)");
+        let installed = run(Command::new("python3").args(["-m", "pip", "install", "--quiet", requirement]));
+        match installed {
+            Ok(()) if which(command).is_some() => {}
+            Ok(()) => println!("warning: {requirement} installed, but {command} is not in PATH"),
+            Err(e) => println!("warning: {requirement} not installed ({e:#})"),
+        }
+    }
 }
 
 // ---- Debian suites for the VM kernels --------------------------------------------------

@@ -17,7 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{skip, HANG_LIMIT};
+use super::{skip, which, HANG_LIMIT};
 
 /// How dockerd manages its containers' cgroups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,8 +30,14 @@ pub enum CgroupDriver {
 
 /// Which engine, and the process that serves it (dockerd; Podman has none).
 enum Kind {
-    Docker { daemon: Child, socket: PathBuf },
-    Podman,
+    Docker {
+        daemon: Child,
+        socket: PathBuf,
+    },
+    /// `conf`: a containers.conf of its own (CONTAINERS_CONF), read instead of the host's.
+    Podman {
+        conf: Option<PathBuf>,
+    },
 }
 
 /// A private container engine; dropped, it removes everything it made.
@@ -67,10 +73,6 @@ fn remove_cgroup_tree(dir: &Path) {
         }
     }
     let _ = std::fs::remove_dir(dir);
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(program)).find(|p| p.is_file())
 }
 
 /// The scratch directory of one engine of this test process (short: containerd's socket
@@ -132,11 +134,29 @@ impl Engine {
     /// under the scratch directory and the cgroupfs manager (no systemd needed). Skips
     /// when it cannot run a container here.
     pub fn podman() -> Engine {
+        Self::podman_in("podman", None)
+    }
+
+    /// [`Engine::podman`] in scratch directory `name` (apart from any other engine of this
+    /// test process), reading its settings from a containers.conf of its own
+    /// (CONTAINERS_CONF; no other is read then): `containers` are lines of its
+    /// `[containers]` table, beside the limits this host lets a container have (Podman
+    /// raises nofile and nproc by default, which needs CAP_SYS_RESOURCE).
+    pub fn podman_configured(name: &str, containers: &[&str]) -> Engine {
+        let dir = scratch(name);
+        let conf = dir.join("containers.conf");
+        let limits = r#"default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]"#;
+        let text = format!("[containers]\n{limits}\n{}\n", containers.join("\n"));
+        std::fs::write(&conf, text).expect("writing containers.conf");
+        Self::podman_in(name, Some(conf))
+    }
+
+    fn podman_in(name: &str, conf: Option<PathBuf>) -> Engine {
         let Some(cli) = which("podman") else {
             skip("needs podman (Debian's package; `cargo xtask setup` installs it)")
         };
         let parent_cgroups = cgroups_not_there("libpod_parent");
-        let engine = Engine { kind: Kind::Podman, dir: scratch("podman"), cli, parent_cgroups };
+        let engine = Engine { kind: Kind::Podman { conf }, dir: scratch(name), cli, parent_cgroups };
         let out =
             engine.command(&["info", "--format", "{{.Host.CgroupManager}}"]).output().expect("podman info");
         if !out.status.success() {
@@ -149,7 +169,7 @@ impl Engine {
     pub fn runtime(&self) -> &'static str {
         match self.kind {
             Kind::Docker { .. } => "docker",
-            Kind::Podman => "podman",
+            Kind::Podman { .. } => "podman",
         }
     }
 
@@ -160,7 +180,10 @@ impl Engine {
             Kind::Docker { socket, .. } => {
                 c.arg("-H").arg(format!("unix://{}", socket.display()));
             }
-            Kind::Podman => {
+            Kind::Podman { conf } => {
+                if let Some(conf) = conf {
+                    c.env("CONTAINERS_CONF", conf);
+                }
                 c.arg("--root").arg(self.dir.join("root"));
                 c.arg("--runroot").arg(self.dir.join("run"));
                 c.arg("--tmpdir").arg(self.dir.join("tmp"));
@@ -201,7 +224,7 @@ impl Engine {
     /// default, which needs CAP_SYS_RESOURCE).
     pub fn run(&self, args: &[&str]) -> String {
         let mut all = vec!["run"];
-        if matches!(self.kind, Kind::Podman) {
+        if matches!(self.kind, Kind::Podman { .. }) {
             all.extend(["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]);
         }
         all.extend(args);
@@ -275,8 +298,11 @@ impl Engine {
         }
     }
 
-    /// Removes every container and image this engine has.
+    /// Removes every pod, container, volume, secret and image this engine has.
     fn remove_all(&self) {
+        if matches!(self.kind, Kind::Podman { .. }) {
+            let _ = self.output(&["pod", "rm", "-af"]);
+        }
         let ids = self.output(&["ps", "-aq"]);
         let ids: Vec<String> =
             String::from_utf8_lossy(&ids.stdout).split_whitespace().map(str::to_owned).collect();
@@ -284,6 +310,10 @@ impl Engine {
             let mut args = vec!["rm", "-f"];
             args.extend(ids.iter().map(String::as_str));
             let _ = self.output(&args);
+        }
+        if matches!(self.kind, Kind::Podman { .. }) {
+            let _ = self.output(&["volume", "rm", "-af"]);
+            let _ = self.output(&["secret", "rm", "-a"]);
         }
         let images = self.output(&["images", "-q"]);
         let images: Vec<String> =

@@ -9,6 +9,7 @@
 pub mod cgroups;
 pub mod docker;
 pub mod harness;
+pub mod kube;
 pub mod nstat;
 pub mod prometheus;
 pub mod wait;
@@ -73,6 +74,28 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// What `cargo xtask dist` made: TFO_DIST_DIR (set by `cargo xtask test`), else
+/// target/dist.
+pub fn dist_dir() -> PathBuf {
+    std::env::var_os("TFO_DIST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/dist"))
+}
+
+/// A file of [`dist_dir`], or a skip naming how to make it.
+pub fn artefact(name: &str) -> PathBuf {
+    let p = dist_dir().join(name);
+    if !p.exists() {
+        skip(format!("no {}: `cargo xtask dist` makes it (`cargo xtask test` runs it first)", p.display()));
+    }
+    p
+}
+
+/// `program` as the shell would find it in PATH.
+pub fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(program)).find(|p| p.is_file())
 }
 
 /// Kernel tests need root (namespaces, BPF). Says why when they skip.

@@ -12,7 +12,7 @@ use std::{
 
 use serde_json::Value;
 
-use super::{free_port, http_get};
+use super::{free_port, http_get, TempDir};
 
 /// Prometheus and promtool, installing Debian's package if they are missing; Err = why not.
 pub fn binaries() -> Result<(PathBuf, PathBuf), String> {
@@ -74,7 +74,26 @@ pub struct Tls {
 /// user's (None: none; Some(false): a wrong password). (status, body); status 0 when curl
 /// got no HTTP answer at all.
 pub fn curl_get(addr: SocketAddr, target: &str, tls: &Tls, credentials: Option<bool>) -> (u16, String) {
-    let mut cmd = Command::new("curl");
+    curl_get_in(None, addr, target, tls, credentials)
+}
+
+/// [`curl_get`] run in network namespace `netns` (an nsfs file, e.g. /proc/PID/ns/net)
+/// through nsenter, where Some.
+pub fn curl_get_in(
+    netns: Option<&Path>,
+    addr: SocketAddr,
+    target: &str,
+    tls: &Tls,
+    credentials: Option<bool>,
+) -> (u16, String) {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net={}", ns.display())).arg("curl");
+            c
+        }
+        None => Command::new("curl"),
+    };
     cmd.args(["-s", "--max-time", "10", "--cacert"]).arg(&tls.ca).args(["-w", "\n%{http_code}"]);
     match credentials {
         Some(true) => cmd.args(["-u", &format!("{}:{}", tls.user, tls.password)]),
@@ -180,4 +199,46 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The user the web configs of [`web_config_files`] let in, and its password.
+pub const USER: &str = "prometheus";
+pub const PASSWORD: &str = "s3cret: with a colon";
+
+/// A web config in exporter-toolkit's format: a self-signed certificate for 127.0.0.1
+/// (openssl), and [`USER`] with a bcrypt hash of cost 10 in htpasswd's `$2y$` form; the
+/// paths relative to the file, as exporter-toolkit reads them. Deleted with `dir`.
+pub struct WebConfigFiles {
+    pub dir: TempDir,
+    pub file: PathBuf,
+    pub tls: Tls,
+}
+
+pub fn web_config_files(name: &str) -> WebConfigFiles {
+    let dir = TempDir::new(name);
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+        .args(["-keyout", "key.pem", "-out", "cert.pem", "-days", "2", "-subj", "/CN=127.0.0.1"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .current_dir(&dir.0)
+        .output();
+    match made {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!("openssl req: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => {
+            super::skip(format!("no openssl to make a test certificate ({e}): `apt-get install openssl`"))
+        }
+    }
+    let hash = bcrypt::hash_with_result(PASSWORD, 10).unwrap().format_for_version(bcrypt::Version::TwoY);
+    let file = dir.0.join("web.yml");
+    std::fs::write(
+        &file,
+        format!(
+            "tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\n\
+             basic_auth_users:\n  {USER}: {hash}\n"
+        ),
+    )
+    .unwrap();
+    let tls = Tls { ca: dir.0.join("cert.pem"), user: USER.into(), password: PASSWORD.into() };
+    WebConfigFiles { dir, file, tls }
 }
