@@ -134,6 +134,99 @@ impl Outcome {
     }
 }
 
+/// What the SYN-ACK of a refused SYN-data said (`data_not_acked`, or a `syn_retransmitted`
+/// whose SYN carried data), which tells why the server did not take the data. Numbers are
+/// part of the wire format.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
+pub enum Cause {
+    /// Not seen, or not told apart (a backend that cannot see the SYN-ACK and could not
+    /// read the client's cookie cache; a recording made before causes were kept).
+    Unknown = 0,
+    /// The SYN-ACK brought another cookie: the server checked the cookie and refused it
+    /// (its key changed, or the client's address as the server sees it: NAT).
+    NewCookie = 1,
+    /// The SYN-ACK carried no TFO option: the server does not do TFO (off, a listener
+    /// without TCP_FASTOPEN, its TFO queue full, syncookies) or the option was stripped.
+    NoTfoOption = 2,
+    /// The SYN-ACK brought back the cookie the SYN carried: the server took the cookie but
+    /// not the data (it could not make the connection's socket).
+    SameCookie = 3,
+}
+
+impl Cause {
+    pub const ALL: [Cause; 4] = [Cause::Unknown, Cause::NewCookie, Cause::NoTfoOption, Cause::SameCookie];
+
+    pub const fn from_u8(v: u8) -> Cause {
+        match v {
+            1 => Cause::NewCookie,
+            2 => Cause::NoTfoOption,
+            3 => Cause::SameCookie,
+            _ => Cause::Unknown,
+        }
+    }
+
+    /// The JSON value and the `cause` label of `export`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Cause::Unknown => "unknown",
+            Cause::NewCookie => "new_cookie",
+            Cause::NoTfoOption => "no_tfo_option",
+            Cause::SameCookie => "same_cookie",
+        }
+    }
+}
+
+/// A short keyed hash of a TFO cookie (its 16 bytes as the kernel keeps them, as two
+/// little-endian words, and its length), for comparing and counting cookies without ever
+/// holding one: SipHash-1-3 under a key made per tracer run (never recorded), cut to 32
+/// bits, never 0 (0 is "no cookie"). The kernel programs and userspace (the cookie cache
+/// read over netlink) hash alike, so their hashes compare within one run.
+#[inline(always)]
+pub const fn cookie_hash(key: [u64; 2], val: [u64; 2], len: u8) -> u32 {
+    let mut v = [
+        key[0] ^ 0x736f_6d65_7073_6575,
+        key[1] ^ 0x646f_7261_6e64_6f6d,
+        key[0] ^ 0x6c79_6765_6e65_7261,
+        key[1] ^ 0x7465_6462_7974_6573,
+    ];
+    // The 17-byte message `val || len`: two whole words, then the last byte with the
+    // message's length in the top byte, as SipHash pads its final word.
+    let words = [val[0], val[1], (len as u64) | (17u64 << 56)];
+    let mut i = 0;
+    while i < 3 {
+        v[3] ^= words[i];
+        v = sip_round(v);
+        v[0] ^= words[i];
+        i += 1;
+    }
+    v[2] ^= 0xff;
+    v = sip_round(sip_round(sip_round(v)));
+    let h = v[0] ^ v[1] ^ v[2] ^ v[3];
+    let h = (h ^ (h >> 32)) as u32;
+    if h == 0 {
+        1
+    } else {
+        h
+    }
+}
+
+#[inline(always)]
+const fn sip_round(mut v: [u64; 4]) -> [u64; 4] {
+    v[0] = v[0].wrapping_add(v[1]);
+    v[1] = v[1].rotate_left(13) ^ v[0];
+    v[0] = v[0].rotate_left(32);
+    v[2] = v[2].wrapping_add(v[3]);
+    v[3] = v[3].rotate_left(16) ^ v[2];
+    v[0] = v[0].wrapping_add(v[3]);
+    v[3] = v[3].rotate_left(21) ^ v[0];
+    v[2] = v[2].wrapping_add(v[1]);
+    v[1] = v[1].rotate_left(17) ^ v[2];
+    v[2] = v[2].rotate_left(32);
+    v
+}
+
 /// Bits of [`TfoEvent::flags`].
 pub mod flags {
     /// `cookie_len` holds a length the probe really saw.
@@ -186,7 +279,11 @@ pub struct TfoEvent {
     pub outcome: u8,
     pub flags: u8,
     pub cookie_len: u8,
-    pub _pad: [u8; 3],
+    /// A refused SYN-data (`data_not_acked`, a `syn_retransmitted` that carried data): what
+    /// its SYN-ACK said, a [`Cause`], where the kernel could tell (fentry/kprobe backends);
+    /// `Cause::Unknown` (0) elsewhere, and where userspace is left to tell it.
+    pub cause: u8,
+    pub _pad: [u8; 2],
     /// `accepted` only, where [`flags::SAVED_KNOWN`]: the round trip TFO saved, in µs.
     /// Client: the SYN -> SYN-ACK round trip the kernel sampled for this connection
     /// (tcp_ack() on the SYN-ACK set `srtt_us` from it just before ESTABLISHED): the
@@ -207,9 +304,14 @@ pub struct TfoEvent {
     pub cgroup_id: u64,
     /// The name of the thread that connected or called listen() (bpf_get_current_comm),
     /// where `comm` is known: the same as `comm` in a single-threaded process, a worker's
-    /// name (`connworker`) in others. Last, so that the fields before keep their offsets
-    /// (8-byte aligned: no padding after it).
+    /// name (`connworker`) in others.
     pub thread: [u8; TASK_COMM_LEN],
+    /// [`cookie_hash`] of the cookie the event is about, never the cookie: for
+    /// `cookie_received` the one cached, for a refused SYN-data the one its SYN-ACK
+    /// brought; 0 for none. Last, so that the fields before keep their offsets.
+    pub cookie_hash: u32,
+    /// Spelled out: the record stays a whole number of 8-byte words.
+    pub _pad2: u32,
 }
 
 /// A comm's 16 bytes, as two little-endian words, as bpf_get_current_comm gives them: zero
@@ -447,6 +549,7 @@ macro_rules! kernel_structs {
                 Net "net",
                 TcpSock "tcp_sock",
                 FastopenCookie "tcp_fastopen_cookie",
+                FastopenRequest "tcp_fastopen_request",
                 SkBuff "sk_buff",
                 TcpSkbCb "tcp_skb_cb",
                 RequestSock "request_sock",
@@ -474,7 +577,13 @@ macro_rules! kernel_structs {
                 net_ns_inum: Net u32 required ["ns", "inum"];
                 // Validates the per-CPU name cache; without it each outcome reads ns.inum.
                 net_cookie: Net u64 optional ["net_cookie"];
-                fastopen_req: TcpSock u64 required ["fastopen_req"];
+                // Set from sendto(MSG_FASTOPEN) (or the first write of a TCP_FASTOPEN_CONNECT
+                // socket) until it returns: a blocking one still has it at the SYN-ACK.
+                fastopen_req: TcpSock (ptr FastopenRequest) required ["fastopen_req"];
+                // The cookie the SYN carried: its bytes stay after the SYN (only its len
+                // is set to -1, tcp_send_syn_data), read at the SYN-ACK where the
+                // request is still there (tcp_fastopen_cache_set's hook).
+                req_cookie: FastopenRequest (inner FastopenCookie) optional ["cookie"];
                 total_retrans: TcpSock u32 required ["total_retrans"];
                 bytes_sent: TcpSock u64 required ["bytes_sent"];
                 bytes_received: TcpSock u64 required ["bytes_received"];
@@ -500,6 +609,9 @@ macro_rules! kernel_structs {
                 // cookie request, > 0 a cookie.
                 foc_len: FastopenCookie (int or -1) optional ["len"];
                 foc_exp: FastopenCookie int optional ["exp"];
+                // The cookie's bytes (__le64 val[2]), hashed or compared in the kernel,
+                // never sent: read at a SYN-ACK of a TFO connection only.
+                foc_val: FastopenCookie addr16 optional ["val"];
                 // cb[], where struct tcp_skb_cb lives.
                 skb_cb: SkBuff (inner TcpSkbCb) optional ["cb"];
                 tcb_seq: TcpSkbCb int optional ["seq"];
@@ -805,7 +917,7 @@ mod tests {
 
     #[test]
     fn wire_sizes_have_no_hidden_padding() {
-        assert_eq!(size_of::<TfoEvent>(), 136);
+        assert_eq!(size_of::<TfoEvent>(), 144);
         assert_eq!(size_of::<CgroupEvent>(), 16 + CGROUP_PATH_LEN);
         assert_eq!(size_of::<Field>(), 8);
         assert_eq!(size_of::<ListenerKey>(), 8);
@@ -894,6 +1006,19 @@ mod tests {
         full[9] = 0;
         full[10] = 0x01;
         assert_eq!(cleared_after_nul(words(&full)), words(&name(b"abcdefghi")));
+    }
+
+    #[test]
+    fn cookie_hashes_tell_cookies_apart_under_one_key() {
+        let key = [0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210];
+        let a = cookie_hash(key, [0x1122_3344_5566_7788, 0], 8);
+        assert_eq!(a, cookie_hash(key, [0x1122_3344_5566_7788, 0], 8), "the same cookie, the same hash");
+        assert_ne!(a, cookie_hash(key, [0x1122_3344_5566_7789, 0], 8));
+        assert_ne!(a, cookie_hash(key, [0x1122_3344_5566_7788, 0], 16), "its length counts");
+        assert_ne!(a, cookie_hash([key[0], key[1] + 1], [0x1122_3344_5566_7788, 0], 8), "another run");
+        for c in Cause::ALL {
+            assert_eq!(Cause::from_u8(c as u8), c);
+        }
     }
 
     #[test]

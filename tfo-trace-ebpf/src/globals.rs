@@ -22,6 +22,17 @@ pub static CONFIG: u32 = 0;
 #[no_mangle]
 pub static WAKEUP_BYTES: u64 = 0;
 
+/// The key of `tfo_trace_common::cookie_hash`, made by userspace for this run (never
+/// written anywhere else): cookies are compared and counted by their keyed hashes.
+#[no_mangle]
+pub static COOKIE_KEY: [u64; 2] = [0; 2];
+
+#[inline(always)]
+pub fn cookie_key() -> [u64; 2] {
+    // SAFETY: as for CONFIG.
+    unsafe { [core::ptr::read_volatile(&COOKIE_KEY[0]), core::ptr::read_volatile(&COOKIE_KEY[1])] }
+}
+
 #[inline(always)]
 pub fn wakeup_bytes() -> u64 {
     // SAFETY: as for CONFIG.

@@ -26,12 +26,13 @@ use aya_ebpf::{
     maps::PerCpuArray,
 };
 use tfo_trace_common::{
-    config, counter, flags, CountKey, ListenerKey, Outcome, ProcInfo, Role, TfoEvent, TASK_COMM_LEN,
+    config, cookie_hash, counter, flags, Cause, CountKey, ListenerKey, Outcome, ProcInfo, Role, TfoEvent,
+    TASK_COMM_LEN,
 };
 
 use crate::{
     filter,
-    globals::config_has,
+    globals::{config_has, cookie_key},
     kernel::{
         family_of, is_tcp, netns_of, present, process_name, state_of, tuple_of, Access, FastopenCookie,
         RequestSock, Sock, SockCommon, TcpSock, TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV,
@@ -235,7 +236,7 @@ fn client_connect<A: Access>(sk: Sock<A>) {
     if tp.is_null() {
         return;
     }
-    if tp.fastopen_req() == 0 && !tp.fastopen_connect() {
+    if tp.fastopen_req().is_null() && !tp.fastopen_connect() {
         return; // a plain connect
     }
     client_connect_tfo(sk);
@@ -345,6 +346,34 @@ fn client_established_tfo<A: Access>(sk: Sock<A>) {
         return; // plain, or filtered out at connect (or older than the tracer, with filters)
     }
     let conn = Known::of(state);
+    // tcp_rcv_fastopen_synack() runs next and caches the SYN-ACK's cookie; where that is
+    // hooked, on_cookie_cached() still needs the process and ends the state itself, and
+    // tells a refused SYN-data there, with what its SYN-ACK said.
+    let cookie_next = (f.syn_data || f.syn_fastopen) && config_has(config::COOKIE_FROM_CACHE_SET);
+    let c = client_outcome(sk, tp, &f, &conn);
+    if !(cookie_next && refused_data(&f, c.outcome)) {
+        record(sk.common(), Role::Client, c.outcome, netns_of(sk.common()), &conn, c.measure, |ev| {
+            if f.exp {
+                ev.flags |= flags::EXP_OPTION;
+            }
+        });
+    }
+    if conn.known && !cookie_next {
+        forget(sk);
+    }
+}
+
+/// A client's outcome at its SYN-ACK and what it measures.
+struct ClientOutcome {
+    outcome: Outcome,
+    measure: Measure,
+}
+
+/// The outcome tcp_rcv_fastopen_synack() is about to reach for this connection, from the
+/// same members it reads (unchanged from the ESTABLISHED transition until it has cached
+/// the SYN-ACK's cookie: both client_established_tfo and on_cookie_cached decide it).
+#[inline(always)]
+fn client_outcome<A: Access>(sk: Sock<A>, tp: TcpSock<A>, f: &ClientFlags, conn: &Known) -> ClientOutcome {
     let at_ns = if conn.known { packet_time_ns(tp) } else { 0 }; // handshake and event
     let total_retrans = tp.total_retrans();
     let outcome = if f.syn_data {
@@ -387,17 +416,14 @@ fn client_established_tfo<A: Access>(sk: Sock<A>) {
         at_ns,
         saved_srtt_us,
     };
-    record(sk.common(), Role::Client, outcome, netns_of(sk.common()), &conn, measure, |ev| {
-        if f.exp {
-            ev.flags |= flags::EXP_OPTION;
-        }
-    });
-    // tcp_rcv_fastopen_synack() runs next and caches the SYN-ACK's cookie; where that is
-    // hooked, on_cookie_cached() still needs the process and ends the state itself.
-    let cookie_next = (f.syn_data || f.syn_fastopen) && config_has(config::COOKIE_FROM_CACHE_SET);
-    if conn.known && !cookie_next {
-        forget(sk);
-    }
+    ClientOutcome { outcome, measure }
+}
+
+/// Whether the SYN-ACK did not take the SYN's data: what its cause is told for. Not a SYN
+/// timeout: that SYN-ACK answers the plain SYN resent, which carries no TFO option.
+#[inline(always)]
+fn refused_data(f: &ClientFlags, outcome: Outcome) -> bool {
+    f.syn_data && outcome == Outcome::DataNotAcked
 }
 
 /// SYN_SENT -> CLOSE: a TFO connection that never completed (timeout, reset, refused).
@@ -516,9 +542,13 @@ pub fn detect_blackhole_exit<A: Access>(sk: Sock<A>) {
     record(sk.common(), Role::Client, Outcome::ActiveDisabled, netns_of(sk.common()), &conn, measure, |_| {});
 }
 
-/// tcp_fastopen_cache_set(sk, mss, cookie, syn_lost, try_exp): the SYN-ACK's cookie going
-/// into the destination's cache. A NULL cookie (the SYN timer) or len <= 0 (no cookie in
-/// the SYN-ACK) caches nothing new.
+/// tcp_fastopen_cache_set(sk, mss, cookie, syn_lost, try_exp): what the SYN-ACK said about
+/// TFO, on its way into the destination's cache. Called from tcp_rcv_fastopen_synack() for
+/// every SYN-ACK of a connection that asked for TFO (len -1: no option; > 0: a cookie), and
+/// with a NULL cookie from the SYN timer. A refused SYN-data is told here, with its cause
+/// (client_established_tfo left it): the kernel compares the SYN-ACK's cookie with the one
+/// the SYN carried while the socket's TFO request still holds it (a blocking sendto), else
+/// leaves the comparison to userspace by the cookie's keyed hash. No cookie's bytes leave.
 #[inline(always)]
 pub fn on_cookie_cached<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>) {
     if cookie.is_null() {
@@ -531,22 +561,63 @@ pub fn on_cookie_cached<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>) {
     } else if filter::needs_state() {
         return;
     }
-    let len = cookie.foc_len() as u8 as i8; // -1 where absent: no event
-    if len <= 0 {
+    let tp = A::tcp_sock(sk);
+    if tp.is_null() {
         return;
     }
+    let len = cookie.foc_len() as u8 as i8;
+    let hash =
+        if len > 0 && present!(foc_val) { cookie_hash(cookie_key(), cookie.foc_val(), len as u8) } else { 0 };
+    let f = client_flags(tp);
+    if f.syn_data {
+        let c = client_outcome(sk, tp, &f, &conn);
+        if refused_data(&f, c.outcome) {
+            let cause = if len <= 0 { Cause::NoTfoOption } else { sent_cookie_compared(tp, cookie) };
+            record(sk.common(), Role::Client, c.outcome, netns_of(sk.common()), &conn, c.measure, |ev| {
+                ev.cause = cause as u8;
+                ev.cookie_hash = hash;
+                ev.cookie_len = if len > 0 { len as u8 } else { 0 };
+                ev.flags |= flags::COOKIE_LEN_KNOWN;
+                if f.exp {
+                    ev.flags |= flags::EXP_OPTION;
+                }
+            });
+        }
+    }
+    if len <= 0 {
+        return; // no cookie to cache: no event
+    }
     let exp = cookie.foc_exp() != 0;
-    let tp = A::tcp_sock(sk);
-    let retransmits = if tp.is_null() { 0 } else { tp.total_retrans() };
+    let retransmits = tp.total_retrans();
     let measure =
         Measure { stall_ns: 0, syn_data_bytes: 0, retransmits, handshake_ns: 0, at_ns: 0, saved_srtt_us: 0 };
     record(sk.common(), Role::Client, Outcome::CookieReceived, netns_of(sk.common()), &conn, measure, |ev| {
         ev.cookie_len = len as u8;
+        ev.cookie_hash = hash;
         ev.flags |= flags::COOKIE_LEN_KNOWN;
         if exp {
             ev.flags |= flags::EXP_OPTION;
         }
     });
+}
+
+/// A refused SYN-data whose SYN-ACK brought a cookie: whether it is the cookie the SYN
+/// carried, where the socket's TFO request still holds that (its bytes: only its length
+/// was set to -1 after the SYN); Unknown where it is gone (a non-blocking sendto returned
+/// and freed it), for userspace to tell by the hashes.
+#[inline(always)]
+fn sent_cookie_compared<A: Access>(tp: TcpSock<A>, got: FastopenCookie<A>) -> Cause {
+    let req = tp.fastopen_req();
+    if req.is_null() || !present!(req_cookie) || !present!(foc_val) {
+        return Cause::Unknown;
+    }
+    let sent = req.req_cookie().foc_val();
+    let got = got.foc_val();
+    if sent[0] == got[0] && sent[1] == got[1] {
+        Cause::SameCookie
+    } else {
+        Cause::NewCookie
+    }
 }
 
 /// A child leaving SYN_RECV: a TFO child has `syn_fastopen_child` (kernels that have it)

@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tfo_trace_common::{
-    config, counter, handshake_bucket, CountKey, Counts, ListenerKey, ProcInfo, TfoEvent,
+    config, counter, handshake_bucket, CountKey, Counts, ListenerKey, Outcome, ProcInfo, TfoEvent,
 };
 
 use crate::{
@@ -100,7 +100,7 @@ pub fn get16(src: &[u8; 16]) -> [u64; 2] {
 /// Zeroes a reserved event word by word (no memset call).
 #[inline(always)]
 fn zero_event(ev: *mut TfoEvent) {
-    const _: () = assert!(core::mem::size_of::<TfoEvent>() == 17 * 8);
+    const _: () = assert!(core::mem::size_of::<TfoEvent>() == 18 * 8);
     let w = ev as *mut u64;
     macro_rules! zero {
         ($($i:literal)*) => {
@@ -109,7 +109,7 @@ fn zero_event(ev: *mut TfoEvent) {
             unsafe { $( w.add($i).write_volatile(0); )* }
         };
     }
-    zero!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16);
+    zero!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17);
 }
 
 #[inline(always)]
@@ -254,7 +254,10 @@ pub fn count(mut key: CountKey, m: &Measure) {
 /// Waking the reader on every event costs a self-IPI per event (irq_work), measured as
 /// most of our per-connection cost under load; so events are submitted quietly and the
 /// reader is woken once 1/4 of the ring has filled. Userspace also polls every 100 ms,
-/// which bounds the delay of a lone event.
+/// which bounds the delay of a lone event. A refused SYN-data (`data_not_acked`, rare) wakes
+/// it at once: where no hook sees the SYN-ACK, userspace reads the client's cookie cache for
+/// it, which the next connection to that destination may change. Told by the outcome
+/// `fill` wrote, read back from the slot: no flag for every caller to pass.
 #[inline(always)]
 pub fn emit_with(fill: impl FnOnce(&mut TfoEvent)) {
     if config_has(config::COUNTS_ONLY) {
@@ -267,9 +270,12 @@ pub fn emit_with(fill: impl FnOnce(&mut TfoEvent)) {
             // SAFETY: the reservation is a TfoEvent-sized slot we own until submit; zeroed
             // bytes are a valid TfoEvent (plain integers), so the reference is sound.
             unsafe { fill(&mut *ev) };
+            // SAFETY: as above, the slot is ours until submit.
+            let urgent = unsafe { (*ev).outcome } == Outcome::DataNotAcked as u8;
             // The ring's size is known at load: one query per event, not two.
             let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-            let flags = if pending >= wakeup_bytes() { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP };
+            let flags =
+                if urgent || pending >= wakeup_bytes() { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP };
             entry.submit(flags as u64);
         }
         None => bump(counter::EVENTS_LOST),

@@ -161,6 +161,8 @@ pub struct StallTally {
     pub extra_round_trips: u64,
     /// Their estimated cost ([`extra_round_trip_us`]).
     pub extra_round_trip_us: u64,
+    /// Those by what their SYN-ACK said ([`crate::events::Cause`], indexed by its number).
+    pub refused_by_cause: [u64; 4],
     /// What the same destination's accepted connections saved ([`saved_us`]).
     pub saved_us: u64,
 }
@@ -174,6 +176,9 @@ impl StallTally {
         if let Some(us) = extra_round_trip_us(e) {
             self.extra_round_trips += 1;
             self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(us);
+            if let Some(cause) = e.cause {
+                self.refused_by_cause[cause as usize] += 1;
+            }
         }
         let s = of(e)?;
         self.stalls.add(s);

@@ -1,4 +1,5 @@
 //! Decoding kernel events into [`Event`], the record every view and the JSON output use.
+pub mod causes;
 pub mod cgroups;
 pub mod counts;
 mod fields;
@@ -18,7 +19,7 @@ use tfo_trace_common::{flags, TfoEvent, FAMILY_V4, FAMILY_V6, TASK_COMM_LEN};
 use crate::kernel::cgroup::NamedCgroup;
 
 /// Roles and outcomes are declared once, in tfo-trace-common, with their wire numbers.
-pub use tfo_trace_common::{Outcome, Role};
+pub use tfo_trace_common::{Cause, Outcome, Role};
 
 fields::event_fields! {
     /// One decoded TFO event. Field names are the JSON contract users script against.
@@ -82,6 +83,17 @@ fields::event_fields! {
     #[serde(skip_serializing_if = "Option::is_none")]
     cookie_issued: Option<bool> = (at.role == Role::Server && at.outcome == Outcome::CookieRequested)
         .then_some(raw.flags & flags::COOKIE_ISSUED != 0);
+    /// A refused SYN-data (client `data_not_acked`): what its SYN-ACK said, `new_cookie`,
+    /// `no_tfo_option`, `same_cookie` or `unknown` (docs/outcomes.md, "Why SYN-data was
+    /// refused"); absent on every other event. A recording made before causes were kept
+    /// reads as `unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cause: Option<Cause> = refused_data(at.role, at.outcome).then(|| Cause::from_u8(raw.cause));
+    /// A keyed hash of the cookie the event is about (`cookie_received`: the one cached; a
+    /// refusal: the one its SYN-ACK brought), never the cookie: its key is made per tracer
+    /// run, so hashes compare within one run (one recording) only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cookie_hash: Option<u32> = (raw.cookie_hash != 0).then_some(raw.cookie_hash);
     /// The SYN used the experimental option (kind 254, magic 0xF989).
     exp_option: bool = raw.flags & flags::EXP_OPTION != 0;
     retransmits: u32 = raw.retransmits;
@@ -402,6 +414,14 @@ fn checked<'a>(
     let (family, saddr, daddr) =
         unmapped(raw.family, addr(raw.family, &raw.saddr), addr(raw.family, &raw.daddr));
     Ok(Checked { role, outcome, family, saddr, daddr, unix_ns: clock.to_unix_ns(raw.ts_ns), comm, thread })
+}
+
+/// Whether an event is a refused SYN-data, whose [`Event::cause`] is told: a client's
+/// `data_not_acked`. Not a `syn_retransmitted`: its SYN-ACK answers the plain SYN resent
+/// after the timeout, which carries no TFO option (tcp_send_syn_data sets the request's
+/// cookie length to -1 once the first SYN is out), so it says nothing of the server.
+pub fn refused_data(role: Role, outcome: Outcome) -> bool {
+    role == Role::Client && outcome == Outcome::DataNotAcked
 }
 
 /// SYN sent (client) or child created (server) to the outcome, where the start is known.

@@ -44,6 +44,8 @@ pub struct EventSource {
     pub unnamed: u64,
     /// `--names`: every namespace's DNS answers, which name client destinations.
     names: Option<crate::names::Names>,
+    /// Why refused SYN-data was refused, where the kernel left that to us.
+    causes: super::causes::Causes,
 }
 
 /// `ip netns` names by namespace inode, re-read (at most every few seconds) when an event
@@ -77,8 +79,14 @@ impl NetnsNames {
 
 impl EventSource {
     /// `cgroup_hooks`: whether the cgroup hooks attached (see [`super::cgroups`]);
-    /// `names`: whether to read DNS answers and name destinations (`--names`).
-    pub fn new(ebpf: &mut Ebpf, cgroup_hooks: bool, names: bool) -> Result<Self> {
+    /// `names`: whether to read DNS answers and name destinations (`--names`); `causes`:
+    /// what tells a refused SYN-data's cause.
+    pub fn new(
+        ebpf: &mut Ebpf,
+        cgroup_hooks: bool,
+        names: bool,
+        causes: super::causes::Causes,
+    ) -> Result<Self> {
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
             .context("opening the EVENTS ring buffer")?;
         let counters =
@@ -103,6 +111,7 @@ impl EventSource {
             cgroups: super::cgroups::CgroupLearner::new(ebpf, cgroup_hooks)?,
             unnamed: 0,
             names: names.then(|| start_names(ebpf)).transpose()?,
+            causes,
         })
     }
 
@@ -111,6 +120,11 @@ impl EventSource {
         if let Some(names) = &mut self.names {
             names.rescan();
         }
+    }
+
+    /// What telling refusals' causes cost, and where it could not.
+    pub fn cause_stats(&self) -> &super::causes::CauseStats {
+        &self.causes.stats
     }
 
     /// What `--names` has read so far (None without it).
@@ -143,6 +157,7 @@ impl EventSource {
             cgroups,
             unnamed,
             names,
+            causes,
             ..
         } = self;
         if let Some(names) = names.as_mut() {
@@ -171,6 +186,7 @@ impl EventSource {
                     }
                 }
             }
+            causes.tell(&mut e);
             if let (Some(names), Role::Client) = (names.as_mut(), e.role) {
                 if !names.reads(e.netns) {
                     names.saw_namespace(e.netns);

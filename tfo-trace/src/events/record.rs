@@ -521,10 +521,15 @@ fn parse_header(line: &[u8]) -> std::result::Result<Header, String> {
 }
 
 /// One recorded event; IPv4-mapped addresses, as a recording made before events were
-/// decoded so holds them, as IPv4 ([`super::unmapped`]).
+/// decoded so holds them, as IPv4 ([`super::unmapped`]), and a refusal without its cause
+/// (recorded before causes were kept) as `unknown`.
 pub(crate) fn parse_event(text: &str) -> std::result::Result<Event, String> {
     let mut e: Event = serde_json::from_str(text).map_err(|e| e.to_string())?;
     (e.family, e.saddr, e.daddr) = super::unmapped(e.family, e.saddr, e.daddr);
+    // A refusal recorded before causes were kept: its cause is unknown.
+    if e.cause.is_none() && super::refused_data(e.role, e.outcome) {
+        e.cause = Some(super::Cause::Unknown);
+    }
     Ok(e)
 }
 
@@ -578,7 +583,28 @@ mod tests {
         .unwrap();
         assert_eq!(e.ts.unix_ns(), ts_unix_ns);
         let accepted = e.outcome == Outcome::Accepted;
-        Event { saved_us: accepted.then_some(512 + u64::from(i)), ..e }
+        // A refusal's cause as every reading gives it (unknown, where none was written).
+        let cause = crate::events::refused_data(e.role, e.outcome).then_some(crate::events::Cause::NewCookie);
+        Event { saved_us: accepted.then_some(512 + u64::from(i)), cause, ..e }
+    }
+
+    /// A refusal recorded before causes were kept reads as `unknown`; one written stays.
+    #[test]
+    fn a_refusal_without_its_cause_reads_as_unknown() {
+        let refused = ev(2);
+        assert_eq!(
+            (refused.outcome, refused.cause),
+            (Outcome::DataNotAcked, Some(crate::events::Cause::NewCookie))
+        );
+        let mut line = serde_json::to_value(&refused).unwrap();
+        assert_eq!(parse_event(&line.to_string()).unwrap().cause, refused.cause);
+        line.as_object_mut().unwrap().remove("cause");
+        assert_eq!(parse_event(&line.to_string()).unwrap().cause, Some(crate::events::Cause::Unknown));
+        assert_eq!(
+            parse_event(&serde_json::to_string(&ev(1)).unwrap()).unwrap().cause,
+            None,
+            "not a refusal"
+        );
     }
 
     /// Issue 30: a recording made before events carried `saved_us` replays it as unknown,

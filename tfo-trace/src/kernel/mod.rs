@@ -5,6 +5,7 @@
 //! `host` gathers the ones `doctor` judges.
 pub mod cgroup;
 pub mod containers;
+pub mod cookie_cache;
 pub mod every_netns;
 pub mod host;
 pub mod kallsyms;

@@ -79,6 +79,9 @@ pub struct Tracer {
     pub cgroup_hooks: Result<(), String>,
     /// From the start of `load` to the last program attached.
     pub attach_time: Duration,
+    /// The key the programs hash cookies with (`tfo_trace_common::cookie_hash`), made for
+    /// this run and never written anywhere: userspace hashes the cookie cache with it.
+    pub cookie_key: [u64; 2],
 }
 
 /// The kernel's own statistics of the attached programs, summed.
@@ -182,6 +185,7 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
     let started = Instant::now();
     raise_memlock_rlimit();
     let kernel = kernel_facts(opts.btf.as_deref())?;
+    let cookie_key = random_key();
     let mut skipped = Vec::new();
     for &backend in opts.backend.candidates() {
         if let Some(reason) = unavailable(backend) {
@@ -191,7 +195,7 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
             skipped.push(Skipped { backend, reason });
             continue;
         }
-        match load_backend(backend, opts, &kernel) {
+        match load_backend(backend, opts, &kernel, cookie_key) {
             Ok((mut ebpf, _)) => {
                 let l = &kernel.layout;
                 let cgroup_hooks = if opts.counts_only {
@@ -204,7 +208,14 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
                 } else {
                     attach_cgroup_hooks(&mut ebpf)
                 };
-                return Ok(Tracer { ebpf, backend, skipped, cgroup_hooks, attach_time: started.elapsed() });
+                return Ok(Tracer {
+                    ebpf,
+                    backend,
+                    skipped,
+                    cgroup_hooks,
+                    attach_time: started.elapsed(),
+                    cookie_key,
+                });
             }
             Err(err) => {
                 log::info!("{backend} backend: {err:#}"); // with the verifier log, for -v
@@ -217,6 +228,20 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
     }
     let reasons: Vec<String> = skipped.iter().map(|s| format!("{}: {}", s.backend, s.reason)).collect();
     bail!("no tracing backend could be loaded ({})", reasons.join("; "))
+}
+
+/// 128 random bits from the kernel (getrandom): the cookie-hash key of one run.
+fn random_key() -> [u64; 2] {
+    let mut key = [0u64; 2];
+    // SAFETY: getrandom writes at most the 16 bytes of `key`, which it is given.
+    let n = unsafe { libc::getrandom(key.as_mut_ptr().cast(), std::mem::size_of_val(&key), 0) };
+    if n != std::mem::size_of_val(&key) as isize {
+        // Without entropy (never on a booted kernel), a key from the clock still differs
+        // per run: the hashes only have to be unguessable from a recording.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        key = [now.as_nanos() as u64, u64::from(std::process::id()) << 32 | now.subsec_nanos() as u64];
+    }
+    key
 }
 
 fn raise_memlock_rlimit() {
@@ -299,11 +324,16 @@ fn errno_name(n: i32) -> String {
 /// where the kfunc does not load (a kernel that has bpf_rdonly_cast but refuses it here),
 /// unless the kernel refused the backend itself (EPERM: fentry on some kernels). Returns
 /// the cast it loaded with.
-fn load_backend(backend: Backend, opts: &LoadOptions, kernel: &KernelFacts) -> Result<(Ebpf, TcpSockCast)> {
-    match load_backend_with(backend, opts, &kernel.layout, kernel.cast) {
+fn load_backend(
+    backend: Backend,
+    opts: &LoadOptions,
+    kernel: &KernelFacts,
+    cookie_key: [u64; 2],
+) -> Result<(Ebpf, TcpSockCast)> {
+    match load_backend_with(backend, opts, &kernel.layout, kernel.cast, cookie_key) {
         Err(err) if kernel.cast != TcpSockCast::Helper && errno_of(&err) != Some(libc::EPERM) => {
             log::info!("{backend} backend with the {}: {err:#}; trying the helper", kernel.cast.name());
-            load_backend_with(backend, opts, &kernel.layout, TcpSockCast::Helper)
+            load_backend_with(backend, opts, &kernel.layout, TcpSockCast::Helper, cookie_key)
                 .map(|e| (e, TcpSockCast::Helper))
         }
         loaded => loaded.map(|e| (e, kernel.cast)),
@@ -331,12 +361,13 @@ fn load_backend_with(
     opts: &LoadOptions,
     kernel_layout: &tfo_trace_common::KernelLayout,
     cast: TcpSockCast,
+    cookie_key: [u64; 2],
 ) -> Result<Ebpf> {
     let mut flags = 0;
     if table::server_from_state(backend) {
         flags |= config::SERVER_FROM_STATE;
     }
-    if table::hooks(backend).iter().any(|h| h.target == "tcp_fastopen_cache_set") {
+    if table::sees_synack(backend) {
         flags |= config::COOKIE_FROM_CACHE_SET;
     }
     if opts.counts_only {
@@ -357,6 +388,7 @@ fn load_backend_with(
         .override_global("FILTER", &opts.filter, true)
         .override_global("WAKEUP_BYTES", &wakeup_bytes, true)
         .override_global("TCP_SOCK_BTF_ID", &tcp_sock_btf_id, true)
+        .override_global("COOKIE_KEY", &cookie_key, true)
         .map_max_entries("EVENTS", ring_bytes);
     let (object, casts) = cast::patch(EBPF_OBJECT, cast)?;
     log::debug!("{backend} backend: {casts} socket casts as the {}", cast.name());
@@ -520,7 +552,7 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<Loaded, String>)> {
                         ..LoadOptions::default()
                     };
                     kernel.clone().and_then(|k| {
-                        load_backend(backend, &opts, &k)
+                        load_backend(backend, &opts, &k, random_key())
                             .map(|(ebpf, cast)| Loaded {
                                 how: cast_note(backend, cast),
                                 largest: largest_verification(&ebpf, table::hooks(backend)),

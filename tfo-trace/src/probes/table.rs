@@ -387,6 +387,13 @@ pub fn server_from_state(backend: Backend) -> bool {
     matches!(backend, Backend::Tracepoint | Backend::RawTracepoint)
 }
 
+/// Whether a hook of the backend sees what a client's SYN-ACK said about TFO
+/// (tcp_fastopen_cache_set): then the programs tell why a SYN-data was refused; elsewhere
+/// userspace reads the client's cookie cache for it (events::causes).
+pub fn sees_synack(backend: Backend) -> bool {
+    hooks(backend).iter().any(|h| h.target == "tcp_fastopen_cache_set")
+}
+
 pub fn blind_spots(backend: Backend) -> &'static [Blind] {
     match backend {
         Backend::Tracepoint | Backend::RawTracepoint => TRACEPOINT_BLIND,

@@ -43,7 +43,11 @@ impl Session {
         check_privileges()?;
         let mut recorder = record.map(Recorder::open).transpose()?;
         let started = probes::load(load).and_then(|mut tracer| {
-            let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok(), load.names)?;
+            let causes = crate::events::causes::Causes::new(
+                tracer.cookie_key,
+                probes::table::sees_synack(tracer.backend),
+            );
+            let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok(), load.names, causes)?;
             if let Some(r) = &mut recorder {
                 r.write_header(&Header::now(tracer.backend.name()))?;
             }

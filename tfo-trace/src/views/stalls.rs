@@ -127,13 +127,19 @@ fn write_summary(out: &mut impl Write, per_dst: &PerDestinations) -> io::Result<
     // Data not acked costs a round trip, not a SYN timeout: said apart, never as a stall.
     for (a, d) in per_dst.iter().filter(|(_, d)| d.tally.extra_round_trips > 0) {
         let (dst, d) = (units::destination(a.ip(), a.port(), d.name.as_deref()), &d.tally);
+        let causes: Vec<String> = crate::events::Cause::ALL
+            .iter()
+            .filter(|c| d.refused_by_cause[**c as usize] > 0)
+            .map(|c| format!("{}={}", c.name(), d.refused_by_cause[*c as usize]))
+            .collect();
         writeln!(
             out,
             "{dst}: {} SYN-data not acknowledged, not stalls: the data went again after the handshake, \
-             {} extra round trip(s), ~{} estimated (`tfo-trace report` has the verdict)",
+             {} extra round trip(s), ~{} estimated; why: {} (`tfo-trace report` has the verdict)",
             d.extra_round_trips,
             d.extra_round_trips,
-            units::duration_us(d.extra_round_trip_us)
+            units::duration_us(d.extra_round_trip_us),
+            if causes.is_empty() { "unknown".to_string() } else { causes.join(" ") }
         )?;
     }
     out.flush()

@@ -145,6 +145,11 @@ pub fn write_text_line(
     }
     line.buf.extend_from_slice(b"  ");
     line.buf.extend_from_slice(e.container.unwrap_or("-").as_bytes());
+    // A refused SYN-data says why, after the columns (every other line is unchanged).
+    if let Some(cause) = e.cause {
+        line.buf.extend_from_slice(b"  cause=");
+        line.buf.extend_from_slice(cause.name().as_bytes());
+    }
     line.buf.push(b'\n');
 }
 
@@ -332,7 +337,7 @@ mod tests {
             millis(e.stall_us),
             e.saved_us.map(millis).unwrap_or_else(|| "-".into()),
             e.container_name().unwrap_or_else(|| "-".into()),
-        )
+        ) + &e.cause.map(|c| format!("  cause={}", c.name())).unwrap_or_default()
     }
 
     /// `events` as `trace` prints them: the header, then their lines through [`TextLines`].
