@@ -754,6 +754,9 @@ pub struct WireSyn {
     /// It carried a TFO option (kind 34, tcpdump's `tfo`, or the experimental one): a cookie,
     /// a cookie request, or (SYN-ACK) the server's cookie.
     pub tfo: bool,
+    /// The cookie its TFO option carried, in tcpdump's hex (None: no option, or a cookie
+    /// request): tests compare the SYN's with its SYN-ACK's; the product never prints one.
+    pub cookie: Option<String>,
 }
 
 /// tcpdump on a lab veth, capturing SYNs and SYN-ACKs: the wire's own account of handshakes.
@@ -795,7 +798,19 @@ pub fn parse_tcpdump_syn(line: &str) -> Option<WireSyn> {
     let payload = after.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
     let syn_ack = line.contains("Flags [S.]");
     let tfo = ["[tfo ", ",tfo ", "exp-tfo"].iter().any(|o| line.contains(o));
-    Some(WireSyn { time_s, sport, dport, syn_ack, payload, exp_tfo: line.contains("exp-tfo"), tfo })
+    let exp_tfo = line.contains("exp-tfo");
+    Some(WireSyn { time_s, sport, dport, syn_ack, payload, exp_tfo, tfo, cookie: tfo_cookie(line) })
+}
+
+/// The cookie of a tcpdump line's TFO option (`options [...,tfo  cookie 0011...,...]`,
+/// `exp-tfo cookie ...` for the experimental kind); None for a cookie request or no option.
+fn tfo_cookie(line: &str) -> Option<String> {
+    let options = line.split("options [").nth(1)?.split(']').next()?;
+    let tfo = options.split(',').map(str::trim).find(|o| o.starts_with("tfo") || o.starts_with("exp-tfo"))?;
+    match tfo.split_whitespace().collect::<Vec<_>>()[1..] {
+        ["cookie", hex] => Some(hex.to_string()),
+        _ => None,
+    }
 }
 
 impl SynCapture {
@@ -927,7 +942,8 @@ mod tests {
                 syn_ack: false,
                 payload: 100,
                 exp_tfo: false,
-                tfo: true
+                tfo: true,
+                cookie: Some("0011223344556677".into()),
             })
         );
         let v6 = "1764491235.000001 IP6 fd00:7f0::1.41000 > fd00:7f0::2.8080: Flags [S], seq 2, win 64800, length 0";
@@ -940,7 +956,8 @@ mod tests {
                 syn_ack: false,
                 payload: 0,
                 exp_tfo: false,
-                tfo: false
+                tfo: false,
+                cookie: None,
             })
         );
         assert_eq!(parse_tcpdump_syn("tcpdump: verbose output suppressed"), None);
@@ -948,12 +965,14 @@ mod tests {
             "1764491236.5 IP 198.18.0.1.40002 > 198.18.0.2.8080: Flags [S], seq 3:103, length 100: HTTP";
         assert_eq!(parse_tcpdump_syn(http).map(|s| s.payload), Some(100));
         let exp = "1.5 IP 198.19.7.1.46764 > 198.19.7.2.7001: Flags [S], options [mss 1460,exp-tfo cookiereq], length 0";
-        assert_eq!(parse_tcpdump_syn(exp).map(|s| (s.exp_tfo, s.tfo)), Some((true, true)));
+        assert_eq!(parse_tcpdump_syn(exp).map(|s| (s.exp_tfo, s.tfo, s.cookie)), Some((true, true, None)));
         let synack = "2.5 IP 198.19.7.2.7001 > 198.19.7.1.46764: Flags [S.], seq 9, ack 10, length 0";
         assert_eq!(
             parse_tcpdump_syn(synack).map(|s| (s.syn_ack, s.sport, s.dport)),
             Some((true, 7001, 46764))
         );
+        let cookie = "3.5 IP 198.19.7.2.7001 > 198.19.7.1.46764: Flags [S.], seq 9, ack 10, win 65160, options [mss 1460,sackOK,TS val 1 ecr 2,nop,wscale 7,tfo  cookie 8b7e3a1f00c2d4e5,nop,nop], length 0";
+        assert_eq!(parse_tcpdump_syn(cookie).and_then(|s| s.cookie).as_deref(), Some("8b7e3a1f00c2d4e5"));
     }
 
     #[test]
