@@ -45,7 +45,9 @@ impl Copy {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let exe = dir.join("tfo-trace");
-        std::os::unix::fs::symlink(common::exe(), &exe).unwrap();
+        // A copy, not a link: file capabilities are an attribute of the file itself, and
+        // setcap refuses a symlink ("Invalid file").
+        std::fs::copy(common::exe(), &exe).unwrap();
         std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
         if !caps.is_empty() {
             let out = Command::new("setcap").arg(caps).arg(&exe).output().unwrap();
