@@ -186,7 +186,10 @@ fn pod_scenario(engine: &Engine) {
     let pod_pid = engine.pid_of(&pod);
     let netns = std::fs::metadata(format!("/proc/{pod_pid}/ns/net")).unwrap().ino();
 
-    let tracer = Tracer::start(&[]);
+    // Only the pod's namespace: the closing summary's `unnamed` must count its containers'
+    // events alone, not those of the tests running beside this one (the DaemonSet's pod,
+    // cgroups made and removed while tracing).
+    let tracer = Tracer::start(&["--netns", &netns.to_string()]);
     let active_before = tfo_active(pod_pid);
     let mut tally = Tally::new();
 
