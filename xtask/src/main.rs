@@ -358,7 +358,9 @@ struct HostRun {
 /// Runs cargo test on the host; returns the tally of every test binary and what went wrong.
 fn run_tests(args: &[String]) -> Result<HostRun> {
     let mut cmd = cargo();
-    cmd.current_dir(workspace_root()).args(["test", "--workspace", "--exclude", "tfo-trace-ebpf"]).args(args);
+    cmd.current_dir(workspace_root())
+        .args(["test", "--no-fail-fast", "--workspace", "--exclude", "tfo-trace-ebpf"])
+        .args(args);
     cmd.env("TFO_DIST_DIR", dist::dist_dir());
     println!("+ {}", util::display(&cmd));
     // libtest prints one `test result:` line per test binary; the last one is often a
