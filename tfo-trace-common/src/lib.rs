@@ -773,9 +773,10 @@ pub mod config {
     /// tcp_fastopen_cache_set is hooked: a client connection's state is kept past
     /// ESTABLISHED until the SYN-ACK's cookie is cached, so `cookie_received` names its process.
     pub const COOKIE_FROM_CACHE_SET: u32 = 1 << 1;
-    /// Count outcomes only (`COUNTS`): no event goes to the ring buffer (an exporter without
-    /// per-destination series needs none).
-    pub const COUNTS_ONLY: u32 = 1 << 2;
+    /// Count outcomes (`COUNTS`), and of the events send only refused SYN-data
+    /// (`data_not_acked`), whose cause userspace tells: an exporter without
+    /// per-destination series needs no other.
+    pub const REFUSAL_EVENTS_ONLY: u32 = 1 << 2;
 }
 
 /// Key of the kernel-side listener table: who called listen() on which port, of which

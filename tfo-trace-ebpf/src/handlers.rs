@@ -177,6 +177,9 @@ pub(crate) fn record<A: Access>(
     }
     let key = CountKey { netns, role: role as u8, outcome: outcome as u8, _pad: 0 };
     count(key, &measure);
+    if config_has(config::REFUSAL_EVENTS_ONLY) && outcome != Outcome::DataNotAcked {
+        return; // counted: an exporter without per-destination series needs no more
+    }
     emit_with(|ev| {
         let t = tuple_of(sk);
         ev.ts_ns = if measure.at_ns != 0 { measure.at_ns } else { now() };
@@ -656,8 +659,9 @@ fn server_child_tfo<A: Access>(sk: Sock<A>) {
     if resent.known {
         forget(sk);
     }
-    // The time only the event needs: none in counts-only mode, unless the handshake does.
-    let at_ns = if config_has(config::COUNTS_ONLY) && !resent.known { 0 } else { packet_time_ns(tp) };
+    // The time only the event needs: none where only refusals are sent, unless the
+    // handshake needs it.
+    let at_ns = if config_has(config::REFUSAL_EVENTS_ONLY) && !resent.known { 0 } else { packet_time_ns(tp) };
     // The handshake of a child is its SYN-ACK's round trip, which tcp_rcv_state_process()
     // has just measured (tcp_synack_rtt_meas); where Karn's rule gave no sample (the
     // SYN-ACK was resent), from its first SYN-ACK to now.

@@ -6,13 +6,10 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tfo_trace_common::{
-    config, counter, handshake_bucket, CountKey, Counts, ListenerKey, Outcome, ProcInfo, TfoEvent,
+    counter, handshake_bucket, CountKey, Counts, ListenerKey, Outcome, ProcInfo, TfoEvent,
 };
 
-use crate::{
-    globals::{config_has, wakeup_bytes},
-    kernel::Sock,
-};
+use crate::{globals::wakeup_bytes, kernel::Sock};
 
 /// Per-connection state between the SYN and its outcome. Byte arrays are kept as u64
 /// words: the BPF backend copies and zeroes byte arrays with calls to a byte-loop memset
@@ -249,7 +246,6 @@ pub fn count(mut key: CountKey, m: &Measure) {
 }
 
 /// Sends one event, filled in place by `fill`; a full ring buffer is counted, never silent.
-/// Nothing is sent when userspace asked for counts only.
 ///
 /// Waking the reader on every event costs a self-IPI per event (irq_work), measured as
 /// most of our per-connection cost under load; so events are submitted quietly and the
@@ -260,9 +256,6 @@ pub fn count(mut key: CountKey, m: &Measure) {
 /// `fill` wrote, read back from the slot: no flag for every caller to pass.
 #[inline(always)]
 pub fn emit_with(fill: impl FnOnce(&mut TfoEvent)) {
-    if config_has(config::COUNTS_ONLY) {
-        return;
-    }
     match EVENTS.reserve::<TfoEvent>(0) {
         Some(mut entry) => {
             let ev = entry.as_mut_ptr();

@@ -231,7 +231,7 @@ impl ProbeArgs {
         crate::probes::LoadOptions {
             backend: self.backend,
             ring_buffer_bytes: self.ring_buffer_size,
-            counts_only: false,
+            refusal_events_only: false,
             btf: self.btf.clone(),
             filter: self.filter.kernel_filter(),
             cgroups: self.filter.cgroups().to_vec(),

@@ -257,6 +257,69 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `tfo_trace_syn_data_refused_total{cause}` says what each refused SYN-data's SYN-ACK
+/// said, as the wire shows it: the server's TFO turned off (3 SYN-ACKs without a TFO
+/// option), then on again with another key (1 SYN-ACK with another cookie than the SYN's).
+/// Every SYN-data of the run is refused (the client's TcpExtTCPFastOpenActiveFail).
+fn refused_syn_data_is_exported_by_what_the_synack_said() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let key = |k| lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen_key", k).unwrap();
+    key("00000000-00000000-00000000-0000000a");
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), PORT);
+    let client =
+        |count| ClientArgs { count, payload_bytes: PAYLOAD, timeout_ms: 5000, ..ClientArgs::new(dst) };
+    assert_eq!(lab.run_client(common::exe(), &client(1)).unwrap().ok_count(), 1, "cookie cached");
+
+    let (exporter, mut tracer) = lab_exporter(&lab, &[]);
+    tracer.wait_stderr("serving metrics");
+    let capture = lab.capture_syns(Side::Client).unwrap();
+    let before = Deltas::since(&lab);
+    let tfo_off = 3;
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen", "0").unwrap();
+    assert_eq!(lab.run_client(common::exe(), &client(tfo_off)).unwrap().ok_count(), tfo_off as usize);
+    let on = LabConfig::default().server_fastopen.to_string();
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen", &on).unwrap();
+    key("00000000-00000000-00000000-0000000b");
+    assert_eq!(lab.run_client(common::exe(), &client(1)).unwrap().ok_count(), 1);
+    let refused = before.both().0.get("TcpExtTCPFastOpenActiveFail");
+    assert_eq!(refused, u64::from(tfo_off) + 1, "every SYN-data refused");
+
+    let by_cause = |text: &str, cause: &str| {
+        common::metric_sum(text, "tfo_trace_syn_data_refused_total", &[&format!(r#"cause="{cause}""#)])
+    };
+    let text = common::eventually("every refusal in the exporter's causes", || {
+        let (_, text) = http_get(exporter, "/metrics").unwrap();
+        let seen = common::metric_sum(&text, "tfo_trace_syn_data_refused_total", &[]);
+        if seen >= refused as f64 {
+            Ok(text)
+        } else {
+            Err(format!("{seen} of {refused}"))
+        }
+    });
+    let (_, stderr) = tracer.stop_lines();
+
+    // The wire's account: each SYN that carried a cookie and data, and its SYN-ACK.
+    let wire = capture.stop();
+    let (mut no_option, mut new_cookie) = (0, 0);
+    for syn in wire.iter().filter(|s| !s.syn_ack && s.cookie.is_some() && s.payload > 0) {
+        let synack = wire
+            .iter()
+            .find(|s| s.syn_ack && s.dport == syn.sport)
+            .unwrap_or_else(|| panic!("no SYN-ACK to {syn:?} on the wire: {wire:?}"));
+        match &synack.cookie {
+            None if !synack.tfo => no_option += 1,
+            Some(c) if Some(c) != syn.cookie.as_ref() => new_cookie += 1,
+            _ => panic!("a SYN-ACK the scenario does not make: {synack:?} to {syn:?}"),
+        }
+    }
+    assert_eq!((no_option, new_cookie), (tfo_off, 1), "the wire: {wire:?}");
+    let told = (by_cause(&text, "no_tfo_option"), by_cause(&text, "new_cookie"));
+    assert_eq!(told, (f64::from(no_option), f64::from(new_cookie)), "{text}\nstderr: {stderr:?}");
+    assert_eq!(by_cause(&text, "unknown") + by_cause(&text, "same_cookie"), 0.0, "{text}");
+}
+
 /// The shipped rules (deploy/prometheus/tfo-trace.rules.yml): `promtool check rules`
 /// passes, their unit tests (`promtool test rules` on tfo-trace.rules.test.yml: every alert
 /// fires on its synthetic series with its labels and annotations, and stays silent on a
@@ -580,4 +643,9 @@ fn alerts_reach_alertmanager() {
     let _ = tracer.stop_lines();
 }
 
-tests_main!(prometheus_scrapes_what_the_kernel_counted, prometheus_rules, alerts_reach_alertmanager);
+tests_main!(
+    prometheus_scrapes_what_the_kernel_counted,
+    refused_syn_data_is_exported_by_what_the_synack_said,
+    prometheus_rules,
+    alerts_reach_alertmanager
+);

@@ -32,12 +32,13 @@ use tfo_trace_common::HANDSHAKE_BOUNDS_NS;
 
 use super::{
     kernel_counted::{self, KernelCounted},
+    refusals::{self, Refusals},
     stall,
 };
 use crate::{
     events::{
         counts::{Health, KernelCounts},
-        Event, Outcome, Role,
+        Cause, Event, Outcome, Role,
     },
     probes::{table, Backend},
 };
@@ -62,6 +63,7 @@ pub const EXPOSED: &[(&str, &str)] = &[
         "tfo_trace_connections_total",
         "{role,outcome[,destination[,dname]|container]} or {role,outcome,source=\"kernel_counter\"} counter",
     ),
+    ("tfo_trace_syn_data_refused_total", "{cause[,destination[,dname]|container]} counter, from events"),
     ("tfo_trace_syn_data_bytes_total", "{role} counter"),
     ("tfo_trace_stall_seconds_total", "[{destination[,dname]|container}] counter"),
     ("tfo_trace_saved_seconds_total", "[{destination[,dname]|container}] counter"),
@@ -208,10 +210,12 @@ impl Capped {
         true
     }
 
-    fn observe(&mut self, e: &Event) {
+    /// Counts `e` under its value if that has (or now gets) a series of its own: which,
+    /// returned.
+    fn observe(&mut self, e: &Event) -> Option<String> {
         let value = self.breakdown.value(e);
         if !self.admit(e, &value) {
-            return;
+            return None;
         }
         if let Some(s) = stall::of(e).filter(|s| s.lost_us > 0) {
             *self.stall_ns.entry(value.clone()).or_default() += s.lost_us * 1000;
@@ -220,7 +224,8 @@ impl Capped {
         if let Some(us) = stall::saved_us(e) {
             *self.saved_ns.entry(value.clone()).or_default() += us * 1000;
         }
-        *self.connections.entry((e.role, e.outcome, value)).or_default() += 1;
+        *self.connections.entry((e.role, e.outcome, value.clone())).or_default() += 1;
+        Some(value)
     }
 }
 
@@ -274,6 +279,8 @@ struct Model {
     counted: KernelCounted,
     health: Health,
     breakdown: Option<Capped>,
+    /// Refused SYN-data by cause, from events.
+    refusals: Refusals,
     /// The highest value each connection series has shown: a count adjusted by a kernel
     /// counter (accepted, less those made on the backup key) may lag for a moment, and a
     /// counter must never go back.
@@ -308,6 +315,7 @@ impl Metrics {
             counted: KernelCounted::default(),
             health: Health::default(),
             breakdown: breakdown.map(Capped::new),
+            refusals: Refusals::default(),
             shown: BTreeMap::new(),
             paused_shown: 0,
         }));
@@ -323,11 +331,6 @@ impl Metrics {
             Info::new(info),
         );
         Metrics { registry, model }
-    }
-
-    /// Whether the opt-in series are wanted, and so events at all.
-    pub fn needs_events(&self) -> bool {
-        self.model.lock().map(|m| m.breakdown.is_some()).unwrap_or(false)
     }
 
     /// The kernel's counts now (they only grow), and its running totals of what can make
@@ -346,11 +349,12 @@ impl Metrics {
         }
     }
 
-    /// Counts one event in the opt-in series (nothing without them).
+    /// Counts one event: in the opt-in series, and a refused SYN-data under its cause.
     pub fn observe(&self, e: &Event) {
         if let Ok(mut m) = self.model.lock() {
-            if let Some(d) = m.breakdown.as_mut() {
-                d.observe(e);
+            let value = m.breakdown.as_mut().and_then(|d| d.observe(e));
+            if let Some(cause) = refusals::cause_of(e) {
+                m.refusals.add(cause, value.as_deref());
             }
         }
     }
@@ -385,6 +389,32 @@ fn encode_seconds(
             }
             let other = total_ns.saturating_sub(named) as f64 / 1e9;
             e.encode_family(&d.labels_of(OTHER))?.encode_counter::<Labels, _, f64>(&other, None)
+        }
+    }
+}
+
+/// One series per cause (all four from the start, at 0), and with the opt-in label one per
+/// cause of each value with a series of its own, the rest under [`OTHER`].
+fn encode_refusals(
+    mut e: MetricEncoder<'_>,
+    refusals: &Refusals,
+    breakdown: Option<&Capped>,
+) -> Result<(), std::fmt::Error> {
+    let mut series = |extra: Labels, counts: &refusals::PerCause| {
+        for cause in Cause::ALL {
+            let mut l: Labels = vec![("cause", cause.name().to_string())];
+            l.extend_from_slice(&extra);
+            e.encode_family(&l)?.encode_counter::<Labels, _, u64>(&counts[cause as usize], None)?;
+        }
+        Ok(())
+    };
+    match breakdown {
+        None => series(Vec::new(), refusals.all()),
+        Some(d) => {
+            for (value, counts) in refusals.by_value() {
+                series(d.labels_of(value), counts)?;
+            }
+            series(d.labels_of(OTHER), &refusals.rest())
         }
     }
 }
@@ -505,6 +535,19 @@ impl Collector for ModelCollector {
             for (state, n) in [("read", read), ("unnamed", unnamed), ("unreadable", unreadable)] {
                 e.encode_family(&vec![("state", state.to_string())])?.encode_gauge(&(n as i64))?;
             }
+        }
+
+        if table::sees(m.backend, Role::Client, Outcome::DataNotAcked) {
+            let e = encoder.encode_descriptor(
+                "tfo_trace_syn_data_refused",
+                "Client SYN-data the server did not take (data_not_acked), by what its SYN-ACK said: \
+                 new_cookie (a key change, a fleet without a shared key, NAT), no_tfo_option (the \
+                 server does not do TFO, or the option was stripped), same_cookie, unknown; from \
+                 events, so short by tfo_trace_events_lost_total",
+                None,
+                MetricType::Counter,
+            )?;
+            encode_refusals(e, &m.refusals, m.breakdown.as_ref())?;
         }
 
         let mut e = encoder.encode_descriptor(
@@ -740,6 +783,42 @@ mod tests {
         assert!(t.contains("# TYPE tfo_trace_connections_total counter"), "{t}");
         assert!(t.contains("# TYPE tfo_trace_handshake_seconds histogram"), "{t}");
         assert!(!t.contains("# EOF"), "Prometheus text format, not OpenMetrics: {t}");
+    }
+
+    /// Refused SYN-data by cause: every cause from the start, and with `--top-destinations`
+    /// per destination that has a series, the rest under "other".
+    #[test]
+    fn refusals_by_cause() {
+        let refused = |dst, cause| Event {
+            cause: Some(cause),
+            ..ev(Role::Client, Outcome::DataNotAcked, dst, 64, 90, 0)
+        };
+        let events = [
+            refused(3, Cause::NewCookie),
+            refused(3, Cause::NewCookie),
+            refused(4, Cause::NoTfoOption),
+            ev(Role::Client, Outcome::Accepted, 3, 64, 90, 0),
+        ];
+        let series =
+            |t: &str, labels: &str| sample(t, &format!("tfo_trace_syn_data_refused_total{{{labels}}}"));
+
+        let m = Metrics::new(&build(), None);
+        assert_eq!(series(&m.encode(), r#"cause="same_cookie""#), Some(0.0), "exists at 0");
+        events.iter().for_each(|e| m.observe(e));
+        let t = m.encode();
+        assert_eq!(series(&t, r#"cause="new_cookie""#), Some(2.0), "{t}");
+        assert_eq!(series(&t, r#"cause="no_tfo_option""#), Some(1.0), "{t}");
+        assert_eq!(series(&t, r#"cause="unknown""#), Some(0.0), "{t}");
+
+        let m = Metrics::new(&build(), Some(Breakdown::Destinations(1)));
+        events.iter().for_each(|e| m.observe(e));
+        let t = m.encode();
+        let first = r#"cause="new_cookie",destination="198.18.0.3:8080""#;
+        assert_eq!(series(&t, first), Some(2.0), "{t}");
+        // 198.18.0.4 was admitted too, at its first failure (the refusal).
+        let second = r#"cause="no_tfo_option",destination="198.18.0.4:8080""#;
+        assert_eq!(series(&t, second), Some(1.0), "{t}");
+        assert_eq!(series(&t, r#"cause="no_tfo_option",destination="other""#), Some(0.0), "{t}");
     }
 
     /// Connections left without TFO count where a pause was counted, by a hook or by the

@@ -6,6 +6,7 @@ pub mod counting;
 pub mod kernel_counted;
 pub mod metrics;
 pub mod quantiles;
+pub mod refusals;
 pub mod report;
 pub mod stall;
 pub mod top;

@@ -37,9 +37,9 @@ pub const MAX_RING_BUFFER_BYTES: u32 = 256 << 20;
 pub struct LoadOptions {
     pub backend: BackendChoice,
     pub ring_buffer_bytes: u32,
-    /// Count outcomes in the kernel only; send no events (an exporter without
-    /// per-destination series reads nothing else).
-    pub counts_only: bool,
+    /// Count outcomes in the kernel, and send only refused SYN-data as events (an exporter
+    /// without per-destination series needs only their causes).
+    pub refusal_events_only: bool,
     /// Where the kernel's struct layouts come from: its own BTF by default.
     pub btf: Option<std::path::PathBuf>,
     /// What to trace, decided in the kernel.
@@ -55,7 +55,7 @@ impl Default for LoadOptions {
         LoadOptions {
             backend: BackendChoice::Auto,
             ring_buffer_bytes: DEFAULT_RING_BUFFER_BYTES,
-            counts_only: false,
+            refusal_events_only: false,
             btf: None,
             filter: tfo_trace_common::Filter::none(),
             cgroups: Vec::new(),
@@ -198,8 +198,8 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
         match load_backend(backend, opts, &kernel, cookie_key) {
             Ok((mut ebpf, _)) => {
                 let l = &kernel.layout;
-                let cgroup_hooks = if opts.counts_only {
-                    Err("not needed: counts only, no events to name".into())
+                let cgroup_hooks = if opts.refusal_events_only {
+                    Err("not needed: only refused SYN-data is sent, and export names no container".into())
                 } else if [l.cgroup_kn, l.cgroup_root, l.kernfs_node_id, l.cgroup_root_hierarchy_id]
                     .iter()
                     .any(|f| f.present == 0)
@@ -370,10 +370,12 @@ fn load_backend_with(
     if table::sees_synack(backend) {
         flags |= config::COOKIE_FROM_CACHE_SET;
     }
-    if opts.counts_only {
-        flags |= config::COUNTS_ONLY;
+    if opts.refusal_events_only {
+        flags |= config::REFUSAL_EVENTS_ONLY;
     }
-    let ring_bytes = if opts.counts_only { 4096 } else { opts.ring_buffer_bytes };
+    // Refusals alone are rare, but come in bursts (a fleet without a shared key refuses
+    // every SYN-data): room for some hundreds between two reads.
+    let ring_bytes = if opts.refusal_events_only { 64 * 1024 } else { opts.ring_buffer_bytes };
     // The reader is woken once 1/4 of the ring holds unread events (maps::emit_with):
     // each wakeup costs the reader a context switch (measured on a 2-core VM: 1/16 put
     // `trace` at 0.61-0.65 CPU-s per million events, 1/4 at 0.43-0.49), and 3/4 of the

@@ -161,8 +161,9 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
         }
         None => None,
     };
-    // Without per-destination series nothing needs the event stream: the kernel counts.
-    let load = LoadOptions { counts_only: opts.breakdown.is_none(), ..opts.load };
+    // Without per-destination series the kernel's counts are enough, but for the cause
+    // of each refused SYN-data: only those come as events.
+    let load = LoadOptions { refusal_events_only: opts.breakdown.is_none(), ..opts.load };
     let mut session = Session::start(&load, None)?;
     let build = BuildInfo {
         version: env!("CARGO_PKG_VERSION").into(),
@@ -194,10 +195,11 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     let mut stop = session.take_stop(opts.duration)?;
     let mut textfile_tick = tokio::time::interval(opts.interval);
     let mut batch: Vec<Event> = Vec::new();
-    let needs_events = metrics.needs_events();
     loop {
         tokio::select! {
-            r = session.next_batch(&mut batch), if needs_events => r?,
+            // Events: the opt-in series and each refusal's cause (the connection counts
+            // come from the kernel's count maps, exact whatever the events do).
+            r = session.next_batch(&mut batch) => r?,
             Some(first) = waiting.recv(), if serving => {
                 // Each scrape sees the kernel's counts as they are now; the scrapes that
                 // asked meanwhile share this refresh and its text.
@@ -221,10 +223,8 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     if let Some(server) = server {
         server.abort(); // and with it every connection (its JoinSet)
     }
-    if needs_events {
-        session.drain(&mut batch)?;
-        observe(&metrics, &mut batch, &opts.netns);
-    }
+    session.drain(&mut batch)?;
+    observe(&metrics, &mut batch, &opts.netns);
     refresh(&metrics, &mut session, &opts.netns)?;
     if let Some(path) = &opts.textfile {
         write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;

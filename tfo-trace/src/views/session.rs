@@ -271,7 +271,7 @@ fn say_attached(tracer: &Tracer, load: &LoadOptions) -> Result<()> {
         tracer.attach_time.as_millis()
     )?;
     if let Err(why) = &tracer.cgroup_hooks {
-        if !load.counts_only {
+        if !load.refusal_events_only {
             crate::note!(
                 "tfo-trace: containers are named by walking the cgroup hierarchy, up to 2 s late \
                  (the cgroup hooks did not attach: {why})"
