@@ -104,6 +104,64 @@ fn require_tmux() {
     }
 }
 
+/// A destination row says why its SYN-data was refused, as the wire shows it: toward
+/// server address 1, the key rotated without a backup (its SYN-ACK brings another cookie:
+/// `new_cookie`); toward a listener of server address 0 without TCP_FASTOPEN (the client
+/// sends the cookie it holds for that address: its SYN-ACK carries no TFO option,
+/// `no_tfo_option`). Each refusal is one the client's TcpExtTCPFastOpenActiveFail counts.
+fn batch_rows_name_why_syn_data_was_refused() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() }).unwrap();
+    let key = |k| lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen_key", k).unwrap();
+    key("00000000-00000000-00000000-0000000a");
+    let (tfo_port, plain_port) = (8091, 8092);
+    let address = |i, port| SocketAddr::new(lab.server_addr(i, false).unwrap(), port);
+    let (rotated, without_tfo) = (address(1, tfo_port), address(0, plain_port));
+    let _servers = [
+        lab.start_server(common::exe(), 0, tfo_port, 16, false).unwrap(),
+        lab.start_server(common::exe(), 1, tfo_port, 16, false).unwrap(),
+        lab.start_server(common::exe(), 0, plain_port, 0, false).unwrap(),
+    ];
+    let once = |dst| {
+        let args = ClientArgs { count: 1, timeout_ms: 5000, ..ClientArgs::new(dst) };
+        assert_eq!(lab.run_client(common::exe(), &args).unwrap().ok_count(), 1, "{dst}");
+    };
+    once(address(0, tfo_port)); // a cookie for each server address
+    once(rotated);
+
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let top = common::Tracer::start_command(&["top", "--batch", "-d", "1", "--netns", &cli_ns.to_string()]);
+    let before = counters(&lab);
+    let wire = lab.capture_syns(Side::Client).unwrap();
+    key("00000000-00000000-00000000-0000000b");
+    once(rotated);
+    once(without_tfo);
+    let (lines, stderr) = top.stop_lines();
+    let wire = wire.stop();
+    let (dc, _, _) = before.deltas();
+    assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), 2, "both SYN-data refused: {dc:?}");
+
+    // The wire: each SYN carried a cookie and data; what its SYN-ACK said.
+    let synack_to = |dst: SocketAddr| {
+        let syn = wire.iter().find(|s| !s.syn_ack && s.dport == dst.port()).expect("the SYN on the wire");
+        assert!(syn.cookie.is_some() && syn.payload > 0, "SYN-data with a cookie: {syn:?}");
+        let synack = wire.iter().find(|s| s.syn_ack && s.dport == syn.sport).expect("its SYN-ACK");
+        (syn.clone(), synack.clone())
+    };
+    let (syn, synack) = synack_to(rotated);
+    assert!(synack.cookie.is_some() && synack.cookie != syn.cookie, "another cookie: {synack:?}");
+    let (_, synack) = synack_to(without_tfo);
+    assert!(!synack.tfo, "no TFO option: {synack:?}");
+
+    let text = lines.join("\n");
+    let last = text.rsplit("tfo-trace top ").next().unwrap_or_default();
+    for (dst, cause) in [(rotated, "new_cookie"), (without_tfo, "no_tfo_option")] {
+        let r = row(last, "DESTINATION", &dst.to_string())
+            .unwrap_or_else(|| panic!("no row for {dst}:\n{last}\nstderr: {stderr:?}"));
+        assert_eq!((num(&r, "NOT_ACKED"), r["CAUSE"].as_str()), (1, cause), "{dst}: {r:?}");
+    }
+}
+
 /// `top --batch -d 1`, stopped with Ctrl-C once the lab's connections are done: its last
 /// snapshot (the one printed at the stop) has every connection, however slow the machine.
 /// Meanwhile a clean destination gets a cookie request and two TFO connections, and the
@@ -798,6 +856,7 @@ tests_main!(
     demo_json_prints_tables_and_its_closing_summary_adds_up,
     count_stops_top_by_itself,
     batch_rows_match_the_kernel_counters,
+    batch_rows_name_why_syn_data_was_refused,
     tui_in_a_real_terminal_matches_the_kernel,
     tui_stall_rate_falls_back_to_zero_when_stalls_stop,
     batch_json_rates_sum_to_the_kernel_counters,

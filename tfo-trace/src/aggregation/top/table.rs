@@ -14,8 +14,13 @@ use serde::Serialize;
 
 use super::rates::{Cumulative, Rates, StallHistory, Trend, ROW_HISTORY};
 use crate::{
-    aggregation::{counting::OutcomeCounts, quantiles::LogHistogram, stall},
-    events::{Event, EventRef, Interner, Outcome, Role},
+    aggregation::{
+        counting::OutcomeCounts,
+        quantiles::LogHistogram,
+        refusals::{self, PerCause},
+        stall,
+    },
+    events::{Cause, Event, EventRef, Interner, Outcome, Role},
 };
 
 /// What a row is about: its key in its table.
@@ -126,6 +131,8 @@ pub(super) struct Counted {
     saved_us: Option<u64>,
     /// A `data_not_acked` connection's extra round trip ([`stall::extra_round_trip_of`]).
     extra_round_trip_us: Option<u64>,
+    /// A refused SYN-data's cause ([`refusals::cause_of`]).
+    refusal_cause: Option<Cause>,
 }
 
 impl Counted {
@@ -137,6 +144,7 @@ impl Counted {
             handshake_us: e.handshake_us,
             saved_us: e.saved_us,
             extra_round_trip_us: stall::extra_round_trip_of(e.role, e.outcome, e.handshake_us),
+            refusal_cause: refusals::cause_of_view(e),
         }
     }
 }
@@ -156,6 +164,8 @@ pub struct GroupStats {
     /// What the resent data of `data_not_acked` connections cost: a round trip each,
     /// weighed against the saving as `report` and `stalls` weigh it.
     pub extra_round_trip_us: u64,
+    /// Refused SYN-data by what its SYN-ACK said.
+    pub refusal_causes: PerCause,
 }
 
 impl GroupStats {
@@ -179,6 +189,9 @@ impl GroupStats {
         }
         if let Some(us) = t.handshake_us {
             self.handshake.record(us);
+        }
+        if let Some(c) = t.refusal_cause {
+            self.refusal_causes[c as usize] += 1;
         }
     }
 
@@ -207,6 +220,7 @@ impl GroupStats {
             cookie_requests: self.count(Outcome::CookieRequested),
             accepted: self.accepted(),
             data_not_acked: self.count(Outcome::DataNotAcked),
+            refusal_cause: refusals::main_cause(&self.refusal_causes),
             stalls: self.stalls,
             stall_us: self.stall_us,
             saved_us: self.saved_us,
@@ -231,6 +245,9 @@ pub struct RowStats {
     pub cookie_requests: u64,
     pub accepted: u64,
     pub data_not_acked: u64,
+    /// What most refused SYN-data's SYN-ACKs said (`new_cookie`, `no_tfo_option`, ...);
+    /// null without refusals.
+    pub refusal_cause: Option<Cause>,
     pub stalls: u64,
     pub stall_us: u64,
     /// What accepted connections saved; what `data_not_acked` resends cost (a round trip

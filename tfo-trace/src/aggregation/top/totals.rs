@@ -50,7 +50,13 @@ pub fn row(
             g.outcomes.take_n(of, r.count);
         }
     }
-    RowStats { p50_us: from_events.p50_us, p99_us: from_events.p99_us, ..g.row() }
+    // Percentiles and causes are the events' (the kernel counts neither).
+    RowStats {
+        p50_us: from_events.p50_us,
+        p99_us: from_events.p99_us,
+        refusal_cause: from_events.refusal_cause,
+        ..g.row()
+    }
 }
 
 #[cfg(test)]

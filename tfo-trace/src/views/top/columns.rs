@@ -45,7 +45,7 @@ pub fn sparkline(samples: &[u32]) -> String {
 /// In display order. The priorities put what an on-call engineer looks for first: how
 /// many connections, how many stalled and whether they stall now, what it cost, the tail
 /// latency.
-pub const COLUMNS: [Column; 17] = [
+pub const COLUMNS: [Column; 18] = [
     Column {
         title: "ATTEMPTS",
         width: 8,
@@ -79,6 +79,14 @@ pub const COLUMNS: [Column; 17] = [
         width: 9,
         priority: 11,
         cell: |r| r.stats.data_not_acked.to_string(),
+        terminal_only: false,
+    },
+    // Why NOT_ACKED: what most refusals' SYN-ACKs said (docs/outcomes.md).
+    Column {
+        title: "CAUSE",
+        width: 13,
+        priority: 17,
+        cell: |r| r.stats.refusal_cause.map_or("-", |c| c.name()).to_string(),
         terminal_only: false,
     },
     Column {

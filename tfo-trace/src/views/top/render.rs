@@ -566,6 +566,8 @@ fn help_lines() -> Vec<String> {
             "  STALL_HISTORY  stalls per refresh, newest right",
             "  COOKIE    cookie requests",
             "  NOT_ACKED SYN-data not acknowledged",
+            "  CAUSE     what most NOT_ACKED SYN-ACKs said:",
+            "            new_cookie, no_tfo_option, same_cookie",
             "  OVERFLOW  TFO queue full   INVALID  bad cookie",
             "  ALT_KEY   backup key used  P50/P99  handshake",
             "  evicted: groups dropped beyond the table cap",
