@@ -1,4 +1,5 @@
-//! Command-line interface: flags and subcommands, nothing else.
+//! Command-line interface: flags and subcommands, and the options each builds from them
+//! for the stages below (the loader's `LoadOptions`, a view's options).
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};

@@ -1,7 +1,8 @@
 //! tfo-trace: an eBPF tracer for TCP Fast Open (RFC 7413).
 //!
 //! The data's way through the crate, one module per stage:
-//! `probes` (BTF layout, load, attach, fallbacks) -> `events` (ring buffer reader, decoding)
+//! `probes` (BTF layout, load, attach, fallbacks) -> `events` (ring buffer reader, decoding;
+//! with `--names`, destinations named by `names` from the DNS answers each namespace saw)
 //! -> `aggregation` (pure counting, no I/O) -> `views` (trace, doctor, ...).
 //! `kernel` reads the host's facts (sysctls, namespaces, counters, listeners, ...), each
 //! once; `diagnosis` judges them for `doctor` (pure). `lab` builds the network namespaces

@@ -281,15 +281,7 @@ impl EventSource {
     }
 }
 
-/// Loads the `tfo_dns_answers` socket filter and starts reading every namespace's answers.
+/// Starts reading every namespace's DNS answers through the socket filter probes/ loads.
 fn start_names(ebpf: &mut Ebpf) -> Result<crate::names::Names> {
-    let program: &mut aya::programs::SocketFilter = ebpf
-        .program_mut("tfo_dns_answers")
-        .ok_or_else(|| anyhow!("the tfo_dns_answers program is missing"))?
-        .try_into()
-        .context("tfo_dns_answers is not a socket filter")?;
-    program.load().context("--names: loading the DNS answers' socket filter")?;
-    let fd = program.fd().context("--names: the socket filter's fd")?;
-    let owned = fd.as_fd().try_clone_to_owned().context("--names: duplicating the socket filter's fd")?;
-    crate::names::Names::start(owned)
+    crate::names::Names::start(crate::probes::load_dns_filter(ebpf)?)
 }

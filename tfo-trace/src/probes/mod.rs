@@ -568,6 +568,19 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<Loaded, String>)> {
         .collect()
 }
 
+/// Loads the `tfo_dns_answers` socket filter (`--names`): its fd, for the packet sockets
+/// `names/` opens in each namespace.
+pub fn load_dns_filter(ebpf: &mut Ebpf) -> Result<std::os::fd::OwnedFd> {
+    let program: &mut aya::programs::SocketFilter = ebpf
+        .program_mut("tfo_dns_answers")
+        .ok_or_else(|| anyhow!("the tfo_dns_answers program is missing"))?
+        .try_into()
+        .context("tfo_dns_answers is not a socket filter")?;
+    program.load().context("--names: loading the DNS answers' socket filter")?;
+    let fd = program.fd().context("--names: the socket filter's fd")?;
+    fd.as_fd().try_clone_to_owned().context("--names: duplicating the socket filter's fd")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
