@@ -93,17 +93,16 @@ impl Kind {
         }
     }
 
-    /// Refused SYN-data, by what most SYN-ACKs said: a new cookie once or a few times, each
-    /// followed by acceptance, is a one-off (a key rotated without a backup, the client's
-    /// address changed once behind NAT); new cookies that go on (two or more, not each
-    /// followed by acceptance) are churn. Where the cause was not told, the timing alone
-    /// still tells a one-off.
+    /// Refused SYN-data, by what most SYN-ACKs said. New cookies refused one at a time
+    /// (each run of refusals a single one) are one-offs: a key rotated without a backup, or
+    /// the client's address changed behind NAT, refuses a client's cookie once, then its new
+    /// cookie is accepted. Two refused in a row mean the cookie changed between two
+    /// connections: churn (servers without a shared key, a NAT pool). Where the cause was
+    /// not told, the timing alone still tells a one-off.
     pub fn of_refusals(r: &Refusals, key: &KeyChange) -> Kind {
         let rotated = key.rotated(r.count());
         match r.main_cause() {
-            Some(Refusal::NewCookie) if !rotated && r.of(Told::Cause(Refusal::NewCookie)) >= 2 => {
-                Kind::CookieChurn
-            }
+            Some(Refusal::NewCookie) if r.longest_run() >= 2 => Kind::CookieChurn,
             Some(Refusal::NewCookie) => Kind::KeyRotatedWithoutBackup,
             Some(Refusal::NoTfoOption) => Kind::ServerStoppedTfo,
             Some(Refusal::SameCookie) => Kind::SynDataNotTaken,

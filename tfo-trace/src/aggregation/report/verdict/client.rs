@@ -631,7 +631,21 @@ mod tests {
         let d = report(&[saved(1), refused(dst, Cause::NewCookie, 10)], &Facts::default()).destinations[0]
             .clone();
         assert_eq!(d.verdict.kind, Kind::KeyRotatedWithoutBackup);
-        assert!(d.verdict.sentence.contains("1 of 2 SYN-data with a new cookie, none since"), "{d:?}");
+        assert!(
+            d.verdict.sentence.contains("1 of 2 SYN-data with a new cookie, none accepted since the last"),
+            "{d:?}"
+        );
+        // Two rotations, each refusal alone between acceptances, the last not followed by
+        // one yet: still one-offs, no churn.
+        let twice = vec![
+            saved(1),
+            refused(dst, Cause::NewCookie, 10),
+            saved(11),
+            saved(12),
+            refused(dst, Cause::NewCookie, 13),
+        ];
+        let d = report(&twice, &Facts::default()).destinations[0].clone();
+        assert_eq!((d.verdict.kind, d.refusals.longest_run), (Kind::KeyRotatedWithoutBackup, 1));
         // A cause not told, refused again after the last acceptance: it goes on, no one-off.
         let going_on = vec![
             saved(1),

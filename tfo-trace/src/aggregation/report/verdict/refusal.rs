@@ -47,7 +47,11 @@ pub(super) fn sentence(kind: Kind, a: &ConnAcc, s: &Subject<'_>, evidence: &mut 
                 "no SYN-data accepted since the refusal (yet)".into()
             });
             let who = if s.many { format!("servers at {subj}") } else { format!("server {subj}") };
-            let then = if resumed { "once, then accepted again" } else { "with a new cookie, none since" };
+            let then = if resumed {
+                "once, then accepted again"
+            } else {
+                "with a new cookie, none accepted since the last"
+            };
             format!(
                 "{who} refused {n_of_m} SYN-data {then}{spread}: its TFO key was likely rotated without a \
                  backup key, or the client's address as the server sees it changed (NAT): a one-off, not a \
