@@ -497,6 +497,53 @@ impl Lab {
         Ok(())
     }
 
+    /// Listeners behind one address and port: new connections to `port` in the server
+    /// namespace go to the ports of `to` in turn (nft `redirect to numgen inc mod N map` in
+    /// a nat prerouting chain), as a load balancer spreads them over its servers.
+    pub fn server_spread_port(&self, port: u16, to: &[u16]) -> Result<()> {
+        self.ensure_nft_table()?;
+        let chain = "{ type nat hook prerouting priority -100; policy accept; }";
+        self.nft(&["add", "chain", "inet", NFT_TABLE, "prerouting", chain])?;
+        let rule =
+            format!("tcp dport {port} redirect to numgen inc mod {} map {{ {} }}", to.len(), turns(to));
+        self.nft(&["add", "rule", "inet", NFT_TABLE, "prerouting", &rule]).map(drop)
+    }
+
+    /// An IPv4 address a NAT in front of the client can give it ([`Lab::client_snat`]).
+    pub fn client_nat_addr(&self, index: u8) -> IpAddr {
+        self.host_addr(10 + index, false)
+    }
+
+    /// A NAT in front of the client: its IPv4 connections leave with the source address
+    /// `to[i]` in turn, one per new connection (nft `snat ip to numgen inc mod N map` in a nat
+    /// postrouting chain of the client's namespace, where a NAT router on its way out would
+    /// do it), so the server sees the client's address change and the client's kernel does
+    /// not. Each address goes on the client's veth, so the answers come back. Called again,
+    /// the new rule replaces the old; the table goes with the namespace.
+    pub fn client_snat(&self, to: &[IpAddr]) -> Result<()> {
+        for a in to {
+            cmd::run(cmd::ip_in(&self.client_ns).args([
+                "addr",
+                "replace",
+                &format!("{a}/24"),
+                "dev",
+                VETH_CLIENT,
+            ]))?;
+        }
+        let nft = |args: &[&str]| cmd::run(cmd::in_netns(&self.client_ns, "nft").args(args));
+        nft(&["add", "table", "inet", NFT_TABLE])?;
+        let chain = "{ type nat hook postrouting priority 100; policy accept; }";
+        nft(&["add", "chain", "inet", NFT_TABLE, "postrouting", chain])?;
+        nft(&["flush", "chain", "inet", NFT_TABLE, "postrouting"])?;
+        let rule = format!(
+            "ip saddr {} snat ip to numgen inc mod {} map {{ {} }}",
+            self.client_addr(false),
+            to.len(),
+            turns(to)
+        );
+        nft(&["add", "rule", "inet", NFT_TABLE, "postrouting", &rule]).map(drop)
+    }
+
     /// Removes the middlebox (the whole nft table), if present.
     pub fn middlebox_clear(&self) -> Result<()> {
         let taken = lock(&REGISTRY).get_mut(&self.id).and_then(|o| o.nft_in.take());
@@ -719,6 +766,11 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// An nft map's elements taking `to` in turn: `0 : a, 1 : b`.
+fn turns<T: std::fmt::Display>(to: &[T]) -> String {
+    to.iter().enumerate().map(|(i, t)| format!("{i} : {t}")).collect::<Vec<_>>().join(", ")
 }
 
 /// The sum of the rule counters of one table, from `nft -j list table` output.

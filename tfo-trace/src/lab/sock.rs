@@ -63,6 +63,27 @@ pub(super) fn tfo_listener(
     Ok(TcpListener::from(OwnedFd::from(s)))
 }
 
+/// The listener's own TFO key (TCP_FASTOPEN_KEY, include/uapi/linux/tcp.h: 16 bytes, one
+/// key without a backup), in place of its namespace's net.ipv4.tcp_fastopen_key.
+pub(super) fn set_tfo_key(s: &impl AsRawFd, key: &[u8; 16]) -> io::Result<()> {
+    const TCP_FASTOPEN_KEY: libc::c_int = 33;
+    // SAFETY: the option value is 16 bytes of the stated size.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            TCP_FASTOPEN_KEY,
+            key.as_ptr().cast(),
+            key.len() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 pub(super) fn setsockopt_int(
     s: &impl AsRawFd,
     level: libc::c_int,

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::sock::{family_of, new_socket, sendto_fastopen, setsockopt_int, sockaddr, tfo_listener};
+use super::sock::{
+    family_of, new_socket, sendto_fastopen, set_tfo_key, setsockopt_int, sockaddr, tfo_listener,
+};
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
@@ -51,14 +53,40 @@ pub struct ServerArgs {
     /// takes IPv4 too, its children holding the clients' addresses IPv4-mapped.
     #[arg(long)]
     pub v6_only: bool,
+    /// The listener's own TFO key (setsockopt TCP_FASTOPEN_KEY), 32 hex digits, instead of
+    /// the namespace's: two listeners with different keys behind one address make a fleet
+    /// that does not share its key.
+    #[arg(long, value_name = "HEX", value_parser = parse_tfo_key)]
+    pub tfo_key: Option<[u8; 16]>,
     /// A cgroup v2 directory the lab starts the server in (tests of container attribution).
     #[arg(skip)]
     pub cgroup: Option<PathBuf>,
 }
 
+/// 32 hex digits: the 16 bytes of a TFO key.
+fn parse_tfo_key(s: &str) -> Result<[u8; 16], String> {
+    let bad = || format!("a TFO key is 32 hex digits, not {s:?}");
+    if s.len() != 32 || !s.is_ascii() {
+        return Err(bad());
+    }
+    let mut key = [0u8; 16];
+    for (i, b) in key.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(key)
+}
+
 impl ServerArgs {
     pub fn new(listen: SocketAddr) -> Self {
-        ServerArgs { listen, tfo_queue: 0, reply_bytes: 64, max_seconds: 300, v6_only: false, cgroup: None }
+        ServerArgs {
+            listen,
+            tfo_queue: 0,
+            reply_bytes: 64,
+            max_seconds: 300,
+            v6_only: false,
+            tfo_key: None,
+            cgroup: None,
+        }
     }
 
     /// The flags of `tfo-trace lab-server` that reproduce these arguments.
@@ -75,6 +103,10 @@ impl ServerArgs {
         ];
         if self.v6_only {
             args.push("--v6-only".into());
+        }
+        if let Some(key) = &self.tfo_key {
+            args.push("--tfo-key".into());
+            args.push(key.iter().map(|b| format!("{b:02x}")).collect());
         }
         args
     }
@@ -222,6 +254,9 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
         bail!("--max-seconds must be at least 1");
     }
     let listener = tfo_listener(args.listen, args.tfo_queue, 128, ACCEPT_POLL, args.v6_only)?;
+    if let Some(key) = &args.tfo_key {
+        set_tfo_key(&listener, key).context("setsockopt(TCP_FASTOPEN_KEY)")?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     watch_stdin_pipe(Arc::clone(&stop));
 

@@ -17,8 +17,11 @@ pub(super) const VM_MODULES: &[&str] = &["veth", "sch_netem", "nf_tables", "tcp_
 /// Modules the lab needs where the kernel has them as modules rather than built in: the
 /// nft `counter` expression (the middlebox rules count their drops) is `nft_counter.ko` on
 /// 5.10 and part of nf_tables from 5.14 on; `numgen` (the middlebox that drops one SYN-data
-/// in every K) is `nft_numgen.ko` on the Debian kernels.
-pub(super) const VM_MODULES_IF_PRESENT: &[&str] = &["nft_counter", "nft_numgen"];
+/// in every K) is `nft_numgen.ko` on the Debian kernels; NAT (a nat chain, `redirect` to
+/// listeners behind one port, `snat` to change the client's address) is `nft_chain_nat`,
+/// `nft_redir` and `nft_nat`, with nf_nat and nf_conntrack as their dependencies.
+pub(super) const VM_MODULES_IF_PRESENT: &[&str] =
+    &["nft_counter", "nft_numgen", "nft_chain_nat", "nft_redir", "nft_nat"];
 
 /// Copies `VM_MODULES` and their dependencies (uncompressed) to /modules; returns the file
 /// names in load order (dependencies first).

@@ -7,7 +7,10 @@ use std::{borrow::Cow, collections::BTreeMap};
 use crate::{
     aggregation::{
         counting::OutcomeCounts,
-        report::key_change::KeyChange,
+        report::{
+            key_change::KeyChange,
+            refusals::{Refusals, Told},
+        },
         stall::{self, Cause, Stall, StallCounts},
     },
     events::{Event, Outcome},
@@ -31,10 +34,42 @@ pub struct OneConn {
     pub client: ClientId,
     pub outcome: Outcome,
     pub stall: Option<Cause>,
-    /// The SYN carried data.
-    pub with_data: bool,
-    /// `accepted` whose saving the kernel measured.
-    pub saved_known: bool,
+    /// [`Bits`]: one byte for three facts, so a connection stays 32 bytes.
+    bits: Bits,
+}
+
+/// The SYN carried data, `accepted` whose saving the kernel measured, and a refusal's cause
+/// ([`Told::index`]-like: a [`crate::events::Cause`]'s number, or [`Bits::NOT_RECORDED`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Bits(u8);
+
+impl Bits {
+    const WITH_DATA: u8 = 1 << 0;
+    const SAVED_KNOWN: u8 = 1 << 1;
+    const CAUSE_SHIFT: u8 = 2;
+    const NOT_RECORDED: u8 = 7;
+
+    fn new(with_data: bool, saved_known: bool, told: Told) -> Bits {
+        let cause = match told {
+            Told::Cause(c) => c as u8,
+            Told::NotRecorded => Bits::NOT_RECORDED,
+        };
+        let mut b = cause << Bits::CAUSE_SHIFT;
+        if with_data {
+            b |= Bits::WITH_DATA;
+        }
+        if saved_known {
+            b |= Bits::SAVED_KNOWN;
+        }
+        Bits(b)
+    }
+
+    fn told(self) -> Told {
+        match self.0 >> Bits::CAUSE_SHIFT {
+            Bits::NOT_RECORDED => Told::NotRecorded,
+            n => Told::Cause(crate::events::Cause::from_u8(n)),
+        }
+    }
 }
 
 impl OneConn {
@@ -52,13 +87,31 @@ impl OneConn {
             client,
             outcome: e.outcome,
             stall: s.map(|s| s.cause),
-            with_data: e.syn_data_bytes > 0,
-            saved_known: e.outcome == Outcome::Accepted && e.saved_us.is_some(),
+            bits: Bits::new(
+                e.syn_data_bytes > 0,
+                e.outcome == Outcome::Accepted && e.saved_us.is_some(),
+                e.cause.map_or(Told::NotRecorded, Told::Cause),
+            ),
         }
     }
 
     pub fn host(&self) -> u32 {
         u32::from(self.host)
+    }
+
+    /// The SYN carried data.
+    pub fn with_data(&self) -> bool {
+        self.bits.0 & Bits::WITH_DATA != 0
+    }
+
+    /// `accepted` whose saving the kernel measured.
+    pub fn saved_known(&self) -> bool {
+        self.bits.0 & Bits::SAVED_KNOWN != 0
+    }
+
+    /// A refusal's cause, as its event told it (meaningful on `data_not_acked` only).
+    pub fn told(&self) -> Told {
+        self.bits.told()
     }
 }
 
@@ -126,6 +179,8 @@ pub struct ConnAcc {
     pub first_not_acked_ns: Option<u64>,
     /// When SYN-data was refused and accepted again (a key rotated without a backup).
     pub key: KeyChange,
+    /// The refusals by cause, and the longest run of them (cookie churn).
+    pub refusals: Refusals,
     /// Which processes made the connections.
     pub clients: Clients,
 }
@@ -149,7 +204,7 @@ impl ConnAcc {
         if c.outcome.ends_connection() {
             self.clients.add_n(c.client, 1);
         }
-        if c.outcome == Outcome::ConnectFailed && c.with_data {
+        if c.outcome == Outcome::ConnectFailed && c.with_data() {
             self.connect_failed_with_data = self.connect_failed_with_data.saturating_add(1);
         }
         if let Some(cause) = c.stall {
@@ -159,7 +214,7 @@ impl ConnAcc {
             self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(c.round_trip_us);
             self.first_not_acked_ns = min_opt(self.first_not_acked_ns, Some(c.ts_ns));
         }
-        if c.saved_known {
+        if c.saved_known() {
             self.saved_us = self.saved_us.saturating_add(c.round_trip_us);
             self.saves = self.saves.saturating_add(1);
         }
@@ -167,6 +222,7 @@ impl ConnAcc {
             self.first_accepted_ns = min_opt(self.first_accepted_ns, Some(c.ts_ns));
         }
         self.key.add(c.outcome, c.ts_ns);
+        self.refusals.add(c.outcome, c.told());
     }
 
     pub fn merge(&mut self, o: &ConnAcc) {
@@ -180,6 +236,7 @@ impl ConnAcc {
         self.first_accepted_ns = min_opt(self.first_accepted_ns, o.first_accepted_ns);
         self.first_not_acked_ns = min_opt(self.first_not_acked_ns, o.first_not_acked_ns);
         self.key.merge(&o.key);
+        self.refusals.merge(&o.refusals);
         self.clients.merge(&o.clients);
     }
 
@@ -399,6 +456,15 @@ mod tests {
     fn one_connection_is_small() {
         assert!(std::mem::size_of::<OneConn>() <= 32, "{}", std::mem::size_of::<OneConn>());
         assert!(std::mem::size_of::<Slot>() <= 40, "{}", std::mem::size_of::<Slot>());
+        // Its three facts in one byte, each read back as given.
+        let told = crate::events::Cause::ALL.map(Told::Cause);
+        for told in told.into_iter().chain([Told::NotRecorded]) {
+            for (data, saved) in [(false, false), (true, false), (false, true), (true, true)] {
+                let b = Bits::new(data, saved, told);
+                let c = OneConn { bits: b, ..conn(Outcome::DataNotAcked, 64, 0, 0, 1) };
+                assert_eq!((c.with_data(), c.saved_known(), c.told()), (data, saved, told));
+            }
+        }
     }
 
     #[test]

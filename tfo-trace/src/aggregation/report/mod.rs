@@ -13,6 +13,7 @@ pub mod connections;
 pub mod facts;
 pub mod grouping;
 pub mod key_change;
+pub mod refusals;
 pub mod verdict;
 
 use serde::Serialize;

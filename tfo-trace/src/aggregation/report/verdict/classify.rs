@@ -5,10 +5,14 @@ use serde::Serialize;
 use crate::{
     aggregation::{
         counting::OutcomeCounts,
-        report::{connections::ConnAcc, key_change::KeyChange},
+        report::{
+            connections::ConnAcc,
+            key_change::KeyChange,
+            refusals::{Refusals, Told},
+        },
         stall::Cause,
     },
-    events::Outcome,
+    events::{Cause as Refusal, Outcome},
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -20,7 +24,17 @@ pub enum Kind {
     Info,
     SynDataDropped,
     CookieRequestDropped,
+    /// SYN-data refused, its SYN-ACK without a TFO option: the server does not do TFO (any
+    /// more), or the option is stripped on the path.
     ServerStoppedTfo,
+    /// SYN-data refused with a new cookie on most refusals, and the refusals go on: servers
+    /// behind one address without a shared key, or a client address that changes (NAT pool).
+    CookieChurn,
+    /// SYN-data refused, its SYN-ACK bringing back the same cookie: the server took the
+    /// cookie, not the data.
+    SynDataNotTaken,
+    /// SYN-data refused, why not told (backend, privileges, an old recording).
+    SynDataRefused,
     ConnectFailed,
     NotAttempted,
     QueueOverflow,
@@ -44,6 +58,9 @@ impl Kind {
             Kind::SynDataDropped => "syn_data_dropped",
             Kind::CookieRequestDropped => "cookie_request_dropped",
             Kind::ServerStoppedTfo => "server_stopped_tfo",
+            Kind::CookieChurn => "cookie_churn",
+            Kind::SynDataNotTaken => "syn_data_not_taken",
+            Kind::SynDataRefused => "syn_data_refused",
             Kind::ConnectFailed => "connect_failed",
             Kind::NotAttempted => "not_attempted",
             Kind::QueueOverflow => "queue_overflow",
@@ -61,10 +78,8 @@ impl Kind {
         let c = |o| a.count(o);
         if a.syn_data_dropped() > 0 {
             Kind::SynDataDropped
-        } else if c(Outcome::DataNotAcked) > 0 && a.key.rotated(c(Outcome::DataNotAcked)) {
-            Kind::KeyRotatedWithoutBackup
         } else if c(Outcome::DataNotAcked) > 0 {
-            Kind::ServerStoppedTfo
+            Kind::of_refusals(&a.refusals, &a.key)
         } else if a.stalls_of(Cause::CookieRequestDropped) > 0 {
             Kind::CookieRequestDropped
         } else if c(Outcome::ConnectFailed) > 0 {
@@ -78,13 +93,34 @@ impl Kind {
         }
     }
 
+    /// Refused SYN-data, by what most SYN-ACKs said. New cookies refused one at a time
+    /// (each run of refusals a single one) are one-offs: a key rotated without a backup, or
+    /// the client's address changed behind NAT, refuses a client's cookie once, then its new
+    /// cookie is accepted. Two refused in a row mean the cookie changed between two
+    /// connections: churn (servers without a shared key, a NAT pool). Where the cause was
+    /// not told, the timing alone still tells a one-off.
+    pub fn of_refusals(r: &Refusals, key: &KeyChange) -> Kind {
+        let rotated = key.rotated(r.count());
+        match r.main_cause() {
+            Some(Refusal::NewCookie) if r.longest_run() >= 2 => Kind::CookieChurn,
+            Some(Refusal::NewCookie) => Kind::KeyRotatedWithoutBackup,
+            Some(Refusal::NoTfoOption) => Kind::ServerStoppedTfo,
+            Some(Refusal::SameCookie) => Kind::SynDataNotTaken,
+            _ if rotated => Kind::KeyRotatedWithoutBackup,
+            _ => Kind::SynDataRefused,
+        }
+    }
+
     /// For a client verdict: how many connections show it, of how many that could.
     pub fn shown_by(self, a: &ConnAcc) -> (u64, u64) {
         let c = |o| a.count(o);
         let cookie_dropped = a.stalls_of(Cause::CookieRequestDropped);
         match self {
             Kind::SynDataDropped => (a.syn_data_dropped(), a.syn_data_sent()),
-            Kind::ServerStoppedTfo | Kind::KeyRotatedWithoutBackup => {
+            Kind::ServerStoppedTfo => (a.refusals.of(Told::Cause(Refusal::NoTfoOption)), a.syn_data_sent()),
+            Kind::CookieChurn => (a.refusals.of(Told::Cause(Refusal::NewCookie)), a.syn_data_sent()),
+            Kind::SynDataNotTaken => (a.refusals.of(Told::Cause(Refusal::SameCookie)), a.syn_data_sent()),
+            Kind::KeyRotatedWithoutBackup | Kind::SynDataRefused => {
                 (c(Outcome::DataNotAcked), a.syn_data_sent())
             }
             Kind::CookieRequestDropped => {
@@ -103,7 +139,13 @@ impl Kind {
             Kind::Healthy | Kind::Info => 0,
             Kind::NotAttempted | Kind::KeyRotated | Kind::KeyRotatedWithoutBackup => 1,
             Kind::ConnectFailed | Kind::ActiveTfoPaused => 2,
-            Kind::ServerStoppedTfo | Kind::CookieInvalid | Kind::ListenerDisabled | Kind::Syncookies => 3,
+            Kind::ServerStoppedTfo
+            | Kind::CookieChurn
+            | Kind::SynDataNotTaken
+            | Kind::SynDataRefused
+            | Kind::CookieInvalid
+            | Kind::ListenerDisabled
+            | Kind::Syncookies => 3,
             Kind::QueueOverflow => 4,
             Kind::CookieRequestDropped => 5,
             Kind::SynDataDropped => 6,

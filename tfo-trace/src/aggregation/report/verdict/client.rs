@@ -1,6 +1,8 @@
 //! The verdict's sentence and evidence for a row of client connections: a destination, or
 //! a group of them (`--group-by`).
-use super::{hosts_line, AddressShare, DestinationReport, HostShare, Kind, Strength, Support, Verdict};
+use super::{
+    hosts_line, refusal, AddressShare, DestinationReport, HostShare, Kind, Strength, Support, Verdict,
+};
 use crate::{
     aggregation::{
         report::{
@@ -202,60 +204,13 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
                 each(drop_lost, dropped)
             )
         }
-        Kind::ServerStoppedTfo => {
-            let accepted_before = match (a.first_accepted_ns, a.first_not_acked_ns) {
-                (Some(acc), Some(fail)) => acc < fail,
-                _ => false,
-            };
-            let why = match (accepted_before, many) {
-                (true, _) => "cookie accepted earlier",
-                (false, false) => "the client sent a cookie it got from that server",
-                (false, true) => "the clients sent cookies they got from those servers",
-            };
-            evidence.push(format!(
-                "{} not acknowledged by the SYN-ACK (TcpExtTCPFastOpenActiveFail): the data went again \
-                 after the handshake, +{} each",
-                units::plural(not_acked, "SYN-data", "SYN-data"),
-                each(a.extra_round_trip_us, not_acked)
-            ));
-            evidence.push(
-                "likely: TFO turned off on the server (tcp_fastopen bit 0x2 or TCP_FASTOPEN), its key \
-                 changed without keeping the old one as backup, or its TFO queue full"
-                    .into(),
-            );
-            let who = if many {
-                format!("servers at {subj} no longer accept")
-            } else {
-                format!("server {subj} no longer accepts")
-            };
-            format!(
-                "{who} TFO: {} of {} SYN-data not acknowledged{spread} ({why})",
-                units::count(not_acked),
-                units::count(sent)
-            )
-        }
-        Kind::KeyRotatedWithoutBackup => {
-            evidence.push(format!(
-                "{} not acknowledged by the SYN-ACK (TcpExtTCPFastOpenActiveFail), each resent after the \
-                 handshake (+{} each); SYN-data accepted again after the last one, no more refused than \
-                 accepted since the first",
-                units::plural(not_acked, "SYN-data", "SYN-data"),
-                each(a.extra_round_trip_us, not_acked)
-            ));
-            evidence.push(
-                "likely: the server's TFO key was rotated without keeping the old one as backup, or the \
-                 client's address as the server sees it changed (NAT); a TFO queue full once looks the same \
-                 from the client"
-                    .into(),
-            );
-            let who = if many { format!("servers at {subj}") } else { format!("server {subj}") };
-            format!(
-                "{who} refused {} of {} SYN-data once, then accepted again{spread}: the TFO key was likely \
-                 rotated without a backup key: a one-off, not a fault; its owner keeps the old key as backup \
-                 next time (`net.ipv4.tcp_fastopen_key=NEW,OLD`)",
-                units::count(not_acked),
-                units::count(sent)
-            )
+        Kind::ServerStoppedTfo
+        | Kind::CookieChurn
+        | Kind::SynDataNotTaken
+        | Kind::SynDataRefused
+        | Kind::KeyRotatedWithoutBackup => {
+            let s = refusal::Subject { name: subj, many, spread: &spread, in_clients: &in_cl };
+            refusal::sentence(row.kind, a, &s, &mut evidence)
         }
         Kind::CookieRequestDropped => {
             evidence.push(format!(
@@ -291,8 +246,10 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
             units::plural(cookie_req, "cookie request", "cookie requests")
         ),
     };
-    // A one-off refusal is no reason to stop using TFO: no advice on its balance.
-    let advice = (row.kind != Kind::KeyRotatedWithoutBackup).then_some(in_cl.as_str());
+    // A one-off refusal is no reason to stop using TFO, and churn's sentence gives its own
+    // advice (the path is not at fault): no advice on their balance.
+    let advice =
+        (!matches!(row.kind, Kind::KeyRotatedWithoutBackup | Kind::CookieChurn)).then_some(in_cl.as_str());
     let sentence = match balance_sentence(subj, &balance, advice) {
         Some(b) if row.kind == Kind::Healthy => format!("{b}: {sentence_tail}"),
         Some(b) => format!("{sentence}; {b}"),
@@ -342,6 +299,7 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
         accepted,
         syn_data_dropped: dropped,
         data_not_acked: not_acked,
+        refusals: a.refusals.figures(),
         stalled,
         lost_us_total: lost,
         lost_us_per_stalled: lost / stalled.max(1),
@@ -431,7 +389,7 @@ mod tests {
     use super::super::{fixtures::*, Kind};
     use crate::{
         aggregation::report::{of_events as report, Facts},
-        events::Event,
+        events::{Cause, Event},
     };
 
     #[test]
@@ -575,61 +533,153 @@ mod tests {
         assert_eq!(lines[super::ADDRESSES_LISTED], "and 3 more addresses: 6 connections, 30ms lost");
     }
 
+    /// A refused SYN-data whose SYN-ACK said `cause`.
+    fn refused(dst: &str, cause: Cause, t: u64) -> Event {
+        Event { cause: Some(cause), ..cli("data_not_acked", dst, 64, 0, t) }
+    }
+
     #[test]
-    fn server_no_longer_accepts_tfo() {
-        let mut events = vec![cli("accepted", "198.18.0.2:8080", 64, 0, 0)];
-        for i in 0..4 {
-            events.push(cli("data_not_acked", "198.18.0.2:8080", 64, 0, 10 + i));
-        }
+    fn no_tfo_option_is_a_server_that_stopped_tfo() {
+        let dst = "198.18.0.2:8080";
+        let mut events = vec![cli("accepted", dst, 64, 0, 0)];
+        events.extend((0..4).map(|i| refused(dst, Cause::NoTfoOption, 10 + i)));
         let r = report(&events, &Facts::default());
         let d = &r.destinations[0];
         assert_eq!(d.verdict.kind, Kind::ServerStoppedTfo);
         // 1 accepted + 4 not acked = 5 sent.
-        assert_eq!(
-            d.verdict.sentence,
-            "server 198.18.0.2:8080 no longer accepts TFO: 4 of 5 SYN-data not acknowledged (cookie accepted earlier)"
-        );
-        assert_eq!(d.data_not_acked, 4);
-        // Not stalls: one extra round trip each, estimated by the handshake time.
-        assert_eq!((d.stalled, d.lost_us_total), (0, 0));
-        assert_eq!((d.extra_round_trips, d.extra_round_trip_us), (4, 800));
-        assert!(d.verdict.evidence[0].ends_with("after the handshake, +200us each"), "{:?}", d.verdict);
-
-        let only_fail: Vec<Event> =
-            (0..4).map(|i| cli("data_not_acked", "198.18.0.2:8080", 64, 0, i)).collect();
-        let d = &report(&only_fail, &Facts::default()).destinations[0];
-        assert_eq!(
-            d.verdict.sentence,
-            "server 198.18.0.2:8080 no longer accepts TFO: 4 of 4 SYN-data not acknowledged (the client sent a \
-             cookie it got from that server)"
-        );
-    }
-
-    /// Issue 38: refused once, then accepted again (a key rotated without a backup): said
-    /// as a one-off, and its balance gives no "stop using" advice even where it costs.
-    #[test]
-    fn refused_once_then_accepted_is_a_rotation_not_a_reason_to_stop() {
-        let dst = "198.18.0.2:8080";
-        let saved = |ts| Event { saved_us: Some(10), ..cli("accepted", dst, 64, 0, ts) };
-        let events = vec![saved(1), cli("data_not_acked", dst, 64, 0, 10), saved(11)];
-        let d = report(&events, &Facts::default()).destinations[0].clone();
-        assert_eq!(d.verdict.kind, Kind::KeyRotatedWithoutBackup, "{:?}", d.verdict);
         assert!(
             d.verdict.sentence.starts_with(
-                "server 198.18.0.2:8080 refused 1 of 3 SYN-data once, then accepted again: the TFO key was \
-                 likely rotated without a backup key: a one-off, not a fault"
+                "server 198.18.0.2:8080 no longer accepts TFO: 4 of 5 SYN-data not acknowledged (cookie \
+                 accepted earlier), its SYN-ACKs without a TFO option: the server's team"
             ),
             "{}",
             d.verdict.sentence
         );
-        assert!(d.verdict.sentence.contains("costs more than it saves"), "{}", d.verdict.sentence);
-        assert!(!d.verdict.sentence.contains("stop using"), "{}", d.verdict.sentence);
-        // Refused again after the last acceptance: it goes on, no one-off.
-        let mut going_on = events.clone();
-        going_on.push(cli("data_not_acked", dst, 64, 0, 12));
+        assert_eq!((d.data_not_acked, d.refusals.no_tfo_option, d.refusals.longest_run), (4, 4, 4));
+        // Not stalls: one extra round trip each, estimated by the handshake time.
+        assert_eq!((d.stalled, d.lost_us_total), (0, 0));
+        assert_eq!((d.extra_round_trips, d.extra_round_trip_us), (4, 800));
+        assert!(d.verdict.evidence[0].ends_with("after the handshake, +200us each"), "{:?}", d.verdict);
+        assert_eq!(d.verdict.evidence[1], "what the SYN-ACKs said: no_tfo_option=4");
+        assert!(d.verdict.evidence.iter().any(|e| e.contains("syncookie mode")), "{:?}", d.verdict);
+    }
+
+    #[test]
+    fn an_untold_cause_says_why_it_could_not_be_told() {
+        let dst = "198.18.0.2:8080";
+        // A recording made before causes: no cause field at all.
+        let old: Vec<Event> = (0..4).map(|i| cli("data_not_acked", dst, 64, 0, i)).collect();
+        let d = report(&old, &Facts::default()).destinations[0].clone();
+        assert_eq!(d.verdict.kind, Kind::SynDataRefused);
+        assert_eq!(
+            d.verdict.sentence,
+            "server 198.18.0.2:8080 refused 4 of 4 SYN-data; why could not be told: the recording was made \
+             before tfo-trace kept causes"
+        );
+        let unknown: Vec<Event> = (0..4).map(|i| refused(dst, Cause::Unknown, i)).collect();
+        let d = report(&unknown, &Facts::default()).destinations[0].clone();
+        assert_eq!((d.verdict.kind, d.refusals.unknown), (Kind::SynDataRefused, 4));
+        assert!(d.verdict.sentence.contains("needs CAP_SYS_ADMIN"), "{}", d.verdict.sentence);
+    }
+
+    #[test]
+    fn the_same_cookie_is_a_server_that_took_the_cookie_not_the_data() {
+        let dst = "198.18.0.2:8080";
+        let events: Vec<Event> = (0..3).map(|i| refused(dst, Cause::SameCookie, i)).collect();
+        let d = report(&events, &Facts::default()).destinations[0].clone();
+        assert_eq!(d.verdict.kind, Kind::SynDataNotTaken);
+        assert!(
+            d.verdict.sentence.starts_with(
+                "server 198.18.0.2:8080 accepted the cookie but not the data in 3 of 3 SYN-data"
+            ),
+            "{}",
+            d.verdict.sentence
+        );
+        assert!(d.verdict.evidence.join("\n").contains("TcpExtListenOverflows"), "{:?}", d.verdict);
+    }
+
+    /// Issue 38: a new cookie once, then accepted again (a key rotated without a backup,
+    /// or the client's address changed once behind NAT): said as a one-off, and its balance
+    /// gives no "stop using" advice even where it costs.
+    #[test]
+    fn a_new_cookie_once_then_accepted_is_a_one_off_not_a_reason_to_stop() {
+        let dst = "198.18.0.2:8080";
+        let saved = |ts| Event { saved_us: Some(10), ..cli("accepted", dst, 64, 0, ts) };
+        for cause in [Some(Cause::NewCookie), None] {
+            let first = Event { cause, ..cli("data_not_acked", dst, 64, 0, 10) };
+            let events = vec![saved(1), first, saved(11)];
+            let d = report(&events, &Facts::default()).destinations[0].clone();
+            assert_eq!(d.verdict.kind, Kind::KeyRotatedWithoutBackup, "{cause:?}: {:?}", d.verdict);
+            assert!(
+                d.verdict.sentence.starts_with(
+                    "server 198.18.0.2:8080 refused 1 of 3 SYN-data once, then accepted again: its TFO key was \
+                     likely rotated without a backup key, or the client's address as the server sees it \
+                     changed (NAT): a one-off, not a fault; when rotating, keep the old key as backup \
+                     (`net.ipv4.tcp_fastopen_key=NEW,OLD`, or TCP_FASTOPEN_KEY with two keys)"
+                ),
+                "{}",
+                d.verdict.sentence
+            );
+            assert!(d.verdict.sentence.contains("costs more than it saves"), "{}", d.verdict.sentence);
+            assert!(
+                !d.verdict.sentence.contains("stop using") && !d.verdict.sentence.contains("stop TFO"),
+                "{}",
+                d.verdict.sentence
+            );
+        }
+        // One new cookie, nothing since: a one-off so far, said as such.
+        let d = report(&[saved(1), refused(dst, Cause::NewCookie, 10)], &Facts::default()).destinations[0]
+            .clone();
+        assert_eq!(d.verdict.kind, Kind::KeyRotatedWithoutBackup);
+        assert!(
+            d.verdict.sentence.contains("1 of 2 SYN-data with a new cookie, none accepted since the last"),
+            "{d:?}"
+        );
+        // Two rotations, each refusal alone between acceptances, the last not followed by
+        // one yet: still one-offs, no churn.
+        let twice = vec![
+            saved(1),
+            refused(dst, Cause::NewCookie, 10),
+            saved(11),
+            saved(12),
+            refused(dst, Cause::NewCookie, 13),
+        ];
+        let d = report(&twice, &Facts::default()).destinations[0].clone();
+        assert_eq!((d.verdict.kind, d.refusals.longest_run), (Kind::KeyRotatedWithoutBackup, 1));
+        // A cause not told, refused again after the last acceptance: it goes on, no one-off.
+        let going_on = vec![
+            saved(1),
+            cli("data_not_acked", dst, 64, 0, 10),
+            saved(11),
+            cli("data_not_acked", dst, 64, 0, 12),
+        ];
         let d = report(&going_on, &Facts::default()).destinations[0].clone();
-        assert_eq!(d.verdict.kind, Kind::ServerStoppedTfo);
+        assert_eq!(d.verdict.kind, Kind::SynDataRefused);
         assert!(d.verdict.sentence.contains("stop using"), "{}", d.verdict.sentence);
+    }
+
+    /// Issue 38: new cookies that go on (a fleet without a shared key, a NAT pool): churn,
+    /// with its figures, and advice to share the key, never to fix the path.
+    #[test]
+    fn new_cookies_that_go_on_are_churn() {
+        let dst = "198.18.0.2:8080";
+        let mut events = vec![cli("accepted", dst, 64, 0, 1)];
+        events.extend((0..6).map(|i| refused(dst, Cause::NewCookie, 10 + i)));
+        events.push(cli("accepted", dst, 64, 0, 20));
+        events.extend((0..2).map(|i| refused(dst, Cause::NewCookie, 30 + i)));
+        let d = report(&events, &Facts::default()).destinations[0].clone();
+        assert_eq!(d.verdict.kind, Kind::CookieChurn, "{:?}", d.verdict);
+        assert_eq!((d.refusals.new_cookie, d.refusals.longest_run, d.data_not_acked), (8, 6, 8));
+        assert_eq!(
+            d.verdict.sentence,
+            "the servers behind 198.18.0.2:8080 do not share a TFO key (anycast, a load balancer), or the \
+             client's address changes per connection (a NAT pool): 8 of 10 SYN-data refused, a new cookie 8 \
+             times: every SYN-data is refused and resent (+1 RTT each, 200us): share the key across them (or \
+             pin the client's source address), or stop TFO toward 198.18.0.2:8080 in curl"
+        );
+        let ev = d.verdict.evidence.join("\n");
+        assert!(ev.contains("the cookie changed 8 times (a new one on 8 of 8 refusals); the longest run of refusals in a row: 6; 2 accepted"), "{ev}");
+        assert!(!d.verdict.sentence.contains("fix the path"), "{}", d.verdict.sentence);
     }
 
     #[test]

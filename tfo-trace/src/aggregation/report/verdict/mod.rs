@@ -19,6 +19,7 @@ pub mod classify;
 pub mod client;
 pub mod listener;
 pub mod namespace;
+mod refusal;
 
 use std::collections::BTreeMap;
 
@@ -143,6 +144,9 @@ pub struct DestinationReport {
     pub syn_data_dropped: u64,
     /// SYN-data the SYN-ACK did not acknowledge.
     pub data_not_acked: u64,
+    /// Those refusals by what their SYN-ACK said (a new cookie: the destination handed out
+    /// another one), and the most in a row.
+    pub refusals: super::refusals::RefusalFigures,
     /// Connections that lost time to a SYN timeout (see `aggregation::stall`).
     pub stalled: u64,
     /// Time the stalls lost.

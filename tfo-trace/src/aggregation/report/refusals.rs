@@ -1,0 +1,162 @@
+//! Why a destination's SYN-data was refused, and how its cookie churned: what tells a
+//! server that stopped TFO from one whose cookie keeps changing (servers behind one address
+//! without a shared key, a NAT pool) and from a one-off change (a key rotated without a
+//! backup, the client's address changed once behind NAT). Kept on every destination row
+//! beside [`super::key_change::KeyChange`], so small, fixed-size and mergeable.
+use serde::Serialize;
+
+use crate::events::{Cause, Outcome};
+
+/// What a refused SYN-data's SYN-ACK said: a [`Cause`] the tracer told, or nothing told at
+/// all (a recording made before causes were kept).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Told {
+    Cause(Cause),
+    NotRecorded,
+}
+
+impl Told {
+    fn index(self) -> usize {
+        match self {
+            Told::Cause(c) => c as usize,
+            Told::NotRecorded => Cause::ALL.len(),
+        }
+    }
+}
+
+/// The client's refused SYN-data (`data_not_acked`) toward one destination (or a group of
+/// them), by cause, and the longest run of them in a row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refusals {
+    /// By [`Told::index`]: each [`Cause`] by its number, then the untold ones.
+    by_cause: [u32; Cause::ALL.len() + 1],
+    /// Refusals since the last accepted SYN-data: the run still going.
+    run: u32,
+    longest_run: u32,
+}
+
+/// The refusals' figures, as `report`'s JSON gives them (`refusals` on a destination row).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RefusalFigures {
+    /// The SYN-ACK brought another cookie: how many times the destination handed out a new one.
+    pub new_cookie: u64,
+    pub no_tfo_option: u64,
+    pub same_cookie: u64,
+    /// Not told: the backend could not see it, or the recording predates causes.
+    pub unknown: u64,
+    /// The most refused SYN-data in a row, none accepted between.
+    pub longest_run: u64,
+}
+
+impl Refusals {
+    /// One client event, in the order they happened: a refusal with what its SYN-ACK said
+    /// (`told`), or an accepted SYN-data, which ends a run.
+    pub fn add(&mut self, outcome: Outcome, told: Told) {
+        match outcome {
+            Outcome::DataNotAcked => {
+                let n = &mut self.by_cause[told.index()];
+                *n = n.saturating_add(1);
+                self.run = self.run.saturating_add(1);
+                self.longest_run = self.longest_run.max(self.run);
+            }
+            Outcome::Accepted => self.run = 0,
+            _ => {}
+        }
+    }
+
+    /// Both together (a group of destinations, a host's share). Runs are not joined across
+    /// the two: the longest is the longer of theirs, a lower bound.
+    pub fn merge(&mut self, o: &Refusals) {
+        for (n, m) in self.by_cause.iter_mut().zip(o.by_cause) {
+            *n = n.saturating_add(m);
+        }
+        self.run = self.run.max(o.run);
+        self.longest_run = self.longest_run.max(o.longest_run);
+    }
+
+    pub fn of(&self, told: Told) -> u64 {
+        u64::from(self.by_cause[told.index()])
+    }
+
+    pub fn count(&self) -> u64 {
+        self.by_cause.iter().map(|n| u64::from(*n)).sum()
+    }
+
+    /// Refusals the tracer could not tell, or did not record a cause for.
+    pub fn untold(&self) -> u64 {
+        self.of(Told::Cause(Cause::Unknown)).saturating_add(self.of(Told::NotRecorded))
+    }
+
+    pub fn longest_run(&self) -> u64 {
+        u64::from(self.longest_run)
+    }
+
+    /// The cause most refusals had (ties: a new cookie, no option, the same cookie); None
+    /// where none was told, or fewer were told than not.
+    pub fn main_cause(&self) -> Option<Cause> {
+        let told = [Cause::NewCookie, Cause::NoTfoOption, Cause::SameCookie];
+        let (cause, n) = told
+            .iter()
+            .map(|c| (*c, self.of(Told::Cause(*c))))
+            .fold((None, 0), |best, (c, n)| if n > best.1 { (Some(c), n) } else { best });
+        cause.filter(|_| n >= self.untold())
+    }
+
+    pub fn figures(&self) -> RefusalFigures {
+        RefusalFigures {
+            new_cookie: self.of(Told::Cause(Cause::NewCookie)),
+            no_tfo_option: self.of(Told::Cause(Cause::NoTfoOption)),
+            same_cookie: self.of(Told::Cause(Cause::SameCookie)),
+            unknown: self.untold(),
+            longest_run: self.longest_run(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NEW: Told = Told::Cause(Cause::NewCookie);
+    const NONE: Told = Told::Cause(Cause::NoTfoOption);
+
+    fn of(seq: &[(Outcome, Told)]) -> Refusals {
+        let mut r = Refusals::default();
+        seq.iter().for_each(|(o, t)| r.add(*o, *t));
+        r
+    }
+
+    #[test]
+    fn counts_by_cause_and_the_longest_run() {
+        use Outcome::{Accepted, DataNotAcked as Refused, SynRetransmitted};
+        let r = of(&[
+            (Refused, NEW),
+            (Accepted, NEW),
+            (Refused, NEW),
+            (SynRetransmitted, NEW),
+            (Refused, NONE),
+            (Refused, Told::NotRecorded),
+            (Accepted, NEW),
+            (Refused, NEW),
+        ]);
+        assert_eq!(
+            r.figures(),
+            RefusalFigures { new_cookie: 3, no_tfo_option: 1, same_cookie: 0, unknown: 1, longest_run: 3 }
+        );
+        assert_eq!((r.count(), r.main_cause()), (5, Some(Cause::NewCookie)));
+        let mut m = r;
+        m.merge(&of(&[(Refused, NONE); 4]));
+        assert_eq!((m.count(), m.longest_run(), m.main_cause()), (9, 4, Some(Cause::NoTfoOption)));
+    }
+
+    #[test]
+    fn no_main_cause_where_most_were_not_told() {
+        let r = of(&[
+            (Outcome::DataNotAcked, NEW),
+            (Outcome::DataNotAcked, Told::Cause(Cause::Unknown)),
+            (Outcome::DataNotAcked, Told::NotRecorded),
+        ]);
+        assert_eq!(r.main_cause(), None);
+        assert_eq!(Refusals::default().main_cause(), None);
+    }
+}
