@@ -32,7 +32,7 @@ use tfo_trace_common::HANDSHAKE_BOUNDS_NS;
 
 use super::{
     kernel_counted::{self, KernelCounted},
-    refusals::{self, Refusals},
+    refusals::{Refusals, Told},
     stall,
 };
 use crate::{
@@ -280,7 +280,7 @@ struct Model {
     health: Health,
     breakdown: Option<Capped>,
     /// Refused SYN-data by cause, from events.
-    refusals: Refusals,
+    refusals: RefusalSeries,
     /// The highest value each connection series has shown: a count adjusted by a kernel
     /// counter (accepted, less those made on the backup key) may lag for a moment, and a
     /// counter must never go back.
@@ -315,7 +315,7 @@ impl Metrics {
             counted: KernelCounted::default(),
             health: Health::default(),
             breakdown: breakdown.map(Capped::new),
-            refusals: Refusals::default(),
+            refusals: RefusalSeries::default(),
             shown: BTreeMap::new(),
             paused_shown: 0,
         }));
@@ -353,8 +353,8 @@ impl Metrics {
     pub fn observe(&self, e: &Event) {
         if let Ok(mut m) = self.model.lock() {
             let value = m.breakdown.as_mut().and_then(|d| d.observe(e));
-            if let Some(cause) = refusals::cause_of(e) {
-                m.refusals.add(cause, value.as_deref());
+            if let Some(told) = Told::of(&e.view()) {
+                m.refusals.add(told, value.as_deref());
             }
         }
     }
@@ -393,28 +393,46 @@ fn encode_seconds(
     }
 }
 
+/// `tfo_trace_syn_data_refused_total`'s counts: in all, and per value of the opt-in label
+/// (destination, container) that has a series of its own.
+#[derive(Debug, Default)]
+struct RefusalSeries {
+    all: Refusals,
+    by_value: BTreeMap<String, Refusals>,
+}
+
+impl RefusalSeries {
+    fn add(&mut self, told: Told, value: Option<&str>) {
+        self.all.add(Outcome::DataNotAcked, told);
+        if let Some(v) = value {
+            self.by_value.entry(v.to_string()).or_default().add(Outcome::DataNotAcked, told);
+        }
+    }
+}
+
 /// One series per cause (all four from the start, at 0), and with the opt-in label one per
 /// cause of each value with a series of its own, the rest under [`OTHER`].
 fn encode_refusals(
     mut e: MetricEncoder<'_>,
-    refusals: &Refusals,
+    refusals: &RefusalSeries,
     breakdown: Option<&Capped>,
 ) -> Result<(), std::fmt::Error> {
-    let mut series = |extra: Labels, counts: &refusals::PerCause| {
+    let mut series = |extra: Labels, count: &dyn Fn(Cause) -> u64| {
         for cause in Cause::ALL {
             let mut l: Labels = vec![("cause", cause.name().to_string())];
             l.extend_from_slice(&extra);
-            e.encode_family(&l)?.encode_counter::<Labels, _, u64>(&counts[cause as usize], None)?;
+            e.encode_family(&l)?.encode_counter::<Labels, _, u64>(&count(cause), None)?;
         }
         Ok(())
     };
     match breakdown {
-        None => series(Vec::new(), refusals.all()),
+        None => series(Vec::new(), &|c| refusals.all.with_cause(c)),
         Some(d) => {
-            for (value, counts) in refusals.by_value() {
-                series(d.labels_of(value), counts)?;
+            for (value, r) in &refusals.by_value {
+                series(d.labels_of(value), &|c| r.with_cause(c))?;
             }
-            series(d.labels_of(OTHER), &refusals.rest())
+            let named = |c| refusals.by_value.values().map(|r| r.with_cause(c)).sum::<u64>();
+            series(d.labels_of(OTHER), &|c| refusals.all.with_cause(c).saturating_sub(named(c)))
         }
     }
 }

@@ -1,99 +1,202 @@
-//! Client SYN-data the server did not take (`data_not_acked`), by what its SYN-ACK said
-//! ([`Cause`]): export's `tfo_trace_syn_data_refused_total{cause}`. The cause is told per
-//! event (the reader's [`crate::events::causes`]), so these counts come from events, apart
-//! from `tfo_trace_connections_total`, which stays the kernel's exact count: an event lost
-//! is missing here (and counted in `tfo_trace_events_lost_total`), never guessed at.
-use std::collections::BTreeMap;
+//! Why a destination's SYN-data was refused, and how its cookie churned: what tells a
+//! server that stopped TFO from one whose cookie keeps changing (servers behind one address
+//! without a shared key, a NAT pool) and from a one-off change (a key rotated without a
+//! backup, the client's address changed once behind NAT). Kept on every destination row of
+//! `report` (beside [`super::report::key_change::KeyChange`]) and of `top`, and by `export`,
+//! so small, fixed-size and mergeable.
+use serde::Serialize;
 
-use crate::events::{Cause, Event, EventRef, Outcome, Role};
+use crate::events::{Cause, EventRef, Outcome, Role};
 
-/// One count per cause, indexed by its wire number ([`Cause::ALL`]'s order).
-pub type PerCause = [u64; Cause::ALL.len()];
-
-/// The cause of `e` if it is a refused SYN-data (a client's `data_not_acked`): `unknown`
-/// where it could not be told.
-pub fn cause_of(e: &Event) -> Option<Cause> {
-    cause_of_view(&e.view())
+/// What a refused SYN-data's SYN-ACK said: a [`Cause`] the tracer told, or nothing told at
+/// all (a recording made before causes were kept).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Told {
+    Cause(Cause),
+    NotRecorded,
 }
 
-/// [`cause_of`] an event's view.
-pub fn cause_of_view(e: &EventRef<'_>) -> Option<Cause> {
-    (e.role == Role::Client && e.outcome == Outcome::DataNotAcked).then(|| e.cause.unwrap_or(Cause::Unknown))
+impl Told {
+    /// What `e` says, if it is a refused SYN-data (a client's `data_not_acked`).
+    pub fn of(e: &EventRef<'_>) -> Option<Told> {
+        (e.role == Role::Client && e.outcome == Outcome::DataNotAcked)
+            .then(|| e.cause.map_or(Told::NotRecorded, Told::Cause))
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Told::Cause(c) => c as usize,
+            Told::NotRecorded => Cause::ALL.len(),
+        }
+    }
 }
 
-/// The cause most refusals had, a told one before `unknown` on a tie; None without any.
-pub fn main_cause(counts: &PerCause) -> Option<Cause> {
-    Cause::ALL
-        .into_iter()
-        .filter(|c| counts[*c as usize] > 0)
-        .max_by_key(|c| (counts[*c as usize], *c != Cause::Unknown))
-}
-
-/// Refusals by cause, in all and per value of the opt-in label (destination, container).
-#[derive(Debug, Default)]
+/// The client's refused SYN-data (`data_not_acked`) toward one destination (or a group of
+/// them), by cause, and the longest run of them in a row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Refusals {
-    all: PerCause,
-    by_value: BTreeMap<String, PerCause>,
+    /// By [`Told::index`]: each [`Cause`] by its number, then the untold ones.
+    by_cause: [u32; Cause::ALL.len() + 1],
+    /// Refusals since the last accepted SYN-data: the run still going.
+    run: u32,
+    longest_run: u32,
+}
+
+/// The refusals' figures, as `report`'s JSON gives them (`refusals` on a destination row).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RefusalFigures {
+    /// The SYN-ACK brought another cookie: how many times the destination handed out a new one.
+    pub new_cookie: u64,
+    pub no_tfo_option: u64,
+    pub same_cookie: u64,
+    /// Not told: the backend could not see it, or the recording predates causes.
+    pub unknown: u64,
+    /// The most refused SYN-data in a row, none accepted between.
+    pub longest_run: u64,
 }
 
 impl Refusals {
-    /// Counts `cause` in all, and under `value` when that has a series of its own.
-    pub fn add(&mut self, cause: Cause, value: Option<&str>) {
-        let i = cause as usize;
-        self.all[i] += 1;
-        if let Some(v) = value {
-            self.by_value.entry(v.to_string()).or_default()[i] += 1;
-        }
-    }
-
-    pub fn all(&self) -> &PerCause {
-        &self.all
-    }
-
-    /// The values with a series of their own, and their counts.
-    pub fn by_value(&self) -> impl Iterator<Item = (&str, &PerCause)> {
-        self.by_value.iter().map(|(v, c)| (v.as_str(), c))
-    }
-
-    /// What no value with a series of its own took: the `other` series, per cause.
-    pub fn rest(&self) -> PerCause {
-        let mut rest = self.all;
-        for counts in self.by_value.values() {
-            for (r, n) in rest.iter_mut().zip(counts) {
-                *r = r.saturating_sub(*n);
+    /// One client event, in the order they happened: a refusal with what its SYN-ACK said
+    /// (`told`), or an accepted SYN-data, which ends a run.
+    pub fn add(&mut self, outcome: Outcome, told: Told) {
+        match outcome {
+            Outcome::DataNotAcked => {
+                let n = &mut self.by_cause[told.index()];
+                *n = n.saturating_add(1);
+                self.run = self.run.saturating_add(1);
+                self.longest_run = self.longest_run.max(self.run);
             }
+            Outcome::Accepted => self.run = 0,
+            _ => {}
         }
-        rest
+    }
+
+    /// Both together (a group of destinations, a host's share). Runs are not joined across
+    /// the two: the longest is the longer of theirs, a lower bound.
+    pub fn merge(&mut self, o: &Refusals) {
+        for (n, m) in self.by_cause.iter_mut().zip(o.by_cause) {
+            *n = n.saturating_add(m);
+        }
+        self.run = self.run.max(o.run);
+        self.longest_run = self.longest_run.max(o.longest_run);
+    }
+
+    pub fn of(&self, told: Told) -> u64 {
+        u64::from(self.by_cause[told.index()])
+    }
+
+    pub fn count(&self) -> u64 {
+        self.by_cause.iter().map(|n| u64::from(*n)).sum()
+    }
+
+    /// Refusals the tracer could not tell, or did not record a cause for.
+    pub fn untold(&self) -> u64 {
+        self.of(Told::Cause(Cause::Unknown)).saturating_add(self.of(Told::NotRecorded))
+    }
+
+    pub fn longest_run(&self) -> u64 {
+        u64::from(self.longest_run)
+    }
+
+    /// The cause most refusals had (ties: a new cookie, no option, the same cookie); None
+    /// where none was told, or fewer were told than not.
+    pub fn main_cause(&self) -> Option<Cause> {
+        let told = [Cause::NewCookie, Cause::NoTfoOption, Cause::SameCookie];
+        let (cause, n) = told
+            .iter()
+            .map(|c| (*c, self.of(Told::Cause(*c))))
+            .fold((None, 0), |best, (c, n)| if n > best.1 { (Some(c), n) } else { best });
+        cause.filter(|_| n >= self.untold())
+    }
+
+    /// The cause a view names for these refusals: the main one, else `unknown`; None
+    /// without refusals.
+    pub fn named_cause(&self) -> Option<Cause> {
+        (self.count() > 0).then(|| self.main_cause().unwrap_or(Cause::Unknown))
+    }
+
+    /// How many of them had `cause`, where `unknown` takes the untold ones too (what
+    /// `export`'s `cause` label says).
+    pub fn with_cause(&self, cause: Cause) -> u64 {
+        match cause {
+            Cause::Unknown => self.untold(),
+            c => self.of(Told::Cause(c)),
+        }
+    }
+
+    pub fn figures(&self) -> RefusalFigures {
+        RefusalFigures {
+            new_cookie: self.of(Told::Cause(Cause::NewCookie)),
+            no_tfo_option: self.of(Told::Cause(Cause::NoTfoOption)),
+            same_cookie: self.of(Told::Cause(Cause::SameCookie)),
+            unknown: self.untold(),
+            longest_run: self.longest_run(),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::sample_event;
 
-    #[test]
-    fn only_refused_syn_data_has_a_cause() {
-        let refused = |cause| Event { cause, ..sample_event(Role::Client, Outcome::DataNotAcked) };
-        assert_eq!(cause_of(&refused(Some(Cause::NewCookie))), Some(Cause::NewCookie));
-        assert_eq!(cause_of(&refused(None)), Some(Cause::Unknown), "a recording from before causes");
-        assert_eq!(cause_of(&sample_event(Role::Client, Outcome::Accepted)), None);
-        assert_eq!(cause_of(&sample_event(Role::Server, Outcome::CookieInvalid)), None);
+    const NEW: Told = Told::Cause(Cause::NewCookie);
+    const NONE: Told = Told::Cause(Cause::NoTfoOption);
+
+    fn of(seq: &[(Outcome, Told)]) -> Refusals {
+        let mut r = Refusals::default();
+        seq.iter().for_each(|(o, t)| r.add(*o, *t));
+        r
     }
 
     #[test]
-    fn the_rest_is_what_no_value_of_its_own_took() {
-        let mut r = Refusals::default();
-        r.add(Cause::NewCookie, Some("198.18.0.3:8080"));
-        r.add(Cause::NewCookie, None);
-        r.add(Cause::NoTfoOption, Some("198.18.0.3:8080"));
-        r.add(Cause::NoTfoOption, Some("198.18.0.4:8080"));
-        assert_eq!(r.all(), &[0, 2, 2, 0]);
-        assert_eq!(r.rest(), [0, 1, 0, 0]);
-        let by: Vec<_> = r.by_value().map(|(v, c)| (v.to_string(), *c)).collect();
+    fn counts_by_cause_and_the_longest_run() {
+        use Outcome::{Accepted, DataNotAcked as Refused, SynRetransmitted};
+        let r = of(&[
+            (Refused, NEW),
+            (Accepted, NEW),
+            (Refused, NEW),
+            (SynRetransmitted, NEW),
+            (Refused, NONE),
+            (Refused, Told::NotRecorded),
+            (Accepted, NEW),
+            (Refused, NEW),
+        ]);
         assert_eq!(
-            by,
-            [("198.18.0.3:8080".to_string(), [0, 1, 1, 0]), ("198.18.0.4:8080".to_string(), [0, 0, 1, 0])]
+            r.figures(),
+            RefusalFigures { new_cookie: 3, no_tfo_option: 1, same_cookie: 0, unknown: 1, longest_run: 3 }
         );
+        assert_eq!((r.count(), r.main_cause()), (5, Some(Cause::NewCookie)));
+        let mut m = r;
+        m.merge(&of(&[(Refused, NONE); 4]));
+        assert_eq!((m.count(), m.longest_run(), m.main_cause()), (9, 4, Some(Cause::NoTfoOption)));
+    }
+
+    #[test]
+    fn only_a_refused_syn_data_tells_and_views_name_its_main_cause() {
+        use crate::events::{sample_event, Event, Role};
+        let refused = |cause| Event { cause, ..sample_event(Role::Client, Outcome::DataNotAcked) };
+        let told = |e: &Event| Told::of(&e.view());
+        assert_eq!(told(&refused(Some(Cause::NewCookie))), Some(NEW));
+        assert_eq!(told(&refused(None)), Some(Told::NotRecorded), "a recording from before causes");
+        assert_eq!(told(&sample_event(Role::Client, Outcome::Accepted)), None);
+        assert_eq!(told(&sample_event(Role::Server, Outcome::CookieInvalid)), None);
+
+        assert_eq!(Refusals::default().named_cause(), None);
+        let r = of(&[(Outcome::DataNotAcked, Told::NotRecorded), (Outcome::DataNotAcked, NONE)]);
+        assert_eq!(r.named_cause(), Some(Cause::NoTfoOption));
+        assert_eq!((r.with_cause(Cause::Unknown), r.with_cause(Cause::NoTfoOption)), (1, 1));
+        let r = of(&[(Outcome::DataNotAcked, Told::NotRecorded)]);
+        assert_eq!(r.named_cause(), Some(Cause::Unknown), "refused, cause not told");
+    }
+
+    #[test]
+    fn no_main_cause_where_most_were_not_told() {
+        let r = of(&[
+            (Outcome::DataNotAcked, NEW),
+            (Outcome::DataNotAcked, Told::Cause(Cause::Unknown)),
+            (Outcome::DataNotAcked, Told::NotRecorded),
+        ]);
+        assert_eq!(r.main_cause(), None);
+        assert_eq!(Refusals::default().main_cause(), None);
     }
 }

@@ -4,13 +4,11 @@
 //! connects to it, one per host. Sums saturate: a recording is input, not trusted.
 use std::{borrow::Cow, collections::BTreeMap};
 
+use crate::aggregation::refusals::{Refusals, Told};
 use crate::{
     aggregation::{
         counting::OutcomeCounts,
-        report::{
-            key_change::KeyChange,
-            refusals::{Refusals, Told},
-        },
+        report::key_change::KeyChange,
         stall::{self, Cause, Stall, StallCounts},
     },
     events::{Event, Outcome},

@@ -13,7 +13,6 @@ pub mod connections;
 pub mod facts;
 pub mod grouping;
 pub mod key_change;
-pub mod refusals;
 pub mod verdict;
 
 use serde::Serialize;

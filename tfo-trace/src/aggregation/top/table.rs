@@ -17,7 +17,7 @@ use crate::{
     aggregation::{
         counting::OutcomeCounts,
         quantiles::LogHistogram,
-        refusals::{self, PerCause},
+        refusals::{Refusals, Told},
         stall,
     },
     events::{Cause, Event, EventRef, Interner, Outcome, Role},
@@ -131,8 +131,8 @@ pub(super) struct Counted {
     saved_us: Option<u64>,
     /// A `data_not_acked` connection's extra round trip ([`stall::extra_round_trip_of`]).
     extra_round_trip_us: Option<u64>,
-    /// A refused SYN-data's cause ([`refusals::cause_of`]).
-    refusal_cause: Option<Cause>,
+    /// What a refused SYN-data's SYN-ACK said ([`Told::of`]).
+    told: Option<Told>,
 }
 
 impl Counted {
@@ -144,7 +144,7 @@ impl Counted {
             handshake_us: e.handshake_us,
             saved_us: e.saved_us,
             extra_round_trip_us: stall::extra_round_trip_of(e.role, e.outcome, e.handshake_us),
-            refusal_cause: refusals::cause_of_view(e),
+            told: Told::of(e),
         }
     }
 }
@@ -165,7 +165,7 @@ pub struct GroupStats {
     /// weighed against the saving as `report` and `stalls` weigh it.
     pub extra_round_trip_us: u64,
     /// Refused SYN-data by what its SYN-ACK said.
-    pub refusal_causes: PerCause,
+    pub refusals: Refusals,
 }
 
 impl GroupStats {
@@ -190,8 +190,8 @@ impl GroupStats {
         if let Some(us) = t.handshake_us {
             self.handshake.record(us);
         }
-        if let Some(c) = t.refusal_cause {
-            self.refusal_causes[c as usize] += 1;
+        if let Some(told) = t.told {
+            self.refusals.add(t.outcome, told);
         }
     }
 
@@ -220,7 +220,7 @@ impl GroupStats {
             cookie_requests: self.count(Outcome::CookieRequested),
             accepted: self.accepted(),
             data_not_acked: self.count(Outcome::DataNotAcked),
-            refusal_cause: refusals::main_cause(&self.refusal_causes),
+            refusal_cause: self.refusals.named_cause(),
             stalls: self.stalls,
             stall_us: self.stall_us,
             saved_us: self.saved_us,

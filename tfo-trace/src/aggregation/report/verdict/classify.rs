@@ -2,14 +2,11 @@
 //! sentences that say them ([`super::client`], [`super::listener`], [`super::namespace`]).
 use serde::Serialize;
 
+use crate::aggregation::refusals::{Refusals, Told};
 use crate::{
     aggregation::{
         counting::OutcomeCounts,
-        report::{
-            connections::ConnAcc,
-            key_change::KeyChange,
-            refusals::{Refusals, Told},
-        },
+        report::{connections::ConnAcc, key_change::KeyChange},
         stall::Cause,
     },
     events::{Cause as Refusal, Outcome},

@@ -146,7 +146,7 @@ pub struct DestinationReport {
     pub data_not_acked: u64,
     /// Those refusals by what their SYN-ACK said (a new cookie: the destination handed out
     /// another one), and the most in a row.
-    pub refusals: super::refusals::RefusalFigures,
+    pub refusals: crate::aggregation::refusals::RefusalFigures,
     /// Connections that lost time to a SYN timeout (see `aggregation::stall`).
     pub stalled: u64,
     /// Time the stalls lost.

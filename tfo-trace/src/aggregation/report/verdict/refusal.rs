@@ -2,11 +2,9 @@
 //! ([`Kind::of_refusals`] decides which): each names the likely cause, its owner and the
 //! fix, with the figures to forward to the other side.
 use super::Kind;
+use crate::aggregation::refusals::{Refusals, Told};
 use crate::{
-    aggregation::report::{
-        connections::ConnAcc,
-        refusals::{Refusals, Told},
-    },
+    aggregation::report::connections::ConnAcc,
     events::{Cause, Outcome},
     units,
 };
