@@ -14,7 +14,7 @@ use indexmap::{map::Entry, IndexMap, IndexSet};
 use serde::Serialize;
 
 use super::{
-    connections::{ClientId, ConnAcc, OneConn, Slot},
+    connections::{ClientId, Clients, ConnAcc, OneConn, Slot},
     facts::Facts,
     grouping::{dns_name, DestKey, GroupBy, GroupKey, GroupOptions, NO_NAME},
     key_change::KeyChange,
@@ -504,11 +504,16 @@ impl Built {
                 .then(b.connections.cmp(&a.connections))
                 .then(a.host.cmp(&b.host))
         });
-        let (client_ids, more_clients) = acc.clients.ranked();
-        let clients = client_ids
-            .into_iter()
-            .map(|id| if id == ClientId::MAX { "?".to_string() } else { self.name(u32::from(id)) })
-            .collect();
+        let client_names = |c: &Clients| {
+            let (ids, more) = c.ranked();
+            let names = ids
+                .into_iter()
+                .map(|id| if id == ClientId::MAX { "?".to_string() } else { self.name(u32::from(id)) })
+                .collect();
+            (names, more)
+        };
+        let (clients, more_clients) = client_names(&acc.clients);
+        let (no_data_clients, more_no_data_clients) = client_names(&acc.no_data_clients);
         // The row's names, most events first (ties by name), the first few shown.
         let mut names: Vec<(String, u64)> = names.into_iter().map(|(n, c)| (self.name(n), c)).collect();
         names.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -532,6 +537,8 @@ impl Built {
             addresses,
             clients,
             more_clients,
+            no_data_clients,
+            more_no_data_clients,
             key,
             label: key.label(name),
             subject: key.subject(name),
