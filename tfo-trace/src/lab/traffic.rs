@@ -51,6 +51,10 @@ pub struct ServerArgs {
     /// takes IPv4 too, its children holding the clients' addresses IPv4-mapped.
     #[arg(long)]
     pub v6_only: bool,
+    /// Write the reply first, before reading anything: a banner, as SMTP and FTP servers
+    /// send, so a client reads before it writes (its TFO SYN carries no data).
+    #[arg(long)]
+    pub speaks_first: bool,
     /// A cgroup v2 directory the lab starts the server in (tests of container attribution).
     #[arg(skip)]
     pub cgroup: Option<PathBuf>,
@@ -58,7 +62,15 @@ pub struct ServerArgs {
 
 impl ServerArgs {
     pub fn new(listen: SocketAddr) -> Self {
-        ServerArgs { listen, tfo_queue: 0, reply_bytes: 64, max_seconds: 300, v6_only: false, cgroup: None }
+        ServerArgs {
+            listen,
+            tfo_queue: 0,
+            reply_bytes: 64,
+            max_seconds: 300,
+            v6_only: false,
+            speaks_first: false,
+            cgroup: None,
+        }
     }
 
     /// The flags of `tfo-trace lab-server` that reproduce these arguments.
@@ -75,6 +87,9 @@ impl ServerArgs {
         ];
         if self.v6_only {
             args.push("--v6-only".into());
+        }
+        if self.speaks_first {
+            args.push("--speaks-first".into());
         }
         args
     }
@@ -231,6 +246,7 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
 
     let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
     let reply: Arc<[u8]> = pattern(args.reply_bytes).into();
+    let speaks_first = args.speaks_first;
     let in_flight = Arc::new(AtomicUsize::new(0));
     while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
         let stream = match listener.accept() {
@@ -245,26 +261,29 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
             }
         };
         if in_flight.load(Ordering::Relaxed) >= MAX_SERVER_THREADS {
-            serve_one(stream, &reply);
+            serve_one(stream, &reply, speaks_first);
             continue;
         }
         in_flight.fetch_add(1, Ordering::Relaxed);
         let (reply, in_flight) = (Arc::clone(&reply), Arc::clone(&in_flight));
         std::thread::spawn(move || {
-            serve_one(stream, &reply);
+            serve_one(stream, &reply, speaks_first);
             in_flight.fetch_sub(1, Ordering::Relaxed);
         });
     }
     Ok(())
 }
 
-/// Reads what the client sent (at least one byte or EOF), replies, then closes gracefully:
-/// shutdown(WR) and drain to EOF, so unread client data never turns the close into a RST.
-fn serve_one(mut s: TcpStream, reply: &[u8]) {
+/// Reads what the client sent (at least one byte or EOF; nothing when it `speaks_first`),
+/// replies, then closes gracefully: shutdown(WR) and drain to EOF, so unread client data
+/// never turns the close into a RST.
+fn serve_one(mut s: TcpStream, reply: &[u8], speaks_first: bool) {
     let deadline = Instant::now() + SERVER_CONN_TIMEOUT;
     let mut buf = vec![0u8; 64 * 1024];
     let result = (|| -> io::Result<()> {
-        read_some(&mut s, &mut buf, deadline)?;
+        if !speaks_first {
+            read_some(&mut s, &mut buf, deadline)?;
+        }
         s.set_write_timeout(Some(remaining(deadline)?))?;
         s.write_all(reply)?;
         s.shutdown(Shutdown::Write)?;
