@@ -24,6 +24,16 @@ const BANNER_BYTES: usize = 40;
 /// The lab's clients are tfo-trace's own `lab-client`: the process name events carry.
 const LAB_CLIENT_COMM: &str = "tfo-trace";
 
+/// The report's row (`table`, keyed by `field`) for `label` in namespace `netns`.
+fn row<'r>(report: &'r Value, (table, field): (&str, &str), label: &str, netns: u32) -> &'r Value {
+    report[table]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r[field] == label && r["netns"] == netns)
+        .unwrap_or_else(|| panic!("no {field} {label} in netns {netns}: {report:#}"))
+}
+
 fn report_json(recording: &Path) -> Value {
     let out = Command::new(common::exe())
         .args(["report", "--format", "json", "--from"])
@@ -105,6 +115,7 @@ fn server_speaks_first_sends_the_cookie_without_data(v6: bool) {
         assert!(syns.iter().any(|s| s.sport == e.sport), "its SYN on the wire: {e:?}; {syns:?}");
     }
     // The server's TFO children, where the backend sees them: made from no data.
+    let mut children_seen = false;
     if common::visible(&stderr, Role::Server, Outcome::Accepted) {
         let children: Vec<_> = events
             .iter()
@@ -113,6 +124,7 @@ fn server_speaks_first_sends_the_cookie_without_data(v6: bool) {
         assert!(children.iter().all(|e| e.syn_data_bytes == 0 && e.saved_us.is_none()), "{children:?}");
         if data_less_children_visible(&stderr) {
             assert_eq!(children.len() as u64, ds.get("TcpExtTCPFastOpenPassive"), "{children:?}; {stderr:?}");
+            children_seen = true;
         } else {
             assert!(children.is_empty(), "{children:?}");
             common::partial_skip(
@@ -125,18 +137,27 @@ fn server_speaks_first_sends_the_cookie_without_data(v6: bool) {
     // The report: TFO gains nothing toward it, in that process, with the counts.
     let report = report_json(&file.0);
     let label = dst.to_string();
-    let d = report["destinations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["destination"] == label.as_str() && d["netns"] == cli_ns)
-        .unwrap_or_else(|| panic!("no destination {label}: {report:#}"));
+    let d = row(&report, ("destinations", "destination"), &label, cli_ns);
     assert_eq!(d["verdict"]["kind"], "tfo_gains_nothing", "{d:#}");
     assert_eq!(d["outcomes"]["cookie_sent_no_data"], n, "{d:#}");
     assert_eq!(d["verdict"]["support"]["connections"], n, "{d:#}");
     let sentence = d["verdict"]["sentence"].as_str().unwrap();
     let want = format!("TFO toward {label} gains nothing in {LAB_CLIENT_COMM}: {n} of {n} connections");
     assert!(sentence.starts_with(&want), "{sentence}");
+    // And the listener's side, where its children were seen: the same count, from Passive.
+    if children_seen {
+        let l = row(&report, ("listeners", "listener"), &label, srv_ns);
+        let want =
+            format!("{} TFO children made from a cookie without data", ds.get("TcpExtTCPFastOpenPassive"));
+        assert!(
+            l["verdict"]["evidence"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e.as_str().unwrap().starts_with(&want)),
+            "{l:#}"
+        );
+    }
 }
 
 tests_main!(server_speaks_first_sends_the_cookie_without_data { ipv4: false, ipv6: true });

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::{
     aggregation::{blackhole::Pauses, counting::OutcomeCounts, stall::Cause},
-    events::{Event, Role},
+    events::{Event, Outcome, Role},
 };
 
 /// One client row's cell: a destination, and for `--group-by process|container|name` the
@@ -44,6 +44,8 @@ struct ListenerAcc {
     hosts: BTreeMap<u32, OutcomeCounts>,
     /// When its cookies were refused and SYN-data accepted (a key rotation).
     key: KeyChange,
+    /// TFO children made from a cookie without data: TFO gained them nothing.
+    accepted_without_data: u64,
 }
 
 /// Gathers events; [`ReportBuilder::finish`] ranks them.
@@ -158,6 +160,9 @@ impl ReportBuilder {
                 let netns = (!self.fleet).then_some(e.netns);
                 let l = self.listeners.entry((netns, e.view().listener_name())).or_default();
                 l.outcomes.add(e.outcome);
+                if e.outcome == Outcome::Accepted && e.syn_data_bytes == 0 {
+                    l.accepted_without_data += 1;
+                }
                 l.key.add(e.outcome, u64::try_from(e.ts.unix_ns()).unwrap_or(u64::MAX));
                 l.hosts.entry(host).or_default().add(e.outcome);
             }
@@ -716,7 +721,7 @@ impl Built {
                 Some(verdict::listener_row(
                     k.0,
                     k.1,
-                    (&l.outcomes, &l.key),
+                    (&l.outcomes, &l.key, l.accepted_without_data),
                     &hosts,
                     self.b.fleet,
                     &self.facts,
