@@ -71,11 +71,16 @@ pub enum Outcome {
     /// Client: a SYN-ACK brought a cookie, now cached for this destination
     /// (tcp_fastopen_cache_set, as `ip tcp_metrics` then shows it).
     CookieReceived = 13,
+    /// Client: the SYN carried a cached cookie but no data (a zero-length sendto with
+    /// MSG_FASTOPEN, as a client that reads before it writes makes): TFO gains nothing
+    /// there. The kernel moves no TFO counter on the client (tcp_rcv_fastopen_synack
+    /// judges only `syn_data`); the server makes a TFO child (TcpExtTCPFastOpenPassive).
+    CookieSentNoData = 14,
 }
 
 impl Outcome {
     /// Every outcome, in wire order.
-    pub const ALL: [Outcome; 13] = [
+    pub const ALL: [Outcome; 14] = [
         Outcome::CookieRequested,
         Outcome::Accepted,
         Outcome::DataNotAcked,
@@ -89,6 +94,7 @@ impl Outcome {
         Outcome::ActiveDisabled,
         Outcome::SynackRetransmitted,
         Outcome::CookieReceived,
+        Outcome::CookieSentNoData,
     ];
 
     pub const fn from_u8(v: u8) -> Option<Outcome> {
@@ -113,6 +119,7 @@ impl Outcome {
             Outcome::ActiveDisabled => "active_disabled",
             Outcome::SynackRetransmitted => "synack_retransmitted",
             Outcome::CookieReceived => "cookie_received",
+            Outcome::CookieSentNoData => "cookie_sent_no_data",
         }
     }
 
@@ -595,6 +602,10 @@ macro_rules! kernel_structs {
                 syn_fastopen: TcpSock bit required ["syn_fastopen"];
                 syn_fastopen_exp: TcpSock bit required ["syn_fastopen_exp"];
                 syn_data_acked: TcpSock bit required ["syn_data_acked"];
+                // Two bits (5.6+): 1 when tcp_fastopen_cookie_check() found no cookie,
+                // which tells a cookie request from a cookie-carrying SYN without data;
+                // read only for a TFO SYN that carried no data.
+                fastopen_client_fail: TcpSock int required ["fastopen_client_fail"];
                 // Added in 6.x; older kernels fall back to syn_data_acked (handlers.rs).
                 syn_fastopen_child: TcpSock bit optional ["syn_fastopen_child"];
                 // Smoothed RTT << 3, in us: for a server child leaving SYN_RECV, the

@@ -392,7 +392,7 @@ fn client_outcome<A: Access>(sk: Sock<A>, tp: TcpSock<A>, f: &ClientFlags, conn:
         if total_retrans > 0 {
             Outcome::SynRetransmitted
         } else {
-            Outcome::CookieRequested
+            syn_option_without_data(tp)
         }
     } else {
         Outcome::NotAttempted
@@ -420,6 +420,20 @@ fn client_outcome<A: Access>(sk: Sock<A>, tp: TcpSock<A>, f: &ClientFlags, conn:
         saved_srtt_us,
     };
     ClientOutcome { outcome, measure }
+}
+
+/// tcp_fastopen_cookie_check() sets fastopen_client_fail to TFO_COOKIE_UNAVAILABLE when
+/// it found no cookie to send, so the SYN's option asked for one; with a cookie it leaves
+/// 0, and tcp_send_syn_data() sent that cookie with no data (`syn_data` = copied > 0: a
+/// zero-length sendto, or no room for data). Read only for such a SYN, off the plain path.
+#[inline(always)]
+fn syn_option_without_data<A: Access>(tp: TcpSock<A>) -> Outcome {
+    const TFO_COOKIE_UNAVAILABLE: u64 = 1;
+    if tp.fastopen_client_fail() == TFO_COOKIE_UNAVAILABLE {
+        Outcome::CookieRequested
+    } else {
+        Outcome::CookieSentNoData
+    }
 }
 
 /// Whether the SYN-ACK did not take the SYN's data: what its cause is told for. Not a SYN
@@ -670,13 +684,14 @@ fn server_child_tfo<A: Access>(sk: Sock<A>) {
     // queue when the child was made (tcp_try_fastopen), one round trip before this final
     // ACK would have brought it. (Where tcp_ack() sampled a reply sent before this ACK,
     // the sample starts at that send, a little after the SYN: slightly less.)
+    // A child made from a cookie without data (a client that reads first) saved nothing.
     let measure = Measure {
         stall_ns: 0,
         syn_data_bytes: data,
         retransmits,
         handshake_ns,
         at_ns,
-        saved_srtt_us: srtt_us,
+        saved_srtt_us: if data > 0 { srtt_us } else { 0 },
     };
     record(sk.common(), Role::Server, Outcome::Accepted, netns, &Known::NONE, measure, |ev| {
         if handshake_ns > 0 {

@@ -47,7 +47,8 @@ pub struct FilterArgs {
     /// Only this end of the connection.
     #[arg(long, value_enum, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub role: Vec<RoleArg>,
-    /// Only this outcome (cookie_requested, accepted, syn_retransmitted, ...).
+    /// Only this outcome (cookie_requested, cookie_sent_no_data: a cookie but no data in the
+    /// SYN, accepted, syn_retransmitted, ...: docs/outcomes.md).
     #[arg(long, value_name = "OUTCOME", value_parser = parse_outcome, help_heading = "Filters (in the kernel; repeat a flag for OR)")]
     pub outcome: Vec<Outcome>,
 }

@@ -65,6 +65,7 @@ fn events_of(backend: Backend) -> Vec<Event> {
                     out.push(client(o, host, 64, 0, 0));
                 }
                 (Role::Client, Outcome::NotAttempted) => out.push(client(o, host, 64, 0, 0)),
+                (Role::Client, Outcome::CookieSentNoData) => out.push(client(o, host, 0, 0, 0)),
                 // Told alongside the accepted connections above: one cookie each.
                 (Role::Client, Outcome::CookieReceived) => {
                     let accepted = Outcome::Accepted as u8;
@@ -90,8 +91,8 @@ fn events_of(backend: Backend) -> Vec<Event> {
     out
 }
 
-/// Client connections (13), the stalled ones (6) and the time they lost, as built above.
-const CONNECTIONS: u64 = 2 + 3 + 2 + 3 + 2 + 1;
+/// Client connections (14), the stalled ones (6) and the time they lost, as built above.
+const CONNECTIONS: u64 = 2 + 3 + 2 + 3 + 2 + 1 + 1;
 const STALLS: u64 = 1 + 1 + 3 + 1;
 const LOST_US: u64 = 1_010_000 + 1_000_000 + 1_020_000 + 1_030_000 + 1_005_000 + 3_000_000;
 /// Server connections: one SYN each, the SYN-ACKs resent not among them.

@@ -58,6 +58,10 @@ pub struct ServerArgs {
     /// that does not share its key.
     #[arg(long, value_name = "HEX", value_parser = parse_tfo_key)]
     pub tfo_key: Option<[u8; 16]>,
+    /// Write the reply first, before reading anything: a banner, as SMTP and FTP servers
+    /// send, so a client reads before it writes (its TFO SYN carries no data).
+    #[arg(long)]
+    pub speaks_first: bool,
     /// A cgroup v2 directory the lab starts the server in (tests of container attribution).
     #[arg(skip)]
     pub cgroup: Option<PathBuf>,
@@ -85,6 +89,7 @@ impl ServerArgs {
             max_seconds: 300,
             v6_only: false,
             tfo_key: None,
+            speaks_first: false,
             cgroup: None,
         }
     }
@@ -107,6 +112,9 @@ impl ServerArgs {
         if let Some(key) = &self.tfo_key {
             args.push("--tfo-key".into());
             args.push(key.iter().map(|b| format!("{b:02x}")).collect());
+        }
+        if self.speaks_first {
+            args.push("--speaks-first".into());
         }
         args
     }
@@ -266,6 +274,7 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
 
     let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
     let reply: Arc<[u8]> = pattern(args.reply_bytes).into();
+    let speaks_first = args.speaks_first;
     let in_flight = Arc::new(AtomicUsize::new(0));
     while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
         let stream = match listener.accept() {
@@ -280,26 +289,29 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
             }
         };
         if in_flight.load(Ordering::Relaxed) >= MAX_SERVER_THREADS {
-            serve_one(stream, &reply);
+            serve_one(stream, &reply, speaks_first);
             continue;
         }
         in_flight.fetch_add(1, Ordering::Relaxed);
         let (reply, in_flight) = (Arc::clone(&reply), Arc::clone(&in_flight));
         std::thread::spawn(move || {
-            serve_one(stream, &reply);
+            serve_one(stream, &reply, speaks_first);
             in_flight.fetch_sub(1, Ordering::Relaxed);
         });
     }
     Ok(())
 }
 
-/// Reads what the client sent (at least one byte or EOF), replies, then closes gracefully:
-/// shutdown(WR) and drain to EOF, so unread client data never turns the close into a RST.
-fn serve_one(mut s: TcpStream, reply: &[u8]) {
+/// Reads what the client sent (at least one byte or EOF; nothing when it `speaks_first`),
+/// replies, then closes gracefully: shutdown(WR) and drain to EOF, so unread client data
+/// never turns the close into a RST.
+fn serve_one(mut s: TcpStream, reply: &[u8], speaks_first: bool) {
     let deadline = Instant::now() + SERVER_CONN_TIMEOUT;
     let mut buf = vec![0u8; 64 * 1024];
     let result = (|| -> io::Result<()> {
-        read_some(&mut s, &mut buf, deadline)?;
+        if !speaks_first {
+            read_some(&mut s, &mut buf, deadline)?;
+        }
         s.set_write_timeout(Some(remaining(deadline)?))?;
         s.write_all(reply)?;
         s.shutdown(Shutdown::Write)?;

@@ -99,8 +99,9 @@ use Role::{Client, Server};
 
 /// What the state-change hook decides on every backend: the client's TFO functions are
 /// inlined, so its outcome is read from the socket at SYN_SENT -> ESTABLISHED / CLOSE.
-const CLIENT_FROM_STATE: [(Role, Outcome); 6] = [
+const CLIENT_FROM_STATE: [(Role, Outcome); 7] = [
     (Client, CookieRequested),
+    (Client, CookieSentNoData),
     (Client, Accepted),
     (Client, DataNotAcked),
     (Client, SynRetransmitted),
@@ -109,8 +110,8 @@ const CLIENT_FROM_STATE: [(Role, Outcome); 6] = [
 ];
 
 /// The tracepoint backends also report server `accepted` from the state hook.
-const CLIENT_AND_CHILD_FROM_STATE: [(Role, Outcome); 7] = {
-    let mut all = [(Server, Accepted); 7];
+const CLIENT_AND_CHILD_FROM_STATE: [(Role, Outcome); 8] = {
+    let mut all = [(Server, Accepted); 8];
     let mut i = 0;
     while i < CLIENT_FROM_STATE.len() {
         all[i] = CLIENT_FROM_STATE[i];
@@ -475,6 +476,7 @@ mod tests {
                             | NotAttempted
                             | ActiveDisabled
                             | CookieReceived
+                            | CookieSentNoData
                     );
                     let possible = match role {
                         Client => !server_only,

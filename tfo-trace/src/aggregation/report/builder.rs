@@ -14,7 +14,7 @@ use indexmap::{map::Entry, IndexMap, IndexSet};
 use serde::Serialize;
 
 use super::{
-    connections::{ClientId, ConnAcc, OneConn, Slot},
+    connections::{ClientId, Clients, ConnAcc, OneConn, Slot},
     facts::Facts,
     grouping::{dns_name, DestKey, GroupBy, GroupKey, GroupOptions, NO_NAME},
     key_change::KeyChange,
@@ -26,7 +26,7 @@ use super::{
 };
 use crate::{
     aggregation::{blackhole::Pauses, counting::OutcomeCounts, stall::Cause},
-    events::{Event, Role},
+    events::{Event, Outcome, Role},
 };
 
 /// One client row's cell: a destination, and for `--group-by process|container|name` the
@@ -44,6 +44,8 @@ struct ListenerAcc {
     hosts: BTreeMap<u32, OutcomeCounts>,
     /// When its cookies were refused and SYN-data accepted (a key rotation).
     key: KeyChange,
+    /// TFO children made from a cookie without data: TFO gained them nothing.
+    accepted_without_data: u64,
 }
 
 /// Gathers events; [`ReportBuilder::finish`] ranks them.
@@ -158,6 +160,9 @@ impl ReportBuilder {
                 let netns = (!self.fleet).then_some(e.netns);
                 let l = self.listeners.entry((netns, e.view().listener_name())).or_default();
                 l.outcomes.add(e.outcome);
+                if e.outcome == Outcome::Accepted && e.syn_data_bytes == 0 {
+                    l.accepted_without_data += 1;
+                }
                 l.key.add(e.outcome, u64::try_from(e.ts.unix_ns()).unwrap_or(u64::MAX));
                 l.hosts.entry(host).or_default().add(e.outcome);
             }
@@ -504,11 +509,16 @@ impl Built {
                 .then(b.connections.cmp(&a.connections))
                 .then(a.host.cmp(&b.host))
         });
-        let (client_ids, more_clients) = acc.clients.ranked();
-        let clients = client_ids
-            .into_iter()
-            .map(|id| if id == ClientId::MAX { "?".to_string() } else { self.name(u32::from(id)) })
-            .collect();
+        let client_names = |c: &Clients| {
+            let (ids, more) = c.ranked();
+            let names = ids
+                .into_iter()
+                .map(|id| if id == ClientId::MAX { "?".to_string() } else { self.name(u32::from(id)) })
+                .collect();
+            (names, more)
+        };
+        let (clients, more_clients) = client_names(&acc.clients);
+        let (no_data_clients, more_no_data_clients) = client_names(&acc.no_data_clients);
         // The row's names, most events first (ties by name), the first few shown.
         let mut names: Vec<(String, u64)> = names.into_iter().map(|(n, c)| (self.name(n), c)).collect();
         names.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -532,6 +542,8 @@ impl Built {
             addresses,
             clients,
             more_clients,
+            no_data_clients,
+            more_no_data_clients,
             key,
             label: key.label(name),
             subject: key.subject(name),
@@ -709,7 +721,7 @@ impl Built {
                 Some(verdict::listener_row(
                     k.0,
                     k.1,
-                    (&l.outcomes, &l.key),
+                    (&l.outcomes, &l.key, l.accepted_without_data),
                     &hosts,
                     self.b.fleet,
                     &self.facts,

@@ -179,8 +179,10 @@ pub struct ConnAcc {
     pub key: KeyChange,
     /// The refusals by cause, and the longest run of them (cookie churn).
     pub refusals: Refusals,
-    /// Which processes made the connections.
+    /// Which processes made the connections, and which of them sent a cookie without
+    /// data (`cookie_sent_no_data`: the advice names them).
     pub clients: Clients,
+    pub no_data_clients: Clients,
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -201,6 +203,9 @@ impl ConnAcc {
         self.outcomes.add(c.outcome);
         if c.outcome.ends_connection() {
             self.clients.add_n(c.client, 1);
+        }
+        if c.outcome == Outcome::CookieSentNoData {
+            self.no_data_clients.add_n(c.client, 1);
         }
         if c.outcome == Outcome::ConnectFailed && c.with_data() {
             self.connect_failed_with_data = self.connect_failed_with_data.saturating_add(1);
@@ -236,6 +241,7 @@ impl ConnAcc {
         self.key.merge(&o.key);
         self.refusals.merge(&o.refusals);
         self.clients.merge(&o.clients);
+        self.no_data_clients.merge(&o.no_data_clients);
     }
 
     pub fn count(&self, o: Outcome) -> u64 {

@@ -44,6 +44,9 @@ pub enum Kind {
     ListenerDisabled,
     /// Blackhole detection paused active TFO in a client namespace.
     ActiveTfoPaused,
+    /// The clients' SYNs carried a cookie but no data (the server speaks first, or the
+    /// client reads before it writes): TFO gains nothing there.
+    TfoGainsNothing,
 }
 
 impl Kind {
@@ -67,6 +70,7 @@ impl Kind {
             Kind::Syncookies => "syncookies",
             Kind::ListenerDisabled => "listener_disabled",
             Kind::ActiveTfoPaused => "active_tfo_paused",
+            Kind::TfoGainsNothing => "tfo_gains_nothing",
         }
     }
 
@@ -83,6 +87,8 @@ impl Kind {
             Kind::ConnectFailed
         } else if c(Outcome::NotAttempted) > 0 && c(Outcome::Accepted) == 0 {
             Kind::NotAttempted
+        } else if c(Outcome::CookieSentNoData) > 0 && c(Outcome::Accepted) == 0 {
+            Kind::TfoGainsNothing
         } else if c(Outcome::Accepted) > 0 {
             Kind::Healthy
         } else {
@@ -126,6 +132,7 @@ impl Kind {
             Kind::ConnectFailed => (c(Outcome::ConnectFailed), a.connections()),
             Kind::NotAttempted => (c(Outcome::NotAttempted), a.connections()),
             Kind::Healthy => (c(Outcome::Accepted), a.syn_data_sent()),
+            Kind::TfoGainsNothing => (c(Outcome::CookieSentNoData), a.connections()),
             _ => (c(Outcome::CookieRequested), a.connections()),
         }
     }
@@ -134,7 +141,9 @@ impl Kind {
     pub fn severity(self) -> u8 {
         match self {
             Kind::Healthy | Kind::Info => 0,
-            Kind::NotAttempted | Kind::KeyRotated | Kind::KeyRotatedWithoutBackup => 1,
+            Kind::NotAttempted | Kind::KeyRotated | Kind::KeyRotatedWithoutBackup | Kind::TfoGainsNothing => {
+                1
+            }
             Kind::ConnectFailed | Kind::ActiveTfoPaused => 2,
             Kind::ServerStoppedTfo
             | Kind::CookieChurn

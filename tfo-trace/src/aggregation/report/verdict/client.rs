@@ -40,6 +40,9 @@ pub struct ClientRow {
     /// whether others did too: the advice names where to turn TFO off.
     pub clients: Vec<String>,
     pub more_clients: bool,
+    /// The same for the connections that sent a cookie but no data in the SYN.
+    pub no_data_clients: Vec<String>,
+    pub more_no_data_clients: bool,
     /// The DNS names seen for its addresses (at most [`super::NAMES_SHOWN`], the most
     /// connected-to first), and how many others.
     pub names: Vec<String>,
@@ -118,6 +121,7 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
     let failed = c(Outcome::ConnectFailed);
     let not_attempted = c(Outcome::NotAttempted);
     let cookie_req = c(Outcome::CookieRequested);
+    let no_data = c(Outcome::CookieSentNoData);
     let sent = a.syn_data_sent();
     let connections = a.connections();
     let drop_lost = a.lost_us_of(Cause::SynDataDropped);
@@ -163,6 +167,10 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
     let balance = a.balance();
     let pays = balance.saves > 0 && balance.net_us() > 0;
     let in_cl = in_clients(&row.clients, row.more_clients);
+    let in_no_data = in_clients(&row.no_data_clients, row.more_no_data_clients);
+    if no_data > 0 {
+        evidence.push(no_data_line(no_data, &in_no_data));
+    }
     let sentence_tail =
         format!("{} of {} SYN-data accepted{spread}", units::count(accepted), units::count(sent));
     let sentence = match row.kind {
@@ -240,6 +248,13 @@ pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
                 units::count(connections)
             )
         }
+        Kind::TfoGainsNothing => format!(
+            "TFO toward {subj} gains nothing{in_no_data}: {} of {} connections sent a cookie but no data in \
+             the SYN{spread} (the server speaks first, or the client reads before it writes): turn TFO off \
+             toward {it}{in_no_data}, or write the request before reading",
+            units::count(no_data),
+            units::count(connections)
+        ),
         Kind::Healthy => format!("TFO works towards {subj}: {sentence_tail}"),
         _ => format!(
             "{subj}: {}{spread}, no SYN-data yet (the first connection to a server fetches the cookie)",
@@ -347,6 +362,17 @@ fn balance_sentence(subj: &str, b: &Balance, advice: Option<&str>) -> Option<Str
         s.push_str(&format!(": stop using it toward {subj}{in_clients} or fix the path"));
     }
     Some(s)
+}
+
+/// The connections whose SYN carried a cookie and no data, as evidence: what the kernel
+/// counts of them on each end.
+fn no_data_line(n: u64, in_clients: &str) -> String {
+    format!(
+        "{}{in_clients} carried a cached cookie and no data: nothing for the server to hand on a \
+         round trip early; the client's kernel counts neither TcpExtTCPFastOpenActive nor ActiveFail \
+         for them, the server's a TcpExtTCPFastOpenPassive each",
+        units::plural(n, "SYN", "SYNs")
+    )
 }
 
 /// ` in curl`, ` in curl and wget`, ` in curl, wget and others`; empty when no name is known.
@@ -703,5 +729,31 @@ mod tests {
         assert_eq!(by("198.18.0.6:80").verdict.kind, Kind::NotAttempted);
         assert_eq!(r.destinations[0].destination, "198.18.0.5:80", "most time lost first");
         assert!(r.listeners.is_empty() && r.namespaces.is_empty());
+    }
+
+    /// Issue 38, item 5: a cookie sent with no data gains nothing; the verdict and the
+    /// evidence name the processes that did it, not those that sent data.
+    #[test]
+    fn a_cookie_without_data_gains_nothing_in_the_process_that_sent_it() {
+        let smtp =
+            |t| Event { comm: "postfix".into(), ..cli("cookie_sent_no_data", "198.18.0.7:25", 0, 0, t) };
+        let mut events = vec![cli("cookie_requested", "198.18.0.7:25", 0, 0, 0)];
+        events.extend((1..4).map(smtp));
+        let r = report(&events, &Facts::default());
+        let d = &r.destinations[0];
+        assert_eq!(d.verdict.kind, Kind::TfoGainsNothing);
+        assert_eq!((d.verdict.support.connections, d.verdict.support.of_connections), (3, 4));
+        assert_eq!(
+            d.verdict.sentence,
+            "TFO toward 198.18.0.7:25 gains nothing in postfix: 3 of 4 connections sent a cookie but no data \
+             in the SYN (the server speaks first, or the client reads before it writes): turn TFO off toward \
+             it in postfix, or write the request before reading"
+        );
+        // Beside connections that send data and are accepted: healthy, with the evidence.
+        events.push(cli("accepted", "198.18.0.7:25", 64, 0, 5));
+        let d = report(&events, &Facts::default()).destinations[0].clone();
+        assert_eq!(d.verdict.kind, Kind::Healthy);
+        let ev = d.verdict.evidence.join("\n");
+        assert!(ev.contains("3 SYNs in postfix carried a cached cookie and no data"), "{ev}");
     }
 }

@@ -18,17 +18,26 @@ use crate::{
 };
 
 /// The verdict on one listener (named by its bound address: [`crate::events::EventRef::listener_name`]):
-/// its events, each host's share, and the kernel's facts about that listening socket.
+/// its events (with its children made from a cookie without data), each host's share, and
+/// the kernel's facts about that listening socket.
 pub fn listener_row(
     netns: Option<u32>,
     listener: SocketAddr,
-    (t, key): (&OutcomeCounts, &KeyChange),
+    (t, key, without_data): (&OutcomeCounts, &KeyChange, u64),
     hosts: &[(String, &OutcomeCounts)],
     fleet: bool,
     facts: &Facts,
 ) -> ListenerReport {
     let fact = netns.and_then(|ns| facts.listeners.iter().find(|l| l.netns == ns && l.addr == listener));
     let mut r = listener_report(listener.to_string(), netns, (t, key), fact.and_then(|f| f.max_qlen), facts);
+    if without_data > 0 {
+        r.verdict.evidence.push(format!(
+            "{} made from a cookie without data (TcpExtTCPFastOpenPassive counts them): their clients sent \
+             nothing in the SYN (this server speaks first, or they read before they write), so TFO gained \
+             them nothing",
+            units::plural(without_data, "TFO child", "TFO children")
+        ));
+    }
     let shown = |t: &OutcomeCounts| listener_shown_by(r.verdict.kind, t).0;
     r.hosts = hosts
         .iter()
@@ -174,6 +183,21 @@ mod tests {
         aggregation::report::{of_events as report, Facts},
         events::Event,
     };
+
+    /// Children made from a cookie without data (issue 38, item 5) are told in the evidence.
+    #[test]
+    fn children_without_data_are_named_in_the_evidence() {
+        let mut events: Vec<Event> =
+            (0..3).map(|i| Event { syn_data_bytes: 0, ..srv("accepted", i) }).collect();
+        events.push(srv("accepted", 10));
+        let r = report(&events, &Facts::default());
+        let l = &r.listeners[0];
+        assert_eq!(l.verdict.kind, Kind::Healthy);
+        let ev = l.verdict.evidence.join("\n");
+        assert!(ev.contains("3 TFO children made from a cookie without data"), "{ev}");
+        let with_data = report(&events[3..], &Facts::default());
+        assert!(!with_data.listeners[0].verdict.evidence.join("\n").contains("without data"));
+    }
 
     #[test]
     fn queue_overflow_uses_max_qlen_and_somaxconn() {
