@@ -122,9 +122,10 @@ fn listener_report(
             if let Some(n) = counter("TcpExtTCPFastOpenPassiveAltKey") {
                 evidence.push(format!("TcpExtTCPFastOpenPassiveAltKey +{n} in {ns}"));
             }
+            let were = if alt == 1 { "was" } else { "were" };
             format!(
                 "listener {listener}: the TFO key was rotated with the old one kept as backup: {alt} of \
-                 {syn_data} SYN-data carried a cookie of the backup key and were accepted; a rotation done \
+                 {syn_data} SYN-data carried a cookie of the backup key and {were} accepted; a rotation done \
                  right, not a fault (those clients get a new cookie on the next cookie request)"
             )
         }

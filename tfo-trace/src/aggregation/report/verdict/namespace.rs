@@ -166,9 +166,10 @@ pub fn namespace_findings(
         }
         let alt = n.get("TcpExtTCPFastOpenPassiveAltKey");
         if alt > seen(Outcome::AcceptedAltKey) {
+            let were = if alt == 1 { "was" } else { "were" };
             let sentence = format!(
                 "{ns}: the TFO key was rotated with the old one kept as backup: {alt} SYN-data carried a \
-                 cookie of the backup key and were accepted; a rotation done right, not a fault"
+                 cookie of the backup key and {were} accepted; a rotation done right, not a fault"
             );
             let evidence = format!("TcpExtTCPFastOpenPassiveAltKey +{alt} in {ns}");
             out.push(finding(netns, Kind::KeyRotated, sentence, evidence, alt));
