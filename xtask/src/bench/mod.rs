@@ -35,7 +35,7 @@
 //! `static_build.rs` is `cargo xtask bench-static`.
 //!
 //! Everything is root-only and bounded: every generator run has a count and a time limit,
-//! every tracer is stopped with SIGINT (SIGKILL after 10 s). The namespace, the sysctl,
+//! every tracer is stopped with SIGINT (SIGKILL after 60 s). The namespace, the sysctl,
 //! a tracefs mount made here and the scratch directory are undone by `Drop for Env`.
 use std::fs;
 use std::path::PathBuf;
