@@ -9,7 +9,7 @@
 //! figures are checked against the same counters and the SYN-ACKs' cookies on the wire.
 mod common;
 
-use std::{collections::BTreeSet, net::SocketAddr, path::Path, process::Command};
+use std::{collections::BTreeSet, net::SocketAddr, path::Path};
 
 use common::{netns_inode, Deltas, TempFile, Tracer};
 use serde_json::Value;
@@ -147,14 +147,7 @@ fn server_tfo_off_says_no_tfo_option() {
 
 /// `report --format json --from FILE`: the row of `dst` in `netns`.
 fn reported(file: &Path, dst: SocketAddr, netns: u32) -> Value {
-    let out = Command::new(common::exe())
-        .args(["report", "--format", "json", "--from"])
-        .arg(file)
-        .output()
-        .expect("running tfo-trace report");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "report: {}", String::from_utf8_lossy(&out.stderr));
-    let json: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("report JSON: {e}: {stdout}"));
+    let json = common::report_json(file);
     let rows = json["destinations"].as_array().cloned().unwrap_or_default();
     rows.into_iter()
         .find(|d| d["destination"] == dst.to_string() && d["netns"] == netns)

@@ -8,7 +8,7 @@
 //! TcpExtTCPFastOpenPassive; no cookie request) and tcpdump (SYNs with a cookie, no payload).
 mod common;
 
-use std::{net::SocketAddr, path::Path, process::Command};
+use std::net::SocketAddr;
 
 use common::{count, netns_inode, Deltas, TempFile, Tracer};
 use serde_json::Value;
@@ -32,16 +32,6 @@ fn row<'r>(report: &'r Value, (table, field): (&str, &str), label: &str, netns: 
         .iter()
         .find(|r| r[field] == label && r["netns"] == netns)
         .unwrap_or_else(|| panic!("no {field} {label} in netns {netns}: {report:#}"))
-}
-
-fn report_json(recording: &Path) -> Value {
-    let out = Command::new(common::exe())
-        .args(["report", "--format", "json", "--from"])
-        .arg(recording)
-        .output()
-        .expect("running tfo-trace report");
-    assert_eq!(out.status.code(), Some(0), "report: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("report JSON")
 }
 
 /// Whether the tracer reports a server child made from a cookie without data: the hook on
@@ -135,7 +125,7 @@ fn server_speaks_first_sends_the_cookie_without_data(v6: bool) {
     }
 
     // The report: TFO gains nothing toward it, in that process, with the counts.
-    let report = report_json(&file.0);
+    let report = common::report_json(&file.0);
     let label = dst.to_string();
     let d = row(&report, ("destinations", "destination"), &label, cli_ns);
     assert_eq!(d["verdict"]["kind"], "tfo_gains_nothing", "{d:#}");

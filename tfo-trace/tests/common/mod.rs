@@ -37,6 +37,18 @@ pub fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_tfo-trace"))
 }
 
+/// `tfo-trace report --format json --from FILE`, which must succeed: its JSON.
+pub fn report_json(recording: &Path) -> Value {
+    let out = Command::new(exe())
+        .args(["report", "--format", "json", "--from"])
+        .arg(recording)
+        .output()
+        .expect("running tfo-trace report");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "report: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("report JSON: {e}: {stdout}"))
+}
+
 /// A file in the temporary directory, named after the test process; deleted on drop, also
 /// when the test fails.
 pub struct TempFile(pub PathBuf);
