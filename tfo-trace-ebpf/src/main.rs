@@ -12,6 +12,7 @@
 
 mod btf_tracepoints;
 mod cgroups;
+mod client;
 mod fentry;
 mod filter;
 #[cfg(feature = "floor")]

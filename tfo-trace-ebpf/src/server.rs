@@ -2,14 +2,17 @@
 //! every SYN at a listener passes through. Entry records the cookie the SYN carried
 //! (foc->len: -1 no option, 0 cookie request, >0 a cookie); exit sees what the kernel
 //! made of it (the child, and foc rewritten to the cookie that goes back in the SYN-ACK).
-//! Shared by the fentry/fexit and kprobe/kretprobe twins.
-use aya_ebpf::{macros::map, maps::PerCpuArray};
-use tfo_trace_common::{flags, ListenerKey, Outcome, Role};
+//! The kprobe backend hooks both (entry and exit); the fentry backend only the exit, where
+//! it reads the cookie the SYN carried from the SYN's own options: one run per SYN.
+use aya_ebpf::{helpers::generated::bpf_probe_read_kernel, macros::map, maps::PerCpuArray};
+use tfo_trace_common::{flags, tcp_options, ListenerKey, Outcome, Role};
 
 use crate::{
-    handlers::{name_listener_owner, record, server_selected, Known},
-    kernel::{netns_of, Access, FastopenCookie, RequestSock, SkBuff, Sock},
-    maps::{now, Measure},
+    handlers::{listener_started, name_listener_owner, record, server_selected, Known},
+    kernel::{
+        family_of, netns_of, present, state_of, Access, FastopenCookie, RequestSock, SkBuff, Sock, TCP_LISTEN,
+    },
+    maps::{now, Measure, LISTENERS},
 };
 
 /// What entry saw, per CPU: the SYN is processed in softirq on one CPU from entry to exit.
@@ -82,6 +85,86 @@ pub fn try_fastopen_enter<A: Access>(
             };
         }
     }
+}
+
+/// The SYN's TCP header, per CPU: read whole with one probe read, then walked with
+/// bounded offsets (a map value: the 5.10 verifier refuses variable stack offsets).
+#[map]
+static SYN_HEADER: PerCpuArray<[u64; 8]> = PerCpuArray::with_max_entries(1, 0);
+
+/// The longest TCP header: 20 bytes and 40 of options.
+const MAX_TCP_HEADER: u32 = 60;
+
+/// The TFO option of the SYN in `skb` as tcp_parse_options() read it before
+/// tcp_try_fastopen() (`tcp_options::syn_cookie`): from the header at skb->head +
+/// transport_header, which stays where it was when the child's clone of the SYN is pulled.
+#[inline(always)]
+fn syn_cookie<A: Access>(skb: SkBuff<A>) -> tcp_options::SynCookie {
+    let none = tcp_options::SynCookie { len: -1, exp: false };
+    if !present!(skb_head) || !present!(skb_transport_header) {
+        return none;
+    }
+    let Some(buf) = SYN_HEADER.get_ptr_mut(0) else { return none };
+    let th = skb.skb_head().wrapping_add(skb.skb_transport_header() as u64);
+    let bytes = buf as *const u8;
+    // SAFETY: 64 writable bytes of this CPU's slot; the helper fills MAX_TCP_HEADER of them
+    // (zeros where the kernel's cannot be read); every read below is masked into the 64.
+    unsafe {
+        bpf_probe_read_kernel(buf as *mut _, MAX_TCP_HEADER, th as *const _);
+        let doff = (*bytes.add(12) >> 4) as usize;
+        let options = (doff * 4).saturating_sub(20);
+        tcp_options::syn_cookie(options, |i| *bytes.add((20 + i) & 63))
+    }
+}
+
+/// Exit of tcp_try_fastopen() alone (fexit): what the entry hook remembers is read from the
+/// SYN itself (the cookie it carried, its payload), then judged as the twins judge it.
+#[inline(always)]
+pub fn try_fastopen_fexit<A: Access>(args: CallArgs<A>, skb: SkBuff<A>, child: Sock<A>) {
+    let data = syn_payload(skb);
+    let cookie = syn_cookie(skb);
+    // Plain SYNs (no TFO option, no data) are by far the most: nothing more.
+    if cookie.len < 0 && data == 0 {
+        return;
+    }
+    let Some(slot) = SYN_SEEN.get_ptr_mut(0) else { return };
+    // SAFETY: per-CPU slot, written only on this CPU during this softirq.
+    unsafe {
+        *slot = SynSeen {
+            sk: args.sk.addr(),
+            req: args.req.addr(),
+            foc: args.foc.addr(),
+            start_ns: now(),
+            in_len: cookie.len,
+            syn_data_bytes: data,
+            qlen: 0,
+            max_qlen: 0,
+            netns: 0,
+            exp: 0,
+        };
+    }
+    try_fastopen_exit(args, child);
+}
+
+/// Exit of inet_csk_listen_start(): a socket in LISTEN now has its port (a failed listen()
+/// is back in CLOSE), in the owner's process context.
+#[inline(always)]
+pub fn on_listen_start<A: Access>(sk: Sock<A>) {
+    if state_of(sk.common()) == TCP_LISTEN {
+        listener_started(sk);
+    }
+}
+
+/// Entry of inet_csk_listen_stop(): the listener closes. tcp_set_state(TCP_CLOSE) has run,
+/// which clears skc_num unless the port was bound explicitly: its port is inet_sport's.
+#[inline(always)]
+pub fn on_listen_stop<A: Access>(sk: Sock<A>) {
+    let tp = A::tcp_sock(sk);
+    if tp.is_null() {
+        return;
+    }
+    let key = ListenerKey::new(netns_of(sk.common()), u16::from_be(tp.inet_sport()), family_of(sk.common()));
+    let _ = LISTENERS.remove(key);
 }
 
 /// The arguments of the call, where the hook sees them again (fexit: typed pointers that
