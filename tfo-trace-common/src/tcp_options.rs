@@ -26,59 +26,77 @@ pub struct SynCookie {
     pub exp: bool,
 }
 
+/// Where the walk has stopped (EOL, or a malformed option): past every offset.
+pub const STOPPED: usize = 255;
+
 /// tcp_parse_options() (net/ipv4/tcp_input.c) over `length` option bytes, `byte(i)` the
 /// i-th of them, for a SYN, as far as the TFO cookie goes: EOL ends the walk, NOP skips a
 /// byte, a size below 2 or past the end stops it, kind 34 has the cookie in `size - 2`
 /// bytes, kind 254 with the magic 0xF989 in `size - 4`; tcp_parse_fastopen_option()
 /// ignores an odd or negative length, makes 1-3 or over 16 bytes -1; the last one wins.
-/// Bounded: at most one step per option byte.
-#[inline(always)]
+/// Walked offset by offset ([`syn_option_step`]).
 pub fn syn_cookie(length: usize, byte: impl Fn(usize) -> u8) -> SynCookie {
-    let length = if length > MAX_OPTION_BYTES { MAX_OPTION_BYTES } else { length } as i32;
     let mut foc = SynCookie { len: -1, exp: false };
-    let mut at: i32 = 0;
-    for _ in 0..MAX_OPTION_BYTES {
-        let left = length - at;
-        if left <= 0 {
-            break;
-        }
-        let kind = byte(at as usize);
-        if kind == TCPOPT_EOL {
-            break;
-        }
-        if kind == TCPOPT_NOP {
-            at += 1;
-            continue;
-        }
-        if left < 2 {
-            break;
-        }
-        let size = byte(at as usize + 1) as i32;
-        if size < 2 || size > left {
-            break;
-        }
-        // No Option here: the BPF backend may copy an unset payload (kernel::Access).
-        let (len, exp) = if kind == TCPOPT_FASTOPEN {
-            (size - TCPOLEN_FASTOPEN_BASE, false)
-        } else if kind == TCPOPT_EXP
-            && size >= TCPOLEN_EXP_FASTOPEN_BASE
-            && u16::from_be_bytes([byte(at as usize + 2), byte(at as usize + 3)]) == TCPOPT_FASTOPEN_MAGIC
-        {
-            (size - TCPOLEN_EXP_FASTOPEN_BASE, true)
-        } else {
-            (-1, false) // another option: nothing to take
-        };
-        if len >= 0 && len & 1 == 0 {
-            let len = if len == 0 || (TCP_FASTOPEN_COOKIE_MIN..=TCP_FASTOPEN_COOKIE_MAX).contains(&len) {
-                len
-            } else {
-                -1
-            };
-            foc = SynCookie { len, exp };
-        }
-        at += size;
+    let mut next = 0;
+    for at in 0..MAX_OPTION_BYTES {
+        syn_option_step(at, length, &mut next, &mut foc, &byte);
     }
     foc
+}
+
+/// One offset `at` of [`syn_cookie`]'s walk: whether an option starts there (`next`, where
+/// the walk expects the next one, or [`STOPPED`]), and if so what it says. The kernel
+/// program runs it at each of the 40 offsets as a constant, keeping `next` and `foc` in
+/// map memory between them: every byte is read at a known offset and every step's paths
+/// meet again, where a walk from option to option carried an offset whose range grew at
+/// every step, and the 6.1 verifier gave up on it (1,000,000 instructions).
+#[inline(always)]
+pub fn syn_option_step(
+    at: usize,
+    length: usize,
+    next: &mut usize,
+    foc: &mut SynCookie,
+    byte: &impl Fn(usize) -> u8,
+) {
+    let length = if length > MAX_OPTION_BYTES { MAX_OPTION_BYTES } else { length };
+    if at >= length || at != *next {
+        return; // past the end, inside an option, or stopped
+    }
+    let kind = byte(at);
+    if kind == TCPOPT_EOL {
+        *next = STOPPED;
+        return;
+    }
+    if kind == TCPOPT_NOP {
+        *next = at + 1;
+        return;
+    }
+    let left = length - at;
+    let size = if left < 2 { 0 } else { byte(at + 1) as usize };
+    if size < 2 || size > left {
+        *next = STOPPED; // no room for a size, a "silly" size, or a partial option
+        return;
+    }
+    *next = at + size;
+    // No Option here: the BPF backend may copy an unset payload (kernel::Access).
+    let (len, exp) = if kind == TCPOPT_FASTOPEN {
+        (size as i32 - TCPOLEN_FASTOPEN_BASE, false)
+    } else if kind == TCPOPT_EXP
+        && size as i32 >= TCPOLEN_EXP_FASTOPEN_BASE
+        && u16::from_be_bytes([byte(at + 2), byte(at + 3)]) == TCPOPT_FASTOPEN_MAGIC
+    {
+        (size as i32 - TCPOLEN_EXP_FASTOPEN_BASE, true)
+    } else {
+        (-1, false) // another option: nothing to take
+    };
+    if len >= 0 && len & 1 == 0 {
+        let len = if len == 0 || (TCP_FASTOPEN_COOKIE_MIN..=TCP_FASTOPEN_COOKIE_MAX).contains(&len) {
+            len
+        } else {
+            -1
+        };
+        *foc = SynCookie { len, exp };
+    }
 }
 
 #[cfg(test)]

@@ -87,13 +87,42 @@ pub fn try_fastopen_enter<A: Access>(
     }
 }
 
-/// The SYN's TCP header, per CPU: read whole with one probe read, then walked with
-/// bounded offsets (a map value: the 5.10 verifier refuses variable stack offsets).
+/// The SYN's TCP header, read whole with one probe read, and the walk of its options
+/// between two offsets (`tcp_options::syn_option_step`): per CPU, a map value, so that
+/// the verifier carries nothing of the walk from one offset to the next (and the 5.10
+/// verifier refuses variable stack offsets).
+#[repr(C)]
+pub struct SynScratch {
+    header: [u64; 8],
+    next: u64,
+    len: i64,
+    exp: u64,
+}
+
 #[map]
-static SYN_HEADER: PerCpuArray<[u64; 8]> = PerCpuArray::with_max_entries(1, 0);
+static SYN_SCRATCH: PerCpuArray<SynScratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// The longest TCP header: 20 bytes and 40 of options.
 const MAX_TCP_HEADER: u32 = 60;
+
+/// One offset of the walk, `at` a constant: the state in and out of map memory (volatile:
+/// kept out of registers from one offset to the next).
+macro_rules! option_steps {
+    ($scratch:ident, $options:ident, $byte:ident; $($at:literal)*) => {$(
+        // SAFETY: fields of this CPU's slot, used only within this program run.
+        unsafe {
+            let mut next = core::ptr::read_volatile(&(*$scratch).next) as usize;
+            let mut foc = tcp_options::SynCookie {
+                len: core::ptr::read_volatile(&(*$scratch).len) as i32,
+                exp: core::ptr::read_volatile(&(*$scratch).exp) != 0,
+            };
+            tcp_options::syn_option_step($at, $options, &mut next, &mut foc, &$byte);
+            core::ptr::write_volatile(&mut (*$scratch).next, next as u64);
+            core::ptr::write_volatile(&mut (*$scratch).len, foc.len as i64);
+            core::ptr::write_volatile(&mut (*$scratch).exp, foc.exp as u64);
+        }
+    )*};
+}
 
 /// The TFO option of the SYN in `skb` as tcp_parse_options() read it before
 /// tcp_try_fastopen() (`tcp_options::syn_cookie`): from the header at skb->head +
@@ -104,16 +133,31 @@ fn syn_cookie<A: Access>(skb: SkBuff<A>) -> tcp_options::SynCookie {
     if !present!(skb_head) || !present!(skb_transport_header) {
         return none;
     }
-    let Some(buf) = SYN_HEADER.get_ptr_mut(0) else { return none };
+    let Some(scratch) = SYN_SCRATCH.get_ptr_mut(0) else { return none };
     let th = skb.skb_head().wrapping_add(skb.skb_transport_header() as u64);
-    let bytes = buf as *const u8;
-    // SAFETY: 64 writable bytes of this CPU's slot; the helper fills MAX_TCP_HEADER of them
-    // (zeros where the kernel's cannot be read); every read below is masked into the 64.
+    // SAFETY: this CPU's slot: 64 writable bytes of header, which the helper fills
+    // MAX_TCP_HEADER of (zeros where the kernel's cannot be read); every byte read below is
+    // at a constant offset inside them.
+    let (bytes, options) = unsafe {
+        let header = core::ptr::addr_of_mut!((*scratch).header) as *mut u8;
+        bpf_probe_read_kernel(header as *mut _, MAX_TCP_HEADER, th as *const _);
+        core::ptr::write_volatile(&mut (*scratch).next, 0);
+        core::ptr::write_volatile(&mut (*scratch).len, -1);
+        core::ptr::write_volatile(&mut (*scratch).exp, 0);
+        let doff = (*header.add(12) >> 4) as usize;
+        (header as *const u8, (doff * 4).saturating_sub(20))
+    };
+    // SAFETY: as above; `i` is below 43 (an option's magic at the last offset), masked anyway.
+    let byte = |i: usize| unsafe { *bytes.add((20 + i) & 63) };
+    option_steps!(scratch, options, byte;
+        0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19
+        20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39);
+    // SAFETY: as above.
     unsafe {
-        bpf_probe_read_kernel(buf as *mut _, MAX_TCP_HEADER, th as *const _);
-        let doff = (*bytes.add(12) >> 4) as usize;
-        let options = (doff * 4).saturating_sub(20);
-        tcp_options::syn_cookie(options, |i| *bytes.add((20 + i) & 63))
+        tcp_options::SynCookie {
+            len: core::ptr::read_volatile(&(*scratch).len) as i32,
+            exp: core::ptr::read_volatile(&(*scratch).exp) != 0,
+        }
     }
 }
 

@@ -79,6 +79,8 @@ pub struct Tracer {
     pub cgroup_hooks: Result<(), String>,
     /// From the start of `load` to the last program attached.
     pub attach_time: Duration,
+    /// The backend's programs attached (of its table's hooks, those this kernel gets).
+    pub programs_attached: usize,
     /// The key the programs hash cookies with (`tfo_trace_common::cookie_hash`), made for
     /// this run and never written anywhere: userspace hashes the cookie cache with it.
     pub cookie_key: [u64; 2],
@@ -214,6 +216,7 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
                     skipped,
                     cgroup_hooks,
                     attach_time: started.elapsed(),
+                    programs_attached: kernel.hooks(backend).len(),
                     cookie_key,
                 });
             }

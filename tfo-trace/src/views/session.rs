@@ -266,7 +266,7 @@ fn say_attached(tracer: &Tracer, load: &LoadOptions) -> Result<()> {
     }
     crate::note!(
         "tfo-trace: {} programs attached with the {} backend in {} ms; Ctrl-C to stop",
-        probes::table::hooks(tracer.backend).len(),
+        tracer.programs_attached,
         tracer.backend,
         tracer.attach_time.as_millis()
     )?;
