@@ -23,8 +23,8 @@ use crate::{
     filter,
     globals::cookie_key,
     handlers::{
-        client_failed, client_flags, client_outcome, cookie_received, current_process, record, refused_data,
-        sent_cookie_compared, syn_data_bytes, Known,
+        client_failed, client_flags, client_outcome, cookie_received, current_process, packet_time_ns,
+        record, refused_data, sent_cookie_compared, syn_data_bytes, Known,
     },
     kernel::{netns_of, present, state_of, tuple_of, Access, FastopenCookie, Sock, TcpSock, TCP_SYN_SENT},
     maps::{bump, conn_state, follow, forget, now, ConnState, Measure},
@@ -52,7 +52,10 @@ pub fn on_syn_prepared<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>, sent: 
             return;
         }
     }
-    let state = ConnState::new(&process);
+    // Its start is the SYN's: tcp_connect() stamped the clock the SYN is sent by just
+    // before (tcp_mstamp_refresh), so the handshake and the round trip tcp_ack() measures
+    // on it start together; the clock now runs behind this call and this program.
+    let state = ConnState { start_ns: packet_time_ns(tp), ..ConnState::new(&process) };
     if !sent && (cookie.foc_len() as u8 as i8) < 0 {
         // Nothing at its SYN-ACK will say more (its SYN has no TFO flag): decided now,
         // without a handshake time.

@@ -285,7 +285,7 @@ pub(crate) fn client_flags<A: Access>(tp: TcpSock<A>) -> ClientFlags {
 /// written instead of a clock read (a paravirtual clock call in a VM); a few microseconds
 /// earlier than the state change itself. A clock read where the kernel has no such member.
 #[inline(always)]
-fn packet_time_ns<A: Access>(tp: TcpSock<A>) -> u64 {
+pub(crate) fn packet_time_ns<A: Access>(tp: TcpSock<A>) -> u64 {
     if present!(tcp_clock_cache) {
         let t = tp.tcp_clock_cache();
         if t != 0 {

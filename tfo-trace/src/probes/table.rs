@@ -327,7 +327,7 @@ const FENTRY_HOOKS: [Hook; 9] = [
 
 /// Hooks of which a kernel gets one: the first whose target its BTF has (the later ones
 /// are older kernels' names for the same moment).
-const ALTERNATIVES: &[&[&str]] = &[&["tcp_done_with_error", "tcp_reset"]];
+pub const ALTERNATIVES: &[&[&str]] = &[&["tcp_done_with_error", "tcp_reset"]];
 
 /// Whether `hook` is attached on a kernel whose BTF has the functions `has_function` says:
 /// a hook outside [`ALTERNATIVES`] always, one inside only where no alternative before it
