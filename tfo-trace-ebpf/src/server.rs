@@ -106,20 +106,24 @@ static SYN_SCRATCH: PerCpuArray<SynScratch> = PerCpuArray::with_max_entries(1, 0
 const MAX_TCP_HEADER: u32 = 60;
 
 /// One offset of the walk, `at` a constant: the state in and out of map memory (volatile:
-/// kept out of registers from one offset to the next).
+/// kept out of registers from one offset to the next). Every plain SYN runs it: an offset
+/// past the options costs a compare, one inside an option a load more; only where an
+/// option starts (five or so in a SYN) is the step made.
 macro_rules! option_steps {
     ($scratch:ident, $options:ident, $byte:ident; $($at:literal)*) => {$(
         // SAFETY: fields of this CPU's slot, used only within this program run.
         unsafe {
-            let mut next = core::ptr::read_volatile(&(*$scratch).next) as usize;
-            let mut foc = tcp_options::SynCookie {
-                len: core::ptr::read_volatile(&(*$scratch).len) as i32,
-                exp: core::ptr::read_volatile(&(*$scratch).exp) != 0,
-            };
-            tcp_options::syn_option_step($at, $options, &mut next, &mut foc, &$byte);
-            core::ptr::write_volatile(&mut (*$scratch).next, next as u64);
-            core::ptr::write_volatile(&mut (*$scratch).len, foc.len as i64);
-            core::ptr::write_volatile(&mut (*$scratch).exp, foc.exp as u64);
+            if $at < $options && core::ptr::read_volatile(&(*$scratch).next) == $at {
+                let mut next = $at;
+                let mut foc = tcp_options::SynCookie {
+                    len: core::ptr::read_volatile(&(*$scratch).len) as i32,
+                    exp: core::ptr::read_volatile(&(*$scratch).exp) != 0,
+                };
+                tcp_options::syn_option_step($at, $options, &mut next, &mut foc, &$byte);
+                core::ptr::write_volatile(&mut (*$scratch).next, next as u64);
+                core::ptr::write_volatile(&mut (*$scratch).len, foc.len as i64);
+                core::ptr::write_volatile(&mut (*$scratch).exp, foc.exp as u64);
+            }
         }
     )*};
 }
