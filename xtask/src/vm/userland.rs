@@ -91,7 +91,7 @@ impl Userland {
             }
         }
         // `ip netns exec` mounts /etc/netns/NS/resolv.conf over /etc/resolv.conf, which must
-        // be there to be mounted over (the lab's DNS server, tests/names.rs); empty, the
+        // be there to be mounted over (the lab's DNS server, tests/integration/names.rs); empty, the
         // guest has no resolver of its own.
         let resolv = root.join("etc/resolv.conf");
         if !resolv.exists() {
