@@ -7,13 +7,14 @@
 //! - `lint`: the gates: `cargo fmt --check`, clippy with `-D warnings` on the host crates
 //!   and on the eBPF crate for the bpf target. Which lints: `[workspace.lints]` in the top
 //!   Cargo.toml, so a plain `cargo clippy` applies them too.
-//! - `test`: setup, the gates (`lint`), `dist` (once, for tests/integration/dist.rs) and a cached
-//!   Debian 11 userspace (userspace.rs), then the whole test suite (unit + root-only
+//! - `test`: setup, the gates (`lint`), `dist` (once, for tests/integration/dist.rs) and a
+//!   cached Debian 11 userspace (userspace.rs), then the whole test suite (unit + root-only
 //!   kernel tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
 //!   Closes with passed, failed, skipped (each with its reason, partial skips too) and
 //!   second runs (each with its cause; testlines.rs has their rule). Under `CI=true` what
 //!   would only warn elsewhere fails the run: not root (every kernel test would skip), no
-//!   Debian 11 userspace (tests/integration/dist.rs's checks in it would skip), the VM matrix skipped.
+//!   Debian 11 userspace (tests/integration/dist.rs's checks in it would skip), the VM
+//!   matrix skipped.
 //! - `vm`: boots Debian's 5.10, 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
 //!   once per tracer backend (see docs/vm.md).
 //! - `dist`: setup, then static x86_64 and aarch64 binaries, .debs, OCI images and
@@ -71,8 +72,9 @@ enum Task {
         /// Skip the VM kernel matrix (also: env TFO_NO_VM=1)
         #[arg(long)]
         no_vm: bool,
-        /// Extra arguments for `cargo test` (after `--`; a second `--` for the test binaries:
-        /// `-- --test integration -- stalls::` runs the integration tests of tests/integration/stalls.rs)
+        /// Extra arguments for `cargo test` (after `--`; a second `--` for the test
+        /// binaries: `-- --test integration -- stalls::` runs the integration tests of
+        /// tests/integration/stalls.rs)
         #[arg(last = true)]
         args: Vec<String>,
     },
@@ -202,8 +204,8 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     let setup_s = start.elapsed().as_secs_f64();
     let lint_problems = lint();
     let lint_s = start.elapsed().as_secs_f64() - setup_s;
-    // What `dist` ships, built once here; tests/integration/dist.rs checks it, in the Debian 11
-    // userspace cached here too. A failure fails the run; the tests still run.
+    // What `dist` ships, built once here; tests/integration/dist.rs checks it, in the
+    // Debian 11 userspace cached here too. A failure fails the run; the tests still run.
     let mut dist_problems = Vec::new();
     if let Err(e) = dist::build(&cross::Arch::ALL) {
         dist_problems.push(format!("dist: {e:#}"));
