@@ -9,7 +9,7 @@
 //! real Prometheus evaluating the rules and a real Alertmanager notifying a webhook in the
 //! test. The two kernel tests count only their own lab's namespaces (`--netns`), so they
 //! may run at once.
-mod common;
+use crate::common;
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
@@ -643,7 +643,7 @@ fn alerts_reach_alertmanager() {
     let _ = tracer.stop_lines();
 }
 
-tests_main!(
+module_tests!(
     prometheus_scrapes_what_the_kernel_counted,
     refused_syn_data_is_exported_by_what_the_synack_said,
     prometheus_rules,

@@ -7,7 +7,7 @@
 //! Then the cookie's churn (items 2 and 6): a fleet behind one address without a shared key
 //! and a client address changed by NAT, recorded and given to `report`, whose verdict and
 //! figures are checked against the same counters and the SYN-ACKs' cookies on the wire.
-mod common;
+use crate::common;
 
 use std::{collections::BTreeSet, net::SocketAddr, path::Path};
 
@@ -296,7 +296,7 @@ fn a_nat_pool_is_cookie_churn() {
     assert!(sentence.contains("the client's address changes per connection (a NAT pool)"), "{sentence}");
 }
 
-tests_main!(
+module_tests!(
     key_rotated_without_backup_says_new_cookie,
     server_tfo_off_says_no_tfo_option,
     a_fleet_without_a_shared_key_is_cookie_churn,

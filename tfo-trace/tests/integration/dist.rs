@@ -9,7 +9,7 @@
 //! Nothing here builds: `cargo xtask test` runs `dist` once before the tests, and caches the
 //! Debian 11 userspace (debootstrap) in target/userspace/ (xtask/src/userspace.rs); a test
 //! whose artefact is missing skips, saying how to make it.
-mod common;
+use crate::common;
 
 use std::{
     fs,
@@ -503,7 +503,7 @@ fn image_loads_into_docker_and_traces_the_lab_exactly() {
     });
 }
 
-tests_main!(
+module_tests!(
     static_binaries_have_no_interpreter_and_no_library,
     version_names_the_commit_target_and_embedded_ebpf_object,
     shipped_binaries_carry_no_fixture,

@@ -3,7 +3,7 @@
 //! events must carry those cgroups and containers; tracers started with filters must see
 //! exactly the connections the filters select (the lab's own runs say which those are)
 //! and count nothing else.
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeSet,
@@ -596,7 +596,7 @@ fn bad_filter_values_are_usage_errors() {
     assert!(err.contains("--port given 9 times: at most 8"), "{err}");
 }
 
-tests_main!(
+module_tests!(
     filters_narrow_a_replay_without_a_kernel,
     filters_select_the_same_in_a_replay,
     client_and_server_name_their_cgroup_and_container,

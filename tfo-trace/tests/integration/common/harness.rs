@@ -1,10 +1,23 @@
 //! The test harness of tfo-trace's integration tests (libtest-mimic, `harness = false`).
 //!
-//! A test file lists its tests once: `tests_main!(first_test, second_test);`. One body run
-//! with several arguments is a table of cases, each its own test named `body_case`:
-//! `tests_main!(first_contact_then_tfo { ipv4: false, ipv6: true });` runs
-//! `first_contact_then_tfo(false)` as `first_contact_then_tfo_ipv4` and
-//! `first_contact_then_tfo(true)` as `first_contact_then_tfo_ipv6`.
+//! The integration tests are one executable (`tests/integration/main.rs`: one link, not
+//! one per file), of modules, one per file. A module lists its tests once, at its end:
+//! `module_tests!(first_test, second_test);`. One body run with several arguments is a
+//! table of cases, each its own test named `body_case`: `module_tests!(first_contact_then_tfo
+//! { ipv4: false, ipv6: true });` runs `first_contact_then_tfo(false)` as
+//! `first_contact_then_tfo_ipv4` and `first_contact_then_tfo(true)` as
+//! `first_contact_then_tfo_ipv6`. A test's full name is `MODULE::TEST`
+//! (`stalls::stalls_lists_every_connection_that_paid_a_syn_timeout`): libtest's filter
+//! selects one test by it, a whole module by `MODULE::`.
+//!
+//! # One module at a time
+//!
+//! The modules run one after another, each a libtest run of its own (`--test-threads`
+//! tests of it at once), after a `module: NAME` line: as when each was its own executable,
+//! no test shares the machine with another module's (the private container engines, the
+//! exporters, the BPF objects some tests count). A module no test of which the filter
+//! selects is left out. `cargo xtask test` reads the `module:` lines for its time per
+//! module (xtask/src/testlines.rs).
 //!
 //! # What a test can say besides pass and fail (the whole API)
 //!
@@ -121,7 +134,7 @@ pub fn assert_hook_count(hook: HookRun, traced: u64, kernel: u64, what: impl Dis
     panic!("{message}");
 }
 
-/// One test: its name and its body.
+/// One test: its name in its module and its body.
 pub struct Test {
     name: &'static str,
     body: Box<dyn Fn() + Send + Sync>,
@@ -130,6 +143,33 @@ pub struct Test {
 impl Test {
     pub fn new(name: &'static str, body: impl Fn() + Send + Sync + 'static) -> Test {
         Test { name, body: Box::new(body) }
+    }
+}
+
+/// One module's tests (`module_tests!`).
+pub struct Module {
+    /// `stalls`, the prefix of its tests' names.
+    pub name: &'static str,
+    pub tests: Vec<Test>,
+}
+
+impl Module {
+    /// The module whose path `module_path!()` gives (`integration::stalls`): its name is
+    /// the path's last part.
+    pub fn new(path: &'static str, tests: Vec<Test>) -> Module {
+        Module { name: path.rsplit("::").next().unwrap_or(path), tests }
+    }
+
+    fn trials(self) -> Vec<Trial> {
+        let module = self.name;
+        self.tests
+            .into_iter()
+            .map(|Test { name, body }| {
+                let full = format!("{module}::{name}");
+                let shown = full.clone();
+                Trial::ignorable_test(full, move || run_test(&shown, &*body))
+            })
+            .collect()
     }
 }
 
@@ -199,8 +239,9 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "panicked".into())
 }
 
-/// Runs `tests` under libtest's command line (filters, `--list`, `--test-threads`, ...).
-pub fn run(tests: Vec<Test>) -> ExitCode {
+/// Runs `modules`, one after another (the module's doc), under libtest's command line
+/// (filters, `--list`, `--test-threads`, ...).
+pub fn run(modules: Vec<Module>) -> ExitCode {
     let args = Arguments::from_args();
     let default_hook = panic::take_hook();
     panic::set_hook(Box::new(move |info| {
@@ -214,28 +255,43 @@ pub fn run(tests: Vec<Test>) -> ExitCode {
         }
         default_hook(info);
     }));
-    let trials = tests
-        .into_iter()
-        .map(|Test { name, body }| Trial::ignorable_test(name, move || run_test(name, &*body)))
-        .collect();
-    libtest_mimic::run(&args, trials).exit_code()
+    let modules: Vec<(&str, Vec<Trial>)> = modules.into_iter().map(|m| (m.name, m.trials())).collect();
+    let selected: Vec<&(&str, Vec<Trial>)> =
+        modules.iter().filter(|(_, trials)| trials.iter().any(|t| !args.is_filtered_out(t))).collect();
+    if args.list || selected.is_empty() {
+        // One list (or one run that says how many tests the filter left out).
+        let all = modules.into_iter().flat_map(|(_, trials)| trials).collect();
+        return libtest_mimic::run(&args, all).exit_code();
+    }
+    let names: Vec<&str> = selected.iter().map(|(name, _)| *name).collect();
+    let mut failed = false;
+    for (name, trials) in modules.into_iter().filter(|(name, _)| names.contains(name)) {
+        println!("module: {name}");
+        failed |= libtest_mimic::run(&args, trials).has_failed();
+    }
+    if failed {
+        ExitCode::from(101)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
-/// `fn main` of a test file: its tests, by function name, and its tables of cases (the
-/// module's doc).
+/// The end of a test module: its tests, by function name, and its tables of cases (the
+/// module's doc), as `pub(crate) fn tests() -> Module`, which tests/integration/main.rs
+/// runs.
 #[macro_export]
-macro_rules! tests_main {
+macro_rules! module_tests {
     ($( $test:ident $({ $($case:ident : $arg:expr),+ $(,)? })? ),+ $(,)?) => {
-        fn main() -> std::process::ExitCode {
-            let tests: Vec<Vec<common::harness::Test>> =
-                vec![$( $crate::tests_main!(@tests $test $({ $($case : $arg),+ })?) ),+];
-            common::harness::run(tests.into_iter().flatten().collect())
+        pub(crate) fn tests() -> $crate::common::harness::Module {
+            let tests: Vec<Vec<$crate::common::harness::Test>> =
+                vec![$( $crate::module_tests!(@tests $test $({ $($case : $arg),+ })?) ),+];
+            $crate::common::harness::Module::new(module_path!(), tests.into_iter().flatten().collect())
         }
     };
     (@tests $test:ident) => {
-        vec![common::harness::Test::new(stringify!($test), $test)]
+        vec![$crate::common::harness::Test::new(stringify!($test), $test)]
     };
     (@tests $test:ident { $($case:ident : $arg:expr),+ }) => {
-        vec![$( common::harness::Test::new(concat!(stringify!($test), "_", stringify!($case)), || $test($arg)) ),+]
+        vec![$( $crate::common::harness::Test::new(concat!(stringify!($test), "_", stringify!($case)), || $test($arg)) ),+]
     };
 }

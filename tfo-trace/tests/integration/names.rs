@@ -4,7 +4,7 @@
 //! event must carry the name its namespace's resolver gave for its address (the name asked
 //! for, through a CNAME), only while the answer's TTL lasts, and the outcomes under each
 //! name must be the kernel's own counts (nstat) for the connections made to it.
-mod common;
+use crate::common;
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -268,7 +268,7 @@ fn stdout_json(args: &[&str]) -> Value {
     }
 }
 
-tests_main!(
+module_tests!(
     every_connection_is_named_by_its_namespace_s_resolver,
     a_repeated_answer_makes_its_name_the_current_one { v4: false, v6: true },
 );

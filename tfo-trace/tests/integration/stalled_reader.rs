@@ -2,7 +2,7 @@
 //! makes hundreds of TFO connections through a ring buffer far too small for them. Its
 //! events are lost, and say so; its counts must not be: after SIGCONT every series must
 //! equal the kernel's own counters (nstat, per namespace).
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 
@@ -83,4 +83,4 @@ fn export_counts_stay_exact_while_the_reader_is_stopped() {
     assert_eq!(closing["events_lost"], lost, "{closing}");
 }
 
-tests_main!(export_counts_stay_exact_while_the_reader_is_stopped);
+module_tests!(export_counts_stay_exact_while_the_reader_is_stopped);

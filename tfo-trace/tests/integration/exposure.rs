@@ -3,7 +3,7 @@
 //! exporter listens on loopback unless told otherwise, and nothing BPF outlives the tracer
 //! (no pin in bpffs, no program, link or map left loaded), after a clean exit or SIGKILL.
 //! Needs root; skips with the reason otherwise.
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeSet,
@@ -377,7 +377,7 @@ fn nothing_bpf_is_left_behind() {
     });
 }
 
-tests_main!(
+module_tests!(
     no_payload_byte_leaves_the_kernel,
     cookies_are_never_printed,
     recordings_are_private,

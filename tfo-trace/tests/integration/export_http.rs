@@ -7,7 +7,7 @@
 //! TLS with basic auth, itself serving the same web config (the reference the exporter's
 //! answers are compared with). Each test runs its own exporter (it loads eBPF: root).
 //! Every socket a test opens is closed when it ends (dropped).
-mod common;
+use crate::common;
 
 use std::{
     io::{ErrorKind, Read as _, Write as _},
@@ -481,7 +481,7 @@ fn prometheus_scrapes_over_tls_with_basic_auth() {
     drop(web.dir);
 }
 
-tests_main!(
+module_tests!(
     scrape_succeeds_with_thousands_of_idle_connections_open,
     slow_and_idle_connections_are_closed_after_the_header_timeout,
     oversized_and_malformed_requests_are_answered_and_closed,

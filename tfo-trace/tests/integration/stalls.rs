@@ -3,7 +3,7 @@
 //! TcpExtTCPSynRetrans and the middlebox's drop counter, each with the time tcpdump shows
 //! it lost (`common::wire`). And every view that counts stalls (`stalls`, `top` and
 //! `report` on one recording, a live `export`) must give the same stalls and time lost.
-mod common;
+use crate::common;
 
 use std::{net::SocketAddr, path::PathBuf, process::Command};
 
@@ -305,7 +305,7 @@ fn kernel_and_event_sums_of_time_lost_agree() {
     near(rows as f64, "top");
 }
 
-tests_main!(
+module_tests!(
     kernel_and_event_sums_of_time_lost_agree,
     stalls_lists_every_connection_that_paid_a_syn_timeout,
     one_recording_gives_the_same_stalls_in_every_view,

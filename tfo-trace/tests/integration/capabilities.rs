@@ -5,7 +5,7 @@
 //! way deploy/tfo-trace-exporter.service runs it (ambient CAP_BPF + CAP_PERFMON, bounding
 //! set of just those, no_new_privs, as nobody) must serve the kernel's counts, and the unit
 //! itself must pass `systemd-analyze verify`.
-mod common;
+use crate::common;
 
 use std::{
     io::{Read as _, Write as _},
@@ -336,7 +336,7 @@ fn scopeguard(f: impl FnOnce()) -> impl Drop {
     Guard(Some(f))
 }
 
-tests_main!(
+module_tests!(
     systemd_unit_passes_systemd_analyze_verify,
     nobody_with_cap_bpf_and_cap_perfmon_sees_the_kernels_connections,
     nobody_without_them_gets_one_line_naming_what_is_missing,

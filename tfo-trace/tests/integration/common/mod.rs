@@ -8,6 +8,7 @@
 
 pub mod cgroups;
 pub mod docker;
+#[macro_use]
 pub mod harness;
 pub mod kube;
 pub mod nstat;

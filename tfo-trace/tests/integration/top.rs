@@ -3,7 +3,7 @@
 //! in its plain rows and in its terminal UI (run in a real terminal: tmux), must equal the
 //! kernel's own counters (nstat deltas per namespace) and the middlebox's drop counter.
 //! Needs root; the terminal test also needs tmux. Each skips with the reason otherwise.
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeMap,
@@ -849,7 +849,7 @@ fn assert_demo_lab_gone(pid: u32, stderr: &[String]) {
     assert!(running.is_empty(), "lab processes left running: {running:?}");
 }
 
-tests_main!(
+module_tests!(
     demo_stopped_while_it_builds_its_lab_removes_the_lab,
     demo_hung_up_removes_its_lab,
     header_sysctl_is_the_traced_namespaces,

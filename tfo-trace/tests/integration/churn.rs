@@ -3,7 +3,7 @@
 //! `top --batch` run. Every count must equal the kernel's counters; every kernel map of the
 //! tracer must stay bounded, its per-connection state gone with the sockets; the tracers'
 //! memory must stay bounded.
-mod common;
+use crate::common;
 
 use std::{collections::BTreeSet, net::SocketAddr, process::Command};
 
@@ -164,4 +164,4 @@ fn a_million_connections_leave_nothing_behind_and_miss_no_count() {
     export.stop_lines();
 }
 
-tests_main!(a_million_connections_leave_nothing_behind_and_miss_no_count);
+module_tests!(a_million_connections_leave_nothing_behind_and_miss_no_count);

@@ -6,7 +6,7 @@
 //! Checked against the client's counters (TcpExtTCPFastOpenActive and ActiveFail do not
 //! move: tcp_rcv_fastopen_synack judges only `syn_data`), the server's (a TFO child each,
 //! TcpExtTCPFastOpenPassive; no cookie request) and tcpdump (SYNs with a cookie, no payload).
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 
@@ -150,4 +150,4 @@ fn server_speaks_first_sends_the_cookie_without_data(v6: bool) {
     }
 }
 
-tests_main!(server_speaks_first_sends_the_cookie_without_data { ipv4: false, ipv6: true });
+module_tests!(server_speaks_first_sends_the_cookie_without_data { ipv4: false, ipv6: true });

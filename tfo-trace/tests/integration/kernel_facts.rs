@@ -1,7 +1,7 @@
 //! The host facts tfo-trace reads from the running kernel (BTF layout, namespaces,
 //! tcp_metrics), checked where they need a kernel feature or root: skipped with the
 //! reason otherwise.
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
@@ -323,7 +323,7 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
 }
 
-tests_main!(
+module_tests!(
     btf_layout_resolves_on_the_running_kernel,
     every_backend_verifies_far_below_the_kernel_s_limit,
     a_namespace_only_a_listener_holds_is_still_counted,

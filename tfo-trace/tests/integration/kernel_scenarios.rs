@@ -2,7 +2,7 @@
 //! network namespaces while `tfo-trace trace --json` runs, and what the tracer reports
 //! must equal the kernel's own counters (nstat, per namespace) and the packets the
 //! middlebox dropped. Needs root; skips with the reason otherwise.
-mod common;
+use crate::common;
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -514,7 +514,7 @@ fn connect_refused_by_rst_names_its_port(v6: bool) {
     }
 }
 
-tests_main!(
+module_tests!(
     connect_refused_by_rst_names_its_port { ipv4: false, ipv6: true },
     first_contact_then_tfo { ipv4: false, ipv6: true },
     accepted_saves_the_round_trip_on_the_wire { ipv4: false, ipv6: true },

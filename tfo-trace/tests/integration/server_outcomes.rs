@@ -2,7 +2,7 @@
 //! a backup key, a listener without TCP_FASTOPEN, and a TFO queue that overflows. The
 //! client side is checked on every backend; server outcomes where the backend sees them
 //! (fentry/kprobe: the VM matrix), and the test says which it could not check.
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 
@@ -860,7 +860,7 @@ fn every_outcome_is_counted_in_each_namespace_against_nstat() {
     );
 }
 
-tests_main!(
+module_tests!(
     every_outcome_is_counted_in_each_namespace_against_nstat,
     key_rotation_without_backup_invalidates_cookies,
     key_rotation_with_backup_accepts_on_the_old_key,

@@ -4,7 +4,7 @@
 //! what the good lines alone give. Recordings joined (`cat a b`) are read whole, each
 //! header starting a new segment (the same host) or a new source (another host).
 //! The good lines are real ones, recorded from the lab (the fuzz seed corpus keeps them).
-mod common;
+use crate::common;
 
 use std::process::Command;
 
@@ -349,7 +349,7 @@ fn extreme_values() {
     }
 }
 
-tests_main!(
+module_tests!(
     junk_lines_are_skipped_and_the_rest_read,
     joined_recordings_are_read_whole,
     garbage,

@@ -4,7 +4,7 @@
 //! packets the middlebox dropped. A truncated or corrupt recording must still give the
 //! report of all its good lines, then one error line naming the bad ones, and exit 1.
 //! Needs root; skips with the reason otherwise.
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeMap, net::SocketAddr, os::unix::fs::PermissionsExt, path::Path, process::Command,
@@ -807,7 +807,7 @@ fn the_kernel_cache_is_kept_apart_from_the_window() {
     assert!(text.contains("ip tcp_metrics"), "{text}");
 }
 
-tests_main!(
+module_tests!(
     the_kernel_cache_is_kept_apart_from_the_window,
     one_listener_one_name_in_every_view,
     report_merges_recordings_of_two_hosts,

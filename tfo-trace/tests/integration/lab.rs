@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use common::Deltas;
 use tfo_trace::kernel::netstat::Netstat;
@@ -273,7 +273,7 @@ fn refused_connections_are_reported() {
     });
 }
 
-tests_main!(
+module_tests!(
     tfo {
         ipv4_msg_fastopen: (false, ClientMode::MsgFastopen),
         ipv4_fastopen_connect: (false, ClientMode::FastopenConnect),

@@ -1,7 +1,7 @@
 //! Faults a production host throws at the tracer: signals under maximum load, SIGKILL,
 //! two tracers at once, a bad BTF file or a backend that cannot load. Each must end with
 //! nothing left attached, nothing lost that was recorded, and one clear line when it fails.
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeSet,
@@ -170,7 +170,7 @@ fn two_tracers_at_once_do_not_disturb_each_other() {
 
 /// SIGHUP (a dropped ssh session) ends every long-running command as SIGTERM does: exit 0,
 /// its closing summary (or `report`'s report) said, a recording whole. Each died of it
-/// before, exit 129, without a word (issue 37, item 6; `demo`: tests/top.rs).
+/// before, exit 129, without a word (issue 37, item 6; `demo`: tests/integration/top.rs).
 fn a_hang_up_ends_every_command_as_sigterm_does() {
     require_kernel!();
     let rec = common::TempFile::new("hung-up");
@@ -257,7 +257,7 @@ fn a_missing_or_bad_btf_or_an_unloadable_backend_is_one_clear_line() {
     }
 }
 
-tests_main!(
+module_tests!(
     under_load_detaches_and_completes_the_recording {
         sigint: libc::SIGINT,
         sigterm: libc::SIGTERM,

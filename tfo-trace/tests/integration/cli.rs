@@ -1,5 +1,5 @@
 //! The command line as users meet it: usage errors, missing privileges, doctor.
-mod common;
+use crate::common;
 
 use std::{os::unix::process::CommandExt, process::Command};
 
@@ -455,7 +455,7 @@ fn closed_stdout_or_stderr_ends_every_command_quietly() {
 
 const LAB_RECORDING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/seeds/recording/lab.jsonl");
 
-tests_main!(
+module_tests!(
     closed_stdout_or_stderr_ends_every_command_quietly,
     record_refuses_links_and_existing_files,
     usage_messages_speak_the_users_language,

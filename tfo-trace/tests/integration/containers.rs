@@ -10,7 +10,7 @@
 //! And the shipped DaemonSet (deploy/kubernetes/daemonset.yaml): its pod template, run as a
 //! Pod by `podman kube play` with the image `cargo xtask dist` built, exports exactly what
 //! the lab's namespaces counted; every manifest there passes Kubernetes' schema.
-mod common;
+use crate::common;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -634,7 +634,7 @@ fn kubernetes_manifests_pass_the_schema() {
     }
 }
 
-tests_main!(
+module_tests!(
     daemonset_pod_exports_the_lab_exactly,
     kubernetes_manifests_pass_the_schema,
     cgroups_made_while_tracing_name_their_connections,
