@@ -8,7 +8,7 @@ use aya::{Ebpf, EbpfLoader};
 
 use super::{
     attach_all, raise_memlock_rlimit,
-    table::{uses_btf, Backend, Hook, HookKind},
+    table::{uses_btf, Backend, Hook, HookKind, PlainRuns},
     EBPF_OBJECT,
 };
 
@@ -20,6 +20,7 @@ const FLOOR_HOOKS: [Hook; 3] = [
         target: "inet_sock_set_state",
         sees: &[],
         why: "",
+        plain_runs: PlainRuns::PerStateChange,
     },
     Hook {
         program: "floor_retransmit",
@@ -27,6 +28,7 @@ const FLOOR_HOOKS: [Hook; 3] = [
         target: "tcp_retransmit_skb",
         sees: &[],
         why: "",
+        plain_runs: PlainRuns::PerRetransmission,
     },
     Hook {
         program: "floor_synack_retransmit",
@@ -34,6 +36,7 @@ const FLOOR_HOOKS: [Hook; 3] = [
         target: "tcp_retransmit_synack",
         sees: &[],
         why: "",
+        plain_runs: PlainRuns::PerSynackResend,
     },
 ];
 const FLOOR_RAW_HOOKS: [Hook; 3] = [
@@ -43,6 +46,7 @@ const FLOOR_RAW_HOOKS: [Hook; 3] = [
         target: "inet_sock_set_state",
         sees: &[],
         why: "",
+        plain_runs: PlainRuns::PerStateChange,
     },
     Hook {
         program: "floor_retransmit_raw",
@@ -50,6 +54,7 @@ const FLOOR_RAW_HOOKS: [Hook; 3] = [
         target: "tcp_retransmit_skb",
         sees: &[],
         why: "",
+        plain_runs: PlainRuns::PerRetransmission,
     },
     Hook {
         program: "floor_synack_retransmit_raw",
@@ -57,6 +62,7 @@ const FLOOR_RAW_HOOKS: [Hook; 3] = [
         target: "tcp_retransmit_synack",
         sees: &[],
         why: "",
+        plain_runs: PlainRuns::PerSynackResend,
     },
 ];
 

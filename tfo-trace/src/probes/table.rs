@@ -92,6 +92,85 @@ pub struct Hook {
     /// (role, outcome) pairs this hook decides.
     pub sees: &'static [(Role, Outcome)],
     pub why: &'static str,
+    /// What it costs a plain (non-TFO) connection: when it runs for one, how many times.
+    pub plain_runs: PlainRuns,
+}
+
+/// When a hook runs for a plain (non-TFO) TCP connection: the cost that tracing TFO puts
+/// on every other connection of the host. `doctor`, `-v`, docs/cost.md and the run-count
+/// test (tests/integration/plain_cost.rs) all read it from here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlainRuns {
+    /// Only for TFO connections (or nothing connection-related at all).
+    Never,
+    /// inet_sock_set_state: every TCP state change of every socket, TFO or not.
+    PerStateChange,
+    /// tcp_try_fastopen: every SYN at a listener that is not answered by a syncookie.
+    PerListenerSyn,
+    /// tcp_retransmit_skb: every retransmitted segment of any socket.
+    PerRetransmission,
+    /// tcp_fastopen_active_detect_blackhole: every retransmission timeout of any socket.
+    PerRto,
+    /// tcp_retransmit_synack: every SYN-ACK a listener resends.
+    PerSynackResend,
+    /// cgroup_mkdir/rmdir: every cgroup made or removed, never per connection.
+    PerCgroupChange,
+}
+
+/// Runs of one hook for one plain connection, at each end, on a loss-free connection that
+/// both ends close with a FIN (its client and its server socket both on this host).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PlainCost {
+    pub client: u32,
+    pub server: u32,
+}
+
+impl PlainCost {
+    pub const fn total(self) -> u32 {
+        self.client + self.server
+    }
+}
+
+impl PlainRuns {
+    /// Runs per plain connection, measured by tests/integration/plain_cost.rs (bpf_stats run_cnt over
+    /// 200 connections; host 6.18 tracepoint, VM 6.1 fentry): the state hook runs for the
+    /// client's CLOSE->SYN_SENT->ESTABLISHED->FIN_WAIT1->FIN_WAIT2->CLOSE and the server
+    /// child's CLOSE->SYN_RECV->ESTABLISHED->CLOSE_WAIT->LAST_ACK->CLOSE.
+    pub const fn per_connection(self) -> PlainCost {
+        match self {
+            PlainRuns::PerStateChange => PlainCost { client: 5, server: 5 },
+            PlainRuns::PerListenerSyn => PlainCost { client: 0, server: 1 },
+            PlainRuns::Never
+            | PlainRuns::PerRetransmission
+            | PlainRuns::PerRto
+            | PlainRuns::PerSynackResend
+            | PlainRuns::PerCgroupChange => PlainCost { client: 0, server: 0 },
+        }
+    }
+
+    /// When it runs, as `doctor` says it.
+    pub const fn when(self) -> &'static str {
+        match self {
+            PlainRuns::Never => "never: only for TFO connections",
+            PlainRuns::PerStateChange => "each state change of its two sockets",
+            PlainRuns::PerListenerSyn => "the SYN at the listener",
+            PlainRuns::PerRetransmission => "each retransmitted segment",
+            PlainRuns::PerRto => "each retransmission timeout",
+            PlainRuns::PerSynackResend => "each SYN-ACK resent",
+            PlainRuns::PerCgroupChange => "each cgroup made or removed",
+        }
+    }
+
+    /// What makes it run beyond a healthy connection's handshake and close, if anything.
+    const fn unless(self) -> Option<&'static str> {
+        match self {
+            PlainRuns::PerRetransmission => Some("it retransmits"),
+            PlainRuns::PerRto => Some("a retransmission timer fires"),
+            PlainRuns::PerSynackResend => Some("a SYN-ACK is resent"),
+            PlainRuns::PerCgroupChange => Some("a cgroup is made or removed"),
+            PlainRuns::Never | PlainRuns::PerStateChange | PlainRuns::PerListenerSyn => None,
+        }
+    }
 }
 
 use Outcome::*;
@@ -167,9 +246,30 @@ const fn tracepoint_hooks(btf: bool, child: bool) -> [Hook; 3] {
         (&CLIENT_FROM_STATE, STATE_WHY)
     };
     [
-        Hook { program: names[0], kind, target: "inet_sock_set_state", sees, why },
-        Hook { program: names[1], kind, target: "tcp_retransmit_skb", sees: &[], why: RETRANSMIT_WHY },
-        Hook { program: names[2], kind, target: "tcp_retransmit_synack", sees: SYNACK_SEES, why: SYNACK_WHY },
+        Hook {
+            program: names[0],
+            kind,
+            target: "inet_sock_set_state",
+            sees,
+            why,
+            plain_runs: PlainRuns::PerStateChange,
+        },
+        Hook {
+            program: names[1],
+            kind,
+            target: "tcp_retransmit_skb",
+            sees: &[],
+            why: RETRANSMIT_WHY,
+            plain_runs: PlainRuns::PerRetransmission,
+        },
+        Hook {
+            program: names[2],
+            kind,
+            target: "tcp_retransmit_synack",
+            sees: SYNACK_SEES,
+            why: SYNACK_WHY,
+            plain_runs: PlainRuns::PerSynackResend,
+        },
     ]
 }
 
@@ -202,6 +302,7 @@ const fn function_hooks(fentry: bool) -> [Hook; 5] {
             target: "tcp_try_fastopen",
             sees: &[],
             why: TRY_FASTOPEN_ENTRY_WHY,
+            plain_runs: PlainRuns::PerListenerSyn,
         },
         Hook {
             program: names[1],
@@ -209,6 +310,7 @@ const fn function_hooks(fentry: bool) -> [Hook; 5] {
             target: "tcp_try_fastopen",
             sees: SERVER_FROM_TRY_FASTOPEN,
             why: TRY_FASTOPEN_WHY,
+            plain_runs: PlainRuns::PerListenerSyn,
         },
         Hook {
             program: names[2],
@@ -216,6 +318,7 @@ const fn function_hooks(fentry: bool) -> [Hook; 5] {
             target: "tcp_fastopen_active_detect_blackhole",
             sees: &[],
             why: BLACKHOLE_ENTRY_WHY,
+            plain_runs: PlainRuns::PerRto,
         },
         Hook {
             program: names[3],
@@ -223,6 +326,7 @@ const fn function_hooks(fentry: bool) -> [Hook; 5] {
             target: "tcp_fastopen_active_detect_blackhole",
             sees: BLACKHOLE_SEES,
             why: BLACKHOLE_WHY,
+            plain_runs: PlainRuns::PerRto,
         },
         Hook {
             program: names[4],
@@ -230,6 +334,7 @@ const fn function_hooks(fentry: bool) -> [Hook; 5] {
             target: "tcp_fastopen_cache_set",
             sees: COOKIE_CACHED_SEES,
             why: COOKIE_CACHED_WHY,
+            plain_runs: PlainRuns::Never,
         },
     ]
 }
@@ -256,6 +361,7 @@ const CGROUP_HOOKS: [Hook; 2] = [
         target: "cgroup_mkdir",
         sees: &[],
         why: "a container's cgroup is named from the moment it exists, however briefly it lives",
+        plain_runs: PlainRuns::PerCgroupChange,
     },
     Hook {
         program: "tfo_cgroup_rmdir",
@@ -263,6 +369,7 @@ const CGROUP_HOOKS: [Hook; 2] = [
         target: "cgroup_rmdir",
         sees: &[],
         why: "a removed cgroup's name is kept until the events that name it are read",
+        plain_runs: PlainRuns::PerCgroupChange,
     },
 ];
 
@@ -427,6 +534,85 @@ pub fn all_programs() -> impl Iterator<Item = &'static str> {
     Backend::ALL.iter().flat_map(|b| hooks(*b)).chain(cgroup_hooks()).map(|h| h.program)
 }
 
+/// One hook a plain connection runs, and how often ([`PlainRuns`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PlainRun {
+    pub program: &'static str,
+    pub target: &'static str,
+    /// Runs per plain connection, at each end.
+    pub runs: PlainCost,
+    pub when: &'static str,
+}
+
+/// The hooks of `backend` that a healthy plain connection runs (the cgroup hooks never
+/// run for one): what `doctor` and `-v` list, and what the run-count test holds the
+/// kernel's bpf_stats to.
+pub fn plain_connection_runs(backend: Backend) -> Vec<PlainRun> {
+    hooks(backend)
+        .iter()
+        .filter(|h| h.plain_runs.per_connection().total() > 0)
+        .map(|h| PlainRun {
+            program: h.program,
+            target: h.target,
+            runs: h.plain_runs.per_connection(),
+            when: h.plain_runs.when(),
+        })
+        .collect()
+}
+
+/// [`plain_connection_runs`] as one sentence, e.g. "tfo_state (inet_sock_set_state) 10
+/// times (each state change of its two sockets: 5 client, 5 server); ...; nothing else
+/// unless it retransmits".
+pub fn plain_connection_summary(backend: Backend) -> String {
+    fn times(n: u32) -> String {
+        match n {
+            1 => "once".into(),
+            2 => "twice".into(),
+            n => format!("{n} times"),
+        }
+    }
+    // Twins on one function (entry and exit) are said together.
+    let mut groups: Vec<(Vec<&str>, PlainRun)> = Vec::new();
+    for run in plain_connection_runs(backend) {
+        match groups.last_mut() {
+            Some((programs, last)) if last.target == run.target && last.runs == run.runs => {
+                programs.push(run.program)
+            }
+            _ => groups.push((vec![run.program], run)),
+        }
+    }
+    let mut parts: Vec<String> = groups
+        .iter()
+        .map(|(programs, run)| {
+            let each = if programs.len() > 1 { " each" } else { "" };
+            let sides = match (run.runs.client, run.runs.server) {
+                (0, _) | (_, 0) => String::new(),
+                (c, s) => format!(": {c} client, {s} server"),
+            };
+            format!(
+                "{} ({}) {}{each} ({}{sides})",
+                programs.join(" and "),
+                run.target,
+                times(run.runs.total()),
+                run.when
+            )
+        })
+        .collect();
+    let mut unless: Vec<&str> = Vec::new();
+    for u in hooks(backend).iter().filter_map(|h| h.plain_runs.unless()) {
+        if !unless.contains(&u) {
+            unless.push(u);
+        }
+    }
+    let tail = match unless.split_last() {
+        None => "nothing else".to_string(),
+        Some((last, [])) => format!("nothing else unless {last}"),
+        Some((last, rest)) => format!("nothing else unless {} or {last}", rest.join(", ")),
+    };
+    parts.push(tail);
+    parts.join("; ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -548,5 +734,31 @@ mod tests {
         for (f, k) in hooks(Backend::Fentry).iter().zip(hooks(Backend::Kprobe)) {
             assert_eq!(f.sees, k.sees, "{} and {} see the same", f.program, k.program);
         }
+    }
+
+    #[test]
+    fn a_plain_connection_is_said_to_run_what_the_table_says() {
+        let s = plain_connection_summary(Backend::Fentry);
+        assert!(s.starts_with("tfo_state (inet_sock_set_state) 10 times (each state change"), "{s}");
+        assert!(
+            s.contains("tfo_try_fastopen_fentry and tfo_try_fastopen_fexit (tcp_try_fastopen) once each"),
+            "{s}"
+        );
+        assert!(
+            s.ends_with(
+                "nothing else unless it retransmits, a SYN-ACK is resent or a retransmission timer fires"
+            ),
+            "{s}"
+        );
+        let runs = plain_connection_runs(Backend::Tracepoint);
+        assert_eq!(runs.iter().map(|r| r.program).collect::<Vec<_>>(), ["tfo_state"]);
+        for backend in Backend::ALL {
+            for hook in hooks(backend) {
+                if hook.target == "tcp_fastopen_cache_set" {
+                    assert_eq!(hook.plain_runs, PlainRuns::Never, "{}", hook.program);
+                }
+            }
+        }
+        assert!(cgroup_hooks().iter().all(|h| h.plain_runs.per_connection().total() == 0));
     }
 }

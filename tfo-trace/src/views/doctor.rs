@@ -175,6 +175,7 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
             if !b.sees.is_empty() {
                 s.line(format!("sees: {}", b.sees.join(", ")));
             }
+            s.line(format!("a plain connection runs: {}", b.plain_connection));
             for blind in &b.blind {
                 s.line(format!("not visible: {blind}"));
             }

@@ -270,6 +270,7 @@ fn say_attached(tracer: &Tracer, load: &LoadOptions) -> Result<()> {
         tracer.backend,
         tracer.attach_time.as_millis()
     )?;
+    log::info!("a plain connection runs: {}", probes::table::plain_connection_summary(tracer.backend));
     if let Err(why) = &tracer.cgroup_hooks {
         if !load.refusal_events_only {
             crate::note!(

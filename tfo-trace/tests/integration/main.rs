@@ -19,6 +19,7 @@ mod kernel_facts;
 mod kernel_scenarios;
 mod lab;
 mod names;
+mod plain_cost;
 mod refusal_causes;
 mod report;
 mod server_outcomes;
@@ -44,6 +45,7 @@ fn main() -> std::process::ExitCode {
         kernel_scenarios::tests(),
         lab::tests(),
         names::tests(),
+        plain_cost::tests(),
         refusal_causes::tests(),
         report::tests(),
         server_outcomes::tests(),

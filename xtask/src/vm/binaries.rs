@@ -21,8 +21,15 @@ use crate::util::{capture, cargo};
 
 /// The scenario tests (tracer against the kernel's counters): run once per backend, with
 /// TFO_TRACE_BACKEND set (tests/integration/common passes it as `--backend`).
-pub(super) const VM_PER_BACKEND: &[&str] =
-    &["kernel_scenarios", "server_outcomes", "stalls", "report", "refusal_causes", "server_speaks_first"];
+pub(super) const VM_PER_BACKEND: &[&str] = &[
+    "kernel_scenarios",
+    "server_outcomes",
+    "stalls",
+    "report",
+    "refusal_causes",
+    "server_speaks_first",
+    "plain_cost",
+];
 /// Run once per kernel, without a backend: the lab itself (veth, netem, nft on this kernel).
 /// `names` too: its socket filter and packet sockets are the same on every backend.
 pub(super) const VM_ONCE: &[&str] = &["lab", "kernel_facts", "names"];
