@@ -47,7 +47,8 @@ impl Session {
                 tracer.cookie_key,
                 probes::table::sees_synack(tracer.backend),
             );
-            let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok(), load.names, causes)?;
+            let names = load.names.then(|| start_names(&mut tracer.ebpf)).transpose()?;
+            let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok(), names, causes)?;
             if let Some(r) = &mut recorder {
                 r.write_header(&Header::now(tracer.backend.name()))?;
             }
@@ -308,3 +309,8 @@ impl std::fmt::Display for PrivilegeError {
 }
 
 impl std::error::Error for PrivilegeError {}
+
+/// Starts reading every namespace's DNS answers through the socket filter probes/ loads.
+fn start_names(ebpf: &mut aya::Ebpf) -> Result<crate::names::Names> {
+    crate::names::Names::start(probes::load_dns_filter(ebpf)?)
+}
