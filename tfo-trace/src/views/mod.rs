@@ -9,7 +9,6 @@ pub mod man;
 pub mod namespace_counters;
 pub mod output;
 pub mod paused;
-pub mod replay;
 pub mod report;
 pub mod session;
 pub mod stalls;

@@ -23,7 +23,10 @@ use crate::{
         Built, Facts, GroupOptions, ListenerFact, ReportBuilder, Rest, Summary,
     },
     cli::{ReportArgs, ReportFormat},
-    events::record,
+    events::{
+        record,
+        replay::{Replay, Replayed},
+    },
     filter::EventFilter,
     kernel::{
         listeners,
@@ -32,10 +35,7 @@ use crate::{
         tcp_metrics,
     },
     units,
-    views::{
-        replay::{Replay, Replayed},
-        session::Session,
-    },
+    views::session::Session,
 };
 
 /// Where the events came from: one recording, the live kernel, or (the top-level `source`
@@ -156,9 +156,9 @@ fn from_recordings(
 ) -> Result<(Source, Vec<Source>, Built, Vec<String>)> {
     let mut opened = Vec::new();
     let mut hosts = std::collections::BTreeSet::new();
-    let mut netns_names = crate::filter::RecordedNetnsNames::default();
+    let mut netns_names = crate::events::replay::RecordedNetnsNames::default();
     for (path, in_folder) in record::recordings_named(from)? {
-        match Replay::open(&path, filter.clone()) {
+        match Replay::open(&path, filter.clone().into_select()) {
             Ok((header, replay)) => {
                 // Several hosts make a fleet (namespace inodes then name nothing), also
                 // when joined in one file: its headers are read first.
