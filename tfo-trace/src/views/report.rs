@@ -34,8 +34,8 @@ use crate::{
         sysctl::{self, TfoNamespace},
         tcp_metrics,
     },
+    live::session::Session,
     units,
-    views::session::Session,
 };
 
 /// Where the events came from: one recording, the live kernel, or (the top-level `source`
@@ -103,7 +103,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
     };
     let mut out = io::stdout().lock();
     let r = Rendered { source: &source, sources: &sources, built: &built };
-    crate::views::output::stdout_written(render(&mut out, args.format, &r, &errors))?;
+    crate::live::output::stdout_written(render(&mut out, args.format, &r, &errors))?;
     match errors.len() {
         // Everything the good lines give is printed; each bad line is one error line.
         0 => Ok(()),

@@ -393,7 +393,7 @@ impl Drop for Tracer {
 }
 
 /// A tracer's closing summary, as data: the JSON object it says on stderr under `--json`
-/// or `--json-summary` (`tfo_trace::views::closing::Closing`: `events`, `events_lost`,
+/// or `--json-summary` (`tfo_trace::live::closing::Closing`: `events`, `events_lost`,
 /// `counted`, `unread`, `hook_runs_missed`, `connects_unfollowed`, `outcomes_uncounted`,
 /// `unnamed`, `malformed`, `recorded_to`, `stalled` for `stalls`, `kernel_counted`).
 pub fn closing(stderr: &[String]) -> Option<Value> {

@@ -16,8 +16,8 @@ use crate::{
         record::{Header, RecordTo, Recorder},
         Event, EventRef,
     },
+    live::{closing::Closing, namespace_counters::NamespaceCounters, output::OutputClosed, stop::Stop},
     probes::{self, LoadOptions, Tracer},
-    views::{closing::Closing, namespace_counters::NamespaceCounters, output::OutputClosed, stop::Stop},
 };
 
 pub struct Session {
