@@ -36,11 +36,11 @@ use super::{
     stall,
 };
 use crate::{
+    backends::{self, Backend},
     events::{
         counts::{Health, KernelCounts},
         Cause, Event, Outcome, Role,
     },
-    probes::{table, Backend},
 };
 
 /// `Content-Type` of what [`Metrics::encode`] returns (Prometheus text format 0.0.4).
@@ -491,7 +491,7 @@ impl Collector for ModelCollector {
         let seen: Vec<(Role, Outcome)> = Role::ALL
             .into_iter()
             .flat_map(|r| Outcome::ALL.into_iter().map(move |o| (r, o)))
-            .filter(|&(r, o)| table::sees(m.backend, r, o) || m.kernel.total(r, o).events > 0)
+            .filter(|&(r, o)| backends::sees(m.backend, r, o) || m.kernel.total(r, o).events > 0)
             .collect();
         let roles: Vec<Role> = Role::ALL.into_iter().filter(|r| seen.iter().any(|(sr, _)| sr == r)).collect();
 
@@ -555,7 +555,7 @@ impl Collector for ModelCollector {
             }
         }
 
-        if table::sees(m.backend, Role::Client, Outcome::DataNotAcked) {
+        if backends::sees(m.backend, Role::Client, Outcome::DataNotAcked) {
             let e = encoder.encode_descriptor(
                 "tfo_trace_syn_data_refused",
                 "Client SYN-data the server did not take (data_not_acked), by what its SYN-ACK said: \
@@ -719,7 +719,7 @@ mod tests {
     fn breakdown_series(t: &str, admitted: usize) -> (usize, usize) {
         let series = t.lines().filter(|l| l.starts_with("tfo_trace_connections_total{")).count();
         let backend = crate::probes::Backend::Tracepoint;
-        let seen = |role: Role| Outcome::ALL.iter().filter(|o| table::sees(backend, role, **o)).count();
+        let seen = |role: Role| Outcome::ALL.iter().filter(|o| backends::sees(backend, role, **o)).count();
         let counted = KernelCounted::series(backend).count();
         (series, seen(Role::Client) + seen(Role::Server) + counted + admitted)
     }

@@ -45,7 +45,7 @@ impl Session {
         let started = probes::load(load).and_then(|mut tracer| {
             let causes = crate::events::causes::Causes::new(
                 tracer.cookie_key,
-                probes::table::sees_synack(tracer.backend),
+                crate::backends::sees_synack(tracer.backend),
             );
             let names = load.names.then(|| start_names(&mut tracer.ebpf)).transpose()?;
             let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok(), names, causes)?;
@@ -267,7 +267,7 @@ fn say_attached(tracer: &Tracer, load: &LoadOptions) -> Result<()> {
     }
     crate::note!(
         "tfo-trace: {} programs attached with the {} backend in {} ms; Ctrl-C to stop",
-        probes::table::hooks(tracer.backend).len(),
+        crate::backends::hooks(tracer.backend).len(),
         tracer.backend,
         tracer.attach_time.as_millis()
     )?;
@@ -279,7 +279,7 @@ fn say_attached(tracer: &Tracer, load: &LoadOptions) -> Result<()> {
             )?;
         }
     }
-    let blind = probes::table::blind_selected(tracer.backend, &load.filter);
+    let blind = crate::backends::blind_selected(tracer.backend, &load.filter);
     if !blind.is_empty() {
         let what: Vec<String> =
             blind.iter().map(|b| format!("{} {} ({})", b.role.name(), b.outcome.name(), b.why)).collect();

@@ -417,7 +417,7 @@ pub fn backend_of(stderr: &[String]) -> tfo_trace::probes::Backend {
 /// Whether that backend reports (role, outcome), for a check that runs either way (one
 /// expectation where it sees it, another where it does not).
 pub fn sees(stderr: &[String], role: Role, outcome: Outcome) -> bool {
-    tfo_trace::probes::table::sees(backend_of(stderr), role, outcome)
+    tfo_trace::backends::sees(backend_of(stderr), role, outcome)
 }
 
 /// Whether that backend reports (role, outcome), to guard the checks that need it: where

@@ -15,9 +15,9 @@ use crate::{
         kernel_counted,
         report::facts::{Facts, ListenerFact},
     },
+    backends::{self, Backend},
     events::{Outcome, Role},
     kernel::{netstat::Netstat, tcp_metrics::TcpMetric},
-    probes::{table, Backend},
     units,
 };
 
@@ -91,7 +91,7 @@ pub fn namespace_findings(
 ) -> Vec<NamespaceFinding> {
     let backend = facts.backend.as_deref().unwrap_or("running");
     // Outcomes only a namespace counter sees on this backend, said from the counter.
-    let blind = |role, outcome| backend_of(facts).is_some_and(|b| !table::sees(b, role, outcome));
+    let blind = |role, outcome| backend_of(facts).is_some_and(|b| !backends::sees(b, role, outcome));
     let mut out = Vec::new();
     let none = Netstat::default();
     let mut namespaces: BTreeSet<u32> = facts.counters.keys().copied().collect();
