@@ -8,6 +8,7 @@ pub mod checks;
 use serde::Serialize;
 
 use crate::{
+    backends::{self, Backend},
     events::{Outcome, Role},
     kernel::{
         host::HostFacts,
@@ -20,7 +21,7 @@ use crate::{
         tcp_metrics::NamespaceTcpMetrics,
         uname::KernelInfo,
     },
-    probes::{table, Backend, Loaded, Verified},
+    probes::{Loaded, Verified},
 };
 
 pub use checks::Check;
@@ -73,8 +74,8 @@ pub struct BackendVerdict {
     /// near this kernel came to refusing the backend.
     pub largest_verified: Option<Verified>,
     /// The hooks a healthy plain (non-TFO) connection runs with this backend, and how
-    /// often (`table::PlainRuns`): what tracing TFO costs every other connection.
-    pub plain_connection_runs: Vec<table::PlainRun>,
+    /// often (`backends::PlainRuns`): what tracing TFO costs every other connection.
+    pub plain_connection_runs: Vec<backends::PlainRun>,
     /// The same, as one sentence.
     pub plain_connection: String,
 }
@@ -135,21 +136,21 @@ fn backend_verdicts(loader: Vec<(Backend, Result<Loaded, String>)>) -> Vec<Backe
             let mut sees = Vec::new();
             for role in [Role::Client, Role::Server] {
                 for outcome in Outcome::ALL {
-                    if table::sees(backend, role, outcome) {
+                    if backends::sees(backend, role, outcome) {
                         sees.push(format!("{} {}", role.name(), outcome.name()));
                     }
                 }
             }
-            let blind: Vec<String> = table::blind_spots(backend)
+            let blind: Vec<String> = backends::blind_spots(backend)
                 .iter()
                 .map(|b| {
                     let (role, name) = (b.role.name(), b.outcome.name());
                     let counted = match b.counter {
-                        table::KernelCounter::Exact(c) => format!("counted by the kernel instead: {c}"),
-                        table::KernelCounter::Within { counter, of } => {
+                        backends::KernelCounter::Exact(c) => format!("counted by the kernel instead: {c}"),
+                        backends::KernelCounter::Within { counter, of } => {
                             format!("counted by the kernel instead: {counter} (out of {})", of.name())
                         }
-                        table::KernelCounter::None(why) => format!("not counted: {why}"),
+                        backends::KernelCounter::None(why) => format!("not counted: {why}"),
                     };
                     format!("{role} {name} ({}); {counted}", b.why)
                 })
@@ -165,8 +166,8 @@ fn backend_verdicts(loader: Vec<(Backend, Result<Loaded, String>)>) -> Vec<Backe
                 sees,
                 blind,
                 largest_verified,
-                plain_connection_runs: table::plain_connection_runs(backend),
-                plain_connection: table::plain_connection_summary(backend),
+                plain_connection_runs: backends::plain_connection_runs(backend),
+                plain_connection: backends::plain_connection_summary(backend),
             }
         })
         .collect()

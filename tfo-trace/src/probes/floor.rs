@@ -6,11 +6,8 @@
 use anyhow::{Context as _, Result};
 use aya::{Ebpf, EbpfLoader};
 
-use super::{
-    attach_all, raise_memlock_rlimit,
-    table::{uses_btf, Backend, Hook, HookKind, PlainRuns},
-    EBPF_OBJECT,
-};
+use super::{attach_all, raise_memlock_rlimit, EBPF_OBJECT};
+use crate::backends::{uses_btf, Backend, Hook, HookKind, PlainRuns};
 
 /// Empty programs on the attach points of the BTF-typed (tp_btf) tracepoint backend.
 const FLOOR_HOOKS: [Hook; 3] = [

@@ -4,7 +4,6 @@ mod cast;
 #[cfg(feature = "fixtures")]
 pub mod floor;
 pub mod layout;
-pub mod table;
 
 use std::{
     os::fd::AsFd as _,
@@ -19,9 +18,9 @@ use aya::{
 };
 use tfo_trace_common::config;
 
+use crate::backends::{self, HookKind};
+pub use crate::backends::{Backend, BackendChoice};
 use cast::TcpSockCast;
-use table::HookKind;
-pub use table::{Backend, BackendChoice};
 
 /// The eBPF object, built by build.rs and embedded: one binary is all a host needs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tfo-trace"));
@@ -133,7 +132,7 @@ fn verified(ebpf: &Ebpf, program: &str) -> Option<Verified> {
 }
 
 /// The loaded program the verifier worked hardest on, where the kernel reports it.
-fn largest_verification(ebpf: &Ebpf, hooks: &[table::Hook]) -> Option<Verified> {
+fn largest_verification(ebpf: &Ebpf, hooks: &[backends::Hook]) -> Option<Verified> {
     hooks.iter().filter_map(|h| verified(ebpf, h.program)).max_by_key(|v| v.instructions)
 }
 
@@ -343,7 +342,7 @@ fn load_backend(
 /// How a backend that loaded reads a `struct tcp_sock`, for `doctor`: the typed backends
 /// cast a socket with the kfunc (6.2+) or fall back to the helper, and say why.
 fn cast_note(backend: Backend, cast: TcpSockCast) -> String {
-    if !table::uses_btf(backend) {
+    if !backends::uses_btf(backend) {
         return "probe reads (bpf_probe_read_kernel): no socket cast".into();
     }
     match cast {
@@ -364,10 +363,10 @@ fn load_backend_with(
     cookie_key: [u64; 2],
 ) -> Result<Ebpf> {
     let mut flags = 0;
-    if table::server_from_state(backend) {
+    if backends::server_from_state(backend) {
         flags |= config::SERVER_FROM_STATE;
     }
-    if table::sees_synack(backend) {
+    if backends::sees_synack(backend) {
         flags |= config::COOKIE_FROM_CACHE_SET;
     }
     if opts.refusal_events_only {
@@ -397,7 +396,7 @@ fn load_backend_with(
     let mut ebpf = loader.load(object.bytes()).context("loading the eBPF object")?;
     fill_cgroup_filter(&mut ebpf, &opts.cgroups)?;
     prefill_listeners(&mut ebpf, opts)?;
-    attach_all(&mut ebpf, table::hooks(backend))?;
+    attach_all(&mut ebpf, backends::hooks(backend))?;
     Ok(ebpf)
 }
 
@@ -459,7 +458,7 @@ pub fn listener_owners(ebpf: &Ebpf) -> Vec<(u32, u32)> {
 }
 
 /// Loads and attaches `hooks` of an object already loaded, each step named on error.
-fn attach_all(ebpf: &mut Ebpf, hooks: &[table::Hook]) -> Result<()> {
+fn attach_all(ebpf: &mut Ebpf, hooks: &[backends::Hook]) -> Result<()> {
     // aya's own BTF, for the typed programs' target lookup.
     let needs_btf =
         hooks.iter().any(|h| matches!(h.kind, HookKind::BtfTracepoint | HookKind::FEntry | HookKind::FExit));
@@ -477,18 +476,18 @@ fn attach_all(ebpf: &mut Ebpf, hooks: &[table::Hook]) -> Result<()> {
     Ok(())
 }
 
-/// The cgroup hooks ([`table::cgroup_hooks`]), after the backend's: a kernel that refuses
+/// The cgroup hooks ([`backends::cgroup_hooks`]), after the backend's: a kernel that refuses
 /// them (or lacks the `struct cgroup` members they read) loses only the immediacy of
 /// container names, so the reason is returned, not raised.
 fn attach_cgroup_hooks(ebpf: &mut Ebpf) -> Result<(), String> {
-    let attached = attach_all(ebpf, table::cgroup_hooks()).map_err(|e| short_reason(&e));
+    let attached = attach_all(ebpf, backends::cgroup_hooks()).map_err(|e| short_reason(&e));
     if let Err(why) = &attached {
         log::info!("cgroup hooks: {why}; containers are named by walking the cgroup hierarchy");
     }
     attached
 }
 
-fn attach(ebpf: &mut Ebpf, hook: &table::Hook, btf: Option<&Btf>) -> Result<()> {
+fn attach(ebpf: &mut Ebpf, hook: &backends::Hook, btf: Option<&Btf>) -> Result<()> {
     let program = ebpf
         .program_mut(hook.program)
         .ok_or_else(|| anyhow!("program {} missing from the eBPF object", hook.program))?;
@@ -557,7 +556,7 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<Loaded, String>)> {
                         load_backend(backend, &opts, &k, random_key())
                             .map(|(ebpf, cast)| Loaded {
                                 how: cast_note(backend, cast),
-                                largest: largest_verification(&ebpf, table::hooks(backend)),
+                                largest: largest_verification(&ebpf, backends::hooks(backend)),
                             })
                             .map_err(|e| backend_refused(backend, &e))
                     })
@@ -600,7 +599,7 @@ mod tests {
     #[test]
     fn every_program_the_table_names_is_in_the_object() {
         let obj = aya_obj::Object::parse(EBPF_OBJECT).expect("the embedded eBPF object parses");
-        let names = table::all_programs();
+        let names = backends::all_programs();
         #[cfg(feature = "fixtures")]
         let names = names.chain(Backend::ALL.iter().flat_map(|b| floor::hooks(*b)).map(|h| h.program));
         for name in names {

@@ -258,7 +258,7 @@ fn kernel_counted_outcomes_with_the_units_privileges() {
     let text = scrape(listen.parse().unwrap());
     let (_, stderr) = exporter.stop_lines();
     let backend = common::backend_of(&stderr);
-    if tfo_trace::probes::table::sees(backend, Role::Server, Outcome::CookieInvalid) {
+    if tfo_trace::backends::sees(backend, Role::Server, Outcome::CookieInvalid) {
         common::skip(format!("the {backend} backend sees invalid cookies itself: no kernel counter is read"));
     }
     let closing = common::closing(&stderr).expect("a closing summary");

@@ -203,7 +203,7 @@ fn outcomes_the_backend_cannot_see_are_named() {
         let err: Vec<String> = String::from_utf8_lossy(&out.stderr).lines().map(String::from).collect();
         assert_eq!(out.status.code(), Some(0), "{err:?}");
         let backend = common::backend_of(&err);
-        let blind: Vec<&tfo_trace::probes::table::Blind> = tfo_trace::probes::table::blind_spots(backend)
+        let blind: Vec<&tfo_trace::backends::Blind> = tfo_trace::backends::blind_spots(backend)
             .iter()
             .filter(|b| b.outcome.name() == outcome)
             .collect();

@@ -157,8 +157,8 @@ fn a_namespace_only_a_listener_holds_is_still_counted() {
     use tfo_trace::{
         events::{Outcome, Role},
         kernel::every_netns::{self, Way},
+        live::namespace_counters::NamespaceCounters,
         probes::Backend,
-        views::namespace_counters::NamespaceCounters,
     };
     require_root();
     let (guard, path, inode) = netns_with_loopback("held");
@@ -199,8 +199,8 @@ fn a_namespace_born_while_tracing_counts_from_its_birth() {
     use tfo_trace::{
         events::{Outcome, Role},
         kernel::netstat::Netstat,
+        live::namespace_counters::NamespaceCounters,
         probes::Backend,
-        views::namespace_counters::NamespaceCounters,
     };
     require_root();
     let mut counters = NamespaceCounters::start(Backend::Tracepoint, &tfo_trace_common::Filter::none());

@@ -213,7 +213,7 @@ fn check_saved_against_wire(lab: &Lab, v6: bool, n: u32, delayed: bool) -> (Vec<
     let children = of_role(&events, srv_ns, Role::Server);
     let children: Vec<_> = children.iter().filter(|e| e.outcome == Outcome::Accepted).collect();
     assert_eq!(children.len(), n as usize, "{children:?}");
-    let from_state = tfo_trace::probes::table::server_from_state(common::backend_of(&stderr));
+    let from_state = tfo_trace::backends::server_from_state(common::backend_of(&stderr));
     for e in children {
         assert_eq!(e.saved_us.is_some(), from_state, "server saving known only from the state hook: {e:?}");
     }

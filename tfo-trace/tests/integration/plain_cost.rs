@@ -2,7 +2,7 @@
 //! connections, loss-free and closed by FIN at both ends, through a lab while the tracer
 //! runs; the kernel's own run counts of the tracer's programs (bpf_stats `run_cnt`, read
 //! by program id from the tracer's fds, not asked of tfo-trace) must stay within what the
-//! probe table documents per plain connection (`table::PlainRuns`), a program documented
+//! probe table documents per plain connection (`backends::PlainRuns`), a program documented
 //! as never running for one must not run, and the programs that did run must be the ones
 //! `doctor` (and `-v`) says a plain connection runs. The namespaces' counters (nstat) say
 //! the connections were what they should be: N opens at each end, no retransmission, no
@@ -27,11 +27,11 @@ use aya_obj::generated::{bpf_attr, bpf_btf_info, bpf_cmd, bpf_func_info, bpf_pro
 use common::{eventually, netns_inode, nstat::Nstat, Tracer};
 use serde_json::Value;
 use tfo_trace::{
+    backends::{self, Backend},
     lab::{
         traffic::{ClientArgs, ClientMode},
         Lab, LabConfig, ServerArgs, Side,
     },
-    probes::{table, Backend},
 };
 
 const PORT: u16 = 8090;
@@ -335,12 +335,12 @@ fn plain_connections_run_what_the_table_documents() {
     assert!(said.ends_with(&doctor_sentence), "-v said {said:?}, doctor {doctor_sentence:?}");
 
     // What the table documents for each program the tracer may hold.
-    let documented: BTreeMap<&str, table::PlainRuns> = table::hooks(backend)
+    let documented: BTreeMap<&str, backends::PlainRuns> = backends::hooks(backend)
         .iter()
-        .chain(table::cgroup_hooks())
+        .chain(backends::cgroup_hooks())
         .map(|h| (h.program, h.plain_runs))
         .collect();
-    let cgroup: BTreeSet<&str> = table::cgroup_hooks().iter().map(|h| h.program).collect();
+    let cgroup: BTreeSet<&str> = backends::cgroup_hooks().iter().map(|h| h.program).collect();
     let n = u64::from(N);
     let mut noise = Vec::new();
     for attempt in 1..=ATTEMPTS {
@@ -396,7 +396,7 @@ fn plain_connections_run_what_the_table_documents() {
                  documented {allowed}: {runs:?}); run_cnt {after}"
             );
             assert!(
-                *runs != table::PlainRuns::Never || ran == 0,
+                *runs != backends::PlainRuns::Never || ran == 0,
                 "{program} is documented as never running for a plain connection and ran {ran} times"
             );
             assert!(

@@ -314,7 +314,7 @@ fn tfo_queue_overflows_when_handshakes_stay_unfinished() {
     if visible(&stderr, Role::Server, Outcome::Accepted) {
         // Children that never leave SYN_RECV are only seen by backends that hook their
         // creation, not by those that judge a child when it leaves SYN_RECV.
-        if !tfo_trace::probes::table::server_from_state(common::backend_of(&stderr)) {
+        if !tfo_trace::backends::server_from_state(common::backend_of(&stderr)) {
             assert_eq!(
                 count(&events, srv_ns, Role::Server, Outcome::Accepted),
                 ds.get("TcpExtTCPFastOpenPassive")
@@ -667,7 +667,7 @@ fn synack_retransmits_of_a_tfo_child_that_completes(how: HeldUp) {
         let child = accepted[0];
         // Judged at the SYN (fentry, kprobe), nothing was resent yet; judged as it leaves
         // SYN_RECV (the tracepoint backends), every resend is behind it.
-        if tfo_trace::probes::table::server_from_state(common::backend_of(&stderr)) {
+        if tfo_trace::backends::server_from_state(common::backend_of(&stderr)) {
             assert_eq!(u64::from(child.retransmits), retrans, "{child:?}");
             // From the first SYN-ACK on the wire to the ACK that ended it: after the last
             // resend, before the child's timer (1 s, doubling) would have resent once more.

@@ -38,7 +38,7 @@ fn row<'r>(report: &'r Value, (table, field): (&str, &str), label: &str, netns: 
 /// tcp_try_fastopen() sees every child; the state hook only where the kernel marks TFO
 /// children (`syn_fastopen_child`; before it, `syn_data_acked` marks only those with data).
 fn data_less_children_visible(stderr: &[String]) -> bool {
-    if !tfo_trace::probes::table::server_from_state(common::backend_of(stderr)) {
+    if !tfo_trace::backends::server_from_state(common::backend_of(stderr)) {
         return true;
     }
     let btf = Btf::from_sys_fs().expect("the kernel's BTF (the tracer loaded with it)");

@@ -29,7 +29,7 @@ pub(super) const ALLOWED_SKIPS: &[AllowedSkip] = &[
         cells: &["tracepoint"],
         test: "",
         reason: "is not visible to the tracepoint backend",
-        why: "the tracepoint backends are blind to some outcomes (probes/table.rs, TRACEPOINT_BLIND); the fentry \
+        why: "the tracepoint backends are blind to some outcomes (tfo-trace/src/backends, TRACEPOINT_BLIND); the fentry \
               and kprobe cells check them",
     },
     AllowedSkip {
@@ -37,7 +37,7 @@ pub(super) const ALLOWED_SKIPS: &[AllowedSkip] = &[
         cells: &["raw-tracepoint"],
         test: "",
         reason: "is not visible to the raw-tracepoint backend",
-        why: "the tracepoint backends are blind to some outcomes (probes/table.rs, TRACEPOINT_BLIND); the fentry \
+        why: "the tracepoint backends are blind to some outcomes (tfo-trace/src/backends, TRACEPOINT_BLIND); the fentry \
               and kprobe cells check them",
     },
     AllowedSkip {

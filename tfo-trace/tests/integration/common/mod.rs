@@ -394,7 +394,7 @@ impl Drop for Tracer {
 }
 
 /// A tracer's closing summary, as data: the JSON object it says on stderr under `--json`
-/// or `--json-summary` (`tfo_trace::views::closing::Closing`: `events`, `events_lost`,
+/// or `--json-summary` (`tfo_trace::live::closing::Closing`: `events`, `events_lost`,
 /// `counted`, `unread`, `hook_runs_missed`, `connects_unfollowed`, `outcomes_uncounted`,
 /// `unnamed`, `malformed`, `recorded_to`, `stalled` for `stalls`, `kernel_counted`).
 pub fn closing(stderr: &[String]) -> Option<Value> {
@@ -418,7 +418,7 @@ pub fn backend_of(stderr: &[String]) -> tfo_trace::probes::Backend {
 /// Whether that backend reports (role, outcome), for a check that runs either way (one
 /// expectation where it sees it, another where it does not).
 pub fn sees(stderr: &[String], role: Role, outcome: Outcome) -> bool {
-    tfo_trace::probes::table::sees(backend_of(stderr), role, outcome)
+    tfo_trace::backends::sees(backend_of(stderr), role, outcome)
 }
 
 /// Whether that backend reports (role, outcome), to guard the checks that need it: where

@@ -16,8 +16,8 @@ use crate::{
         record::{Header, RecordTo, Recorder},
         Event, EventRef,
     },
+    live::{closing::Closing, namespace_counters::NamespaceCounters, output::OutputClosed, stop::Stop},
     probes::{self, LoadOptions, Tracer},
-    views::{closing::Closing, namespace_counters::NamespaceCounters, output::OutputClosed, stop::Stop},
 };
 
 pub struct Session {
@@ -45,9 +45,10 @@ impl Session {
         let started = probes::load(load).and_then(|mut tracer| {
             let causes = crate::events::causes::Causes::new(
                 tracer.cookie_key,
-                probes::table::sees_synack(tracer.backend),
+                crate::backends::sees_synack(tracer.backend),
             );
-            let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok(), load.names, causes)?;
+            let names = load.names.then(|| start_names(&mut tracer.ebpf)).transpose()?;
+            let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok(), names, causes)?;
             if let Some(r) = &mut recorder {
                 r.write_header(&Header::now(tracer.backend.name()))?;
             }
@@ -266,11 +267,11 @@ fn say_attached(tracer: &Tracer, load: &LoadOptions) -> Result<()> {
     }
     crate::note!(
         "tfo-trace: {} programs attached with the {} backend in {} ms; Ctrl-C to stop",
-        probes::table::hooks(tracer.backend).len(),
+        crate::backends::hooks(tracer.backend).len(),
         tracer.backend,
         tracer.attach_time.as_millis()
     )?;
-    log::info!("a plain connection runs: {}", probes::table::plain_connection_summary(tracer.backend));
+    log::info!("a plain connection runs: {}", crate::backends::plain_connection_summary(tracer.backend));
     if let Err(why) = &tracer.cgroup_hooks {
         if !load.refusal_events_only {
             crate::note!(
@@ -279,7 +280,7 @@ fn say_attached(tracer: &Tracer, load: &LoadOptions) -> Result<()> {
             )?;
         }
     }
-    let blind = probes::table::blind_selected(tracer.backend, &load.filter);
+    let blind = crate::backends::blind_selected(tracer.backend, &load.filter);
     if !blind.is_empty() {
         let what: Vec<String> =
             blind.iter().map(|b| format!("{} {} ({})", b.role.name(), b.outcome.name(), b.why)).collect();
@@ -309,3 +310,8 @@ impl std::fmt::Display for PrivilegeError {
 }
 
 impl std::error::Error for PrivilegeError {}
+
+/// Starts reading every namespace's DNS answers through the socket filter probes/ loads.
+fn start_names(ebpf: &mut aya::Ebpf) -> Result<crate::names::Names> {
+    crate::names::Names::start(probes::load_dns_filter(ebpf)?)
+}

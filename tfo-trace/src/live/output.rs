@@ -31,7 +31,7 @@ pub fn note(args: std::fmt::Arguments<'_>) -> Result<(), OutputClosed> {
 #[macro_export]
 macro_rules! note {
     ($($arg:tt)*) => {
-        $crate::views::output::note(format_args!($($arg)*))
+        $crate::live::output::note(format_args!($($arg)*))
     };
 }
 

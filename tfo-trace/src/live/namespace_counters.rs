@@ -20,11 +20,11 @@ use std::{
 
 use crate::{
     aggregation::kernel_counted::{CounterDeltas, KernelCounted, Scope},
+    backends::{self, Backend},
     kernel::{
         every_netns::{self, Netns, Way},
         netstat::NetnsReading,
     },
-    probes::{table, Backend},
 };
 
 /// The walk of every process's fds for namespaces only a socket holds, when a followed
@@ -173,7 +173,7 @@ impl NamespaceCounters {
 
     /// What the kernel counted, up to now, of the outcomes no hook of the backend sees.
     pub fn counted(&mut self) -> KernelCounted {
-        if table::kernel_counted(self.backend).next().is_none() {
+        if backends::kernel_counted(self.backend).next().is_none() {
             return KernelCounted::default();
         }
         let scope = match &self.scope {

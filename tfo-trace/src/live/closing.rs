@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use crate::{
-    aggregation::kernel_counted::KernelCounted, events::counts::Health, units, views::output::OutputClosed,
+    aggregation::kernel_counted::KernelCounted, events::counts::Health, live::output::OutputClosed, units,
 };
 
 /// The closing summary of a live view.
