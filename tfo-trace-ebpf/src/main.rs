@@ -4,7 +4,7 @@
 //! points of each kind of hook: `btf_tracepoints` (typed, direct loads), `tracepoints`
 //! (raw), `fentry`, `kprobes`. `floor` holds empty programs for the benchmark, built only with the `floor`
 //! feature (tfo-trace's `fixtures`), never into the shipped object. See
-//! tfo-trace/src/probes/table.rs for which hook serves which outcome on which backend.
+//! tfo-trace/src/backends.rs for which hook serves which outcome on which backend.
 //! `cgroups` learns cgroups as they are made, for the names of containers; `names` keeps
 //! the DNS answers a namespace receives, for `--names`.
 #![no_std]

@@ -8,7 +8,10 @@ use clap::Args;
 use tfo_trace_common::{Cidr, Filter, Outcome, Role, FAMILY_V4, FAMILY_V6, FILTER_SLOTS, TASK_COMM_LEN};
 
 use crate::{
-    events::Event,
+    events::{
+        replay::{RecordedNetnsNames, Select},
+        Event,
+    },
     kernel::{cgroup, every_netns::exists as netns_exists, netns},
 };
 
@@ -306,14 +309,14 @@ impl EventFilter {
     /// names they were), as a usage error naming those they were: a name from today's
     /// /run/netns, or mistyped, would select nothing.
     pub fn netns_name_unrecorded(&self, recorded: &RecordedNetnsNames) -> Option<String> {
-        let missing = self.netns_names.iter().find(|n| !recorded.names.contains(n.as_str()))?;
-        if recorded.full {
+        let missing = self.netns_names.iter().find(|n| !recorded.contains(n))?;
+        if recorded.is_full() {
             return None; // too many names to say this one is not among them
         }
-        let has = if recorded.names.is_empty() {
+        let names = recorded.names();
+        let has = if names.is_empty() {
             "it names no namespace".to_string()
         } else {
-            let names: Vec<&str> = recorded.names.iter().map(|n| &**n).collect();
             format!("the names it has: {}", names.join(", "))
         };
         Some(format!("--netns {missing}: no event of the recording is in a namespace of that name ({has})"))
@@ -341,6 +344,11 @@ impl EventFilter {
         pid_listed && comm_listed && in_cgroup
     }
 
+    /// [`Self::selects`] as a replay takes it.
+    pub fn into_select(self) -> Select {
+        Box::new(move |e| self.selects(e))
+    }
+
     /// Whether the kernel would have let `e` through.
     pub fn selects(&self, e: &Event) -> bool {
         let f = &self.filter;
@@ -364,38 +372,6 @@ impl EventFilter {
             && in_prefixes(f.n_saddrs, &f.saddrs, client)
             && (f.roles == 0 || f.roles & (1 << e.role as u8) != 0)
             && (f.outcomes == 0 || f.outcomes & (1 << e.outcome as u8) != 0)
-    }
-}
-
-/// The `netns_name`s a replay's events were recorded with (before any filter), for
-/// [`EventFilter::netns_name_unrecorded`]: up to [`RecordedNetnsNames::MAX`] of them.
-#[derive(Clone, Debug, Default)]
-pub struct RecordedNetnsNames {
-    names: std::collections::BTreeSet<std::sync::Arc<str>>,
-    /// More names came than are kept.
-    full: bool,
-}
-
-impl RecordedNetnsNames {
-    const MAX: usize = 4096;
-
-    pub fn add(&mut self, name: Option<&std::sync::Arc<str>>) {
-        let Some(name) = name else { return };
-        if self.names.contains(name) {
-            return;
-        }
-        if self.names.len() >= Self::MAX {
-            self.full = true;
-            return;
-        }
-        self.names.insert(name.clone());
-    }
-
-    pub fn extend(&mut self, other: &RecordedNetnsNames) {
-        for n in &other.names {
-            self.add(Some(n));
-        }
-        self.full |= other.full;
     }
 }
 

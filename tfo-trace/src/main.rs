@@ -1,4 +1,4 @@
-// As in lib.rs: stdout and stderr go through `views::output` (a closed pipe ends quietly).
+// As in lib.rs: stdout and stderr go through `live::output` (a closed pipe ends quietly).
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 use std::{
@@ -10,7 +10,8 @@ use tfo_trace::{
     aggregation::metrics::Breakdown,
     cli::{Cli, Command},
     events::record::UsageError,
-    views::{self, output, session::PrivilegeError},
+    live::{output, session::PrivilegeError},
+    views,
 };
 
 /// The static (musl) builds allocate as tfo_trace::alloc says; the glibc build with glibc.
@@ -25,7 +26,7 @@ fn main() -> ExitCode {
         1 => log::LevelFilter::Info,
         _ => log::LevelFilter::Debug,
     };
-    tfo_trace::views::logging::init(level);
+    tfo_trace::live::logging::init(level);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that went away (`| head -1`) ends any command quietly.

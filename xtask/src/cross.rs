@@ -1,4 +1,4 @@
-//! Cross builds: tfo-trace, or its test binaries, as fully static musl executables for
+//! Cross builds: tfo-trace, or its test executables, as fully static musl executables for
 //! x86_64 and aarch64, made on this x86_64 host from what rustup's installed nightly and
 //! Debian's packages provide (`cargo xtask setup` installs them).
 //!
@@ -134,41 +134,41 @@ pub const PROFILE: &str = "release-static";
 
 /// What [`cross_build`] builds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum What<'a> {
+pub enum What {
     /// `tfo-trace` (profile `release-static`: release, stripped), the eBPF object embedded.
     Tracer,
     /// Every test executable of the tfo-trace package (`cargo test --no-run`, dev profile).
     Tests,
-    /// Only these integration tests (`--test NAME`: a VM needs a few of the twenty, and each
-    /// static executable takes its time to link), and the `tfo-trace` they run.
-    TestsNamed(&'a [String]),
+    /// Only the integration test executable (`--test integration`: a VM runs no unit
+    /// test, and each static executable takes its time to link), and the `tfo-trace` it
+    /// runs.
+    Integration,
 }
 
 /// One executable a cross build made.
 #[derive(Clone, Debug)]
 pub struct Built {
     pub arch: Arch,
-    /// The cargo target's name (`tfo-trace`, `lab`, `cli`, ...).
+    /// The cargo target's name (`tfo-trace`, `integration`).
     pub name: String,
     /// A test harness (`cargo test --no-run` also builds the `tfo-trace` binary itself,
     /// which the integration tests run, under the same name as its unit tests).
     pub test: bool,
-    /// An integration test (`tests/*.rs`), as opposed to a crate's unit tests.
+    /// The integration tests (`tests/integration/`), as opposed to a crate's unit tests.
     pub integration: bool,
     pub exe: PathBuf,
 }
 
 /// Builds `what` for every architecture in `arches` in one cargo run (build scripts and
 /// proc macros are built once for all of them); returns the executables.
-pub fn cross_build(arches: &[Arch], what: What<'_>) -> Result<Vec<Built>> {
+pub fn cross_build(arches: &[Arch], what: What) -> Result<Vec<Built>> {
     let mut cmd = nightly("cargo");
     cmd.current_dir(workspace_root());
     match what {
         What::Tracer => cmd.args(["build", "--profile", PROFILE, "-p", "tfo-trace", "--bin", "tfo-trace"]),
         What::Tests => cmd.args(["test", "--no-run", "-p", "tfo-trace"]),
-        What::TestsNamed(names) => {
-            cmd.args(["test", "--no-run", "-p", "tfo-trace"]);
-            names.iter().fold(&mut cmd, |c, n| c.args(["--test", n]))
+        What::Integration => {
+            cmd.args(["test", "--no-run", "-p", "tfo-trace", "--test", crate::testlines::INTEGRATION])
         }
     };
     // std from rust-src; panic_unwind too, so panics unwind and print as on the host.
@@ -366,8 +366,8 @@ mod tests {
         harness["profile"] = serde_json::json!({"test": true});
         assert!(executable(&harness, &Arch::ALL).unwrap().test);
         assert!(!executable(&harness, &Arch::ALL).unwrap().integration, "the binary's unit tests");
-        harness["target"] = serde_json::json!({"name": "lab", "kind": ["test"]});
-        assert!(executable(&harness, &Arch::ALL).unwrap().integration, "tests/lab.rs");
+        harness["target"] = serde_json::json!({"name": "integration", "kind": ["test"]});
+        assert!(executable(&harness, &Arch::ALL).unwrap().integration, "tests/integration/");
         assert!(executable(&msg, &[Arch::X86_64]).is_none(), "not an x86_64 path");
         let lib =
             serde_json::json!({"reason": "compiler-artifact", "target": {"name": "x"}, "executable": null});

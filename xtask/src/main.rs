@@ -7,13 +7,14 @@
 //! - `lint`: the gates: `cargo fmt --check`, clippy with `-D warnings` on the host crates
 //!   and on the eBPF crate for the bpf target. Which lints: `[workspace.lints]` in the top
 //!   Cargo.toml, so a plain `cargo clippy` applies them too.
-//! - `test`: setup, the gates (`lint`), `dist` (once, for tests/dist.rs) and a cached
-//!   Debian 11 userspace (userspace.rs), then the whole test suite (unit + root-only
+//! - `test`: setup, the gates (`lint`), `dist` (once, for tests/integration/dist.rs) and a
+//!   cached Debian 11 userspace (userspace.rs), then the whole test suite (unit + root-only
 //!   kernel tests), then the VM kernel matrix (`vm`) unless `--no-vm` or `TFO_NO_VM=1`.
 //!   Closes with passed, failed, skipped (each with its reason, partial skips too) and
 //!   second runs (each with its cause; testlines.rs has their rule). Under `CI=true` what
 //!   would only warn elsewhere fails the run: not root (every kernel test would skip), no
-//!   Debian 11 userspace (tests/dist.rs's checks in it would skip), the VM matrix skipped.
+//!   Debian 11 userspace (tests/integration/dist.rs's checks in it would skip), the VM
+//!   matrix skipped.
 //! - `vm`: boots Debian's 5.10, 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
 //!   once per tracer backend (see docs/vm.md).
 //! - `dist`: setup, then static x86_64 and aarch64 binaries, .debs, OCI images and
@@ -71,7 +72,9 @@ enum Task {
         /// Skip the VM kernel matrix (also: env TFO_NO_VM=1)
         #[arg(long)]
         no_vm: bool,
-        /// Extra arguments for `cargo test` (after `--`; use a second `--` for the test binaries)
+        /// Extra arguments for `cargo test` (after `--`; a second `--` for the test
+        /// binaries: `-- --test integration -- stalls::` runs the integration tests of
+        /// tests/integration/stalls.rs)
         #[arg(last = true)]
         args: Vec<String>,
     },
@@ -201,8 +204,8 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     let setup_s = start.elapsed().as_secs_f64();
     let lint_problems = lint();
     let lint_s = start.elapsed().as_secs_f64() - setup_s;
-    // What `dist` ships, built once here; tests/dist.rs checks it, in the Debian 11
-    // userspace cached here too. A failure fails the run; the tests still run.
+    // What `dist` ships, built once here; tests/integration/dist.rs checks it, in the
+    // Debian 11 userspace cached here too. A failure fails the run; the tests still run.
     let mut dist_problems = Vec::new();
     if let Err(e) = dist::build(&cross::Arch::ALL) {
         dist_problems.push(format!("dist: {e:#}"));
@@ -253,7 +256,7 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
         total_s - setup_s - lint_s - dist_s - userspace_s - host_s
     );
     if let Some(build_s) = host.build_s {
-        println!("time: host build {build_s:.1} s; slowest host test binaries:");
+        println!("time: host build {build_s:.1} s; slowest host test binaries and integration test modules:");
     }
     let mut bins = host.binary_s;
     bins.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -340,6 +343,7 @@ fn lint() -> Vec<String> {
 }
 
 /// What the host run of `cargo test` gave.
+#[derive(Default)]
 struct HostRun {
     tally: Tally,
     problems: Vec<String>,
@@ -351,8 +355,48 @@ struct HostRun {
     second_runs: Vec<SecondRun>,
     /// cargo's `Finished` time for the build.
     build_s: Option<f64>,
-    /// Seconds per test binary, from libtest's `finished in` lines.
+    /// Seconds per test binary, or per module of the integration executable, from
+    /// libtest's `finished in` lines.
     binary_s: Vec<(String, f64)>,
+    /// The test binary running now (cargo's `Running` line).
+    binary: String,
+    /// In the integration executable, the module whose libtest run this is (the harness's
+    /// `module:` line, testlines.rs).
+    module: Option<String>,
+}
+
+impl HostRun {
+    /// One line of `cargo test`'s output (stdout or stderr).
+    fn line(&mut self, line: &str) {
+        self.tally.add(line);
+        let l = line.trim();
+        let binary = &self.binary;
+        if let Some(rest) = l.strip_prefix("Running ") {
+            // `Running tests/integration/main.rs (target/debug/deps/integration-0123)` or
+            // `Running unittests src/lib.rs (...)`
+            self.binary = rest.split(" (").next().unwrap_or(rest).to_string();
+            self.module = None;
+        } else if let Some(name) = testlines::module_start(l) {
+            self.module = Some(name.to_string());
+        } else if let Some((name, reason)) = skipped_test(l) {
+            self.skipped.push(format!("{binary} {name}: {reason}"));
+        } else if let Some((name, reason)) = partial_test(l) {
+            self.partial.push(format!("{binary} {name}: {reason}"));
+        } else if let Some((name, cause)) = second_run_test(l) {
+            // `stalls::a_test` -> (`stalls`, `a_test`), as the VM cells name it.
+            let (binary, test) = match testlines::split_test(&name) {
+                Some((module, test)) => (module.to_string(), test.to_string()),
+                None => (binary.clone(), name),
+            };
+            self.second_runs.push(SecondRun { place: "host".into(), binary, test, cause });
+        } else if l.starts_with("test result:") {
+            if let Some(s) = seconds_after(l, "finished in ") {
+                self.binary_s.push((self.module.clone().unwrap_or_else(|| binary.clone()), s));
+            }
+        } else if l.starts_with("Finished ") && self.build_s.is_none() {
+            self.build_s = seconds_after(l, " in ");
+        }
+    }
 }
 
 /// Runs cargo test on the host; returns the tally of every test binary and what went wrong.
@@ -386,39 +430,10 @@ fn run_tests(args: &[String]) -> Result<HostRun> {
     })
     .collect();
     drop(tx);
-    let mut run = HostRun {
-        tally: Tally::default(),
-        problems: Vec::new(),
-        skipped: Vec::new(),
-        partial: Vec::new(),
-        second_runs: Vec::new(),
-        build_s: None,
-        binary_s: Vec::new(),
-    };
-    let mut binary = String::new();
+    let mut run = HostRun::default();
     for line in rx {
         println!("{line}");
-        run.tally.add(&line);
-        let l = line.trim();
-        if let Some(rest) = l.strip_prefix("Running ") {
-            // `Running tests/lab.rs (target/debug/deps/lab-0123)` or `Running unittests src/lib.rs (...)`
-            binary = rest.split(" (").next().unwrap_or(rest).to_string();
-        } else if let Some((name, reason)) = skipped_test(l) {
-            run.skipped.push(format!("{binary} {name}: {reason}"));
-        } else if let Some((name, reason)) = partial_test(l) {
-            run.partial.push(format!("{binary} {name}: {reason}"));
-        } else if let Some((test, cause)) = second_run_test(l) {
-            // `tests/stalls.rs` -> `stalls`, as the VM cells name the binary.
-            let stem = std::path::Path::new(&binary).file_stem().map(|s| s.to_string_lossy().into_owned());
-            let binary = stem.unwrap_or_else(|| binary.clone());
-            run.second_runs.push(SecondRun { place: "host".into(), binary, test, cause });
-        } else if l.starts_with("test result:") {
-            if let Some(s) = seconds_after(l, "finished in ") {
-                run.binary_s.push((binary.clone(), s));
-            }
-        } else if l.starts_with("Finished ") && run.build_s.is_none() {
-            run.build_s = seconds_after(l, " in ");
-        }
+        run.line(&line);
     }
     for p in pumps {
         let _ = p.join();
@@ -527,6 +542,51 @@ mod tally_tests {
         assert!(problems.is_empty(), "a warning off CI: {problems:?}");
         super::ci_rule(true, &mut problems, "not root: the kernel integration tests will skip".into());
         assert_eq!(problems, ["CI: not root: the kernel integration tests will skip"]);
+    }
+
+    #[test]
+    fn host_lines_are_read_per_binary_and_per_integration_test_module() {
+        use crate::testlines::SecondRun;
+        let mut run = super::HostRun::default();
+        // As `cargo test` and the integration executable print them (module `stalls` and
+        // `top` of tests/integration/).
+        for line in [
+            "    Finished `test` profile [optimized + debuginfo] target(s) in 4m 22s",
+            "     Running unittests src/lib.rs (target/debug/deps/tfo_trace-0123)",
+            "test result: ok. 5 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1.50s",
+            "     Running tests/integration/main.rs (target/debug/deps/integration-4567)",
+            "module: stalls",
+            "running 2 tests",
+            "second run: stalls::stalls_a: one ESTABLISHED short (...): the tracer counted 1, the kernel 2",
+            "retried: stalls::stalls_a passed on its second run; its first run failed: one ESTABLISHED short",
+            "test stalls::stalls_a ... ok",
+            "partial: stalls::stalls_b: server cookie_invalid is not visible to the tracepoint backend",
+            "test stalls::stalls_b ... ok",
+            "test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 30.00s",
+            "module: top",
+            "running 1 test",
+            "test top::tfo_ipv4 ... ignored (needs tmux: not installed)",
+            "test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 5 filtered out; finished in 0.10s",
+        ] {
+            run.line(line);
+        }
+        assert_eq!(run.tally, Tally { passed: 7, failed: 0, ignored: 1 });
+        assert_eq!(run.build_s, Some(262.0));
+        let times: Vec<(&str, f64)> = run.binary_s.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        assert_eq!(times, [("unittests src/lib.rs", 1.5), ("stalls", 30.0), ("top", 0.1)]);
+        assert_eq!(run.skipped, ["tests/integration/main.rs top::tfo_ipv4: needs tmux: not installed"]);
+        assert_eq!(
+            run.partial,
+            ["tests/integration/main.rs stalls::stalls_b: server cookie_invalid is not visible to the tracepoint backend"]
+        );
+        let cause = "one ESTABLISHED short (...): the tracer counted 1, the kernel 2";
+        let second = SecondRun {
+            place: "host".into(),
+            binary: "stalls".into(),
+            test: "stalls_a".into(),
+            cause: cause.into(),
+        };
+        assert_eq!(run.second_runs, [second], "named as a VM cell names it, so the rule on twice sees both");
     }
 
     #[test]

@@ -9,11 +9,12 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::util::{capture, cargo_home, is_root, nightly, probe, run, which};
 
-/// Debian packages the tests and the demo use (ip/nstat, nft, tcpdump, sysctl, tmux, bpftool,
-/// dnsmasq as the lab's DNS server for `--names`, prometheus for promtool, which checks the
-/// shipped alerting rules (deploy/prometheus, tests/export.rs), prometheus-alertmanager, which
-/// tests/export.rs runs the rules' alerts through end to end, and openssl and curl, which make
-/// a certificate for `export --web.config.file` and scrape over TLS: tests/export_http.rs).
+/// Debian packages the tests and the demo use (ip/nstat, nft, tcpdump, sysctl, tmux,
+/// bpftool, dnsmasq as the lab's DNS server for `--names`, prometheus for promtool, which
+/// checks the shipped alerting rules (deploy/prometheus, tests/integration/export.rs),
+/// prometheus-alertmanager, which tests/integration/export.rs runs the rules' alerts
+/// through end to end, and openssl and curl, which make a certificate for `export
+/// --web.config.file` and scrape over TLS: tests/integration/export_http.rs).
 const DEB_REQUIRED: &[&str] = &[
     "iproute2",
     "nftables",
@@ -27,20 +28,22 @@ const DEB_REQUIRED: &[&str] = &[
     "openssl",
     "curl",
 ];
-/// `cargo xtask dist` and its checks in the test suite (tests/dist.rs): the musl and
-/// cross toolchains (with cross.rs's `Arch::packages`), readelf, qemu-user for the
+/// `cargo xtask dist` and its checks in the test suite (tests/integration/dist.rs): the
+/// musl and cross toolchains (with cross.rs's `Arch::packages`), readelf, qemu-user for the
 /// aarch64 binary, debootstrap for a Debian 11 userspace, lintian for the .debs.
 const DEB_DIST: &[&str] = &["binutils", "qemu-user-static", "debootstrap", "lintian"];
 /// The foreign architecture whose packages the aarch64 build needs (musl-dev:arm64).
 const FOREIGN_ARCH: &str = "arm64";
-/// Nice to have (setcap for tests/capabilities.rs, systemd for its `systemd-analyze verify`
-/// of the shipped unit, dockerd and podman for tests/containers.rs and the image check of
-/// tests/dist.rs, and catatonit, the pause program of the pod `podman kube play` makes of
-/// the DaemonSet in tests/containers.rs, which skip without them); a failed install is
-/// only a warning.
+/// Nice to have (setcap for tests/integration/capabilities.rs, systemd for its
+/// `systemd-analyze verify` of the shipped unit, dockerd and podman for
+/// tests/integration/containers.rs and the image check of tests/integration/dist.rs, and
+/// catatonit, the pause program of the pod `podman kube play` makes of the DaemonSet in
+/// tests/integration/containers.rs, which skip without them); a failed install is only a
+/// warning.
 const DEB_OPTIONAL: &[&str] = &["libcap2-bin", "systemd", "docker.io", "podman", "catatonit"];
 /// Nice to have from PyPI (no Debian package has it): kubernetes-validate, Kubernetes'
-/// schema check of deploy/kubernetes/ in tests/containers.rs, which skips without it.
+/// schema check of deploy/kubernetes/ in tests/integration/containers.rs, which skips
+/// without it.
 const PYPI_OPTIONAL: &[(&str, &str)] = &[("kubernetes-validate", "kubernetes-validate==1.37.0")];
 /// Records the LLVM major the installed bpf-linker was built for (it can't tell itself).
 const STAMP: &str = "bpf-linker.llvm-major";

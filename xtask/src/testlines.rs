@@ -1,7 +1,13 @@
 //! What the integration tests' harness prints besides libtest's own lines
-//! (tfo-trace/tests/common/harness.rs), read the same way from the host run and from each
-//! VM cell's console, and the rule on second runs.
+//! (tfo-trace/tests/integration/common/harness.rs), read the same way from the host run
+//! and from each VM cell's console, and the rule on second runs.
 //!
+//! The integration tests are one executable, [`INTEGRATION`], of modules (one per former
+//! test binary: `tests/integration/stalls.rs`); a test is named `MODULE::TEST`. The harness
+//! runs the modules one after another, each as a libtest run of its own:
+//!
+//! - `module: NAME`: the libtest run that follows (`running N tests` ... `test result:`)
+//!   is module NAME's.
 //! - `test NAME ... ignored (REASON)`: a skip.
 //! - `partial: NAME: REASON`: a test that passed on the checks it could make, one of which
 //!   could not run here (a partial skip).
@@ -13,6 +19,20 @@
 //! connections): a run of the whole suite may need [`SECOND_RUN_BUDGET`] of them, and no
 //! test may need one twice (on the host and in a VM cell, or in two cells). More is no
 //! longer the kernel's rarity but a bug: [`second_run_problems`] fails the run.
+
+/// The one integration test executable of tfo-trace (`cargo test --test integration`).
+pub const INTEGRATION: &str = "integration";
+
+/// `module: NAME`: NAME.
+pub fn module_start(line: &str) -> Option<&str> {
+    line.strip_prefix("module: ").map(str::trim)
+}
+
+/// `stalls::a_test` -> (`stalls`, `a_test`): a test of the integration executable by its
+/// module (the former binary) and its name there.
+pub fn split_test(name: &str) -> Option<(&str, &str)> {
+    name.split_once("::")
+}
 
 /// Second runs one `cargo xtask test` (or `cargo xtask vm`) may need before it fails.
 pub const SECOND_RUN_BUDGET: usize = 2;
@@ -42,7 +62,7 @@ pub fn second_run_test(line: &str) -> Option<(String, String)> {
 pub struct SecondRun {
     /// `host`, or the VM cell (`5.10 tracepoint`).
     pub place: String,
-    /// The test binary's name (`stalls`).
+    /// The integration test module (the former test binary: `stalls`).
     pub binary: String,
     pub test: String,
     /// The first run's failure.
@@ -116,6 +136,9 @@ mod tests {
             ))
         );
         assert_eq!(partial_test("test a ... ok"), None);
+        assert_eq!(module_start("module: stalls"), Some("stalls"));
+        assert_eq!(split_test("stalls::stalls_a"), Some(("stalls", "stalls_a")));
+        assert_eq!(split_test("aggregation_tests_a"), None);
         assert_eq!(second_run_test("retried: a passed on its second run"), None);
     }
 

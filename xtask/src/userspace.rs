@@ -1,7 +1,8 @@
 //! A Debian 11 (bullseye, glibc 2.31) userspace for the test suite's checks of what `dist`
-//! ships (tfo-trace/tests/dist.rs): `debootstrap --variant=minbase`, plus man-db so
-//! `man tfo-trace` can be tried there, made once and cached in `target/userspace/`.
-//! The tests never change it: each mounts an overlay on it and chroots into that.
+//! ships (tfo-trace/tests/integration/dist.rs): `debootstrap --variant=minbase`, plus
+//! man-db so `man tfo-trace` can be tried there, made once and cached in
+//! `target/userspace/`. The tests never change it: each mounts an overlay on it and chroots
+//! into that.
 use std::fs;
 use std::path::PathBuf;
 use std::process::Command;

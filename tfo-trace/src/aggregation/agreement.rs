@@ -11,11 +11,11 @@ use super::{
     top::{model_of, totals, RowStats},
 };
 use crate::{
+    backends::{self, Backend},
     events::{
         counts::{Health, KernelCounts},
         sample_event, Event, Outcome, Role,
     },
-    probes::{table, Backend},
 };
 
 /// A client event of one connection (or told alongside one) to 198.18.0.`host`.
@@ -37,7 +37,7 @@ fn client(outcome: Outcome, host: u8, data: u32, stall_us: u64, retransmits: u32
 fn events_of(backend: Backend) -> Vec<Event> {
     let mut out = Vec::new();
     for role in Role::ALL {
-        for o in Outcome::ALL.into_iter().filter(|&o| table::sees(backend, role, o)) {
+        for o in Outcome::ALL.into_iter().filter(|&o| backends::sees(backend, role, o)) {
             let before = out.len();
             let host = o as u8;
             match (role, o) {
@@ -143,7 +143,7 @@ fn every_view_counts_the_same_connections_stalls_and_time_lost() {
     let connections = |role: Role| -> u64 {
         Outcome::ALL
             .into_iter()
-            .filter(|o| o.ends_connection() && table::sees(Backend::Fentry, role, *o))
+            .filter(|o| o.ends_connection() && backends::sees(Backend::Fentry, role, *o))
             .map(|o| {
                 let series = format!(
                     r#"tfo_trace_connections_total{{role="{}",outcome="{}"}}"#,

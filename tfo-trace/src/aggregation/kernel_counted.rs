@@ -1,6 +1,6 @@
 //! Outcomes no hook of the running backend sees, counted by the kernel itself: each
 //! network namespace's SNMP counters since the tracer started
-//! ([`crate::probes::table::KernelCounter`] says which counter backs which outcome).
+//! ([`crate::backends::KernelCounter`] says which counter backs which outcome).
 //! Attributed to a namespace only, never to a listener or a process. Pure: readings in,
 //! counts out ([`CounterDeltas`]), so the views share one meaning.
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,12 +9,9 @@ use serde::Serialize;
 use tfo_trace_common::Filter;
 
 use crate::{
+    backends::{self, Backend, KernelCounter},
     events::{Outcome, Role},
     kernel::netstat::{NetnsReading, Netstat},
-    probes::{
-        table::{self, KernelCounter},
-        Backend,
-    },
 };
 
 /// What JSON and the metrics' `source` label call a count that came from a kernel counter.
@@ -259,7 +256,7 @@ impl KernelCounted {
     pub fn of(backend: Backend, deltas: &BTreeMap<u32, Netstat>, scope: &Scope) -> KernelCounted {
         let mut rows = Vec::new();
         for (&netns, d) in deltas {
-            for b in table::kernel_counted(backend) {
+            for b in backends::kernel_counted(backend) {
                 let (counter, within) = match b.counter {
                     KernelCounter::Exact(c) => (c, None),
                     KernelCounter::Within { counter, of } => (counter, Some(of)),
@@ -271,7 +268,7 @@ impl KernelCounted {
                 }
             }
         }
-        let outcomes = table::kernel_counted(backend)
+        let outcomes = backends::kernel_counted(backend)
             .filter(|b| scope.roles == 0 || scope.roles & (1 << b.role as u8) != 0)
             .filter(|b| scope.outcomes == 0 || scope.outcomes & (1 << b.outcome as u8) != 0)
             .map(|b| (b.role, b.outcome))
@@ -377,7 +374,7 @@ impl KernelCounted {
     /// Every (role, outcome, counter) the backend counts this way: the series that exist
     /// (at 0 until one happens), so a dashboard tells "none" from "not exported".
     pub fn series(backend: Backend) -> impl Iterator<Item = (Role, Outcome, &'static str)> {
-        table::kernel_counted(backend).filter_map(|b| Some((b.role, b.outcome, b.counter.name()?)))
+        backends::kernel_counted(backend).filter_map(|b| Some((b.role, b.outcome, b.counter.name()?)))
     }
 }
 

@@ -8,6 +8,7 @@ pub mod checks;
 use serde::Serialize;
 
 use crate::{
+    backends::{self, Backend},
     events::{Outcome, Role},
     kernel::{
         host::HostFacts,
@@ -20,7 +21,7 @@ use crate::{
         tcp_metrics::NamespaceTcpMetrics,
         uname::KernelInfo,
     },
-    probes::{table, Backend, Loaded, Verified},
+    probes::{Loaded, Verified},
 };
 
 pub use checks::Check;
@@ -72,6 +73,11 @@ pub struct BackendVerdict {
     /// Its program the verifier worked hardest on, where the kernel says (5.16+): how
     /// near this kernel came to refusing the backend.
     pub largest_verified: Option<Verified>,
+    /// The hooks a healthy plain (non-TFO) connection runs with this backend, and how
+    /// often (`backends::PlainRuns`): what tracing TFO costs every other connection.
+    pub plain_connection_runs: Vec<backends::PlainRun>,
+    /// The same, as one sentence.
+    pub plain_connection: String,
 }
 
 /// The report on `facts`, with `loader`'s verdict per backend (`probes::verdicts`).
@@ -81,6 +87,7 @@ pub fn diagnose(facts: HostFacts, loader: Vec<(Backend, Result<Loaded, String>)>
     let mut advice = advice::advice(&facts);
     if let Some(chosen) = backends.iter().find(|b| b.loads) {
         advice.insert(0, format!("auto would choose the {} backend", chosen.name));
+        advice.insert(1, format!("with it a plain (non-TFO) connection runs: {}", chosen.plain_connection));
     }
     let program_types = facts
         .program_types
@@ -129,21 +136,21 @@ fn backend_verdicts(loader: Vec<(Backend, Result<Loaded, String>)>) -> Vec<Backe
             let mut sees = Vec::new();
             for role in [Role::Client, Role::Server] {
                 for outcome in Outcome::ALL {
-                    if table::sees(backend, role, outcome) {
+                    if backends::sees(backend, role, outcome) {
                         sees.push(format!("{} {}", role.name(), outcome.name()));
                     }
                 }
             }
-            let blind: Vec<String> = table::blind_spots(backend)
+            let blind: Vec<String> = backends::blind_spots(backend)
                 .iter()
                 .map(|b| {
                     let (role, name) = (b.role.name(), b.outcome.name());
                     let counted = match b.counter {
-                        table::KernelCounter::Exact(c) => format!("counted by the kernel instead: {c}"),
-                        table::KernelCounter::Within { counter, of } => {
+                        backends::KernelCounter::Exact(c) => format!("counted by the kernel instead: {c}"),
+                        backends::KernelCounter::Within { counter, of } => {
                             format!("counted by the kernel instead: {counter} (out of {})", of.name())
                         }
-                        table::KernelCounter::None(why) => format!("not counted: {why}"),
+                        backends::KernelCounter::None(why) => format!("not counted: {why}"),
                     };
                     format!("{role} {name} ({}); {counted}", b.why)
                 })
@@ -152,7 +159,16 @@ fn backend_verdicts(loader: Vec<(Backend, Result<Loaded, String>)>) -> Vec<Backe
                 Ok(loaded) => (true, loaded.how, loaded.largest),
                 Err(e) => (false, e, None),
             };
-            BackendVerdict { name: backend.name().to_string(), loads, reason, sees, blind, largest_verified }
+            BackendVerdict {
+                name: backend.name().to_string(),
+                loads,
+                reason,
+                sees,
+                blind,
+                largest_verified,
+                plain_connection_runs: backends::plain_connection_runs(backend),
+                plain_connection: backends::plain_connection_summary(backend),
+            }
         })
         .collect()
 }
@@ -238,6 +254,11 @@ mod tests {
         ];
         let r = diagnose(sample_facts(), loader);
         assert_eq!(r.advice[0], "auto would choose the tracepoint backend");
+        assert!(
+            r.advice[1].starts_with("with it a plain (non-TFO) connection runs: tfo_state ("),
+            "{}",
+            r.advice[1]
+        );
         assert_eq!(r.backends.len(), 2);
         assert!(!r.backends[0].loads && r.backends[0].reason.ends_with("EPERM"));
         assert_eq!(r.backends[1].reason, "socket cast: kfunc bpf_rdonly_cast");

@@ -5,6 +5,7 @@ pub mod counts;
 mod fields;
 pub mod reader;
 pub mod record;
+pub mod replay;
 
 use std::{
     collections::HashSet,

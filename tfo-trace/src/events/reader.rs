@@ -79,12 +79,12 @@ impl NetnsNames {
 
 impl EventSource {
     /// `cgroup_hooks`: whether the cgroup hooks attached (see [`super::cgroups`]);
-    /// `names`: whether to read DNS answers and name destinations (`--names`); `causes`:
+    /// `names`: the DNS answers' reader that names destinations (`--names`); `causes`:
     /// what tells a refused SYN-data's cause.
     pub fn new(
         ebpf: &mut Ebpf,
         cgroup_hooks: bool,
-        names: bool,
+        names: Option<crate::names::Names>,
         causes: super::causes::Causes,
     ) -> Result<Self> {
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").ok_or_else(|| anyhow!("EVENTS map missing"))?)
@@ -110,7 +110,7 @@ impl EventSource {
             netns_names: NetnsNames::default(),
             cgroups: super::cgroups::CgroupLearner::new(ebpf, cgroup_hooks)?,
             unnamed: 0,
-            names: names.then(|| start_names(ebpf)).transpose()?,
+            names,
             causes,
         })
     }
@@ -279,9 +279,4 @@ impl EventSource {
         }
         Ok(KernelCounts { rows })
     }
-}
-
-/// Starts reading every namespace's DNS answers through the socket filter probes/ loads.
-fn start_names(ebpf: &mut Ebpf) -> Result<crate::names::Names> {
-    crate::names::Names::start(crate::probes::load_dns_filter(ebpf)?)
 }

@@ -73,6 +73,11 @@ pub(crate) fn ip_in(ns: &str) -> Command {
     c
 }
 
+/// What a [`collect`] thread kept, once it ends (empty if it was taken already or panicked).
+pub(super) fn join_text(h: &mut Option<JoinHandle<String>>) -> String {
+    h.take().and_then(|h| h.join().ok()).unwrap_or_default()
+}
+
 /// Reads `r` to the end on a thread, keeping at most the last `cap` bytes, so a chatty
 /// child never blocks on a full pipe.
 pub(crate) fn collect<R: Read + Send + 'static>(mut r: R, cap: usize) -> JoinHandle<String> {

@@ -13,7 +13,7 @@ use std::{
 
 use anyhow::{anyhow, bail, Context as _, Result};
 
-use super::{cmd, Lab, Proc, Side, Tcpdump};
+use super::{capture::Tcpdump, cmd, registry::Proc, Lab, Side};
 
 /// Where dnsmasq is; the tests skip without it.
 pub const DNSMASQ: &str = "/usr/sbin/dnsmasq";

@@ -210,7 +210,7 @@ impl Btf {
                     // Only the kfuncs the programs call and the functions of which a
                     // kernel gets one hook: vmlinux names some 60,000 functions.
                     let wanted =
-                        KFUNCS.iter().chain(super::table::ALTERNATIVES.iter().flat_map(|g| g.iter()));
+                        KFUNCS.iter().chain(crate::backends::ALTERNATIVES.iter().flat_map(|g| g.iter()));
                     if let Some(name) = wanted.into_iter().find(|k| name_is(strings, name_off, k)) {
                         funcs_by_name.entry(name.to_string()).or_insert(id);
                     }

@@ -6,11 +6,8 @@
 use anyhow::{Context as _, Result};
 use aya::{Ebpf, EbpfLoader};
 
-use super::{
-    attach_all, raise_memlock_rlimit,
-    table::{uses_btf, Backend, Hook, HookKind},
-    EBPF_OBJECT,
-};
+use super::{attach_all, raise_memlock_rlimit, EBPF_OBJECT};
+use crate::backends::{uses_btf, Backend, Hook, HookKind, PlainRuns};
 
 /// Empty programs on the attach points of the BTF-typed (tp_btf) tracepoint backend.
 const FLOOR_HOOKS: [Hook; 3] = [
@@ -20,6 +17,7 @@ const FLOOR_HOOKS: [Hook; 3] = [
         target: "inet_sock_set_state",
         sees: &[],
         why: "",
+        plain_runs: PlainRuns::PerStateChange,
     },
     Hook {
         program: "floor_retransmit",
@@ -27,6 +25,7 @@ const FLOOR_HOOKS: [Hook; 3] = [
         target: "tcp_retransmit_skb",
         sees: &[],
         why: "",
+        plain_runs: PlainRuns::PerRetransmission,
     },
     Hook {
         program: "floor_synack_retransmit",
@@ -34,6 +33,7 @@ const FLOOR_HOOKS: [Hook; 3] = [
         target: "tcp_retransmit_synack",
         sees: &[],
         why: "",
+        plain_runs: PlainRuns::PerSynackResend,
     },
 ];
 const FLOOR_RAW_HOOKS: [Hook; 3] = [
@@ -43,6 +43,7 @@ const FLOOR_RAW_HOOKS: [Hook; 3] = [
         target: "inet_sock_set_state",
         sees: &[],
         why: "",
+        plain_runs: PlainRuns::PerStateChange,
     },
     Hook {
         program: "floor_retransmit_raw",
@@ -50,6 +51,7 @@ const FLOOR_RAW_HOOKS: [Hook; 3] = [
         target: "tcp_retransmit_skb",
         sees: &[],
         why: "",
+        plain_runs: PlainRuns::PerRetransmission,
     },
     Hook {
         program: "floor_synack_retransmit_raw",
@@ -57,6 +59,7 @@ const FLOOR_RAW_HOOKS: [Hook; 3] = [
         target: "tcp_retransmit_synack",
         sees: &[],
         why: "",
+        plain_runs: PlainRuns::PerSynackResend,
     },
 ];
 

@@ -4,7 +4,6 @@ mod cast;
 #[cfg(feature = "fixtures")]
 pub mod floor;
 pub mod layout;
-pub mod table;
 
 use std::{
     os::fd::AsFd as _,
@@ -19,9 +18,9 @@ use aya::{
 };
 use tfo_trace_common::config;
 
+use crate::backends::{self, HookKind};
+pub use crate::backends::{Backend, BackendChoice};
 use cast::TcpSockCast;
-use table::HookKind;
-pub use table::{Backend, BackendChoice};
 
 /// The eBPF object, built by build.rs and embedded: one binary is all a host needs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tfo-trace"));
@@ -135,7 +134,7 @@ fn verified(ebpf: &Ebpf, program: &str) -> Option<Verified> {
 }
 
 /// The loaded program the verifier worked hardest on, where the kernel reports it.
-fn largest_verification(ebpf: &Ebpf, hooks: &[table::Hook]) -> Option<Verified> {
+fn largest_verification(ebpf: &Ebpf, hooks: &[backends::Hook]) -> Option<Verified> {
     hooks.iter().filter_map(|h| verified(ebpf, h.program)).max_by_key(|v| v.instructions)
 }
 
@@ -261,15 +260,15 @@ struct KernelFacts {
     layout: tfo_trace_common::KernelLayout,
     cast: TcpSockCast,
     /// The functions hooks attach to that this kernel has (BTF FUNC), of any backend: which
-    /// of [`table::attached_here`]'s alternatives it gets.
+    /// of [`backends::attached_here`]'s alternatives it gets.
     functions: Vec<&'static str>,
 }
 
 impl KernelFacts {
     /// The hooks of `backend` this kernel gets, in the table's order.
-    fn hooks(&self, backend: Backend) -> Vec<table::Hook> {
+    fn hooks(&self, backend: Backend) -> Vec<backends::Hook> {
         let has = |f: &str| self.functions.contains(&f);
-        table::hooks(backend).iter().filter(|h| table::attached_here(h, has)).copied().collect()
+        backends::hooks(backend).iter().filter(|h| backends::attached_here(h, has)).copied().collect()
     }
 }
 
@@ -283,7 +282,7 @@ fn kernel_facts(file: Option<&Path>) -> Result<KernelFacts> {
     let cast = if own { TcpSockCast::for_kernel(&btf) } else { TcpSockCast::Helper };
     let functions = Backend::ALL
         .iter()
-        .flat_map(|b| table::hooks(*b))
+        .flat_map(|b| backends::hooks(*b))
         .map(|h| h.target)
         .filter(|f| btf.func_id(f).is_some())
         .collect();
@@ -364,7 +363,7 @@ fn load_backend(
 /// How a backend that loaded reads a `struct tcp_sock`, for `doctor`: the typed backends
 /// cast a socket with the kfunc (6.2+) or fall back to the helper, and say why.
 fn cast_note(backend: Backend, cast: TcpSockCast) -> String {
-    if !table::uses_btf(backend) {
+    if !backends::uses_btf(backend) {
         return "probe reads (bpf_probe_read_kernel): no socket cast".into();
     }
     match cast {
@@ -379,17 +378,17 @@ fn cast_note(backend: Backend, cast: TcpSockCast) -> String {
 
 fn load_backend_with(
     backend: Backend,
-    hooks: &[table::Hook],
+    hooks: &[backends::Hook],
     opts: &LoadOptions,
     kernel_layout: &tfo_trace_common::KernelLayout,
     cast: TcpSockCast,
     cookie_key: [u64; 2],
 ) -> Result<Ebpf> {
     let mut flags = 0;
-    if table::server_from_state(backend) {
+    if backends::server_from_state(backend) {
         flags |= config::SERVER_FROM_STATE;
     }
-    if table::sees_synack(backend) {
+    if backends::sees_synack(backend) {
         flags |= config::COOKIE_FROM_CACHE_SET;
     }
     if opts.refusal_events_only {
@@ -481,7 +480,7 @@ pub fn listener_owners(ebpf: &Ebpf) -> Vec<(u32, u32)> {
 }
 
 /// Loads and attaches `hooks` of an object already loaded, each step named on error.
-fn attach_all(ebpf: &mut Ebpf, hooks: &[table::Hook]) -> Result<()> {
+fn attach_all(ebpf: &mut Ebpf, hooks: &[backends::Hook]) -> Result<()> {
     // aya's own BTF, for the typed programs' target lookup.
     let needs_btf =
         hooks.iter().any(|h| matches!(h.kind, HookKind::BtfTracepoint | HookKind::FEntry | HookKind::FExit));
@@ -499,18 +498,18 @@ fn attach_all(ebpf: &mut Ebpf, hooks: &[table::Hook]) -> Result<()> {
     Ok(())
 }
 
-/// The cgroup hooks ([`table::cgroup_hooks`]), after the backend's: a kernel that refuses
+/// The cgroup hooks ([`backends::cgroup_hooks`]), after the backend's: a kernel that refuses
 /// them (or lacks the `struct cgroup` members they read) loses only the immediacy of
 /// container names, so the reason is returned, not raised.
 fn attach_cgroup_hooks(ebpf: &mut Ebpf) -> Result<(), String> {
-    let attached = attach_all(ebpf, table::cgroup_hooks()).map_err(|e| short_reason(&e));
+    let attached = attach_all(ebpf, backends::cgroup_hooks()).map_err(|e| short_reason(&e));
     if let Err(why) = &attached {
         log::info!("cgroup hooks: {why}; containers are named by walking the cgroup hierarchy");
     }
     attached
 }
 
-fn attach(ebpf: &mut Ebpf, hook: &table::Hook, btf: Option<&Btf>) -> Result<()> {
+fn attach(ebpf: &mut Ebpf, hook: &backends::Hook, btf: Option<&Btf>) -> Result<()> {
     let program = ebpf
         .program_mut(hook.program)
         .ok_or_else(|| anyhow!("program {} missing from the eBPF object", hook.program))?;
@@ -579,7 +578,7 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<Loaded, String>)> {
                         load_backend(backend, &opts, &k, random_key())
                             .map(|(ebpf, cast)| Loaded {
                                 how: cast_note(backend, cast),
-                                largest: largest_verification(&ebpf, table::hooks(backend)),
+                                largest: largest_verification(&ebpf, backends::hooks(backend)),
                             })
                             .map_err(|e| backend_refused(backend, &e))
                     })
@@ -622,7 +621,7 @@ mod tests {
     #[test]
     fn every_program_the_table_names_is_in_the_object() {
         let obj = aya_obj::Object::parse(EBPF_OBJECT).expect("the embedded eBPF object parses");
-        let names = table::all_programs();
+        let names = backends::all_programs();
         #[cfg(feature = "fixtures")]
         let names = names.chain(Backend::ALL.iter().flat_map(|b| floor::hooks(*b)).map(|h| h.program));
         for name in names {

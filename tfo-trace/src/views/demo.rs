@@ -18,11 +18,9 @@ use crate::{
         traffic::{ClientArgs, ClientMode},
         ClientChild, Lab, LabConfig,
     },
+    live::session::Session,
     probes::LoadOptions,
-    views::{
-        session::Session,
-        top::{self, rows::View, HeaderInfo, TopOptions},
-    },
+    views::top::{self, rows::View, HeaderInfo, TopOptions},
 };
 
 const PORT: u16 = 8080;

@@ -175,6 +175,7 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
             if !b.sees.is_empty() {
                 s.line(format!("sees: {}", b.sees.join(", ")));
             }
+            s.line(format!("a plain connection runs: {}", b.plain_connection));
             for blind in &b.blind {
                 s.line(format!("not visible: {blind}"));
             }
@@ -349,7 +350,7 @@ pub fn run(json: bool) -> anyhow::Result<()> {
     let can_load = privileges::check_tracing_privileges().is_ok();
     let report = diagnosis::diagnose(HostFacts::collect(), probes::verdicts(can_load));
     let mut out = io::stdout().lock();
-    crate::views::output::stdout_written(if json {
+    crate::live::output::stdout_written(if json {
         render_json(&report, &mut out)
     } else {
         render_text(&report, &mut out)

@@ -52,11 +52,9 @@ use tokio_rustls::{server::TlsStream, TlsAcceptor};
 use crate::{
     aggregation::metrics::{Breakdown, BuildInfo, Metrics, CONTENT_TYPE},
     events::Event,
+    live::session::Session,
     probes::LoadOptions,
-    views::{
-        session::Session,
-        web_config::{BasicAuth, WebConfig},
-    },
+    views::web_config::{BasicAuth, WebConfig},
 };
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9435";

@@ -3,14 +3,14 @@
 //! is the floor the real programs are measured against.
 use anyhow::{bail, Result};
 
-use crate::{cli::FloorArgs, probes, views::stop::Stop};
+use crate::{cli::FloorArgs, live::stop::Stop, probes};
 
 pub async fn run(args: FloorArgs) -> Result<()> {
     let [backend] = args.backend.candidates() else {
         bail!("--backend must name one backend (tracepoint or raw-tracepoint)");
     };
     if let Err(line) = crate::kernel::privileges::check_tracing_privileges() {
-        bail!(crate::views::session::PrivilegeError(line));
+        bail!(crate::live::session::PrivilegeError(line));
     }
     let _ebpf = probes::floor::load(*backend)?;
     crate::note!(

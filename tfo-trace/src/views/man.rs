@@ -264,7 +264,7 @@ pub fn run(command: Option<&str>, dir: Option<&Path>) -> Result<()> {
         }
         None => page(command)?,
     };
-    crate::views::output::stdout_written(std::io::stdout().lock().write_all(&text))
+    crate::live::output::stdout_written(std::io::stdout().lock().write_all(&text))
 }
 
 fn keys(roff: &mut Roff) {

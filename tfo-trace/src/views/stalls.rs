@@ -19,12 +19,12 @@ use crate::{
         stall::{self, Cause, StallTally},
     },
     events::Event,
-    probes::LoadOptions,
-    units,
-    views::{
+    live::{
         paused::{self, Paused},
         session::Session,
     },
+    probes::LoadOptions,
+    units,
 };
 
 pub struct StallsOptions {
@@ -195,7 +195,7 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
     }
     if !opts.json {
         let paused = paused::said(&pauses, &session.kernel_counted());
-        crate::views::output::stdout_written(
+        crate::live::output::stdout_written(
             write_summary(&mut out, &per_dst).and_then(|_| write_paused(&mut out, &paused)),
         )?;
     }

@@ -10,8 +10,8 @@ use anyhow::{Context as _, Result};
 
 use crate::{
     events::{Event, EventRef, Timestamp},
+    live::session::Session,
     probes::LoadOptions,
-    views::session::Session,
 };
 
 pub struct TraceOptions {
@@ -291,7 +291,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
         session.run(opts.duration, |batch| flow(write_json_events(&mut stdout, batch))).await?;
     } else {
         let mut text = TextLines::default();
-        crate::views::output::stdout_written(writeln!(stdout, "{}", text.header()))?;
+        crate::live::output::stdout_written(writeln!(stdout, "{}", text.header()))?;
         let mut lines = Vec::new();
         session
             .on_each_wakeup(opts.duration, |session| {

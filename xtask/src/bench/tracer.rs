@@ -249,7 +249,7 @@ pub(super) struct ExitLine {
 }
 
 /// tfo-trace's closing summary under `--json-summary`: the last stderr line that is a JSON
-/// object with `"tfo_trace_closing": 1` (tfo-trace/src/views/closing.rs), its `events`,
+/// object with `"tfo_trace_closing": 1` (tfo-trace/src/live/closing.rs), its `events`,
 /// `events_lost` and `counted`.
 pub(super) fn closing_line(lines: &[String]) -> ExitLine {
     let closing = lines

@@ -1,5 +1,5 @@
 //! What differs between the CPU architectures the matrix boots (emulator, board, console,
-//! Debian's architecture name, how its test binaries are built), as data: one more
+//! Debian's architecture name, how its test executable is built), as data: one more
 //! architecture is one more entry.
 use clap::ValueEnum;
 

@@ -1,35 +1,53 @@
-//! Step 3, test binaries: the integration test executables for the guest's architecture
-//! (the host's: the host run's own `cargo test --no-run` selection, so nothing is rebuilt;
-//! another: the static musl cross build, xtask/src/cross.rs), the ones the VM runs, and
-//! their tests as each binary lists them (another architecture's under qemu-user); the
-//! user's `-- ARGS` split into what selects tests and what goes to every run.
+//! Step 3, the tests: the integration test executable for the guest's architecture (the
+//! host's: the host run's own `cargo test --no-run` selection, so nothing is rebuilt;
+//! another: the static musl cross build, xtask/src/cross.rs), the modules of it the VM
+//! runs, and their tests as the executable lists them (another architecture's under
+//! qemu-user); the user's `-- ARGS` split into what selects tests and what goes to every
+//! run.
+//!
+//! The integration tests are one executable of modules, one per former test binary
+//! (`tests/integration/stalls.rs`: module `stalls`), its tests named `MODULE::TEST`
+//! (crate::testlines). The VM's cells, its allow-list of skips and its tables speak of
+//! modules and of each test's name in its module, as they spoke of binaries.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 use super::arch::Arch;
 use crate::cross::{self, What};
+use crate::testlines::{split_test, INTEGRATION};
 use crate::util::{capture, cargo};
 
 /// The scenario tests (tracer against the kernel's counters): run once per backend, with
-/// TFO_TRACE_BACKEND set (tests/common passes it as `--backend`).
-pub(super) const VM_PER_BACKEND: &[&str] =
-    &["kernel_scenarios", "server_outcomes", "stalls", "report", "refusal_causes", "server_speaks_first"];
+/// TFO_TRACE_BACKEND set (tests/integration/common passes it as `--backend`).
+pub(super) const VM_PER_BACKEND: &[&str] = &[
+    "kernel_scenarios",
+    "server_outcomes",
+    "stalls",
+    "report",
+    "refusal_causes",
+    "server_speaks_first",
+    "plain_cost",
+];
 /// Run once per kernel, without a backend: the lab itself (veth, netem, nft on this kernel).
 /// `names` too: its socket filter and packet sockets are the same on every backend.
 pub(super) const VM_ONCE: &[&str] = &["lab", "kernel_facts", "names"];
-// Every other tests/*.rs is host-only by default (views, formats, CLI, capabilities, the
+// Every other module is host-only by default (views, formats, CLI, capabilities, the
 // Prometheus exporter: nothing there depends on the kernel's hooks); `--bins` runs any.
 
+/// One module of the integration executable (a former test binary).
 #[derive(Clone, Debug)]
-pub(super) struct TestBin {
+pub(super) struct TestModule {
+    /// The module's name (`stalls`), the prefix of its tests' names.
     pub(super) name: String,
+    /// The integration executable.
     pub(super) path: PathBuf,
 }
 
 pub(super) struct Build {
-    pub(super) tests: Vec<TestBin>,
+    /// The integration executable.
+    pub(super) integration: PathBuf,
     /// target/debug/tfo-trace (or target/<triple>/debug/tfo-trace): the path
     /// `CARGO_BIN_EXE_tfo-trace` names.
     pub(super) tfo_trace: PathBuf,
@@ -38,43 +56,35 @@ pub(super) struct Build {
     pub(super) cross: Option<cross::Arch>,
 }
 
-/// The test executables for `arch`: for another architecture, only those `wanted` names
-/// (empty: the default VM selection).
-pub(super) fn build_tests(root: &Path, arch: &Arch, wanted: &[String]) -> Result<Build> {
+/// The integration executable and `tfo-trace` for `arch`.
+pub(super) fn build_tests(root: &Path, arch: &Arch) -> Result<Build> {
     match arch.cross {
         None => host_build(root),
-        Some(c) => cross_build(c, wanted),
+        Some(c) => cross_build(c),
     }
 }
 
-/// The static musl test executables of another architecture (`cargo xtask cross --tests`).
-fn cross_build(arch: cross::Arch, wanted: &[String]) -> Result<Build> {
-    let names: Vec<String> = if wanted.is_empty() {
-        VM_PER_BACKEND.iter().chain(VM_ONCE).map(|n| n.to_string()).collect()
-    } else {
-        wanted.to_vec()
-    };
-    let built = cross::cross_build(&[arch], What::TestsNamed(&names))?;
-    let mut tests: Vec<TestBin> = built
-        .iter()
-        .filter(|b| b.integration)
-        .map(|b| TestBin { name: b.name.clone(), path: b.exe.clone() })
-        .collect();
-    tests.sort_by(|a, b| a.name.cmp(&b.name));
-    ensure!(!tests.is_empty(), "the {} cross build made no integration test executable", arch.name());
+/// The static musl integration executable of another architecture (`cargo xtask cross
+/// --tests`).
+fn cross_build(arch: cross::Arch) -> Result<Build> {
+    let built = cross::cross_build(&[arch], What::Integration)?;
+    let integration =
+        built.iter().find(|b| b.integration && b.name == INTEGRATION).map(|b| b.exe.clone()).with_context(
+            || format!("the {} cross build made no `{INTEGRATION}` test executable", arch.name()),
+        )?;
     let tfo_trace = built
         .iter()
         .find(|b| !b.test && b.name == "tfo-trace")
         .map(|b| b.exe.clone())
         .with_context(|| format!("the {} cross build made no tfo-trace executable", arch.name()))?;
-    Ok(Build { tests, tfo_trace, cross: Some(arch) })
+    Ok(Build { integration, tfo_trace, cross: Some(arch) })
 }
 
 fn host_build(root: &Path) -> Result<Build> {
     let mut cmd = cargo();
     // The same package selection as the host run in `cargo xtask test`, so the artifacts
     // (and the eBPF object built by tfo-trace's build.rs) are reused, not rebuilt with
-    // other features; tfo-trace's own integration tests are picked from the list below.
+    // other features; tfo-trace's integration executable is picked from the list below.
     cmd.current_dir(root).args([
         "test",
         "--workspace",
@@ -86,7 +96,7 @@ fn host_build(root: &Path) -> Result<Build> {
     println!("+ {}", crate::util::display(&cmd));
     let out = cmd.stderr(Stdio::inherit()).output().context("starting cargo test --no-run")?;
     ensure!(out.status.success(), "cargo test --no-run failed: {}", out.status);
-    let mut tests = Vec::new();
+    let mut integration = None;
     let mut tfo_trace = None;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
@@ -99,70 +109,67 @@ fn host_build(root: &Path) -> Result<Build> {
             continue;
         }
         let kinds = msg["target"]["kind"].as_array().cloned().unwrap_or_default();
-        let name = msg["target"]["name"].as_str().unwrap_or_default().to_string();
+        let name = msg["target"]["name"].as_str().unwrap_or_default();
         let is_test = msg["profile"]["test"] == true;
-        if kinds.iter().any(|k| k == "test") {
-            tests.push(TestBin { name, path: exe.into() });
+        if kinds.iter().any(|k| k == "test") && name == INTEGRATION {
+            integration = Some(PathBuf::from(exe));
         } else if kinds.iter().any(|k| k == "bin") && !is_test && name == "tfo-trace" {
             tfo_trace = Some(PathBuf::from(exe));
         }
     }
-    tests.sort_by(|a, b| a.name.cmp(&b.name));
-    ensure!(!tests.is_empty(), "cargo test --no-run listed no integration test executable");
+    let integration = integration
+        .with_context(|| format!("cargo test --no-run built no `{INTEGRATION}` test executable"))?;
     let tfo_trace = tfo_trace.unwrap_or_else(|| root.join("target/debug/tfo-trace"));
     ensure!(tfo_trace.exists(), "{} was not built", tfo_trace.display());
-    Ok(Build { tests, tfo_trace, cross: None })
+    Ok(Build { integration, tfo_trace, cross: None })
 }
 
-/// The binaries `--bins` names, or the default VM selection: every one of them must have
-/// been built (a binary of the matrix that is missing is an error, not a smaller matrix).
-pub(super) fn select_bins<'a>(build: &'a Build, wanted: &[String]) -> Result<Vec<&'a TestBin>> {
+/// The modules `--bins` names (or the default VM selection), each with its tests among
+/// `selected` (names as the executable lists them). Every module asked for must be among
+/// `every` test's (a module of the matrix that is missing is an error, not a smaller
+/// matrix); a filter of the user's may leave one with nothing to run.
+pub(super) fn select_modules(
+    integration: &Path,
+    every: &[String],
+    selected: &[String],
+    wanted: &[String],
+) -> Result<Vec<(TestModule, Vec<String>)>> {
+    let mut modules: Vec<&str> = every.iter().filter_map(|t| Some(split_test(t)?.0)).collect();
+    modules.dedup();
+    ensure!(!modules.is_empty(), "the integration test executable lists no test (`--list`)");
     let names: Vec<&str> = if wanted.is_empty() {
-        let host: Vec<&str> = build
-            .tests
-            .iter()
-            .map(|t| t.name.as_str())
-            .filter(|n| !VM_PER_BACKEND.contains(n) && !VM_ONCE.contains(n))
-            .collect();
+        let host: Vec<&str> =
+            modules.iter().copied().filter(|n| !VM_PER_BACKEND.contains(n) && !VM_ONCE.contains(n)).collect();
         if !host.is_empty() {
-            println!("vm: host-only test binaries (not run in the VM): {}", host.join(", "));
+            println!("vm: host-only test modules (not run in the VM): {}", host.join(", "));
         }
         VM_PER_BACKEND.iter().chain(VM_ONCE).copied().collect()
     } else {
         wanted.iter().map(String::as_str).collect()
     };
-    names
+    if let Some(missing) = names.iter().find(|n| !modules.contains(n)) {
+        bail!("no integration test module `{missing}` (there are: {})", modules.join(", "));
+    }
+    Ok(names
         .into_iter()
         .map(|name| {
-            build.tests.iter().find(|t| t.name == name).with_context(|| {
-                let all: Vec<_> = build.tests.iter().map(|t| t.name.as_str()).collect();
-                format!("no integration test binary `{name}` (there are: {})", all.join(", "))
-            })
+            let tests = selected
+                .iter()
+                .filter_map(|t| split_test(t).filter(|(m, _)| *m == name).map(|(_, test)| test.to_string()))
+                .collect();
+            (TestModule { name: name.to_string(), path: integration.to_path_buf() }, tests)
         })
-        .collect()
+        .collect())
 }
 
-/// A binary of the matrix lists no test: without a filter of the user's (`-- NAME`), that
-/// is a broken binary, never a cell with nothing to do.
-pub(super) fn check_listed(listed: &[(TestBin, Vec<String>)], filter: &[String]) -> Result<()> {
-    if !list_args(filter).is_empty() {
-        return Ok(());
-    }
-    let empty: Vec<&str> =
-        listed.iter().filter(|(_, t)| t.is_empty()).map(|(b, _)| b.name.as_str()).collect();
-    ensure!(empty.is_empty(), "test binaries that list no test (`--list`): {}", empty.join(", "));
-    Ok(())
-}
-
-/// The tests of one binary that `filter` selects, as the binary itself lists them
-/// (`--list`: `name: test` lines).
-pub(super) fn list_tests(build: &Build, bin: &TestBin, filter: &[String]) -> Result<Vec<String>> {
+/// The tests of the integration executable that `filter` selects, as it lists them
+/// (`--list`: `MODULE::TEST: test` lines).
+pub(super) fn list_tests(build: &Build, filter: &[String]) -> Result<Vec<String>> {
     let mut cmd = match build.cross {
-        None => Command::new(&bin.path),
-        Some(arch) => arch.command(&bin.path),
+        None => Command::new(&build.integration),
+        Some(arch) => arch.command(&build.integration),
     };
-    let out = capture(cmd.arg("--list").args(list_args(filter)))
-        .with_context(|| format!("listing the tests of {}", bin.name))?;
+    let out = capture(cmd.arg("--list").args(list_args(filter))).context("listing the integration tests")?;
     Ok(out.lines().filter_map(|l| l.strip_suffix(": test")).map(str::to_string).collect())
 }
 
@@ -205,23 +212,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_binary_of_the_matrix_must_be_built_and_list_tests() {
-        let bin = |n: &str| TestBin { name: n.into(), path: format!("/x/{n}").into() };
-        let all: Vec<TestBin> =
-            VM_PER_BACKEND.iter().chain(VM_ONCE).chain(&["cli"]).map(|n| bin(n)).collect();
-        let build = Build { tests: all.clone(), tfo_trace: "/x/tfo-trace".into(), cross: None };
-        assert_eq!(select_bins(&build, &[]).unwrap().len(), VM_PER_BACKEND.len() + VM_ONCE.len());
-        let without_stalls: Vec<TestBin> = all.iter().filter(|b| b.name != "stalls").cloned().collect();
-        let build = Build { tests: without_stalls, ..build };
-        let err = select_bins(&build, &[]).unwrap_err().to_string();
-        assert!(err.starts_with("no integration test binary `stalls`"), "{err}");
-        let listed = vec![(bin("lab"), vec!["a".to_string()]), (bin("names"), Vec::new())];
-        let err = check_listed(&listed, &[]).unwrap_err().to_string();
-        assert_eq!(err, "test binaries that list no test (`--list`): names");
-        assert!(
-            check_listed(&listed, &["--exact".into(), "a".into()]).is_ok(),
-            "a filter may select nothing here"
+    fn every_module_of_the_matrix_must_be_in_the_executable() {
+        let exe = Path::new("/x/integration");
+        let names = |modules: &[&str]| -> Vec<String> {
+            modules.iter().flat_map(|m| [format!("{m}::{m}_a"), format!("{m}::{m}_b")]).collect()
+        };
+        let all: Vec<&str> = VM_PER_BACKEND.iter().chain(VM_ONCE).chain(&["cli"]).copied().collect();
+        let every = names(&all);
+        let selected = select_modules(exe, &every, &every, &[]).unwrap();
+        assert_eq!(selected.len(), VM_PER_BACKEND.len() + VM_ONCE.len(), "cli is host-only");
+        let (stalls, tests) = selected.iter().find(|(m, _)| m.name == "stalls").unwrap();
+        assert_eq!(
+            (stalls.path.as_path(), tests.as_slice()),
+            (exe, &["stalls_a".to_string(), "stalls_b".into()][..])
         );
+        let cli = select_modules(exe, &every, &["cli::cli_b".into()], &["cli".into()]).unwrap();
+        assert_eq!(cli[0].1, ["cli_b"], "the tests a filter selected");
+        let lab = select_modules(exe, &every, &[], &["lab".into()]).unwrap();
+        assert!(lab[0].1.is_empty(), "a filter may select nothing here");
+        let without_stalls: Vec<&str> = all.iter().copied().filter(|m| *m != "stalls").collect();
+        let every = names(&without_stalls);
+        let err = select_modules(exe, &every, &every, &[]).unwrap_err().to_string();
+        assert!(err.starts_with("no integration test module `stalls`"), "{err}");
     }
 
     #[test]

@@ -1,23 +1,23 @@
 //! Scheduling: the cells (one qemu boot each: a kernel with a backend, running the
-//! binaries of `VM_PER_BACKEND`, or its `lab` cell, running those of `VM_ONCE`) planned
+//! test modules of `VM_PER_BACKEND`, or its `lab` cell, running those of `VM_ONCE`) planned
 //! longest first, and run `--jobs` guests at a time.
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
-use super::binaries::{TestBin, VM_ONCE};
+use super::binaries::{TestModule, VM_ONCE};
 use super::kernels::{Kernel, Refusal};
 
 /// The cell that runs `VM_ONCE` (and `doctor`) on each kernel.
 pub(super) const ONCE_CELL: &str = "lab";
 
-/// One qemu boot: a kernel with a backend (the scenario binaries) or with `lab`.
+/// One qemu boot: a kernel with a backend (the scenario modules) or with `lab`.
 #[derive(Clone, Debug)]
 pub(super) struct Cell {
     pub(super) kernel: String,
     /// A backend name, or [`ONCE_CELL`].
     pub(super) name: String,
-    /// The binaries and the tests of each this cell runs.
-    pub(super) runs: Vec<(TestBin, Vec<String>)>,
+    /// The test modules and the tests of each this cell runs.
+    pub(super) runs: Vec<(TestModule, Vec<String>)>,
     /// A backend this kernel cannot load: the cell checks the refusal instead of tests.
     pub(super) refused: Option<&'static Refusal>,
 }
@@ -36,10 +36,14 @@ impl Cell {
     }
 }
 
-pub(super) fn plan(kernels: &[Kernel], listed: &[(TestBin, Vec<String>)], backends: &[String]) -> Vec<Cell> {
+pub(super) fn plan(
+    kernels: &[Kernel],
+    listed: &[(TestModule, Vec<String>)],
+    backends: &[String],
+) -> Vec<Cell> {
     let mut cells = Vec::new();
     for k in kernels {
-        let pick = |once: bool| -> Vec<(TestBin, Vec<String>)> {
+        let pick = |once: bool| -> Vec<(TestModule, Vec<String>)> {
             listed
                 .iter()
                 .filter(|(b, t)| !t.is_empty() && VM_ONCE.contains(&b.name.as_str()) == once)

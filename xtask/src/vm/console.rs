@@ -35,7 +35,7 @@ pub(super) struct RefusalSeen {
 /// Reads the serial console of one cell, line by line.
 #[derive(Default)]
 pub(super) struct Console {
-    /// The test running now: (binary, test).
+    /// The test running now: (module, test).
     pub(super) current: Option<(String, String)>,
     pub(super) cur: TestRun,
     pub(super) results: BTreeMap<(String, String), TestRun>,

@@ -27,7 +27,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /run
-# No tmpfs on /tmp: the test binaries may live under /tmp on the host, hence here too.
+# No tmpfs on /tmp: the test executable may live under /tmp on the host, hence here too.
 chmod 1777 /tmp
 mkdir -p /sys/fs/cgroup /run/netns
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
@@ -83,7 +83,7 @@ refused() {{
     echo "TFO-VM-DOCTOR-SAYS $({tfo} doctor 2>&1 | grep -m1 "^  $1:")"
 }}
 # One test, as its own process under its own limit: a hung test is killed and named.
-# Usage: one_test LIMIT_S BINARY_NAME TEST_NAME COMMAND...
+# Usage: one_test LIMIT_S MODULE TEST_NAME COMMAND...
 one_test() {{
     limit=$1 bin=$2 name=$3
     shift 3
@@ -124,14 +124,15 @@ pub(super) fn cell_script(cell: &Cell, filter: &[String], test_limit_s: u64) -> 
         None => s.push_str("loads=0\n"),
     }
     s.push_str("if [ $loads -eq 0 ]; then\n");
-    for (bin, tests) in &cell.runs {
+    for (module, tests) in &cell.runs {
         for t in tests {
             let _ = writeln!(
                 s,
-                "one_test {test_limit_s} {name} {t} {path} --exact {t} --test-threads=1{extra}",
-                name = bin.name,
-                t = sh_quote(t),
-                path = bin.path.display(),
+                "one_test {test_limit_s} {name} {short} {path} --exact {full} --test-threads=1{extra}",
+                name = module.name,
+                short = sh_quote(t),
+                path = module.path.display(),
+                full = sh_quote(&format!("{}::{t}", module.name)),
             );
         }
     }

@@ -1,6 +1,6 @@
 //! Step 4, the initramfs of a kernel: a merged-/usr tree with the userspace of its
 //! architecture (userland.rs: a static busybox, the programs the tests call and their
-//! shared libraries), the test binaries at their host paths (debug info stripped), the
+//! shared libraries), the integration test executable at its host path (debug info stripped), the
 //! modules, `/init` and one script per cell; packed with `cpio -H newc`.
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};

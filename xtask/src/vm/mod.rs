@@ -9,9 +9,9 @@
 //!    the lab needs (veth, sch_netem, nf_tables) with their dependencies from each module's
 //!    `.modinfo`. What differs between CPU architectures (qemu, machine, console, the
 //!    package's architecture) is data (`arch.rs`).
-//! 3. `binaries.rs`: the test executables, built on the host, and their tests (`--list`).
-//!    `env!("CARGO_BIN_EXE_tfo-trace")` is fixed at compile time, so every binary goes into
-//!    the initramfs at its host path.
+//! 3. `binaries.rs`: the integration test executable, built on the host, and the tests of
+//!    its modules (`--list`). `env!("CARGO_BIN_EXE_tfo-trace")` is fixed at compile time, so
+//!    it goes into the initramfs at its host path.
 //! 4. `initramfs.rs`: one initramfs per kernel, with the host programs and their shared
 //!    libraries; `guest.rs`: its busybox `/init`, which mounts the pseudo file systems,
 //!    loads the modules, and runs the cell the kernel command line names (`tfo_cell=`).
@@ -48,7 +48,7 @@ use clap::Args;
 
 use crate::util::workspace_root;
 use arch::{Arch, ArchChoice};
-use binaries::{build_tests, check_listed, list_tests, select_bins, TestBin};
+use binaries::{build_tests, list_args, list_tests, select_modules};
 use cells::{plan, run_cells, schedule, Cell, ONCE_CELL};
 use initramfs::initramfs;
 use kernels::{kernels, KernelChoice};
@@ -77,8 +77,9 @@ pub struct VmArgs {
     /// Tracer backends to run the backend-dependent tests with (TFO_TRACE_BACKEND in the VM)
     #[arg(long, value_delimiter = ',', default_value = "tracepoint,raw-tracepoint,fentry,kprobe")]
     pub backend: Vec<String>,
-    /// Integration test binaries to run (default: kernel_scenarios,server_outcomes,stalls,
-    /// report per backend; lab and kernel_facts once per kernel)
+    /// Integration test modules to run (tests/integration/NAME.rs; default:
+    /// kernel_scenarios, server_outcomes, stalls, report, refusal_causes,
+    /// server_speaks_first per backend; lab, kernel_facts, names once per kernel)
     #[arg(long, value_delimiter = ',')]
     pub bins: Vec<String>,
     /// qemu accelerator; CI's budget is planned for TCG
@@ -97,7 +98,8 @@ pub struct VmArgs {
     /// Guests at once (default: host cores / vCPUs per guest, at least 1)
     #[arg(long)]
     pub jobs: Option<usize>,
-    /// Arguments for each test binary inside the VM (a name filter, `--exact`, ...), after `--`
+    /// Arguments for the integration tests inside the VM (a name filter, `--exact
+    /// MODULE::TEST`, ...), after `--`
     #[arg(last = true)]
     pub filter: Vec<String>,
 }
@@ -179,12 +181,12 @@ pub fn vm(args: &VmArgs) -> Result<()> {
     Ok(())
 }
 
-/// One architecture's share of a run: its kernels, backends and test binaries.
+/// One architecture's share of a run: its kernels, backends and test modules.
 struct Part {
     arch: &'static Arch,
     kernel: KernelChoice,
     backends: Vec<String>,
-    /// Test binaries by name; empty: the default VM selection (cells.rs).
+    /// Test modules by name; empty: the default VM selection (cells.rs).
     bins: Vec<String>,
 }
 
@@ -208,7 +210,7 @@ const TEST_MATRIX: &[TestPart] = &[
     TestPart { arch: ArchChoice::X86_64, kernel: KernelChoice::V5_10, backends: &[], bins: &[] },
     TestPart { arch: ArchChoice::X86_64, kernel: KernelChoice::V6_1, backends: &["fentry"], bins: &[] },
     TestPart { arch: ArchChoice::X86_64, kernel: KernelChoice::V6_12, backends: &["fentry"], bins: &[] },
-    // arm64 under TCG runs at half the speed: the binaries that prove what differs there.
+    // arm64 under TCG runs at half the speed: the modules that prove what differs there.
     TestPart {
         arch: ArchChoice::Arm64,
         kernel: KernelChoice::V5_10,
@@ -263,13 +265,14 @@ fn run_parts(parts: &[Part], args: &VmArgs) -> Result<Report> {
             println!("vm: kernel {} is {} ({}, {})", k.short, k.release, k.package, k.arch.name);
         }
         let userland = Userland::for_arch(arch, &work)?;
-        let build = build_tests(&root, arch, &part.bins)?;
-        let bins = select_bins(&build, &part.bins)?;
-        let listed = bins
-            .iter()
-            .map(|b| Ok(((*b).clone(), list_tests(&build, b, &args.filter)?)))
-            .collect::<Result<Vec<(TestBin, Vec<String>)>>>()?;
-        check_listed(&listed, &args.filter)?;
+        let build = build_tests(&root, arch)?;
+        let every = list_tests(&build, &[])?;
+        let selected = if list_args(&args.filter).is_empty() {
+            every.clone()
+        } else {
+            list_tests(&build, &args.filter)?
+        };
+        let listed = select_modules(&build.integration, &every, &selected, &part.bins)?;
         let mine = plan(&kernels, &listed, &part.backends);
         for k in &kernels {
             let of_k: Vec<&Cell> = mine.iter().filter(|c| c.kernel == k.short).collect();

@@ -59,7 +59,7 @@ pub(super) struct Boot {
     /// Host seconds from qemu's start to the `TFO-VM-BOOT` marker.
     pub(super) boot_s: Option<f64>,
     pub(super) total_s: f64,
-    /// (binary, test) -> its run.
+    /// (module, test) -> its run.
     pub(super) results: BTreeMap<(String, String), TestRun>,
     /// The backend did not load in this kernel: the tracer's reason.
     pub(super) unloadable: Option<String>,

@@ -14,7 +14,8 @@ pub(super) struct AllowedSkip {
     pub(super) kernels: &'static [&'static str],
     /// Cells (backends, or `lab`); empty: every one.
     pub(super) cells: &'static [&'static str],
-    /// `binary::test` (a prefix: `binary::` for every test of it); empty: any test.
+    /// `module::test`, the test's name in the integration executable (a prefix: `module::`
+    /// for every test of it); empty: any test.
     pub(super) test: &'static str,
     /// A part of the reason the test gives.
     pub(super) reason: &'static str,
@@ -28,7 +29,7 @@ pub(super) const ALLOWED_SKIPS: &[AllowedSkip] = &[
         cells: &["tracepoint"],
         test: "",
         reason: "is not visible to the tracepoint backend",
-        why: "the tracepoint backends are blind to some outcomes (probes/table.rs, TRACEPOINT_BLIND); the fentry \
+        why: "the tracepoint backends are blind to some outcomes (tfo-trace/src/backends, TRACEPOINT_BLIND); the fentry \
               and kprobe cells check them",
     },
     AllowedSkip {
@@ -36,7 +37,7 @@ pub(super) const ALLOWED_SKIPS: &[AllowedSkip] = &[
         cells: &["raw-tracepoint"],
         test: "",
         reason: "is not visible to the raw-tracepoint backend",
-        why: "the tracepoint backends are blind to some outcomes (probes/table.rs, TRACEPOINT_BLIND); the fentry \
+        why: "the tracepoint backends are blind to some outcomes (tfo-trace/src/backends, TRACEPOINT_BLIND); the fentry \
               and kprobe cells check them",
     },
     AllowedSkip {
@@ -57,17 +58,17 @@ pub(super) const ALLOWED_SKIPS: &[AllowedSkip] = &[
     },
 ];
 
-/// The entry that allows `reason` from `binary::test` in `cell` of `kernel` (a cell's
+/// The entry that allows `reason` from `module::test` in `cell` of `kernel` (a cell's
 /// kernel label: `5.10`, `5.10-arm64`), if any.
 pub(super) fn allowed(
     kernel: &str,
     cell: &str,
-    binary: &str,
+    module: &str,
     test: &str,
     reason: &str,
 ) -> Option<&'static AllowedSkip> {
     let series = kernel.split('-').next().unwrap_or(kernel);
-    let name = format!("{binary}::{test}");
+    let name = format!("{module}::{test}");
     ALLOWED_SKIPS.iter().find(|a| {
         (a.kernels.is_empty() || a.kernels.contains(&series))
             && (a.cells.is_empty() || a.cells.contains(&cell))

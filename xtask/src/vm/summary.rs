@@ -1,5 +1,5 @@
 //! Step 6b, the summary: per cell and test the tally and every problem in one line, the
-//! kernel x cell x binary result table and the time table (boot, tests, guest time per
+//! kernel x cell x test module result table and the time table (boot, tests, guest time per
 //! kernel). A cell fails on a test that failed, timed out or did not run, on a skip (whole
 //! or partial) not on the list of skips a VM may report (skips.rs), on a warning of /init,
 //! and when no test of it passed.
@@ -160,7 +160,7 @@ pub(super) fn print_result_table(cells: &[Cell], boots: &[Boot]) {
     println!();
     println!(
         "{:<10} {:<14} {:<18} {:<16} {:>6} {:>6} {:>7} {:>6}  PROBLEMS",
-        "KERNEL", "CELL", "BINARY", "RESULT", "PASSED", "FAILED", "IGNORED", "TIME"
+        "KERNEL", "CELL", "MODULE", "RESULT", "PASSED", "FAILED", "IGNORED", "TIME"
     );
     for (cell, boot) in cells.iter().zip(boots) {
         if let Some(r) = cell.refused {
@@ -261,7 +261,7 @@ pub(super) fn print_time_table(cells: &[Cell], boots: &[Boot], prepared_s: f64, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vm::binaries::TestBin;
+    use crate::vm::binaries::TestModule;
     use crate::vm::console::Console;
 
     /// One cell of `tests` in `binary`, and the boot its console `lines` make.
@@ -270,7 +270,7 @@ mod tests {
         for l in lines {
             c.line(l);
         }
-        let bin = TestBin { name: binary.into(), path: format!("/x/{binary}").into() };
+        let bin = TestModule { name: binary.into(), path: format!("/x/{binary}").into() };
         let cell = Cell {
             kernel: kernel.into(),
             name: name.into(),
@@ -388,7 +388,7 @@ mod tests {
 
     #[test]
     fn a_test_that_runs_nothing_or_times_out_is_a_problem() {
-        let bin = TestBin { name: "stalls".into(), path: "/x/stalls".into() };
+        let bin = TestModule { name: "stalls".into(), path: "/x/stalls".into() };
         let cell = Cell {
             kernel: "6.1".into(),
             name: "tracepoint".into(),

@@ -90,9 +90,9 @@ impl Userland {
                 copy_tree(Path::new(p), &root.join(&p[1..]))?;
             }
         }
-        // `ip netns exec` mounts /etc/netns/NS/resolv.conf over /etc/resolv.conf, which must
-        // be there to be mounted over (the lab's DNS server, tests/names.rs); empty, the
-        // guest has no resolver of its own.
+        // `ip netns exec` mounts /etc/netns/NS/resolv.conf over /etc/resolv.conf, which
+        // must be there to be mounted over (the lab's DNS server,
+        // tests/integration/names.rs); empty, the guest has no resolver of its own.
         let resolv = root.join("etc/resolv.conf");
         if !resolv.exists() {
             std::fs::write(&resolv, "").with_context(|| format!("writing {}", resolv.display()))?;

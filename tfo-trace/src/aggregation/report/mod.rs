@@ -2,8 +2,9 @@
 //! summary, the client-side rows ranked by time lost (the first N shown, the rest summed),
 //! the listeners and the namespaces' findings. Pure: the kernel's facts come in as
 //! [`Facts`], rendering is `views::report`.
-//! [`builder`] gathers and ranks, [`connections`] keeps what a destination's connections
-//! count, [`grouping`] makes the rows of `--group-by`, [`verdict`] judges each row.
+//! [`builder`] gathers and ranks (its `built.rs` the rows, `summary.rs` the totals),
+//! [`connections`] keeps what a destination's connections count, [`grouping`] makes the
+//! rows of `--group-by`, [`verdict`] judges each row.
 //!
 //! Memory follows destinations, not events: a destination seen once costs one
 //! [`connections::Slot`] (40 bytes) in an insertion-ordered hash map; rows are built, with

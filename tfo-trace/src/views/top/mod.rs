@@ -29,12 +29,12 @@ use crate::{
     cli::Sort,
     events::{counts::KernelCounts, rfc3339, Event},
     kernel::sysctl::TcpFastopen,
-    probes::LoadOptions,
-    views::{
+    live::{
         paused::{self, Paused},
         session::Session,
         stop::Stop,
     },
+    probes::LoadOptions,
 };
 use rows::View;
 use state::{Action, UiState};
@@ -291,7 +291,7 @@ async fn run_from(
     filter: &crate::filter::EventFilter,
     opts: &TopOptions,
 ) -> Result<()> {
-    let (header, mut replay) = crate::views::replay::Replay::open(path, filter.clone())?;
+    let (header, mut replay) = crate::events::replay::Replay::open(path, filter.clone().into_select())?;
     let info = HeaderInfo::replay(format!("{} (recorded on {})", header.backend, header.host), opts.interval);
     let mut stop = Stop::new(opts.duration)?;
     let seen = run_on(&mut Recorded::new(replay.events()), opts, info, &mut stop).await?;
@@ -317,7 +317,7 @@ pub async fn run(opts: TopOptions) -> Result<()> {
     let ended = run_on(&mut session, &opts, info, &mut stop).await;
     // A closed stdout ends the tables, not the closing line (as in `trace`).
     if let Err(e) = &ended {
-        if !crate::views::output::is_output_closed(e) {
+        if !crate::live::output::is_output_closed(e) {
             return ended.map(drop);
         }
     }
@@ -507,11 +507,11 @@ fn refresh<F: EventFeed>(model: &mut TopModel, feed: &mut F, clock: &mut Refresh
     snap
 }
 
-/// Prints one snapshot; a closed stdout is [`crate::views::output::OutputClosed`], which
+/// Prints one snapshot; a closed stdout is [`crate::live::output::OutputClosed`], which
 /// ends `top` quietly.
 fn print(out: &mut impl io::Write, snap: &Snapshot, info: &HeaderInfo, opts: &TopOptions) -> Result<()> {
     let ts = now_rfc3339();
-    crate::views::output::stdout_written(if opts.json {
+    crate::live::output::stdout_written(if opts.json {
         batch::write_json(out, &ts, snap, info, opts.sort, &opts.filter)
     } else {
         batch::write_text(out, &ts, snap, info, opts.sort, &opts.filter)

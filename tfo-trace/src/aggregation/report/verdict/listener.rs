@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use super::{
     classify::{self, listener_shown_by},
     hosts_line,
-    namespace::rotated_without_backup_sentence,
+    server_sentences::{overflow_sentence, rotated_without_backup_sentence},
     HostShare, Kind, ListenerReport, Strength, Support, Verdict,
 };
 use crate::{
@@ -156,24 +156,6 @@ fn listener_report(
         hosts: Vec::new(),
         verdict: Verdict { kind, sentence, evidence, strength: Strength::of(showing, of), support },
     }
-}
-
-/// `listener 0.0.0.0:81: 37 TFO queue overflows (max_qlen 16); raise fastopen= ...`.
-pub(super) fn overflow_sentence(
-    listener: &str,
-    n: u64,
-    max_qlen: Option<u32>,
-    somaxconn: Option<u32>,
-) -> String {
-    let q = max_qlen.map(|q| format!("max_qlen {q}")).unwrap_or_else(|| "max_qlen unknown".into());
-    let advice = match (max_qlen, somaxconn) {
-        (Some(q), Some(s)) if q >= s => {
-            format!("max_qlen is already at somaxconn ({s}): raise net.core.somaxconn first, then fastopen=")
-        }
-        _ => "raise fastopen= but keep it below somaxconn".into(),
-    };
-    format!("{listener}: {} ({q}); {advice}", units::plural(n, "TFO queue overflow", "TFO queue overflows"))
-        .replacen(listener, &format!("listener {listener}"), 1)
 }
 
 #[cfg(test)]

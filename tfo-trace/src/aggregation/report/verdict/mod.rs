@@ -20,6 +20,7 @@ pub mod client;
 pub mod listener;
 pub mod namespace;
 mod refusal;
+mod server_sentences;
 
 use std::collections::BTreeMap;
 

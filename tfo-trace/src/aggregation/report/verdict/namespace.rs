@@ -6,7 +6,8 @@ use std::{collections::BTreeSet, net::IpAddr};
 use serde::Serialize;
 
 use super::{
-    listener::overflow_sentence, Kind, ListenerReport, NamespaceFinding, Strength, Support, Verdict,
+    server_sentences::{overflow_sentence, rotated_without_backup_sentence},
+    Kind, ListenerReport, NamespaceFinding, Strength, Support, Verdict,
 };
 use crate::{
     aggregation::{
@@ -14,9 +15,9 @@ use crate::{
         kernel_counted,
         report::facts::{Facts, ListenerFact},
     },
+    backends::{self, Backend},
     events::{Outcome, Role},
     kernel::{netstat::Netstat, tcp_metrics::TcpMetric},
-    probes::{table, Backend},
     units,
 };
 
@@ -90,7 +91,7 @@ pub fn namespace_findings(
 ) -> Vec<NamespaceFinding> {
     let backend = facts.backend.as_deref().unwrap_or("running");
     // Outcomes only a namespace counter sees on this backend, said from the counter.
-    let blind = |role, outcome| backend_of(facts).is_some_and(|b| !table::sees(b, role, outcome));
+    let blind = |role, outcome| backend_of(facts).is_some_and(|b| !backends::sees(b, role, outcome));
     let mut out = Vec::new();
     let none = Netstat::default();
     let mut namespaces: BTreeSet<u32> = facts.counters.keys().copied().collect();
@@ -214,17 +215,6 @@ fn refused_finding(
         verdict: counted(kind, sentence, evidence, fail),
         pause: None,
     }
-}
-
-/// `listener X` or `netns N`: the key changed without a backup, refused then accepted.
-pub(super) fn rotated_without_backup_sentence(subject: &str, refused: u64, accepted: u64) -> String {
-    format!(
-        "{subject}: the TFO key was rotated without a backup key: {} with a cookie of the old key refused \
-         (each resent after the handshake, one round trip), then {accepted} accepted on new cookies: a \
-         one-off, not a fault; next time keep the old key as backup (`sysctl -w \
-         net.ipv4.tcp_fastopen_key=NEW,OLD`)",
-        units::plural(refused, "SYN-data", "SYN-data")
-    )
 }
 
 /// Listeners that answered SYNs with syncookies (TcpExtSyncookiesSent): the kernel skips

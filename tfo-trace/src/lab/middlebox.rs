@@ -1,0 +1,234 @@
+//! What happens to packets between the namespaces: the nftables middlebox in the server
+//! namespace (dropping SYN-data, TFO options, SYNs, ACKs), the client's own rules (dropping
+//! SYN-ACKs, NAT), a load balancer's spread of one port, netem delay.
+use std::net::IpAddr;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+
+use super::{
+    cmd,
+    registry::{lock, NFT_TABLE, REGISTRY},
+    Lab, Side, VETH_CLIENT,
+};
+
+impl Lab {
+    /// The middlebox: in the server namespace, drop TCP SYNs (SYN without ACK) that carry
+    /// data, optionally only those to `dst`. A SYN with a TFO cookie (8 bytes) and no data
+    /// is 72 bytes of IPv4 (total length) and 52 bytes of IPv6 payload, and passes;
+    /// anything longer carries data. Can be called again to add more destinations.
+    pub fn middlebox_drop_syn_data(&self, dst: Option<IpAddr>) -> Result<()> {
+        self.drop_syn_data(dst, None)
+    }
+
+    /// The middlebox dropping one SYN-data in every `k` (the first, then every k-th after
+    /// it; an nft `numgen` counter per address family): a path that fails now and then.
+    pub fn middlebox_drop_syn_data_one_in(&self, k: u32) -> Result<()> {
+        self.drop_syn_data(None, Some(k.max(1)))
+    }
+
+    fn drop_syn_data(&self, dst: Option<IpAddr>, one_in: Option<u32>) -> Result<()> {
+        self.ensure_nft_table()?;
+        let syn = "tcp flags & (syn | ack) == syn";
+        // Counted only for the packets the rule's earlier matches let through: SYN-data.
+        let every = one_in.map(|k| format!("numgen inc mod {k} == 0 ")).unwrap_or_default();
+        let mut rules = Vec::new();
+        if !matches!(dst, Some(IpAddr::V6(_))) {
+            let d = dst.map(|a| format!("ip daddr {a} ")).unwrap_or_default();
+            rules.push(format!("{d}{syn} ip length > 72 {every}counter drop"));
+        }
+        if !matches!(dst, Some(IpAddr::V4(_))) {
+            let d = dst.map(|a| format!("ip6 daddr {a} ")).unwrap_or_default();
+            rules.push(format!("{d}{syn} ip6 length > 52 {every}counter drop"));
+        }
+        for r in rules {
+            self.nft(&["add", "rule", "inet", NFT_TABLE, "input", &r])?;
+        }
+        Ok(())
+    }
+
+    /// Delays every packet leaving one side's veth by `delay` (netem): a path with a real
+    /// round trip. Fails where the kernel has no netem (CONFIG_NET_SCH_NETEM off, as on
+    /// some hosts; the test VMs load sch_netem): [`is_no_netem`] tells that error apart.
+    pub fn delay_egress(&self, side: Side, delay: Duration) -> Result<()> {
+        let (ns, dev) = self.veth(side);
+        let us = format!("{}us", delay.as_micros());
+        cmd::run(
+            cmd::in_netns(ns, "tc").args(["qdisc", "replace", "dev", dev, "root", "netem", "delay", &us]),
+        )
+        .with_context(|| format!("netem delay {us} on {dev}"))?;
+        Ok(())
+    }
+
+    /// Undoes [`Lab::client_drop_synack`].
+    pub fn client_allow_synack(&self) -> Result<()> {
+        cmd::run(cmd::in_netns(&self.client_ns, "nft").args(["delete", "table", "inet", NFT_TABLE]))?;
+        Ok(())
+    }
+
+    /// A middlebox that drops every SYN carrying a TFO option (kind 34): cookie requests,
+    /// cookies and SYN-data alike; the plain SYN the client falls back to passes.
+    pub fn middlebox_drop_tfo_option(&self) -> Result<()> {
+        self.middlebox_rule("tcp flags & (syn | ack) == syn tcp option fastopen exists counter drop")
+    }
+
+    /// A middlebox that drops every SYN (with or without TFO): connections never complete.
+    pub fn middlebox_drop_all_syns(&self) -> Result<()> {
+        self.middlebox_rule("tcp flags & (syn | ack) == syn counter drop")
+    }
+
+    /// A middlebox that drops every segment with ACK and without SYN arriving at the server
+    /// (the client's handshake ACK, its data and its FIN): a TFO child made from SYN-data
+    /// stays in SYN_RECV and resends its SYN-ACK (tcp_fastopen_synack_timer) until the rule
+    /// goes ([`Lab::middlebox_clear`]) and an ACK gets through.
+    pub fn middlebox_drop_acks(&self) -> Result<()> {
+        self.middlebox_rule("tcp flags & (syn | ack) == ack counter drop")
+    }
+
+    /// One more rule of the middlebox, on what arrives at the server namespace.
+    fn middlebox_rule(&self, rule: &str) -> Result<()> {
+        self.ensure_nft_table()?;
+        self.nft(&["add", "rule", "inet", NFT_TABLE, "input", rule])?;
+        Ok(())
+    }
+
+    /// Drops every SYN-ACK arriving in the client namespace, so handshakes stay unfinished
+    /// (RFC 7413 section 5.1). The table dies with the namespace.
+    pub fn client_drop_synack(&self) -> Result<()> {
+        let nft = |args: &[&str]| cmd::run(cmd::in_netns(&self.client_ns, "nft").args(args));
+        add_input_chain(nft)?;
+        nft(&[
+            "add",
+            "rule",
+            "inet",
+            NFT_TABLE,
+            "input",
+            "tcp flags & (syn | ack) == syn | ack counter drop",
+        ])?;
+        Ok(())
+    }
+
+    /// Listeners behind one address and port: new connections to `port` in the server
+    /// namespace go to the ports of `to` in turn (nft `redirect to numgen inc mod N map` in
+    /// a nat prerouting chain), as a load balancer spreads them over its servers.
+    pub fn server_spread_port(&self, port: u16, to: &[u16]) -> Result<()> {
+        self.ensure_nft_table()?;
+        let chain = "{ type nat hook prerouting priority -100; policy accept; }";
+        self.nft(&["add", "chain", "inet", NFT_TABLE, "prerouting", chain])?;
+        let rule =
+            format!("tcp dport {port} redirect to numgen inc mod {} map {{ {} }}", to.len(), turns(to));
+        self.nft(&["add", "rule", "inet", NFT_TABLE, "prerouting", &rule]).map(drop)
+    }
+
+    /// An IPv4 address a NAT in front of the client can give it ([`Lab::client_snat`]).
+    pub fn client_nat_addr(&self, index: u8) -> IpAddr {
+        self.host_addr(10 + index, false)
+    }
+
+    /// A NAT in front of the client: its IPv4 connections leave with the source address
+    /// `to[i]` in turn, one per new connection (nft `snat ip to numgen inc mod N map` in a nat
+    /// postrouting chain of the client's namespace, where a NAT router on its way out would
+    /// do it), so the server sees the client's address change and the client's kernel does
+    /// not. Each address goes on the client's veth, so the answers come back. Called again,
+    /// the new rule replaces the old; the table goes with the namespace.
+    pub fn client_snat(&self, to: &[IpAddr]) -> Result<()> {
+        for a in to {
+            cmd::run(cmd::ip_in(&self.client_ns).args([
+                "addr",
+                "replace",
+                &format!("{a}/24"),
+                "dev",
+                VETH_CLIENT,
+            ]))?;
+        }
+        let nft = |args: &[&str]| cmd::run(cmd::in_netns(&self.client_ns, "nft").args(args));
+        nft(&["add", "table", "inet", NFT_TABLE])?;
+        let chain = "{ type nat hook postrouting priority 100; policy accept; }";
+        nft(&["add", "chain", "inet", NFT_TABLE, "postrouting", chain])?;
+        nft(&["flush", "chain", "inet", NFT_TABLE, "postrouting"])?;
+        let rule = format!(
+            "ip saddr {} snat ip to numgen inc mod {} map {{ {} }}",
+            self.client_addr(false),
+            to.len(),
+            turns(to)
+        );
+        nft(&["add", "rule", "inet", NFT_TABLE, "postrouting", &rule]).map(drop)
+    }
+
+    /// Removes the middlebox (the whole nft table), if present.
+    pub fn middlebox_clear(&self) -> Result<()> {
+        let taken = lock(&REGISTRY).get_mut(&self.id).and_then(|o| o.nft_in.take());
+        if taken.is_some() {
+            self.nft(&["delete", "table", "inet", NFT_TABLE])?;
+        }
+        Ok(())
+    }
+
+    /// Packets dropped so far by the middlebox rules (sum of their counters).
+    pub fn middlebox_dropped(&self) -> Result<u64> {
+        if lock(&REGISTRY).get(&self.id).and_then(|o| o.nft_in.as_ref()).is_none() {
+            return Ok(0);
+        }
+        nft_dropped(&self.nft(&["-j", "list", "table", "inet", NFT_TABLE])?)
+    }
+
+    /// SYN-ACKs dropped so far by [`Lab::client_drop_synack`]'s rule.
+    pub fn client_dropped(&self) -> Result<u64> {
+        let list = ["-j", "list", "table", "inet", NFT_TABLE];
+        nft_dropped(&cmd::run(cmd::in_netns(&self.client_ns, "nft").args(list))?)
+    }
+
+    fn ensure_nft_table(&self) -> Result<()> {
+        if lock(&REGISTRY).get(&self.id).and_then(|o| o.nft_in.as_ref()).is_some() {
+            return Ok(());
+        }
+        // Recorded before creation: Drop deletes it even if the chain step fails.
+        if let Some(o) = lock(&REGISTRY).get_mut(&self.id) {
+            o.nft_in = Some(self.server_ns.clone());
+        }
+        add_input_chain(|args| self.nft(args))
+    }
+
+    fn nft(&self, args: &[&str]) -> Result<String> {
+        cmd::run(cmd::in_netns(&self.server_ns, "nft").args(args))
+    }
+}
+
+/// Our table and its input chain (accepting what no rule drops), through `nft`, which runs
+/// `nft` in one namespace.
+fn add_input_chain(nft: impl Fn(&[&str]) -> Result<String>) -> Result<()> {
+    nft(&["add", "table", "inet", NFT_TABLE])?;
+    nft(&[
+        "add",
+        "chain",
+        "inet",
+        NFT_TABLE,
+        "input",
+        "{ type filter hook input priority 0; policy accept; }",
+    ])?;
+    Ok(())
+}
+
+/// An nft map's elements taking `to` in turn: `0 : a, 1 : b`.
+fn turns<T: std::fmt::Display>(to: &[T]) -> String {
+    to.iter().enumerate().map(|(i, t)| format!("{i} : {t}")).collect::<Vec<_>>().join(", ")
+}
+
+/// The sum of the rule counters of one table, from `nft -j list table` output.
+fn nft_dropped(json: &str) -> Result<u64> {
+    let v: serde_json::Value = serde_json::from_str(json).context("parsing `nft -j` output")?;
+    let mut total = 0;
+    for item in v["nftables"].as_array().into_iter().flatten() {
+        for expr in item["rule"]["expr"].as_array().into_iter().flatten() {
+            total += expr["counter"]["packets"].as_u64().unwrap_or(0);
+        }
+    }
+    Ok(total)
+}
+
+/// Whether an error of [`Lab::delay_egress`] says the kernel has no netem (tc: "Specified
+/// qdisc kind is unknown" / "Unknown qdisc").
+pub fn is_no_netem(e: &anyhow::Error) -> bool {
+    let text = format!("{e:#}");
+    text.contains("qdisc kind is unknown") || text.contains("Unknown qdisc")
+}

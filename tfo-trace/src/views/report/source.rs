@@ -1,0 +1,303 @@
+//! Where a report's events come from: recordings read back (one source per recording and
+//! host, their bad lines said), or a live run over a window with the kernel's facts gathered
+//! at its end (tcp_metrics, counter deltas per namespace, listener queue sizes, keys).
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+
+use crate::{
+    aggregation::report::{Built, Facts, GroupOptions, ListenerFact, ReportBuilder},
+    cli::ReportArgs,
+    events::{
+        record,
+        replay::{Replay, Replayed},
+    },
+    filter::EventFilter,
+    kernel::{
+        listeners,
+        netstat::Netstat,
+        sysctl::{self, TfoNamespace},
+        tcp_metrics,
+    },
+    live::session::Session,
+};
+
+/// Where the events came from: one recording, the live kernel, or (the top-level `source`
+/// of a merged report) several recordings, each also in `sources`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Source {
+    /// "recording", "live", or "recordings" (several merged).
+    pub kind: &'static str,
+    pub path: Option<String>,
+    /// The host's name: the recording header's, or the file's name for a recording
+    /// without one.
+    pub host: Option<String>,
+    pub kernel: Option<String>,
+    pub backend: Option<String>,
+    pub start: Option<String>,
+    pub events: u64,
+    /// Events the kernel could not deliver (ring buffer full); live only.
+    pub events_lost: Option<u64>,
+    /// Seconds traced; live only.
+    pub window_s: Option<f64>,
+    /// Headers read in the recording for this host (recordings of it joined in one
+    /// file: `cat a b`); recordings only.
+    pub segments: Option<u32>,
+    /// Lines of the recording that could not be read, skipped (0 live).
+    pub bad_lines: u64,
+}
+
+/// The name a recording's host goes by: its header's, else the file's name.
+pub fn host_name(header: &record::Header, path: &Path) -> String {
+    if !header.host.trim().is_empty() {
+        return header.host.clone();
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    name.strip_suffix(".jsonl").map(str::to_string).unwrap_or(name)
+}
+
+/// A source for the recording `path` from one of its headers.
+fn recording_source(path: &Path, header: record::Header) -> Source {
+    Source {
+        kind: "recording",
+        path: Some(path.display().to_string()),
+        host: Some(host_name(&header, path)),
+        kernel: Some(header.kernel),
+        backend: Some(header.backend),
+        start: Some(header.start),
+        events: 0,
+        events_lost: None,
+        window_s: None,
+        segments: Some(1),
+        bad_lines: 0,
+    }
+}
+
+/// Every recording named, as the filter selects their events: one source per recording
+/// and host (recordings joined with `cat a b` hold several: a header of the same host
+/// starts a new segment of its source, one of another host a new source), and the error
+/// line of each recording with bad lines. A recording met twice is read twice and said.
+pub(super) fn from_recordings(
+    from: &[PathBuf],
+    filter: &EventFilter,
+    group: GroupOptions,
+    top: Option<usize>,
+) -> Result<(Source, Vec<Source>, Built, Vec<String>)> {
+    let mut opened = Vec::new();
+    let mut hosts = std::collections::BTreeSet::new();
+    let mut netns_names = crate::events::replay::RecordedNetnsNames::default();
+    for (path, in_folder) in record::recordings_named(from)? {
+        match Replay::open(&path, filter.clone().into_select()) {
+            Ok((header, replay)) => {
+                // Several hosts make a fleet (namespace inodes then name nothing), also
+                // when joined in one file: its headers are read first.
+                hosts.extend(record::headers_in(&path)?.iter().map(|h| host_name(h, &path)));
+                opened.push((path, header, replay));
+            }
+            Err(e) if in_folder => crate::note!("note: skipping {}: {e:#}", path.display())?,
+            Err(e) => return Err(e),
+        }
+    }
+    if opened.is_empty() {
+        bail!(
+            "no tfo-trace recordings in {}",
+            from.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let fleet = opened.len() > 1 || hosts.len() > 1;
+    let mut b = ReportBuilder::new(group, fleet);
+    let mut sources: Vec<Source> = Vec::new();
+    let mut errors = Vec::new();
+    // Each segment's header, and where it was first met: the same one again is the same
+    // recording read twice.
+    let mut segments: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut seen_segment = |path: &Path, h: &record::Header| -> Result<()> {
+        let key = (host_name(h, path), h.start.clone());
+        let here = path.display().to_string();
+        match segments.get(&key) {
+            Some(first) => crate::note!(
+                "tfo-trace: warning: {here}: the recording of {} started {} appears twice (also in {first}): \
+                 its events count twice",
+                key.0,
+                key.1
+            )?,
+            None => {
+                segments.insert(key, here);
+            }
+        }
+        Ok(())
+    };
+    for (path, header, mut replay) in opened {
+        seen_segment(&path, &header)?;
+        let mut source = recording_source(&path, header);
+        let mut host = b.host(source.host.as_deref().unwrap_or_default());
+        let mut bad_before = 0;
+        while let Some(r) = replay.next() {
+            match r {
+                Replayed::Event(e) => {
+                    b.add(&e, host);
+                    source.events += 1;
+                }
+                Replayed::Header(h) => {
+                    seen_segment(&path, &h)?;
+                    if host_name(&h, &path) == source.host.as_deref().unwrap_or_default() {
+                        source.segments = source.segments.map(|n| n + 1);
+                        continue;
+                    }
+                    source.bad_lines = replay.bad.count - bad_before;
+                    bad_before = replay.bad.count;
+                    sources.push(std::mem::replace(&mut source, recording_source(&path, h)));
+                    host = b.host(source.host.as_deref().unwrap_or_default());
+                }
+            }
+        }
+        source.bad_lines = replay.bad.count - bad_before;
+        sources.push(source);
+        errors.extend(replay.bad.summary());
+        netns_names.extend(&replay.netns_names);
+    }
+    if let Some(msg) = filter.netns_name_unrecorded(&netns_names) {
+        return Err(crate::events::record::UsageError(msg).into());
+    }
+    let backends: std::collections::BTreeSet<&str> =
+        sources.iter().filter_map(|s| s.backend.as_deref()).collect();
+    let facts = Facts {
+        backend: (backends.len() == 1).then(|| backends.iter().next().unwrap_or(&"").to_string()),
+        ..Default::default()
+    };
+    let built = b.finish(facts, top);
+    let source = if let [one] = sources.as_slice() {
+        one.clone()
+    } else {
+        let same = |f: fn(&Source) -> Option<&String>| {
+            let v: std::collections::BTreeSet<&String> = sources.iter().filter_map(f).collect();
+            (v.len() == 1).then(|| v.into_iter().next().cloned()).flatten()
+        };
+        Source {
+            kind: "recordings",
+            path: None,
+            host: None,
+            kernel: same(|s| s.kernel.as_ref()),
+            backend: same(|s| s.backend.as_ref()),
+            start: sources.iter().filter_map(|s| s.start.clone()).min(),
+            events: sources.iter().map(|s| s.events).sum(),
+            events_lost: None,
+            window_s: None,
+            segments: None,
+            bad_lines: sources.iter().map(|s| s.bad_lines).sum(),
+        }
+    };
+    Ok((source, sources, built, errors))
+}
+
+pub(super) async fn live(
+    args: &ReportArgs,
+    group: GroupOptions,
+    top: Option<usize>,
+) -> Result<(Source, Built)> {
+    let load = args.probe.load_options();
+    let mut session = Session::start(&load, None)?;
+    let started = std::time::Instant::now();
+    let start = record::Header::now(session.tracer.backend.name()).start;
+    let mut b = ReportBuilder::new(group, false);
+    let (host, kernel) = {
+        let h = record::Header::now("");
+        (h.host, h.kernel)
+    };
+    let host_id = b.host(&host);
+    session
+        .run(args.duration, |batch| {
+            batch.iter().for_each(|e| b.add(e, host_id));
+            Ok(std::ops::ControlFlow::Continue(()))
+        })
+        .await?;
+    let window_s = started.elapsed().as_secs_f64();
+    // Every namespace's counters over the window, those created during it (a lab, a
+    // container) from their birth, those gone during it up to their last reading.
+    let deltas = session.counter_deltas();
+    let namespaces = sysctl::tfo_namespaces();
+    let facts = gather_facts(b.client_namespaces(), &namespaces, deltas, session.tracer.backend.name());
+    let events = b.events();
+    let built = b.finish(facts, top);
+    let src = Source {
+        kind: "live",
+        path: None,
+        host: Some(host),
+        kernel: Some(kernel),
+        backend: Some(session.tracer.backend.name().to_string()),
+        start: Some(start),
+        events,
+        events_lost: Some(session.lost()),
+        window_s: Some(window_s),
+        segments: None,
+        bad_lines: 0,
+    };
+    Ok((src, built))
+}
+
+fn gather_facts(
+    client_ns: &std::collections::BTreeSet<u32>,
+    namespaces: &[TfoNamespace],
+    counters: BTreeMap<u32, Netstat>,
+    backend: &str,
+) -> Facts {
+    let mut facts = Facts { backend: Some(backend.to_string()), counters, ..Default::default() };
+    for ns in namespaces {
+        let Some(inode) = ns.inode.map(|i| i as u32) else { continue };
+        if let Some(n) = &ns.name {
+            facts.netns_names.insert(inode, n.clone());
+        }
+        if let Ok(k) = &ns.key {
+            facts.backup_key.insert(inode, k.backup);
+        }
+        if let Ok(t) = ns.blackhole_timeout_sec {
+            facts.blackhole_timeout_s.insert(inode, t);
+        }
+        if let Ok(c) = ns.syncookies {
+            facts.syncookies.insert(inode, c);
+        }
+    }
+    // tcp_metrics of the namespaces the clients ran in: the current one directly, a named
+    // one with `ip -n NAME`; a namespace with no name cannot be entered by name: skipped.
+    for &inode in client_ns {
+        let Some(ns) = namespaces.iter().find(|n| n.inode == Some(u64::from(inode))) else { continue };
+        match tcp_metrics::read_in(ns) {
+            Ok(m) => {
+                facts.tcp_metrics.insert(inode, m);
+            }
+            Err(e) => log::info!("tcp_metrics of {}: {e}", ns.label()),
+        }
+    }
+    for l in listeners::tfo_listeners(namespaces) {
+        let Some(inode) = l.netns.map(|i| i as u32) else { continue };
+        if let Some(s) = l.somaxconn {
+            facts.somaxconn.insert(inode, s);
+        }
+        facts.listeners.push(ListenerFact { netns: inode, addr: l.addr, max_qlen: l.max_qlen.ok() });
+    }
+    facts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_fall_back_to_the_file() {
+        let mut h = record::Header::now("tracepoint");
+        h.host = "web-1".into();
+        assert_eq!(host_name(&h, Path::new("/r/x.jsonl")), "web-1");
+        h.host = String::new();
+        assert_eq!(host_name(&h, Path::new("/r/web-7.jsonl")), "web-7");
+        // An old header without a host parses, and names nothing.
+        let old: record::Header = serde_json::from_str(
+            r#"{"tfo_trace_recording":1,"kernel":"6.1","backend":"kprobe","start":"x","version":"0.1.0"}"#,
+        )
+        .unwrap();
+        assert_eq!(host_name(&old, Path::new("db-3.jsonl")), "db-3");
+    }
+}

@@ -1,0 +1,167 @@
+//! Socket churn: a million short TFO connections to 100,000 destinations (addresses of
+//! 10.0.0.0/8 routed to the namespace itself, times 10,000 listeners) while `export` and
+//! `top --batch` run. Every count must equal the kernel's counters; every kernel map of the
+//! tracer must stay bounded, its per-connection state gone with the sockets; the tracers'
+//! memory must stay bounded.
+use crate::common;
+
+use std::{collections::BTreeSet, net::SocketAddr, process::Command};
+
+use common::{http_get, metric_sum, Deltas, Tracer};
+use serde_json::Value;
+use tfo_trace::lab::{Lab, LabConfig, Side};
+
+const CONNECTIONS: u64 = 1_000_000;
+const DESTINATIONS: u32 = 100_000;
+const LISTENERS: u32 = 10_000;
+
+/// `bpftool ARGS -j`, parsed; fails the test when bpftool fails or says no JSON (a map
+/// that cannot be read must not pass as an empty one).
+fn bpftool_json(args: &[&str]) -> Value {
+    let out = Command::new("bpftool").args(args).arg("-j").output().expect("running bpftool");
+    assert!(
+        out.status.success(),
+        "bpftool {args:?}: {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bpftool {args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The BPF maps a process holds: (id, name, type).
+fn maps_of(pid: u32) -> Vec<(u64, String, String)> {
+    let ids: BTreeSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                .filter_map(|info| info.lines().find_map(|l| l.strip_prefix("map_id:")?.trim().parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.into_iter()
+        .map(|id| {
+            let v = bpftool_json(&["map", "show", "id", &id.to_string()]);
+            let field =
+                |k: &str| v[k].as_str().unwrap_or_else(|| panic!("map {id}: no {k}: {v}")).to_string();
+            (id, field("name"), field("type"))
+        })
+        .collect()
+}
+
+/// Keys of a hash map, as bytes.
+fn keys(id: u64) -> Vec<Vec<u8>> {
+    let v = bpftool_json(&["map", "dump", "id", &id.to_string()]);
+    let entries = v.as_array().unwrap_or_else(|| panic!("map {id}: not a list of entries: {v}"));
+    entries
+        .iter()
+        .map(|e| {
+            let key = e["key"].as_array().unwrap_or_else(|| panic!("map {id}: an entry without a key: {e}"));
+            key.iter()
+                .map(|b| {
+                    let hex = b.as_str().unwrap_or_else(|| panic!("map {id}: key byte {b}"));
+                    u8::from_str_radix(hex.trim_start_matches("0x"), 16)
+                        .unwrap_or_else(|e| panic!("{hex}: {e}"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Keys that start with this namespace's inode (ListenerKey, CountKey: `netns` first).
+fn of_netns(keys: &[Vec<u8>], netns: u32) -> usize {
+    keys.iter().filter(|k| k.get(..4) == Some(&netns.to_le_bytes()[..])).count()
+}
+
+fn rss_kib(pid: u32, key: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn a_million_connections_leave_nothing_behind_and_miss_no_count() {
+    require_kernel!();
+    if Command::new("bpftool").arg("version").output().is_err() {
+        common::skip("needs bpftool (`apt-get install bpftool`) to read the tracer's maps");
+    }
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    lab.set_sysctl(Side::Client, "net.ipv4.tcp_fastopen", "3").unwrap();
+    let ns = lab.netns(Side::Client).to_string();
+    let route =
+        Command::new("ip").args(["-n", &ns, "route", "add", "local", "10.0.0.0/8", "dev", "lo"]).status();
+    assert!(matches!(route, Ok(s) if s.success()), "ip route add local 10.0.0.0/8: {route:?}");
+    let netns = common::netns_inode(&lab, Side::Client);
+    let inode = netns.to_string();
+
+    let mut export =
+        Tracer::start_command(&["export", "--web.listen-address", "127.0.0.1:0", "--netns", &inode]);
+    let line = export.wait_stderr("serving metrics on http://");
+    let addr: SocketAddr =
+        line.split("http://").nth(1).and_then(|r| r.split('/').next()).unwrap().parse().unwrap();
+    let top = Tracer::start_command(&["top", "--batch", "--json", "--delay", "5"]);
+    let before = Deltas::since(&lab);
+
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns])
+        .arg(common::exe())
+        .args(["lab-load", "--listen", "127.0.0.1:20000", "--threads", "2"])
+        .args(["--listeners", &LISTENERS.to_string(), "--destinations", &DESTINATIONS.to_string()])
+        .args(["--count", &CONNECTIONS.to_string(), "--duration", "400s"])
+        .output()
+        .expect("running lab-load");
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("lab-load: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    // The load generator's own timeouts (2 s per connection) may fail a few on a busy
+    // machine; the counts below are checked against the kernel's either way.
+    let made = report["connections"].as_u64().unwrap();
+    assert!(made >= CONNECTIONS * 99 / 100, "{report}");
+    let d = before.client();
+
+    // The counts against the kernel's: each scrape reads the kernel's counts then.
+    let (_, text) = http_get(addr, "/metrics").unwrap();
+    let sum = |role: &str, outcome: &str| {
+        metric_sum(
+            &text,
+            "tfo_trace_connections_total",
+            &[&format!("role=\"{role}\""), &format!("outcome=\"{outcome}\"")],
+        ) as u64
+    };
+    assert_eq!(sum("client", "accepted"), d.get("TcpExtTCPFastOpenActive"), "{d:?}");
+    assert_eq!(sum("server", "accepted"), d.get("TcpExtTCPFastOpenPassive"), "{d:?}");
+    assert_eq!(sum("client", "cookie_requested"), d.get("TcpExtTCPFastOpenCookieReqd"), "{d:?}");
+    assert!(d.get("TcpExtTCPFastOpenActive") > CONNECTIONS * 9 / 10, "mostly TFO: {d:?}");
+
+    // Kernel maps: bounded, and the state of closed sockets gone (lab-load has exited,
+    // its sockets closed with it).
+    let maps = maps_of(export.pid());
+    for wanted in ["CONNS", "LISTENERS", "COUNTS"] {
+        assert!(
+            maps.iter().any(|(_, name, _)| name == wanted),
+            "the exporter holds no {wanted} map: {maps:?}"
+        );
+    }
+    for (id, name, kind) in &maps {
+        match name.as_str() {
+            // Every backend keeps a TFO connect's state in this hash until its outcome.
+            "CONNS" => assert_eq!(keys(*id).len(), 0, "connection state left behind"),
+            // Listeners elsewhere on the host stay known; the lab's closed ones must not.
+            "LISTENERS" => {
+                assert_eq!(of_netns(&keys(*id), netns), 0, "{LISTENERS} listeners closed, entries left")
+            }
+            // One row per role and outcome in the lab's namespace.
+            "COUNTS" => assert!(of_netns(&keys(*id), netns) <= 26, "COUNTS grew to {} rows", keys(*id).len()),
+            _ => eprintln!("map {name} ({kind}) not checked"),
+        }
+    }
+    // Userspace memory stays bounded: top's tables are capped (10,000 groups each).
+    let (export_rss, top_hwm) = (rss_kib(export.pid(), "VmHWM"), rss_kib(top.pid(), "VmHWM"));
+    eprintln!("peak RSS: export {export_rss} KiB, top {top_hwm} KiB");
+    assert!(export_rss < 64 * 1024, "export peak RSS {export_rss} KiB");
+    assert!(top_hwm < 128 * 1024, "top peak RSS {top_hwm} KiB");
+    let (_, top_err) = top.stop_lines();
+    let closing = common::closing(&top_err).unwrap_or_else(|| panic!("no closing summary: {top_err:?}"));
+    assert!(closing["counted"].is_u64(), "the kernel's count in its closing summary: {closing}");
+    export.stop_lines();
+}
+
+module_tests!(a_million_connections_leave_nothing_behind_and_miss_no_count);

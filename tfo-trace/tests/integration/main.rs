@@ -1,0 +1,57 @@
+//! tfo-trace's integration tests, one executable (one link, not one per file), one module
+//! per file: a test is `MODULE::TEST`, selected by name (`cargo test --test integration --
+//! stalls::`: the module's tests). `common/harness.rs` runs them, one module after another.
+#[macro_use]
+mod common;
+
+mod bad_recordings;
+mod capabilities;
+mod churn;
+mod cli;
+mod containers;
+mod dist;
+mod export;
+mod export_http;
+mod exposure;
+mod faults;
+mod filters;
+mod kernel_facts;
+mod kernel_scenarios;
+mod lab;
+mod names;
+mod plain_cost;
+mod refusal_causes;
+mod report;
+mod server_outcomes;
+mod server_speaks_first;
+mod stalled_reader;
+mod stalls;
+mod top;
+
+fn main() -> std::process::ExitCode {
+    common::harness::run(vec![
+        bad_recordings::tests(),
+        capabilities::tests(),
+        churn::tests(),
+        cli::tests(),
+        containers::tests(),
+        dist::tests(),
+        export::tests(),
+        export_http::tests(),
+        exposure::tests(),
+        faults::tests(),
+        filters::tests(),
+        kernel_facts::tests(),
+        kernel_scenarios::tests(),
+        lab::tests(),
+        names::tests(),
+        plain_cost::tests(),
+        refusal_causes::tests(),
+        report::tests(),
+        server_outcomes::tests(),
+        server_speaks_first::tests(),
+        stalled_reader::tests(),
+        stalls::tests(),
+        top::tests(),
+    ])
+}

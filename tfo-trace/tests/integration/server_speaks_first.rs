@@ -1,0 +1,153 @@
+//! TFO asked, nothing gained (issue 38, item 5): a client that holds a cookie and reads
+//! before it writes (a server that speaks first, as SMTP and FTP send a banner) makes its
+//! TFO SYN with sendto(fd, "", 0, MSG_FASTOPEN): the SYN carries the cookie and no data.
+//! The tracer must call each such connection `cookie_sent_no_data` (not a cookie request),
+//! and `report` must say TFO gains nothing toward that destination for that process.
+//! Checked against the client's counters (TcpExtTCPFastOpenActive and ActiveFail do not
+//! move: tcp_rcv_fastopen_synack judges only `syn_data`), the server's (a TFO child each,
+//! TcpExtTCPFastOpenPassive; no cookie request) and tcpdump (SYNs with a cookie, no payload).
+use crate::common;
+
+use std::net::SocketAddr;
+
+use common::{count, netns_inode, Deltas, TempFile, Tracer};
+use serde_json::Value;
+use tfo_trace::{
+    events::{Outcome, Role},
+    lab::{traffic::ClientArgs, Lab, LabConfig, ServerArgs, Side},
+    probes::{btf::Btf, layout},
+};
+
+const PORT: u16 = 2525;
+/// The banner the server writes first.
+const BANNER_BYTES: usize = 40;
+/// The lab's clients are tfo-trace's own `lab-client`: the process name events carry.
+const LAB_CLIENT_COMM: &str = "tfo-trace";
+
+/// The report's row (`table`, keyed by `field`) for `label` in namespace `netns`.
+fn row<'r>(report: &'r Value, (table, field): (&str, &str), label: &str, netns: u32) -> &'r Value {
+    report[table]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r[field] == label && r["netns"] == netns)
+        .unwrap_or_else(|| panic!("no {field} {label} in netns {netns}: {report:#}"))
+}
+
+/// Whether the tracer reports a server child made from a cookie without data: the hook on
+/// tcp_try_fastopen() sees every child; the state hook only where the kernel marks TFO
+/// children (`syn_fastopen_child`; before it, `syn_data_acked` marks only those with data).
+fn data_less_children_visible(stderr: &[String]) -> bool {
+    if !tfo_trace::backends::server_from_state(common::backend_of(stderr)) {
+        return true;
+    }
+    let btf = Btf::from_sys_fs().expect("the kernel's BTF (the tracer loaded with it)");
+    layout::from_btf(&btf).expect("layout").syn_fastopen_child.present != 0
+}
+
+fn server_speaks_first_sends_the_cookie_without_data(v6: bool) {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let listen = SocketAddr::new(lab.server_addr(0, v6).unwrap(), PORT);
+    let server_args = ServerArgs {
+        tfo_queue: 16,
+        reply_bytes: BANNER_BYTES,
+        speaks_first: true,
+        ..ServerArgs::new(listen)
+    };
+    let _server = lab.start_server_with(common::exe(), &server_args).unwrap();
+    let dst = listen;
+    // The cookie: one connection that writes first (a cookie request, then the data after
+    // the handshake).
+    let warm = ClientArgs { count: 1, payload_bytes: 100, ..ClientArgs::new(dst) };
+    assert_eq!(lab.run_client(common::exe(), &warm).unwrap().ok_count(), 1, "cookie fetched");
+
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let srv_ns = netns_inode(&lab, Side::Server);
+    let capture = lab.capture_syns(Side::Client).unwrap();
+    let before = Deltas::since(&lab);
+    let file = TempFile::new(if v6 { "speaks-first-v6" } else { "speaks-first-v4" });
+    let tracer = Tracer::start_command(&["trace", "--json", "--record", file.path()]);
+    let n: u32 = 4;
+    // Reads first: sendto(fd, "", 0, MSG_FASTOPEN), then the banner to its end.
+    let reads_first = ClientArgs { count: n, payload_bytes: 0, ..ClientArgs::new(dst) };
+    let run = lab.run_client(common::exe(), &reads_first).unwrap();
+    assert_eq!(run.ok_count(), n as usize, "{run:?}");
+    let (events, stderr) = tracer.stop();
+    let wire = capture.stop();
+    let (dc, ds) = before.both();
+    let n = u64::from(n);
+
+    // The kernel: no client TFO counter moves, a TFO child per connection on the server.
+    for name in ["TcpExtTCPFastOpenActive", "TcpExtTCPFastOpenActiveFail", "TcpExtTCPSynRetrans"] {
+        assert_eq!(dc.get(name), 0, "{name} in the client's namespace: {dc:?}");
+    }
+    assert_eq!(ds.get("TcpExtTCPFastOpenPassive"), n, "server counters: {ds:?}");
+    assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 0, "no cookie request: {ds:?}");
+
+    // The wire: n SYNs with a cookie and no payload, and no other SYN from the client.
+    let syns: Vec<_> = wire.iter().filter(|s| !s.syn_ack && s.dport == PORT).collect();
+    assert_eq!(syns.len() as u64, n, "one SYN per connection: {syns:?}");
+    for s in &syns {
+        assert!(s.cookie.is_some() && s.payload == 0, "a SYN with a cookie and no data: {s:?}");
+    }
+
+    // The tracer: each of them `cookie_sent_no_data`, from the port tcpdump saw.
+    let no_data: Vec<_> = events
+        .iter()
+        .filter(|e| e.netns == cli_ns && e.role == Role::Client && e.outcome == Outcome::CookieSentNoData)
+        .collect();
+    assert_eq!(no_data.len() as u64, n, "cookie_sent_no_data: {events:?}; stderr: {stderr:?}");
+    assert_eq!(count(&events, cli_ns, Role::Client, Outcome::CookieRequested), 0, "{events:?}");
+    for e in &no_data {
+        assert_eq!(e.syn_data_bytes, 0, "{e:?}");
+        assert_eq!(&*e.comm, LAB_CLIENT_COMM, "{e:?}");
+        assert!(syns.iter().any(|s| s.sport == e.sport), "its SYN on the wire: {e:?}; {syns:?}");
+    }
+    // The server's TFO children, where the backend sees them: made from no data.
+    let mut children_seen = false;
+    if common::visible(&stderr, Role::Server, Outcome::Accepted) {
+        let children: Vec<_> = events
+            .iter()
+            .filter(|e| e.netns == srv_ns && e.role == Role::Server && e.outcome == Outcome::Accepted)
+            .collect();
+        assert!(children.iter().all(|e| e.syn_data_bytes == 0 && e.saved_us.is_none()), "{children:?}");
+        if data_less_children_visible(&stderr) {
+            assert_eq!(children.len() as u64, ds.get("TcpExtTCPFastOpenPassive"), "{children:?}; {stderr:?}");
+            children_seen = true;
+        } else {
+            assert!(children.is_empty(), "{children:?}");
+            common::partial_skip(
+                "a TFO child made without data is not visible to the state hook on a kernel without \
+                 syn_fastopen_child (syn_data_acked stays 0)",
+            );
+        }
+    }
+
+    // The report: TFO gains nothing toward it, in that process, with the counts.
+    let report = common::report_json(&file.0);
+    let label = dst.to_string();
+    let d = row(&report, ("destinations", "destination"), &label, cli_ns);
+    assert_eq!(d["verdict"]["kind"], "tfo_gains_nothing", "{d:#}");
+    assert_eq!(d["outcomes"]["cookie_sent_no_data"], n, "{d:#}");
+    assert_eq!(d["verdict"]["support"]["connections"], n, "{d:#}");
+    let sentence = d["verdict"]["sentence"].as_str().unwrap();
+    let want = format!("TFO toward {label} gains nothing in {LAB_CLIENT_COMM}: {n} of {n} connections");
+    assert!(sentence.starts_with(&want), "{sentence}");
+    // And the listener's side, where its children were seen: the same count, from Passive.
+    if children_seen {
+        let l = row(&report, ("listeners", "listener"), &label, srv_ns);
+        let want =
+            format!("{} TFO children made from a cookie without data", ds.get("TcpExtTCPFastOpenPassive"));
+        assert!(
+            l["verdict"]["evidence"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e.as_str().unwrap().starts_with(&want)),
+            "{l:#}"
+        );
+    }
+}
+
+module_tests!(server_speaks_first_sends_the_cookie_without_data { ipv4: false, ipv6: true });

@@ -1,0 +1,863 @@
+//! `tfo-trace top` against the real kernel. The lab makes real TFO connections (one
+//! destination clean, one behind a middlebox that drops SYN-data) and what `top` shows,
+//! in its plain rows and in its terminal UI (run in a real terminal: tmux), must equal the
+//! kernel's own counters (nstat deltas per namespace) and the middlebox's drop counter.
+//! Needs root; the terminal test also needs tmux. Each skips with the reason otherwise.
+use crate::common;
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Read},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use common::{netns_inode, wire::WireStalls, Deltas, HookRun};
+use tfo_trace::{
+    kernel::netstat::Netstat,
+    lab::{traffic::ClientArgs, Lab, LabConfig, ServerHandle, Side},
+};
+
+/// The cells of the row whose first cell is `key`, by column title, from a block of text
+/// whose header line starts with `first_title`. Cells never contain spaces.
+fn row(text: &str, first_title: &str, key: &str) -> Option<BTreeMap<String, String>> {
+    let mut header: Option<Vec<&str>> = None;
+    for line in text.lines() {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        if cells.first() == Some(&first_title) {
+            header = Some(cells);
+        } else if let (Some(h), Some(&first)) = (&header, cells.first()) {
+            if first == key {
+                return Some(
+                    h.iter().map(|t| t.to_string()).zip(cells.iter().map(|c| c.to_string())).collect(),
+                );
+            }
+        }
+    }
+    None
+}
+
+fn num(r: &BTreeMap<String, String>, col: &str) -> u64 {
+    r.get(col)
+        .unwrap_or_else(|| panic!("no {col} column in {r:?}"))
+        .parse()
+        .unwrap_or_else(|_| panic!("{col}: {r:?}"))
+}
+
+/// A duration cell (`1.02s`, `981ms`, `120us`, `0`: tfo_trace::units) -> seconds.
+fn secs(r: &BTreeMap<String, String>, col: &str) -> f64 {
+    let v = &r[col];
+    let (number, scale) = [("us", 1e-6), ("ms", 1e-3), ("s", 1.0)]
+        .into_iter()
+        .find_map(|(unit, scale)| Some((v.strip_suffix(unit)?, scale)))
+        .unwrap_or((v.as_str(), 1.0));
+    number.parse::<f64>().unwrap_or_else(|_| panic!("{col}={v}")) * scale
+}
+
+/// How far a duration cell may be from the value it prints: units prints three significant
+/// digits, rounded half up (`2.04s`: within 5 ms).
+fn rounding_s(printed_s: f64) -> f64 {
+    if printed_s < 1e-3 {
+        return 0.5e-6;
+    }
+    0.5 * 10f64.powi(printed_s.log10().floor() as i32 - 2)
+}
+
+/// The kernel's counters of the lab's namespaces and its middlebox's drops, from a moment
+/// on.
+struct Counters<'l> {
+    lab: &'l Lab,
+    netstat: Deltas<'l>,
+    dropped: u64,
+}
+
+fn counters(lab: &Lab) -> Counters<'_> {
+    Counters { lab, netstat: Deltas::since(lab), dropped: lab.middlebox_dropped().unwrap() }
+}
+
+impl Counters<'_> {
+    /// (client, server, dropped) since.
+    fn deltas(&self) -> (Netstat, Netstat, u64) {
+        let (client, server) = self.netstat.both();
+        (client, server, self.lab.middlebox_dropped().unwrap() - self.dropped)
+    }
+}
+
+/// A lab whose client has a cookie for the server at `port`, then a middlebox that drops
+/// every SYN carrying data: each connection from there on stalls once (1 s SYN timeout).
+fn middlebox_lab(port: u16) -> (Lab, ServerHandle, SocketAddr) {
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let server = lab.start_server(common::exe(), 0, port, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), port);
+    let warm = lab.run_client(common::exe(), &ClientArgs::new(dst)).unwrap();
+    assert_eq!(warm.ok_count(), 1, "cookie fetched before the middlebox");
+    lab.middlebox_drop_syn_data(None).unwrap();
+    (lab, server, dst)
+}
+
+fn require_tmux() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        common::skip("needs tmux (`apt-get install tmux`) to run top in a real terminal");
+    }
+}
+
+/// A destination row says why its SYN-data was refused, as the wire shows it: toward
+/// server address 1, the key rotated without a backup (its SYN-ACK brings another cookie:
+/// `new_cookie`); toward a listener of server address 0 without TCP_FASTOPEN (the client
+/// sends the cookie it holds for that address: its SYN-ACK carries no TFO option,
+/// `no_tfo_option`). Each refusal is one the client's TcpExtTCPFastOpenActiveFail counts.
+fn batch_rows_name_why_syn_data_was_refused() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() }).unwrap();
+    let key = |k| lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen_key", k).unwrap();
+    key("00000000-00000000-00000000-0000000a");
+    let (tfo_port, plain_port) = (8091, 8092);
+    let address = |i, port| SocketAddr::new(lab.server_addr(i, false).unwrap(), port);
+    let (rotated, without_tfo) = (address(1, tfo_port), address(0, plain_port));
+    let _servers = [
+        lab.start_server(common::exe(), 0, tfo_port, 16, false).unwrap(),
+        lab.start_server(common::exe(), 1, tfo_port, 16, false).unwrap(),
+        lab.start_server(common::exe(), 0, plain_port, 0, false).unwrap(),
+    ];
+    let once = |dst| {
+        let args = ClientArgs { count: 1, timeout_ms: 5000, ..ClientArgs::new(dst) };
+        assert_eq!(lab.run_client(common::exe(), &args).unwrap().ok_count(), 1, "{dst}");
+    };
+    once(address(0, tfo_port)); // a cookie for each server address
+    once(rotated);
+
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let top = common::Tracer::start_command(&["top", "--batch", "-d", "1", "--netns", &cli_ns.to_string()]);
+    let before = counters(&lab);
+    let wire = lab.capture_syns(Side::Client).unwrap();
+    key("00000000-00000000-00000000-0000000b");
+    once(rotated);
+    once(without_tfo);
+    let (lines, stderr) = top.stop_lines();
+    let wire = wire.stop();
+    let (dc, _, _) = before.deltas();
+    assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), 2, "both SYN-data refused: {dc:?}");
+
+    // The wire: each SYN carried a cookie and data; what its SYN-ACK said.
+    let synack_to = |dst: SocketAddr| {
+        let syn = wire.iter().find(|s| !s.syn_ack && s.dport == dst.port()).expect("the SYN on the wire");
+        assert!(syn.cookie.is_some() && syn.payload > 0, "SYN-data with a cookie: {syn:?}");
+        let synack = wire.iter().find(|s| s.syn_ack && s.dport == syn.sport).expect("its SYN-ACK");
+        (syn.clone(), synack.clone())
+    };
+    let (syn, synack) = synack_to(rotated);
+    assert!(synack.cookie.is_some() && synack.cookie != syn.cookie, "another cookie: {synack:?}");
+    let (_, synack) = synack_to(without_tfo);
+    assert!(!synack.tfo, "no TFO option: {synack:?}");
+
+    let text = lines.join("\n");
+    let last = text.rsplit("tfo-trace top ").next().unwrap_or_default();
+    for (dst, cause) in [(rotated, "new_cookie"), (without_tfo, "no_tfo_option")] {
+        let r = row(last, "DESTINATION", &dst.to_string())
+            .unwrap_or_else(|| panic!("no row for {dst}:\n{last}\nstderr: {stderr:?}"));
+        assert_eq!((num(&r, "NOT_ACKED"), r["CAUSE"].as_str()), (1, cause), "{dst}: {r:?}");
+    }
+}
+
+/// `top --batch -d 1`, stopped with Ctrl-C once the lab's connections are done: its last
+/// snapshot (the one printed at the stop) has every connection, however slow the machine.
+/// Meanwhile a clean destination gets a cookie request and two TFO connections, and the
+/// middlebox destination a cookie request (small SYN, passes) and one SYN-data that is
+/// dropped.
+fn batch_rows_match_the_kernel_counters() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig { server_addrs: 2, ..LabConfig::default() }).unwrap();
+    let port = 8090;
+    let _clean_srv = lab.start_server(common::exe(), 0, port, 16, false).unwrap();
+    let _bad_srv = lab.start_server(common::exe(), 1, port, 16, false).unwrap();
+    let clean = SocketAddr::new(lab.server_addr(0, false).unwrap(), port);
+    let bad = SocketAddr::new(lab.server_addr(1, false).unwrap(), port);
+    lab.middlebox_drop_syn_data(Some(bad.ip())).unwrap();
+    let srv_ns = netns_inode(&lab, Side::Server);
+    let before = counters(&lab);
+    let wire = lab.capture_syns(Side::Client).unwrap();
+    let recording = std::env::temp_dir().join(format!("tfo-top-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&recording); // a first run's, if this is the retry
+
+    let top = common::Tracer::start_command(&[
+        "top",
+        "--batch",
+        "-d",
+        "1",
+        "--record",
+        &recording.display().to_string(),
+    ]);
+    // Both clients at once: everything is over about 1.1 s after they start.
+    let c1 = lab.spawn_client(common::exe(), &ClientArgs { count: 3, ..ClientArgs::new(clean) }).unwrap();
+    let c2 = lab.spawn_client(common::exe(), &ClientArgs { count: 2, ..ClientArgs::new(bad) }).unwrap();
+    let (r1, r2) = (c1.wait(common::HANG_LIMIT).unwrap(), c2.wait(common::HANG_LIMIT).unwrap());
+    assert_eq!((r1.ok_count(), r2.ok_count()), (3, 2), "lab connections");
+    let (lines, _) = top.stop_lines();
+    let stalled = WireStalls::of(&wire.stop());
+    let text = lines.join("\n");
+    let (dc, ds, dropped) = before.deltas();
+
+    let snapshots: Vec<&str> = text.split("tfo-trace top ").filter(|s| !s.trim().is_empty()).collect();
+    let last = snapshots.last().unwrap_or_else(|| panic!("no snapshot printed at the stop\n{text}"));
+
+    // The kernel's view first.
+    assert_eq!(dropped, 1, "one SYN-data dropped by the middlebox");
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), 1, "client counters: {dc:?}");
+    assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), 2, "one cookie request per destination: {ds:?}");
+    // And top's rows.
+    let b = row(last, "DESTINATION", &bad.to_string()).unwrap_or_else(|| panic!("no row for {bad}:\n{last}"));
+    let c =
+        row(last, "DESTINATION", &clean.to_string()).unwrap_or_else(|| panic!("no row for {clean}:\n{last}"));
+    let stall_rows = num(&b, "STALLS");
+    common::assert_hook_count(
+        HookRun::Established,
+        stall_rows,
+        dc.get("TcpExtTCPSynRetrans"),
+        format!("{b:?}"),
+    );
+    assert_eq!(num(&b, "STALLS"), dropped);
+    assert_eq!(num(&c, "STALLS"), 0, "{c:?}");
+    assert_eq!(num(&b, "ATTEMPTS") + num(&c, "ATTEMPTS"), 5, "one event per connection");
+    assert_eq!(num(&b, "COOKIE") + num(&c, "COOKIE"), ds.get("TcpExtTCPFastOpenCookieReqd"));
+    assert_eq!(num(&b, "ACCEPTED") + num(&c, "ACCEPTED"), dc.get("TcpExtTCPFastOpenActive"));
+    assert_eq!(num(&b, "NOT_ACKED") + num(&c, "NOT_ACKED"), 0);
+    let lost = secs(&b, "LOST");
+    stalled.assert_total(1, lost, rounding_s(lost), format!("one SYN timeout lost: {b:?}"));
+    assert!(secs(&b, "P99") >= 0.9, "the stall is the tail: {b:?}");
+    // The server side: one listener row per address, in the server namespace.
+    let l =
+        row(last, "LISTENER", &clean.to_string()).unwrap_or_else(|| panic!("no listener {clean}:\n{last}"));
+    assert_eq!(l["NETNS"], srv_ns.to_string());
+    let lb = row(last, "LISTENER", &bad.to_string()).map(|r| num(&r, "ACCEPTED")).unwrap_or(0);
+    assert_eq!(num(&l, "ACCEPTED") + lb, ds.get("TcpExtTCPFastOpenPassive"), "{ds:?}");
+    // The process table: the middlebox client is the one that stalled.
+    let p = row(last, "PID", &r2.pid.to_string()).unwrap_or_else(|| panic!("no process {}:\n{last}", r2.pid));
+    assert_eq!(p["COMM"], "tfo-trace");
+    assert_eq!(num(&p, "STALLS"), 1);
+    assert_eq!(num(&p, "ATTEMPTS"), 2);
+
+    // The recording has the stall to the microsecond: the wire's gap.
+    let recorded = std::fs::read_to_string(&recording).unwrap();
+    let stall = recorded
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str::<tfo_trace::events::Event>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .find(|e| e.stall_us > 0 && e.daddr == bad.ip())
+        .unwrap_or_else(|| panic!("no stall recorded:\n{recorded}"));
+    stalled.assert_stall(stall.sport, stall.stall_us, format!("{stall:?}"));
+
+    // The recording replays into the same rows: `top --from` against the same kernel deltas.
+    let replay =
+        Command::new(common::exe()).args(["top", "--batch", "--from"]).arg(&recording).output().unwrap();
+    let _ = std::fs::remove_file(&recording);
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+    let text = String::from_utf8_lossy(&replay.stdout);
+    let b =
+        row(&text, "DESTINATION", &bad.to_string()).unwrap_or_else(|| panic!("replay lacks {bad}:\n{text}"));
+    let c = row(&text, "DESTINATION", &clean.to_string())
+        .unwrap_or_else(|| panic!("replay lacks {clean}:\n{text}"));
+    assert_eq!(num(&b, "STALLS"), stall_rows, "replayed {b:?}");
+    assert_eq!(num(&b, "ACCEPTED") + num(&c, "ACCEPTED"), dc.get("TcpExtTCPFastOpenActive"));
+    assert_eq!(num(&b, "COOKIE") + num(&c, "COOKIE"), ds.get("TcpExtTCPFastOpenCookieReqd"));
+}
+
+/// How long a snapshot may take to come: only a hung top waits this long.
+const WAIT: Duration = common::HANG_LIMIT;
+
+/// A tmux server of our own (its own socket), killed with the test.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> String {
+        let out =
+            Command::new("tmux").args(["-L", &self.socket, "-f", "/dev/null"]).args(args).output().unwrap();
+        assert!(out.status.success(), "tmux {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn screen(&self) -> String {
+        self.cmd(&["capture-pane", "-p", "-t", "top"])
+    }
+
+    /// Polls the screen until `ok` holds ([`common::eventually`]).
+    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        common::eventually(what, || {
+            let s = self.screen();
+            if ok(&s) {
+                Ok(s)
+            } else {
+                Err(format!("screen:\n{s}"))
+            }
+        })
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["-L", &self.socket, "kill-server"]).output();
+    }
+}
+
+/// Waits for `path` to hold whole lines; returns them.
+fn wait_file(what: &str, path: &Path) -> String {
+    common::eventually(what, || {
+        let mut s = String::new();
+        let _ = std::fs::File::open(path).map(|mut f| f.read_to_string(&mut s));
+        if s.ends_with('\n') {
+            Ok(s)
+        } else {
+            Err(s)
+        }
+    })
+}
+
+/// The terminal UI in a real terminal (tmux, 120x30): the middlebox destination's row
+/// shows the stalls the kernel counted; keys switch tables; `q` exits 0 and gives the
+/// terminal back (normal screen, cooked mode, held-back stderr printed).
+fn tui_in_a_real_terminal_matches_the_kernel() {
+    require_kernel!();
+    require_tmux();
+    let (lab, _server, dst) = middlebox_lab(8091);
+    let before = counters(&lab);
+    let wire = lab.capture_syns(Side::Client).unwrap();
+
+    let dir: PathBuf = std::env::temp_dir().join(format!("tfotest-top-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let status_file = dir.join("status");
+    let stty_file = dir.join("stty");
+    let _ = std::fs::remove_file(&status_file);
+    let script = format!(
+        "'{}' top -d 1; echo \"exit=$?\" > '{}'; stty -a > '{}'; exec sleep 120",
+        common::exe().display(),
+        status_file.display(),
+        stty_file.display()
+    );
+    let tmux = Tmux { socket: format!("tfotest-{}", std::process::id()) };
+    tmux.cmd(&["new-session", "-d", "-x", "120", "-y", "30", "-s", "top", "sh", "-c", &script]);
+
+    // The header only shows once the programs are attached.
+    tmux.wait_for("the top screen", |s| s.contains("tfo-trace top") && s.contains("DESTINATION"));
+    let n = 2;
+    let run = lab.run_client(common::exe(), &ClientArgs { count: n, ..ClientArgs::new(dst) }).unwrap();
+    assert_eq!(run.ok_count(), n as usize);
+    let stalled = WireStalls::of(&wire.stop());
+    let (dc, _, dropped) = before.deltas();
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), u64::from(n), "kernel: {dc:?}");
+    assert_eq!(dropped, u64::from(n), "middlebox drops");
+
+    let key = dst.to_string();
+    let screen = tmux.wait_for("the stalled destination's row", |s| {
+        row(s, "DESTINATION", &key).is_some_and(|r| num(&r, "STALLS") == u64::from(n))
+    });
+    let r = row(&screen, "DESTINATION", &key).unwrap();
+    assert_eq!(num(&r, "STALLS"), dc.get("TcpExtTCPSynRetrans"), "{r:?}");
+    assert_eq!(num(&r, "STALLS"), dropped);
+    assert_eq!(num(&r, "ATTEMPTS"), u64::from(n), "{r:?}");
+    assert_eq!(num(&r, "ACCEPTED"), dc.get("TcpExtTCPFastOpenActive"), "{r:?}");
+    let lost = secs(&r, "LOST");
+    stalled.assert_total(u64::from(n), lost, rounding_s(lost), format!("{r:?}"));
+    for col in ["ATT/S", "STALL/S", "LOST/S", "P99", "STALL_HISTORY"] {
+        assert!(r.contains_key(col), "{col} at 120 wide: {r:?}");
+    }
+    assert!(screen.contains("tcp_fastopen 0x"), "{screen}");
+    assert!(screen.lines().last().is_some_and(|l| l.contains("q quit")), "footer:\n{screen}");
+
+    // `3`: the process table, the client process with its stalls.
+    tmux.cmd(&["send-keys", "-t", "top", "3"]);
+    let pid = run.pid.to_string();
+    let screen = tmux.wait_for("the process table", |s| row(s, "PID", &pid).is_some());
+    let p = row(&screen, "PID", &pid).unwrap();
+    assert_eq!((p["COMM"].as_str(), num(&p, "STALLS")), ("tfo-trace", u64::from(n)), "{p:?}");
+    // `4`: the container table (the lab client's is this test's cgroup: no fixed name).
+    tmux.cmd(&["send-keys", "-t", "top", "4"]);
+    tmux.wait_for("the container table", |s| {
+        s.lines().any(|l| l.starts_with("CONTAINER ")) && s.contains("[4] Cont")
+    });
+    // `/` filter on another address: the row goes away.
+    tmux.cmd(&["send-keys", "-t", "top", "1"]);
+    tmux.cmd(&["send-keys", "-t", "top", "/"]);
+    tmux.cmd(&["send-keys", "-t", "top", "-l", "203.0.113.9"]);
+    tmux.cmd(&["send-keys", "-t", "top", "Enter"]);
+    tmux.wait_for("the filter", |s| {
+        s.contains("filter: 203.0.113.9") && row(s, "DESTINATION", &key).is_none()
+    });
+
+    tmux.cmd(&["send-keys", "-t", "top", "q"]);
+    let status = wait_file("top exiting after q", &status_file);
+    assert_eq!(status.trim(), "exit=0");
+    let stty = wait_file("stty after top", &stty_file);
+    let raw = stty.split_whitespace().any(|w| w == "-icanon" || w == "-echo");
+    assert!(!raw, "terminal left in raw mode: {stty}");
+    assert_eq!(tmux.cmd(&["display-message", "-p", "-t", "top", "#{alternate_on}"]).trim(), "0");
+    let after = tmux.screen();
+    assert!(!after.contains("DESTINATION"), "the UI is gone from the normal screen:\n{after}");
+    assert!(after.contains("programs attached"), "{after}");
+    assert!(
+        after.contains(" events, ") && after.contains(" lost"),
+        "the exit summary, after the UI:\n{after}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The number in a table's title (`[1] Destinations (3 rows)`), and the rows under it (up
+/// to the next title, or the footer): those drawn plus the `... N more rows` a full table
+/// ends with.
+fn title_and_rows(screen: &str, title: &str) -> Option<(usize, usize)> {
+    let lines: Vec<&str> = screen.lines().collect();
+    let at = lines.iter().position(|l| l.trim_start().starts_with(title))?;
+    let count = lines[at].split('(').nth(1)?.split_whitespace().next()?.parse().ok()?;
+    let mut rows = 0;
+    for l in lines[at + 2..]
+        .iter()
+        .take_while(|l| !l.starts_with(" [") && !l.starts_with("q quit") && !l.trim().is_empty())
+    {
+        rows += match l.strip_prefix("... ").and_then(|m| m.split_whitespace().next()) {
+            Some(more) => more.parse::<usize>().ok()?,
+            None => 1,
+        };
+    }
+    Some((count, rows))
+}
+
+/// A rate cell (`0`, `0.50`, `12.5`, `1234`, `-`) as a number; `-` (not measured yet) is None.
+fn rate(r: &BTreeMap<String, String>, col: &str) -> Option<f64> {
+    let v = r.get(col).unwrap_or_else(|| panic!("no {col} column in {r:?}"));
+    (v != "-").then(|| v.parse().unwrap_or_else(|_| panic!("{col}={v}")))
+}
+
+/// The terminal UI in a tall terminal (tmux, 200x60): the three tables at once, each
+/// titled with its key, its name and the rows it really has. Two connections stall behind
+/// the middlebox: the destination's STALL/S shows them while they happen (stalls in one
+/// refresh over its length), then falls back to 0 once they stop, while STALLS keeps the
+/// kernel's count and the row's graph keeps the stalled refreshes.
+fn tui_stall_rate_falls_back_to_zero_when_stalls_stop() {
+    require_kernel!();
+    require_tmux();
+    let (lab, _server, dst) = middlebox_lab(8092);
+    let before = counters(&lab);
+    let wire = lab.capture_syns(Side::Client).unwrap();
+
+    // A 2 s refresh: a stall's rate stays on screen for 2 s, polled every 100 ms.
+    let interval = 2.0;
+    let dir: PathBuf = std::env::temp_dir().join(format!("tfotest-top-rate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let status_file = dir.join("status");
+    let script = format!(
+        "'{}' top -d 2; echo \"exit=$?\" > '{}'; exec sleep 120",
+        common::exe().display(),
+        status_file.display()
+    );
+    let tmux = Tmux { socket: format!("tfotest-rate-{}", std::process::id()) };
+    tmux.cmd(&["new-session", "-d", "-x", "200", "-y", "60", "-s", "top", "sh", "-c", &script]);
+    tmux.wait_for("the stacked tables", |s| {
+        s.contains("tfo-trace top")
+            && ["[1] Destinations (", "[2] Listeners (", "[3] Processes (", "[4] Containers ("]
+                .iter()
+                .all(|t| s.contains(t))
+    });
+
+    let n = 2u64;
+    let client =
+        lab.spawn_client(common::exe(), &ClientArgs { count: n as u32, ..ClientArgs::new(dst) }).unwrap();
+    let key = dst.to_string();
+    // While they stall: the highest STALL/S seen on the destination's row.
+    let mut peak: Option<f64> = None;
+    let screen = common::eventually("the stall rate rising, then back to 0", || {
+        let s = tmux.screen();
+        if let Some(r) = row(&s, "DESTINATION", &key) {
+            let now = rate(&r, "STALL/S");
+            if let Some(v) = now.filter(|&v| v > 0.0) {
+                peak = Some(peak.map_or(v, |p: f64| p.max(v)));
+            }
+            if peak.is_some() && num(&r, "STALLS") == n && now == Some(0.0) {
+                return Ok(s);
+            }
+        }
+        Err(format!("peak {peak:?}; screen:\n{s}"))
+    });
+    let run = client.wait(common::HANG_LIMIT).unwrap();
+    assert_eq!(run.ok_count(), n as usize);
+    let stalled = WireStalls::of(&wire.stop());
+    let (dc, _, dropped) = before.deltas();
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), n, "kernel: {dc:?}");
+    assert_eq!(dropped, n, "middlebox drops");
+
+    let r = row(&screen, "DESTINATION", &key).unwrap();
+    assert_eq!(num(&r, "STALLS"), dc.get("TcpExtTCPSynRetrans"), "{r:?}");
+    assert_eq!(rate(&r, "LOST/S"), Some(0.0), "no time lost once the stalls stopped: {r:?}");
+    let lost = secs(&r, "LOST");
+    stalled.assert_total(n, lost, rounding_s(lost), format!("{r:?}"));
+    // The peak was the stalls of one refresh over its length: one or both of them.
+    let peak = peak.unwrap();
+    let in_one_refresh = (peak * interval).round() as u64;
+    assert!((1..=n).contains(&in_one_refresh), "peak {peak}/s over a {interval} s refresh");
+    let graph = &r["STALL_HISTORY"];
+    let bars = graph.chars().filter(|&c| c != '·').count() as u64;
+    assert!((1..=n).contains(&bars) && graph.ends_with('·'), "stalled refreshes, then quiet: {graph}");
+    // Each title's count is the rows drawn under it (an empty table draws why instead).
+    for title in ["[1] Destinations (", "[2] Listeners (", "[3] Processes (", "[4] Containers ("] {
+        let (count, drawn) = title_and_rows(&screen, title).unwrap_or_else(|| panic!("{title}:\n{screen}"));
+        if count == 0 {
+            assert!(screen.contains("no server TFO events yet") && title.contains("Listeners"), "{screen}");
+        } else {
+            assert_eq!(count, drawn, "{title}:\n{screen}");
+        }
+    }
+    assert!(title_and_rows(&screen, "[1] Destinations (").is_some_and(|(c, _)| c >= 1));
+    assert!(title_and_rows(&screen, "[3] Processes (").is_some_and(|(c, _)| c >= 1));
+    assert!(title_and_rows(&screen, "[4] Containers (").is_some_and(|(c, _)| c >= 1));
+    assert!(screen.contains("stalls/2s "), "the host's graph in the header:\n{screen}");
+
+    tmux.cmd(&["send-keys", "-t", "top", "q"]);
+    let status = wait_file("top exiting after q", &status_file);
+    assert_eq!(status.trim(), "exit=0");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `top --batch --json -d 1` while connections stall: every snapshot carries its rates and
+/// the real length of its interval, so the stalls per second times the interval, summed
+/// over the snapshots, give back the stalls the kernel counted; and the last snapshot,
+/// after the stalls stopped, has a stall rate of 0 beside the unchanged total.
+fn batch_json_rates_sum_to_the_kernel_counters() {
+    require_kernel!();
+    let (lab, _server, dst) = middlebox_lab(8093);
+    let before = counters(&lab);
+    let wire = lab.capture_syns(Side::Client).unwrap();
+
+    let mut child = Command::new(common::exe())
+        .args(["top", "--batch", "--json", "-d", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let stderr = child.stderr.take().unwrap();
+    let err = std::thread::spawn(move || common::read_all(stderr));
+    let mut snaps: Vec<serde_json::Value> = Vec::new();
+    let next = |snaps: &mut Vec<serde_json::Value>| {
+        let l = rx.recv_timeout(WAIT).expect("a snapshot every second");
+        snaps.push(serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}")));
+    };
+    // The first snapshot: the programs are attached.
+    next(&mut snaps);
+    let n = 2u64;
+    let run = lab.run_client(common::exe(), &ClientArgs { count: n as u32, ..ClientArgs::new(dst) }).unwrap();
+    assert_eq!(run.ok_count(), n as usize);
+    let key = dst.to_string();
+    let dest = |v: &serde_json::Value| -> Option<serde_json::Value> {
+        v["destinations"].as_array()?.iter().find(|d| d["destination"] == key.as_str()).cloned()
+    };
+    // Snapshots until one shows both stalls and one after it shows no new one.
+    common::eventually("a quiet snapshot after the stalls", || {
+        next(&mut snaps);
+        let quiet_after_all = snaps.iter().rev().take(2).all(|v| dest(v).is_some_and(|d| d["stalls"] == n))
+            && dest(snaps.last().unwrap()).is_some_and(|d| d["stalls_per_s"] == 0.0);
+        if quiet_after_all {
+            Ok(())
+        } else {
+            Err(snaps.last().cloned())
+        }
+    });
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    let err = err.join().unwrap();
+    assert!(status.success(), "exit {status}; stderr {err}");
+    let stalled = WireStalls::of(&wire.stop());
+    let (dc, _, dropped) = before.deltas();
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), n, "kernel: {dc:?}");
+    assert_eq!(dropped, n);
+
+    let mut stalls_from_rates = 0.0;
+    let mut lost_from_rates = 0.0;
+    for v in &snaps[1..] {
+        let interval = v["rate_interval_s"].as_f64().expect("every live snapshot has its interval");
+        assert!(interval > 0.5 && interval < 30.0, "a 1 s refresh: {interval}");
+        if let Some(d) = dest(v) {
+            stalls_from_rates += d["stalls_per_s"].as_f64().expect("a rate on every row") * interval;
+            lost_from_rates += d["lost_per_s"].as_f64().unwrap() * interval;
+            assert!(d["attempts_per_s"].as_f64().is_some(), "{d}");
+        }
+        assert!(v["totals"]["client"]["stalls_per_s"].as_f64().is_some(), "{v}");
+    }
+    // The row appears with its first event: every stall is in some snapshot's interval.
+    assert!(
+        (stalls_from_rates - dc.get("TcpExtTCPSynRetrans") as f64).abs() < 1e-6,
+        "rates x intervals = {stalls_from_rates}, kernel {dc:?}"
+    );
+    let last = dest(snaps.last().unwrap()).unwrap();
+    let lost_total = last["stall_us"].as_f64().unwrap() / 1e6;
+    assert!((lost_from_rates - lost_total).abs() < 1e-6, "{lost_from_rates} vs {lost_total}");
+    stalled.assert_total(n, lost_total, 0.0, format!("{last}"));
+    assert_eq!((last["stalls"].as_u64(), last["stalls_per_s"].as_f64()), (Some(n), Some(0.0)), "{last}");
+    assert_eq!(last["lost_per_s"].as_f64(), Some(0.0));
+    // The host's graph: every client stall on the host, ours among them (others' traffic
+    // may add to it, never take from it).
+    let history = snaps.last().unwrap()["stall_history"].as_array().unwrap().clone();
+    let host_stalls: u64 = history.iter().map(|v| v.as_u64().unwrap()).sum();
+    assert!(host_stalls >= n, "{history:?}");
+}
+
+/// `top --batch --count 2`: two snapshots, then it exits 0 by itself.
+fn count_stops_top_by_itself() {
+    require_kernel!();
+    let mut child = Command::new(common::exe())
+        .args(["top", "--batch", "--count", "2", "-d", "200ms"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let out = std::thread::spawn(move || common::read_all(stdout));
+    let status = common::wait_exit(&mut child, "top --count 2");
+    let text = out.join().unwrap();
+    assert!(status.success(), "exit {status}");
+    assert_eq!(text.matches("tfo-trace top ").count(), 2, "--count 2: two snapshots\n{text}");
+}
+
+/// Whether a process (by pid) is one of the lab's clients (`tfo-trace lab-client`).
+fn is_lab_client(pid: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == b"lab-client"))
+}
+
+/// `top`'s header says `net.ipv4.tcp_fastopen` of the namespaces it traces: each `--netns`
+/// one's, as that namespace reads it (it showed the host's whatever `--netns` said), and in
+/// a replay none (the host replaying is not the one that recorded) (issue 37, item 10).
+fn header_sysctl_is_the_traced_namespaces() {
+    require_kernel!();
+    // A value no host has by default, so that the host's cannot pass for it.
+    let lab = Lab::create(LabConfig { server_fastopen: 0x602, ..LabConfig::default() }).unwrap();
+    let read = |side| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", lab.netns(side), "cat", "/proc/sys/net/ipv4/tcp_fastopen"])
+            .output()
+            .unwrap();
+        format!("{:#x}", String::from_utf8_lossy(&out.stdout).trim().parse::<u32>().unwrap())
+    };
+    let (srv, cli) = (read(Side::Server), read(Side::Client));
+    assert_eq!(srv, "0x602");
+    let (srv_ns, cli_ns) = (lab.netns(Side::Server).to_string(), lab.netns(Side::Client).to_string());
+    let mut top = common::Tracer::start_command(&["top", "--batch", "-d", "1", "--netns", &srv_ns]);
+    let head = top.wait_stdout("a snapshot's header", |l| l.starts_with("tfo-trace top "));
+    assert!(head.contains(&format!(" tcp_fastopen={srv_ns}:{srv} ")), "{head}");
+    drop(top);
+    let top = common::Tracer::start_command(
+        &["top", "--json", "-d", "1", "--netns", &srv_ns, "--netns", &cli_ns, "--record"]
+            .into_iter()
+            .chain([recording_path("header").as_str()])
+            .collect::<Vec<_>>(),
+    );
+    let (lines, _) = top.stop_lines();
+    let snap: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let by_name: BTreeMap<String, String> = snap["tcp_fastopen_netns"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{snap}"))
+        .iter()
+        .map(|n| {
+            (n["netns_name"].as_str().unwrap().to_string(), format!("{:#x}", n["value"].as_u64().unwrap()))
+        })
+        .collect();
+    assert_eq!(by_name, BTreeMap::from([(srv_ns.clone(), srv), (cli_ns.clone(), cli)]), "{snap}");
+    assert!(snap["tcp_fastopen"].is_null(), "two namespaces, no one value: {snap}");
+    // The replay: none.
+    let replay = Command::new(common::exe())
+        .args(["top", "--batch", "--from", &recording_path("header")])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(recording_path("header"));
+    let text = String::from_utf8_lossy(&replay.stdout);
+    let head = text.lines().find(|l| l.starts_with("tfo-trace top ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(!head.contains("tcp_fastopen"), "{head}");
+}
+
+fn recording_path(what: &str) -> String {
+    std::env::temp_dir().join(format!("tfo-top-{what}-{}.jsonl", std::process::id())).display().to_string()
+}
+
+/// `demo --json` (issue 31, item 9): its help says what it prints, `top`'s tables as JSON
+/// lines, and it prints them. Its closing summary against the kernel: the demo runs in a
+/// cgroup of its own, traced with `--cgroup` (only its lab's connections are counted, not
+/// those of the tests beside it); once its clients have finished, every outcome the kernel
+/// counted was read (`unread` 0, nothing lost), and what it counted is what the counters of
+/// the demo's own namespaces say (nstat, read while the demo is held with SIGSTOP: born
+/// after the tracer started, everything they counted is the demo's).
+fn demo_json_prints_tables_and_its_closing_summary_adds_up() {
+    require_kernel!();
+    let help = Command::new(common::exe()).args(["demo", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let json_help = help.lines().skip_while(|l| !l.contains("--json")).take(3).collect::<Vec<_>>().join(" ");
+    assert!(json_help.contains("top") && json_help.contains("tables"), "{json_help}");
+    assert!(!json_help.contains("events as JSON"), "{json_help}");
+
+    let mut cgroups = common::cgroups::Cgroups::new();
+    let dir = cgroups.make("demo");
+    let args = ["demo", "--json", "--duration", "3s", "--cgroup", &common::cgroups::rel(&dir)];
+    // The demo starts in the cgroup, and its lab (its children) with it.
+    let mut demo = common::Tracer::start_command_with(&args, |c| {
+        tfo_trace::lab::join_cgroup_at_spawn(c, Some(&dir)).unwrap();
+    });
+    demo.wait_stderr("tracing for");
+    let prefix = format!("{}-{}-", tfo_trace::lab::NS_PREFIX, demo.pid());
+    let namespaces: Vec<String> = std::fs::read_dir("/run/netns")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    assert_eq!(namespaces.len(), 2, "the demo's client and server namespaces: {namespaces:?}");
+    // Its clients (each runs for seconds) stop by themselves within the duration: wait for
+    // that fact, seen started then gone, then hold the demo while its namespaces' counters
+    // are read.
+    let in_cgroup = || std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    common::eventually("the demo's clients started, then finished", || {
+        let clients: Vec<String> =
+            in_cgroup().lines().filter(|p| is_lab_client(p)).map(String::from).collect();
+        seen.extend(clients.iter().cloned());
+        if !seen.is_empty() && clients.is_empty() {
+            Ok(())
+        } else {
+            Err(clients)
+        }
+    });
+    demo.signal(libc::SIGSTOP);
+    let nstat: Vec<common::nstat::Nstat> = namespaces.iter().map(|n| common::nstat::Nstat::read(n)).collect();
+    demo.signal(libc::SIGCONT);
+    let (lines, stderr) = demo.stop_lines();
+    assert!(!lines.is_empty(), "{stderr:?}");
+    for l in &lines {
+        let snap: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(snap["destinations"].is_array() && snap["totals"].is_object(), "a top snapshot: {l}");
+    }
+    let closing = common::closing(&stderr).unwrap_or_else(|| panic!("no closing summary: {stderr:?}"));
+    let number = |key: &str| closing[key].as_u64().unwrap_or_else(|| panic!("no {key} in {closing}"));
+    let (events, lost, unread, counted) =
+        (number("events"), number("events_lost"), number("unread"), number("counted"));
+    assert!(events > 0, "{closing}");
+    assert_eq!((unread, lost), (0, 0), "every outcome read once the clients finished: {closing}");
+    assert_eq!(events, counted, "{closing}");
+
+    // The kernel's outcomes in the demo's namespaces, as the backend counts them: each
+    // client connection's (TFO accepted, SYN-data not acked or dropped, or a cookie asked
+    // for), each server child's, and where the backend sees them, the cookie requests at
+    // the server and the cookies the clients received.
+    let sum = |counter: &str| nstat.iter().map(|n| n.get(counter)).sum::<u64>();
+    let cookie_requests = sum("TcpExtTCPFastOpenCookieReqd");
+    let mut expected = sum("TcpExtTCPFastOpenActive") + sum("TcpExtTCPFastOpenActiveFail") + cookie_requests;
+    expected += sum("TcpExtTCPFastOpenPassive");
+    for (role, outcome) in [
+        (tfo_trace::events::Role::Server, tfo_trace::events::Outcome::CookieRequested),
+        (tfo_trace::events::Role::Client, tfo_trace::events::Outcome::CookieReceived),
+    ] {
+        if common::sees(&stderr, role, outcome) {
+            expected += cookie_requests;
+        }
+    }
+    eprintln!("demo: counted {counted}; its namespaces' nstat: {expected}");
+    assert!(sum("TcpExtTCPSynRetrans") > 0, "the demo's middlebox stalled connections: {nstat:?}");
+    assert_eq!(counted, expected, "the demo's counted outcomes vs its namespaces' nstat: {closing}");
+}
+
+/// A Ctrl-C while the demo is still building its lab (before top starts) ends it cleanly:
+/// exit 0, its closing summary said, and its lab gone (`assert_demo_lab_gone`). Until the
+/// demo took Ctrl-C before building its lab, a Ctrl-C then ended the process at once and
+/// left all of it behind.
+fn demo_stopped_while_it_builds_its_lab_removes_the_lab() {
+    require_kernel!();
+    let mut demo = common::Tracer::start_command(&["demo", "--json", "--duration", "60s"]);
+    demo.wait_stderr("building the lab");
+    let pid = demo.pid();
+    let (_, stderr) = demo.stop_lines();
+    assert_demo_lab_gone(pid, &stderr);
+}
+
+/// A hang-up (the ssh session that ran it dropped: SIGHUP) while the demo's lab runs ends it
+/// as Ctrl-C and SIGTERM do: exit 0, its closing summary, its lab gone. It exited 129 and
+/// left two namespaces with their nft table, dnsmasq and its files behind (issue 37, item 6).
+fn demo_hung_up_removes_its_lab() {
+    require_kernel!();
+    let mut demo = common::Tracer::start_command(&["demo", "--json", "--duration", "60s"]);
+    // Its first snapshot: the lab (and its DNS server, where dnsmasq is installed) runs.
+    demo.wait_stdout("the demo's first snapshot", |l| l.starts_with('{'));
+    let pid = demo.pid();
+    let dns = tfo_trace::lab::dns::cannot_serve().is_none();
+    assert!(!dns || !demo_leftovers(pid).is_empty(), "the lab runs before the signal");
+    let (_, stderr) = demo.stop_lines_with(libc::SIGHUP);
+    assert_demo_lab_gone(pid, &stderr);
+}
+
+/// What the demo of process `pid` may leave behind: its namespaces (`tfolab-PID-N-{cli,srv}`,
+/// which hold the nft table), dnsmasq's folder in /tmp and the client's /etc/netns
+/// resolv.conf, and a dnsmasq serving from that folder.
+fn demo_leftovers(pid: u32) -> Vec<String> {
+    let prefix = format!("{}-{pid}-", tfo_trace::lab::NS_PREFIX);
+    let ours = |dir: &str| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&prefix))
+            .map(|n| format!("{dir}/{n}"))
+            .collect()
+    };
+    let mut left: Vec<String> = ["/run/netns", "/etc/netns"].into_iter().flat_map(ours).collect();
+    left.extend(ours(&std::env::temp_dir().to_string_lossy()));
+    let dnsmasq = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("dnsmasq") && c.contains(&prefix));
+    left.extend(dnsmasq);
+    left
+}
+
+/// The demo of process `pid` ended cleanly: its closing summary said, nothing of its lab
+/// left ([`demo_leftovers`]), and no orphaned lab server or client (this test binary's
+/// tfo-trace, run as `lab-server` or `lab-client`) still running.
+fn assert_demo_lab_gone(pid: u32, stderr: &[String]) {
+    assert!(common::closing(stderr).is_some(), "no closing summary: {stderr:?}");
+    let left = demo_leftovers(pid);
+    assert!(left.is_empty(), "left behind: {left:?}; {stderr:?}");
+    // Ours once orphaned: a lab process of this binary whose parent is no longer a
+    // tfo-trace (other tests' demos, running beside this one, are their servers' parents).
+    let exe = std::fs::canonicalize(common::exe()).unwrap();
+    let is_ours = |pid: &str| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p == exe);
+    let parent = |pid: &str| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rsplit(") ").next().and_then(|rest| rest.split(' ').nth(1)).unwrap_or("0").to_string()
+    };
+    let running: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|pid| pid.parse::<u32>().is_ok() && is_ours(pid) && !is_ours(&parent(pid)))
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok())
+        .filter(|cmd| cmd.contains("lab-server") || cmd.contains("lab-client"))
+        .collect();
+    assert!(running.is_empty(), "lab processes left running: {running:?}");
+}
+
+module_tests!(
+    demo_stopped_while_it_builds_its_lab_removes_the_lab,
+    demo_hung_up_removes_its_lab,
+    header_sysctl_is_the_traced_namespaces,
+    demo_json_prints_tables_and_its_closing_summary_adds_up,
+    count_stops_top_by_itself,
+    batch_rows_match_the_kernel_counters,
+    batch_rows_name_why_syn_data_was_refused,
+    tui_in_a_real_terminal_matches_the_kernel,
+    tui_stall_rate_falls_back_to_zero_when_stalls_stop,
+    batch_json_rates_sum_to_the_kernel_counters,
+);
