@@ -5,7 +5,7 @@
 //! memory must stay bounded.
 use crate::common;
 
-use std::{collections::BTreeSet, net::SocketAddr, process::Command};
+use std::{net::SocketAddr, process::Command};
 
 use common::{http_get, metric_sum, Deltas, Tracer};
 use serde_json::Value;
@@ -31,13 +31,7 @@ fn bpftool_json(args: &[&str]) -> Value {
 
 /// The BPF maps a process holds: (id, name, type).
 fn maps_of(pid: u32) -> Vec<(u64, String, String)> {
-    let ids: BTreeSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .map(|d| {
-            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-                .filter_map(|info| info.lines().find_map(|l| l.strip_prefix("map_id:")?.trim().parse().ok()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let ids = common::bpf_ids_of(pid, "map_id");
     ids.into_iter()
         .map(|id| {
             let v = bpftool_json(&["map", "show", "id", &id.to_string()]);

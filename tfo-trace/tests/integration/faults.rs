@@ -18,17 +18,6 @@ use tfo_trace::{
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
 };
 
-/// The BPF programs a process holds (prog_id lines of its fds).
-fn prog_ids(pid: u32) -> BTreeSet<u64> {
-    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .map(|d| {
-            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-                .filter_map(|i| i.lines().find_map(|l| l.strip_prefix("prog_id:")?.trim().parse().ok()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// `bpftool prog|link show -j`: every BPF program or link loaded on this host.
 fn listed(kind: &str) -> Vec<Value> {
     let out = Command::new("bpftool").args([kind, "show", "-j"]).output().expect("bpftool");
@@ -84,7 +73,7 @@ fn under_load_detaches_and_completes_the_recording(signal: i32) {
     let path = file.to_string_lossy().into_owned();
     let _ = std::fs::remove_file(&file); // a first run's, if this is the retry
     let tracer = Tracer::start_command(&["trace", "--json", "--record", &path]);
-    let ours = prog_ids(tracer.pid());
+    let ours = common::bpf_ids_of(tracer.pid(), "prog_id");
     assert!(!ours.is_empty(), "the tracer holds its programs");
     assert!(!links_to(&ours).is_empty(), "and they are attached");
     let counters = Deltas::since(&lab);
@@ -120,7 +109,7 @@ fn sigkill_leaves_nothing_attached_or_pinned() {
     };
     let pins_before = pinned("/sys/fs/bpf");
     let tracer = Tracer::start(&[]);
-    let ours = prog_ids(tracer.pid());
+    let ours = common::bpf_ids_of(tracer.pid(), "prog_id");
     assert!(!ours.is_empty());
     tracer.signal(libc::SIGKILL);
     drop(tracer); // reaps it

@@ -28,6 +28,7 @@ use common::{eventually, netns_inode, nstat::Nstat, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     backends::{self, Backend},
+    kernel::netns::with_netns,
     lab::{
         traffic::{ClientArgs, ClientMode},
         Lab, LabConfig, ServerArgs, Side,
@@ -184,23 +185,13 @@ fn name_of_type(b: &[u8], want: u32) -> Option<String> {
     None
 }
 
-/// The ids of the programs `pid` holds an fd of (program and link fds both name one).
-fn programs_of(pid: u32) -> BTreeSet<u32> {
-    let dir = format!("/proc/{pid}/fdinfo");
-    let entries = fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
-    entries
-        .filter_map(|e| fs::read_to_string(e.ok()?.path()).ok())
-        .flat_map(|text| {
-            text.lines()
-                .filter_map(|l| l.strip_prefix("prog_id:").and_then(|v| v.trim().parse().ok()))
-                .collect::<Vec<u32>>()
-        })
-        .collect()
-}
-
 /// Every program of the tracer, by full name, with its run count now.
 fn run_counts(pid: u32) -> BTreeMap<String, u64> {
-    programs_of(pid).into_iter().map(prog).map(|p| (p.name, p.run_cnt)).collect()
+    common::bpf_ids_of(pid, "prog_id")
+        .into_iter()
+        .map(|id| prog(id as u32))
+        .map(|p| (p.name, p.run_cnt))
+        .collect()
 }
 
 /// TCP activity of one network namespace: what any connection, segment or retransmission
@@ -221,23 +212,10 @@ fn host_activity(skip: &[u64]) -> BTreeMap<u64, [u64; 5]> {
             }
         }
     }
-    std::thread::spawn(move || {
-        let mut out = BTreeMap::new();
-        for (ino, path) in paths {
-            let Ok(ns) = fs::File::open(&path) else { continue }; // gone meanwhile
-                                                                  // SAFETY: setns on this thread only (a network namespace may be entered by one
-                                                                  // thread of a process); the fd is a namespace file we hold open.
-            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                continue;
-            }
-            if let Ok(snmp) = fs::read_to_string("/proc/thread-self/net/snmp") {
-                out.insert(ino, tcp_counters(&snmp));
-            }
-        }
-        out
-    })
-    .join()
-    .expect("reading the namespaces' counters")
+    // A namespace gone meanwhile is skipped: what it did is reported by `elsewhere`.
+    let snmp =
+        |path: &PathBuf| with_netns(path, || fs::read_to_string("/proc/thread-self/net/snmp")).ok()?.ok();
+    paths.iter().filter_map(|(ino, path)| Some((*ino, tcp_counters(&snmp(path)?)))).collect()
 }
 
 /// [`ACTIVITY`] from /proc/net/snmp's two `Tcp:` lines (names, then values).

@@ -136,6 +136,20 @@ macro_rules! require_kernel {
     };
 }
 
+/// The ids of the BPF objects of one kind a process holds, from its fds' fdinfo: `key` is
+/// `prog_id` (program and link fds both name one) or `map_id`.
+pub fn bpf_ids_of(pid: u32, key: &str) -> std::collections::BTreeSet<u64> {
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                .filter_map(|i| {
+                    i.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().parse().ok())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The inode that `netns` in events refers to, for one lab namespace.
 pub fn netns_inode(lab: &Lab, side: Side) -> u32 {
     let path = format!("/run/netns/{}", lab.netns(side));
