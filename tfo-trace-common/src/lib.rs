@@ -6,6 +6,8 @@
 //! `Outcome::Accepted as u8`, userspace reads it back with [`Outcome::from_u8`].
 #![no_std]
 
+pub mod tcp_options;
+
 pub const TASK_COMM_LEN: usize = 16;
 
 /// Which end of the connection an event describes. Numbers are part of the wire format.
@@ -627,6 +629,12 @@ macro_rules! kernel_structs {
                 skb_cb: SkBuff (inner TcpSkbCb) optional ["cb"];
                 tcb_seq: TcpSkbCb int optional ["seq"];
                 tcb_end_seq: TcpSkbCb int optional ["end_seq"];
+                // The SYN's TCP header (skb->head + transport_header): its options say
+                // which cookie it carried, where the fentry backend sees only the exit of
+                // tcp_try_fastopen (server.rs), and the header, by then, is pulled off
+                // skb->data of the child's clone only.
+                skb_head: SkBuff u64 optional ["head"];
+                skb_transport_header: SkBuff u16 optional ["transport_header"];
                 // A listener's TFO queue.
                 fastopenq_qlen: TcpSock int optional ["icsk_accept_queue", "fastopenq", "qlen"];
                 fastopenq_max_qlen: TcpSock int optional ["icsk_accept_queue", "fastopenq", "max_qlen"];
@@ -635,6 +643,12 @@ macro_rules! kernel_structs {
                 // An atomic_t, bumped when active TFO is paused; read on every plain
                 // client's handshake.
                 net_tfo_active_disable_times: Net u32 optional ["ipv4", "tfo_active_disable_times"];
+                // SYN timeouts so far (inet_connection_sock), and the namespace's blackhole
+                // timeout (0: detection off): the condition on which
+                // tcp_fastopen_active_detect_blackhole() pauses active TFO, for the fentry
+                // backend that sees the call once, at its exit.
+                icsk_retransmits: TcpSock int optional ["icsk_retransmits"];
+                net_tfo_blackhole_timeout: Net int optional ["ipv4", "sysctl_tcp_fastopen_blackhole_timeout"];
                 // SYN-ACKs retransmitted so far.
                 req_num_retrans: RequestSock int optional ["num_retrans"];
                 // When the first SYN-ACK went out (tcp_clock_us(), the clock of

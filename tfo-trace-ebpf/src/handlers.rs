@@ -47,7 +47,7 @@ use crate::{
 /// The process we run in: tgid, its name and the calling thread's (each as two words, see
 /// `maps::put16`) and cgroup.
 #[inline(always)]
-fn current_process() -> Process {
+pub(crate) fn current_process() -> Process {
     let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let mut thread = core::mem::MaybeUninit::<[u64; 2]>::uninit();
     let p = thread.as_mut_ptr() as *mut u64;
@@ -108,7 +108,7 @@ impl Known {
 
     /// Copies the state at `p` (null: none).
     #[inline(always)]
-    fn of(p: *const ConnState) -> Known {
+    pub(crate) fn of(p: *const ConnState) -> Known {
         if p.is_null() {
             return Known::NONE;
         }
@@ -127,7 +127,7 @@ impl Known {
 
     /// Time lost to SYN timeouts: the last SYN retransmission minus the first SYN.
     #[inline(always)]
-    fn stall_ns(&self) -> u64 {
+    pub(crate) fn stall_ns(&self) -> u64 {
         if self.known && self.last_retrans_ns > self.start_ns {
             self.last_retrans_ns - self.start_ns
         } else {
@@ -268,14 +268,14 @@ fn client_connect_tfo<A: Access>(sk: Sock<A>) {
 }
 
 /// The SYN's data, or what the SYN-ACK's cookie brought: what the client asked for.
-struct ClientFlags {
-    syn_data: bool,
-    syn_fastopen: bool,
-    exp: bool,
+pub(crate) struct ClientFlags {
+    pub syn_data: bool,
+    pub syn_fastopen: bool,
+    pub exp: bool,
 }
 
 #[inline(always)]
-fn client_flags<A: Access>(tp: TcpSock<A>) -> ClientFlags {
+pub(crate) fn client_flags<A: Access>(tp: TcpSock<A>) -> ClientFlags {
     ClientFlags { syn_data: tp.syn_data(), syn_fastopen: tp.syn_fastopen(), exp: tp.syn_fastopen_exp() }
 }
 
@@ -285,7 +285,7 @@ fn client_flags<A: Access>(tp: TcpSock<A>) -> ClientFlags {
 /// written instead of a clock read (a paravirtual clock call in a VM); a few microseconds
 /// earlier than the state change itself. A clock read where the kernel has no such member.
 #[inline(always)]
-fn packet_time_ns<A: Access>(tp: TcpSock<A>) -> u64 {
+pub(crate) fn packet_time_ns<A: Access>(tp: TcpSock<A>) -> u64 {
     if present!(tcp_clock_cache) {
         let t = tp.tcp_clock_cache();
         if t != 0 {
@@ -306,7 +306,7 @@ fn srtt_ns(srtt_us: u32) -> u64 {
 /// Payload bytes of the SYN-data: nothing but the SYN-data has been sent before the
 /// handshake resolves, so bytes_sent is its length (retransmitted SYNs carry none).
 #[inline(always)]
-fn syn_data_bytes<A: Access>(tp: TcpSock<A>) -> u32 {
+pub(crate) fn syn_data_bytes<A: Access>(tp: TcpSock<A>) -> u32 {
     tp.bytes_sent() as u32
 }
 
@@ -367,16 +367,21 @@ fn client_established_tfo<A: Access>(sk: Sock<A>) {
 }
 
 /// A client's outcome at its SYN-ACK and what it measures.
-struct ClientOutcome {
-    outcome: Outcome,
-    measure: Measure,
+pub(crate) struct ClientOutcome {
+    pub outcome: Outcome,
+    pub measure: Measure,
 }
 
 /// The outcome tcp_rcv_fastopen_synack() is about to reach for this connection, from the
 /// same members it reads (unchanged from the ESTABLISHED transition until it has cached
 /// the SYN-ACK's cookie: both client_established_tfo and on_cookie_cached decide it).
 #[inline(always)]
-fn client_outcome<A: Access>(sk: Sock<A>, tp: TcpSock<A>, f: &ClientFlags, conn: &Known) -> ClientOutcome {
+pub(crate) fn client_outcome<A: Access>(
+    sk: Sock<A>,
+    tp: TcpSock<A>,
+    f: &ClientFlags,
+    conn: &Known,
+) -> ClientOutcome {
     let at_ns = if conn.known { packet_time_ns(tp) } else { 0 }; // handshake and event
     let total_retrans = tp.total_retrans();
     let outcome = if f.syn_data {
@@ -439,13 +444,13 @@ fn syn_option_without_data<A: Access>(tp: TcpSock<A>) -> Outcome {
 /// Whether the SYN-ACK did not take the SYN's data: what its cause is told for. Not a SYN
 /// timeout: that SYN-ACK answers the plain SYN resent, which carries no TFO option.
 #[inline(always)]
-fn refused_data(f: &ClientFlags, outcome: Outcome) -> bool {
+pub(crate) fn refused_data(f: &ClientFlags, outcome: Outcome) -> bool {
     f.syn_data && outcome == Outcome::DataNotAcked
 }
 
 /// SYN_SENT -> CLOSE: a TFO connection that never completed (timeout, reset, refused).
 #[inline(never)] // rare: out of the plain connections' way (the module's doc)
-fn client_failed<A: Access>(sk: Sock<A>) {
+pub(crate) fn client_failed<A: Access>(sk: Sock<A>) {
     let state = conn_state(sk);
     if state.is_null() {
         return;
@@ -561,15 +566,17 @@ pub fn detect_blackhole_exit<A: Access>(sk: Sock<A>) {
 
 /// tcp_fastopen_cache_set(sk, mss, cookie, syn_lost, try_exp): what the SYN-ACK said about
 /// TFO, on its way into the destination's cache. Called from tcp_rcv_fastopen_synack() for
-/// every SYN-ACK of a connection that asked for TFO (len -1: no option; > 0: a cookie), and
-/// with a NULL cookie from the SYN timer. A refused SYN-data is told here, with its cause
+/// every SYN-ACK of a connection that asked for TFO (len -1: no option; > 0: a cookie), its
+/// only caller on 5.10+ (no SYN-timer call: tcp_write_timeout() has none). The kprobe
+/// backend's; the fentry backend decides every client outcome there (client.rs). A refused
+/// SYN-data is told here, with its cause
 /// (client_established_tfo left it): the kernel compares the SYN-ACK's cookie with the one
 /// the SYN carried while the socket's TFO request still holds it (a blocking sendto), else
 /// leaves the comparison to userspace by the cookie's keyed hash. No cookie's bytes leave.
 #[inline(always)]
 pub fn on_cookie_cached<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>) {
     if cookie.is_null() {
-        return; // the SYN timer recording a loss: the connection is still in SYN_SENT
+        return; // never from tcp_rcv_fastopen_synack(): a guard for the typed loads below
     }
     let conn = Known::of(conn_state(sk));
     // The last use of this connection's state (client_established kept it for us).
@@ -601,15 +608,28 @@ pub fn on_cookie_cached<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>) {
             });
         }
     }
-    if len <= 0 {
-        return; // no cookie to cache: no event
+    if len > 0 {
+        cookie_received(sk, tp, cookie, hash, &conn);
     }
+}
+
+/// `cookie_received`: a SYN-ACK's cookie (`hash` its keyed hash) on its way into the
+/// destination's cache.
+#[inline(always)]
+pub(crate) fn cookie_received<A: Access>(
+    sk: Sock<A>,
+    tp: TcpSock<A>,
+    cookie: FastopenCookie<A>,
+    hash: u32,
+    conn: &Known,
+) {
+    let len = cookie.foc_len() as u8;
     let exp = cookie.foc_exp() != 0;
     let retransmits = tp.total_retrans();
     let measure =
         Measure { stall_ns: 0, syn_data_bytes: 0, retransmits, handshake_ns: 0, at_ns: 0, saved_srtt_us: 0 };
-    record(sk.common(), Role::Client, Outcome::CookieReceived, netns_of(sk.common()), &conn, measure, |ev| {
-        ev.cookie_len = len as u8;
+    record(sk.common(), Role::Client, Outcome::CookieReceived, netns_of(sk.common()), conn, measure, |ev| {
+        ev.cookie_len = len;
         ev.cookie_hash = hash;
         ev.flags |= flags::COOKIE_LEN_KNOWN;
         if exp {
@@ -623,7 +643,7 @@ pub fn on_cookie_cached<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>) {
 /// was set to -1 after the SYN); Unknown where it is gone (a non-blocking sendto returned
 /// and freed it), for userspace to tell by the hashes.
 #[inline(always)]
-fn sent_cookie_compared<A: Access>(tp: TcpSock<A>, got: FastopenCookie<A>) -> Cause {
+pub(crate) fn sent_cookie_compared<A: Access>(tp: TcpSock<A>, got: FastopenCookie<A>) -> Cause {
     let req = tp.fastopen_req();
     if req.is_null() || !present!(req_cookie) || !present!(foc_val) {
         return Cause::Unknown;
@@ -784,7 +804,7 @@ pub(crate) fn server_selected<A: Access>(sk: SockCommon<A>, netns: u32) -> bool 
 
 /// listen() runs in the owner's process context: remember who owns the port.
 #[inline(never)] // rare: out of the plain connections' way (the module's doc)
-fn listener_started<A: Access>(sk: Sock<A>) {
+pub(crate) fn listener_started<A: Access>(sk: Sock<A>) {
     if A::tcp_sock(sk).is_null() {
         return; // an SCTP listener
     }

@@ -1,4 +1,5 @@
-//! Kernel side of tfo-trace. One shared handler per TFO outcome (`handlers`, `server`),
+//! Kernel side of tfo-trace. One shared handler per TFO outcome (`handlers`, `server`;
+//! `client` for the fentry backend, which hooks only TFO's own functions),
 //! generic over how the hook reads the kernel (`kernel::Access`), called from the entry
 //! points of each kind of hook: `btf_tracepoints` (typed, direct loads), `tracepoints`
 //! (raw), `fentry`, `kprobes`. `floor` holds empty programs for the benchmark, built only with the `floor`
@@ -12,6 +13,7 @@
 
 mod btf_tracepoints;
 mod cgroups;
+mod client;
 mod fentry;
 mod filter;
 #[cfg(feature = "floor")]

@@ -2,14 +2,17 @@
 //! every SYN at a listener passes through. Entry records the cookie the SYN carried
 //! (foc->len: -1 no option, 0 cookie request, >0 a cookie); exit sees what the kernel
 //! made of it (the child, and foc rewritten to the cookie that goes back in the SYN-ACK).
-//! Shared by the fentry/fexit and kprobe/kretprobe twins.
-use aya_ebpf::{macros::map, maps::PerCpuArray};
-use tfo_trace_common::{flags, ListenerKey, Outcome, Role};
+//! The kprobe backend hooks both (entry and exit); the fentry backend only the exit, where
+//! it reads the cookie the SYN carried from the SYN's own options: one run per SYN.
+use aya_ebpf::{helpers::generated::bpf_probe_read_kernel, macros::map, maps::PerCpuArray};
+use tfo_trace_common::{flags, tcp_options, ListenerKey, Outcome, Role};
 
 use crate::{
-    handlers::{name_listener_owner, record, server_selected, Known},
-    kernel::{netns_of, Access, FastopenCookie, RequestSock, SkBuff, Sock},
-    maps::{now, Measure},
+    handlers::{listener_started, name_listener_owner, record, server_selected, Known},
+    kernel::{
+        family_of, netns_of, present, state_of, Access, FastopenCookie, RequestSock, SkBuff, Sock, TCP_LISTEN,
+    },
+    maps::{now, Measure, LISTENERS},
 };
 
 /// What entry saw, per CPU: the SYN is processed in softirq on one CPU from entry to exit.
@@ -82,6 +85,134 @@ pub fn try_fastopen_enter<A: Access>(
             };
         }
     }
+}
+
+/// The SYN's TCP header, read whole with one probe read, and the walk of its options
+/// between two offsets (`tcp_options::syn_option_step`): per CPU, a map value, so that
+/// the verifier carries nothing of the walk from one offset to the next (and the 5.10
+/// verifier refuses variable stack offsets).
+#[repr(C)]
+pub struct SynScratch {
+    header: [u64; 8],
+    next: u64,
+    len: i64,
+    exp: u64,
+}
+
+#[map]
+static SYN_SCRATCH: PerCpuArray<SynScratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// The longest TCP header: 20 bytes and 40 of options.
+const MAX_TCP_HEADER: u32 = 60;
+
+/// One offset of the walk, `at` a constant: the state in and out of map memory (volatile:
+/// kept out of registers from one offset to the next). Every plain SYN runs it: an offset
+/// past the options costs a compare, one inside an option a load more; only where an
+/// option starts (five or so in a SYN) is the step made.
+macro_rules! option_steps {
+    ($scratch:ident, $options:ident, $byte:ident; $($at:literal)*) => {$(
+        // SAFETY: fields of this CPU's slot, used only within this program run.
+        unsafe {
+            if $at < $options && core::ptr::read_volatile(&(*$scratch).next) == $at {
+                let mut next = $at;
+                let mut foc = tcp_options::SynCookie {
+                    len: core::ptr::read_volatile(&(*$scratch).len) as i32,
+                    exp: core::ptr::read_volatile(&(*$scratch).exp) != 0,
+                };
+                tcp_options::syn_option_step($at, $options, &mut next, &mut foc, &$byte);
+                core::ptr::write_volatile(&mut (*$scratch).next, next as u64);
+                core::ptr::write_volatile(&mut (*$scratch).len, foc.len as i64);
+                core::ptr::write_volatile(&mut (*$scratch).exp, foc.exp as u64);
+            }
+        }
+    )*};
+}
+
+/// The TFO option of the SYN in `skb` as tcp_parse_options() read it before
+/// tcp_try_fastopen() (`tcp_options::syn_cookie`): from the header at skb->head +
+/// transport_header, which stays where it was when the child's clone of the SYN is pulled.
+#[inline(always)]
+fn syn_cookie<A: Access>(skb: SkBuff<A>) -> tcp_options::SynCookie {
+    let none = tcp_options::SynCookie { len: -1, exp: false };
+    if !present!(skb_head) || !present!(skb_transport_header) {
+        return none;
+    }
+    let Some(scratch) = SYN_SCRATCH.get_ptr_mut(0) else { return none };
+    let th = skb.skb_head().wrapping_add(skb.skb_transport_header() as u64);
+    // SAFETY: this CPU's slot: 64 writable bytes of header, which the helper fills
+    // MAX_TCP_HEADER of (zeros where the kernel's cannot be read); every byte read below is
+    // at a constant offset inside them.
+    let (bytes, options) = unsafe {
+        let header = core::ptr::addr_of_mut!((*scratch).header) as *mut u8;
+        bpf_probe_read_kernel(header as *mut _, MAX_TCP_HEADER, th as *const _);
+        core::ptr::write_volatile(&mut (*scratch).next, 0);
+        core::ptr::write_volatile(&mut (*scratch).len, -1);
+        core::ptr::write_volatile(&mut (*scratch).exp, 0);
+        let doff = (*header.add(12) >> 4) as usize;
+        (header as *const u8, (doff * 4).saturating_sub(20))
+    };
+    // SAFETY: as above; `i` is below 43 (an option's magic at the last offset), masked anyway.
+    let byte = |i: usize| unsafe { *bytes.add((20 + i) & 63) };
+    option_steps!(scratch, options, byte;
+        0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19
+        20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39);
+    // SAFETY: as above.
+    unsafe {
+        tcp_options::SynCookie {
+            len: core::ptr::read_volatile(&(*scratch).len) as i32,
+            exp: core::ptr::read_volatile(&(*scratch).exp) != 0,
+        }
+    }
+}
+
+/// Exit of tcp_try_fastopen() alone (fexit): what the entry hook remembers is read from the
+/// SYN itself (the cookie it carried, its payload), then judged as the twins judge it.
+#[inline(always)]
+pub fn try_fastopen_fexit<A: Access>(args: CallArgs<A>, skb: SkBuff<A>, child: Sock<A>) {
+    let data = syn_payload(skb);
+    let cookie = syn_cookie(skb);
+    // Plain SYNs (no TFO option, no data) are by far the most: nothing more.
+    if cookie.len < 0 && data == 0 {
+        return;
+    }
+    let Some(slot) = SYN_SEEN.get_ptr_mut(0) else { return };
+    // SAFETY: per-CPU slot, written only on this CPU during this softirq.
+    unsafe {
+        *slot = SynSeen {
+            sk: args.sk.addr(),
+            req: args.req.addr(),
+            foc: args.foc.addr(),
+            start_ns: now(),
+            in_len: cookie.len,
+            syn_data_bytes: data,
+            qlen: 0,
+            max_qlen: 0,
+            netns: 0,
+            exp: 0,
+        };
+    }
+    try_fastopen_exit(args, child);
+}
+
+/// Exit of inet_csk_listen_start(): a socket in LISTEN now has its port (a failed listen()
+/// is back in CLOSE), in the owner's process context.
+#[inline(always)]
+pub fn on_listen_start<A: Access>(sk: Sock<A>) {
+    if state_of(sk.common()) == TCP_LISTEN {
+        listener_started(sk);
+    }
+}
+
+/// Entry of inet_csk_listen_stop(): the listener closes. tcp_set_state(TCP_CLOSE) has run,
+/// which clears skc_num unless the port was bound explicitly: its port is inet_sport's.
+#[inline(always)]
+pub fn on_listen_stop<A: Access>(sk: Sock<A>) {
+    let tp = A::tcp_sock(sk);
+    if tp.is_null() {
+        return;
+    }
+    let key = ListenerKey::new(netns_of(sk.common()), u16::from_be(tp.inet_sport()), family_of(sk.common()));
+    let _ = LISTENERS.remove(key);
 }
 
 /// The arguments of the call, where the hook sees them again (fexit: typed pointers that

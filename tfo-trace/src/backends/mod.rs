@@ -199,28 +199,17 @@ const fn tracepoint_hooks(btf: bool, child: bool) -> [Hook; 3] {
     ]
 }
 
-/// The function hooks of the richer backends, in one flavour: fentry/fexit or
-/// kprobe/kretprobe. One list, so the twins cannot drift apart.
-const fn function_hooks(fentry: bool) -> [Hook; 5] {
-    let (entry, exit) =
-        if fentry { (HookKind::FEntry, HookKind::FExit) } else { (HookKind::KProbe, HookKind::KRetProbe) };
-    let names = if fentry {
-        [
-            "tfo_try_fastopen_fentry",
-            "tfo_try_fastopen_fexit",
-            "tfo_blackhole_fentry",
-            "tfo_blackhole_fexit",
-            "tfo_cookie_cached_fentry",
-        ]
-    } else {
-        [
-            "tfo_try_fastopen_kprobe",
-            "tfo_try_fastopen_kretprobe",
-            "tfo_blackhole_kprobe",
-            "tfo_blackhole_kretprobe",
-            "tfo_cookie_cached_kprobe",
-        ]
-    };
+/// The kprobe backend's function hooks: kprobe/kretprobe pairs beside the raw state
+/// tracepoint (the fentry backend's are [`FENTRY_HOOKS`]).
+const fn kprobe_hooks() -> [Hook; 5] {
+    let (entry, exit) = (HookKind::KProbe, HookKind::KRetProbe);
+    let names = [
+        "tfo_try_fastopen_kprobe",
+        "tfo_try_fastopen_kretprobe",
+        "tfo_blackhole_kprobe",
+        "tfo_blackhole_kretprobe",
+        "tfo_cookie_cached_kprobe",
+    ];
     [
         Hook {
             program: names[0],
@@ -269,10 +258,128 @@ const fn concat(a: [Hook; 3], b: [Hook; 5]) -> [Hook; 8] {
     [a[0], a[1], a[2], b[0], b[1], b[2], b[3], b[4]]
 }
 
+/// Every client outcome at a SYN-ACK, where tcp_fastopen_cache_set() is the only hook that
+/// sees one.
+const CLIENT_AT_SYNACK: &[(Role, Outcome)] = &[
+    (Client, CookieRequested),
+    (Client, CookieSentNoData),
+    (Client, Accepted),
+    (Client, DataNotAcked),
+    (Client, SynRetransmitted),
+    (Client, CookieReceived),
+];
+const SYNACK_CACHE_WHY: &str = "tcp_fastopen_cache_set() runs only for the SYN-ACK of a \
+    connection whose SYN asked for TFO, after tcp_ack() and just before the inlined \
+    tcp_rcv_fastopen_synack() reads syn_data, syn_fastopen, total_retrans and the retransmit \
+    queue; the SYN-ACK's cookie enters the destination's cache there";
+const SYN_PREPARED_WHY: &str = "tcp_fastopen_cookie_check() runs only for a SYN that asks for \
+    TFO, in the connecting process: the connection is followed from there, or is not_attempted \
+    where active TFO is paused (the SYN goes without the option)";
+const TIMEOUT_WHY: &str = "tcp_fastopen_active_detect_blackhole() runs on every retransmission \
+    timeout (not per connection): it times a followed SYN's timeouts, tells a pause of active \
+    TFO by the kernel's own condition (TcpExtTCPFastOpenBlackhole), and a connect given up";
+const ERROR_END_WHY: &str = "runs for a connection that ends by an error (not per healthy \
+    connection): a followed connect still in SYN_SENT was refused";
+const LISTEN_WHY: &str = "listen() and a listener's close, in the owner's process: who owns \
+    each port, for server events (per listener, never per connection)";
+const TRY_FASTOPEN_FEXIT_WHY: &str = "every SYN at a listener passes tcp_try_fastopen(): the \
+    cookie the SYN carried (its options, re-read from the SYN), the child it returns and the \
+    cookie it sends back (foc at exit) tell every server outcome, with the listener's TFO queue";
+
+/// The fentry backend: TFO's own functions only, so that a plain client connection runs
+/// none of its programs and a plain server connection one (tcp_try_fastopen's exit);
+/// tcp_done_with_error and tcp_reset are alternatives, one attached per kernel
+/// ([`alternatives`]).
+const FENTRY_HOOKS: [Hook; 9] = [
+    Hook {
+        program: "tfo_synack_retransmit",
+        kind: HookKind::BtfTracepoint,
+        target: "tcp_retransmit_synack",
+        sees: SYNACK_SEES,
+        why: SYNACK_WHY,
+        plain_runs: PlainRuns::PerSynackResend,
+    },
+    Hook {
+        program: "tfo_try_fastopen_fexit",
+        kind: HookKind::FExit,
+        target: "tcp_try_fastopen",
+        sees: SERVER_FROM_TRY_FASTOPEN,
+        why: TRY_FASTOPEN_FEXIT_WHY,
+        plain_runs: PlainRuns::PerListenerSyn,
+    },
+    Hook {
+        program: "tfo_syn_prepared_fexit",
+        kind: HookKind::FExit,
+        target: "tcp_fastopen_cookie_check",
+        sees: &[(Client, NotAttempted)],
+        why: SYN_PREPARED_WHY,
+        plain_runs: PlainRuns::Never,
+    },
+    Hook {
+        program: "tfo_cookie_cached_fentry",
+        kind: HookKind::FEntry,
+        target: "tcp_fastopen_cache_set",
+        sees: CLIENT_AT_SYNACK,
+        why: SYNACK_CACHE_WHY,
+        plain_runs: PlainRuns::Never,
+    },
+    Hook {
+        program: "tfo_timeout_fexit",
+        kind: HookKind::FExit,
+        target: "tcp_fastopen_active_detect_blackhole",
+        sees: &[(Client, ActiveDisabled), (Client, ConnectFailed)],
+        why: TIMEOUT_WHY,
+        plain_runs: PlainRuns::PerRto,
+    },
+    Hook {
+        program: "tfo_error_end_fentry",
+        kind: HookKind::FEntry,
+        target: "tcp_done_with_error",
+        sees: &[(Client, ConnectFailed)],
+        why: ERROR_END_WHY,
+        plain_runs: PlainRuns::PerErrorEnd,
+    },
+    Hook {
+        program: "tfo_reset_fentry",
+        kind: HookKind::FEntry,
+        target: "tcp_reset",
+        sees: &[(Client, ConnectFailed)],
+        why: ERROR_END_WHY,
+        plain_runs: PlainRuns::PerErrorEnd,
+    },
+    Hook {
+        program: "tfo_listen_start_fexit",
+        kind: HookKind::FExit,
+        target: "inet_csk_listen_start",
+        sees: &[],
+        why: LISTEN_WHY,
+        plain_runs: PlainRuns::PerListenerChange,
+    },
+    Hook {
+        program: "tfo_listen_stop_fentry",
+        kind: HookKind::FEntry,
+        target: "inet_csk_listen_stop",
+        sees: &[],
+        why: LISTEN_WHY,
+        plain_runs: PlainRuns::PerListenerChange,
+    },
+];
+
+/// Hooks of which a kernel gets one: the first whose target its BTF has (the later ones
+/// are older kernels' names for the same moment).
+pub const ALTERNATIVES: &[&[&str]] = &[&["tcp_done_with_error", "tcp_reset"]];
+
+/// Whether `hook` is attached on a kernel whose BTF has the functions `has_function` says:
+/// a hook outside [`ALTERNATIVES`] always, one inside only where no alternative before it
+/// has its target.
+pub fn attached_here(hook: &Hook, has_function: impl Fn(&str) -> bool) -> bool {
+    let Some(group) = ALTERNATIVES.iter().find(|g| g.contains(&hook.target)) else { return true };
+    group.iter().find(|t| has_function(t)) == Some(&hook.target)
+}
+
 // Each backend reads the kernel one way throughout (typed loads, or probe reads), so a
 // hook's fields are read the same way as its neighbours'.
-const FENTRY_HOOKS: [Hook; 8] = concat(tracepoint_hooks(true, false), function_hooks(true));
-const KPROBE_HOOKS: [Hook; 8] = concat(tracepoint_hooks(false, false), function_hooks(false));
+const KPROBE_HOOKS: [Hook; 8] = concat(tracepoint_hooks(false, false), kprobe_hooks());
 const TRACEPOINT_HOOKS: [Hook; 3] = tracepoint_hooks(true, true);
 const RAW_TRACEPOINT_HOOKS: [Hook; 3] = tracepoint_hooks(false, true);
 
@@ -655,25 +762,53 @@ mod tests {
     #[test]
     fn twins_attach_to_the_same_functions() {
         let targets = |b| hooks(b).iter().map(|h| h.target).collect::<Vec<_>>();
-        assert_eq!(targets(Backend::Fentry), targets(Backend::Kprobe));
         assert_eq!(targets(Backend::Tracepoint), targets(Backend::RawTracepoint));
-        for (f, k) in hooks(Backend::Fentry).iter().zip(hooks(Backend::Kprobe)) {
-            assert_eq!(f.sees, k.sees, "{} and {} see the same", f.program, k.program);
+        // The fentry backend hooks TFO's own functions (no state tracepoint); the kprobe
+        // backend still decides clients at the state change: the same outcomes either way.
+        for role in Role::ALL {
+            for o in Outcome::ALL {
+                assert_eq!(sees(Backend::Fentry, role, o), sees(Backend::Kprobe, role, o), "{role:?}/{o:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn one_error_end_hook_per_kernel() {
+        let error_ends = |has: &dyn Fn(&str) -> bool| {
+            hooks(Backend::Fentry)
+                .iter()
+                .filter(|h| attached_here(h, has))
+                .filter(|h| h.sees == [(Client, ConnectFailed)])
+                .map(|h| h.target)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(error_ends(&|_| true), ["tcp_done_with_error"], "6.1+");
+        assert_eq!(error_ends(&|f| f != "tcp_done_with_error"), ["tcp_reset"], "5.10");
+        let everything = |_: &str| true;
+        assert_eq!(hooks(Backend::Fentry).iter().filter(|h| attached_here(h, everything)).count(), 8);
+    }
+
+    #[test]
+    fn the_fentry_backend_runs_nothing_at_a_state_change() {
+        for h in hooks(Backend::Fentry) {
+            assert!(!["inet_sock_set_state", "tcp_retransmit_skb"].contains(&h.target), "{}", h.program);
         }
     }
 
     #[test]
     fn a_plain_connection_is_said_to_run_what_the_table_says() {
+        // fentry follows only TFO sockets: a plain connection runs one program, at the listener.
         let s = plain_connection_summary(Backend::Fentry);
-        assert!(s.starts_with("tfo_state (inet_sock_set_state) 10 times (each state change"), "{s}");
         assert!(
-            s.contains("tfo_try_fastopen_fentry and tfo_try_fastopen_fexit (tcp_try_fastopen) once each"),
+            s.starts_with("tfo_try_fastopen_fexit (tcp_try_fastopen) once (the SYN at the listener)"),
             "{s}"
         );
+        assert!(s.ends_with("it ends by an error or a listener opens or closes"), "{s}");
+        // kprobe still decides at the state hook.
+        let s = plain_connection_summary(Backend::Kprobe);
+        assert!(s.starts_with("tfo_state_raw (inet_sock_set_state) 10 times (each state change"), "{s}");
         assert!(
-            s.ends_with(
-                "nothing else unless it retransmits, a SYN-ACK is resent or a retransmission timer fires"
-            ),
+            s.contains("tfo_try_fastopen_kprobe and tfo_try_fastopen_kretprobe (tcp_try_fastopen) once each"),
             "{s}"
         );
         let runs = plain_connection_runs(Backend::Tracepoint);

@@ -19,6 +19,12 @@ pub enum PlainRuns {
     PerSynackResend,
     /// cgroup_mkdir/rmdir: every cgroup made or removed, never per connection.
     PerCgroupChange,
+    /// tcp_done_with_error / tcp_reset: every connection that ends by an error (a RST, an
+    /// ICMP error, an abort), never a healthy one.
+    PerErrorEnd,
+    /// inet_csk_listen_start/stop: every listen() and every listener closed, never per
+    /// connection.
+    PerListenerChange,
 }
 
 /// Runs of one hook for one plain connection, at each end, on a loss-free connection that
@@ -48,7 +54,9 @@ impl PlainRuns {
             | PlainRuns::PerRetransmission
             | PlainRuns::PerRto
             | PlainRuns::PerSynackResend
-            | PlainRuns::PerCgroupChange => PlainCost { client: 0, server: 0 },
+            | PlainRuns::PerCgroupChange
+            | PlainRuns::PerErrorEnd
+            | PlainRuns::PerListenerChange => PlainCost { client: 0, server: 0 },
         }
     }
 
@@ -62,6 +70,8 @@ impl PlainRuns {
             PlainRuns::PerRto => "each retransmission timeout",
             PlainRuns::PerSynackResend => "each SYN-ACK resent",
             PlainRuns::PerCgroupChange => "each cgroup made or removed",
+            PlainRuns::PerErrorEnd => "each connection that ends by an error",
+            PlainRuns::PerListenerChange => "each listen() and listener close",
         }
     }
 
@@ -72,6 +82,8 @@ impl PlainRuns {
             PlainRuns::PerRto => Some("a retransmission timer fires"),
             PlainRuns::PerSynackResend => Some("a SYN-ACK is resent"),
             PlainRuns::PerCgroupChange => Some("a cgroup is made or removed"),
+            PlainRuns::PerErrorEnd => Some("it ends by an error"),
+            PlainRuns::PerListenerChange => Some("a listener opens or closes"),
             PlainRuns::Never | PlainRuns::PerStateChange | PlainRuns::PerListenerSyn => None,
         }
     }

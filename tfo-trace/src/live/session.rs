@@ -267,7 +267,7 @@ fn say_attached(tracer: &Tracer, load: &LoadOptions) -> Result<()> {
     }
     crate::note!(
         "tfo-trace: {} programs attached with the {} backend in {} ms; Ctrl-C to stop",
-        crate::backends::hooks(tracer.backend).len(),
+        tracer.programs_attached,
         tracer.backend,
         tracer.attach_time.as_millis()
     )?;

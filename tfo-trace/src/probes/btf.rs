@@ -207,8 +207,11 @@ impl Btf {
                 KIND_FLOAT => Type::Scalar { size: size_or_type },
                 KIND_PTR => Type::Scalar { size: 8 },
                 KIND_FUNC => {
-                    // Only the kfuncs the programs call: vmlinux names some 60,000 functions.
-                    if let Some(name) = KFUNCS.iter().find(|k| name_is(strings, name_off, k)) {
+                    // Only the kfuncs the programs call and the functions of which a
+                    // kernel gets one hook: vmlinux names some 60,000 functions.
+                    let wanted =
+                        KFUNCS.iter().chain(crate::backends::ALTERNATIVES.iter().flat_map(|g| g.iter()));
+                    if let Some(name) = wanted.into_iter().find(|k| name_is(strings, name_off, k)) {
                         funcs_by_name.entry(name.to_string()).or_insert(id);
                     }
                     Type::Other

@@ -78,6 +78,8 @@ pub struct Tracer {
     pub cgroup_hooks: Result<(), String>,
     /// From the start of `load` to the last program attached.
     pub attach_time: Duration,
+    /// The backend's programs attached (of its table's hooks, those this kernel gets).
+    pub programs_attached: usize,
     /// The key the programs hash cookies with (`tfo_trace_common::cookie_hash`), made for
     /// this run and never written anywhere: userspace hashes the cookie cache with it.
     pub cookie_key: [u64; 2],
@@ -213,6 +215,7 @@ pub fn load(opts: &LoadOptions) -> Result<Tracer> {
                     skipped,
                     cgroup_hooks,
                     attach_time: started.elapsed(),
+                    programs_attached: kernel.hooks(backend).len(),
                     cookie_key,
                 });
             }
@@ -256,6 +259,17 @@ struct KernelFacts {
     /// Where this kernel keeps the fields the programs read.
     layout: tfo_trace_common::KernelLayout,
     cast: TcpSockCast,
+    /// The functions hooks attach to that this kernel has (BTF FUNC), of any backend: which
+    /// of [`backends::attached_here`]'s alternatives it gets.
+    functions: Vec<&'static str>,
+}
+
+impl KernelFacts {
+    /// The hooks of `backend` this kernel gets, in the table's order.
+    fn hooks(&self, backend: Backend) -> Vec<backends::Hook> {
+        let has = |f: &str| self.functions.contains(&f);
+        backends::hooks(backend).iter().filter(|h| backends::attached_here(h, has)).copied().collect()
+    }
 }
 
 /// From the kernel's own BTF, or from `--btf FILE`: the layout then comes from the file, and
@@ -266,7 +280,13 @@ fn kernel_facts(file: Option<&Path>) -> Result<KernelFacts> {
         None => (btf::Btf::from_sys_fs()?, true),
     };
     let cast = if own { TcpSockCast::for_kernel(&btf) } else { TcpSockCast::Helper };
-    Ok(KernelFacts { layout: layout::from_btf(&btf)?, cast })
+    let functions = Backend::ALL
+        .iter()
+        .flat_map(|b| backends::hooks(*b))
+        .map(|h| h.target)
+        .filter(|f| btf.func_id(f).is_some())
+        .collect();
+    Ok(KernelFacts { layout: layout::from_btf(&btf)?, cast, functions })
 }
 
 /// The step that failed and the kernel's errno, without aya's verifier-log noise:
@@ -329,10 +349,11 @@ fn load_backend(
     kernel: &KernelFacts,
     cookie_key: [u64; 2],
 ) -> Result<(Ebpf, TcpSockCast)> {
-    match load_backend_with(backend, opts, &kernel.layout, kernel.cast, cookie_key) {
+    let hooks = kernel.hooks(backend);
+    match load_backend_with(backend, &hooks, opts, &kernel.layout, kernel.cast, cookie_key) {
         Err(err) if kernel.cast != TcpSockCast::Helper && errno_of(&err) != Some(libc::EPERM) => {
             log::info!("{backend} backend with the {}: {err:#}; trying the helper", kernel.cast.name());
-            load_backend_with(backend, opts, &kernel.layout, TcpSockCast::Helper, cookie_key)
+            load_backend_with(backend, &hooks, opts, &kernel.layout, TcpSockCast::Helper, cookie_key)
                 .map(|e| (e, TcpSockCast::Helper))
         }
         loaded => loaded.map(|e| (e, kernel.cast)),
@@ -357,6 +378,7 @@ fn cast_note(backend: Backend, cast: TcpSockCast) -> String {
 
 fn load_backend_with(
     backend: Backend,
+    hooks: &[backends::Hook],
     opts: &LoadOptions,
     kernel_layout: &tfo_trace_common::KernelLayout,
     cast: TcpSockCast,
@@ -396,7 +418,7 @@ fn load_backend_with(
     let mut ebpf = loader.load(object.bytes()).context("loading the eBPF object")?;
     fill_cgroup_filter(&mut ebpf, &opts.cgroups)?;
     prefill_listeners(&mut ebpf, opts)?;
-    attach_all(&mut ebpf, backends::hooks(backend))?;
+    attach_all(&mut ebpf, hooks)?;
     Ok(ebpf)
 }
 
