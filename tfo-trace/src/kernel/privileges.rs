@@ -59,10 +59,6 @@ impl CapSet {
     pub fn perfmon_capable(self) -> bool {
         self.has(CAP_PERFMON) || self.has(CAP_SYS_ADMIN)
     }
-    /// `bpf_net_capable()`.
-    pub fn net_capable(self) -> bool {
-        self.has(CAP_NET_ADMIN) || self.has(CAP_SYS_ADMIN)
-    }
     /// Which of [`RELEVANT_CAPS`] are held, as (name, held).
     pub fn relevant(self) -> Vec<(String, bool)> {
         RELEVANT_CAPS.iter().map(|&c| (cap_name(c), self.has(c))).collect()

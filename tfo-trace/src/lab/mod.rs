@@ -232,11 +232,6 @@ impl Lab {
     pub fn tcp_metrics(&self, side: Side) -> Result<String> {
         cmd::run(cmd::ip_in(self.netns(side)).args(["tcp_metrics", "show"]))
     }
-
-    /// Forgets every cached cookie and loss record in `side`'s namespace.
-    pub fn flush_tcp_metrics(&self, side: Side) -> Result<()> {
-        cmd::run(cmd::ip_in(self.netns(side)).args(["tcp_metrics", "flush", "all"])).map(drop)
-    }
 }
 
 impl Drop for Lab {

@@ -287,10 +287,6 @@ impl Btf {
             .find_map(|m| self.find_in(m.type_id, name, base_bits + m.bit_offset, depth + 1))
     }
 
-    pub fn has_struct(&self, name: &str) -> bool {
-        self.structs_by_name.contains_key(name)
-    }
-
     /// The type id of a named struct (the first of that name).
     pub fn struct_id(&self, name: &str) -> Option<u32> {
         self.structs_by_name.get(name).copied()
