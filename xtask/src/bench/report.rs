@@ -62,6 +62,23 @@ impl Runs {
         median_of_ratios(&of(c), &of(reference))
     }
 
+    /// `f` under `c` over `f` under `reference`, round by round: median, min and max.
+    pub(super) fn ratio_spread(
+        &self,
+        m: Mode,
+        c: Config,
+        reference: Config,
+        f: impl Fn(&Run) -> f64,
+    ) -> Option<(f64, f64, f64)> {
+        let of = |c| self.of(m, c).iter().map(&f).collect::<Vec<_>>();
+        spread(of(c).iter().zip(&of(reference)).map(|(v, r)| v / r))
+    }
+
+    /// [`Runs::ratio_spread`] of BPF time per connection.
+    pub(super) fn bpf_ratio_spread(&self, m: Mode, c: Config, reference: Config) -> Option<(f64, f64, f64)> {
+        self.ratio_spread(m, c, reference, |r| r.bpf_ns_per_conn().unwrap_or(f64::NAN))
+    }
+
     /// Median BPF time per connection over the rounds.
     pub(super) fn bpf_ns(&self, m: Mode, c: Config) -> f64 {
         median(self.of(m, c).iter().filter_map(Run::bpf_ns_per_conn))
@@ -137,8 +154,7 @@ impl Report {
     /// The CPU measure against itself: the untraced rerun's CPU per connection over the
     /// untraced run's, round by round (median, min, max).
     pub(super) fn rerun_spread(&self, m: Mode) -> Option<(f64, f64, f64)> {
-        let of = |c| self.of(m, c).iter().map(Run::cpu_per_conn).collect::<Vec<_>>();
-        spread(of(Config::UntracedAgain).iter().zip(&of(Config::Untraced)).map(|(v, r)| v / r))
+        self.runs.ratio_spread(m, Config::UntracedAgain, Config::Untraced, Run::cpu_per_conn)
     }
 
     /// The CPU ratio that the tracer's own parts ([`Run::parts_per_conn`]) alone would give:
