@@ -102,6 +102,9 @@ enum Task {
     /// The static binary of `dist` against the glibc build (as root): sizes, start-up to
     /// attached, `report`/`top --from` a million destinations; writes its BENCHMARKS.md block
     BenchStatic,
+    /// Inside `bench --vm`'s guest: the rounds, then the section on the console
+    #[command(hide = true)]
+    BenchGuest(bench::GuestArgs),
     /// Long mixed lab traffic under `top` and `export` (default 30 min, as root); writes SOAK.md
     Soak(soak::SoakArgs),
     /// Fuzz the recording reader, report/top on what it reads, and the event decoder for N
@@ -160,6 +163,7 @@ fn dispatch(task: Task) -> Result<()> {
         Task::Bench(args) => bench::bench(&args),
         Task::BenchReport => bench::bench_report(),
         Task::BenchStatic => bench::bench_static(),
+        Task::BenchGuest(args) => bench::bench_guest(&args),
         Task::Soak(args) => {
             setup::setup()?;
             soak::soak(&args)

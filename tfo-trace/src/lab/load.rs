@@ -10,7 +10,7 @@
 //! which prove the connections really carried data in their SYN.
 //!
 //! Closing: the server replies and closes first; the client reads to EOF and closes with
-//! SO_LINGER 0 (a RST). That leaves no TIME_WAIT socket on either side, so the rate does
+//! SO_LINGER 0 (a RST), unless `--fin`. That leaves no TIME_WAIT socket on either side, so the rate does
 //! not drift down as TIME_WAIT sockets pile up over a benchmark (nor overflow
 //! `tcp_max_tw_buckets`), and the client's ephemeral ports never run out.
 use std::io::{self, Read as _, Write as _};
@@ -64,6 +64,11 @@ pub struct LoadArgs {
     /// almost every connection on a busy host is.
     #[arg(long)]
     pub plain: bool,
+    /// The client closes with a FIN, not a RST: a healthy close at both ends, as
+    /// tests/integration/plain_cost.rs makes (`bench --vm` counts the programs such a
+    /// connection runs). The server's sockets then wait in TIME_WAIT: for short runs.
+    #[arg(long)]
+    pub fin: bool,
     /// Listeners on consecutive ports from --listen's, bound to every address (socket churn).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20_000))]
     pub listeners: u32,
@@ -291,7 +296,7 @@ fn client(
                 break;
             }
         }
-        match one_connection(&sa, len, plain, payload, &mut buf) {
+        match one_connection(&sa, len, plain, args.fin, payload, &mut buf) {
             Ok(()) => t.ok += 1,
             Err(e) => {
                 t.failed += 1;
@@ -304,11 +309,12 @@ fn client(
 
 /// socket, sendto(MSG_FASTOPEN) (connect + data in the SYN when a cookie is cached) or,
 /// `plain`, connect() then write(), read the reply to EOF, close with a RST (see the
-/// module comment).
+/// module comment) or, `fin`, with a FIN.
 fn one_connection(
     sa: &libc::sockaddr_storage,
     len: libc::socklen_t,
     plain: bool,
+    fin: bool,
     payload: &[u8],
     buf: &mut [u8],
 ) -> Result<()> {
@@ -332,6 +338,9 @@ fn one_connection(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e).context("reading the reply"),
         }
+    }
+    if fin {
+        return Ok(());
     }
     let linger = libc::linger { l_onoff: 1, l_linger: 0 };
     // SAFETY: the option value is a `struct linger` of the stated size.

@@ -19,6 +19,9 @@ pub(super) enum Config {
     Untraced,
     Floor,
     Trace,
+    /// `trace --backend tracepoint`: the state-hook path beside another backend's `trace`
+    /// (the VM mode; on the host it is what `auto` picks).
+    TraceStateHook,
     Top,
     Export,
     /// `top` with `--names` (off by default: its cost is shown apart from the targets').
@@ -48,6 +51,7 @@ impl Config {
             Config::Untraced => "no tracer",
             Config::Floor => "floor: empty programs on tfo-trace's tracepoints",
             Config::Trace => "tfo-trace trace > /dev/null",
+            Config::TraceStateHook => "tfo-trace trace --backend tracepoint > /dev/null",
             Config::Top => "tfo-trace top --batch > /dev/null",
             Config::Export => "tfo-trace export (127.0.0.1:0)",
             Config::TopNames => "tfo-trace top --batch --names > /dev/null",
@@ -62,6 +66,7 @@ impl Config {
             Config::Untraced => "untraced",
             Config::Floor => "floor",
             Config::Trace => "trace",
+            Config::TraceStateHook => "trace-tp",
             Config::Top => "top",
             Config::Export => "export",
             Config::TopNames => "top-names",
@@ -76,7 +81,7 @@ impl Config {
     }
 
     pub(super) fn is_tfo_trace(self) -> bool {
-        Config::TFO_TRACE.contains(&self) || self == Config::TopNames
+        Config::TFO_TRACE.contains(&self) || matches!(self, Config::TopNames | Config::TraceStateHook)
     }
 
     pub(super) fn bpftrace_script(self) -> Option<(&'static str, usize)> {
@@ -91,8 +96,11 @@ impl Config {
 /// What kind of connection the generator makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Mode {
+    /// Closed by the client's RST (SO_LINGER 0), as every mode but [`Mode::PlainFin`].
     Plain,
     Tfo,
+    /// Plain, closed by a FIN at both ends (`lab-load --fin`): `bench --vm` only.
+    PlainFin,
 }
 
 impl Mode {
@@ -102,6 +110,7 @@ impl Mode {
         match self {
             Mode::Plain => "plain",
             Mode::Tfo => "TFO",
+            Mode::PlainFin => "plain-fin",
         }
     }
 }

@@ -15,6 +15,7 @@ use super::{
     env::{qemu_pids, Env},
     host::{cache_line_transfer_ns, fixed_work_ms},
     load::Load,
+    report::Runs,
     tracer::{closing_line, Tracer},
 };
 use crate::util::capture;
@@ -72,7 +73,7 @@ impl Run {
 
 /// What the interleaved rounds measured.
 pub(super) struct Rounds {
-    pub(super) runs: BTreeMap<(Mode, Config), Vec<Run>>,
+    pub(super) runs: Runs,
     /// Pids of qemu VMs seen running during the rounds (another engineer's, started after
     /// the bench waited): said next to the numbers.
     pub(super) qemu_seen: BTreeSet<u32>,
@@ -83,10 +84,16 @@ pub(super) struct Rounds {
     pub(super) fixed_work_ms: Vec<f64>,
 }
 
-/// `rounds` rounds, every mode and configuration in each, `window` of load a run.
-pub(super) fn rounds(env: &Env, rounds: u32, threads: u32, window: Duration) -> Result<Rounds> {
+/// `rounds` rounds, each of `modes` and `configs` in each, `window` of load a run.
+pub(super) fn rounds(
+    env: &Env,
+    rounds: u32,
+    (modes, configs): (&[Mode], &[Config]),
+    threads: u32,
+    window: Duration,
+) -> Result<Rounds> {
     let mut out = Rounds {
-        runs: BTreeMap::new(),
+        runs: Runs::default(),
         qemu_seen: BTreeSet::new(),
         line_transfer_ns: Vec::new(),
         fixed_work_ms: Vec::new(),
@@ -99,8 +106,8 @@ pub(super) fn rounds(env: &Env, rounds: u32, threads: u32, window: Duration) -> 
         let work_ms = fixed_work_ms();
         println!("bench: round {}/{rounds} fixed memory walk: {work_ms:.0} ms of CPU", round + 1);
         out.fixed_work_ms.push(work_ms);
-        for mode in Mode::ALL {
-            for cfg in Config::ALL {
+        for &mode in modes {
+            for &cfg in configs {
                 let r = env.measure(cfg, mode, threads, 0, window, None)?;
                 println!(
                     "bench: round {}/{rounds} {:<5} {:<9} {:>7.0} conn/s, CPU {:.2} us/conn{}{}",
@@ -112,7 +119,7 @@ pub(super) fn rounds(env: &Env, rounds: u32, threads: u32, window: Duration) -> 
                     r.bpf_ns_per_conn().map(|ns| format!(", BPF {ns:.0} ns/conn")).unwrap_or_default(),
                     r.lost.map(|l| format!(", lost {l}")).unwrap_or_default(),
                 );
-                out.runs.entry((mode, cfg)).or_default().push(r);
+                out.runs.0.entry((mode, cfg)).or_default().push(r);
                 out.qemu_seen.extend(qemu_pids());
             }
         }
@@ -136,7 +143,7 @@ impl Env {
             (Config::Untraced | Config::UntracedAgain, _) => None,
             (_, Some((script, probes))) => Some(Tracer::bpftrace(&self.scratch, script, probes)?),
             (Config::Floor, _) => Some(Tracer::floor(&self.bin, &self.backend)?),
-            _ => Some(Tracer::tfo_trace(&self.bin, cfg, ring)?),
+            _ => Some(Tracer::tfo_trace(&self.bin, cfg, ring, self.tfo_backend.as_deref())?),
         };
         if let Some(t) = &tracer {
             run.attach_wall_ms = Some(t.attach_wall_ms);

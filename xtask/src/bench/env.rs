@@ -21,6 +21,8 @@ pub(super) struct Env {
     pub(super) mounted_tracefs: bool,
     /// The backend tfo-trace picked (auto) here, for the floor.
     pub(super) backend: String,
+    /// `--backend` for tfo-trace's views (None: `auto`; the VM mode asks for fentry).
+    pub(super) tfo_backend: Option<String>,
 }
 
 impl Drop for Env {
@@ -51,6 +53,7 @@ impl Env {
             old_bpf_stats: None,
             mounted_tracefs: false,
             backend: "tracepoint".into(),
+            tfo_backend: None,
         };
         // bpftrace reads tracepoint formats from tracefs, which is not mounted here at boot.
         if !Path::new("/sys/kernel/tracing/events").exists() {

@@ -30,8 +30,11 @@ impl Env {
             .arg(&self.bin)
             .args(["lab-load", "--listen", LOAD_ADDR, "--threads", &threads.to_string()])
             .args(["--rate", &rate.to_string(), "--duration", &format!("{}ms", dur.as_millis())]);
-        if mode == Mode::Plain {
+        if mode != Mode::Tfo {
             c.arg("--plain");
+        }
+        if mode == Mode::PlainFin {
+            c.arg("--fin");
         }
         c
     }

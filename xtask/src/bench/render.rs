@@ -13,7 +13,7 @@ use super::{
 use crate::util::capture;
 
 /// A row of the targets' table: the target, what was measured, the verdict.
-type Row = (String, String, &'static str);
+pub(super) type Row = (String, String, &'static str);
 
 impl Report {
     /// The whole generated part of BENCHMARKS.md.

@@ -23,7 +23,7 @@ pub(super) struct Report {
     pub(super) threads: u32,
     pub(super) rounds: u32,
     pub(super) seconds: u64,
-    pub(super) runs: BTreeMap<(Mode, Config), Vec<Run>>,
+    pub(super) runs: Runs,
     pub(super) stall: Stall,
     pub(super) sweep: Vec<(u32, u32, Run)>,
     pub(super) million: Million,
@@ -39,9 +39,20 @@ pub(super) fn met(ok: bool) -> &'static str {
     }
 }
 
-impl Report {
+/// Every measured run, by kind of connection and configuration, in round order.
+#[derive(Default)]
+pub(super) struct Runs(pub(super) BTreeMap<(Mode, Config), Vec<Run>>);
+
+impl std::ops::Deref for Runs {
+    type Target = BTreeMap<(Mode, Config), Vec<Run>>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl Runs {
     pub(super) fn of(&self, m: Mode, c: Config) -> &[Run] {
-        self.runs.get(&(m, c)).map(Vec::as_slice).unwrap_or(&[])
+        self.get(&(m, c)).map(Vec::as_slice).unwrap_or(&[])
     }
 
     /// Median over rounds of `f` under `c` over `f` under `reference` in the same round: the
@@ -49,6 +60,44 @@ impl Report {
     pub(super) fn ratio(&self, m: Mode, c: Config, reference: Config, f: impl Fn(&Run) -> f64) -> f64 {
         let of = |c| self.of(m, c).iter().map(&f).collect::<Vec<_>>();
         median_of_ratios(&of(c), &of(reference))
+    }
+
+    /// `f` under `c` over `f` under `reference`, round by round: median, min and max.
+    pub(super) fn ratio_spread(
+        &self,
+        m: Mode,
+        c: Config,
+        reference: Config,
+        f: impl Fn(&Run) -> f64,
+    ) -> Option<(f64, f64, f64)> {
+        let of = |c| self.of(m, c).iter().map(&f).collect::<Vec<_>>();
+        spread(of(c).iter().zip(&of(reference)).map(|(v, r)| v / r))
+    }
+
+    /// [`Runs::ratio_spread`] of BPF time per connection.
+    pub(super) fn bpf_ratio_spread(&self, m: Mode, c: Config, reference: Config) -> Option<(f64, f64, f64)> {
+        self.ratio_spread(m, c, reference, |r| r.bpf_ns_per_conn().unwrap_or(f64::NAN))
+    }
+
+    /// Median BPF time per connection over the rounds.
+    pub(super) fn bpf_ns(&self, m: Mode, c: Config) -> f64 {
+        median(self.of(m, c).iter().filter_map(Run::bpf_ns_per_conn))
+    }
+
+    /// Median BPF time per connection over `reference`'s, per round (the targets' measure,
+    /// as for CPU).
+    pub(super) fn bpf_ratio(&self, m: Mode, c: Config, reference: Config) -> f64 {
+        self.ratio(m, c, reference, |r| r.bpf_ns_per_conn().unwrap_or(f64::NAN))
+    }
+}
+
+impl Report {
+    pub(super) fn of(&self, m: Mode, c: Config) -> &[Run] {
+        self.runs.of(m, c)
+    }
+
+    pub(super) fn ratio(&self, m: Mode, c: Config, reference: Config, f: impl Fn(&Run) -> f64) -> f64 {
+        self.runs.ratio(m, c, reference, f)
     }
 
     /// Median CPU per connection over the untraced run's, per round.
@@ -61,13 +110,11 @@ impl Report {
     }
 
     pub(super) fn bpf_ns(&self, m: Mode, c: Config) -> f64 {
-        median(self.of(m, c).iter().filter_map(Run::bpf_ns_per_conn))
+        self.runs.bpf_ns(m, c)
     }
 
-    /// Median BPF time per connection over `reference`'s, per round (the targets' measure,
-    /// as for CPU).
     pub(super) fn bpf_ratio(&self, m: Mode, c: Config, reference: Config) -> f64 {
-        self.ratio(m, c, reference, |r| r.bpf_ns_per_conn().unwrap_or(f64::NAN))
+        self.runs.bpf_ratio(m, c, reference)
     }
 
     /// Tracer CPU seconds per million outcomes the kernel counted.
@@ -107,8 +154,7 @@ impl Report {
     /// The CPU measure against itself: the untraced rerun's CPU per connection over the
     /// untraced run's, round by round (median, min, max).
     pub(super) fn rerun_spread(&self, m: Mode) -> Option<(f64, f64, f64)> {
-        let of = |c| self.of(m, c).iter().map(Run::cpu_per_conn).collect::<Vec<_>>();
-        spread(of(Config::UntracedAgain).iter().zip(&of(Config::Untraced)).map(|(v, r)| v / r))
+        self.runs.ratio_spread(m, Config::UntracedAgain, Config::Untraced, Run::cpu_per_conn)
     }
 
     /// The CPU ratio that the tracer's own parts ([`Run::parts_per_conn`]) alone would give:

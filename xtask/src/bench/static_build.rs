@@ -16,6 +16,7 @@ use super::{
     scale::{peak_of, write_million, Mix},
     stats::spread,
     tracer::Tracer,
+    write_block,
 };
 use crate::cross::Arch;
 use crate::dist;
@@ -70,7 +71,7 @@ pub fn bench_static() -> Result<()> {
     text.push_str(&replays?);
     text.push_str(&format!("\nThe whole run took {:.0} s.\n{END}\n", started.elapsed().as_secs_f64()));
     println!("{text}");
-    write_block(&text)
+    write_block(BEGIN, END, &text, "bench-static")
 }
 
 /// Sizes of the shipped binaries, and of the glibc build as built and stripped.
@@ -127,20 +128,4 @@ fn replays(bins: &[(&str, PathBuf)], scratch: &Path) -> Result<String> {
         }
     }
     Ok(t)
-}
-
-/// Replaces the block in BENCHMARKS.md, or appends it.
-fn write_block(block: &str) -> Result<()> {
-    let path = workspace_root().join("BENCHMARKS.md");
-    let old = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let new = match (old.find(BEGIN), old.find(END)) {
-        (Some(b), Some(e)) if b < e => {
-            let rest = &old[e + END.len()..];
-            format!("{}{block}{}", &old[..b], rest.strip_prefix('\n').unwrap_or(rest))
-        }
-        _ => format!("{old}\n{block}"),
-    };
-    fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
-    println!("bench-static: written to {}", path.display());
-    Ok(())
 }

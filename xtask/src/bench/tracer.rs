@@ -14,7 +14,8 @@ use serde_json::Value;
 use super::config::{Config, BPFTRACE_MAP_KEYS};
 use crate::util::{self, capture};
 
-const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
+/// Generous for a TCG guest (`bench --vm`), where bpftrace's LLVM alone takes seconds.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A running tracer and what its start-up looked like.
 /// How long a tracer may take to stop after SIGINT: a tracer that prints its maps at exit
@@ -45,14 +46,24 @@ fn pump(r: impl std::io::Read + Send + 'static) -> Receiver<(Instant, String)> {
 }
 
 impl Tracer {
-    pub(super) fn tfo_trace(bin: &Path, cfg: Config, ring: Option<u32>) -> Result<Tracer> {
+    /// `backend`: `--backend` (None: tfo-trace's own choice, `auto`).
+    pub(super) fn tfo_trace(
+        bin: &Path,
+        cfg: Config,
+        ring: Option<u32>,
+        backend: Option<&str>,
+    ) -> Result<Tracer> {
         let mut args: Vec<String> = match cfg {
             Config::Trace => vec!["trace".into()],
+            Config::TraceStateHook => ["trace", "--backend", "tracepoint"].map(String::from).to_vec(),
             Config::Top => ["top", "--batch", "--delay", "1"].map(String::from).to_vec(),
             Config::TopNames => ["top", "--batch", "--delay", "1", "--names"].map(String::from).to_vec(),
             Config::Export => ["export", "--web.listen-address", "127.0.0.1:0"].map(String::from).to_vec(),
             _ => unreachable!("not a tfo-trace configuration"),
         };
+        if let Some(b) = backend.filter(|_| cfg != Config::TraceStateHook) {
+            args.extend(["--backend".into(), b.to_string()]);
+        }
         if let Some(r) = ring {
             args.extend(["--ring-buffer-size".into(), r.to_string()]);
         }

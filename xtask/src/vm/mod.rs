@@ -25,7 +25,9 @@
 //!    backend x binary table and a time table; any failure fails the task.
 //!
 //! `boot_only.rs`: `--boot-only`, an architecture's kernels booted without tests.
+//! `bench.rs`: the guest of `cargo xtask bench --vm` (crate::bench runs in it).
 mod arch;
+pub(crate) mod bench;
 mod binaries;
 mod boot_only;
 mod cells;
@@ -53,7 +55,9 @@ use cells::{plan, run_cells, schedule, Cell, ONCE_CELL};
 use initramfs::initramfs;
 use kernels::{kernels, KernelChoice};
 use packages::{foreign_arch, host_packages};
-use qemu::{boot, Accel, Boot};
+pub use qemu::Accel;
+pub(crate) use qemu::{accel as accel_name, Resources};
+use qemu::{boot, Boot};
 use summary::{print_time_table, summarize};
 use userland::Userland;
 

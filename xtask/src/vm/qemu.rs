@@ -31,7 +31,7 @@ pub enum Accel {
     Tcg,
 }
 
-pub(super) fn accel(a: Accel) -> &'static str {
+pub(crate) fn accel(a: Accel) -> &'static str {
     match a {
         Accel::Kvm => "kvm",
         Accel::Tcg => "tcg",
@@ -53,6 +53,31 @@ pub(super) fn qemu_machine(arch: &Arch, accel: Accel) -> Vec<&'static str> {
     out
 }
 
+/// What a guest gets of the host.
+pub(crate) struct Resources {
+    pub(crate) accel: Accel,
+    pub(crate) memory_mb: u32,
+    pub(crate) smp: u32,
+}
+
+/// qemu booting `k` with `initrd`, its console on stdout (piped), no network card, no
+/// reboot; `append` goes on the kernel command line after the console and panic settings.
+pub(super) fn qemu_command(k: &Kernel, initrd: &Path, res: &Resources, append: &str) -> Command {
+    let mut cmd = Command::new(k.arch.qemu);
+    cmd.args(["-accel", accel(res.accel), "-m", &res.memory_mb.to_string(), "-smp", &res.smp.to_string()])
+        .args(qemu_machine(k.arch, res.accel))
+        .args(["-nographic", "-no-reboot", "-nic", "none", "-serial", "mon:stdio"])
+        .arg("-kernel")
+        .arg(&k.vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", &format!("console={} panic=-1 quiet {append}", k.arch.console)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
 /// What one boot of one cell gave.
 #[derive(Default)]
 pub(super) struct Boot {
@@ -72,25 +97,15 @@ pub(super) struct Boot {
 }
 
 pub(super) fn boot(k: &Kernel, cell: &Cell, initrd: &Path, args: &VmArgs) -> Result<Boot> {
-    let accel = accel(args.accel);
     let log_path = initrd.with_file_name(format!("console-{}.log", cell.name));
     let mut log = fs::File::create(&log_path)?;
-    let mut cmd = Command::new(k.arch.qemu);
-    cmd.args(["-accel", accel, "-m", &args.memory_mb.to_string(), "-smp", &args.smp.to_string()])
-        .args(qemu_machine(k.arch, args.accel))
-        .args(["-nographic", "-no-reboot", "-nic", "none", "-serial", "mon:stdio"])
-        .arg("-kernel")
-        .arg(&k.vmlinuz)
-        .arg("-initrd")
-        .arg(initrd)
-        // tfo_accel: the tests' tolerances for a TCG guest's timing (TFO_VM_ACCEL in /init).
-        .args([
-            "-append",
-            &format!("console={} panic=-1 quiet tfo_cell={} tfo_accel={accel}", k.arch.console, cell.name),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    // tfo_accel: the tests' tolerances for a TCG guest's timing (TFO_VM_ACCEL in /init).
+    let mut cmd = qemu_command(
+        k,
+        initrd,
+        &Resources { accel: args.accel, memory_mb: args.memory_mb, smp: args.smp },
+        &format!("tfo_cell={} tfo_accel={}", cell.name, accel(args.accel)),
+    );
     println!("+ {}", crate::util::display(&cmd));
     let start = Instant::now();
     let mut child = cmd.spawn().with_context(|| format!("starting {}", k.arch.qemu))?;
