@@ -190,7 +190,9 @@ impl EventSource {
             if let (Some(names), Role::Client) = (names.as_mut(), e.role) {
                 if !names.reads(e.netns) {
                     names.saw_namespace(e.netns);
-                } else if names.name_of(e.netns, e.daddr, e.unix_ns).is_none() {
+                } else {
+                    // Also where a name is found: a newer answer for the same address may
+                    // have come after the last read began (a repeated lookup, a CNAME).
                     names.catch_up(e.unix_ns);
                 }
             }

@@ -115,9 +115,9 @@ impl Names {
         }
     }
 
-    /// Reads the answers again if an event at `event_ns` found no name and came after the
-    /// last read began (the reader takes events as they come, also those made while it
-    /// reads: their answer may have come after the read); at most once a millisecond.
+    /// Reads the answers again if an event at `event_ns` came after the last read began
+    /// (the reader takes events as they come, also those made while it reads: their answer
+    /// may have come after the read); at most once a millisecond.
     pub fn catch_up(&mut self, event_ns: u128) {
         let now = Instant::now();
         if event_ns >= self.read_from_ns
