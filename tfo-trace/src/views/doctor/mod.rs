@@ -4,7 +4,11 @@
 //! backend), the conclusions from `diagnosis`; this file only renders the
 //! [`DoctorReport`]: aligned text, or JSON. Doctor never fails on missing things: it
 //! reports them and advises.
+mod advice;
+
 use std::io::{self, Write};
+
+use serde::Serialize;
 
 use crate::{
     diagnosis::{self, DoctorReport},
@@ -95,7 +99,15 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
 
 /// Writes the report as pretty JSON followed by a newline.
 pub fn render_json(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
-    serde_json::to_writer_pretty(&mut *w, r)?;
+    /// The report with its advice in words, last.
+    #[derive(Serialize)]
+    struct Json<'a> {
+        #[serde(flatten)]
+        report: &'a DoctorReport,
+        advice: Vec<String>,
+    }
+    let json = Json { report: r, advice: r.advice.iter().map(advice::said).collect() };
+    serde_json::to_writer_pretty(&mut *w, &json)?;
     writeln!(w)
 }
 
@@ -374,7 +386,7 @@ fn export() -> Section {
 fn advice(r: &DoctorReport) -> Section {
     let mut s = Section::new("Advice");
     for a in &r.advice {
-        s.item(format!("- {a}"));
+        s.item(format!("- {}", advice::said(a)));
     }
     s
 }
