@@ -9,12 +9,15 @@ use std::{
 
 use crate::{
     aggregation::{
-        report::{self, Facts, GroupBy, GroupOptions, ReportBuilder},
+        report::{Built, Facts, GroupBy, GroupOptions, ReportBuilder},
         top,
     },
-    cli::Sort,
+    cli::{ReportFormat, Sort},
     events::{record, Clock, Event, Interner},
-    views::top::rows::{rows, View},
+    views::{
+        report::{recording_source, render, Rendered, Source},
+        top::rows::{rows, View},
+    },
 };
 
 /// A realtime-minus-monotonic offset as on a real host (2025, booted an hour ago), fixed
@@ -61,13 +64,28 @@ pub fn recording(data: &[u8]) {
     }
 }
 
+/// The report as every format says it (each verdict in words); its JSON must parse.
+fn said_every_way(built: &Built, source: &Source) {
+    let r = Rendered { source, sources: &[], built };
+    for format in [ReportFormat::Text, ReportFormat::Markdown, ReportFormat::Json] {
+        let mut out = Vec::new();
+        render(&mut out, format, &r, &[]).expect("a report always renders");
+        if format == ReportFormat::Json {
+            serde_json::from_slice::<serde_json::Value>(&out).expect("a report's JSON always parses");
+        }
+    }
+}
+
 /// What `report --from` and `top --from` do with the events of any file: the report's
-/// verdicts (as JSON) and top's tables, every view and sort.
+/// verdicts (in every format) and top's tables, every view and sort.
 pub fn replay(data: &[u8]) {
     let Ok((header, events, _)) = record::read_from(data, Path::new("fuzz.jsonl")) else { return };
-    let facts = Facts { backend: Some(header.backend), ..Default::default() };
-    let whole = report::of_events(&events, &facts);
-    serde_json::to_string(&whole).expect("a report always serializes");
+    let facts = Facts { backend: Some(header.backend.clone()), ..Default::default() };
+    let source = recording_source(Path::new("fuzz.jsonl"), header);
+    let mut whole = ReportBuilder::new(GroupOptions::default(), false);
+    let host = whole.host("");
+    events.iter().for_each(|e| whole.add(e, host));
+    said_every_way(&whole.finish(facts.clone(), None), &source);
     // Every grouping, a short top, and the events split between two hosts (a merge): the
     // rows shown and the rest always add up to the summary.
     for by in [
@@ -84,8 +102,8 @@ pub fn replay(data: &[u8]) {
             b.add(e, hosts[i % 2]);
         }
         let built = b.finish(facts.clone(), Some(3));
+        said_every_way(&built, &source);
         let r = built.materialize();
-        serde_json::to_string(&r).expect("a report always serializes");
         let shown: u64 = r.destinations.iter().map(|d| d.connections).sum();
         let rest = r.rest.as_ref().map(|x| x.connections).unwrap_or(0);
         assert_eq!(shown.saturating_add(rest), r.summary.connections, "rows and rest sum to the summary");

@@ -1,4 +1,5 @@
-//! Pure counting over decoded events: no I/O, so every view and test can share it.
+//! Pure counting over decoded events: no I/O and no sentences (the verdicts' kinds and
+//! figures are here, `views/report/verdict` says them), so every view and test can share it.
 #[cfg(test)]
 mod agreement;
 pub mod blackhole;

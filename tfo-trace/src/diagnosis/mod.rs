@@ -1,7 +1,7 @@
 //! What `tfo-trace doctor` concludes about this host. Pure: host facts in (read by
 //! `kernel::host`, and the probe loader's verdict per backend), a [`DoctorReport`] out, which
-//! `views::doctor` only renders. The six lessons are in [`checks`], the advice lines in
-//! [`advice`]; both are unit-tested on fixed facts.
+//! `views::doctor` only renders. The six lessons are in [`checks`], the advice, typed, in
+//! [`advice`] (`views::doctor` says it); both are unit-tested on fixed facts.
 pub mod advice;
 pub mod checks;
 
@@ -24,6 +24,7 @@ use crate::{
     probes::{Loaded, Verified},
 };
 
+pub use advice::Advice;
 pub use checks::Check;
 
 /// The whole report: the facts, what the loader found, and what follows from them.
@@ -46,7 +47,9 @@ pub struct DoctorReport {
     pub listeners: Vec<TfoListener>,
     /// The lessons users keep learning the hard way, each checked here with its advice.
     pub checks: Vec<Check>,
-    pub advice: Vec<String>,
+    /// What follows from the rest; its JSON is the view's (one line each, in words).
+    #[serde(skip)]
+    pub advice: Vec<Advice>,
 }
 
 /// A program type's probe, with a note on what it means here.
@@ -86,8 +89,8 @@ pub fn diagnose(facts: HostFacts, loader: Vec<(Backend, Result<Loaded, String>)>
     let checks = checks::checks(&facts.namespaces, &facts.listeners, &facts.key_files);
     let mut advice = advice::advice(&facts);
     if let Some(chosen) = backends.iter().find(|b| b.loads) {
-        advice.insert(0, format!("auto would choose the {} backend", chosen.name));
-        advice.insert(1, format!("with it a plain (non-TFO) connection runs: {}", chosen.plain_connection));
+        advice.insert(0, Advice::AutoChooses { backend: chosen.name.clone() });
+        advice.insert(1, Advice::PlainConnection { runs: chosen.plain_connection.clone() });
     }
     let program_types = facts
         .program_types
@@ -173,6 +176,15 @@ fn backend_verdicts(loader: Vec<(Backend, Result<Loaded, String>)>) -> Vec<Backe
         .collect()
 }
 
+/// The loader's verdicts as tests use them: fentry refused, the tracepoint backend loaded.
+#[cfg(test)]
+pub(crate) fn sample_loader() -> Vec<(Backend, Result<Loaded, String>)> {
+    vec![
+        (Backend::Fentry, Err("loading/attaching ...: EPERM".to_string())),
+        (Backend::Tracepoint, Ok(Loaded { how: "socket cast: kfunc bpf_rdonly_cast".into(), largest: None })),
+    ]
+}
+
 /// A host to judge in tests: the current namespace (client only, blackhole detection off)
 /// and a named server namespace.
 #[cfg(test)]
@@ -245,20 +257,8 @@ mod tests {
 
     #[test]
     fn the_loader_s_choice_leads_the_advice() {
-        let loader = vec![
-            (Backend::Fentry, Err("loading/attaching ...: EPERM".to_string())),
-            (
-                Backend::Tracepoint,
-                Ok(Loaded { how: "socket cast: kfunc bpf_rdonly_cast".into(), largest: None }),
-            ),
-        ];
-        let r = diagnose(sample_facts(), loader);
-        assert_eq!(r.advice[0], "auto would choose the tracepoint backend");
-        assert!(
-            r.advice[1].starts_with("with it a plain (non-TFO) connection runs: tfo_state ("),
-            "{}",
-            r.advice[1]
-        );
+        let r = diagnose(sample_facts(), sample_loader());
+        assert!(matches!(&r.advice[0], Advice::AutoChooses { backend } if backend == "tracepoint"));
         assert_eq!(r.backends.len(), 2);
         assert!(!r.backends[0].loads && r.backends[0].reason.ends_with("EPERM"));
         assert_eq!(r.backends[1].reason, "socket cast: kfunc bpf_rdonly_cast");
@@ -271,9 +271,6 @@ mod tests {
             "{overflow:?}"
         );
         assert_eq!(r.checks.len(), 6);
-
-        let none_loads = diagnose(sample_facts(), vec![(Backend::Kprobe, Err("no kprobes".into()))]);
-        assert!(!none_loads.advice.iter().any(|a| a.starts_with("auto would choose")));
     }
 
     #[test]

@@ -1,17 +1,18 @@
 //! What blackhole detection's pauses did, for the live views (`stalls`' summary, `top`):
 //! the pauses found in the events (`aggregation::blackhole`), how many the namespaces'
 //! counters counted where no hook sees them, and how long each lasts by the namespace's
-//! `tcp_fastopen_blackhole_timeout_sec`, read now.
+//! `tcp_fastopen_blackhole_timeout_sec`, read now; and the one sentence that says a
+//! namespace's pauses ([`pause_sentence`]), which `report` says too.
 use serde::Serialize;
 
 use crate::{
     aggregation::{
         blackhole::{PauseSummary, Pauses},
         kernel_counted::KernelCounted,
-        report::verdict::pause_sentence,
     },
     events::{Outcome, Role},
     kernel::{netns, sysctl},
+    units,
 };
 
 /// One client namespace's pauses, and the sentence every view says them with.
@@ -59,4 +60,63 @@ pub fn said(pauses: &Pauses, counted: &KernelCounted) -> Vec<Paused> {
             Some(Paused { sentence: pause_sentence(&summary, &label), summary })
         })
         .collect()
+}
+
+/// `TFO paused in netns N until T because SYNs to X were lost; 4 connections to 1 other
+/// destination went without TFO`: the one wording of `report`, `stalls` and `top`.
+pub fn pause_sentence(p: &PauseSummary, ns: &str) -> String {
+    let times = if p.pauses > 1 { format!(" {} times", p.pauses) } else { String::new() };
+    let mut s = format!("TFO paused in {ns}{times}");
+    let last = p.last();
+    let end = match (last.and_then(|l| l.resumed.as_ref()), last.and_then(|l| l.until.as_ref())) {
+        (Some(r), _) => format!(" until {} UTC (TFO attempted again)", r.millis()),
+        (None, Some(u)) => format!(" until {} UTC", u.millis()),
+        (None, None) if p.timeout_s == Some(0) => {
+            " (tcp_fastopen_blackhole_timeout_sec is 0 now: paused no more)".to_string()
+        }
+        (None, None) => " for tcp_fastopen_blackhole_timeout_sec, doubled at each pause".to_string(),
+    };
+    s.push_str(&end);
+    let trippers = p.tripping_destinations();
+    if trippers.is_empty() && p.pauses == 0 {
+        s.push_str(" (since before tfo-trace started)");
+    } else if trippers.is_empty() {
+        s.push_str(" (no event shows the connection that tripped it)");
+    } else {
+        let named: Vec<&str> = trippers.iter().map(|t| t.destination.as_str()).collect();
+        s.push_str(&format!(" because SYNs to {} were lost", named.join(" and ")));
+    }
+    let (others, destinations) = p.to_others();
+    let itself = p.without_tfo - others;
+    if p.without_tfo == 0 {
+        s.push_str("; no connection went without TFO during it");
+    } else if trippers.is_empty() {
+        s.push_str(&format!(
+            "; {} to {} went without TFO",
+            units::plural(p.without_tfo, "connection", "connections"),
+            units::plural(destinations, "destination", "destinations")
+        ));
+    } else {
+        if others > 0 {
+            s.push_str(&format!(
+                "; {} to {} went without TFO",
+                units::plural(others, "connection", "connections"),
+                units::plural(destinations, "other destination", "other destinations")
+            ));
+        }
+        if itself > 0 {
+            let to = if trippers.len() == 1 { trippers[0].destination.as_str() } else { "those" };
+            s.push_str(&format!("{} {itself} to {to}", if others > 0 { " and" } else { ";" }));
+            if others == 0 {
+                s.push_str(" went without TFO");
+            }
+        }
+    }
+    if !trippers.is_empty() && p.timeout_s != Some(0) {
+        s.push_str(
+            ": fix the path to it, or set net.ipv4.tcp_fastopen_blackhole_timeout_sec=0 (the default since \
+             Linux 5.14) so that one lost destination does not pause TFO for every other",
+        );
+    }
+    s
 }

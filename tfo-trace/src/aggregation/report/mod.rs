@@ -16,8 +16,6 @@ pub mod grouping;
 pub mod key_change;
 pub mod verdict;
 
-use serde::Serialize;
-
 use self::verdict::{CachedDrops, DestinationReport, ListenerReport, NamespaceFinding};
 pub use self::{
     builder::{Built, ReportBuilder, Rest, Summary},
@@ -32,7 +30,7 @@ pub const WORST: usize = 5;
 pub const DEFAULT_TOP: usize = 20;
 
 /// Everything materialized (tests, small reports).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Report {
     pub summary: Summary,
     pub destinations: Vec<DestinationReport>,

@@ -4,9 +4,13 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::{source::Source, Rendered};
+use super::{
+    source::Source,
+    verdict::{SaidCached, SaidFinding, SaidRow},
+    Rendered,
+};
 use crate::aggregation::report::{
-    verdict::{CachedDrops, DestinationReport, ListenerReport, NamespaceFinding},
+    verdict::{DestinationReport, ListenerReport},
     Rest, Summary,
 };
 
@@ -16,14 +20,14 @@ struct JsonReport<'a> {
     /// Every recording merged (one for a single one, none live).
     sources: &'a [Source],
     summary: &'a Summary,
-    destinations: Vec<DestinationReport>,
+    destinations: Vec<SaidRow<'a, DestinationReport>>,
     /// The rows beyond `--top`, summed (null when every row is shown).
     rest: &'a Option<Rest>,
-    listeners: &'a [ListenerReport],
-    namespaces: &'a [NamespaceFinding],
+    listeners: Vec<SaidRow<'a, ListenerReport>>,
+    namespaces: Vec<SaidFinding<'a>>,
     /// Destinations the kernel's cache (ip tcp_metrics) remembers losing SYN-data to, with
     /// no connection in the window (live only): not connections, and not in `destinations`.
-    kernel_cache: &'a [CachedDrops],
+    kernel_cache: Vec<SaidCached<'a>>,
     /// The error line of the first recording with bad lines (how many were skipped, the
     /// first few named; every other line is in the report).
     replay_error: Option<String>,
@@ -34,15 +38,16 @@ struct JsonReport<'a> {
 /// The report as one JSON object (`errors`: each recording's bad lines).
 pub(super) fn write(w: &mut impl Write, r: &Rendered, errors: &[String]) -> io::Result<()> {
     let b = r.built;
+    let rows: Vec<DestinationReport> = b.rows().collect();
     let j = JsonReport {
         source: r.source,
         sources: r.sources,
         summary: &b.summary,
-        destinations: b.rows().collect(),
+        destinations: rows.iter().map(SaidRow::destination).collect(),
         rest: &b.rest,
-        listeners: &b.listeners,
-        namespaces: &b.namespaces,
-        kernel_cache: &b.kernel_cache,
+        listeners: b.listeners.iter().map(SaidRow::listener).collect(),
+        namespaces: b.namespaces.iter().map(SaidFinding::of).collect(),
+        kernel_cache: b.kernel_cache.iter().map(SaidCached::of).collect(),
         replay_error: errors.first().cloned(),
         replay_errors: errors.to_vec(),
     };

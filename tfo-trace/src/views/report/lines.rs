@@ -2,7 +2,7 @@
 //! names, balance and the rows beyond `--top`, a verdict's strength.
 use std::collections::BTreeMap;
 
-use super::{source::Source, Rendered};
+use super::{source::Source, verdict::said_finding, Rendered};
 use crate::{
     aggregation::report::{
         verdict::{DestinationReport, Kind, Verdict},
@@ -94,7 +94,7 @@ pub(super) fn balance_line(
 }
 
 /// `strong: 12 of 12 connections, 3 of 37 destinations, 14 of 120 hosts`.
-pub(super) fn strength_line(v: &Verdict) -> String {
+pub(super) fn strength_line<F>(v: &Verdict<F>) -> String {
     let s = &v.support;
     let mut parts = vec![format!(
         "{} of {}",
@@ -161,7 +161,7 @@ pub(super) fn summary_lines(r: &Rendered) -> Vec<String> {
         .iter()
         .filter(|n| matches!(n.verdict.kind, Kind::ActiveTfoPaused | Kind::Syncookies))
     {
-        out.push(n.verdict.sentence.clone());
+        out.push(said_finding(n).sentence);
     }
     if !s.verdicts.is_empty() {
         out.push(format!("verdicts (one per {}): {}", g.name(), verdict_counts(&s.verdicts)));

@@ -3,6 +3,7 @@ use std::io::{self, Write};
 
 use super::{
     lines::{names_line, outcomes_line, rest_line, source_line, strength_line, summary_lines},
+    verdict::{cached_sentence, said_client, said_finding, said_listener, Said},
     Rendered,
 };
 use crate::{
@@ -18,12 +19,13 @@ pub(super) fn write(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
         writeln!(w, "- {}", md(&l))?;
     }
     let rows: Vec<DestinationReport> = b.rows().collect();
+    let said: Vec<Said> = rows.iter().map(said_client).collect();
     if !rows.is_empty() {
         let title = b.summary.group_by.rows();
         writeln!(w, "\n## {}{} by time lost\n", title[..1].to_uppercase(), &title[1..])?;
         writeln!(w, "| Destination | Netns | Connections | Accepted | SYN-data dropped | Not acked | Time lost | Per stalled connection | Saved | Net | Verdict | Evidence |")?;
         writeln!(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")?;
-        for d in &rows {
+        for (d, said) in rows.iter().zip(&said) {
             writeln!(
                 w,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -45,16 +47,16 @@ pub(super) fn write(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
                 } else {
                     units::net_us(d.net_us)
                 },
-                md(&d.verdict.sentence),
+                md(&said.sentence),
                 md(&strength_line(&d.verdict))
             )?;
         }
         if let Some(rest) = &b.rest {
             writeln!(w, "\n{}", md(&rest_line(rest, title)))?;
         }
-        for d in rows.iter().filter(|d| !d.verdict.evidence.is_empty()) {
-            writeln!(w, "\n**{}**: {}\n", md(&d.destination), md(&d.verdict.sentence))?;
-            for e in &d.verdict.evidence {
+        for (d, said) in rows.iter().zip(&said).filter(|(_, s)| !s.evidence.is_empty()) {
+            writeln!(w, "\n**{}**: {}\n", md(&d.destination), md(&said.sentence))?;
+            for e in &said.evidence {
                 writeln!(w, "- {}", md(e))?;
             }
         }
@@ -71,7 +73,7 @@ pub(super) fn write(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
                 opt(l.netns),
                 md(&outcomes_line(&l.outcomes)),
                 opt(l.max_qlen),
-                md(&l.verdict.sentence),
+                md(&said_listener(l).sentence),
                 md(&strength_line(&l.verdict))
             )?;
         }
@@ -86,8 +88,9 @@ pub(super) fn write(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
             writeln!(w, "\n## {title}\n")?;
         }
         for n in findings {
-            writeln!(w, "- {}: {}", md(&b.netns_label(n.netns)), md(&n.verdict.sentence))?;
-            for e in &n.verdict.evidence {
+            let said = said_finding(n);
+            writeln!(w, "- {}: {}", md(&b.netns_label(n.netns)), md(&said.sentence))?;
+            for e in &said.evidence {
                 writeln!(w, "  - {}", md(e))?;
             }
         }
@@ -95,7 +98,13 @@ pub(super) fn write(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     if !b.kernel_cache.is_empty() {
         writeln!(w, "\n## From the kernel's TFO cache (ip tcp_metrics)\n")?;
         for c in &b.kernel_cache {
-            writeln!(w, "- {} ({}): {}", md(&c.destination), md(&b.netns_label(c.netns)), md(&c.sentence))?;
+            writeln!(
+                w,
+                "- {} ({}): {}",
+                md(&c.destination),
+                md(&b.netns_label(c.netns)),
+                md(&cached_sentence(c))
+            )?;
         }
     }
     Ok(())

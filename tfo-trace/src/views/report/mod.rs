@@ -4,22 +4,24 @@
 //! over a window, or from one or several hosts' recordings merged.
 //!
 //! The model is `aggregation::report` (events in one at a time, nothing kept per event) and
-//! the verdicts `aggregation::report::verdict` (pure). Here, one file per job: `source.rs`
-//! reads recordings, or runs live and gathers the kernel's facts at the end (tcp_metrics,
-//! counter deltas per namespace, listener queue sizes, keys); `text.rs`, `markdown.rs` and
-//! `json.rs` render, the first two saying the same `lines.rs`. A recording replayed here
-//! has no kernel facts: they describe the machine now, not the one it was recorded on.
+//! the verdicts `aggregation::report::verdict` (pure: kinds, strength, figures). Here, one
+//! file per job: `source.rs` reads recordings, or runs live and gathers the kernel's facts
+//! at the end (tcp_metrics, counter deltas per namespace, listener queue sizes, keys);
+//! `verdict/` says each verdict in words; `text.rs`, `markdown.rs` and `json.rs` render,
+//! the first two saying the same `lines.rs`. A recording replayed here has no kernel
+//! facts: they describe the machine now, not the one it was recorded on.
 mod json;
 mod lines;
 mod markdown;
 mod source;
 mod text;
+mod verdict;
 
 use std::io::{self, Write};
 
 use anyhow::{bail, Result};
 
-pub use self::source::{host_name, Source};
+pub use self::source::{host_name, recording_source, Source};
 use crate::{
     aggregation::report::{Built, GroupOptions},
     cli::{ReportArgs, ReportFormat},

@@ -61,7 +61,7 @@ pub fn host_name(header: &record::Header, path: &Path) -> String {
 }
 
 /// A source for the recording `path` from one of its headers.
-fn recording_source(path: &Path, header: record::Header) -> Source {
+pub fn recording_source(path: &Path, header: record::Header) -> Source {
     Source {
         kind: "recording",
         path: Some(path.display().to_string()),

@@ -4,6 +4,7 @@ use std::io::{self, Write};
 
 use super::{
     lines::{balance_line, names_line, outcomes_line, rest_line, source_line, strength_line, summary_lines},
+    verdict::{cached_sentence, said_client, said_finding, said_listener, Said},
     Rendered,
 };
 use crate::{
@@ -47,7 +48,7 @@ pub(super) fn write(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
         {
             writeln!(w, "  balance: {b}")?;
         }
-        write_verdict_text(w, &d.verdict)?;
+        write_verdict_text(w, &d.verdict, &said_client(&d))?;
     }
     if let Some(rest) = &b.rest {
         writeln!(w, "{}", rest_line(rest, rows))?;
@@ -60,7 +61,7 @@ pub(super) fn write(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
         let ns = l.netns.map(|n| format!(" ({})", b.netns_label(n))).unwrap_or_default();
         writeln!(w, "{}{ns}{q}", l.listener)?;
         writeln!(w, "  outcomes: {}", outcomes_line(&l.outcomes))?;
-        write_verdict_text(w, &l.verdict)?;
+        write_verdict_text(w, &l.verdict, &said_listener(l))?;
     }
     let (paused, counted): (Vec<&NamespaceFinding>, Vec<&NamespaceFinding>) =
         b.namespaces.iter().partition(|n| n.pause.is_some());
@@ -69,7 +70,7 @@ pub(super) fn write(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
     }
     for n in &paused {
         writeln!(w, "{}", b.netns_label(n.netns))?;
-        write_verdict_text(w, &n.verdict)?;
+        write_verdict_text(w, &n.verdict, &said_finding(n))?;
     }
     if !counted.is_empty() {
         writeln!(
@@ -84,14 +85,14 @@ pub(super) fn write(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
             writeln!(w, "{}", b.netns_label(n.netns))?;
             last = Some(n.netns);
         }
-        write_verdict_text(w, &n.verdict)?;
+        write_verdict_text(w, &n.verdict, &said_finding(n))?;
     }
     if !b.kernel_cache.is_empty() {
         writeln!(w, "\nFrom the kernel's TFO cache (ip tcp_metrics: no connection there in this window)")?;
     }
     for c in &b.kernel_cache {
         writeln!(w, "{} ({})", c.destination, b.netns_label(c.netns))?;
-        writeln!(w, "  {}", c.sentence)?;
+        writeln!(w, "  {}", cached_sentence(c))?;
     }
     Ok(())
 }
@@ -127,10 +128,10 @@ fn row_title(d: &DestinationReport) -> String {
     }
 }
 
-fn write_verdict_text(w: &mut impl Write, v: &Verdict) -> io::Result<()> {
-    writeln!(w, "  verdict: {}", v.sentence)?;
+fn write_verdict_text<F>(w: &mut impl Write, v: &Verdict<F>, said: &Said) -> io::Result<()> {
+    writeln!(w, "  verdict: {}", said.sentence)?;
     writeln!(w, "  evidence ({})", strength_line(v))?;
-    for e in &v.evidence {
+    for e in &said.evidence {
         writeln!(w, "    - {e}")?;
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! Which verdict a row gets, and how many connections show it: the rules, apart from the
-//! sentences that say them ([`super::client`], [`super::listener`], [`super::namespace`]).
+//! figures ([`super::client`], [`super::listener`], [`super::namespace`]) and the
+//! sentences that say them (`views/report/verdict`).
 use serde::Serialize;
 
 use crate::aggregation::refusals::{Refusals, Told};

@@ -1,9 +1,10 @@
 //! Verdicts for `tfo-trace report`: per destination or group of them (client side) and per
-//! listener (server side), the counts by outcome, the time TFO cost, and one plain sentence
-//! saying what is wrong and what to do, with the evidence it rests on and how strong that
-//! is ([`Strength`]: how many connections, destinations and hosts show it). Pure: counts
-//! (gathered by [`super::builder`]) and kernel facts ([`super::facts`]) in, rows out.
-//! [`classify`] decides the verdict; [`client`], [`listener`] and [`namespace`] say it.
+//! listener (server side), the counts by outcome, the time TFO cost, which verdict and how
+//! strong it is ([`Strength`]: how many connections, destinations and hosts show it), and
+//! the figures its evidence rests on. Pure: counts (gathered by [`super::builder`]) and
+//! kernel facts ([`super::facts`]) in, rows out. [`classify`] decides the verdict;
+//! [`client`], [`listener`] and [`namespace`] gather each row's figures. No sentence is
+//! written here: `views/report/verdict` says each kind in words.
 //!
 //! The facts the kernel gives are used where they exist: `ip tcp_metrics` (fo_syn_drops and
 //! the cached cookie per destination), counter deltas per namespace
@@ -19,8 +20,6 @@ pub mod classify;
 pub mod client;
 pub mod listener;
 pub mod namespace;
-mod refusal;
-mod server_sentences;
 
 use std::collections::BTreeMap;
 
@@ -28,12 +27,11 @@ use serde::Serialize;
 
 pub use self::{
     classify::{Kind, Strength},
-    client::{client_report, ClientRow},
-    listener::listener_row,
-    namespace::{cached_drops, namespace_findings, pause_sentence, CachedDrops},
+    client::{client_report, ClientFigures, ClientRow},
+    listener::{listener_row, ListenerFigures},
+    namespace::{cached_drops, namespace_findings, CachedDrops, Counted, NamespaceFigures},
 };
 use super::connections::ConnAcc;
-use crate::units;
 
 /// What a verdict rests on, in counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -52,16 +50,15 @@ pub struct Support {
     pub of_hosts: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Verdict {
+/// A row's verdict: which, how strong, and the figures (`F`: [`ClientFigures`],
+/// [`ListenerFigures`], [`NamespaceFigures`]) its sentence and evidence are said from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict<F> {
     pub kind: Kind,
-    /// One plain sentence: what happens and what to do.
-    pub sentence: String,
-    /// The facts it rests on, one per line.
-    pub evidence: Vec<String>,
     /// weak, moderate or strong ([`Strength::of`] on `support`).
     pub strength: Strength,
     pub support: Support,
+    pub figures: F,
 }
 
 /// One host's share of a row.
@@ -115,6 +112,7 @@ impl AddressShare {
 }
 
 /// Client side: one destination in one namespace, or one group of them (`--group-by`).
+/// Its JSON is the view's (`views/report/json.rs`), with the verdict said in words last.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DestinationReport {
     /// The row's name: the destination (`198.18.0.2:8080`), or the group's (`198.18.0.0/24`,
@@ -172,11 +170,12 @@ pub struct DestinationReport {
     pub break_even_accepted_per_stall: Option<u64>,
     /// Each host's share, the most affected first.
     pub hosts: Vec<HostShare>,
-    pub verdict: Verdict,
+    #[serde(skip)]
+    pub verdict: Verdict<ClientFigures>,
 }
 
 /// Server side, one listening port in one namespace (in a report of several hosts: one
-/// port on all of them).
+/// port on all of them). Its JSON is the view's, as for [`DestinationReport`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ListenerReport {
     pub listener: String,
@@ -184,95 +183,27 @@ pub struct ListenerReport {
     pub outcomes: BTreeMap<String, u64>,
     pub max_qlen: Option<u32>,
     pub hosts: Vec<HostShare>,
-    pub verdict: Verdict,
+    #[serde(skip)]
+    pub verdict: Verdict<ListenerFigures>,
 }
 
 /// From a namespace's counters, for what the backend's events cannot show: counted by
 /// the kernel, never attributed to a listener or a process.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NamespaceFinding {
     pub netns: u32,
-    pub verdict: Verdict,
+    pub verdict: Verdict<NamespaceFigures>,
     /// Where its counts come from: [`super::kernel_counted::SOURCE`], or `events` (a
     /// pause that a hook's `active_disabled` events tell).
     pub source: &'static str,
     /// `active_tfo_paused`: the pauses' figures (which connection tripped each, when it
     /// ends, the connections left without TFO by destination).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pause: Option<crate::aggregation::blackhole::PauseSummary>,
-}
-
-/// A name that hosts that show a verdict share and the others do not: a domain
-/// (`*.ams1.example.net`) or a name prefix (`web-ams-*`). "All in one site" is often the
-/// whole diagnosis.
-pub fn shared_site(showing: &[&str], others: &[&str]) -> Option<String> {
-    if showing.len() < 2 {
-        return None;
-    }
-    // The longest domain every one of them ends with (labels after the host's own).
-    let domain = |h: &str| h.split_once('.').map(|(_, d)| d.to_string());
-    let mut common: Option<String> = domain(showing[0]);
-    for h in &showing[1..] {
-        let (Some(c), Some(d)) = (&common, domain(h)) else {
-            return None.or_else(|| prefix_site(showing, others));
-        };
-        let a: Vec<&str> = c.rsplit('.').collect();
-        let b: Vec<&str> = d.rsplit('.').collect();
-        let n = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-        common = (n > 0).then(|| a[..n].iter().rev().copied().collect::<Vec<_>>().join("."));
-    }
-    if let Some(d) = common.filter(|d| d.contains('.') || !d.is_empty()) {
-        if !others.iter().any(|o| o.ends_with(&format!(".{d}"))) {
-            return Some(format!("*.{d}"));
-        }
-    }
-    prefix_site(showing, others)
-}
-
-fn prefix_site(showing: &[&str], others: &[&str]) -> Option<String> {
-    let first = showing[0];
-    let mut n = first.len();
-    for h in &showing[1..] {
-        n = n.min(first.bytes().zip(h.bytes()).take_while(|(a, b)| a == b).count());
-    }
-    // Cut back to a separator: `web-ams-` of `web-ams-1` and `web-ams-2`, not `web-ams-1`.
-    let cut = first[..n].rfind(['-', '.', '_']).map(|i| i + 1)?;
-    let p = &first[..cut];
-    (cut > 1 && !others.iter().any(|o| o.starts_with(p))).then(|| format!("{p}*"))
-}
-
-/// How many hosts show it, the first few named, and a site they share if they do.
-pub(super) fn hosts_line(hosts: &[HostShare]) -> String {
-    const NAMED: usize = 3;
-    let showing: Vec<&HostShare> = hosts.iter().filter(|h| h.showing > 0).collect();
-    let mut line = format!(
-        "hosts: {} of {} show it",
-        units::count(showing.len() as u64),
-        units::count(hosts.len() as u64)
-    );
-    if showing.is_empty() {
-        return line;
-    }
-    let named: Vec<String> = showing
-        .iter()
-        .take(NAMED)
-        .map(|h| format!("{} ({} of {})", h.host, units::count(h.showing), units::count(h.connections)))
-        .collect();
-    line.push_str(&format!(": {}", named.join(", ")));
-    if showing.len() > NAMED {
-        line.push_str(&format!(" and {} more", units::count((showing.len() - NAMED) as u64)));
-    }
-    let names: Vec<&str> = showing.iter().map(|h| h.host.as_str()).collect();
-    let others: Vec<&str> = hosts.iter().filter(|h| h.showing == 0).map(|h| h.host.as_str()).collect();
-    if let Some(site) = shared_site(&names, &others) {
-        line.push_str(&format!("; all of them {site}"));
-    }
-    line
 }
 
 /// Events as the tests of the verdicts build them.
 #[cfg(test)]
-pub(super) mod fixtures {
+pub(crate) mod fixtures {
     use std::net::SocketAddr;
 
     use crate::events::{Event, Timestamp};
@@ -306,21 +237,5 @@ pub(super) mod fixtures {
 
     pub fn srv(outcome: &str, t: u64) -> Event {
         ev("server", outcome, "198.18.0.2:81", 64, 0, t)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shared_sites_of_the_hosts_that_show_it() {
-        assert_eq!(
-            shared_site(&["web-1.ams1.example.net", "web-2.ams1.example.net"], &["web-3.fra1.example.net"]),
-            Some("*.ams1.example.net".into())
-        );
-        assert_eq!(shared_site(&["web-ams-1", "web-ams-2"], &["web-fra-1"]), Some("web-ams-*".into()));
-        assert_eq!(shared_site(&["web-ams-1"], &["web-fra-1"]), None, "one host is no site");
-        assert_eq!(shared_site(&["a-1", "b-1"], &[]), None);
     }
 }

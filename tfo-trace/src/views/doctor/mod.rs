@@ -4,7 +4,11 @@
 //! backend), the conclusions from `diagnosis`; this file only renders the
 //! [`DoctorReport`]: aligned text, or JSON. Doctor never fails on missing things: it
 //! reports them and advises.
+mod advice;
+
 use std::io::{self, Write};
+
+use serde::Serialize;
 
 use crate::{
     diagnosis::{self, DoctorReport},
@@ -12,6 +16,7 @@ use crate::{
         host::HostFacts,
         kallsyms::{self, SymbolPresence},
         privileges,
+        sysctl::TfoNamespace,
         uname::BTF_VMLINUX_PATH,
     },
     probes,
@@ -81,8 +86,33 @@ fn opt_i32(v: Option<i32>) -> String {
 
 /// Writes the report as aligned `key: value` lines under section headers. No colors.
 pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
-    let mut sections = Vec::new();
+    let mut sections = vec![kernel(r), privileges(r), facilities(r), program_types(r)];
+    sections.extend(backends(r));
+    sections.push(hook_points(r));
+    sections.extend(r.namespaces.iter().map(namespace));
+    sections.extend([tcp_metrics(r), listeners(r), checks(r), export(), advice(r)]);
+    for s in &sections {
+        s.write(w)?;
+    }
+    Ok(())
+}
 
+/// Writes the report as pretty JSON followed by a newline.
+pub fn render_json(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
+    /// The report with its advice in words, last.
+    #[derive(Serialize)]
+    struct Json<'a> {
+        #[serde(flatten)]
+        report: &'a DoctorReport,
+        advice: Vec<String>,
+    }
+    let json = Json { report: r, advice: r.advice.iter().map(advice::said).collect() };
+    serde_json::to_writer_pretty(&mut *w, &json)?;
+    writeln!(w)
+}
+
+/// The running kernel, and whether it has BTF.
+fn kernel(r: &DoctorReport) -> Section {
     let mut s = Section::new("Kernel");
     s.kv("release", &r.kernel.release);
     s.kv("version", &r.kernel.version);
@@ -94,8 +124,11 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
             _ => format!("no ({BTF_VMLINUX_PATH} missing)"),
         },
     );
-    sections.push(s);
+    s
+}
 
+/// Who runs doctor, and what that allows.
+fn privileges(r: &DoctorReport) -> Section {
     let p = &r.privileges;
     let mut s = Section::new("Privileges");
     s.kv("euid", p.euid.to_string());
@@ -110,8 +143,11 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
     );
     s.kv("perf_event_paranoid", opt_i32(p.perf_event_paranoid));
     s.kv("unprivileged_bpf_disabled", opt_i32(p.unprivileged_bpf_disabled));
-    sections.push(s);
+    s
+}
 
+/// kprobes, the file systems tracers use, the ftrace function list.
+fn facilities(r: &DoctorReport) -> Section {
     let f = &r.facilities;
     let mut s = Section::new("Tracing facilities");
     s.kv(
@@ -132,8 +168,11 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
             Some(p) => format!("unavailable ({p})"),
         },
     );
-    sections.push(s);
+    s
+}
 
+/// aya's probe of each program type.
+fn program_types(r: &DoctorReport) -> Section {
     let mut s = Section::new("Program types (aya feature probe: load only, except tracing)");
     for t in &r.program_types {
         let p = &t.support;
@@ -148,41 +187,48 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
             s.line(format!("note: {n}"));
         }
     }
-    sections.push(s);
+    s
+}
 
-    if !r.backends.is_empty() {
-        let mut s = Section::new("Backends (load + attach, from the loader)");
-        for b in &r.backends {
-            let v = if b.loads {
-                if b.reason.is_empty() {
-                    "loads".to_string()
-                } else {
-                    format!("loads ({})", b.reason)
-                }
-            } else {
-                format!("refused: {}", b.reason)
-            };
-            s.kv(&b.name, v);
-            if let Some(v) = &b.largest_verified {
-                s.line(format!(
-                    "verifier: {} instructions walked for its largest program, {}, of the {} \
-                     the kernel allows one",
-                    v.instructions,
-                    v.program,
-                    probes::VERIFIER_INSN_LIMIT
-                ));
-            }
-            if !b.sees.is_empty() {
-                s.line(format!("sees: {}", b.sees.join(", ")));
-            }
-            s.line(format!("a plain connection runs: {}", b.plain_connection));
-            for blind in &b.blind {
-                s.line(format!("not visible: {blind}"));
-            }
-        }
-        sections.push(s);
+/// Each backend as the loader tried it (none when the loader did not run).
+fn backends(r: &DoctorReport) -> Option<Section> {
+    if r.backends.is_empty() {
+        return None;
     }
+    let mut s = Section::new("Backends (load + attach, from the loader)");
+    for b in &r.backends {
+        let v = if b.loads {
+            if b.reason.is_empty() {
+                "loads".to_string()
+            } else {
+                format!("loads ({})", b.reason)
+            }
+        } else {
+            format!("refused: {}", b.reason)
+        };
+        s.kv(&b.name, v);
+        if let Some(v) = &b.largest_verified {
+            s.line(format!(
+                "verifier: {} instructions walked for its largest program, {}, of the {} \
+                 the kernel allows one",
+                v.instructions,
+                v.program,
+                probes::VERIFIER_INSN_LIMIT
+            ));
+        }
+        if !b.sees.is_empty() {
+            s.line(format!("sees: {}", b.sees.join(", ")));
+        }
+        s.line(format!("a plain connection runs: {}", b.plain_connection));
+        for blind in &b.blind {
+            s.line(format!("not visible: {blind}"));
+        }
+    }
+    Some(s)
+}
 
+/// The kernel functions TFO goes through, as kallsyms has them.
+fn hook_points(r: &DoctorReport) -> Section {
     let mut s = Section::new(format!("TFO hook points ({})", kallsyms::KALLSYMS_PATH));
     match &r.hook_points {
         Ok(points) => {
@@ -210,86 +256,60 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
         }
         Err(e) => s.kv("error", e),
     }
-    sections.push(s);
+    s
+}
 
-    for ns in &r.namespaces {
-        let mut attrs = Vec::new();
-        if ns.current {
-            attrs.push("current".to_string());
-        }
-        if ns.init == Some(true) {
-            attrs.push("init".to_string());
-        }
-        if let Some(i) = ns.inode {
-            attrs.push(format!("inode {i}"));
-        }
-        attrs.push(ns.path.clone());
-        let title = match &ns.name {
-            Some(n) => format!("Network namespace {n} ({})", attrs.join(", ")),
-            None => format!("Network namespace ({})", attrs.join(", ")),
-        };
-        let mut s = Section::new(title);
-        match &ns.tcp_fastopen {
-            Ok(v) => {
-                s.kv("net.ipv4.tcp_fastopen", v.to_string());
-                for l in v.describe() {
-                    s.line(l);
-                }
+/// One network namespace's TFO sysctls.
+fn namespace(ns: &TfoNamespace) -> Section {
+    let mut attrs = Vec::new();
+    if ns.current {
+        attrs.push("current".to_string());
+    }
+    if ns.init == Some(true) {
+        attrs.push("init".to_string());
+    }
+    if let Some(i) = ns.inode {
+        attrs.push(format!("inode {i}"));
+    }
+    attrs.push(ns.path.clone());
+    let title = match &ns.name {
+        Some(n) => format!("Network namespace {n} ({})", attrs.join(", ")),
+        None => format!("Network namespace ({})", attrs.join(", ")),
+    };
+    let mut s = Section::new(title);
+    match &ns.tcp_fastopen {
+        Ok(v) => {
+            s.kv("net.ipv4.tcp_fastopen", v.to_string());
+            for l in v.describe() {
+                s.line(l);
             }
-            Err(e) => s.kv("net.ipv4.tcp_fastopen", format!("error: {e}")),
         }
-        s.kv(
-            "net.ipv4.tcp_fastopen_blackhole_timeout_sec",
-            match &ns.blackhole_timeout_sec {
-                Ok(0) => "0 (blackhole detection off)".to_string(),
-                Ok(n) => format!("{n} (active TFO paused {n} s after a detected blackhole)"),
-                Err(e) => format!("error: {e}"),
-            },
-        );
-        s.kv(
-            "net.ipv4.tcp_fastopen_key",
-            match &ns.key {
-                Ok(k) => format!(
-                    "primary: {}, backup: {}",
-                    if k.primary { "set" } else { "none (generated at the first TFO listen)" },
-                    if k.backup { "set" } else { "none" }
-                ),
-                Err(e) => format!("unreadable: {e}"),
-            },
-        );
-        sections.push(s);
+        Err(e) => s.kv("net.ipv4.tcp_fastopen", format!("error: {e}")),
     }
-
-    render_tfo_state(r, &mut sections);
-
-    let mut s = Section::new(format!(
-        "Prometheus export (`tfo-trace export`, default {})",
-        crate::cli::DEFAULT_EXPORT_LISTEN
-    ));
-    for (name, what) in crate::aggregation::metrics::EXPOSED {
-        s.kv(*name, *what);
-    }
-    sections.push(s);
-
-    let mut s = Section::new("Advice");
-    for a in &r.advice {
-        s.item(format!("- {a}"));
-    }
-    sections.push(s);
-
-    for s in &sections {
-        s.write(w)?;
-    }
-    Ok(())
+    s.kv(
+        "net.ipv4.tcp_fastopen_blackhole_timeout_sec",
+        match &ns.blackhole_timeout_sec {
+            Ok(0) => "0 (blackhole detection off)".to_string(),
+            Ok(n) => format!("{n} (active TFO paused {n} s after a detected blackhole)"),
+            Err(e) => format!("error: {e}"),
+        },
+    );
+    s.kv(
+        "net.ipv4.tcp_fastopen_key",
+        match &ns.key {
+            Ok(k) => format!(
+                "primary: {}, backup: {}",
+                if k.primary { "set" } else { "none (generated at the first TFO listen)" },
+                if k.backup { "set" } else { "none" }
+            ),
+            Err(e) => format!("unreadable: {e}"),
+        },
+    );
+    s
 }
 
-/// Writes the report as pretty JSON followed by a newline.
-pub fn render_json(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
-    serde_json::to_writer_pretty(&mut *w, r)?;
-    writeln!(w)
-}
-
-fn render_tfo_state(r: &DoctorReport, sections: &mut Vec<Section>) {
+/// What each namespace's TFO cache holds per destination.
+fn tcp_metrics(r: &DoctorReport) -> Section {
     let mut s = Section::new("TFO state per destination (ip tcp_metrics; cookies redacted)");
     for ns in &r.tcp_metrics {
         match &ns.entries {
@@ -314,8 +334,11 @@ fn render_tfo_state(r: &DoctorReport, sections: &mut Vec<Section>) {
             Err(e) => s.kv(&ns.namespace, format!("unreadable: {e}")),
         }
     }
-    sections.push(s);
+    s
+}
 
+/// Listening sockets and their TFO queues.
+fn listeners(r: &DoctorReport) -> Section {
     let mut s = Section::new("Listeners (TFO queue max_qlen via getsockopt(TCP_FASTOPEN))");
     if r.listeners.is_empty() {
         s.item("no listening TCP sockets found");
@@ -334,14 +357,38 @@ fn render_tfo_state(r: &DoctorReport, sections: &mut Vec<Section>) {
         let smc = l.somaxconn.map(|s| format!(", somaxconn {s}")).unwrap_or_default();
         s.kv(format!("{} {}", l.namespace, l.addr), format!("{q}{smc}, {owner}"));
     }
-    sections.push(s);
+    s
+}
 
+/// The lessons, each checked.
+fn checks(r: &DoctorReport) -> Section {
     let mut s = Section::new("Checks");
     for c in &r.checks {
         s.item(format!("[{}] {}: {}", if c.ok { "ok" } else { "!!" }, c.name, c.detail));
         s.line(c.advice.clone());
     }
-    sections.push(s);
+    s
+}
+
+/// The metrics `export` serves.
+fn export() -> Section {
+    let mut s = Section::new(format!(
+        "Prometheus export (`tfo-trace export`, default {})",
+        crate::cli::DEFAULT_EXPORT_LISTEN
+    ));
+    for (name, what) in crate::aggregation::metrics::EXPOSED {
+        s.kv(*name, *what);
+    }
+    s
+}
+
+/// What follows from all of the above.
+fn advice(r: &DoctorReport) -> Section {
+    let mut s = Section::new("Advice");
+    for a in &r.advice {
+        s.item(format!("- {}", advice::said(a)));
+    }
+    s
 }
 
 /// `tfo-trace doctor`: always exits 0; what is missing becomes advice. The loader tries

@@ -1,0 +1,194 @@
+//! The sentences of refused SYN-data (`data_not_acked`), one per cause its SYN-ACK showed
+//! ([`Kind::of_refusals`] decides which): each names the likely cause, its owner and the
+//! fix, with the figures to forward to the other side.
+use crate::{
+    aggregation::{
+        refusals::{Refusals, Told},
+        report::{connections::ConnAcc, verdict::Kind},
+    },
+    events::{Cause, Outcome},
+    units,
+};
+
+/// How the row's sentences name where its connections went.
+pub(super) struct Subject<'a> {
+    /// `198.18.0.2:8080`, `198.18.0.0/24`, ...
+    pub name: &'a str,
+    /// A group of destinations, not one.
+    pub many: bool,
+    /// ` (2 of 5 destinations), from 3 of 4 hosts`, or empty.
+    pub spread: &'a str,
+    /// ` in curl`, or empty.
+    pub in_clients: &'a str,
+}
+
+/// The sentence of a refusal verdict, its evidence pushed onto `evidence`.
+pub(super) fn sentence(kind: Kind, a: &ConnAcc, s: &Subject<'_>, evidence: &mut Vec<String>) -> String {
+    let refused = a.count(Outcome::DataNotAcked);
+    let sent = a.syn_data_sent();
+    let each = units::duration_us(a.extra_round_trip_us / refused.max(1));
+    let n_of_m = format!("{} of {}", units::count(refused), units::count(sent));
+    evidence.push(format!(
+        "{} not acknowledged by the SYN-ACK (TcpExtTCPFastOpenActiveFail): the data went again after the \
+         handshake, +{each} each",
+        units::plural(refused, "SYN-data", "SYN-data"),
+    ));
+    evidence.push(causes_line(&a.refusals));
+    let r = Refused { a, s, refused, each, n_of_m };
+    match kind {
+        Kind::KeyRotatedWithoutBackup => key_rotated_without_backup(&r, evidence),
+        Kind::CookieChurn => cookie_churn(&r, evidence),
+        Kind::ServerStoppedTfo => server_stopped_tfo(&r, evidence),
+        Kind::SynDataNotTaken => syn_data_not_taken(&r, evidence),
+        _ => syn_data_refused(&r, evidence),
+    }
+}
+
+/// What every refusal's sentence draws on.
+struct Refused<'a> {
+    a: &'a ConnAcc,
+    s: &'a Subject<'a>,
+    refused: u64,
+    /// The extra round trip each refusal cost, printed.
+    each: String,
+    /// `4 of 5`: refused of sent.
+    n_of_m: String,
+}
+
+impl Refused<'_> {
+    /// `server 198.18.0.2:8080`, or `servers at 198.18.0.0/24`.
+    fn who(&self) -> String {
+        if self.s.many {
+            format!("servers at {}", self.s.name)
+        } else {
+            format!("server {}", self.s.name)
+        }
+    }
+}
+
+fn key_rotated_without_backup(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
+    let (n_of_m, spread) = (&x.n_of_m, x.s.spread);
+    let resumed = x.a.key.rotated(x.refused);
+    evidence.push(if resumed {
+        "SYN-data accepted again after the last refusal, no more refused than accepted since the first".into()
+    } else {
+        "no SYN-data accepted since the refusal (yet)".into()
+    });
+    let who = x.who();
+    let then =
+        if resumed { "once, then accepted again" } else { "with a new cookie, none accepted since the last" };
+    format!(
+        "{who} refused {n_of_m} SYN-data {then}{spread}: its TFO key was likely rotated without a \
+         backup key, or the client's address as the server sees it changed (NAT): a one-off, not a \
+         fault; when rotating, keep the old key as backup (`net.ipv4.tcp_fastopen_key=NEW,OLD`, or \
+         TCP_FASTOPEN_KEY with two keys)"
+    )
+}
+
+fn cookie_churn(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
+    let (a, s, r) = (x.a, x.s, &x.a.refusals);
+    let (subj, spread, n_of_m, each) = (s.name, s.spread, &x.n_of_m, &x.each);
+    let new = r.of(Told::Cause(Cause::NewCookie));
+    evidence.push(format!(
+        "the cookie changed {} (a new one on {} of {} refusals); the longest run of refusals in a row: \
+         {}; {} accepted",
+        units::plural(new, "time", "times"),
+        units::count(new),
+        units::count(x.refused),
+        units::count(r.longest_run()),
+        units::count(a.count(Outcome::Accepted)),
+    ));
+    evidence.push(
+        "the server checks each cookie against another key, or sees the client at another address, \
+         than the one that issued it: the server side counts TcpExtTCPFastOpenPassiveFail"
+            .into(),
+    );
+    let them = if s.many { "them" } else { subj };
+    format!(
+        "the servers behind {subj} do not share a TFO key (anycast, a load balancer), or the client's \
+         address changes per connection (a NAT pool): {n_of_m} SYN-data refused{spread}, a new cookie \
+         {} times: every SYN-data is refused and resent (+1 RTT each, {each}): share the key across \
+         them (or pin the client's source address), or stop TFO toward {them}{}",
+        units::count(new),
+        s.in_clients
+    )
+}
+
+fn server_stopped_tfo(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
+    let (a, s) = (x.a, x.s);
+    let (subj, spread, n_of_m) = (s.name, s.spread, &x.n_of_m);
+    let accepted_before = matches!(
+        (a.first_accepted_ns, a.first_not_acked_ns), (Some(acc), Some(fail)) if acc < fail
+    );
+    let why = match (accepted_before, s.many) {
+        (true, _) => "cookie accepted earlier",
+        (false, false) => "the client sent a cookie it got from that server",
+        (false, true) => "the clients sent cookies they got from those servers",
+    };
+    evidence.push(
+        "a SYN-ACK without a TFO option: TFO turned off on the server (net.ipv4.tcp_fastopen bit \
+         0x2), a listener without TCP_FASTOPEN, its TFO queue full (TcpExtTCPFastOpenListenOverflow), \
+         syncookie mode (TcpExtSyncookiesSent), or the option stripped on the path"
+            .into(),
+    );
+    let who = if s.many {
+        format!("servers at {subj} no longer accept")
+    } else {
+        format!("server {subj} no longer accepts")
+    };
+    format!(
+        "{who} TFO: {n_of_m} SYN-data not acknowledged{spread} ({why}), its SYN-ACKs without a TFO \
+         option: the server's team turns TFO back on (or the path's owner stops stripping the option)"
+    )
+}
+
+fn syn_data_not_taken(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
+    let (spread, n_of_m) = (x.s.spread, &x.n_of_m);
+    evidence.push(
+        "the SYN-ACK brought back the cookie the SYN carried: the server checked it and found it \
+         good, then could not make the connection's socket at once (its accept queue full: \
+         TcpExtListenOverflows; or out of memory); it counts TcpExtTCPFastOpenPassiveFail"
+            .into(),
+    );
+    let who = x.who();
+    format!(
+        "{who} accepted the cookie but not the data in {n_of_m} SYN-data{spread}: a server short of \
+         room for new connections, not a key or path problem: its team looks at its accept queue \
+         (listen backlog, somaxconn) and load"
+    )
+}
+
+fn syn_data_refused(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
+    let r = &x.a.refusals;
+    let (spread, n_of_m) = (x.s.spread, &x.n_of_m);
+    evidence.push(
+        "likely: TFO turned off on the server (tcp_fastopen bit 0x2 or TCP_FASTOPEN), its key \
+         changed without keeping the old one as backup, its TFO queue full, or servers behind it \
+         without a shared key"
+            .into(),
+    );
+    let why = if r.of(Told::NotRecorded) > r.of(Told::Cause(Cause::Unknown)) {
+        "the recording was made before tfo-trace kept causes"
+    } else {
+        "the backend does not see the SYN-ACK's option and the client's cookie cache could not be read \
+         (reading another namespace's needs CAP_SYS_ADMIN; reads are limited to 50 a second): trace \
+         as root, or on the fentry backend, to tell"
+    };
+    let who = x.who();
+    format!("{who} refused {n_of_m} SYN-data{spread}; why could not be told: {why}")
+}
+
+/// What each refusal's SYN-ACK said, by cause.
+fn causes_line(r: &Refusals) -> String {
+    let mut parts: Vec<String> = [Cause::NewCookie, Cause::NoTfoOption, Cause::SameCookie]
+        .iter()
+        .map(|c| (c.name(), r.of(Told::Cause(*c))))
+        .chain([("unknown", r.untold())])
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| format!("{name}={n}"))
+        .collect();
+    if parts.is_empty() {
+        parts.push("none".into());
+    }
+    format!("what the SYN-ACKs said: {}", parts.join(" "))
+}
