@@ -15,7 +15,7 @@ use super::{
     env::{qemu_pids, Env},
     host::{cache_line_transfer_ns, fixed_work_ms},
     load::Load,
-    report::Runs,
+    stats::{median, median_of_ratios, spread},
     tracer::{closing_line, Tracer},
 };
 use crate::util::capture;
@@ -243,6 +243,58 @@ pub(super) fn cpu_ns(pid: u32) -> u64 {
 pub(super) fn status_kib(pid: u32, key: &str) -> Option<u64> {
     let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
+}
+
+/// Every measured run, by kind of connection and configuration, in round order.
+#[derive(Default)]
+pub(super) struct Runs(pub(super) BTreeMap<(Mode, Config), Vec<Run>>);
+
+impl std::ops::Deref for Runs {
+    type Target = BTreeMap<(Mode, Config), Vec<Run>>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl Runs {
+    pub(super) fn of(&self, m: Mode, c: Config) -> &[Run] {
+        self.get(&(m, c)).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Median over rounds of `f` under `c` over `f` under `reference` in the same round: the
+    /// host's drift from one round to the next cancels, where a ratio of two medians keeps it.
+    pub(super) fn ratio(&self, m: Mode, c: Config, reference: Config, f: impl Fn(&Run) -> f64) -> f64 {
+        let of = |c| self.of(m, c).iter().map(&f).collect::<Vec<_>>();
+        median_of_ratios(&of(c), &of(reference))
+    }
+
+    /// `f` under `c` over `f` under `reference`, round by round: median, min and max.
+    pub(super) fn ratio_spread(
+        &self,
+        m: Mode,
+        c: Config,
+        reference: Config,
+        f: impl Fn(&Run) -> f64,
+    ) -> Option<(f64, f64, f64)> {
+        let of = |c| self.of(m, c).iter().map(&f).collect::<Vec<_>>();
+        spread(of(c).iter().zip(&of(reference)).map(|(v, r)| v / r))
+    }
+
+    /// [`Runs::ratio_spread`] of BPF time per connection.
+    pub(super) fn bpf_ratio_spread(&self, m: Mode, c: Config, reference: Config) -> Option<(f64, f64, f64)> {
+        self.ratio_spread(m, c, reference, |r| r.bpf_ns_per_conn().unwrap_or(f64::NAN))
+    }
+
+    /// Median BPF time per connection over the rounds.
+    pub(super) fn bpf_ns(&self, m: Mode, c: Config) -> f64 {
+        median(self.of(m, c).iter().filter_map(Run::bpf_ns_per_conn))
+    }
+
+    /// Median BPF time per connection over `reference`'s, per round (the targets' measure,
+    /// as for CPU).
+    pub(super) fn bpf_ratio(&self, m: Mode, c: Config, reference: Config) -> f64 {
+        self.ratio(m, c, reference, |r| r.bpf_ns_per_conn().unwrap_or(f64::NAN))
+    }
 }
 
 #[cfg(test)]

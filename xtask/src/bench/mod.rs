@@ -32,7 +32,7 @@
 //! attach; around them `env.rs` (the machine), `load.rs` (the generator), `tracer.rs` (the
 //! tracers and tfo-trace's closing line), `config.rs` (what is compared), and `report.rs`
 //! and `render.rs` (the figures, BENCHMARKS.md). `host.rs` measures the host itself;
-//! `static_build.rs` is `cargo xtask bench-static`; `vm.rs` and `vm_render.rs` are `--vm`
+//! `static_build.rs` is `cargo xtask bench-static`; `vm.rs` (the host's side) and `vm_guest.rs` (the guest's: rounds and section) are `--vm`
 //! (step 1 for the fentry backend, in a 6.12 guest: its own section of BENCHMARKS.md).
 //!
 //! Everything is root-only and bounded: every generator run has a count and a time limit,
@@ -60,7 +60,7 @@ mod static_build;
 mod stats;
 mod tracer;
 mod vm;
-mod vm_render;
+mod vm_guest;
 
 use config::{Config, Mode};
 use env::{ensure_tool, wait_for_qemu, Env};
@@ -72,7 +72,8 @@ use tracer::Tracer;
 
 pub use scale::bench_report;
 pub use static_build::bench_static;
-pub use vm::{bench_guest, GuestArgs};
+pub use vm::GuestArgs;
+pub use vm_guest::bench_guest;
 
 /// BENCHMARKS.md from this line on is written by hand and kept when the bench rewrites the
 /// file above it.

@@ -1,11 +1,10 @@
 //! The run's figures, put together ([`Report`]) with the ratios the targets are judged by:
 //! every ratio is taken round by round against its reference in the same round, then the
 //! median of those (the host's drift between rounds cancels). `render.rs` writes it out.
-use std::collections::BTreeMap;
 
 use super::{
     config::{Config, Mode},
-    cost::Run,
+    cost::{Run, Runs},
     scale::{Million, ReportScale},
     stalled_reader::Stall,
     stats::{median, median_of_ratios, spread},
@@ -36,58 +35,6 @@ pub(super) fn met(ok: bool) -> &'static str {
         "**met**"
     } else {
         "**NOT met**"
-    }
-}
-
-/// Every measured run, by kind of connection and configuration, in round order.
-#[derive(Default)]
-pub(super) struct Runs(pub(super) BTreeMap<(Mode, Config), Vec<Run>>);
-
-impl std::ops::Deref for Runs {
-    type Target = BTreeMap<(Mode, Config), Vec<Run>>;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl Runs {
-    pub(super) fn of(&self, m: Mode, c: Config) -> &[Run] {
-        self.get(&(m, c)).map(Vec::as_slice).unwrap_or(&[])
-    }
-
-    /// Median over rounds of `f` under `c` over `f` under `reference` in the same round: the
-    /// host's drift from one round to the next cancels, where a ratio of two medians keeps it.
-    pub(super) fn ratio(&self, m: Mode, c: Config, reference: Config, f: impl Fn(&Run) -> f64) -> f64 {
-        let of = |c| self.of(m, c).iter().map(&f).collect::<Vec<_>>();
-        median_of_ratios(&of(c), &of(reference))
-    }
-
-    /// `f` under `c` over `f` under `reference`, round by round: median, min and max.
-    pub(super) fn ratio_spread(
-        &self,
-        m: Mode,
-        c: Config,
-        reference: Config,
-        f: impl Fn(&Run) -> f64,
-    ) -> Option<(f64, f64, f64)> {
-        let of = |c| self.of(m, c).iter().map(&f).collect::<Vec<_>>();
-        spread(of(c).iter().zip(&of(reference)).map(|(v, r)| v / r))
-    }
-
-    /// [`Runs::ratio_spread`] of BPF time per connection.
-    pub(super) fn bpf_ratio_spread(&self, m: Mode, c: Config, reference: Config) -> Option<(f64, f64, f64)> {
-        self.ratio_spread(m, c, reference, |r| r.bpf_ns_per_conn().unwrap_or(f64::NAN))
-    }
-
-    /// Median BPF time per connection over the rounds.
-    pub(super) fn bpf_ns(&self, m: Mode, c: Config) -> f64 {
-        median(self.of(m, c).iter().filter_map(Run::bpf_ns_per_conn))
-    }
-
-    /// Median BPF time per connection over `reference`'s, per round (the targets' measure,
-    /// as for CPU).
-    pub(super) fn bpf_ratio(&self, m: Mode, c: Config, reference: Config) -> f64 {
-        self.ratio(m, c, reference, |r| r.bpf_ns_per_conn().unwrap_or(f64::NAN))
     }
 }
 

@@ -1,31 +1,28 @@
 //! `cargo xtask bench --vm` (issue 41): what the fentry backend costs a plain and a TFO
 //! connection, measured where it loads, in a Debian 6.12 guest (this host refuses fentry),
 //! as step 1 measures the host's backend: the same generator, the same per-run BPF
-//! statistics ([`super::cost`]), the same round-by-round ratios ([`super::report::Runs`]).
+//! statistics ([`super::cost`]), the same round-by-round ratios ([`super::cost::Runs`]).
 //!
 //! The host builds tfo-trace and hands the guest ([`crate::vm::bench`]) this xtask, which
-//! runs there as `bench-guest` ([`bench_guest`]): interleaved rounds of the floor (empty
+//! runs there as `bench-guest` ([`super::vm_guest::bench_guest`]): interleaved rounds of the floor (empty
 //! programs on the state hooks), `trace --backend fentry`, `trace --backend tracepoint`
 //! (the state-hook path every backend took before issue 41 item 1) and bpftrace's
 //! one-liner, each over plain and TFO connections; then it prints the BENCHMARKS.md
-//! section (vm_render.rs) on the console, line by line behind [`LINE`], and the host
+//! section (vm_guest.rs) on the console, line by line behind [`LINE`], and the host
 //! writes it between [`BEGIN`] and [`END`]. Under TCG absolute times mean little: the
 //! section gives ratios to the floor of the same guest and round, and run counts.
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 
 use super::{
-    config::{Config, Mode, BPFTRACE_COUNT},
-    cost,
-    env::{ensure_tool, qemu_pids, Env},
-    tracer::Tracer,
+    config::Mode,
+    env::{ensure_tool, qemu_pids},
     write_block, BenchArgs,
 };
-use crate::util::{self, capture, which};
+use crate::util::{self, which};
 use crate::vm::{
     bench::{run_in_guest, GuestBench},
     Resources,
@@ -34,7 +31,7 @@ use crate::vm::{
 pub(super) const BEGIN: &str = "<!-- cargo xtask bench --vm: begin -->";
 pub(super) const END: &str = "<!-- cargo xtask bench --vm: end -->";
 /// What marks a line of the section on the guest's console.
-const LINE: &str = "TFO-BENCH| ";
+pub(super) const LINE: &str = "TFO-BENCH| ";
 /// Rounds unless --rounds says otherwise: the whole run stays near ten minutes under TCG.
 const VM_ROUNDS: u32 = 3;
 /// The kinds of connection: plain closed by a RST (as the host bench's), plain closed by a
@@ -133,50 +130,4 @@ pub(super) fn bench_vm(args: &BenchArgs, command: &str) -> Result<()> {
     );
     println!("bench: the VM run took {:.0} s", started.elapsed().as_secs_f64());
     write_block(BEGIN, END, &section, "bench --vm")
-}
-
-/// The guest's side (`bench-guest`): the rounds, then the section on stdout.
-pub fn bench_guest(args: &GuestArgs) -> Result<()> {
-    let started = Instant::now();
-    let mut env = Env::create(args.bin.clone())?;
-    env.tfo_backend = Some(BACKEND.to_string());
-    let picked = Tracer::tfo_trace(&env.bin, Config::Trace, None, Some(BACKEND))?.stop_backend()?;
-    ensure!(picked == BACKEND, "tfo-trace --backend {BACKEND} ran the {picked} backend");
-    let mut configs = vec![Config::Floor, Config::Trace, Config::TraceStateHook];
-    let bpftrace_skipped = match bpftrace_attaches(&env) {
-        Ok(()) => {
-            configs.push(Config::BpftraceCount);
-            None
-        }
-        Err(e) => {
-            let why = format!("{e:#}").lines().next().unwrap_or_default().to_string();
-            println!("bench: bpftrace skipped: {why}");
-            Some(why)
-        }
-    };
-    let bpftrace_version = capture(Command::new("bpftrace").arg("--version")).ok();
-    let window = Duration::from_secs(args.seconds);
-    // One vCPU: one client and one server thread.
-    let rounds = cost::rounds(&env, args.rounds, (&VM_MODES, &configs), 1, window)?;
-    env.restore_now();
-    let report = super::vm_render::VmReport {
-        args,
-        kernel: capture(Command::new("uname").arg("-r")).unwrap_or_default().trim().to_string(),
-        runs: rounds.runs,
-        fixed_work_ms: rounds.fixed_work_ms,
-        bpftrace: bpftrace_skipped.map_or_else(|| Ok(bpftrace_version.unwrap_or_default()), Err),
-        elapsed_s: started.elapsed().as_secs_f64(),
-    };
-    for line in report.render().lines() {
-        println!("{LINE}{line}");
-    }
-    Ok(())
-}
-
-/// Whether bpftrace runs here: the one-liner attached once and stopped.
-fn bpftrace_attaches(env: &Env) -> Result<()> {
-    which("bpftrace")
-        .context("bpftrace is not installed on the host, so it was not copied into the guest")?;
-    Tracer::bpftrace(&env.scratch, BPFTRACE_COUNT, 1)?.stop()?;
-    Ok(())
 }

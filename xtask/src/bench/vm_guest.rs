@@ -1,14 +1,23 @@
-//! `bench --vm`'s section of BENCHMARKS.md: the guest and the run, issue 41's targets with
-//! their verdicts, the configurations side by side, and each program's runs by the end of
-//! the connection that runs it.
+//! `bench --vm`'s guest side (`bench-guest`): the rounds, then the section of
+//! BENCHMARKS.md: the guest and the run, issue 41's targets with their verdicts, the
+//! configurations side by side, and each program's runs by the end of the connection that
+//! runs it.
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+
 use super::{
     config::{Config, Mode, BPFTRACE_COUNT},
-    cost::{ProgStat, Run},
+    cost::{self, ProgStat, Run, Runs},
+    env::Env,
     render::Row,
-    report::{met, Runs},
+    report::met,
     stats::{median, spread},
-    vm::{GuestArgs, BACKEND, BEGIN, END, VM_MODES},
+    tracer::Tracer,
+    vm::{GuestArgs, BACKEND, BEGIN, END, LINE, VM_MODES},
 };
+use crate::util::{capture, which};
 
 /// What the guest measured.
 pub(super) struct VmReport<'a> {
@@ -306,6 +315,52 @@ impl VmReport<'_> {
             }
         }
     }
+}
+
+/// The guest's side (`bench-guest`): the rounds, then the section on stdout.
+pub fn bench_guest(args: &GuestArgs) -> Result<()> {
+    let started = Instant::now();
+    let mut env = Env::create(args.bin.clone())?;
+    env.tfo_backend = Some(BACKEND.to_string());
+    let picked = Tracer::tfo_trace(&env.bin, Config::Trace, None, Some(BACKEND))?.stop_backend()?;
+    ensure!(picked == BACKEND, "tfo-trace --backend {BACKEND} ran the {picked} backend");
+    let mut configs = vec![Config::Floor, Config::Trace, Config::TraceStateHook];
+    let bpftrace_skipped = match bpftrace_attaches(&env) {
+        Ok(()) => {
+            configs.push(Config::BpftraceCount);
+            None
+        }
+        Err(e) => {
+            let why = format!("{e:#}").lines().next().unwrap_or_default().to_string();
+            println!("bench: bpftrace skipped: {why}");
+            Some(why)
+        }
+    };
+    let bpftrace_version = capture(Command::new("bpftrace").arg("--version")).ok();
+    let window = Duration::from_secs(args.seconds);
+    // One vCPU: one client and one server thread.
+    let rounds = cost::rounds(&env, args.rounds, (&VM_MODES, &configs), 1, window)?;
+    env.restore_now();
+    let report = VmReport {
+        args,
+        kernel: capture(Command::new("uname").arg("-r")).unwrap_or_default().trim().to_string(),
+        runs: rounds.runs,
+        fixed_work_ms: rounds.fixed_work_ms,
+        bpftrace: bpftrace_skipped.map_or_else(|| Ok(bpftrace_version.unwrap_or_default()), Err),
+        elapsed_s: started.elapsed().as_secs_f64(),
+    };
+    for line in report.render().lines() {
+        println!("{LINE}{line}");
+    }
+    Ok(())
+}
+
+/// Whether bpftrace runs here: the one-liner attached once and stopped.
+fn bpftrace_attaches(env: &Env) -> Result<()> {
+    which("bpftrace")
+        .context("bpftrace is not installed on the host, so it was not copied into the guest")?;
+    Tracer::bpftrace(&env.scratch, BPFTRACE_COUNT, 1)?.stop()?;
+    Ok(())
 }
 
 #[cfg(test)]
