@@ -17,22 +17,17 @@
 //! all inlined it was spread over 14 KB with the exit at the far end (measured on a 2-core
 //! VM: 158 -> 92 ns per plain connection over the empty programs' floor); a TFO
 //! connection pays a BPF-to-BPF call or two for it.
-use aya_ebpf::{
-    helpers::{
-        bpf_get_current_pid_tgid,
-        generated::{bpf_get_current_cgroup_id, bpf_get_current_comm},
-    },
-    macros::map,
-    maps::PerCpuArray,
+use aya_ebpf::helpers::{
+    bpf_get_current_pid_tgid,
+    generated::{bpf_get_current_cgroup_id, bpf_get_current_comm},
 };
 use tfo_trace_common::{
-    config, cookie_hash, counter, flags, Cause, CountKey, ListenerKey, Outcome, ProcInfo, Role, TfoEvent,
-    TASK_COMM_LEN,
+    config, counter, flags, Cause, CountKey, ListenerKey, Outcome, ProcInfo, Role, TfoEvent, TASK_COMM_LEN,
 };
 
 use crate::{
     filter,
-    globals::{config_has, cookie_key},
+    globals::config_has,
     kernel::{
         family_of, is_tcp, netns_of, present, process_name, state_of, tuple_of, Access, FastopenCookie,
         RequestSock, Sock, SockCommon, TcpSock, TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV,
@@ -317,6 +312,17 @@ pub(crate) fn syn_data_bytes<A: Access>(tp: TcpSock<A>) -> u32 {
 /// Everywhere else (almost every connection of a busy host) a SYN without the option was
 /// a plain connect, and the state lookup is skipped. (Not covered: an option left out for
 /// lack of option space, as with TCP-MD5; its state ages out of the LRU hash.)
+/// The socket's namespace's tfo_active_disable_times; 0 where this kernel has none
+/// (userspace gives the member only at the 4 bytes read here).
+#[inline(always)]
+fn active_disable_times<A: Access>(sk: Sock<A>) -> u64 {
+    let net = sk.common().skc_net();
+    if !present!(net_tfo_active_disable_times) || net.is_null() {
+        return 0;
+    }
+    net.net_tfo_active_disable_times() as u64
+}
+
 #[inline(always)]
 fn may_have_left_option_out<A: Access>(sk: Sock<A>, tp: TcpSock<A>) -> bool {
     tp.fastopen_connect() || !present!(net_tfo_active_disable_times) || active_disable_times(sk) != 0
@@ -485,132 +491,6 @@ pub(crate) fn client_failed<A: Access>(sk: Sock<A>) {
             ev.sport = bound_port;
         }
     });
-}
-
-/// What entry to tcp_fastopen_active_detect_blackhole() saw, per CPU: the socket and the
-/// namespace's tfo_active_disable_times (the kernel bumps it, with
-/// TcpExtTCPFastOpenBlackhole, exactly when it pauses active TFO).
-#[map]
-static BLACKHOLE_SEEN: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
-
-/// The socket's namespace's tfo_active_disable_times; 0 where this kernel has none
-/// (userspace gives the member only at the 4 bytes read here).
-#[inline(always)]
-fn active_disable_times<A: Access>(sk: Sock<A>) -> u64 {
-    let net = sk.common().skc_net();
-    if !present!(net_tfo_active_disable_times) || net.is_null() {
-        return 0;
-    }
-    net.net_tfo_active_disable_times() as u64
-}
-
-/// Entry of tcp_fastopen_active_detect_blackhole(sk, expired), called on every SYN or
-/// retransmission timeout. tcp_fastopen_active_disable() is inlined into it on some
-/// kernels, so the pause is seen as its effect: the counter moving during the call.
-#[inline(always)]
-pub fn detect_blackhole_enter<A: Access>(sk: Sock<A>) {
-    if let Some(slot) = BLACKHOLE_SEEN.get_ptr_mut(0) {
-        // SAFETY: per-CPU slot, used from entry to exit of one call on this CPU.
-        unsafe { *slot = [sk.addr(), active_disable_times(sk)] };
-    }
-}
-
-/// Exit of the same call. fexit sees the arguments again (`sk`, a typed pointer the
-/// direct loads need); a kretprobe does not (`sk` null), and uses the address entry saw.
-#[inline(always)]
-pub fn detect_blackhole_exit<A: Access>(sk: Sock<A>) {
-    let Some(slot) = BLACKHOLE_SEEN.get_ptr_mut(0) else { return };
-    let words = slot as *mut u64;
-    // SAFETY: as above; cleared (word by word, not a memset call) so one entry is used once.
-    let (seen_sk, before) = unsafe {
-        let seen = (words.read(), words.add(1).read());
-        words.write_volatile(0);
-        words.add(1).write_volatile(0);
-        seen
-    };
-    // As in server::try_fastopen_exit: typed hooks read from their own argument.
-    let sk = if !A::TYPED {
-        Sock::at(seen_sk as *const u8)
-    } else if !sk.is_null() && sk.addr() == seen_sk {
-        sk
-    } else {
-        return;
-    };
-    if sk.is_null() {
-        return;
-    }
-    if active_disable_times(sk) <= before {
-        return;
-    }
-    let conn = Known::of(conn_state(sk));
-    if !conn.known && filter::needs_state() {
-        return;
-    }
-    let tp = A::tcp_sock(sk);
-    if tp.is_null() {
-        return;
-    }
-    let f = client_flags(tp);
-    let data = if f.syn_data { syn_data_bytes(tp) } else { 0 };
-    let retransmits = tp.total_retrans();
-    let measure = Measure {
-        stall_ns: conn.stall_ns(),
-        syn_data_bytes: data,
-        retransmits,
-        handshake_ns: 0,
-        at_ns: 0,
-        saved_srtt_us: 0,
-    };
-    record(sk.common(), Role::Client, Outcome::ActiveDisabled, netns_of(sk.common()), &conn, measure, |_| {});
-}
-
-/// tcp_fastopen_cache_set(sk, mss, cookie, syn_lost, try_exp): what the SYN-ACK said about
-/// TFO, on its way into the destination's cache. Called from tcp_rcv_fastopen_synack() for
-/// every SYN-ACK of a connection that asked for TFO (len -1: no option; > 0: a cookie), its
-/// only caller on 5.10+ (no SYN-timer call: tcp_write_timeout() has none). The kprobe
-/// backend's; the fentry backend decides every client outcome there (client.rs). A refused
-/// SYN-data is told here, with its cause
-/// (client_established_tfo left it): the kernel compares the SYN-ACK's cookie with the one
-/// the SYN carried while the socket's TFO request still holds it (a blocking sendto), else
-/// leaves the comparison to userspace by the cookie's keyed hash. No cookie's bytes leave.
-#[inline(always)]
-pub fn on_cookie_cached<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>) {
-    if cookie.is_null() {
-        return; // never from tcp_rcv_fastopen_synack(): a guard for the typed loads below
-    }
-    let conn = Known::of(conn_state(sk));
-    // The last use of this connection's state (client_established kept it for us).
-    if conn.known {
-        forget(sk);
-    } else if filter::needs_state() {
-        return;
-    }
-    let tp = A::tcp_sock(sk);
-    if tp.is_null() {
-        return;
-    }
-    let len = cookie.foc_len() as u8 as i8;
-    let hash =
-        if len > 0 && present!(foc_val) { cookie_hash(cookie_key(), cookie.foc_val(), len as u8) } else { 0 };
-    let f = client_flags(tp);
-    if f.syn_data {
-        let c = client_outcome(sk, tp, &f, &conn);
-        if refused_data(&f, c.outcome) {
-            let cause = if len <= 0 { Cause::NoTfoOption } else { sent_cookie_compared(tp, cookie) };
-            record(sk.common(), Role::Client, c.outcome, netns_of(sk.common()), &conn, c.measure, |ev| {
-                ev.cause = cause as u8;
-                ev.cookie_hash = hash;
-                ev.cookie_len = if len > 0 { len as u8 } else { 0 };
-                ev.flags |= flags::COOKIE_LEN_KNOWN;
-                if f.exp {
-                    ev.flags |= flags::EXP_OPTION;
-                }
-            });
-        }
-    }
-    if len > 0 {
-        cookie_received(sk, tp, cookie, hash, &conn);
-    }
 }
 
 /// `cookie_received`: a SYN-ACK's cookie (`hash` its keyed hash) on its way into the

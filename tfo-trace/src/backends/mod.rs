@@ -21,7 +21,8 @@ pub enum BackendChoice {
 pub enum Backend {
     /// tp_btf tracepoints + fentry/fexit: typed arguments, direct loads.
     Fentry,
-    /// raw tracepoints + kprobes: where trampolines are refused but kprobes exist.
+    /// kprobes/kretprobes on the fentry backend's functions (+ a raw tracepoint): where
+    /// trampolines are refused but kprobes exist.
     Kprobe,
     /// tp_btf tracepoints only: every client outcome, server `accepted`.
     Tracepoint,
@@ -134,9 +135,6 @@ const SERVER_FROM_TRY_FASTOPEN: &[(Role, Outcome)] = &[
     (Server, ListenerDisabled),
 ];
 
-const STATE_WHY: &str = "SYN_SENT->ESTABLISHED runs after tcp_ack() and just before the inlined \
-    tcp_rcv_fastopen_synack(): syn_data, syn_fastopen, total_retrans and the retransmit queue \
-    give its verdict";
 const STATE_AND_CHILD_WHY: &str = "SYN_SENT->ESTABLISHED runs after tcp_ack() and just before \
     the inlined tcp_rcv_fastopen_synack(): syn_data, syn_fastopen, total_retrans and the \
     retransmit queue give its verdict; a TFO child leaving SYN_RECV has \
@@ -149,35 +147,24 @@ const TRY_FASTOPEN_WHY: &str = "every SYN at a listener passes tcp_try_fastopen(
     carried (foc->len at entry), the child it returns and the cookie it sends back (foc at exit) \
     tell every server outcome, with the listener's TFO queue";
 const TRY_FASTOPEN_ENTRY_WHY: &str = "remembers the cookie the SYN carried";
-const BLACKHOLE_WHY: &str = "tcp_fastopen_active_detect_blackhole() runs on every SYN timeout; \
-    the namespace's tfo_active_disable_times moving during the call is active TFO being paused \
-    (TcpExtTCPFastOpenBlackhole; tcp_fastopen_active_disable() is inlined into it on some kernels)";
-const BLACKHOLE_ENTRY_WHY: &str = "remembers the namespace's active-TFO pause count";
-const BLACKHOLE_SEES: &[(Role, Outcome)] = &[(Client, ActiveDisabled)];
-const COOKIE_CACHED_WHY: &str = "tcp_fastopen_cache_set() is where a SYN-ACK's cookie enters the \
-    destination's cache (what `ip tcp_metrics` shows as fo_cookie)";
-const COOKIE_CACHED_SEES: &[(Role, Outcome)] = &[(Client, CookieReceived)];
+const KEEPS_ARGUMENTS_WHY: &str = "keeps the call's arguments for its return (a kretprobe has none), \
+    keyed by the calling thread";
 
-/// The three tracepoints, in one flavour: tp_btf (typed) or raw. `child`: the state hook
-/// also reports server `accepted` (backends without tcp_try_fastopen hooks).
-const fn tracepoint_hooks(btf: bool, child: bool) -> [Hook; 3] {
+/// The tracepoint backends' three tracepoints, in one flavour: tp_btf (typed) or raw. The
+/// state hook also reports server `accepted` (these backends have no tcp_try_fastopen hook).
+const fn tracepoint_hooks(btf: bool) -> [Hook; 3] {
     let (kind, names) = if btf {
         (HookKind::BtfTracepoint, ["tfo_state", "tfo_retransmit", "tfo_synack_retransmit"])
     } else {
         (HookKind::RawTracepoint, ["tfo_state_raw", "tfo_retransmit_raw", "tfo_synack_retransmit_raw"])
-    };
-    let (sees, why): (&[(Role, Outcome)], _) = if child {
-        (&CLIENT_AND_CHILD_FROM_STATE, STATE_AND_CHILD_WHY)
-    } else {
-        (&CLIENT_FROM_STATE, STATE_WHY)
     };
     [
         Hook {
             program: names[0],
             kind,
             target: "inet_sock_set_state",
-            sees,
-            why,
+            sees: &CLIENT_AND_CHILD_FROM_STATE,
+            why: STATE_AND_CHILD_WHY,
             plain_runs: PlainRuns::PerStateChange,
         },
         Hook {
@@ -197,65 +184,6 @@ const fn tracepoint_hooks(btf: bool, child: bool) -> [Hook; 3] {
             plain_runs: PlainRuns::PerSynackResend,
         },
     ]
-}
-
-/// The kprobe backend's function hooks: kprobe/kretprobe pairs beside the raw state
-/// tracepoint (the fentry backend's are [`FENTRY_HOOKS`]).
-const fn kprobe_hooks() -> [Hook; 5] {
-    let (entry, exit) = (HookKind::KProbe, HookKind::KRetProbe);
-    let names = [
-        "tfo_try_fastopen_kprobe",
-        "tfo_try_fastopen_kretprobe",
-        "tfo_blackhole_kprobe",
-        "tfo_blackhole_kretprobe",
-        "tfo_cookie_cached_kprobe",
-    ];
-    [
-        Hook {
-            program: names[0],
-            kind: entry,
-            target: "tcp_try_fastopen",
-            sees: &[],
-            why: TRY_FASTOPEN_ENTRY_WHY,
-            plain_runs: PlainRuns::PerListenerSyn,
-        },
-        Hook {
-            program: names[1],
-            kind: exit,
-            target: "tcp_try_fastopen",
-            sees: SERVER_FROM_TRY_FASTOPEN,
-            why: TRY_FASTOPEN_WHY,
-            plain_runs: PlainRuns::PerListenerSyn,
-        },
-        Hook {
-            program: names[2],
-            kind: entry,
-            target: "tcp_fastopen_active_detect_blackhole",
-            sees: &[],
-            why: BLACKHOLE_ENTRY_WHY,
-            plain_runs: PlainRuns::PerRto,
-        },
-        Hook {
-            program: names[3],
-            kind: exit,
-            target: "tcp_fastopen_active_detect_blackhole",
-            sees: BLACKHOLE_SEES,
-            why: BLACKHOLE_WHY,
-            plain_runs: PlainRuns::PerRto,
-        },
-        Hook {
-            program: names[4],
-            kind: entry,
-            target: "tcp_fastopen_cache_set",
-            sees: COOKIE_CACHED_SEES,
-            why: COOKIE_CACHED_WHY,
-            plain_runs: PlainRuns::Never,
-        },
-    ]
-}
-
-const fn concat(a: [Hook; 3], b: [Hook; 5]) -> [Hook; 8] {
-    [a[0], a[1], a[2], b[0], b[1], b[2], b[3], b[4]]
 }
 
 /// Every client outcome at a SYN-ACK, where tcp_fastopen_cache_set() is the only hook that
@@ -365,6 +293,110 @@ const FENTRY_HOOKS: [Hook; 9] = [
     },
 ];
 
+/// The kprobe backend: the fentry backend's hooks on the same functions ([`FENTRY_HOOKS`]),
+/// an fexit made of a kprobe that keeps the arguments and a kretprobe that judges; the one
+/// exception, tcp_fastopen_active_detect_blackhole(), changes nothing its exit would read,
+/// so its entry alone does. A plain client connection runs none of them, a plain server
+/// connection the tcp_try_fastopen pair once each (its entry remembers the SYN's cookie).
+const KPROBE_HOOKS: [Hook; 12] = [
+    Hook {
+        program: "tfo_synack_retransmit_raw",
+        kind: HookKind::RawTracepoint,
+        target: "tcp_retransmit_synack",
+        sees: SYNACK_SEES,
+        why: SYNACK_WHY,
+        plain_runs: PlainRuns::PerSynackResend,
+    },
+    Hook {
+        program: "tfo_try_fastopen_kprobe",
+        kind: HookKind::KProbe,
+        target: "tcp_try_fastopen",
+        sees: &[],
+        why: TRY_FASTOPEN_ENTRY_WHY,
+        plain_runs: PlainRuns::PerListenerSyn,
+    },
+    Hook {
+        program: "tfo_try_fastopen_kretprobe",
+        kind: HookKind::KRetProbe,
+        target: "tcp_try_fastopen",
+        sees: SERVER_FROM_TRY_FASTOPEN,
+        why: TRY_FASTOPEN_WHY,
+        plain_runs: PlainRuns::PerListenerSyn,
+    },
+    Hook {
+        program: "tfo_syn_prepared_kprobe",
+        kind: HookKind::KProbe,
+        target: "tcp_fastopen_cookie_check",
+        sees: &[],
+        why: KEEPS_ARGUMENTS_WHY,
+        plain_runs: PlainRuns::Never,
+    },
+    Hook {
+        program: "tfo_syn_prepared_kretprobe",
+        kind: HookKind::KRetProbe,
+        target: "tcp_fastopen_cookie_check",
+        sees: &[(Client, NotAttempted)],
+        why: SYN_PREPARED_WHY,
+        plain_runs: PlainRuns::Never,
+    },
+    Hook {
+        program: "tfo_cookie_cached_kprobe",
+        kind: HookKind::KProbe,
+        target: "tcp_fastopen_cache_set",
+        sees: CLIENT_AT_SYNACK,
+        why: SYNACK_CACHE_WHY,
+        plain_runs: PlainRuns::Never,
+    },
+    Hook {
+        program: "tfo_timeout_kprobe",
+        kind: HookKind::KProbe,
+        target: "tcp_fastopen_active_detect_blackhole",
+        sees: &[(Client, ActiveDisabled), (Client, ConnectFailed)],
+        why: TIMEOUT_WHY,
+        plain_runs: PlainRuns::PerRto,
+    },
+    Hook {
+        program: "tfo_error_end_kprobe",
+        kind: HookKind::KProbe,
+        target: "tcp_done_with_error",
+        sees: &[(Client, ConnectFailed)],
+        why: ERROR_END_WHY,
+        plain_runs: PlainRuns::PerErrorEnd,
+    },
+    Hook {
+        program: "tfo_reset_kprobe",
+        kind: HookKind::KProbe,
+        target: "tcp_reset",
+        sees: &[(Client, ConnectFailed)],
+        why: ERROR_END_WHY,
+        plain_runs: PlainRuns::PerErrorEnd,
+    },
+    Hook {
+        program: "tfo_listen_start_kprobe",
+        kind: HookKind::KProbe,
+        target: "inet_csk_listen_start",
+        sees: &[],
+        why: KEEPS_ARGUMENTS_WHY,
+        plain_runs: PlainRuns::PerListenerChange,
+    },
+    Hook {
+        program: "tfo_listen_start_kretprobe",
+        kind: HookKind::KRetProbe,
+        target: "inet_csk_listen_start",
+        sees: &[],
+        why: LISTEN_WHY,
+        plain_runs: PlainRuns::PerListenerChange,
+    },
+    Hook {
+        program: "tfo_listen_stop_kprobe",
+        kind: HookKind::KProbe,
+        target: "inet_csk_listen_stop",
+        sees: &[],
+        why: LISTEN_WHY,
+        plain_runs: PlainRuns::PerListenerChange,
+    },
+];
+
 /// Hooks of which a kernel gets one: the first whose target its BTF has (the later ones
 /// are older kernels' names for the same moment).
 pub const ALTERNATIVES: &[&[&str]] = &[&["tcp_done_with_error", "tcp_reset"]];
@@ -379,9 +411,8 @@ pub fn attached_here(hook: &Hook, has_function: impl Fn(&str) -> bool) -> bool {
 
 // Each backend reads the kernel one way throughout (typed loads, or probe reads), so a
 // hook's fields are read the same way as its neighbours'.
-const KPROBE_HOOKS: [Hook; 8] = concat(tracepoint_hooks(false, false), kprobe_hooks());
-const TRACEPOINT_HOOKS: [Hook; 3] = tracepoint_hooks(true, true);
-const RAW_TRACEPOINT_HOOKS: [Hook; 3] = tracepoint_hooks(false, true);
+const TRACEPOINT_HOOKS: [Hook; 3] = tracepoint_hooks(true);
+const RAW_TRACEPOINT_HOOKS: [Hook; 3] = tracepoint_hooks(false);
 
 /// Cgroups as they are made and removed, for the names of containers (every backend; raw
 /// tracepoints, so no BTF and no tracefs): a hook that sees no connection, attached after
@@ -763,8 +794,13 @@ mod tests {
     fn twins_attach_to_the_same_functions() {
         let targets = |b| hooks(b).iter().map(|h| h.target).collect::<Vec<_>>();
         assert_eq!(targets(Backend::Tracepoint), targets(Backend::RawTracepoint));
-        // The fentry backend hooks TFO's own functions (no state tracepoint); the kprobe
-        // backend still decides clients at the state change: the same outcomes either way.
+        // The kprobe backend hooks the fentry backend's functions: the same outcomes.
+        let functions = |b| {
+            let mut t = hooks(b).iter().map(|h| h.target).collect::<Vec<_>>();
+            t.dedup(); // a kprobe and its kretprobe
+            t
+        };
+        assert_eq!(functions(Backend::Fentry), functions(Backend::Kprobe));
         for role in Role::ALL {
             for o in Outcome::ALL {
                 assert_eq!(sees(Backend::Fentry, role, o), sees(Backend::Kprobe, role, o), "{role:?}/{o:?}");
@@ -774,24 +810,28 @@ mod tests {
 
     #[test]
     fn one_error_end_hook_per_kernel() {
-        let error_ends = |has: &dyn Fn(&str) -> bool| {
-            hooks(Backend::Fentry)
-                .iter()
-                .filter(|h| attached_here(h, has))
-                .filter(|h| h.sees == [(Client, ConnectFailed)])
-                .map(|h| h.target)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(error_ends(&|_| true), ["tcp_done_with_error"], "6.1+");
-        assert_eq!(error_ends(&|f| f != "tcp_done_with_error"), ["tcp_reset"], "5.10");
-        let everything = |_: &str| true;
-        assert_eq!(hooks(Backend::Fentry).iter().filter(|h| attached_here(h, everything)).count(), 8);
+        for (backend, attached) in [(Backend::Fentry, 8), (Backend::Kprobe, 11)] {
+            let error_ends = |has: &dyn Fn(&str) -> bool| {
+                hooks(backend)
+                    .iter()
+                    .filter(|h| attached_here(h, has))
+                    .filter(|h| h.sees == [(Client, ConnectFailed)])
+                    .map(|h| h.target)
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(error_ends(&|_| true), ["tcp_done_with_error"], "{backend} 6.1+");
+            assert_eq!(error_ends(&|f| f != "tcp_done_with_error"), ["tcp_reset"], "{backend} 5.10");
+            let everything = |_: &str| true;
+            assert_eq!(hooks(backend).iter().filter(|h| attached_here(h, everything)).count(), attached);
+        }
     }
 
     #[test]
-    fn the_fentry_backend_runs_nothing_at_a_state_change() {
-        for h in hooks(Backend::Fentry) {
-            assert!(!["inet_sock_set_state", "tcp_retransmit_skb"].contains(&h.target), "{}", h.program);
+    fn the_function_backends_run_nothing_at_a_state_change() {
+        for backend in [Backend::Fentry, Backend::Kprobe] {
+            for h in hooks(backend) {
+                assert!(!["inet_sock_set_state", "tcp_retransmit_skb"].contains(&h.target), "{}", h.program);
+            }
         }
     }
 
@@ -804,13 +844,19 @@ mod tests {
             "{s}"
         );
         assert!(s.ends_with("it ends by an error or a listener opens or closes"), "{s}");
-        // kprobe still decides at the state hook.
+        // kprobe likewise, with tcp_try_fastopen's entry and return each once (a kretprobe
+        // has no arguments: the entry remembers the SYN's cookie).
         let s = plain_connection_summary(Backend::Kprobe);
-        assert!(s.starts_with("tfo_state_raw (inet_sock_set_state) 10 times (each state change"), "{s}");
         assert!(
-            s.contains("tfo_try_fastopen_kprobe and tfo_try_fastopen_kretprobe (tcp_try_fastopen) once each"),
+            s.starts_with(
+                "tfo_try_fastopen_kprobe and tfo_try_fastopen_kretprobe (tcp_try_fastopen) once each \
+                 (the SYN at the listener); nothing else unless"
+            ),
             "{s}"
         );
+        assert!(s.ends_with("it ends by an error or a listener opens or closes"), "{s}");
+        let runs = |b| plain_connection_runs(b).iter().map(|r| r.runs.client).sum::<u32>();
+        assert_eq!((runs(Backend::Fentry), runs(Backend::Kprobe)), (0, 0), "no client runs");
         let runs = plain_connection_runs(Backend::Tracepoint);
         assert_eq!(runs.iter().map(|r| r.program).collect::<Vec<_>>(), ["tfo_state"]);
         for backend in Backend::ALL {
