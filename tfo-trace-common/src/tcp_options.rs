@@ -99,6 +99,38 @@ pub fn syn_option_step(
     }
 }
 
+/// Whether a TCP header's options could hold a TFO option: whether a byte among them is
+/// one of its kinds (34, or 254 for the experimental one). `header` is the header as read
+/// into eight aligned words (bytes 0..64, little-endian as BPF reads them), `options` the
+/// option bytes after its 20 fixed ones. A plain SYN is let go after a few arithmetic
+/// steps a word, without the option-by-option walk ([`syn_option_step`]); a byte that
+/// only happens to be 34 or 254 (a timestamp's) sends the SYN on to the walk, which is
+/// exact. Bytes outside the options (the checksum, what lies past the header) are read
+/// as NOPs.
+#[inline(always)]
+pub fn options_may_hold_tfo(header: &[u64; 8], options: usize) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // A zero byte in `x`: the classic word-at-a-time test, exact for "any byte is zero".
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS != 0;
+    let end = 20 + if options > MAX_OPTION_BYTES { MAX_OPTION_BYTES } else { options };
+    let mut found = false;
+    // Words 2..8 hold bytes 16..64; the options start at byte 20.
+    for (i, &word) in header.iter().enumerate().skip(2) {
+        let start = 8 * i;
+        if start < end {
+            let skip = 20usize.saturating_sub(start);
+            let upto = if end - start < 8 { end - start } else { 8 };
+            let below_end = if upto == 8 { u64::MAX } else { (1u64 << (8 * upto)) - 1 };
+            let keep = below_end & (u64::MAX << (8 * skip));
+            let word = (u64::from_le(word) & keep) | (ONES & !keep);
+            found |= has_zero(word ^ (ONES * TCPOPT_FASTOPEN as u64))
+                || has_zero(word ^ (ONES * TCPOPT_EXP as u64));
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +142,51 @@ mod tests {
 
     // A SYN's usual options: MSS, SACK permitted, timestamps, NOP, window scale.
     const PLAIN: [u8; 20] = [2, 4, 5, 180, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7];
+
+    /// `opts` as the kernel program reads a header: 64 bytes, 20 of header, `filler` past
+    /// the options.
+    fn header_with(opts: &[u8], filler: u8) -> [u64; 8] {
+        let mut buf = [filler; 64];
+        buf[..20].fill(34); // a checksum or port of 34 is no option
+        buf[20..20 + opts.len()].copy_from_slice(opts);
+        core::array::from_fn(|i| u64::from_le_bytes(buf[8 * i..8 * i + 8].try_into().unwrap()))
+    }
+
+    fn may_hold(opts: &[u8], filler: u8) -> bool {
+        options_may_hold_tfo(&header_with(opts, filler), opts.len())
+    }
+
+    #[test]
+    fn the_word_test_lets_a_plain_syn_go_and_never_a_tfo_one() {
+        assert!(!may_hold(&PLAIN, 34), "a plain SYN, TFO kinds all around its options");
+        assert!(!may_hold(&[], 254), "no options");
+        // Every option list the walk finds a TFO option in, the word test sends on: a
+        // deterministic spread of option bytes, with 34 or 254 at each offset.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut with_option = 0;
+        for case in 0..20_000 {
+            let len = case % (MAX_OPTION_BYTES + 1);
+            let mut opts = [0u8; MAX_OPTION_BYTES];
+            for b in opts.iter_mut().take(len) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                *b = [1, 2, 4, 8, 10, 34, 254, 0xF9, 0x89, seed as u8][(seed >> 32) as usize % 10];
+            }
+            let found = parse(&opts[..len]).0 >= 0;
+            with_option += found as u32;
+            assert!(!found || may_hold(&opts[..len], 0), "{:?}", &opts[..len]);
+        }
+        assert!(with_option > 500, "the spread holds TFO options: {with_option}");
+        for at in 0..MAX_OPTION_BYTES {
+            for kind in [34u8, 254] {
+                let mut opts = [1u8; MAX_OPTION_BYTES];
+                opts[at] = kind;
+                assert!(may_hold(&opts, 1), "{kind} at {at}");
+                assert!(!may_hold(&opts[..at], kind), "{kind} just past {at} option bytes");
+            }
+        }
+    }
 
     #[test]
     fn a_plain_syn_has_no_cookie() {

@@ -151,6 +151,12 @@ fn syn_cookie<A: Access>(skb: SkBuff<A>) -> tcp_options::SynCookie {
         let doff = (*header.add(12) >> 4) as usize;
         (header as *const u8, (doff * 4).saturating_sub(20))
     };
+    // Most SYNs carry no TFO option: a word-wise look for its kinds lets them go before
+    // the walk.
+    // SAFETY: as above; the slot's whole aligned words.
+    if !tcp_options::options_may_hold_tfo(unsafe { &(*scratch).header }, options) {
+        return none;
+    }
     // SAFETY: as above; `i` is below 43 (an option's magic at the last offset), masked anyway.
     let byte = |i: usize| unsafe { *bytes.add((20 + i) & 63) };
     option_steps!(scratch, options, byte;
