@@ -128,9 +128,10 @@ pub fn on_synack<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>) {
     }
 }
 
-/// Exit of tcp_fastopen_active_detect_blackhole(sk, expired), which tcp_write_timeout()
-/// calls on every retransmission timeout; tcp_retransmit_timer() then resends the SYN
-/// (`expired` false), or tcp_write_err() ends the connect (true).
+/// tcp_fastopen_active_detect_blackhole(sk, expired) (fexit; kprobe: its entry, the call
+/// changing nothing read here), which tcp_write_timeout() calls on every retransmission
+/// timeout; tcp_retransmit_timer() then resends the SYN (`expired` false), or
+/// tcp_write_err() ends the connect (true).
 #[inline(always)]
 pub fn on_timeout<A: Access>(sk: Sock<A>, expired: bool) {
     let tp = A::tcp_view(sk);

@@ -305,13 +305,6 @@ pub(crate) fn syn_data_bytes<A: Access>(tp: TcpSock<A>) -> u32 {
     tp.bytes_sent() as u32
 }
 
-/// Whether a connection whose SYN had no TFO option may still have asked for TFO (and be
-/// followed, to report `not_attempted`). tcp_fastopen_cookie_check() leaves the option
-/// out while active TFO is paused after a blackhole, which only happens in a namespace
-/// whose tfo_active_disable_times is nonzero; TCP_FASTOPEN_CONNECT sockets keep their bit.
-/// Everywhere else (almost every connection of a busy host) a SYN without the option was
-/// a plain connect, and the state lookup is skipped. (Not covered: an option left out for
-/// lack of option space, as with TCP-MD5; its state ages out of the LRU hash.)
 /// The socket's namespace's tfo_active_disable_times; 0 where this kernel has none
 /// (userspace gives the member only at the 4 bytes read here).
 #[inline(always)]
@@ -323,6 +316,13 @@ fn active_disable_times<A: Access>(sk: Sock<A>) -> u64 {
     net.net_tfo_active_disable_times() as u64
 }
 
+/// Whether a connection whose SYN had no TFO option may still have asked for TFO (and be
+/// followed, to report `not_attempted`). tcp_fastopen_cookie_check() leaves the option
+/// out while active TFO is paused after a blackhole, which only happens in a namespace
+/// whose tfo_active_disable_times is nonzero; TCP_FASTOPEN_CONNECT sockets keep their bit.
+/// Everywhere else (almost every connection of a busy host) a SYN without the option was
+/// a plain connect, and the state lookup is skipped. (Not covered: an option left out for
+/// lack of option space, as with TCP-MD5; its state ages out of the LRU hash.)
 #[inline(always)]
 fn may_have_left_option_out<A: Access>(sk: Sock<A>, tp: TcpSock<A>) -> bool {
     tp.fastopen_connect() || !present!(net_tfo_active_disable_times) || active_disable_times(sk) != 0
