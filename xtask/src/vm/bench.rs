@@ -17,7 +17,7 @@ use super::guest::{sh_quote, MOUNTS};
 use super::initramfs::{install_stripped, merged_usr_root, pack};
 use super::kernels::{kernels, KernelChoice};
 use super::packages::host_packages;
-use super::qemu::{qemu_command, read_lines, Resources};
+use super::qemu::{qemu_command, spawn_with_console, Resources};
 use super::userland::Userland;
 use crate::util::{copy_file, workspace_root};
 
@@ -86,16 +86,9 @@ pub(crate) fn run_in_guest(spec: &GuestBench) -> Result<GuestOutput> {
 /// One boot: the console streamed to stdout and `log`, until qemu exits or `spec.limit`.
 fn boot(k: &super::kernels::Kernel, initrd: &Path, spec: &GuestBench, log: &PathBuf) -> Result<Vec<String>> {
     let mut cmd = qemu_command(k, initrd, &spec.resources, "tfo_bench=1");
-    println!("+ {}", crate::util::display(&cmd));
     let mut log_file = fs::File::create(log)?;
     let start = Instant::now();
-    let mut child = cmd.spawn().with_context(|| format!("starting {}", k.arch.qemu))?;
-    let (tx, rx) = mpsc::channel::<String>();
-    let tx2 = tx.clone();
-    let stdout = child.stdout.take().context("qemu stdout")?;
-    std::thread::spawn(move || read_lines(stdout, tx));
-    let stderr = child.stderr.take().context("qemu stderr")?;
-    std::thread::spawn(move || read_lines(stderr, tx2));
+    let (mut child, rx) = spawn_with_console(&mut cmd, k)?;
     let mut lines = Vec::new();
     let mut killed = None;
     loop {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -106,16 +106,9 @@ pub(super) fn boot(k: &Kernel, cell: &Cell, initrd: &Path, args: &VmArgs) -> Res
         &Resources { accel: args.accel, memory_mb: args.memory_mb, smp: args.smp },
         &format!("tfo_cell={} tfo_accel={}", cell.name, accel(args.accel)),
     );
-    println!("+ {}", crate::util::display(&cmd));
     let start = Instant::now();
-    let mut child = cmd.spawn().with_context(|| format!("starting {}", k.arch.qemu))?;
+    let (mut child, rx) = spawn_with_console(&mut cmd, k)?;
     let pid = child.id();
-    let (tx, rx) = mpsc::channel::<String>();
-    let stdout = child.stdout.take().context("qemu stdout")?;
-    let tx2 = tx.clone();
-    std::thread::spawn(move || read_lines(stdout, tx));
-    let stderr = child.stderr.take().context("qemu stderr")?;
-    std::thread::spawn(move || read_lines(stderr, tx2));
     // Limits sized from the cell's own work: a boot, then each test under its own limit
     // (enforced in the guest). The host steps in only when the guest itself is stuck: no
     // line for longer than one test may take, or more time than all its tests may take.
@@ -203,7 +196,21 @@ pub(super) fn boot(k: &Kernel, cell: &Cell, initrd: &Path, args: &VmArgs) -> Res
     })
 }
 
-pub(super) fn read_lines(r: impl Read, tx: mpsc::Sender<String>) {
+/// Starts qemu (its command printed first) with its console, stdout and stderr, read line
+/// by line into one channel, which disconnects when qemu has closed both.
+pub(super) fn spawn_with_console(cmd: &mut Command, k: &Kernel) -> Result<(Child, mpsc::Receiver<String>)> {
+    println!("+ {}", crate::util::display(cmd));
+    let mut child = cmd.spawn().with_context(|| format!("starting {}", k.arch.qemu))?;
+    let (tx, rx) = mpsc::channel::<String>();
+    let stdout = child.stdout.take().context("qemu stdout")?;
+    let tx2 = tx.clone();
+    std::thread::spawn(move || read_lines(stdout, tx));
+    let stderr = child.stderr.take().context("qemu stderr")?;
+    std::thread::spawn(move || read_lines(stderr, tx2));
+    Ok((child, rx))
+}
+
+fn read_lines(r: impl Read, tx: mpsc::Sender<String>) {
     let mut r = BufReader::new(r);
     let mut buf = Vec::new();
     loop {
