@@ -39,7 +39,7 @@
 //! every tracer is stopped with SIGINT (SIGKILL after 60 s). The namespace, the sysctl,
 //! a tracefs mount made here and the scratch directory are undone by `Drop for Env`.
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -98,7 +98,7 @@ pub struct BenchArgs {
     pub output: PathBuf,
     /// Measure the fentry backend in a Debian 6.12 guest under qemu instead (issue 41):
     /// run counts and BPF time beside the floor and bpftrace in the same guest; writes
-    /// its own section of BENCHMARKS.md
+    /// its own section of the --output file
     #[arg(long)]
     pub vm: bool,
     /// qemu accelerator of --vm
@@ -209,8 +209,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
 
 /// Replaces the block from `begin` to `end` in BENCHMARKS.md with `block` (which holds
 /// both), or appends it; `who` names the task in the line it prints.
-fn write_block(begin: &str, end: &str, block: &str, who: &str) -> Result<()> {
-    let path = workspace_root().join("BENCHMARKS.md");
+fn write_block(file: &Path, begin: &str, end: &str, block: &str, who: &str) -> Result<()> {
+    let path = workspace_root().join(file);
     let old = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let new = match (old.find(begin), old.find(end)) {
         (Some(b), Some(e)) if b < e => {

@@ -71,7 +71,7 @@ pub fn bench_static() -> Result<()> {
     text.push_str(&replays?);
     text.push_str(&format!("\nThe whole run took {:.0} s.\n{END}\n", started.elapsed().as_secs_f64()));
     println!("{text}");
-    write_block(BEGIN, END, &text, "bench-static")
+    write_block(Path::new("BENCHMARKS.md"), BEGIN, END, &text, "bench-static")
 }
 
 /// Sizes of the shipped binaries, and of the glibc build as built and stripped.

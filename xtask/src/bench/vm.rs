@@ -129,5 +129,5 @@ pub(super) fn bench_vm(args: &BenchArgs, command: &str) -> Result<()> {
         "the guest printed no whole section"
     );
     println!("bench: the VM run took {:.0} s", started.elapsed().as_secs_f64());
-    write_block(BEGIN, END, &section, "bench --vm")
+    write_block(&args.output, BEGIN, END, &section, "bench --vm")
 }
