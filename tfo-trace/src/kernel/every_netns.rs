@@ -192,7 +192,11 @@ fn held_by_sockets_checked(known: &[Netns]) -> (Vec<Netns>, bool) {
     let mut complete = true;
     let listed: HashSet<u64> = run_in_each(known, tcp_socket_inodes_here)
         .into_iter()
-        .filter_map(|(_, r)| r.map_err(|_| complete = false).ok())
+        .filter_map(|(inode, r)| {
+            // A namespace that went away since it was listed held no socket: the answer
+            // stays complete (other programs make and drop namespaces all the time).
+            r.map_err(|_| complete &= known.iter().any(|n| n.inode == inode && n.vanished())).ok()
+        })
         .flatten()
         .collect();
     let mut found = BTreeMap::new();
@@ -202,9 +206,14 @@ fn held_by_sockets_checked(known: &[Netns]) -> (Vec<Netns>, bool) {
             if listed.contains(&inode) || !is_tcp_fd(pid, fd) {
                 continue;
             }
-            let Ok(ns) = socket_netns(pid, fd) else {
-                complete = false;
-                continue;
+            let ns = match socket_netns(pid, fd) {
+                Ok(ns) => ns,
+                // The process exited or closed the socket since it was listed.
+                Err(e) if is_gone(&e) => continue,
+                Err(_) => {
+                    complete = false;
+                    continue;
+                }
             };
             let Ok(meta) = File::from(ns).metadata() else { continue };
             let ns_inode = meta.ino() as u32;
@@ -237,6 +246,12 @@ fn tcp_socket_inodes_here() -> Vec<u64> {
         out.extend(text.lines().skip(1).filter_map(|l| l.split_whitespace().nth(9)?.parse::<u64>().ok()));
     }
     out
+}
+
+/// Whether an error says the process, fd, file or namespace asked about no longer
+/// exists (ENOENT, ESRCH, EBADF), not that this user may not see it.
+fn is_gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH | libc::EBADF))
 }
 
 /// An nsfs fd of the namespace the socket `fd` of `pid` was made in (pidfd_getfd, 5.6+;
@@ -294,9 +309,18 @@ impl Netns {
         let fd = File::from(fd);
         let inode = fd.metadata().context("stat of an nsfs fd")?.ino() as u32;
         if inode != self.inode {
-            return Err(anyhow!("{:?} now leads to netns {inode}, not {}", self.way, self.inode));
+            // The namespace this way led to is gone (a pid or a mount point reused).
+            let gone = io::Error::from_raw_os_error(libc::ENOENT);
+            return Err(anyhow!(gone)
+                .context(format!("{:?} now leads to netns {inode}, not {}", self.way, self.inode)));
         }
         Ok(fd.into())
+    }
+
+    /// Whether the way into it no longer leads there (its process exited, its mount or
+    /// socket went away), as opposed to a refusal: such a namespace is not there now.
+    fn vanished(&self) -> bool {
+        self.open().is_err_and(|e| e.chain().any(|c| c.downcast_ref::<io::Error>().is_some_and(is_gone)))
     }
 }
 
@@ -429,5 +453,32 @@ mod tests {
         let wrong = Netns { inode: 1, way: Way::Mount("/proc/self/ns/net".into()), netstat_inode: None };
         let read = run_in_each(&[wrong], || ());
         assert!(read[0].1.as_ref().is_err_and(|e| e.contains("not 1")), "{read:?}");
+    }
+
+    /// A namespace whose holder went away while it was being looked at is not there (the
+    /// answer stays complete); one this user may not enter is not known to be gone.
+    #[test]
+    fn a_way_whose_holder_went_away_has_vanished() {
+        let me = netns::current_netns_inode().unwrap() as u32;
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let exited = child.id();
+        child.wait().unwrap();
+        let ways = [
+            Way::Process(exited),
+            Way::Mount("/run/netns/tfo-trace-no-such-namespace".into()),
+            Way::Socket { pid: std::process::id(), fd: 1_000_000 },
+            // Our own namespace's file, but a different namespace's inode: pid reused.
+            Way::Mount("/proc/self/ns/net".into()),
+        ];
+        for way in ways {
+            let inode = if matches!(way, Way::Mount(ref p) if p.starts_with("/proc")) { me ^ 1 } else { me };
+            assert!(Netns { inode, way: way.clone(), netstat_inode: None }.vanished(), "{way:?}");
+        }
+        assert!(!Netns { inode: me, way: Way::Current, netstat_inode: None }.vanished());
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            // pid 1's namespace file refuses a user who is not root: not gone.
+            assert!(!Netns { inode: me, way: Way::Process(1), netstat_inode: None }.vanished());
+        }
     }
 }
