@@ -19,6 +19,9 @@
 // stdout and stderr are written through `live::output`, where a closed pipe ends the
 // command quietly instead of panicking as `println!`/`eprintln!` do.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
+// What is `pub` is what the binary, the integration tests and the fuzz targets use; the
+// rest is `pub(crate)`, so that rustc names what nothing calls.
+#![warn(unreachable_pub)]
 pub mod aggregation;
 pub mod alloc;
 pub mod backends;

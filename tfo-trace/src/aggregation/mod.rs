@@ -2,12 +2,12 @@
 //! figures are here, `views/report/verdict` says them), so every view and test can share it.
 #[cfg(test)]
 mod agreement;
-pub mod blackhole;
-pub mod counting;
+pub(crate) mod blackhole;
+pub(crate) mod counting;
 pub mod kernel_counted;
 pub mod metrics;
-pub mod quantiles;
-pub mod refusals;
-pub mod report;
-pub mod stall;
-pub mod top;
+pub(crate) mod quantiles;
+pub(crate) mod refusals;
+pub(crate) mod report;
+pub(crate) mod stall;
+pub(crate) mod top;

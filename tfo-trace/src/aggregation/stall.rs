@@ -59,12 +59,12 @@ pub struct Stall {
 
 /// Whether a row of the kernel's counts (role, outcome) holds stalls as defined here: a
 /// client connection's own outcome. Its `stalls` and `stall_ns` are then the stalls.
-pub fn row_counts(role: Role, outcome: Outcome) -> bool {
+pub(crate) fn row_counts(role: Role, outcome: Outcome) -> bool {
     role == Role::Client && outcome.ends_connection()
 }
 
 /// The stall this event tells of, if it is one (see the module's documentation).
-pub fn of(e: &Event) -> Option<Stall> {
+pub(crate) fn of(e: &Event) -> Option<Stall> {
     let lost_us = lost_us(e.role, e.outcome, e.retransmits, e.stall_us)?;
     let cause = match e.outcome {
         Outcome::SynRetransmitted if e.syn_data_bytes > 0 => Cause::SynDataDropped,
@@ -75,7 +75,7 @@ pub fn of(e: &Event) -> Option<Stall> {
 }
 
 /// The time lost if an event of these numbers is a stall ([`of`], without its cause).
-pub fn lost_us(role: Role, outcome: Outcome, retransmits: u32, stall_us: u64) -> Option<u64> {
+pub(crate) fn lost_us(role: Role, outcome: Outcome, retransmits: u32, stall_us: u64) -> Option<u64> {
     if !row_counts(role, outcome) {
         return None;
     }
@@ -85,12 +85,12 @@ pub fn lost_us(role: Role, outcome: Outcome, retransmits: u32, stall_us: u64) ->
 
 /// For `data_not_acked` (not a stall): the estimated cost of the extra round trip the
 /// resent data takes, the handshake time (0 where it is unknown). None for other events.
-pub fn extra_round_trip_us(e: &Event) -> Option<u64> {
+pub(crate) fn extra_round_trip_us(e: &Event) -> Option<u64> {
     extra_round_trip_of(e.role, e.outcome, e.handshake_us)
 }
 
 /// [`extra_round_trip_us`] of an event's numbers.
-pub fn extra_round_trip_of(role: Role, outcome: Outcome, handshake_us: Option<u64>) -> Option<u64> {
+pub(crate) fn extra_round_trip_of(role: Role, outcome: Outcome, handshake_us: Option<u64>) -> Option<u64> {
     (role == Role::Client && outcome == Outcome::DataNotAcked).then(|| handshake_us.unwrap_or(0))
 }
 
@@ -141,21 +141,21 @@ impl StallCounts {
 }
 
 /// Time saved less time lost, saturated: TFO's balance, in µs.
-pub fn net_us(saved_us: u64, lost_us: u64) -> i64 {
+pub(crate) fn net_us(saved_us: u64, lost_us: u64) -> i64 {
     let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     clamp(saved_us).saturating_sub(clamp(lost_us))
 }
 
 /// What a client connection's accepted SYN-data saved, where the kernel measured it: the
 /// counterpart of a stall's time lost.
-pub fn saved_us(e: &Event) -> Option<u64> {
+pub(crate) fn saved_us(e: &Event) -> Option<u64> {
     (e.role == Role::Client && e.outcome == Outcome::Accepted).then_some(e.saved_us).flatten()
 }
 
 /// Stalls of a group of connections, and apart from them the extra round trips: what
 /// `stalls` sums per destination.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StallTally {
+pub(crate) struct StallTally {
     pub stalls: StallCounts,
     /// `data_not_acked` connections: one extra round trip each, not stalls.
     pub extra_round_trips: u64,
@@ -169,7 +169,7 @@ pub struct StallTally {
 
 impl StallTally {
     /// Counts the event; returns its stall, if it is one.
-    pub fn add(&mut self, e: &Event) -> Option<Stall> {
+    pub(crate) fn add(&mut self, e: &Event) -> Option<Stall> {
         if let Some(us) = saved_us(e) {
             self.saved_us = self.saved_us.saturating_add(us);
         }

@@ -69,7 +69,7 @@ pub enum InNamespace {
 }
 
 /// The advice that follows from the host's facts (pure).
-pub fn advice(r: &HostFacts) -> Vec<Advice> {
+pub(crate) fn advice(r: &HostFacts) -> Vec<Advice> {
     let mut a = Vec::new();
     if let Some(p) = &r.privileges.tracing_problem {
         a.push(Advice::TracingNotAllowed(p.clone()));

@@ -18,7 +18,11 @@ pub struct Check {
 }
 
 /// The six lessons, checked against this host (pure).
-pub fn checks(namespaces: &[TfoNamespace], listeners: &[TfoListener], key_files: &[String]) -> Vec<Check> {
+pub(crate) fn checks(
+    namespaces: &[TfoNamespace],
+    listeners: &[TfoListener],
+    key_files: &[String],
+) -> Vec<Check> {
     let mut out = Vec::new();
 
     // 1. The sysctl is per network namespace.

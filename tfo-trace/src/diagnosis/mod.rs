@@ -2,8 +2,8 @@
 //! `kernel::host`, and the probe loader's verdict per backend), a [`DoctorReport`] out, which
 //! `views::doctor` only renders. The six lessons are in [`checks`], the advice, typed, in
 //! [`advice`] (`views::doctor` says it); both are unit-tested on fixed facts.
-pub mod advice;
-pub mod checks;
+pub(crate) mod advice;
+pub(crate) mod checks;
 
 use serde::Serialize;
 

@@ -32,7 +32,7 @@ use crate::kernel::{
 
 /// At most this many reads of a cookie cache per second (each is a netlink round trip of a
 /// few tens of µs): a storm of refusals costs the reader no more than that.
-pub const READS_PER_SECOND: u32 = 50;
+pub(crate) const READS_PER_SECOND: u32 = 50;
 
 /// At most this many destinations remembered (then the memory starts over).
 const MAX_REMEMBERED: usize = 65536;
@@ -48,7 +48,7 @@ const RETRY_OPEN: Duration = Duration::from_secs(10);
 type Known = Option<u32>;
 
 /// Telling refusals' causes: see the module's doc.
-pub struct Causes {
+pub(crate) struct Causes {
     key: [u64; 2],
     /// A hook sees the SYN-ACK (the kernel tells, or hashes the SYN-ACK's cookie).
     kernel_sees_synack: bool,
@@ -68,7 +68,7 @@ enum Opened {
 
 /// What telling causes cost and where it could not.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CauseStats {
+pub(crate) struct CauseStats {
     /// Reads of a namespace's cookie cache.
     pub reads: u64,
     /// Refusals left `unknown` because the reads' budget was spent.
@@ -101,7 +101,7 @@ impl Budget {
 impl Causes {
     /// `key`: this run's cookie-hash key (the programs'); `kernel_sees_synack`: whether the
     /// backend hooks tcp_fastopen_cache_set. Takes the baseline of every namespace's cache.
-    pub fn new(key: [u64; 2], kernel_sees_synack: bool) -> Causes {
+    pub(crate) fn new(key: [u64; 2], kernel_sees_synack: bool) -> Causes {
         let mut causes = Causes {
             key,
             kernel_sees_synack,
@@ -132,7 +132,7 @@ impl Causes {
 
     /// Tells `e`'s cause where it is a refusal the kernel left to us, and learns the
     /// cookies client events show.
-    pub fn tell(&mut self, e: &mut EventRef<'_>) {
+    pub(crate) fn tell(&mut self, e: &mut EventRef<'_>) {
         if e.role != Role::Client {
             return;
         }

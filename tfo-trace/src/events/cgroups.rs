@@ -21,7 +21,7 @@ use tfo_trace_common::{cgroup_event, CgroupEvent};
 use crate::kernel::cgroup::CgroupNames;
 
 /// The cgroup table and the ring that feeds it, behind one lock.
-pub struct Learning {
+pub(crate) struct Learning {
     ring: Option<RingBuf<MapData>>,
     pub names: CgroupNames,
     /// Records that did not decode (a kernel/userspace mismatch): counted, never silent.
@@ -65,7 +65,7 @@ fn decode(bytes: &[u8]) -> Option<CgroupEvent> {
 
 /// The cgroup table, kept current by a thread that reads the cgroup hooks' ring as the
 /// kernel writes it; stopped and joined on drop.
-pub struct CgroupLearner {
+pub(crate) struct CgroupLearner {
     shared: Arc<Mutex<Learning>>,
     /// Written to on drop: wakes the thread to stop.
     stop: Option<OwnedFd>,
@@ -78,7 +78,7 @@ const POLL_MS: i32 = 1000;
 impl CgroupLearner {
     /// Walks the hierarchy once, then, where the cgroup hooks attached (`hooks`), learns
     /// each cgroup as it is made or removed.
-    pub fn new(ebpf: &mut Ebpf, hooks: bool) -> Result<Self> {
+    pub(crate) fn new(ebpf: &mut Ebpf, hooks: bool) -> Result<Self> {
         let ring = if hooks {
             let map = ebpf.take_map("CGROUP_EVENTS").ok_or_else(|| anyhow!("CGROUP_EVENTS map missing"))?;
             Some(RingBuf::try_from(map).context("opening the CGROUP_EVENTS ring buffer")?)
@@ -113,7 +113,7 @@ impl CgroupLearner {
 
     /// The table, with every cgroup record the kernel has written so far in it: events read
     /// after this call find the cgroups their processes ran in.
-    pub fn names(&self) -> MutexGuard<'_, Learning> {
+    pub(crate) fn names(&self) -> MutexGuard<'_, Learning> {
         let mut learning = lock(&self.shared);
         learning.drain();
         learning

@@ -1,11 +1,11 @@
 //! Decoding kernel events into [`Event`], the record every view and the JSON output use.
-pub mod causes;
-pub mod cgroups;
-pub mod counts;
+pub(crate) mod causes;
+pub(crate) mod cgroups;
+pub(crate) mod counts;
 mod fields;
-pub mod reader;
+pub(crate) mod reader;
 pub mod record;
-pub mod replay;
+pub(crate) mod replay;
 
 use std::{
     collections::HashSet,

@@ -27,7 +27,7 @@ impl AsRawFd for Ring {
 /// The longest a quietly submitted event waits before userspace reads it.
 const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
-pub struct EventSource {
+pub(crate) struct EventSource {
     ring: AsyncFd<Ring>,
     counters: PerCpuArray<MapData, u64>,
     counts: PerCpuHashMap<MapData, CountKey, Counts>,
@@ -81,7 +81,7 @@ impl EventSource {
     /// `cgroup_hooks`: whether the cgroup hooks attached (see [`super::cgroups`]);
     /// `names`: the DNS answers' reader that names destinations (`--names`); `causes`:
     /// what tells a refused SYN-data's cause.
-    pub fn new(
+    pub(crate) fn new(
         ebpf: &mut Ebpf,
         cgroup_hooks: bool,
         names: Option<crate::names::Names>,
@@ -116,24 +116,19 @@ impl EventSource {
     }
 
     /// `--names`: read the answers of namespaces made since the last look, from now on.
-    pub fn watch_new_namespaces(&mut self) {
+    pub(crate) fn watch_new_namespaces(&mut self) {
         if let Some(names) = &mut self.names {
             names.rescan();
         }
     }
 
-    /// What telling refusals' causes cost, and where it could not.
-    pub fn cause_stats(&self) -> &super::causes::CauseStats {
-        &self.causes.stats
-    }
-
     /// What `--names` has read so far (None without it).
-    pub fn names_stats(&self) -> Option<crate::names::NamesStats> {
+    pub(crate) fn names_stats(&self) -> Option<crate::names::NamesStats> {
         self.names.as_ref().map(crate::names::Names::stats)
     }
 
     /// Everything already in the ring buffer, without waiting, as events.
-    pub fn drain(&mut self, out: &mut Vec<Event>) {
+    pub(crate) fn drain(&mut self, out: &mut Vec<Event>) {
         self.drain_each(|e| out.push(e.to_event()));
     }
 
@@ -145,7 +140,7 @@ impl EventSource {
     /// event's namespace name and container, and a client's destination by its DNS name
     /// (`--names`; the answers queued before the records are read first). Returns how many
     /// records were handed over.
-    pub fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> u64 {
+    pub(crate) fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> u64 {
         let EventSource {
             ring,
             clock,
@@ -227,14 +222,14 @@ impl EventSource {
 
     /// Waits until the kernel wakes us (it does so once the ring is 1/4 full, see
     /// `emit` in the eBPF maps) or 100 ms pass, then drains what is there.
-    pub async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
+    pub(crate) async fn next_batch(&mut self, out: &mut Vec<Event>) -> Result<()> {
         self.wait().await?;
         self.drain(out);
         Ok(())
     }
 
     /// Waits until the kernel wakes us or 100 ms pass (then there may be events to drain).
-    pub async fn wait(&mut self) -> Result<()> {
+    pub(crate) async fn wait(&mut self) -> Result<()> {
         if let Ok(ready) = tokio::time::timeout(POLL_INTERVAL, self.ring.readable_mut()).await {
             ready.context("waiting on the ring buffer")?.clear_ready();
         }
@@ -247,29 +242,29 @@ impl EventSource {
 
     /// Events the kernel could not write because the ring buffer was full (their counts
     /// are still in [`EventSource::kernel_counts`]).
-    pub fn lost(&self) -> u64 {
+    pub(crate) fn lost(&self) -> u64 {
         self.counter(counter::EVENTS_LOST)
     }
 
     /// TFO connects whose state could not be stored (their events lack pid and timing).
-    pub fn state_failures(&self) -> u64 {
+    pub(crate) fn state_failures(&self) -> u64 {
         self.counter(counter::CONN_STATE_FAILED)
     }
 
     /// Cgroup records the kernel could not write because their ring was full (those
     /// cgroups are named by a walk of the hierarchy, where they still exist).
-    pub fn cgroup_records_lost(&self) -> u64 {
+    pub(crate) fn cgroup_records_lost(&self) -> u64 {
         self.counter(counter::CGROUP_EVENTS_LOST)
     }
 
     /// Outcomes the kernel could not count because its table of namespaces was full.
-    pub fn uncounted(&self) -> u64 {
+    pub(crate) fn uncounted(&self) -> u64 {
         self.counter(counter::COUNTS_FULL)
     }
 
     /// What the kernel has counted since the programs were loaded, per namespace, role and
     /// outcome, summed over CPUs: exact whether or not this reader kept up with the events.
-    pub fn kernel_counts(&self) -> Result<KernelCounts> {
+    pub(crate) fn kernel_counts(&self) -> Result<KernelCounts> {
         let mut rows = std::collections::BTreeMap::new();
         for item in self.counts.iter() {
             let (key, per_cpu) = item.context("reading the COUNTS map")?;

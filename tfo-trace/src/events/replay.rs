@@ -13,18 +13,18 @@ use super::{
 };
 
 /// Which events a replay hands on (the rest are read and passed over).
-pub type Select = Box<dyn Fn(&Event) -> bool>;
+pub(crate) type Select = Box<dyn Fn(&Event) -> bool>;
 
 /// What a replay hands on: the events the filter selects, and the headers after line 1.
 // Nearly every line is an event: boxing it would allocate once per event for the sake
 // of the rare header.
 #[allow(clippy::large_enum_variant)]
-pub enum Replayed {
+pub(crate) enum Replayed {
     Event(Event),
     Header(Header),
 }
 
-pub struct Replay {
+pub(crate) struct Replay {
     lines: Events<BufReader<File>>,
     select: Select,
     /// The bad lines skipped so far.
@@ -35,14 +35,14 @@ pub struct Replay {
 
 impl Replay {
     /// Opens a recording: its first header, and the replay of the rest.
-    pub fn open(path: &Path, select: Select) -> Result<(Header, Replay)> {
+    pub(crate) fn open(path: &Path, select: Select) -> Result<(Header, Replay)> {
         let (header, lines) = Events::open(path)?;
         let (bad, netns_names) = (BadLines::default(), RecordedNetnsNames::default());
         Ok((header, Replay { lines, select, bad, netns_names }))
     }
 
     /// The selected events alone (headers passed over), for views that merge segments.
-    pub fn events(&mut self) -> impl Iterator<Item = Event> + '_ {
+    pub(crate) fn events(&mut self) -> impl Iterator<Item = Event> + '_ {
         self.filter_map(|r| match r {
             Replayed::Event(e) => Some(e),
             Replayed::Header(_) => None,

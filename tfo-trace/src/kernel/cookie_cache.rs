@@ -46,7 +46,7 @@ impl neli::consts::genl::NlAttrType for MetricsAttr {}
 type Reply = Genlmsghdr<MetricsCmd, MetricsAttr>;
 
 /// The cookie cache of one namespace, through a netlink socket made in it.
-pub struct CookieCache {
+pub(crate) struct CookieCache {
     socket: NlSocketHandle,
     family: u16,
     seq: u32,
@@ -54,7 +54,7 @@ pub struct CookieCache {
 
 impl CookieCache {
     /// A socket into the cookie cache of the calling thread's namespace.
-    pub fn open() -> Result<CookieCache> {
+    pub(crate) fn open() -> Result<CookieCache> {
         let socket = NlSocketHandle::connect(NlFamily::Generic, None, Groups::empty())
             .context("opening a generic netlink socket")?;
         let family = family_id(&socket)?;
@@ -63,7 +63,7 @@ impl CookieCache {
 
     /// The hash of the cookie cached for `addr` (whatever the source address of its
     /// entry), None where the cache holds none (no entry, or an entry without a cookie).
-    pub fn cookie(&mut self, addr: IpAddr, key: [u64; 2]) -> Result<Option<u32>> {
+    pub(crate) fn cookie(&mut self, addr: IpAddr, key: [u64; 2]) -> Result<Option<u32>> {
         let attr = match addr {
             IpAddr::V4(a) => attribute(MetricsAttr::AddrIpv4, Buffer::from(a.octets().to_vec()))?,
             IpAddr::V6(a) => attribute(MetricsAttr::AddrIpv6, Buffer::from(a.octets().to_vec()))?,
@@ -73,7 +73,7 @@ impl CookieCache {
     }
 
     /// The hash of every cookie the cache holds, by destination address.
-    pub fn cookies(&mut self, key: [u64; 2]) -> Result<Vec<(IpAddr, u32)>> {
+    pub(crate) fn cookies(&mut self, key: [u64; 2]) -> Result<Vec<(IpAddr, u32)>> {
         let found = self.ask(NlmF::REQUEST | NlmF::DUMP, GenlBuffer::new(), key)?;
         Ok(found.into_iter().filter_map(|(addr, hash)| Some((addr?, hash?))).collect())
     }

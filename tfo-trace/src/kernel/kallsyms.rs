@@ -11,13 +11,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
-pub const KALLSYMS_PATH: &str = "/proc/kallsyms";
+pub(crate) const KALLSYMS_PATH: &str = "/proc/kallsyms";
 /// Present only when the kernel has CONFIG_KPROBES (and kprobe events).
-pub const KPROBE_PMU_PATH: &str = "/sys/bus/event_source/devices/kprobe";
+pub(crate) const KPROBE_PMU_PATH: &str = "/sys/bus/event_source/devices/kprobe";
 
 /// The kernel functions where TFO work happens (6.1 .. 6.18), the first eight exported or at least
 /// global; the others are static and often inlined.
-pub const TFO_FUNCTIONS: [&str; 12] = [
+pub(crate) const TFO_FUNCTIONS: [&str; 12] = [
     "tcp_try_fastopen",
     "tcp_fastopen_cookie_check",
     "tcp_fastopen_defer_connect",
@@ -69,7 +69,7 @@ pub struct HookPoint {
 }
 
 /// Pure scan of kallsyms text for `names`. Result in the order of `names`.
-pub fn scan_kallsyms(text: &str, names: &[&str]) -> Vec<HookPoint> {
+pub(crate) fn scan_kallsyms(text: &str, names: &[&str]) -> Vec<HookPoint> {
     let mut found: HashMap<&str, HookPoint> = names
         .iter()
         .map(|&n| {
@@ -114,7 +114,7 @@ pub fn scan_kallsyms(text: &str, names: &[&str]) -> Vec<HookPoint> {
 
 /// Marks which hook points ftrace can patch, from the text of tracefs `available_filter_functions`
 /// (lines `name` or `name [module]`).
-pub fn mark_ftrace_able(points: &mut [HookPoint], available_filter_functions: &str) {
+pub(crate) fn mark_ftrace_able(points: &mut [HookPoint], available_filter_functions: &str) {
     let listed: std::collections::HashSet<&str> =
         available_filter_functions.lines().filter_map(|l| l.split_whitespace().next()).collect();
     for p in points {
@@ -124,7 +124,7 @@ pub fn mark_ftrace_able(points: &mut [HookPoint], available_filter_functions: &s
 
 /// Text of tracefs `available_filter_functions`. Err says why not: tracefs not mounted, or the
 /// read refused (on the 6.18 host even root gets EPERM here, as for fentry).
-pub fn available_filter_functions() -> Result<String, String> {
+pub(crate) fn available_filter_functions() -> Result<String, String> {
     let tracefs = tracefs_mount().ok_or_else(|| "tracefs not mounted".to_string())?;
     let path = tracefs.join("available_filter_functions");
     std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
@@ -132,7 +132,7 @@ pub fn available_filter_functions() -> Result<String, String> {
 
 /// Looks up [`TFO_FUNCTIONS`] in /proc/kallsyms, and in tracefs `available_filter_functions`
 /// when that is readable (else `ftrace_able` stays None).
-pub fn tfo_hook_points() -> io::Result<Vec<HookPoint>> {
+pub(crate) fn tfo_hook_points() -> io::Result<Vec<HookPoint>> {
     let text = std::fs::read_to_string(KALLSYMS_PATH)?;
     let mut points = scan_kallsyms(&text, &TFO_FUNCTIONS);
     if let Ok(aff) = available_filter_functions() {
@@ -142,12 +142,12 @@ pub fn tfo_hook_points() -> io::Result<Vec<HookPoint>> {
 }
 
 /// Whether the kernel has kprobes at all (the `kprobe` perf PMU exists).
-pub fn kprobes_available() -> bool {
+pub(crate) fn kprobes_available() -> bool {
     Path::new(KPROBE_PMU_PATH).exists()
 }
 
 /// Mount points of file systems of type `fstype` in a /proc/mounts text (octal escapes decoded).
-pub fn mounts_of_type(mounts: &str, fstype: &str) -> Vec<PathBuf> {
+pub(crate) fn mounts_of_type(mounts: &str, fstype: &str) -> Vec<PathBuf> {
     mounts
         .lines()
         .filter_map(|l| {
@@ -176,7 +176,7 @@ fn unescape_mount(s: &str) -> String {
 }
 
 /// Where a file system of `fstype` is mounted, its canonical place first (None: not mounted).
-pub fn first_mount_of_type(fstype: &str) -> Option<PathBuf> {
+pub(crate) fn first_mount_of_type(fstype: &str) -> Option<PathBuf> {
     let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
     let all = mounts_of_type(&mounts, fstype);
     // Prefer the canonical places.
@@ -190,12 +190,12 @@ pub fn first_mount_of_type(fstype: &str) -> Option<PathBuf> {
 }
 
 /// Where tracefs is mounted (None: not mounted).
-pub fn tracefs_mount() -> Option<PathBuf> {
+pub(crate) fn tracefs_mount() -> Option<PathBuf> {
     first_mount_of_type("tracefs")
 }
 
 /// Where bpffs is mounted (None: not mounted).
-pub fn bpffs_mount() -> Option<PathBuf> {
+pub(crate) fn bpffs_mount() -> Option<PathBuf> {
     first_mount_of_type("bpf")
 }
 

@@ -23,7 +23,7 @@ const ST_LISTEN: &str = "0A";
 const NEGATIVE_TTL: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Owner {
+pub(crate) struct Owner {
     pub pid: u32,
     /// Shared with the events that name it.
     pub comm: std::sync::Arc<str>,
@@ -33,7 +33,7 @@ pub struct Owner {
 
 /// Listening sockets in a /proc/net/tcp or tcp6 text: (local address, socket inode).
 /// Addresses are printed as 32-bit words in host byte order (`%08X` of the raw word).
-pub fn parse_proc_listeners(text: &str) -> Vec<(SocketAddr, u64)> {
+pub(crate) fn parse_proc_listeners(text: &str) -> Vec<(SocketAddr, u64)> {
     text.lines()
         .skip(1)
         .filter_map(|line| {
@@ -55,11 +55,6 @@ pub fn parse_proc_listeners(text: &str) -> Vec<(SocketAddr, u64)> {
             Some((SocketAddr::new(ip, port), cols.get(9)?.parse().ok()?))
         })
         .collect()
-}
-
-/// Socket inodes of listeners on `port` in a /proc/net/tcp{,6} text.
-pub fn listening_inodes(proc_net_tcp: &str, port: u16) -> Vec<u64> {
-    parse_proc_listeners(proc_net_tcp).into_iter().filter(|(a, _)| a.port() == port).map(|(_, i)| i).collect()
 }
 
 pub(crate) fn pids() -> impl Iterator<Item = u32> {
@@ -86,7 +81,7 @@ pub(crate) fn socket_fds(pid: u32) -> impl Iterator<Item = (i32, u64)> {
 
 /// Scans /proc once for the owner of a listener on (netns, port): the one bound to
 /// `listener` where it is known (`0.0.0.0:80` and `[::]:80` may have two owners).
-pub fn find_owner(netns: u32, port: u16, listener: Option<SocketAddr>) -> Option<Owner> {
+pub(crate) fn find_owner(netns: u32, port: u16, listener: Option<SocketAddr>) -> Option<Owner> {
     let in_ns: Vec<u32> = pids().filter(|&p| netns_of_pid(p) == Some(netns)).collect();
     let first = *in_ns.first()?;
     let mut inodes = Vec::new();
@@ -105,7 +100,7 @@ pub fn find_owner(netns: u32, port: u16, listener: Option<SocketAddr>) -> Option
 
 /// A listener and the process that holds it, in any network namespace.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListenerOwner {
+pub(crate) struct ListenerOwner {
     pub netns: u32,
     /// Its bound address (as `ss -ltn` shows it, but a dual-stack `[::]:P`, `*:P` there).
     pub addr: SocketAddr,
@@ -119,7 +114,7 @@ pub struct ListenerOwner {
 /// Every listening TCP socket on this host with its owner: one /proc scan, for the
 /// listeners opened before the tracer attached (the kernel side learns the rest at
 /// listen()).
-pub fn every_listener_owner() -> Vec<ListenerOwner> {
+pub(crate) fn every_listener_owner() -> Vec<ListenerOwner> {
     let owners = socket_owners();
     let mut seen_ns = std::collections::HashSet::new();
     let mut out = Vec::new();
@@ -151,7 +146,7 @@ pub fn every_listener_owner() -> Vec<ListenerOwner> {
 /// address. The same address and port first, else the wildcard of the connection's family
 /// (`0.0.0.0:P`, `[::]:P`), else for IPv4 a dual-stack `[::]:P` (which takes IPv4 as
 /// `::ffff:a.b.c.d`).
-pub fn listener_of(local: SocketAddr, listening: &[SocketAddr]) -> Option<SocketAddr> {
+pub(crate) fn listener_of(local: SocketAddr, listening: &[SocketAddr]) -> Option<SocketAddr> {
     let on_port = || listening.iter().filter(|l| l.port() == local.port());
     if let Some(exact) = on_port().find(|l| l.ip() == local.ip()) {
         return Some(*exact);
@@ -165,7 +160,7 @@ pub fn listener_of(local: SocketAddr, listening: &[SocketAddr]) -> Option<Socket
 /// Names listeners as [`listener_of`] does, remembering each: /proc is read once per
 /// listener and local address, not once per event.
 #[derive(Default)]
-pub struct ListenerNames {
+pub(crate) struct ListenerNames {
     known: HashMap<(u32, SocketAddr), SocketAddr>,
     unknown: HashMap<(u32, SocketAddr), Instant>,
 }
@@ -173,7 +168,7 @@ pub struct ListenerNames {
 impl ListenerNames {
     /// The listener of namespace `netns` that a connection to `local` arrived at; `pid`, a
     /// process likely in that namespace (the listener's owner), spares a search for one.
-    pub fn lookup(&mut self, netns: u32, pid: u32, local: SocketAddr) -> Option<SocketAddr> {
+    pub(crate) fn lookup(&mut self, netns: u32, pid: u32, local: SocketAddr) -> Option<SocketAddr> {
         let key = (netns, local);
         if let Some(l) = self.known.get(&key) {
             return Some(*l);
@@ -208,14 +203,14 @@ fn listening_in(pid: u32) -> Vec<SocketAddr> {
 
 /// Remembers owners so /proc is scanned once per listener, not once per event.
 #[derive(Default)]
-pub struct OwnerCache {
+pub(crate) struct OwnerCache {
     known: HashMap<(u32, u16, Option<SocketAddr>), Owner>,
     unknown: HashMap<(u32, u16, Option<SocketAddr>), Instant>,
 }
 
 impl OwnerCache {
     /// The owner of the listener on `port` of `netns`, bound to `listener` where known.
-    pub fn lookup(&mut self, netns: u32, port: u16, listener: Option<SocketAddr>) -> Option<Owner> {
+    pub(crate) fn lookup(&mut self, netns: u32, port: u16, listener: Option<SocketAddr>) -> Option<Owner> {
         let key = (netns, port, listener);
         if let Some(o) = self.known.get(&key) {
             return Some(o.clone());
@@ -312,7 +307,7 @@ fn listener_max_qlen(pid: u32, fd: i32) -> Result<u32, String> {
 
 /// Every listening TCP socket of `namespaces` (those that can be entered), with its owner
 /// and TFO queue size.
-pub fn tfo_listeners(namespaces: &[TfoNamespace]) -> Vec<TfoListener> {
+pub(crate) fn tfo_listeners(namespaces: &[TfoNamespace]) -> Vec<TfoListener> {
     let owners = socket_owners();
     let mut out = Vec::new();
     for ns in namespaces {
@@ -356,9 +351,6 @@ mod tests {
 
     #[test]
     fn parses_proc_net_tcp() {
-        assert_eq!(listening_inodes(PROC_NET_TCP, 8080), vec![12345]);
-        assert_eq!(listening_inodes(PROC_NET_TCP, 80), vec![34567]);
-        assert!(listening_inodes(PROC_NET_TCP, 443).is_empty());
         assert_eq!(
             parse_proc_listeners(PROC_NET_TCP),
             vec![("0.0.0.0:8080".parse().unwrap(), 12345), ("0.0.0.0:80".parse().unwrap(), 34567)]

@@ -4,19 +4,19 @@
 //! the containers the runtimes keep in them).
 //! `host` gathers the ones `doctor` judges.
 pub mod cgroup;
-pub mod containers;
-pub mod cookie_cache;
+pub(crate) mod containers;
+pub(crate) mod cookie_cache;
 pub mod every_netns;
-pub mod host;
-pub mod kallsyms;
-pub mod listeners;
+pub(crate) mod host;
+pub(crate) mod kallsyms;
+pub(crate) mod listeners;
 pub mod netns;
 pub mod netstat;
-pub mod privileges;
-pub mod program_types;
-pub mod sysctl;
+pub(crate) mod privileges;
+pub(crate) mod program_types;
+pub(crate) mod sysctl;
 pub mod tcp_metrics;
-pub mod uname;
+pub(crate) mod uname;
 
 use serde::{Serialize, Serializer};
 

@@ -12,19 +12,13 @@
 
 use std::io;
 
-pub const CAP_NET_ADMIN: u32 = 12;
-pub const CAP_SYS_ADMIN: u32 = 21;
-pub const CAP_PERFMON: u32 = 38;
-pub const CAP_BPF: u32 = 39;
+pub(crate) const CAP_NET_ADMIN: u32 = 12;
+pub(crate) const CAP_SYS_ADMIN: u32 = 21;
+pub(crate) const CAP_PERFMON: u32 = 38;
+pub(crate) const CAP_BPF: u32 = 39;
 
 /// The capabilities tfo-trace cares about, in the order they are reported.
-pub const RELEVANT_CAPS: [u32; 4] = [CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_NET_ADMIN];
-
-/// What to tell a user who lacks the capabilities of the tracing backends. CAP_NET_ADMIN
-/// is not among them: raw tracepoints and ring buffers need only CAP_BPF and CAP_PERFMON
-/// (checked by tests/capabilities.rs, which runs the tracer as an unprivileged user).
-pub const SETCAP_HINT: &str =
-    "run it with sudo, or `sudo setcap cap_bpf,cap_perfmon+ep $(command -v tfo-trace)`";
+pub(crate) const RELEVANT_CAPS: [u32; 4] = [CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_NET_ADMIN];
 
 /// The setcap line that grants exactly `caps`.
 fn setcap_hint(caps: &[u32]) -> String {
@@ -33,7 +27,7 @@ fn setcap_hint(caps: &[u32]) -> String {
 }
 
 /// Kernel name of a capability we report (`CAP_<n>` for others).
-pub fn cap_name(cap: u32) -> String {
+pub(crate) fn cap_name(cap: u32) -> String {
     match cap {
         CAP_NET_ADMIN => "CAP_NET_ADMIN".into(),
         CAP_SYS_ADMIN => "CAP_SYS_ADMIN".into(),
@@ -45,33 +39,25 @@ pub fn cap_name(cap: u32) -> String {
 
 /// A capability bit set, as in the `Cap*` lines of /proc/PID/status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct CapSet(pub u64);
+pub(crate) struct CapSet(pub u64);
 
 impl CapSet {
-    pub fn has(self, cap: u32) -> bool {
+    pub(crate) fn has(self, cap: u32) -> bool {
         cap < 64 && self.0 & (1u64 << cap) != 0
     }
-    /// `bpf_capable()`.
-    pub fn bpf_capable(self) -> bool {
-        self.has(CAP_BPF) || self.has(CAP_SYS_ADMIN)
-    }
-    /// `perfmon_capable()`.
-    pub fn perfmon_capable(self) -> bool {
-        self.has(CAP_PERFMON) || self.has(CAP_SYS_ADMIN)
-    }
     /// Which of [`RELEVANT_CAPS`] are held, as (name, held).
-    pub fn relevant(self) -> Vec<(String, bool)> {
+    pub(crate) fn relevant(self) -> Vec<(String, bool)> {
         RELEVANT_CAPS.iter().map(|&c| (cap_name(c), self.has(c))).collect()
     }
 }
 
 /// Parses the `CapEff:` line of a /proc/PID/status text (16 hex digits).
-pub fn parse_cap_eff(status: &str) -> Result<CapSet, String> {
+pub(crate) fn parse_cap_eff(status: &str) -> Result<CapSet, String> {
     parse_cap_line(status, "CapEff")
 }
 
 /// Parses any `Cap*:` line (CapPrm, CapBnd, ...) of a /proc/PID/status text.
-pub fn parse_cap_line(status: &str, field: &str) -> Result<CapSet, String> {
+pub(crate) fn parse_cap_line(status: &str, field: &str) -> Result<CapSet, String> {
     let line = status
         .lines()
         .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':')))
@@ -81,20 +67,20 @@ pub fn parse_cap_line(status: &str, field: &str) -> Result<CapSet, String> {
 }
 
 /// Effective capabilities of this process.
-pub fn effective_caps() -> io::Result<CapSet> {
+pub(crate) fn effective_caps() -> io::Result<CapSet> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     parse_cap_eff(&status).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Whether a /proc/PID/uid_map text is the initial user namespace's identity map.
-pub fn is_identity_uid_map(uid_map: &str) -> bool {
+pub(crate) fn is_identity_uid_map(uid_map: &str) -> bool {
     let fields: Vec<&str> = uid_map.split_whitespace().collect();
     fields == ["0", "0", "4294967295"]
 }
 
 /// Whether we appear to run in the initial user namespace (None: cannot tell).
 /// Inside a user namespace (rootless containers) capabilities do not let us load BPF programs.
-pub fn in_initial_user_ns() -> Option<bool> {
+pub(crate) fn in_initial_user_ns() -> Option<bool> {
     std::fs::read_to_string("/proc/self/uid_map").ok().map(|m| is_identity_uid_map(&m))
 }
 
@@ -107,7 +93,7 @@ fn missing_message(missing: &[u32], needed: &[u32], what: &str) -> String {
 /// The rule for tracing programs (tracepoints, raw tracepoints, tp_btf, fentry, kprobes):
 /// CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN alone. `initial_user_ns`: see [`in_initial_user_ns`].
 /// On failure, returns one actionable line.
-pub fn tracing_rule(caps: CapSet, initial_user_ns: Option<bool>) -> Result<(), String> {
+pub(crate) fn tracing_rule(caps: CapSet, initial_user_ns: Option<bool>) -> Result<(), String> {
     if initial_user_ns == Some(false) {
         return Err("tfo-trace runs inside a user namespace (a rootless container?), where capabilities \
                     do not allow loading eBPF programs: run it on the host with sudo, or in a privileged container"
@@ -121,7 +107,7 @@ pub fn tracing_rule(caps: CapSet, initial_user_ns: Option<bool>) -> Result<(), S
 }
 
 /// Checks this process against [`tracing_rule`]; Err is one line to show the user.
-pub fn check_tracing_privileges() -> Result<(), String> {
+pub(crate) fn check_tracing_privileges() -> Result<(), String> {
     let caps =
         effective_caps().map_err(|e| format!("cannot read capabilities from /proc/self/status: {e}"))?;
     tracing_rule(caps, in_initial_user_ns())
@@ -213,7 +199,6 @@ mod tests {
 
         let e = tracing_rule(CapSet(0), Some(true)).unwrap_err();
         assert!(e.starts_with("tfo-trace needs CAP_BPF and CAP_PERFMON (or root) to load its eBPF programs: run it with sudo, or `sudo setcap cap_bpf,cap_perfmon+ep $(command -v tfo-trace)`"), "{e}");
-        assert!(e.ends_with(SETCAP_HINT), "{e}");
         assert!(!e.contains('\n'));
         let e = tracing_rule(caps(&[CAP_BPF, CAP_NET_ADMIN]), Some(true)).unwrap_err();
         assert!(e.starts_with("tfo-trace needs CAP_PERFMON (or root)"), "{e}");

@@ -30,7 +30,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Probes every program type a tfo-trace backend uses.
-pub fn probe_all() -> Vec<ProgramTypeSupport> {
+pub(crate) fn probe_all() -> Vec<ProgramTypeSupport> {
     use aya::programs::ProgramType as P;
     let list: [(P, &str, &str); 3] = [
         (P::Tracing, "tracing", "tp_btf (tracepoint and fentry backends), fentry/fexit (fentry backend)"),

@@ -15,25 +15,26 @@ use serde::ser::{Serialize, SerializeStruct, Serializer};
 use crate::kernel::{netns, ser_result};
 
 /// Directory of the IPv4 sysctls, as seen by the reading thread's network namespace.
-pub const PROC_SYS_IPV4: &str = "/proc/sys/net/ipv4";
-pub const TCP_FASTOPEN_PATH: &str = "/proc/sys/net/ipv4/tcp_fastopen";
-pub const TCP_FASTOPEN_BLACKHOLE_TIMEOUT_PATH: &str = "/proc/sys/net/ipv4/tcp_fastopen_blackhole_timeout_sec";
-pub const TCP_FASTOPEN_KEY_PATH: &str = "/proc/sys/net/ipv4/tcp_fastopen_key";
+pub(crate) const PROC_SYS_IPV4: &str = "/proc/sys/net/ipv4";
+pub(crate) const TCP_FASTOPEN_PATH: &str = "/proc/sys/net/ipv4/tcp_fastopen";
+pub(crate) const TCP_FASTOPEN_BLACKHOLE_TIMEOUT_PATH: &str =
+    "/proc/sys/net/ipv4/tcp_fastopen_blackhole_timeout_sec";
+pub(crate) const TCP_FASTOPEN_KEY_PATH: &str = "/proc/sys/net/ipv4/tcp_fastopen_key";
 
 /// `TFO_CLIENT_ENABLE` (include/net/tcp.h).
-pub const TFO_CLIENT_ENABLE: u32 = 0x1;
+pub(crate) const TFO_CLIENT_ENABLE: u32 = 0x1;
 /// `TFO_SERVER_ENABLE`.
-pub const TFO_SERVER_ENABLE: u32 = 0x2;
+pub(crate) const TFO_SERVER_ENABLE: u32 = 0x2;
 /// `TFO_CLIENT_NO_COOKIE`.
-pub const TFO_CLIENT_NO_COOKIE: u32 = 0x4;
+pub(crate) const TFO_CLIENT_NO_COOKIE: u32 = 0x4;
 /// `TFO_SERVER_COOKIE_NOT_REQD`.
-pub const TFO_SERVER_COOKIE_NOT_REQD: u32 = 0x200;
+pub(crate) const TFO_SERVER_COOKIE_NOT_REQD: u32 = 0x200;
 /// `TFO_SERVER_WO_SOCKOPT1`.
-pub const TFO_SERVER_WO_SOCKOPT1: u32 = 0x400;
+pub(crate) const TFO_SERVER_WO_SOCKOPT1: u32 = 0x400;
 
 /// One documented bit of `net.ipv4.tcp_fastopen`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TfoBit {
+pub(crate) struct TfoBit {
     pub mask: u32,
     /// The kernel's name of the bit (include/net/tcp.h).
     pub name: &'static str,
@@ -44,7 +45,7 @@ pub struct TfoBit {
 }
 
 /// The bits the kernel knows (Documentation/networking/ip-sysctl.rst), in mask order.
-pub const KNOWN_BITS: [TfoBit; 5] = [
+pub(crate) const KNOWN_BITS: [TfoBit; 5] = [
     TfoBit {
         mask: TFO_CLIENT_ENABLE,
         name: "TFO_CLIENT_ENABLE",
@@ -78,14 +79,11 @@ pub const KNOWN_BITS: [TfoBit; 5] = [
 ];
 
 /// Union of [`KNOWN_BITS`].
-pub const KNOWN_MASK: u32 = TFO_CLIENT_ENABLE
+pub(crate) const KNOWN_MASK: u32 = TFO_CLIENT_ENABLE
     | TFO_SERVER_ENABLE
     | TFO_CLIENT_NO_COOKIE
     | TFO_SERVER_COOKIE_NOT_REQD
     | TFO_SERVER_WO_SOCKOPT1;
-
-/// The kernel's default for a new namespace: client enabled only.
-pub const TCP_FASTOPEN_DEFAULT: u32 = TFO_CLIENT_ENABLE;
 
 /// One bit of a [`TcpFastopen`] value, known or not.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -248,7 +246,7 @@ impl FastopenKeyStatus {
 
 /// Reads one sysctl file and returns its contents, trimmed. The read happens in the calling
 /// thread's network namespace for /proc/sys/net files.
-pub fn read_sysctl(path: impl AsRef<Path>) -> io::Result<String> {
+pub(crate) fn read_sysctl(path: impl AsRef<Path>) -> io::Result<String> {
     let path = path.as_ref();
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -256,14 +254,14 @@ pub fn read_sysctl(path: impl AsRef<Path>) -> io::Result<String> {
 }
 
 /// `net.ipv4.tcp_fastopen` of the calling thread's namespace.
-pub fn read_tcp_fastopen() -> io::Result<TcpFastopen> {
+pub(crate) fn read_tcp_fastopen() -> io::Result<TcpFastopen> {
     let text = read_sysctl(TCP_FASTOPEN_PATH)?;
     TcpFastopen::parse(&text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// `net.ipv4.tcp_fastopen_blackhole_timeout_sec` of the calling thread's namespace
 /// (0: active-side blackhole detection is off, the default since Linux 5.14).
-pub fn read_blackhole_timeout_sec() -> io::Result<u32> {
+pub(crate) fn read_blackhole_timeout_sec() -> io::Result<u32> {
     let text = read_sysctl(TCP_FASTOPEN_BLACKHOLE_TIMEOUT_PATH)?;
     text.parse::<u32>().map_err(|e| {
         io::Error::new(
@@ -275,7 +273,7 @@ pub fn read_blackhole_timeout_sec() -> io::Result<u32> {
 
 /// Whether a primary and a backup TFO key are set in the calling thread's namespace.
 /// The file is mode 0600: non-root readers get PermissionDenied.
-pub fn read_fastopen_key_status() -> io::Result<FastopenKeyStatus> {
+pub(crate) fn read_fastopen_key_status() -> io::Result<FastopenKeyStatus> {
     // Read, decode, drop: the key text never leaves this function.
     let text = read_sysctl(TCP_FASTOPEN_KEY_PATH)?;
     Ok(FastopenKeyStatus::parse(&text))
@@ -351,7 +349,7 @@ fn read_tfo_sysctls() -> Sysctls {
 /// The current namespace first, then every named (`ip netns`) one, each with its TFO
 /// sysctls; a namespace with two names appears once. Reading another namespace needs
 /// CAP_SYS_ADMIN (setns), the key needs root: what cannot be read says why.
-pub fn tfo_namespaces() -> Vec<TfoNamespace> {
+pub(crate) fn tfo_namespaces() -> Vec<TfoNamespace> {
     let current_ino = netns::current_netns_inode().ok();
     let init_ino = netns::netns_inode_of(netns::INIT_NETNS).ok();
     let named = netns::named_netns();
@@ -407,7 +405,7 @@ pub fn tfo_namespaces() -> Vec<TfoNamespace> {
 /// `tcp_fastopen_blackhole_timeout_sec` of each namespace of `inodes` that can be read
 /// now: the current one, and named (`ip netns`) ones (entering needs CAP_SYS_ADMIN).
 /// Only these, not every namespace: a live view asks for those with a pause.
-pub fn blackhole_timeouts(inodes: &[u32]) -> std::collections::BTreeMap<u32, u32> {
+pub(crate) fn blackhole_timeouts(inodes: &[u32]) -> std::collections::BTreeMap<u32, u32> {
     let mut out = std::collections::BTreeMap::new();
     let wanted = |i: u64| inodes.contains(&(i as u32));
     if let Some(i) = netns::current_netns_inode().ok().filter(|&i| wanted(i)) {
@@ -426,7 +424,7 @@ pub fn blackhole_timeouts(inodes: &[u32]) -> std::collections::BTreeMap<u32, u32
 
 /// sysctl configuration files that set net.ipv4.tcp_fastopen_key (what systemd-sysctl and
 /// `sysctl --system` read at boot).
-pub fn persisted_key_files() -> Vec<String> {
+pub(crate) fn persisted_key_files() -> Vec<String> {
     let mut files = vec![std::path::PathBuf::from("/etc/sysctl.conf")];
     for dir in
         ["/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d"]
@@ -472,7 +470,8 @@ mod tests {
 
     #[test]
     fn default_is_client_only() {
-        let v = TcpFastopen(TCP_FASTOPEN_DEFAULT);
+        // The kernel's default: the client side only.
+        let v = TcpFastopen(TFO_CLIENT_ENABLE);
         assert!(v.client_enabled());
         assert!(!v.server_enabled());
         assert!(!v.client_no_cookie());

@@ -4,11 +4,11 @@ use serde::Serialize;
 use std::ffi::CStr;
 
 /// Where the kernel's own BTF is (CONFIG_DEBUG_INFO_BTF).
-pub const BTF_VMLINUX_PATH: &str = "/sys/kernel/btf/vmlinux";
+pub(crate) const BTF_VMLINUX_PATH: &str = "/sys/kernel/btf/vmlinux";
 
 /// The fields of `struct utsname`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Uname {
+pub(crate) struct Uname {
     pub sysname: String,
     /// The host name.
     pub nodename: String,
@@ -19,7 +19,7 @@ pub struct Uname {
 }
 
 /// uname(2); None in the (theoretical) case it fails.
-pub fn uname() -> Option<Uname> {
+pub(crate) fn uname() -> Option<Uname> {
     // SAFETY: uname fills a zeroed struct; its fields are NUL-terminated C strings.
     unsafe {
         let mut u: libc::utsname = std::mem::zeroed();

@@ -19,16 +19,16 @@ const SO_ATTACH_BPF: libc::c_int = 50;
 const RECEIVE_BUFFER_BYTES: libc::c_int = 4 << 20;
 /// A packet no larger than this is read whole (a UDP answer with EDNS is at most 64 KiB;
 /// past this it is cut and its message refused as truncated).
-pub const MAX_PACKET: usize = 65_536;
+pub(crate) const MAX_PACKET: usize = 65_536;
 
 /// The two packet sockets of one namespace, made by [`open_here`] on a thread inside it.
-pub struct Sockets {
+pub(crate) struct Sockets {
     fds: [OwnedFd; 2],
 }
 
 /// Opens the namespace's packet sockets from the calling thread's namespace, the filter
 /// attached before either is bound (so nothing unfiltered is ever queued).
-pub fn open_here(filter: RawFd) -> io::Result<Sockets> {
+pub(crate) fn open_here(filter: RawFd) -> io::Result<Sockets> {
     Ok(Sockets { fds: [packet_socket(ETH_P_IP, filter)?, packet_socket(ETH_P_IPV6, filter)?] })
 }
 
@@ -76,7 +76,7 @@ impl Sockets {
     /// Hands `each` every packet queued on either socket, with when it arrived (ns since
     /// the epoch; 0 if the kernel did not say), without waiting: at most `limit` per
     /// socket, so that a flood cannot keep the reader from its events.
-    pub fn read(&self, buf: &mut [u8], limit: usize, mut each: impl FnMut(&[u8], u128)) {
+    pub(crate) fn read(&self, buf: &mut [u8], limit: usize, mut each: impl FnMut(&[u8], u128)) {
         for fd in &self.fds {
             for _ in 0..limit {
                 // SAFETY: all-zero is a valid sockaddr_ll, msghdr and control buffer.
@@ -108,7 +108,7 @@ impl Sockets {
     }
 
     /// Packets the kernel dropped because a socket's queue was full, since the last call.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         let mut total = 0;
         for fd in &self.fds {
             let mut stats = libc::tpacket_stats { tp_packets: 0, tp_drops: 0 };
@@ -150,7 +150,7 @@ fn arrival_ns(msg: &libc::msghdr) -> u128 {
 
 /// What a packet from port 53 carries.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Dns<'a> {
+pub(crate) enum Dns<'a> {
     /// A UDP datagram: one whole DNS message.
     Udp(&'a [u8]),
     /// A TCP segment: part of a stream of length-prefixed messages.
@@ -158,7 +158,7 @@ pub enum Dns<'a> {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub struct Segment<'a> {
+pub(crate) struct Segment<'a> {
     pub from: SocketAddr,
     pub to: SocketAddr,
     pub seq: u32,
@@ -170,7 +170,7 @@ pub struct Segment<'a> {
 
 /// The transport payload of an IPv4 or IPv6 packet from port 53 (the socket filter passes
 /// nothing else; a fragment after the first carries no header and is refused).
-pub fn dns_of(packet: &[u8]) -> Option<Dns<'_>> {
+pub(crate) fn dns_of(packet: &[u8]) -> Option<Dns<'_>> {
     let (protocol, from, to, rest) = match packet.first()? >> 4 {
         4 => {
             let header_len = usize::from(packet[0] & 0x0f) * 4;

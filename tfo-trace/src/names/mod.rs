@@ -5,8 +5,8 @@
 //! event from here ([`Names::name_of`]) after reading the answers queued before it: an
 //! answer is queued on our socket before the process that asked can read it, so before it
 //! can connect.
-pub mod capture;
-pub mod wire;
+pub(crate) mod capture;
+pub(crate) mod wire;
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},

@@ -16,7 +16,7 @@ const MAX_RECORDS: usize = 256;
 
 /// One address a response gave for a name.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The name asked for, lower case (`api.partner.example`), before any CNAME.
     pub name: String,
     pub addr: IpAddr,
@@ -27,7 +27,7 @@ pub struct Answer {
 /// The addresses of a DNS response `msg` (the payload of a UDP datagram from port 53, or one
 /// message of a TCP stream without its length prefix). Nothing for a query, an error
 /// response, a truncated or malformed message, or one with no question.
-pub fn answers(msg: &[u8]) -> Vec<Answer> {
+pub(crate) fn answers(msg: &[u8]) -> Vec<Answer> {
     parse(msg).unwrap_or_default()
 }
 

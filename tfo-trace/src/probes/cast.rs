@@ -20,7 +20,7 @@ const OP_CALL: u8 = 0x85;
 const PSEUDO_KFUNC_CALL: u8 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TcpSockCast {
+pub(super) enum TcpSockCast {
     /// bpf_rdonly_cast: `func` its id in the kernel's BTF, `tcp_sock` that of the struct.
     Kfunc {
         func: u32,
@@ -31,7 +31,7 @@ pub enum TcpSockCast {
 
 impl TcpSockCast {
     /// The cheapest cast the kernel's own BTF (the one the verifier checks against) offers.
-    pub fn for_kernel(btf: &Btf) -> TcpSockCast {
+    pub(super) fn for_kernel(btf: &Btf) -> TcpSockCast {
         match (btf.func_id("bpf_rdonly_cast"), btf.struct_id("tcp_sock")) {
             (Some(func), Some(tcp_sock)) => TcpSockCast::Kfunc { func, tcp_sock },
             _ => TcpSockCast::Helper,
@@ -39,14 +39,14 @@ impl TcpSockCast {
     }
 
     /// What the programs' TCP_SOCK_BTF_ID global holds (the helper ignores it).
-    pub fn tcp_sock_btf_id(self) -> u32 {
+    pub(super) fn tcp_sock_btf_id(self) -> u32 {
         match self {
             TcpSockCast::Kfunc { tcp_sock, .. } => tcp_sock,
             TcpSockCast::Helper => 0,
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             TcpSockCast::Kfunc { .. } => "kfunc bpf_rdonly_cast",
             TcpSockCast::Helper => "helper bpf_skc_to_tcp_sock",
@@ -55,13 +55,13 @@ impl TcpSockCast {
 }
 
 /// An ELF object in 8-byte aligned memory, as aya's parser needs it.
-pub struct AlignedObject {
+pub(super) struct AlignedObject {
     words: Vec<u64>,
     len: usize,
 }
 
 impl AlignedObject {
-    pub fn bytes(&self) -> &[u8] {
+    pub(super) fn bytes(&self) -> &[u8] {
         // SAFETY: `words` holds at least `len` initialized bytes; u8 has no alignment.
         unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
     }
@@ -73,7 +73,7 @@ impl AlignedObject {
 }
 
 /// A copy of `object` with every placeholder call rewritten to `cast`; how many there were.
-pub fn patch(object: &[u8], cast: TcpSockCast) -> Result<(AlignedObject, usize)> {
+pub(super) fn patch(object: &[u8], cast: TcpSockCast) -> Result<(AlignedObject, usize)> {
     let mut out = AlignedObject { words: vec![0; object.len().div_ceil(8)], len: object.len() };
     out.bytes_mut().copy_from_slice(object);
     let code_ranges: Vec<(usize, usize)> = {

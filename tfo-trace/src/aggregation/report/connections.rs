@@ -115,7 +115,7 @@ impl OneConn {
 
 /// A client process name, as an index into the report's names; [`ClientId::MAX`] for any
 /// past the 65,535th.
-pub type ClientId = u16;
+pub(crate) type ClientId = u16;
 
 /// The client processes that made some connections, for the advice that names them: the
 /// first [`Clients::KEPT`] names seen with their connections, the rest summed. Fixed size: a
@@ -346,27 +346,27 @@ impl Balance {
 
 /// Which hosts connected to a destination, and each one's share once there are two.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Hosts {
+pub(crate) enum Hosts {
     One(u32),
     Many(BTreeMap<u32, ConnAcc>),
 }
 
 /// A destination seen more than once.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Many {
+pub(crate) struct Many {
     pub acc: ConnAcc,
     pub hosts: Hosts,
 }
 
 /// A destination's connections (or a process's connections to it).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Slot {
+pub(crate) enum Slot {
     One(OneConn),
     Many(Box<Many>),
 }
 
 impl Slot {
-    pub fn add(&mut self, c: OneConn) {
+    pub(crate) fn add(&mut self, c: OneConn) {
         match self {
             Slot::One(first) => {
                 let first = *first;
@@ -397,7 +397,7 @@ impl Slot {
         }
     }
 
-    pub fn acc(&self) -> Cow<'_, ConnAcc> {
+    pub(crate) fn acc(&self) -> Cow<'_, ConnAcc> {
         match self {
             Slot::One(c) => Cow::Owned(ConnAcc::of(c)),
             Slot::Many(m) => Cow::Borrowed(&m.acc),
@@ -405,7 +405,7 @@ impl Slot {
     }
 
     /// Each host's share: (host, its connections).
-    pub fn for_each_host(&self, mut f: impl FnMut(u32, &ConnAcc)) {
+    pub(crate) fn for_each_host(&self, mut f: impl FnMut(u32, &ConnAcc)) {
         match self {
             Slot::One(c) => f(c.host(), &ConnAcc::of(c)),
             Slot::Many(m) => match &m.hosts {
@@ -416,25 +416,18 @@ impl Slot {
     }
 
     /// Time lost to stalls, without building a [`ConnAcc`] (ranking reads it for every row).
-    pub fn lost_us_total(&self) -> u64 {
+    pub(crate) fn lost_us_total(&self) -> u64 {
         match self {
             Slot::One(c) => c.stall.map(|_| c.stall_us).unwrap_or(0),
             Slot::Many(m) => m.acc.lost_us_total(),
         }
     }
 
-    pub fn extra_round_trip_us(&self) -> u64 {
+    pub(crate) fn extra_round_trip_us(&self) -> u64 {
         match self {
             Slot::One(c) if c.outcome == Outcome::DataNotAcked => c.round_trip_us,
             Slot::One(_) => 0,
             Slot::Many(m) => m.acc.extra_round_trip_us,
-        }
-    }
-
-    pub fn connections(&self) -> u64 {
-        match self {
-            Slot::One(c) => u64::from(c.outcome.ends_connection()),
-            Slot::Many(m) => m.acc.connections(),
         }
     }
 }
@@ -509,7 +502,7 @@ mod tests {
             a.add(&c);
         }
         assert_eq!(a.connections(), 7);
-        assert_eq!(Slot::One(conn(Outcome::CookieReceived, 0, 0, 0, 5)).connections(), 0);
+        assert_eq!(Slot::One(conn(Outcome::CookieReceived, 0, 0, 0, 5)).acc().connections(), 0);
         assert_eq!((a.stalled(), a.lost_us_total()), (2, 2_030_000));
         assert_eq!((a.syn_data_dropped(), a.stalls_of(Cause::CookieRequestDropped)), (1, 1));
         assert_eq!((a.extra_round_trips(), a.extra_round_trip_us), (2, 400));
@@ -524,7 +517,7 @@ mod tests {
     #[test]
     fn a_slot_splits_by_host_from_the_second_host_on() {
         let mut s = Slot::One(conn(Outcome::SynRetransmitted, 64, 1_000_000, 3, 0));
-        assert_eq!((s.lost_us_total(), s.connections()), (1_000_000, 1));
+        assert_eq!((s.lost_us_total(), s.acc().connections()), (1_000_000, 1));
         s.add(conn(Outcome::Accepted, 64, 0, 3, 1));
         assert!(matches!(&s, Slot::Many(m) if m.hosts == Hosts::One(3)));
         s.add(conn(Outcome::SynRetransmitted, 64, 2_000_000, 7, 2));

@@ -11,7 +11,7 @@ use crate::kernel::{netstat::Netstat, tcp_metrics::TcpMetric};
 
 /// A TFO listener as the kernel shows it (see `kernel::listeners::tfo_listeners`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ListenerFact {
+pub(crate) struct ListenerFact {
     pub netns: u32,
     pub addr: SocketAddr,
     /// fastopenq.max_qlen (getsockopt TCP_FASTOPEN); 0 = TFO off on this listener.
@@ -21,7 +21,7 @@ pub struct ListenerFact {
 /// What the kernel says besides the events. Everything is optional: a recording replayed
 /// elsewhere has none of it.
 #[derive(Clone, Debug, Default)]
-pub struct Facts {
+pub(crate) struct Facts {
     /// `ip tcp_metrics` per client namespace (inode); absent namespaces were not read.
     pub tcp_metrics: BTreeMap<u32, Vec<TcpMetric>>,
     pub listeners: Vec<ListenerFact>,

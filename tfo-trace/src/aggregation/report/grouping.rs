@@ -65,11 +65,11 @@ impl GroupBy {
 
 /// The default prefix lengths: a /24 is the usual unit of IPv4 routing and filtering, a /48
 /// the usual IPv6 site.
-pub const DEFAULT_PREFIX_V4: u8 = 24;
-pub const DEFAULT_PREFIX_V6: u8 = 48;
+pub(crate) const DEFAULT_PREFIX_V4: u8 = 24;
+pub(crate) const DEFAULT_PREFIX_V6: u8 = 48;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GroupOptions {
+pub(crate) struct GroupOptions {
     pub by: GroupBy,
     pub prefix_v4: u8,
     pub prefix_v6: u8,
@@ -84,19 +84,19 @@ impl Default for GroupOptions {
 /// A client connection's destination. `netns` is the client's namespace inode, or None in a
 /// report of several hosts, where an inode names nothing across hosts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DestKey {
+pub(crate) struct DestKey {
     pub ip: IpAddr,
     pub port: u16,
     pub netns: Option<u32>,
 }
 
 impl DestKey {
-    pub fn of(e: &Event, with_netns: bool) -> DestKey {
+    pub(crate) fn of(e: &Event, with_netns: bool) -> DestKey {
         DestKey { ip: e.daddr, port: e.dport, netns: with_netns.then_some(e.netns) }
     }
 
     /// `198.18.0.2:8080`, `[fd00::2]:8080`, as [`Event::destination`] writes it.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         SocketAddr::new(self.ip, self.port).to_string()
     }
 }
@@ -104,7 +104,7 @@ impl DestKey {
 /// A row of the report's client side. `Process`, `Container` and `Name` hold an index into
 /// the report's table of names (each name is stored once).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum GroupKey {
+pub(crate) enum GroupKey {
     Destination(DestKey),
     Prefix {
         net: IpAddr,
@@ -119,17 +119,17 @@ pub enum GroupKey {
 
 /// The tag of a connection without a DNS name under `--group-by name`: it keeps its
 /// destination's row.
-pub const NO_NAME: u32 = u32::MAX;
+pub(crate) const NO_NAME: u32 = u32::MAX;
 
 /// A client event's DNS name (`Event::dname`, from `--names`) as `report` prints it:
 /// control characters escaped (`\u{1b}`: a recording is input, not trusted); None without
 /// one, or for an empty one.
-pub fn dns_name(e: &Event) -> Option<Cow<'_, str>> {
+pub(crate) fn dns_name(e: &Event) -> Option<Cow<'_, str>> {
     e.dname.as_deref().filter(|n| !n.is_empty()).map(crate::units::printable)
 }
 
 /// `ip` with only its first `len` bits kept.
-pub fn mask(ip: IpAddr, len: u8) -> IpAddr {
+pub(crate) fn mask(ip: IpAddr, len: u8) -> IpAddr {
     match ip {
         IpAddr::V4(a) => {
             let len = u32::from(len.min(32));
@@ -144,11 +144,25 @@ pub fn mask(ip: IpAddr, len: u8) -> IpAddr {
     }
 }
 
+impl GroupBy {
+    /// The name a connection is grouped under when grouping by process, container or DNS
+    /// name; None otherwise (no name needs storing), and for a connection without a DNS
+    /// name when grouping by those (it keeps its destination's row).
+    pub(crate) fn tag_name(self, e: &Event) -> Option<Cow<'_, str>> {
+        match self {
+            GroupBy::Process => Some(Cow::Borrowed(&e.comm)),
+            GroupBy::Container => Some(Cow::Borrowed(e.container_label().unwrap_or_default())),
+            GroupBy::Name => dns_name(e),
+            _ => None,
+        }
+    }
+}
+
 impl GroupOptions {
     /// The group of a destination; `tag` is the name index of the connection's process,
     /// container or DNS name (used only when grouping by those; [`NO_NAME`] for a connection
     /// without a DNS name, which keeps its destination's row).
-    pub fn key(&self, dest: &DestKey, tag: u32) -> GroupKey {
+    pub(crate) fn key(&self, dest: &DestKey, tag: u32) -> GroupKey {
         match self.by {
             GroupBy::Destination => GroupKey::Destination(*dest),
             GroupBy::Prefix => {
@@ -167,24 +181,12 @@ impl GroupOptions {
             GroupBy::Name => GroupKey::Name(tag),
         }
     }
-
-    /// The name a connection is grouped under when grouping by process, container or DNS
-    /// name; None otherwise (no name needs storing), and for a connection without a DNS
-    /// name when grouping by those (it keeps its destination's row).
-    pub fn tag_name(&self, e: &Event) -> Option<String> {
-        match self.by {
-            GroupBy::Process => Some(e.comm.to_string()),
-            GroupBy::Container => Some(e.container_name().unwrap_or_default()),
-            GroupBy::Name => dns_name(e).map(Cow::into_owned),
-            _ => None,
-        }
-    }
 }
 
 impl GroupKey {
     /// How the row is named: `198.18.0.2:8080`, `198.18.0.0/24`, `port 8080`, `process curl`,
     /// `container 3f2a9c1b0d4e` (`no container` for processes outside any), `api.example`.
-    pub fn label(&self, name: impl Fn(u32) -> String) -> String {
+    pub(crate) fn label(&self, name: impl Fn(u32) -> String) -> String {
         match self {
             GroupKey::Destination(d) => d.label(),
             GroupKey::Prefix { net, len } => format!("{net}/{len}"),
@@ -199,7 +201,7 @@ impl GroupKey {
     }
 
     /// How a verdict's sentence names where the connections went: `SYN-data to {subject}`.
-    pub fn subject(&self, name: impl Fn(u32) -> String) -> String {
+    pub(crate) fn subject(&self, name: impl Fn(u32) -> String) -> String {
         match self {
             GroupKey::Process(_) | GroupKey::Container(_) => {
                 format!("the destinations of {}", self.label(name))
@@ -208,7 +210,7 @@ impl GroupKey {
         }
     }
 
-    pub fn netns(&self) -> Option<u32> {
+    pub(crate) fn netns(&self) -> Option<u32> {
         match self {
             GroupKey::Destination(d) => d.netns,
             _ => None,
@@ -259,15 +261,12 @@ mod tests {
             container_id: Some("3f2a9c1b0d4e5f6a".into()),
             ..sample_event(Role::Client, Outcome::Accepted)
         };
-        let by = |by| GroupOptions { by, ..Default::default() }.tag_name(&e);
+        let by = |by: GroupBy| by.tag_name(&e);
         assert_eq!(by(GroupBy::Destination), None);
         assert_eq!(by(GroupBy::Process).as_deref(), Some("c"));
         assert_eq!(by(GroupBy::Container).as_deref(), Some("3f2a9c1b0d4e"));
         let plain = sample_event(Role::Client, Outcome::Accepted);
-        assert_eq!(
-            GroupOptions { by: GroupBy::Container, ..Default::default() }.tag_name(&plain).as_deref(),
-            Some("")
-        );
+        assert_eq!(GroupBy::Container.tag_name(&plain).as_deref(), Some(""));
         assert_eq!(DestKey::of(&plain, true).netns, Some(1));
         assert_eq!(DestKey::of(&plain, false).netns, None);
     }
@@ -277,9 +276,9 @@ mod tests {
         let o = GroupOptions { by: GroupBy::Name, ..Default::default() };
         let named =
             Event { dname: Some("api.example".into()), ..sample_event(Role::Client, Outcome::Accepted) };
-        assert_eq!(o.tag_name(&named).as_deref(), Some("api.example"));
+        assert_eq!(o.by.tag_name(&named).as_deref(), Some("api.example"));
         let plain = sample_event(Role::Client, Outcome::Accepted);
-        assert_eq!(o.tag_name(&plain), None);
+        assert_eq!(o.by.tag_name(&plain), None);
         let empty = Event { dname: Some("".into()), ..plain.clone() };
         assert_eq!(dns_name(&empty), None, "an empty name is none");
         let d = dest("198.18.0.3", 8080);

@@ -9,25 +9,24 @@
 //! Memory follows destinations, not events: a destination seen once costs one
 //! [`connections::Slot`] (40 bytes) in an insertion-ordered hash map; rows are built, with
 //! their sentences, only for what is shown.
-pub mod builder;
-pub mod connections;
-pub mod facts;
-pub mod grouping;
-pub mod key_change;
-pub mod verdict;
+pub(crate) mod builder;
+pub(crate) mod connections;
+pub(crate) mod facts;
+pub(crate) mod grouping;
+pub(crate) mod key_change;
+pub(crate) mod verdict;
 
 use self::verdict::{CachedDrops, DestinationReport, ListenerReport, NamespaceFinding};
-pub use self::{
+pub(crate) use self::{
     builder::{Built, ReportBuilder, Rest, Summary},
     facts::{Facts, ListenerFact},
     grouping::{GroupBy, GroupOptions},
 };
-use crate::events::Event;
 
 /// Rows the summary names as the worst.
-pub const WORST: usize = 5;
+pub(crate) const WORST: usize = 5;
 /// Rows shown unless `--top` or `--all` says otherwise.
-pub const DEFAULT_TOP: usize = 20;
+pub(crate) const DEFAULT_TOP: usize = 20;
 
 /// Everything materialized (tests, small reports).
 #[derive(Clone, Debug, PartialEq)]
@@ -40,8 +39,10 @@ pub struct Report {
     pub kernel_cache: Vec<CachedDrops>,
 }
 
-/// The whole report of `events` from one host, every row, grouped by destination.
-pub fn of_events(events: &[Event], facts: &Facts) -> Report {
+/// The whole report of `events` from one host, every row, grouped by destination (the
+/// tests' shortcut; the views build theirs with options, from several sources).
+#[cfg(test)]
+pub(crate) fn of_events(events: &[crate::events::Event], facts: &Facts) -> Report {
     let mut b = ReportBuilder::new(GroupOptions::default(), false);
     let host = b.host("");
     for e in events {

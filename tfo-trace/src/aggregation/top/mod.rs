@@ -10,15 +10,15 @@
 //! the number evicted is kept (the header shows it; totals still count every event).
 use std::{collections::BTreeMap, net::SocketAddr, sync::Arc, time::Duration};
 
-pub mod rates;
-pub mod table;
-pub mod totals;
+pub(crate) mod rates;
+pub(crate) mod table;
+pub(crate) mod totals;
 
 use self::{
     rates::{Cumulative, StallHistory, Trend, HOST_HISTORY},
     table::{Counted, KeyRef},
 };
-pub use self::{
+pub(crate) use self::{
     table::{BoundedTable, GroupStats, Row, RowKey, RowStats},
     totals::Totals,
 };
@@ -26,7 +26,7 @@ use super::{blackhole::Pauses, quantiles::Decades};
 use crate::events::{Event, EventRef, Interner, Role};
 
 /// Groups kept per table by default.
-pub const DEFAULT_CAPACITY: usize = 10_000;
+pub(crate) const DEFAULT_CAPACITY: usize = 10_000;
 
 /// Every event `top` has seen, grouped four ways, plus the totals.
 pub struct TopModel {
@@ -164,7 +164,7 @@ impl TopModel {
 }
 
 /// The model fed with a batch of events (replay, tests).
-pub fn model_of<'a>(events: impl IntoIterator<Item = &'a Event>) -> TopModel {
+pub(crate) fn model_of<'a>(events: impl IntoIterator<Item = &'a Event>) -> TopModel {
     let mut m = TopModel::default();
     for e in events {
         m.add(e);

@@ -7,9 +7,9 @@ use std::{collections::VecDeque, time::Duration};
 use serde::Serialize;
 
 /// Refreshes a row keeps in its stall history (enough for the widest per-row graph).
-pub const ROW_HISTORY: usize = 30;
+pub(crate) const ROW_HISTORY: usize = 30;
 /// Refreshes the host-wide stall history keeps: two minutes at the default 1 s interval.
-pub const HOST_HISTORY: usize = 120;
+pub(crate) const HOST_HISTORY: usize = 120;
 
 /// The counters a rate is taken of, as they stood at one refresh.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,7 +72,7 @@ impl StallHistory {
 
 /// The rates of one row (or of the totals) and its stall history, updated once per refresh.
 #[derive(Clone, Debug, Default)]
-pub struct Trend {
+pub(crate) struct Trend {
     last: Cumulative,
     /// None until the first refresh.
     rates: Option<Rates>,
@@ -84,7 +84,7 @@ pub struct Trend {
 impl Trend {
     /// Closes one refresh interval of `elapsed` real time at which the counters stood at
     /// `now`. `capacity`: refreshes of history kept.
-    pub fn tick(&mut self, now: Cumulative, elapsed: Duration, capacity: usize) {
+    pub(crate) fn tick(&mut self, now: Cumulative, elapsed: Duration, capacity: usize) {
         let capacity = capacity.max(1);
         self.rates = Some(Rates::between(self.last, now, elapsed));
         let stalls = u32::try_from(now.stalls.saturating_sub(self.last.stalls)).unwrap_or(u32::MAX);
@@ -106,11 +106,11 @@ impl Trend {
     }
 
     /// The rates over the last refresh interval; None before the first refresh.
-    pub fn rates(&self) -> Option<Rates> {
+    pub(crate) fn rates(&self) -> Option<Rates> {
         self.rates
     }
 
-    pub fn history(&self) -> StallHistory {
+    pub(crate) fn history(&self) -> StallHistory {
         StallHistory {
             intervals: self.intervals,
             samples: self.history.as_ref().map(|h| h.iter().copied().collect()).unwrap_or_default(),

@@ -18,7 +18,7 @@ pub struct Totals {
 /// The kernel's counts of one role (or both) as a row of `top`, with what its namespace
 /// counters counted that no hook sees (`counted`). Handshake quantiles are not in the
 /// kernel's coarse histogram's resolution: they stay those of the events.
-pub fn row(
+pub(crate) fn row(
     counts: &KernelCounts,
     counted: &KernelCounted,
     role: Option<Role>,

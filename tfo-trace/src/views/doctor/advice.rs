@@ -6,7 +6,7 @@ use crate::{
 };
 
 /// The line that says `a`.
-pub fn said(a: &Advice) -> String {
+pub(super) fn said(a: &Advice) -> String {
     match a {
         Advice::AutoChooses { backend } => format!("auto would choose the {backend} backend"),
         Advice::PlainConnection { runs } => format!("with it a plain (non-TFO) connection runs: {runs}"),

@@ -26,9 +26,9 @@ use crate::{
     events::{Event, Outcome, Role},
 };
 
-pub use self::{
+pub(crate) use self::{
     built::Built,
-    summary::{HostTotals, Rest, Summary, WorstRow},
+    summary::{Rest, Summary},
 };
 
 /// One client row's cell: a destination, and for `--group-by process|container|name` the
@@ -52,7 +52,7 @@ struct ListenerAcc {
 
 /// Gathers events; [`ReportBuilder::finish`] ranks them.
 #[derive(Debug)]
-pub struct ReportBuilder {
+pub(crate) struct ReportBuilder {
     group: GroupOptions,
     /// Several hosts: namespace inodes name nothing across them, so they leave the keys.
     fleet: bool,
@@ -78,7 +78,7 @@ pub struct ReportBuilder {
 
 impl ReportBuilder {
     /// `fleet`: the events come from more than one host.
-    pub fn new(group: GroupOptions, fleet: bool) -> ReportBuilder {
+    pub(crate) fn new(group: GroupOptions, fleet: bool) -> ReportBuilder {
         ReportBuilder {
             group,
             fleet,
@@ -97,7 +97,7 @@ impl ReportBuilder {
     }
 
     /// The index of a host, for [`ReportBuilder::add`].
-    pub fn host(&mut self, name: &str) -> u32 {
+    pub(crate) fn host(&mut self, name: &str) -> u32 {
         let (i, new) = self.hosts.insert_full(name.to_string());
         if new {
             self.host_acc.push((ConnAcc::default(), 0));
@@ -113,7 +113,7 @@ impl ReportBuilder {
     }
 
     /// Counts one event seen on `host` (from [`ReportBuilder::host`]).
-    pub fn add(&mut self, e: &Event, host: u32) {
+    pub(crate) fn add(&mut self, e: &Event, host: u32) {
         // A number not from host() is counted under a host named "?".
         let host = if (host as usize) < self.host_acc.len() { host } else { self.host("?") };
         let h = host as usize;
@@ -130,10 +130,8 @@ impl ReportBuilder {
                 }
                 let dname = dns_name(e).map(|n| self.name(&n));
                 let tag = match self.group.by {
-                    GroupBy::Process => self.name(&e.comm),
-                    GroupBy::Container => self.name(e.container_label().unwrap_or_default()),
                     GroupBy::Name => dname.unwrap_or(NO_NAME),
-                    _ => 0,
+                    by => by.tag_name(e).map_or(0, |n| self.name(&n)),
                 };
                 let key = CellKey { dest: DestKey::of(e, !self.fleet), tag };
                 let cell = match self.cells.entry(key) {
@@ -172,16 +170,16 @@ impl ReportBuilder {
     }
 
     /// Namespaces client connections came from (a live report reads their tcp_metrics).
-    pub fn client_namespaces(&self) -> &BTreeSet<u32> {
+    pub(crate) fn client_namespaces(&self) -> &BTreeSet<u32> {
         &self.client_netns
     }
 
-    pub fn events(&self) -> u64 {
+    pub(crate) fn events(&self) -> u64 {
         self.events
     }
 
     /// Ranks the rows; `top`: how many to show (None: all).
-    pub fn finish(self, facts: Facts, top: Option<usize>) -> Built {
+    pub(crate) fn finish(self, facts: Facts, top: Option<usize>) -> Built {
         Built::new(self, facts, top)
     }
 }
@@ -195,7 +193,7 @@ pub(crate) mod fixtures {
     use super::*;
     use crate::events::{sample_event, Outcome};
 
-    pub fn cli(outcome: Outcome, dst: &str, port: u16, data: u32, stall_us: u64) -> Event {
+    pub(crate) fn cli(outcome: Outcome, dst: &str, port: u16, data: u32, stall_us: u64) -> Event {
         Event {
             daddr: dst.parse::<IpAddr>().unwrap(),
             dport: port,
@@ -207,15 +205,15 @@ pub(crate) mod fixtures {
         }
     }
 
-    pub fn dropped(dst: &str) -> Event {
+    pub(crate) fn dropped(dst: &str) -> Event {
         cli(Outcome::SynRetransmitted, dst, 443, 64, 1_000_000)
     }
 
-    pub fn ok(dst: &str) -> Event {
+    pub(crate) fn ok(dst: &str) -> Event {
         cli(Outcome::Accepted, dst, 443, 64, 0)
     }
 
-    pub fn built(events: &[(u32, Event)], group: GroupBy, fleet: bool, top: Option<usize>) -> Built {
+    pub(crate) fn built(events: &[(u32, Event)], group: GroupBy, fleet: bool, top: Option<usize>) -> Built {
         let mut b = ReportBuilder::new(GroupOptions { by: group, ..Default::default() }, fleet);
         let hosts: Vec<u32> = (0..4).map(|i| b.host(&format!("web-{i}.ams1.example.net"))).collect();
         for (h, e) in events {
@@ -224,14 +222,14 @@ pub(crate) mod fixtures {
         b.finish(Facts::default(), top)
     }
 
-    pub fn named(mut e: Event, name: &str) -> Event {
+    pub(crate) fn named(mut e: Event, name: &str) -> Event {
         e.dname = Some(name.into());
         e
     }
 
     /// api.example at two addresses, one clean and one with dropped and not-acked SYN-data;
     /// www.example at the clean one; an address no name was learnt for; a server event.
-    pub fn named_events() -> Vec<(u32, Event)> {
+    pub(crate) fn named_events() -> Vec<(u32, Event)> {
         let mut events = Vec::new();
         for _ in 0..4 {
             events.push((0, named(ok("198.18.0.3"), "api.example")));
@@ -251,7 +249,7 @@ pub(crate) mod fixtures {
 
     /// 40 destinations of 203.0.113.0/24 that drop SYN-data, one there that does not, and
     /// one elsewhere.
-    pub fn prefix_events() -> Vec<(u32, Event)> {
+    pub(crate) fn prefix_events() -> Vec<(u32, Event)> {
         let mut events = Vec::new();
         for i in 0..40 {
             events.push((0, dropped(&format!("203.0.113.{i}"))));
@@ -263,7 +261,7 @@ pub(crate) mod fixtures {
 
     /// curl losing SYN-data to one destination twice, wget reaching another (in a
     /// container).
-    pub fn process_events() -> Vec<(u32, Event)> {
+    pub(crate) fn process_events() -> Vec<(u32, Event)> {
         let mut a = dropped("10.0.0.1");
         a.comm = "curl".into();
         let mut c = ok("10.0.0.2");
@@ -274,7 +272,7 @@ pub(crate) mod fixtures {
     }
 
     /// Hosts 0 and 1 lose SYN-data to 203.0.113.0/24, hosts 2 and 3 do not (they reach it).
-    pub fn fleet_events() -> Vec<(u32, Event)> {
+    pub(crate) fn fleet_events() -> Vec<(u32, Event)> {
         let mut events = Vec::new();
         for h in 0..4u32 {
             for i in 0..10 {

@@ -194,7 +194,7 @@ impl Strength {
 }
 
 /// The verdict on a listener's server events: the first that applies.
-pub fn of_listener(t: &OutcomeCounts, key: &KeyChange) -> Kind {
+pub(crate) fn of_listener(t: &OutcomeCounts, key: &KeyChange) -> Kind {
     if t[Outcome::QueueOverflow] > 0 {
         Kind::QueueOverflow
     } else if t[Outcome::CookieInvalid] > 0 && key.rotated(t[Outcome::CookieInvalid]) {
@@ -214,7 +214,7 @@ pub fn of_listener(t: &OutcomeCounts, key: &KeyChange) -> Kind {
 
 /// For a listener verdict: the events that show it, of the SYN-data (or cookie requests)
 /// it got.
-pub fn listener_shown_by(kind: Kind, t: &OutcomeCounts) -> (u64, u64) {
+pub(crate) fn listener_shown_by(kind: Kind, t: &OutcomeCounts) -> (u64, u64) {
     let c = |o| t[o];
     let alt = c(Outcome::AcceptedAltKey);
     let accepted = c(Outcome::Accepted) + alt;

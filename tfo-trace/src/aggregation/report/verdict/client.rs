@@ -10,7 +10,7 @@ use crate::{
 
 /// A row of the client side, gathered (by `aggregation::report`) and ready for its verdict.
 #[derive(Clone, Debug)]
-pub struct ClientRow {
+pub(crate) struct ClientRow {
     pub key: GroupKey,
     pub label: String,
     /// How the sentences name where the connections went ([`GroupKey::subject`]).
@@ -68,7 +68,7 @@ pub struct ClientFigures {
 }
 
 /// The verdict on a row of client connections, with the figures of its evidence.
-pub fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
+pub(crate) fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport {
     let a = &row.acc;
     let hosts_showing = row.hosts.iter().filter(|h| h.showing > 0).count() as u64;
     let of_hosts = row.hosts.len() as u64;

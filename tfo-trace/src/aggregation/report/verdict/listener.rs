@@ -36,7 +36,7 @@ pub struct ListenerFigures {
 /// The verdict on one listener (named by its bound address: [`crate::events::EventRef::listener_name`]):
 /// its events (with its children made from a cookie without data), each host's share, and
 /// the kernel's facts about that listening socket.
-pub fn listener_row(
+pub(crate) fn listener_row(
     netns: Option<u32>,
     listener: SocketAddr,
     (t, key, without_data): (&OutcomeCounts, &KeyChange, u64),

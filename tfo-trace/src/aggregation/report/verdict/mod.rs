@@ -16,16 +16,16 @@
 //! `queue_overflow`, `cookie_invalid`, `accepted_alt_key` and `listener_disabled` never
 //! appear, so the verdicts built on them are unit-tested on synthetic events; on that
 //! backend the namespace's counters stand in ([`NamespaceFinding`]).
-pub mod classify;
-pub mod client;
-pub mod listener;
-pub mod namespace;
+pub(crate) mod classify;
+pub(crate) mod client;
+pub(crate) mod listener;
+pub(crate) mod namespace;
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-pub use self::{
+pub(crate) use self::{
     classify::{Kind, Strength},
     client::{client_report, ClientFigures, ClientRow},
     listener::{listener_row, ListenerFigures},
@@ -74,7 +74,7 @@ pub struct HostShare {
 
 /// How many of a row's DNS names are listed (`names`); the others are counted
 /// (`more_names`).
-pub const NAMES_SHOWN: usize = 3;
+pub(crate) const NAMES_SHOWN: usize = 3;
 
 /// One address of a DNS name's row (`--group-by name`), with its own counts.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -208,11 +208,11 @@ pub(crate) mod fixtures {
 
     use crate::events::{Event, Timestamp};
 
-    pub const NS_CLI: u32 = 4026532177;
-    pub const NS_SRV: u32 = 4026532246;
+    pub(crate) const NS_CLI: u32 = 4026532177;
+    pub(crate) const NS_SRV: u32 = 4026532246;
 
     /// Built from JSON so fields other work adds to Event (as Options) need no edit here.
-    pub fn ev(role: &str, outcome: &str, dst: &str, data: u32, stall_us: u64, t_ms: u64) -> Event {
+    pub(crate) fn ev(role: &str, outcome: &str, dst: &str, data: u32, stall_us: u64, t_ms: u64) -> Event {
         let dst: SocketAddr = dst.parse().unwrap();
         let (saddr, sport, daddr, dport, netns) = if role == "client" {
             ("198.18.0.1".to_string(), 40000, dst.ip().to_string(), dst.port(), NS_CLI)
@@ -231,11 +231,11 @@ pub(crate) mod fixtures {
         e
     }
 
-    pub fn cli(outcome: &str, dst: &str, data: u32, stall_us: u64, t: u64) -> Event {
+    pub(crate) fn cli(outcome: &str, dst: &str, data: u32, stall_us: u64, t: u64) -> Event {
         ev("client", outcome, dst, data, stall_us, t)
     }
 
-    pub fn srv(outcome: &str, t: u64) -> Event {
+    pub(crate) fn srv(outcome: &str, t: u64) -> Event {
         ev("server", outcome, "198.18.0.2:81", 64, 0, t)
     }
 }

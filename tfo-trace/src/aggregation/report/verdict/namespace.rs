@@ -77,7 +77,7 @@ pub struct CachedDrops {
     pub ns: String,
 }
 
-pub fn cached_drops(m: &TcpMetric, netns: u32, facts: &Facts) -> CachedDrops {
+pub(crate) fn cached_drops(m: &TcpMetric, netns: u32, facts: &Facts) -> CachedDrops {
     let destination = match m.dst {
         IpAddr::V4(a) => format!("{a}:*"),
         IpAddr::V6(a) => format!("[{a}]:*"),
@@ -111,7 +111,7 @@ fn finding(netns: u32, kind: Kind, n: u64, figures: NamespaceFigures) -> Namespa
 
 /// Counter deltas the events do not explain, because the backend cannot see them, and
 /// what blackhole detection's pauses did to each client namespace ([`Pauses`]).
-pub fn namespace_findings(
+pub(crate) fn namespace_findings(
     listeners: &[ListenerReport],
     facts: &Facts,
     pauses: &Pauses,

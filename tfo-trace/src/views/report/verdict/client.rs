@@ -43,7 +43,7 @@ impl Row<'_> {
 }
 
 /// The sentence and evidence of a client row's verdict.
-pub fn said(d: &DestinationReport) -> Said {
+pub(crate) fn said(d: &DestinationReport) -> Said {
     let f = &d.verdict.figures;
     let a = &f.acc;
     let support = &d.verdict.support;

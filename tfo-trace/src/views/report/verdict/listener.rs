@@ -37,7 +37,7 @@ impl Listener<'_> {
 }
 
 /// The sentence and evidence of a listener's verdict.
-pub fn said(l: &ListenerReport) -> Said {
+pub(crate) fn said(l: &ListenerReport) -> Said {
     let f = &l.verdict.figures;
     let r = Listener { name: &l.listener, f };
     let mut evidence = Vec::new();

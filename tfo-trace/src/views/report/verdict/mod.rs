@@ -15,8 +15,8 @@ mod server_sentences;
 use serde::Serialize;
 
 pub(super) use self::namespace::cached_sentence;
-pub use self::said::Said;
-pub use self::{
+pub(super) use self::said::Said;
+pub(super) use self::{
     client::said as said_client, listener::said as said_listener, namespace::said as said_finding,
 };
 use crate::aggregation::{

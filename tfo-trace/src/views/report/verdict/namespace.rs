@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// The sentence and evidence of a namespace's finding.
-pub fn said(n: &NamespaceFinding) -> Said {
+pub(crate) fn said(n: &NamespaceFinding) -> Said {
     let f = &n.verdict.figures;
     let (ns, backend) = (f.ns.as_str(), f.backend.as_str());
     let (sentence, evidence) = match &f.counted {
@@ -200,7 +200,7 @@ fn alt_key(ns: &str, alt: u64) -> (String, Vec<String>) {
 }
 
 /// What the kernel's TFO cache holds of a destination no connection went to in the window.
-pub fn cached_sentence(c: &CachedDrops) -> String {
+pub(crate) fn cached_sentence(c: &CachedDrops) -> String {
     let since =
         c.last_drop_s_ago.map(|s| format!(", the last {} ago", units::duration_s(s))).unwrap_or_default();
     format!(

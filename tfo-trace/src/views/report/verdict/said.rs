@@ -5,7 +5,7 @@ use crate::{aggregation::report::verdict::HostShare, units};
 /// A verdict said: one plain sentence (what happens and what to do), and the facts it rests
 /// on, one per line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Said {
+pub(crate) struct Said {
     pub sentence: String,
     pub evidence: Vec<String>,
 }
