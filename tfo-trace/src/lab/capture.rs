@@ -8,7 +8,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 
-use super::{cmd, registry::Proc, Lab, Side};
+use super::{
+    cmd,
+    namespaces::{Lab, Side},
+    registry::Proc,
+};
 
 impl Lab {
     /// Starts tcpdump on one side's veth for SYNs and SYN-ACKs (IPv4 and IPv6), and waits

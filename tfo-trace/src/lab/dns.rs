@@ -13,7 +13,12 @@ use std::{
 
 use anyhow::{anyhow, bail, Context as _, Result};
 
-use super::{capture::Tcpdump, cmd, registry::Proc, Lab, Side};
+use super::{
+    capture::Tcpdump,
+    cmd,
+    namespaces::{Lab, Side},
+    registry::Proc,
+};
 
 /// Where dnsmasq is; the tests skip without it.
 pub const DNSMASQ: &str = "/usr/sbin/dnsmasq";

@@ -8,8 +8,8 @@ use anyhow::{Context as _, Result};
 
 use super::{
     cmd,
+    namespaces::{Lab, Side, VETH_CLIENT},
     registry::{lock, NFT_TABLE, REGISTRY},
-    Lab, Side, VETH_CLIENT,
 };
 
 impl Lab {

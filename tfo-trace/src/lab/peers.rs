@@ -11,8 +11,18 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 
 use super::{
-    cmd, registry::Proc, ClientRunSpec, ConnResult, Lab, ServerArgs, CLIENT_WAIT_SLACK, SERVER_READY_TIMEOUT,
+    cmd,
+    namespaces::Lab,
+    registry::Proc,
+    traffic::{ClientArgs, ConnResult, ServerArgs},
 };
+
+/// The arguments of one client run; the same struct the `lab-client` subcommand takes.
+pub type ClientRunSpec = ClientArgs;
+/// How long `start_server` waits for the child's `ready` line.
+const SERVER_READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Extra time granted to a client run beyond its own worst case.
+const CLIENT_WAIT_SLACK: Duration = Duration::from_secs(5);
 
 impl Lab {
     /// Starts `exe lab-server` in the server namespace on server address `addr_index`

@@ -15,7 +15,10 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 
-use super::{traffic::ClientArgs, Lab, LabConfig, Side};
+use super::{
+    namespaces::{Lab, LabConfig, Side},
+    traffic::ClientArgs,
+};
 use crate::kernel::netstat::Netstat;
 
 #[derive(Debug, Clone, clap::Args)]
