@@ -533,29 +533,10 @@ pub(crate) fn parse_event(text: &str) -> std::result::Result<Event, String> {
     Ok(e)
 }
 
-/// A recording's time, RFC 3339 in UTC as [`super::rfc3339`] writes it
-/// (`2026-11-30T08:14:42.549123456Z`), to ns since the epoch; None for anything else
-/// (another offset, a time before 1970, not a time). jiff's civil time reads the date and
-/// the time, calendar and ranges (its `Timestamp` ends at 9999-12-30, a day short of what a
-/// recording may hold); after the time only the `Z` may follow, since jiff would read an
-/// offset there and drop it. A leap second (`23:59:60`, RFC 3339 section 5.6), which jiff
-/// reads as :59, is the second after it.
-pub fn parse_rfc3339(s: &str) -> Option<u128> {
-    let civil = s.strip_suffix('Z')?;
-    let (_, time) = civil.split_once('T')?;
-    if !time.bytes().all(|b| b.is_ascii_digit() || b == b':' || b == b'.') {
-        return None;
-    }
-    let leap = if time.get(5..9) == Some(":60.") || time.get(5..) == Some(":60") { 1_000_000_000 } else { 0 };
-    let at: jiff::civil::DateTime = civil.parse().ok()?;
-    let since_epoch = at.duration_since(jiff::civil::date(1970, 1, 1).at(0, 0, 0, 0));
-    u128::try_from(since_epoch.as_nanos()).ok().map(|ns| ns + leap)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{rfc3339, Outcome};
+    use crate::events::{rfc3339, time::parse_rfc3339, Outcome};
 
     /// Built from JSON, so fields other work adds to Event (as Options) need no edit here.
     fn ev(i: u32) -> Event {
@@ -801,35 +782,5 @@ mod tests {
         let long = good.replace("\"outcome\":\"", &format!("\"outcome\":\"{}", "z".repeat(5000)));
         let (_, _, err) = read_from(format!("{h}\n{long}\n").as_bytes(), Path::new("r")).unwrap();
         assert!(err.first[0].reason.len() < 400);
-    }
-
-    #[test]
-    fn rfc3339_parses_what_it_prints() {
-        for ns in [0u128, 1_709_251_199_000_000_001, 951_782_400_123_456_789, 4_102_444_799_999_999_999] {
-            assert_eq!(parse_rfc3339(&rfc3339(ns)), Some(ns), "{}", rfc3339(ns));
-        }
-        assert_eq!(parse_rfc3339("2024-02-29T23:59:59Z"), Some(1_709_251_199_000_000_000));
-        assert_eq!(parse_rfc3339("2024-02-29T23:59:59.5Z"), Some(1_709_251_199_500_000_000));
-        assert_eq!(parse_rfc3339("2024-13-01T00:00:00Z"), None);
-        assert_eq!(parse_rfc3339("2024-02-30T00:00:00Z"), None);
-        assert_eq!(parse_rfc3339("2024-02-29 23:59:59Z"), None);
-        assert_eq!(parse_rfc3339("2024-02-29T23:59:59"), None);
-        assert_eq!(parse_rfc3339("2024-02-29T23:59:59+01:00"), None);
-        assert_eq!(parse_rfc3339("2024-02-29T23:59:59+01:00Z"), None);
-        assert_eq!(parse_rfc3339("1969-12-31T23:59:59Z"), None);
-        // A leap second is the one after :59, also in the last second a recording holds.
-        assert_eq!(parse_rfc3339("2016-12-31T23:59:60Z"), Some(1_483_228_800_000_000_000));
-        assert_eq!(parse_rfc3339("9999-12-31T23:59:60.999999999Z"), Some(253_402_300_800_999_999_999));
-        // Fields of other widths or signs; a 15-digit year overflowed the hand-written
-        // day arithmetic this replaced.
-        for bad in [
-            "999999999999999-01-01T00:00:00Z",
-            "+024-02-29T23:59:59Z",
-            "2024-2-29T23:59:59Z",
-            "2024-02-29T-1:59:59Z",
-            "2024-02-29T23:59:59.1234567891Z",
-        ] {
-            assert_eq!(parse_rfc3339(bad), None, "{bad}");
-        }
     }
 }
