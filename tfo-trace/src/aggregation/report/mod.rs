@@ -16,33 +16,19 @@ pub(crate) mod grouping;
 pub(crate) mod key_change;
 pub(crate) mod verdict;
 
-use self::verdict::{CachedDrops, DestinationReport, ListenerReport, NamespaceFinding};
 pub(crate) use self::{
     builder::{Built, ReportBuilder, Rest, Summary},
     facts::{Facts, ListenerFact},
     grouping::{GroupBy, GroupOptions},
 };
 
-/// Rows the summary names as the worst.
-pub(crate) const WORST: usize = 5;
 /// Rows shown unless `--top` or `--all` says otherwise.
 pub(crate) const DEFAULT_TOP: usize = 20;
-
-/// Everything materialized (tests, small reports).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Report {
-    pub summary: Summary,
-    pub destinations: Vec<DestinationReport>,
-    pub rest: Option<Rest>,
-    pub listeners: Vec<ListenerReport>,
-    pub namespaces: Vec<NamespaceFinding>,
-    pub kernel_cache: Vec<CachedDrops>,
-}
 
 /// The whole report of `events` from one host, every row, grouped by destination (the
 /// tests' shortcut; the views build theirs with options, from several sources).
 #[cfg(test)]
-pub(crate) fn of_events(events: &[crate::events::Event], facts: &Facts) -> Report {
+pub(crate) fn of_events(events: &[crate::events::Event], facts: &Facts) -> builder::Report {
     let mut b = ReportBuilder::new(GroupOptions::default(), false);
     let host = b.host("");
     for e in events {

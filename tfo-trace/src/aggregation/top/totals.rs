@@ -4,7 +4,7 @@
 //! the backend sees taken from the namespaces' own counters.
 use crate::events::{counts::KernelCounts, Role};
 
-use super::{GroupStats, RowStats};
+use super::table::{GroupStats, RowStats};
 use crate::aggregation::{kernel_counted::KernelCounted, stall};
 
 /// The header's numbers: every event (including those of evicted groups), and each role.

@@ -15,8 +15,20 @@ use crate::aggregation::report::{
         self, client_report, AddressShare, CachedDrops, ClientRow, DestinationReport, HostShare, Kind,
         ListenerReport, NamespaceFinding, NAMES_SHOWN,
     },
-    Report, WORST,
 };
+
+/// Rows the summary names as the worst.
+pub(crate) const WORST: usize = 5;
+/// Everything materialized (tests, small reports).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    pub summary: Summary,
+    pub destinations: Vec<DestinationReport>,
+    pub rest: Option<Rest>,
+    pub listeners: Vec<ListenerReport>,
+    pub namespaces: Vec<NamespaceFinding>,
+    pub kernel_cache: Vec<CachedDrops>,
+}
 
 /// Rows of a grouping other than by destination: cells sorted by group, one span each.
 #[derive(Debug)]

@@ -26,6 +26,8 @@ use crate::{
     events::{Event, Outcome, Role},
 };
 
+#[cfg(test)]
+pub(crate) use self::built::Report;
 pub(crate) use self::{
     built::Built,
     summary::{Rest, Summary},

@@ -4,11 +4,10 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde::Serialize;
 
-use super::built::{Built, Groups, Totals};
+use super::built::{Built, Groups, Totals, WORST};
 use crate::aggregation::report::{
     grouping::{GroupBy, GroupKey},
     verdict::{Kind, Strength},
-    WORST,
 };
 use crate::aggregation::stall::Cause;
 
