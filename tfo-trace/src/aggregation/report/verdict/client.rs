@@ -1,12 +1,80 @@
 //! The verdict on a row of client connections (a destination, or a group of them:
 //! `--group-by`), and the figures its sentence and evidence are said from
 //! (`views/report/verdict/client.rs` says them).
-use super::{AddressShare, DestinationReport, HostShare, Kind, Strength, Support, Verdict};
+use super::{
+    classify::{Kind, Strength},
+    evidence::{AddressShare, HostShare, Support, Verdict},
+};
 use crate::{
     aggregation::report::{connections::ConnAcc, facts::Facts, grouping::GroupKey},
     events::Outcome,
     kernel::tcp_metrics::TcpMetric,
 };
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Client side: one destination in one namespace, or one group of them (`--group-by`).
+/// Its JSON is the view's (`views/report/json.rs`), with the verdict said in words last.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DestinationReport {
+    /// The row's name: the destination (`198.18.0.2:8080`), or the group's (`198.18.0.0/24`,
+    /// `port 443`, `process curl`, `container 3f2a9c1b0d4e`).
+    pub destination: String,
+    /// The same name, under the name every grouping shares.
+    pub group: String,
+    /// The client's namespace (grouping by destination on one host; null otherwise).
+    pub netns: Option<u32>,
+    /// Destinations in the row (1 when grouping by destination).
+    pub destinations: u64,
+    /// The DNS names the clients resolved to the row's addresses (`--names`, `Event::dname`),
+    /// the most connected-to first: at most [`super::NAMES_SHOWN`], `more_names` counting the
+    /// others. Empty where no event of the row carried a name.
+    pub names: Vec<String>,
+    pub more_names: u64,
+    /// `--group-by name`: each address of the name, with its own counts, the most time lost
+    /// first (absent in other groupings).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<AddressShare>,
+    /// Connections with a TFO outcome (one event each).
+    pub connections: u64,
+    pub outcomes: BTreeMap<String, u64>,
+    /// Connections whose SYN carried data.
+    pub syn_data_sent: u64,
+    pub accepted: u64,
+    /// SYN-data that timed out and was resent as a plain SYN (dropped on the path).
+    pub syn_data_dropped: u64,
+    /// SYN-data the SYN-ACK did not acknowledge.
+    pub data_not_acked: u64,
+    /// Those refusals by what their SYN-ACK said (a new cookie: the destination handed out
+    /// another one), and the most in a row.
+    pub refusals: crate::aggregation::refusals::RefusalFigures,
+    /// Connections that lost time to a SYN timeout (see `aggregation::stall`).
+    pub stalled: u64,
+    /// Time the stalls lost.
+    pub lost_us_total: u64,
+    /// Mean over the stalled connections.
+    pub lost_us_per_stalled: u64,
+    /// Mean over all connections.
+    pub lost_us_per_connection: u64,
+    /// Not stalls: the data not acked went again after the handshake, one extra round trip
+    /// per such connection, estimated by its handshake time (in none of the `lost_us_*`).
+    pub extra_round_trips: u64,
+    pub extra_round_trip_us: u64,
+    /// What the accepted SYN-data saved: the sum of the round trips the kernel measured,
+    /// over `saved_measured` of the `accepted` connections (a recording made before events
+    /// carried `saved_us` measured none).
+    pub saved_us_total: u64,
+    pub saved_measured: u64,
+    /// Saved less lost: `saved_us_total` less `lost_us_total` and `extra_round_trip_us`.
+    pub net_us: i64,
+    /// How many accepted connections repay one stall at the measured round trip (null
+    /// without a stall or a measured saving).
+    pub break_even_accepted_per_stall: Option<u64>,
+    /// Each host's share, the most affected first.
+    pub hosts: Vec<HostShare>,
+    #[serde(skip)]
+    pub verdict: Verdict<ClientFigures>,
+}
 
 /// A row of the client side, gathered (by `aggregation::report`) and ready for its verdict.
 #[derive(Clone, Debug)]

@@ -1,16 +1,31 @@
 //! The verdict on a listener: its server events, each host's share, and the figures of the
 //! kernel's facts about that listening socket (`views/report/verdict/listener.rs` says
 //! them).
+use serde::Serialize;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use super::{
-    classify::{self, listener_shown_by},
-    HostShare, ListenerReport, Strength, Support, Verdict,
+    classify::{self, listener_shown_by, Strength},
+    evidence::{HostShare, Support, Verdict},
 };
 use crate::aggregation::{
     counting::OutcomeCounts,
     report::{facts::Facts, key_change::KeyChange},
 };
+
+/// Server side, one listening port in one namespace (in a report of several hosts: one
+/// port on all of them). Its JSON is the view's, as for [`super::DestinationReport`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ListenerReport {
+    pub listener: String,
+    pub netns: Option<u32>,
+    pub outcomes: BTreeMap<String, u64>,
+    pub max_qlen: Option<u32>,
+    pub hosts: Vec<HostShare>,
+    #[serde(skip)]
+    pub verdict: Verdict<ListenerFigures>,
+}
 
 /// What a listener's sentence and evidence are said from, beyond the row's own figures.
 #[derive(Clone, Debug, PartialEq)]

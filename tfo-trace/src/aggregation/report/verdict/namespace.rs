@@ -9,7 +9,11 @@ use std::{
 
 use serde::Serialize;
 
-use super::{Kind, ListenerReport, NamespaceFinding, Strength, Support, Verdict};
+use super::{
+    classify::{Kind, Strength},
+    evidence::{Support, Verdict},
+    listener::ListenerReport,
+};
 use crate::{
     aggregation::{
         blackhole::{PauseSummary, Pauses},
@@ -20,6 +24,20 @@ use crate::{
     events::{Outcome, Role},
     kernel::{netstat::Netstat, tcp_metrics::TcpMetric},
 };
+
+/// From a namespace's counters, for what the backend's events cannot show: counted by
+/// the kernel, never attributed to a listener or a process.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamespaceFinding {
+    pub netns: u32,
+    pub verdict: Verdict<NamespaceFigures>,
+    /// Where its counts come from: [`crate::aggregation::kernel_counted::SOURCE`], or `events` (a
+    /// pause that a hook's `active_disabled` events tell).
+    pub source: &'static str,
+    /// `active_tfo_paused`: the pauses' figures (which connection tripped each, when it
+    /// ends, the connections left without TFO by destination).
+    pub pause: Option<crate::aggregation::blackhole::PauseSummary>,
+}
 
 /// What a namespace's finding is said from: the namespace as the report names it, the
 /// backend whose hooks could not see it, and what was counted.
