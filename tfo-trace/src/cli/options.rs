@@ -64,8 +64,6 @@ pub struct ExportOptions {
     pub interval: Duration,
     /// The one opt-in label of the connection and stall counters, and its cap.
     pub breakdown: Option<Breakdown>,
-    /// Count only events from these network namespaces (inodes); empty: all.
-    pub netns: Vec<u32>,
     /// `--web.config.file`: TLS and basic auth (exporter-toolkit's format).
     pub web_config: Option<PathBuf>,
 }
@@ -180,7 +178,6 @@ impl ExportArgs {
             textfile: self.textfile,
             interval: self.interval,
             breakdown,
-            netns: self.probe.filter.netns_inodes(),
             web_config: self.web_config_file,
         }
     }

@@ -180,7 +180,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
             Some(first) = waiting.recv(), if serving => {
                 // Each scrape sees the kernel's counts as they are now; the scrapes that
                 // asked meanwhile share this refresh and its text.
-                refresh(&metrics, &mut session, &opts.netns)?;
+                refresh(&metrics, &mut session)?;
                 let text = Bytes::from(metrics.encode());
                 let _ = first.send(text.clone());
                 while let Ok(next) = waiting.try_recv() {
@@ -189,20 +189,20 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
             }
             _ = textfile_tick.tick() => {
                 if let Some(path) = &opts.textfile {
-                    refresh(&metrics, &mut session, &opts.netns)?;
+                    refresh(&metrics, &mut session)?;
                     write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
                 }
             }
             _ = stop.requested() => break,
         }
-        observe(&metrics, &mut batch, &opts.netns);
+        observe(&metrics, &mut batch);
     }
     if let Some(server) = server {
         server.abort(); // and with it every connection (its JoinSet)
     }
     session.drain(&mut batch)?;
-    observe(&metrics, &mut batch, &opts.netns);
-    refresh(&metrics, &mut session, &opts.netns)?;
+    observe(&metrics, &mut batch);
+    refresh(&metrics, &mut session)?;
     if let Some(path) = &opts.textfile {
         write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -218,19 +218,20 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-/// The kernel's counts of the namespaces asked for (all without --netns), into the model,
-/// with its health totals (of every namespace: the kernel keeps those only in all).
-fn refresh(metrics: &Metrics, session: &mut Session, netns: &[u32]) -> Result<()> {
-    metrics.set_kernel(session.kernel_counts()?.only_netns(netns), session.health());
-    metrics.set_kernel_counted(session.kernel_counted().only_netns(netns));
+/// The kernel's counts into the model, with its health totals (of every namespace: the
+/// kernel keeps those only in all). Both are of the namespaces asked for already: the
+/// kernel filter counts only those, and the counters' `Scope` reads only those.
+fn refresh(metrics: &Metrics, session: &mut Session) -> Result<()> {
+    metrics.set_kernel(session.kernel_counts()?, session.health());
+    metrics.set_kernel_counted(session.kernel_counted());
     Ok(())
 }
 
-fn observe(metrics: &Metrics, batch: &mut Vec<Event>, netns: &[u32]) {
+/// The batch's events into the model: those of the namespaces asked for only, as the
+/// kernel filter sent them.
+fn observe(metrics: &Metrics, batch: &mut Vec<Event>) {
     for e in batch.drain(..) {
-        if netns.is_empty() || netns.contains(&e.netns) {
-            metrics.observe(&e);
-        }
+        metrics.observe(&e);
     }
 }
 
