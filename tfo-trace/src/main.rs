@@ -7,7 +7,6 @@ use std::{
 };
 
 use tfo_trace::{
-    aggregation::metrics::Breakdown,
     cli::{Cli, Command},
     events::record::UsageError,
     live::{output, session::PrivilegeError},
@@ -53,52 +52,12 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Trace(a) => runtime()?.block_on(views::trace::run(views::trace::TraceOptions {
-            load: a.probe.load_options(),
-            json: a.json,
-            json_summary: a.json || a.summary.json_summary,
-            duration: a.duration,
-            record: a.record_to(),
-        })),
-        Command::Stalls(a) => runtime()?.block_on(views::stalls::run(views::stalls::StallsOptions {
-            load: a.probe.load_options(),
-            json: a.json,
-            json_summary: a.json || a.summary.json_summary,
-            duration: a.duration,
-            record: a.record_to(),
-        })),
-        Command::Top(a) => runtime()?.block_on(views::top::run(views::top::TopOptions {
-            load: a.probe.load_options(),
-            record: a.record_to(),
-            interval: a.delay,
-            count: a.count,
-            duration: a.duration,
-            batch: a.batch,
-            json: a.json,
-            json_summary: a.json || a.summary.json_summary,
-            sort: a.sort,
-            filter: a.filter,
-            view: views::top::rows::View::Destinations,
-            max_groups: a.max_groups,
-            from: a.from.map(|path| (path, a.probe.filter.event_filter())),
-        })),
-        Command::Report(a) => views::report::run(a),
+        Command::Trace(a) => runtime()?.block_on(views::trace::run(a.options())),
+        Command::Stalls(a) => runtime()?.block_on(views::stalls::run(a.options())),
+        Command::Top(a) => runtime()?.block_on(views::top::run(a.options())),
+        Command::Report(a) => views::report::run(a.options()),
         Command::Doctor(a) => views::doctor::run(a.json),
-        Command::Export(a) => runtime()?.block_on(views::export::run(views::export::ExportOptions {
-            load: a.probe.load_options(),
-            listen: (!a.web_disable).then_some(a.web_listen_address),
-            textfile: a.textfile,
-            interval: a.interval,
-            breakdown: match (a.top_destinations, a.top_containers) {
-                (Some(k), _) => Some(Breakdown::Destinations(k.into())),
-                (None, Some(k)) => Some(Breakdown::Containers(k.into())),
-                (None, None) => None,
-            },
-            netns: a.probe.filter.netns_inodes(),
-            web_config: a.web_config_file,
-            duration: a.duration,
-            json_summary: a.summary.json_summary,
-        })),
+        Command::Export(a) => runtime()?.block_on(views::export::run(a.options())),
         Command::Completions { shell } => {
             let mut cmd = Cli::visible_command();
             // Into memory first: clap_complete panics when its writer fails.
@@ -107,7 +66,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             output::stdout_written(io::stdout().lock().write_all(&script))
         }
         Command::Man(a) => views::man::run(a.command.as_deref(), a.dir.as_deref()),
-        Command::Demo(a) => runtime()?.block_on(views::demo::run(a)),
+        Command::Demo(a) => runtime()?.block_on(views::demo::run(a.options())),
         Command::LabServer(a) => tfo_trace::lab::traffic::run_server(&a),
         Command::LabClient(a) => tfo_trace::lab::traffic::run_client(&a),
         #[cfg(feature = "fixtures")]
@@ -115,6 +74,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         #[cfg(feature = "fixtures")]
         Command::LabSoak(a) => tfo_trace::lab::soak::run(&a),
         #[cfg(feature = "fixtures")]
-        Command::Floor(a) => runtime()?.block_on(views::floor::run(a)),
+        Command::Floor(a) => runtime()?.block_on(views::floor::run(a.options())),
     }
 }

@@ -13,14 +13,13 @@ use anyhow::{Context as _, Result};
 
 use crate::{
     aggregation::top::DEFAULT_CAPACITY,
-    cli::{DemoArgs, Sort},
+    cli::{DemoOptions, LiveOptions, Sort, TopOptions},
     lab::{
         traffic::{ClientArgs, ClientMode},
         ClientChild, Lab, LabConfig,
     },
     live::session::Session,
-    probes::LoadOptions,
-    views::top::{self, rows::View, HeaderInfo, TopOptions},
+    views::top::{self, HeaderInfo},
 };
 
 const PORT: u16 = 8080;
@@ -83,10 +82,9 @@ fn start_dns(lab: &Lab) -> Result<Option<crate::lab::dns::DnsServer>> {
     lab.start_dns(&zone).map(Some)
 }
 
-pub async fn run(args: DemoArgs) -> Result<()> {
+pub async fn run(demo: DemoOptions) -> Result<()> {
     let exe = std::env::current_exe().context("locating the tfo-trace executable")?;
-    // Names on: the demo's clients look their servers up by name (with dnsmasq).
-    let load = LoadOptions { names: true, ..args.probe.load_options() };
+    let load = demo.load;
     // Privileges are checked (one clear line) before anything is created.
     let mut session = Session::start(&load, None)?;
     // Ctrl-C, SIGTERM and SIGHUP from here on are the demo's to handle: the lab it builds
@@ -109,31 +107,32 @@ pub async fn run(args: DemoArgs) -> Result<()> {
          tracing for {} (Ctrl-C stops early)",
         lab.server_addr(0, false)?,
         dropped,
-        crate::units::period(args.duration)
+        crate::units::period(demo.duration)
     )?;
-    let clients = start_traffic(&lab, &exe, args.duration, dns.is_some())?;
+    let clients = start_traffic(&lab, &exe, demo.duration, dns.is_some())?;
 
     // `top` shows the lab: the live UI on a terminal, table snapshots otherwise. It stops
     // two seconds after the traffic, so the last stalled connections are in.
-    let tty = io::stdout().is_terminal() && !args.json;
+    let tty = io::stdout().is_terminal() && !demo.json;
     let interval = if tty { Duration::from_secs(1) } else { Duration::from_secs(5) };
     let opts = TopOptions {
-        load,
+        live: LiveOptions {
+            load,
+            duration: None, // `stop`'s deadline
+            json_summary: demo.json_summary,
+            record: None,
+        },
         interval,
         count: None,
-        duration: None, // `stop`'s deadline
         batch: false,
-        json: args.json,
-        json_summary: args.json || args.summary.json_summary,
+        json: demo.json,
         sort: Sort::Stalls,
         filter: String::new(),
-        view: View::Destinations,
         max_groups: DEFAULT_CAPACITY,
-        record: None,
         from: None,
     };
     let info = HeaderInfo::new(session.tracer.backend.to_string(), interval, &[]);
-    stop.stop_after(args.duration + Duration::from_secs(2));
+    stop.stop_after(demo.duration + Duration::from_secs(2));
     top::run_on(&mut session, &opts, info, &mut stop).await?;
     for c in clients {
         c.kill();
@@ -142,6 +141,6 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let closing = session.closing();
     drop(dns);
     drop(lab);
-    closing.say(args.json || args.summary.json_summary, "tfo-trace demo", "; lab removed")?;
+    closing.say(demo.json_summary, "tfo-trace demo", "; lab removed")?;
     Ok(())
 }

@@ -22,7 +22,7 @@ use std::{
     future::Future,
     io::Write as _,
     net::SocketAddr,
-    path::{Path, PathBuf},
+    path::Path,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -51,9 +51,9 @@ use tokio_rustls::{server::TlsStream, TlsAcceptor};
 
 use crate::{
     aggregation::metrics::{Breakdown, BuildInfo, Metrics, CONTENT_TYPE},
+    cli::ExportOptions,
     events::Event,
     live::session::Session,
-    probes::LoadOptions,
     views::web_config::{BasicAuth, WebConfig},
 };
 
@@ -84,24 +84,6 @@ const SPARE_FDS: usize = 64;
 const LISTEN_BACKLOG: u32 = 4096;
 /// Scrapes waiting for the run loop's next refresh before more of them wait to queue.
 const WAITING_SCRAPES: usize = 64;
-
-pub struct ExportOptions {
-    pub load: LoadOptions,
-    /// None: no HTTP server (textfile only).
-    pub listen: Option<SocketAddr>,
-    pub textfile: Option<PathBuf>,
-    /// How often the textfile is rewritten.
-    pub interval: Duration,
-    /// The one opt-in label of the connection and stall counters, and its cap.
-    pub breakdown: Option<Breakdown>,
-    /// Count only events from these network namespaces (inodes); empty: all.
-    pub netns: Vec<u32>,
-    /// `--web.config.file`: TLS and basic auth (exporter-toolkit's format).
-    pub web_config: Option<PathBuf>,
-    pub duration: Option<Duration>,
-    /// The closing summary as one JSON object on stderr.
-    pub json_summary: bool,
-}
 
 /// Writes `text` to `path` for node_exporter: a temporary file in the same directory,
 /// then rename(2), so the collector never reads a half-written file.
@@ -144,7 +126,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     if let Some(path) = &opts.textfile {
         check_textfile(path)?;
     }
-    if opts.load.names && !matches!(opts.breakdown, Some(Breakdown::Destinations(_))) {
+    if opts.live.load.names && !matches!(opts.breakdown, Some(Breakdown::Destinations(_))) {
         bail!("--names labels destinations: export has them only with --top-destinations");
     }
     // Read the web config and bind before loading anything: a bad file or a port in use is
@@ -159,10 +141,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
         }
         None => None,
     };
-    // Without per-destination series the kernel's counts are enough, but for the cause
-    // of each refused SYN-data: only those come as events.
-    let load = LoadOptions { refusal_events_only: opts.breakdown.is_none(), ..opts.load };
-    let mut session = Session::start(&load, None)?;
+    let mut session = Session::start(&opts.live.load, None)?;
     let build = BuildInfo {
         version: env!("CARGO_PKG_VERSION").into(),
         backend: session.tracer.backend,
@@ -190,7 +169,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
         None => None,
     };
 
-    let mut stop = session.take_stop(opts.duration)?;
+    let mut stop = session.take_stop(opts.live.duration)?;
     let mut textfile_tick = tokio::time::interval(opts.interval);
     let mut batch: Vec<Event> = Vec::new();
     loop {
@@ -201,7 +180,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
             Some(first) = waiting.recv(), if serving => {
                 // Each scrape sees the kernel's counts as they are now; the scrapes that
                 // asked meanwhile share this refresh and its text.
-                refresh(&metrics, &mut session, &opts.netns)?;
+                refresh(&metrics, &mut session)?;
                 let text = Bytes::from(metrics.encode());
                 let _ = first.send(text.clone());
                 while let Ok(next) = waiting.try_recv() {
@@ -210,24 +189,24 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
             }
             _ = textfile_tick.tick() => {
                 if let Some(path) = &opts.textfile {
-                    refresh(&metrics, &mut session, &opts.netns)?;
+                    refresh(&metrics, &mut session)?;
                     write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
                 }
             }
             _ = stop.requested() => break,
         }
-        observe(&metrics, &mut batch, &opts.netns);
+        observe(&metrics, &mut batch);
     }
     if let Some(server) = server {
         server.abort(); // and with it every connection (its JoinSet)
     }
     session.drain(&mut batch)?;
-    observe(&metrics, &mut batch, &opts.netns);
-    refresh(&metrics, &mut session, &opts.netns)?;
+    observe(&metrics, &mut batch);
+    refresh(&metrics, &mut session)?;
     if let Some(path) = &opts.textfile {
         write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
     }
-    session.say_closing(opts.json_summary)?;
+    session.say_closing(opts.live.json_summary)?;
     Ok(())
 }
 
@@ -239,19 +218,20 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-/// The kernel's counts of the namespaces asked for (all without --netns), into the model,
-/// with its health totals (of every namespace: the kernel keeps those only in all).
-fn refresh(metrics: &Metrics, session: &mut Session, netns: &[u32]) -> Result<()> {
-    metrics.set_kernel(session.kernel_counts()?.only_netns(netns), session.health());
-    metrics.set_kernel_counted(session.kernel_counted().only_netns(netns));
+/// The kernel's counts into the model, with its health totals (of every namespace: the
+/// kernel keeps those only in all). Both are of the namespaces asked for already: the
+/// kernel filter counts only those, and the counters' `Scope` reads only those.
+fn refresh(metrics: &Metrics, session: &mut Session) -> Result<()> {
+    metrics.set_kernel(session.kernel_counts()?, session.health());
+    metrics.set_kernel_counted(session.kernel_counted());
     Ok(())
 }
 
-fn observe(metrics: &Metrics, batch: &mut Vec<Event>, netns: &[u32]) {
+/// The batch's events into the model: those of the namespaces asked for only, as the
+/// kernel filter sent them.
+fn observe(metrics: &Metrics, batch: &mut Vec<Event>) {
     for e in batch.drain(..) {
-        if netns.is_empty() || netns.contains(&e.netns) {
-            metrics.observe(&e);
-        }
+        metrics.observe(&e);
     }
 }
 

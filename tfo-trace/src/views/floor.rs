@@ -3,10 +3,10 @@
 //! is the floor the real programs are measured against.
 use anyhow::{bail, Result};
 
-use crate::{cli::FloorArgs, live::stop::Stop, probes};
+use crate::{cli::FloorOptions, live::stop::Stop, probes};
 
-pub async fn run(args: FloorArgs) -> Result<()> {
-    let [backend] = args.backend.candidates() else {
+pub async fn run(opts: FloorOptions) -> Result<()> {
+    let [backend] = opts.backend.candidates() else {
         bail!("--backend must name one backend (tracepoint or raw-tracepoint)");
     };
     if let Err(line) = crate::kernel::privileges::check_tracing_privileges() {
@@ -17,6 +17,6 @@ pub async fn run(args: FloorArgs) -> Result<()> {
         "tfo-trace: {} floor programs attached with the {backend} backend's attach points",
         probes::floor::hooks(*backend).len()
     )?;
-    Stop::new(args.duration)?.requested().await;
+    Stop::new(opts.duration)?.requested().await;
     Ok(())
 }

@@ -7,7 +7,6 @@ use std::{
     net::SocketAddr,
     ops::ControlFlow,
     sync::Arc,
-    time::Duration,
 };
 
 use anyhow::{Context as _, Result};
@@ -18,24 +17,14 @@ use crate::{
         blackhole::Pauses,
         stall::{self, Cause, StallTally},
     },
+    cli::LinesOptions,
     events::Event,
     live::{
         paused::{self, Paused},
         session::Session,
     },
-    probes::LoadOptions,
     units,
 };
-
-pub struct StallsOptions {
-    pub load: LoadOptions,
-    pub json: bool,
-    /// The closing summary as one JSON object on stderr.
-    pub json_summary: bool,
-    pub duration: Option<Duration>,
-    /// `--record FILE`: every event (not only the stalls) also goes there.
-    pub record: Option<crate::events::record::RecordTo>,
-}
 
 /// One stalled connection in JSON: its event as `trace --json` prints it (one schema for
 /// an event everywhere; its time lost is `stall_us`), and the cause.
@@ -154,11 +143,12 @@ fn write_paused(out: &mut impl Write, paused: &[Paused]) -> io::Result<()> {
     out.flush()
 }
 
-pub async fn run(opts: StallsOptions) -> Result<()> {
-    let mut session = Session::start(&opts.load, opts.record.as_ref())?;
+pub async fn run(opts: LinesOptions) -> Result<()> {
+    let LinesOptions { live, json } = opts;
+    let mut session = Session::start(&live.load, live.record.as_ref())?;
     // One write per batch, not per line (stdout alone is line-buffered).
     let mut out = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
-    if !opts.json {
+    if !json {
         writeln!(
             out,
             "{:<23} {:<7} {:<16} {:<24} {:<24} {:>10} {:>3}  CONTAINER",
@@ -169,7 +159,7 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
     let mut pauses = Pauses::default();
     let mut pipe_closed = false;
     session
-        .run(opts.duration, |batch| {
+        .run(live.duration, |batch| {
             for e in batch.iter() {
                 pauses.add(&e.view());
                 let (stall, extra) = (stall::of(e), stall::extra_round_trip_us(e));
@@ -178,7 +168,7 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
                     count(&mut per_dst, e);
                 }
                 let Some(stall) = stall else { continue };
-                match write_line(&mut out, e, stall.cause, stall.lost_us, opts.json) {
+                match write_line(&mut out, e, stall.cause, stall.lost_us, json) {
                     Err(err) if err.kind() == io::ErrorKind::BrokenPipe => {
                         pipe_closed = true;
                         return Ok(ControlFlow::Break(()));
@@ -193,7 +183,7 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
     if pipe_closed {
         return Ok(());
     }
-    if !opts.json {
+    if !json {
         let paused = paused::said(&pauses, &session.kernel_counted());
         crate::live::output::stdout_written(
             write_summary(&mut out, &per_dst).and_then(|_| write_paused(&mut out, &paused)),
@@ -201,7 +191,7 @@ pub async fn run(opts: StallsOptions) -> Result<()> {
     }
     let mut closing = session.closing();
     closing.stalled = Some(per_dst.values().map(|d| d.tally.stalls.count()).sum());
-    closing.say(opts.json_summary, "tfo-trace", "")?;
+    closing.say(live.json_summary, "tfo-trace", "")?;
     Ok(())
 }
 

@@ -3,27 +3,15 @@ use std::{
     io::{self, Write},
     net::IpAddr,
     ops::ControlFlow,
-    time::Duration,
 };
 
 use anyhow::{Context as _, Result};
 
 use crate::{
+    cli::LinesOptions,
     events::{Event, EventRef, Timestamp},
     live::session::Session,
-    probes::LoadOptions,
 };
-
-pub struct TraceOptions {
-    pub load: LoadOptions,
-    pub json: bool,
-    /// The closing summary as one JSON object on stderr.
-    pub json_summary: bool,
-    /// Stop by itself after this long (scripts, tests); None = until Ctrl-C.
-    pub duration: Option<Duration>,
-    /// `--record FILE`: every event also goes there (see `events::record`).
-    pub record: Option<crate::events::record::RecordTo>,
-}
 
 /// Width of the SOURCE and DESTINATION columns: every IPv4 address:port fits
 /// (`255.255.255.255:65535` is 21); a wider one (IPv6, or a destination with its name)
@@ -277,8 +265,9 @@ fn write_batch(out: &mut impl Write, lines: &[u8]) -> io::Result<()> {
     out.flush()
 }
 
-pub async fn run(opts: TraceOptions) -> Result<()> {
-    let mut session = Session::start(&opts.load, opts.record.as_ref())?;
+pub async fn run(opts: LinesOptions) -> Result<()> {
+    let LinesOptions { live, json } = opts;
+    let mut session = Session::start(&live.load, live.record.as_ref())?;
     // One write per batch: the batch's lines go to stdout at once, which its line
     // buffering passes through whole (no syscall per line, no copy).
     let mut stdout = io::stdout().lock();
@@ -287,14 +276,14 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(ControlFlow::Break(())),
         r => r.context("writing to stdout").map(ControlFlow::Continue),
     };
-    if opts.json {
-        session.run(opts.duration, |batch| flow(write_json_events(&mut stdout, batch))).await?;
+    if json {
+        session.run(live.duration, |batch| flow(write_json_events(&mut stdout, batch))).await?;
     } else {
         let mut text = TextLines::default();
         crate::live::output::stdout_written(writeln!(stdout, "{}", text.header()))?;
         let mut lines = Vec::new();
         session
-            .on_each_wakeup(opts.duration, |session| {
+            .on_each_wakeup(live.duration, |session| {
                 lines.clear();
                 session.drain_each(|e| text.write(&mut lines, &Timestamp::from_unix_ns(e.unix_ns), &e))?;
                 if lines.is_empty() {
@@ -304,7 +293,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
             })
             .await?;
     }
-    session.say_closing(opts.json_summary)?;
+    session.say_closing(live.json_summary)?;
     Ok(())
 }
 

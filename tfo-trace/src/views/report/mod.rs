@@ -23,8 +23,8 @@ use anyhow::{bail, Result};
 
 pub use self::source::{host_name, recording_source, Source};
 use crate::{
-    aggregation::report::{Built, GroupOptions},
-    cli::{ReportArgs, ReportFormat},
+    aggregation::report::Built,
+    cli::{ReportFormat, ReportOptions, ReportSource},
 };
 
 /// What a report renders: where from, and the ranked model.
@@ -34,19 +34,19 @@ pub struct Rendered<'a> {
     pub built: &'a Built,
 }
 
-pub fn run(args: ReportArgs) -> Result<()> {
-    let group = GroupOptions { by: args.group_by, prefix_v4: args.prefix_v4, prefix_v6: args.prefix_v6 };
-    let top = (!args.all).then_some(args.top);
-    let (source, sources, built, errors) = if args.from.is_empty() {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let (s, b) = rt.block_on(source::live(&args, group, top))?;
-        (s, Vec::new(), b, Vec::new())
-    } else {
-        source::from_recordings(&args.from, &args.probe.filter.event_filter(), group, top)?
+pub fn run(opts: ReportOptions) -> Result<()> {
+    let (group, top) = (opts.group, opts.top);
+    let (source, sources, built, errors) = match &opts.source {
+        ReportSource::Live { load, duration } => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let (s, b) = rt.block_on(source::live(load, *duration, group, top))?;
+            (s, Vec::new(), b, Vec::new())
+        }
+        ReportSource::Recordings { paths, filter } => source::from_recordings(paths, filter, group, top)?,
     };
     let mut out = io::stdout().lock();
     let r = Rendered { source: &source, sources: &sources, built: &built };
-    crate::live::output::stdout_written(render(&mut out, args.format, &r, &errors))?;
+    crate::live::output::stdout_written(render(&mut out, opts.format, &r, &errors))?;
     match errors.len() {
         // Everything the good lines give is printed; each bad line is one error line.
         0 => Ok(()),
@@ -74,7 +74,7 @@ pub fn render(w: &mut impl Write, format: ReportFormat, r: &Rendered, errors: &[
 mod tests {
     use super::{text::lost_line, *};
     use crate::{
-        aggregation::report::{grouping::GroupBy, Facts, ReportBuilder},
+        aggregation::report::{grouping::GroupBy, Facts, GroupOptions, ReportBuilder},
         events::{Event, Outcome, Timestamp},
     };
 

@@ -11,7 +11,6 @@ use serde::Serialize;
 
 use crate::{
     aggregation::report::{Built, Facts, GroupOptions, ListenerFact, ReportBuilder},
-    cli::ReportArgs,
     events::{
         record,
         replay::{Replay, Replayed},
@@ -24,6 +23,7 @@ use crate::{
         tcp_metrics,
     },
     live::session::Session,
+    probes::LoadOptions,
 };
 
 /// Where the events came from: one recording, the live kernel, or (the top-level `source`
@@ -195,12 +195,12 @@ pub(super) fn from_recordings(
 }
 
 pub(super) async fn live(
-    args: &ReportArgs,
+    load: &LoadOptions,
+    duration: Option<std::time::Duration>,
     group: GroupOptions,
     top: Option<usize>,
 ) -> Result<(Source, Built)> {
-    let load = args.probe.load_options();
-    let mut session = Session::start(&load, None)?;
+    let mut session = Session::start(load, None)?;
     let started = std::time::Instant::now();
     let start = record::Header::now(session.tracer.backend.name()).start;
     let mut b = ReportBuilder::new(group, false);
@@ -210,7 +210,7 @@ pub(super) async fn live(
     };
     let host_id = b.host(&host);
     session
-        .run(args.duration, |batch| {
+        .run(duration, |batch| {
             batch.iter().for_each(|e| b.add(e, host_id));
             Ok(std::ops::ControlFlow::Continue(()))
         })

@@ -26,7 +26,7 @@ use crate::{
         kernel_counted::KernelCounted,
         top::{totals, Snapshot, TopModel, Totals},
     },
-    cli::Sort,
+    cli::TopOptions,
     events::{counts::KernelCounts, rfc3339, Event},
     kernel::sysctl::TcpFastopen,
     live::{
@@ -34,35 +34,9 @@ use crate::{
         session::Session,
         stop::Stop,
     },
-    probes::LoadOptions,
 };
 use rows::View;
 use state::{Action, UiState};
-
-pub struct TopOptions {
-    pub load: LoadOptions,
-    /// Refresh interval (`-d`).
-    pub interval: Duration,
-    /// Stop after this many refreshes (`--count`).
-    pub count: Option<u64>,
-    pub duration: Option<Duration>,
-    /// Plain rows even on a terminal.
-    pub batch: bool,
-    /// One JSON snapshot per interval (implies no terminal UI).
-    pub json: bool,
-    /// The closing summary as one JSON object on stderr.
-    pub json_summary: bool,
-    pub sort: Sort,
-    pub filter: String,
-    pub view: View,
-    /// Groups kept per table (least recently seen evicted beyond it).
-    pub max_groups: usize,
-    /// `--record FILE`: every live event also goes there.
-    pub record: Option<crate::events::record::RecordTo>,
-    /// `--from FILE`: the tables of a recording instead of live events, as the filter
-    /// flags select them.
-    pub from: Option<(std::path::PathBuf, crate::filter::EventFilter)>,
-}
 
 /// The facts the header shows besides the tables.
 #[derive(Clone, Debug)]
@@ -293,7 +267,7 @@ async fn run_from(
 ) -> Result<()> {
     let (header, mut replay) = crate::events::replay::Replay::open(path, filter.clone().into_select())?;
     let info = HeaderInfo::replay(format!("{} (recorded on {})", header.backend, header.host), opts.interval);
-    let mut stop = Stop::new(opts.duration)?;
+    let mut stop = Stop::new(opts.live.duration)?;
     let seen = run_on(&mut Recorded::new(replay.events()), opts, info, &mut stop).await?;
     crate::note!("tfo-trace: {seen} events from {}", path.display())?;
     if let Some(msg) = filter.netns_name_unrecorded(&replay.netns_names) {
@@ -310,10 +284,11 @@ pub async fn run(opts: TopOptions) -> Result<()> {
     if let Some((path, filter)) = &opts.from {
         return run_from(path, filter, &opts).await;
     }
-    let mut session = Session::start(&opts.load, opts.record.as_ref())?;
-    let netns = &opts.load.filter.netns[..usize::from(opts.load.filter.n_netns)];
+    let live = &opts.live;
+    let mut session = Session::start(&live.load, live.record.as_ref())?;
+    let netns = &live.load.filter.netns[..usize::from(live.load.filter.n_netns)];
     let info = HeaderInfo::new(session.tracer.backend.to_string(), opts.interval, netns);
-    let mut stop = session.take_stop(opts.duration)?;
+    let mut stop = session.take_stop(live.duration)?;
     let ended = run_on(&mut session, &opts, info, &mut stop).await;
     // A closed stdout ends the tables, not the closing line (as in `trace`).
     if let Err(e) = &ended {
@@ -321,7 +296,7 @@ pub async fn run(opts: TopOptions) -> Result<()> {
             return ended.map(drop);
         }
     }
-    session.say_closing(opts.json_summary)?;
+    session.say_closing(live.json_summary)?;
     ended.map(drop)
 }
 
@@ -396,7 +371,7 @@ pub async fn run_on<F: EventFeed>(
         return Ok(model.events);
     }
 
-    let mut ui = UiState::new(opts.view, opts.sort, opts.filter.clone());
+    let mut ui = UiState::new(View::Destinations, opts.sort, opts.filter.clone());
     let mut guard = terminal::TerminalGuard::enter()?;
     let mut snap = Snapshot::default();
     // Keys are polled, not awaited: crossterm's reader is blocking, and 50 ms is quicker

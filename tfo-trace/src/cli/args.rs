@@ -1,5 +1,6 @@
-//! Command-line interface: flags and subcommands, and the options each builds from them
-//! for the stages below (the loader's `LoadOptions`, a view's options).
+//! The command line as clap parses it: flags, subcommands, their help, and the checks
+//! clap cannot make value by value. What the flags mean for the stages below is
+//! `options.rs`.
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -226,21 +227,6 @@ pub struct ProbeArgs {
     pub filter: crate::filter::FilterArgs,
 }
 
-impl ProbeArgs {
-    /// What the loader needs from these flags (every view builds it here, not by hand).
-    pub fn load_options(&self) -> crate::probes::LoadOptions {
-        crate::probes::LoadOptions {
-            backend: self.backend,
-            ring_buffer_bytes: self.ring_buffer_size,
-            refusal_events_only: false,
-            btf: self.btf.clone(),
-            filter: self.filter.kernel_filter(),
-            cgroups: self.filter.cgroups().to_vec(),
-            names: self.names,
-        }
-    }
-}
-
 /// How a live view says, when it stops, what it saw and what went missing.
 #[derive(Args, Debug, Clone, Copy)]
 pub struct SummaryArgs {
@@ -269,17 +255,6 @@ pub struct TraceArgs {
     /// With --record: replace FILE if it exists (a symbolic link is never followed).
     #[arg(long, requires = "record")]
     pub force: bool,
-}
-
-impl TraceArgs {
-    /// Where `--record` writes.
-    pub fn record_to(&self) -> Option<crate::events::record::RecordTo> {
-        record_to(&self.record, self.force)
-    }
-}
-
-fn record_to(record: &Option<std::path::PathBuf>, force: bool) -> Option<crate::events::record::RecordTo> {
-    record.clone().map(|path| crate::events::record::RecordTo { path, replace: force })
 }
 
 #[derive(Args, Debug)]
@@ -387,13 +362,6 @@ fn parse_count(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(format!("`{s}`: the number of refreshes is a whole number, at least 1")),
-    }
-}
-
-impl TopArgs {
-    /// Where `--record` writes.
-    pub fn record_to(&self) -> Option<crate::events::record::RecordTo> {
-        record_to(&self.record, self.force)
     }
 }
 
