@@ -281,6 +281,45 @@ fn listener_without_tcp_fastopen() {
     }
 }
 
+/// Cookie requests where no cookie can be given (issue 41): first at a listener without
+/// TCP_FASTOPEN, then, the server's namespace turned to tcp_fastopen=1 (client bit only, as
+/// on most hosts), at one with it. The kernel counts each as TcpExtTCPFastOpenCookieReqd
+/// before tcp_try_fastopen()'s early return, which leaves the cookie exactly as a SYN
+/// without a TFO option leaves it: the fentry backend's fexit tells them apart only by
+/// the SYN's own options (server.rs), and any shortcut past that read must keep them. Each
+/// must still be told as a cookie request, and none answered with a cookie.
+fn cookie_requests_that_get_no_cookie() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _tfo = lab.start_server(common::exe(), 0, 8080, 16, false).unwrap();
+    let _plain = lab.start_server(common::exe(), 0, 8081, 0, false).unwrap();
+    let addr = lab.server_addr(0, false).unwrap();
+    let srv_ns = netns_inode(&lab, Side::Server);
+    let before = Deltas::since(&lab);
+    let tracer = Tracer::start(&[]);
+    let n = 3;
+    // No cookie comes back, so the client asks again each time: n requests each.
+    let run = lab.run_client(common::exe(), &args(SocketAddr::new(addr, 8081), n)).unwrap();
+    assert_eq!(run.ok_count(), n as usize);
+    lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen", "1").unwrap();
+    let run = lab.run_client(common::exe(), &args(SocketAddr::new(addr, 8080), n)).unwrap();
+    assert_eq!(run.ok_count(), n as usize);
+    let (events, stderr) = tracer.stop();
+    let ds = before.server();
+    assert_eq!(ds.get("TcpExtTCPFastOpenCookieReqd"), u64::from(2 * n), "server counters: {ds:?}");
+    assert_eq!(ds.get("TcpExtTCPFastOpenPassive") + ds.get("TcpExtTCPFastOpenPassiveFail"), 0, "{ds:?}");
+    if visible(&stderr, Role::Server, Outcome::CookieRequested) {
+        assert_eq!(
+            count(&events, srv_ns, Role::Server, Outcome::CookieRequested),
+            ds.get("TcpExtTCPFastOpenCookieReqd"),
+            "stderr: {stderr:?}"
+        );
+        for e in events.iter().filter(|e| e.netns == srv_ns && e.outcome == Outcome::CookieRequested) {
+            assert_eq!(e.cookie_issued, Some(false), "no cookie went back: {e:?}");
+        }
+    }
+}
+
 /// RFC 7413 section 5.1: handshakes left unfinished hold the TFO queue. The client drops
 /// every SYN-ACK, so TFO children stay in SYN_RECV; with fastopen=2 the third SYN-data
 /// overflows the queue (TcpExtTCPFastOpenListenOverflow).
@@ -867,6 +906,7 @@ module_tests!(
     key_rotation_is_said_as_a_rotation { without_backup: false, with_backup: true },
     syncookie_mode_takes_no_syn_data_and_is_said_per_namespace,
     listener_without_tcp_fastopen,
+    cookie_requests_that_get_no_cookie,
     tfo_queue_overflows_when_handshakes_stay_unfinished,
     blackhole_detection_pauses_active_tfo,
     blackhole_pause_is_blamed_on_the_destination_that_tripped_it,
