@@ -5,9 +5,8 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::{
-    source::Source,
+    source::{Rendered, Source},
     verdict::{SaidCached, SaidFinding, SaidRow},
-    Rendered,
 };
 use crate::aggregation::report::{
     verdict::{DestinationReport, ListenerReport},

@@ -2,7 +2,10 @@
 //! names, balance and the rows beyond `--top`, a verdict's strength.
 use std::collections::BTreeMap;
 
-use super::{source::Source, verdict::said_finding, Rendered};
+use super::{
+    source::{Rendered, Source},
+    verdict::said_finding,
+};
 use crate::{
     aggregation::report::{
         verdict::{DestinationReport, Kind, Verdict},

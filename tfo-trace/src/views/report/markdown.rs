@@ -3,8 +3,8 @@ use std::io::{self, Write};
 
 use super::{
     lines::{names_line, outcomes_line, rest_line, source_line, strength_line, summary_lines},
+    source::Rendered,
     verdict::{cached_sentence, said_client, said_finding, said_listener, Said},
-    Rendered,
 };
 use crate::{
     aggregation::report::verdict::{DestinationReport, NamespaceFinding},

@@ -21,18 +21,8 @@ use std::io::{self, Write};
 
 use anyhow::{bail, Result};
 
-pub use self::source::{host_name, recording_source, Source};
-use crate::{
-    aggregation::report::Built,
-    cli::{ReportFormat, ReportOptions, ReportSource},
-};
-
-/// What a report renders: where from, and the ranked model.
-pub struct Rendered<'a> {
-    pub source: &'a Source,
-    pub sources: &'a [Source],
-    pub built: &'a Built,
-}
+pub use self::source::{host_name, recording_source, Rendered, Source};
+use crate::cli::{ReportFormat, ReportOptions, ReportSource};
 
 pub fn run(opts: ReportOptions) -> Result<()> {
     let (group, top) = (opts.group, opts.top);
@@ -74,7 +64,7 @@ pub fn render(w: &mut impl Write, format: ReportFormat, r: &Rendered, errors: &[
 mod tests {
     use super::{text::lost_line, *};
     use crate::{
-        aggregation::report::{grouping::GroupBy, Facts, GroupOptions, ReportBuilder},
+        aggregation::report::{grouping::GroupBy, Built, Facts, GroupOptions, ReportBuilder},
         events::{Event, Outcome, Timestamp},
     };
 

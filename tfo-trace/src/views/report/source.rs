@@ -26,6 +26,13 @@ use crate::{
     probes::LoadOptions,
 };
 
+/// What a report renders: where from, and the ranked model.
+pub struct Rendered<'a> {
+    pub source: &'a Source,
+    pub sources: &'a [Source],
+    pub built: &'a Built,
+}
+
 /// Where the events came from: one recording, the live kernel, or (the top-level `source`
 /// of a merged report) several recordings, each also in `sources`.
 #[derive(Clone, Debug, Serialize)]

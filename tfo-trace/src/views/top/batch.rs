@@ -7,8 +7,8 @@ use serde_json::{json, Map, Value};
 
 use super::{
     columns::{key_json, Layout},
+    header::HeaderInfo,
     rows::{rows, View},
-    HeaderInfo,
 };
 use crate::aggregation::{
     kernel_counted::{self, KernelCounted},
@@ -238,7 +238,7 @@ mod tests {
     fn info() -> HeaderInfo {
         HeaderInfo {
             backend: "tracepoint".into(),
-            tcp_fastopen: vec![super::super::FastopenOf {
+            tcp_fastopen: vec![super::super::header::FastopenOf {
                 netns: None,
                 netns_name: None,
                 value: Some(crate::kernel::sysctl::TcpFastopen(0x1)),

@@ -15,9 +15,9 @@ use ratatui::{
 
 use super::{
     columns::{sparkline, Layout},
+    header::HeaderInfo,
     rows::{rows, View},
     state::{UiState, KEYS, KEYS_HELP},
-    HeaderInfo,
 };
 use crate::{
     aggregation::{
