@@ -4,6 +4,8 @@ mod cast;
 #[cfg(feature = "fixtures")]
 pub mod floor;
 pub mod layout;
+mod refusal;
+mod verifier;
 
 use std::{
     os::fd::AsFd as _,
@@ -21,6 +23,10 @@ use tfo_trace_common::config;
 use crate::backends::{self, HookKind};
 pub use crate::backends::{Backend, BackendChoice};
 use cast::TcpSockCast;
+pub use refusal::short_reason;
+use refusal::{backend_refused, errno_of};
+use verifier::{largest_verification, prog_info, verified};
+pub use verifier::{Verified, VERIFIER_INSN_LIMIT};
 
 /// The eBPF object, built by build.rs and embedded: one binary is all a host needs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tfo-trace"));
@@ -110,62 +116,6 @@ impl Tracer {
         }
         total
     }
-}
-
-/// How much work the kernel's verifier did on one loaded program.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Verified {
-    pub program: String,
-    /// Instructions the verifier walked, over every path it explored (bpf_prog_info's
-    /// verified_insns): the figure the kernel refuses a program at, past
-    /// [`VERIFIER_INSN_LIMIT`].
-    pub instructions: u32,
-}
-
-/// BPF_COMPLEXITY_LIMIT_INSNS (include/linux/bpf.h), every kernel since 5.2.
-pub const VERIFIER_INSN_LIMIT: u32 = 1_000_000;
-
-/// What the verifier walked for `program`, where the kernel reports it (5.16+).
-fn verified(ebpf: &Ebpf, program: &str) -> Option<Verified> {
-    let fd = ebpf.program(program)?.fd().ok()?;
-    let instructions = prog_info(fd.as_fd())?.verified_insns;
-    // A kernel before 5.16 leaves the field as we passed it: 0.
-    (instructions > 0).then(|| Verified { program: program.to_string(), instructions })
-}
-
-/// The loaded program the verifier worked hardest on, where the kernel reports it.
-fn largest_verification(ebpf: &Ebpf, hooks: &[backends::Hook]) -> Option<Verified> {
-    hooks.iter().filter_map(|h| verified(ebpf, h.program)).max_by_key(|v| v.instructions)
-}
-
-/// BPF_OBJ_GET_INFO_BY_FD for one program (aya keeps the counters it returns private).
-fn prog_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<aya_obj::generated::bpf_prog_info> {
-    use std::os::fd::AsRawFd as _;
-    #[repr(C)]
-    struct InfoAttr {
-        bpf_fd: u32,
-        info_len: u32,
-        info: u64,
-    }
-    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
-    // SAFETY: bpf_prog_info is plain integers; all zero is a valid value.
-    let mut info: aya_obj::generated::bpf_prog_info = unsafe { std::mem::zeroed() };
-    let attr = InfoAttr {
-        bpf_fd: fd.as_raw_fd() as u32,
-        info_len: std::mem::size_of_val(&info) as u32,
-        info: &mut info as *mut _ as u64,
-    };
-    // SAFETY: the attr points at a live, writable bpf_prog_info of the size it states; the
-    // kernel writes at most that many bytes.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET_INFO_BY_FD,
-            &attr as *const InfoAttr,
-            std::mem::size_of::<InfoAttr>(),
-        )
-    };
-    (rc == 0).then_some(info)
 }
 
 /// Why `backend` cannot be used here, before trying to load anything (the kernel lacks
@@ -287,56 +237,6 @@ fn kernel_facts(file: Option<&Path>) -> Result<KernelFacts> {
         .filter(|f| btf.func_id(f).is_some())
         .collect();
     Ok(KernelFacts { layout: layout::from_btf(&btf)?, cast, functions })
-}
-
-/// The step that failed and the kernel's errno, without aya's verifier-log noise:
-/// "loading/attaching tfo_try_fastopen_fentry (FEntry tcp_try_fastopen): EPERM".
-pub fn short_reason(err: &anyhow::Error) -> String {
-    match errno_of(err) {
-        // The kernel's own ENOTSUPP, which libc has no text for ("Unknown error 524" in
-        // glibc, "No error information" in musl).
-        Some(ENOTSUPP) => format!("{err}: ENOTSUPP (not supported by this kernel)"),
-        Some(n) => format!("{err}: {} ({})", errno_name(n), std::io::Error::from_raw_os_error(n)),
-        None => format!("{err:#}"),
-    }
-}
-
-/// The kernel-internal errno `-ENOTSUPP` (include/linux/errno.h), which reaches userspace
-/// from BPF attach paths.
-const ENOTSUPP: i32 = 524;
-
-/// Why `backend` did not load: [`short_reason`], and what the kernel's answer means for
-/// that backend where it is known.
-fn backend_refused(backend: Backend, err: &anyhow::Error) -> String {
-    let reason = short_reason(err);
-    match (backend, errno_of(err)) {
-        // register_fentry() (kernel/bpf/trampoline.c) answers ENOTSUPP where the
-        // architecture cannot divert a kernel function to a BPF trampoline: arm64 got the
-        // trampolines in 6.0 and the ftrace direct calls they attach through in 6.4.
-        (Backend::Fentry, Some(ENOTSUPP)) => format!(
-            "{reason}: this kernel cannot attach BPF trampolines to kernel functions (arm64 can \
-             from Linux 6.4, with ftrace direct calls)"
-        ),
-        _ => reason,
-    }
-}
-
-/// The kernel's errno behind `err`, where a syscall failed.
-fn errno_of(err: &anyhow::Error) -> Option<i32> {
-    err.chain().filter_map(|e| e.downcast_ref::<std::io::Error>()).find_map(|e| e.raw_os_error())
-}
-
-fn errno_name(n: i32) -> String {
-    match n {
-        libc::EPERM => "EPERM".into(),
-        libc::ENOENT => "ENOENT".into(),
-        libc::EACCES => "EACCES".into(),
-        libc::EINVAL => "EINVAL".into(),
-        libc::E2BIG => "E2BIG".into(),
-        libc::EOPNOTSUPP => "EOPNOTSUPP".into(),
-        ENOTSUPP => "ENOTSUPP".into(),
-        other => format!("errno {other}"),
-    }
 }
 
 /// Loads and attaches `backend` with the kernel's cheapest socket cast; with the helper
@@ -605,15 +505,6 @@ pub fn load_dns_filter(ebpf: &mut Ebpf) -> Result<std::os::fd::OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_fentry_backend_refused_with_enotsupp_says_why() {
-        let err = anyhow::Error::new(std::io::Error::from_raw_os_error(ENOTSUPP))
-            .context("loading/attaching tfo_try_fastopen_fentry (FEntry tcp_try_fastopen)");
-        let why = backend_refused(Backend::Fentry, &err);
-        assert!(why.starts_with("loading/attaching tfo_try_fastopen_fentry (FEntry tcp_try_fastopen): ENOTSUPP (not supported by this kernel): this kernel cannot attach BPF trampolines"), "{why}");
-        assert!(!backend_refused(Backend::Kprobe, &err).contains("trampolines"), "only fentry uses them");
-    }
 
     /// Every program the table names (and, with the `fixtures` feature, the floor's) is in
     /// the embedded object (a rename on one side only would otherwise show up as a load
