@@ -23,11 +23,12 @@ use crate::{
     filter,
     globals::cookie_key,
     handlers::{
-        client_failed, client_flags, client_outcome, cookie_received, current_process, packet_time_ns,
-        record, refused_data, sent_cookie_compared, syn_data_bytes, Known,
+        client_failed, client_flags, client_outcome, cookie_received, packet_time_ns, refused_data,
+        sent_cookie_compared, syn_data_bytes,
     },
     kernel::{netns_of, present, state_of, tuple_of, Access, FastopenCookie, Sock, TcpSock, TCP_SYN_SENT},
     maps::{bump, conn_state, follow, forget, now, ConnState, Measure},
+    record::{current_process, record, Known},
 };
 
 /// Exit of tcp_fastopen_cookie_check(sk, mss, cookie): `sent` is its verdict (a cookie, or

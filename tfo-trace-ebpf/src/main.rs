@@ -24,6 +24,7 @@ mod kernel;
 mod kprobes;
 mod maps;
 mod names;
+mod record;
 mod server;
 mod tracepoints;
 

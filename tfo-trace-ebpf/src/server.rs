@@ -8,11 +8,12 @@ use aya_ebpf::{helpers::generated::bpf_probe_read_kernel, macros::map, maps::Per
 use tfo_trace_common::{flags, tcp_options, ListenerKey, Outcome, Role};
 
 use crate::{
-    handlers::{listener_started, name_listener_owner, record, server_selected, Known},
+    handlers::{listener_started, name_listener_owner, server_selected},
     kernel::{
         family_of, netns_of, present, state_of, Access, FastopenCookie, RequestSock, SkBuff, Sock, TCP_LISTEN,
     },
     maps::{now, Measure, LISTENERS},
+    record::{record, Known},
 };
 
 /// What entry saw, per CPU: the SYN is processed in softirq on one CPU from entry to exit.
