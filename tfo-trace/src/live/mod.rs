@@ -4,10 +4,10 @@
 //! ([`namespace_counters`]), blackhole detection's pauses as the live views say them
 //! ([`paused`]), the closing summary ([`closing`]); and the two streams every command writes
 //! through ([`output`], [`logging`]).
-pub mod closing;
+pub(crate) mod closing;
 pub mod logging;
 pub mod namespace_counters;
 pub mod output;
-pub mod paused;
+pub(crate) mod paused;
 pub mod session;
-pub mod stop;
+pub(crate) mod stop;

@@ -26,7 +26,7 @@ pub struct Paused {
 /// Each namespace where active TFO was paused: from `pauses`, with `counted` (the live
 /// namespaces' counters) for how many pauses there were where no hook sees them. Reads
 /// the sysctl of those namespaces only, and only where there is one.
-pub fn said(pauses: &Pauses, counted: &KernelCounted) -> Vec<Paused> {
+pub(crate) fn said(pauses: &Pauses, counted: &KernelCounted) -> Vec<Paused> {
     let blind = counted.counts(Role::Client, Outcome::ActiveDisabled);
     let moved = |ns: u32| {
         counted
@@ -64,7 +64,7 @@ pub fn said(pauses: &Pauses, counted: &KernelCounted) -> Vec<Paused> {
 
 /// `TFO paused in netns N until T because SYNs to X were lost; 4 connections to 1 other
 /// destination went without TFO`: the one wording of `report`, `stalls` and `top`.
-pub fn pause_sentence(p: &PauseSummary, ns: &str) -> String {
+pub(crate) fn pause_sentence(p: &PauseSummary, ns: &str) -> String {
     let times = if p.pauses > 1 { format!(" {} times", p.pauses) } else { String::new() };
     let mut s = format!("TFO paused in {ns}{times}");
     let last = p.last();

@@ -8,4 +8,4 @@ pub mod report;
 pub mod stalls;
 pub mod top;
 pub mod trace;
-pub mod web_config;
+pub(crate) mod web_config;

@@ -92,7 +92,7 @@ const HEADERS: &[&str] = &[
 ];
 
 /// What the exporter's HTTP server does with the file.
-pub struct WebConfig {
+pub(crate) struct WebConfig {
     /// Serve TLS with this (None: plain HTTP).
     pub tls: Option<Arc<ServerConfig>>,
     /// None: no authentication.
@@ -103,7 +103,7 @@ pub struct WebConfig {
 
 impl WebConfig {
     /// Reads and checks `path`; every error names the file (and the key) on one line.
-    pub fn load(path: &Path) -> Result<WebConfig> {
+    pub(crate) fn load(path: &Path) -> Result<WebConfig> {
         let what = || format!("--web.config.file {}", path.display());
         let text = std::fs::read_to_string(path).with_context(what)?;
         let file: File = serde_saphyr::from_str(&text)
@@ -348,7 +348,7 @@ const NO_USER_HASH: &str = "$2b$10$r/riZel8JSv10wz/JH44qOtjcMfoZPFcDEc2iIAmcEW/q
 const REMEMBERED: usize = 256;
 
 /// `basic_auth_users`: user names and their bcrypt hashes.
-pub struct BasicAuth {
+pub(crate) struct BasicAuth {
     users: BTreeMap<String, String>,
     /// SHA-256 of each (user, password, hash) verified.
     verified: Mutex<HashSet<[u8; 32]>>,
@@ -369,7 +369,7 @@ impl BasicAuth {
     }
 
     /// Whether `authorization` (the request's header) carries a user's password.
-    pub async fn allows(self: &Arc<Self>, authorization: Option<&HeaderValue>) -> bool {
+    pub(crate) async fn allows(self: &Arc<Self>, authorization: Option<&HeaderValue>) -> bool {
         let Some((user, password)) = authorization.and_then(credentials) else { return false };
         let (hash, known) = match self.users.get(&user) {
             Some(h) => (h.clone(), true),

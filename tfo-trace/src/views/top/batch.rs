@@ -24,7 +24,7 @@ fn stats_json(s: &RowStats) -> Map<String, Value> {
 }
 
 /// One snapshot as text: a summary line, then each table (its header, then its rows).
-pub fn write_text(
+pub(crate) fn write_text(
     out: &mut impl Write,
     ts: &str,
     snap: &Snapshot,
@@ -176,7 +176,7 @@ fn counted_json(counted: &KernelCounted) -> Value {
 }
 
 /// One snapshot as one JSON line.
-pub fn write_json(
+pub(crate) fn write_json(
     out: &mut impl Write,
     ts: &str,
     snap: &Snapshot,

@@ -7,7 +7,7 @@ use crate::{
 };
 
 /// A number column: its title, its width, and how to print it.
-pub struct Column {
+pub(crate) struct Column {
     pub title: &'static str,
     pub width: usize,
     /// Lower is kept longer when the terminal is narrow.
@@ -22,11 +22,11 @@ fn opt_us(v: Option<u64>) -> String {
 }
 
 /// Refreshes the per-row graph shows, one character each.
-pub const GRAPH_WIDTH: usize = 20;
+pub(crate) const GRAPH_WIDTH: usize = 20;
 
 /// A graph of stalls per refresh, one character each, oldest first: `·` for none, then
 /// eight heights scaled to the largest sample (any stall is at least `▁`).
-pub fn sparkline(samples: &[u32]) -> String {
+pub(crate) fn sparkline(samples: &[u32]) -> String {
     const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     let max = samples.iter().copied().max().unwrap_or(0).max(1);
     samples
@@ -45,7 +45,7 @@ pub fn sparkline(samples: &[u32]) -> String {
 /// In display order. The priorities put what an on-call engineer looks for first: how
 /// many connections, how many stalled and whether they stall now, what it cost, the tail
 /// latency.
-pub const COLUMNS: [Column; 18] = [
+pub(crate) const COLUMNS: [Column; 18] = [
     Column {
         title: "ATTEMPTS",
         width: 8,
@@ -164,7 +164,7 @@ pub const COLUMNS: [Column; 18] = [
 ];
 
 /// The titles of the key columns of a view.
-pub fn key_titles(view: View) -> &'static [&'static str] {
+pub(crate) fn key_titles(view: View) -> &'static [&'static str] {
     match view {
         View::Destinations => &["DESTINATION"],
         View::Listeners => &["LISTENER", "NETNS"],
@@ -195,14 +195,14 @@ fn named(view: View, rows: &[&Row]) -> bool {
 }
 
 /// IPv6 address:port is at most 47 characters; wider keys are cut with `~`.
-pub const MAX_KEY_WIDTH: usize = 47;
+pub(crate) const MAX_KEY_WIDTH: usize = 47;
 
 /// The destinations' name column (`--names`), after DESTINATION: drawn where a row shown
 /// has a name ([`Row::name`]), so a trace without names loses no room to a column of `-`.
-pub const NAME_TITLE: &str = "NAME";
+pub(crate) const NAME_TITLE: &str = "NAME";
 
 /// A table layout: key column widths and the indexes of the number columns shown.
-pub struct Layout {
+pub(crate) struct Layout {
     pub key_widths: Vec<usize>,
     pub columns: Vec<usize>,
     /// Whether the NAME column is drawn ([`NAME_TITLE`]).
@@ -211,7 +211,7 @@ pub struct Layout {
 
 impl Layout {
     /// Every column but the graphs, as wide as the rows need (plain output).
-    pub fn full(view: View, rows: &[&Row]) -> Layout {
+    pub(crate) fn full(view: View, rows: &[&Row]) -> Layout {
         let columns = (0..COLUMNS.len()).filter(|&i| !COLUMNS[i].terminal_only).collect();
         let named = named(view, rows);
         Layout { key_widths: key_widths(view, rows, named), columns, named }
@@ -219,7 +219,7 @@ impl Layout {
 
     /// What fits in `width` characters: the key columns (shrunk if they must), then number
     /// columns by priority, shown in display order.
-    pub fn fit(view: View, rows: &[&Row], width: usize) -> Layout {
+    pub(crate) fn fit(view: View, rows: &[&Row], width: usize) -> Layout {
         // The NAME column only where the address keeps at least its own minimum beside it.
         let named_mins = key_min_widths(view, true);
         let named = named(view, rows) && named_mins.iter().sum::<usize>() + named_mins.len() - 1 <= width;
@@ -253,7 +253,7 @@ impl Layout {
         Layout { key_widths, columns, named }
     }
 
-    pub fn header(&self, view: View) -> String {
+    pub(crate) fn header(&self, view: View) -> String {
         let mut keys: Vec<String> = key_titles(view).iter().map(|t| (*t).to_string()).collect();
         if self.named {
             keys.push(NAME_TITLE.into());
@@ -261,7 +261,7 @@ impl Layout {
         self.line(&keys, |i| COLUMNS[i].title.to_string())
     }
 
-    pub fn row(&self, row: &Row) -> String {
+    pub(crate) fn row(&self, row: &Row) -> String {
         self.line(&key_cells(row, self.named), |i| (COLUMNS[i].cell)(row))
     }
 
@@ -319,7 +319,7 @@ fn cut(s: &str, w: usize) -> String {
 
 /// Key cells of a row for JSON: named fields instead of columns. A destination's name
 /// (`--names`, [`Row::name`]) is `dname`, as in an event; null where none is known.
-pub fn key_json(row: &Row) -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn key_json(row: &Row) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
     match &row.key {
         RowKey::Destination(a) => {

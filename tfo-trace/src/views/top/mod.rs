@@ -6,13 +6,13 @@
 //!
 //! The loop takes its events from an [`EventFeed`]: the live ring buffer, or recorded
 //! events ([`Recorded`]) for `top --from`.
-pub mod batch;
-pub mod columns;
-pub mod header;
-pub mod render;
-pub mod rows;
-pub mod state;
-pub mod terminal;
+pub(crate) mod batch;
+pub(crate) mod columns;
+pub(crate) mod header;
+pub(crate) mod render;
+pub(crate) mod rows;
+pub(crate) mod state;
+pub(crate) mod terminal;
 
 use std::{
     io::{self, IsTerminal as _},

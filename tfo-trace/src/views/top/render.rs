@@ -32,7 +32,7 @@ use crate::{
 /// Below this height the histogram folds into one line.
 const FULL_HISTOGRAM_MIN_HEIGHT: u16 = 22;
 /// From this height on, every table is shown at once, stacked; below it, one table and tabs.
-pub const STACKED_MIN_HEIGHT: u16 = 40;
+pub(crate) const STACKED_MIN_HEIGHT: u16 = 40;
 
 struct Styles {
     bold: Style,
@@ -66,11 +66,11 @@ impl Styles {
 }
 
 /// Whether the tables are stacked on a terminal of this height.
-pub fn stacked(height: u16) -> bool {
+pub(crate) fn stacked(height: u16) -> bool {
     height >= STACKED_MIN_HEIGHT
 }
 
-pub fn draw(frame: &mut Frame, snap: &Snapshot, ui: &UiState, info: &HeaderInfo) {
+pub(crate) fn draw(frame: &mut Frame, snap: &Snapshot, ui: &UiState, info: &HeaderInfo) {
     let area = frame.area();
     let st = Styles::new(info.color);
     let hist_height = if area.height >= FULL_HISTOGRAM_MIN_HEIGHT { 5 } else { 1 };

@@ -10,7 +10,7 @@ use crate::{
 
 /// The tables of `top`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum View {
+pub(crate) enum View {
     /// Client events, by destination address:port.
     Destinations,
     /// Server events, by listener address:port and network namespace.
@@ -24,19 +24,20 @@ pub enum View {
 }
 
 impl View {
-    pub const ALL: [View; 4] = [View::Destinations, View::Listeners, View::Processes, View::Containers];
+    pub(crate) const ALL: [View; 4] =
+        [View::Destinations, View::Listeners, View::Processes, View::Containers];
 
     /// Its number key in the terminal UI (1-based position in [`View::ALL`]).
-    pub fn key(self) -> usize {
+    pub(crate) fn key(self) -> usize {
         View::ALL.iter().position(|&v| v == self).unwrap_or(0) + 1
     }
 
-    pub fn next(self) -> View {
+    pub(crate) fn next(self) -> View {
         View::ALL[self.key() % View::ALL.len()]
     }
 
     /// Its table in a snapshot.
-    pub fn table(self, snap: &Snapshot) -> &TableSnapshot {
+    pub(crate) fn table(self, snap: &Snapshot) -> &TableSnapshot {
         match self {
             View::Destinations => &snap.destinations,
             View::Listeners => &snap.listeners,
@@ -47,7 +48,7 @@ impl View {
 }
 
 /// The rows of one table that pass `filter`, in `sort` order.
-pub fn rows<'a>(snap: &'a Snapshot, view: View, sort: Sort, filter: &str) -> Vec<&'a Row> {
+pub(crate) fn rows<'a>(snap: &'a Snapshot, view: View, sort: Sort, filter: &str) -> Vec<&'a Row> {
     let needle = filter.trim().to_lowercase();
     let mut rows: Vec<&Row> =
         view.table(snap).rows.iter().filter(|r| matches(r, &needle, &snap.netns_names)).collect();
@@ -57,7 +58,7 @@ pub fn rows<'a>(snap: &'a Snapshot, view: View, sort: Sort, filter: &str) -> Vec
 
 /// The key cells as the tables print them, one per key column of the view (`-` where the
 /// pid, the process name or the container is not known: the host has no container).
-pub fn cells(key: &RowKey) -> Vec<String> {
+pub(crate) fn cells(key: &RowKey) -> Vec<String> {
     match key {
         RowKey::Destination(a) => vec![crate::units::destination(a.ip(), a.port(), None)],
         RowKey::Listener { addr, netns } => vec![addr.to_string(), netns.to_string()],
@@ -74,7 +75,7 @@ pub fn cells(key: &RowKey) -> Vec<String> {
 /// The NAME cell of a destination row: the name its process last resolved the address by
 /// (`--names`, [`Row::name`]), as [`crate::units::write_destination`] prints a name; `-`
 /// where none is known.
-pub fn name_cell(row: &Row) -> String {
+pub(crate) fn name_cell(row: &Row) -> String {
     match row.name.as_deref().filter(|n| !n.is_empty()) {
         None => "-".into(),
         Some(name) => crate::units::printable(name).into_owned(),

@@ -6,7 +6,7 @@ use super::rows::View;
 use crate::cli::Sort;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UiState {
+pub(crate) struct UiState {
     pub view: View,
     pub sort: Sort,
     pub filter: String,
@@ -18,14 +18,14 @@ pub struct UiState {
 
 /// What a key asks the loop to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     None,
     Redraw,
     Quit,
 }
 
 /// The footer: every key, in the order SREs look for them.
-pub const KEYS_HELP: [(&str, &str); 8] = [
+pub(crate) const KEYS_HELP: [(&str, &str); 8] = [
     ("q", "quit"),
     ("1-4", "table"),
     ("Tab", "next table"),
@@ -38,7 +38,7 @@ pub const KEYS_HELP: [(&str, &str); 8] = [
 
 /// Every key, with what it does, as the help overlay (`?`) and the man page (KEYS in
 /// tfo-trace-top(1)) show it: one entry per key, its text in lines of the overlay's width.
-pub const KEYS: [(&str, &[&str]); 6] = [
+pub(crate) const KEYS: [(&str, &[&str]); 6] = [
     ("q Esc Ctrl-C", &["quit"]),
     ("1 2 3 4 Tab", &["destinations listeners processes", "containers (tall: all at once)"]),
     ("Space", &["pause the display (counting goes on)"]),
@@ -48,11 +48,11 @@ pub const KEYS: [(&str, &[&str]); 6] = [
 ];
 
 impl UiState {
-    pub fn new(view: View, sort: Sort, filter: String) -> Self {
+    pub(crate) fn new(view: View, sort: Sort, filter: String) -> Self {
         UiState { view, sort, filter, editing: false, paused: false, help: false }
     }
 
-    pub fn on_key(&mut self, key: KeyEvent) -> Action {
+    pub(crate) fn on_key(&mut self, key: KeyEvent) -> Action {
         if key.kind == KeyEventKind::Release {
             return Action::None;
         }

@@ -69,7 +69,7 @@ impl StderrCapture {
 
 /// Gives the terminal back: leaves raw mode and the alternate screen, shows the cursor,
 /// then prints the stderr lines held back. Safe to call more than once, from a panic too.
-pub fn restore() {
+pub(crate) fn restore() {
     let mut active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
     let Some(capture) = active.take() else { return };
     let _ = disable_raw_mode();
@@ -80,12 +80,12 @@ pub fn restore() {
 }
 
 /// The terminal while the UI runs; dropping it restores the terminal.
-pub struct TerminalGuard {
+pub(crate) struct TerminalGuard {
     pub terminal: Terminal<CrosstermBackend<Stdout>>,
 }
 
 impl TerminalGuard {
-    pub fn enter() -> Result<TerminalGuard> {
+    pub(crate) fn enter() -> Result<TerminalGuard> {
         PANIC_HOOK.call_once(|| {
             let previous = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
