@@ -9,7 +9,7 @@ use std::{
 
 use crate::{
     aggregation::{
-        report::{Built, Facts, GroupBy, GroupOptions, ReportBuilder},
+        report::{grouping::GroupBy, Built, Facts, GroupOptions, ReportBuilder},
         top,
     },
     cli::{ReportFormat, Sort},

@@ -19,7 +19,7 @@ pub(crate) mod verdict;
 pub(crate) use self::{
     builder::{Built, ReportBuilder, Rest, Summary},
     facts::{Facts, ListenerFact},
-    grouping::{GroupBy, GroupOptions},
+    grouping::GroupOptions,
 };
 
 /// Rows shown unless `--top` or `--all` says otherwise.

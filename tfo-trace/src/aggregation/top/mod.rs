@@ -163,7 +163,8 @@ impl TopModel {
     }
 }
 
-/// The model fed with a batch of events (replay, tests).
+/// The model fed with a batch of events (tests, fuzzing).
+#[cfg(any(test, feature = "fixtures"))]
 pub(crate) fn model_of<'a>(events: impl IntoIterator<Item = &'a Event>) -> TopModel {
     let mut m = TopModel::default();
     for e in events {

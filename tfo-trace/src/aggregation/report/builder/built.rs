@@ -6,7 +6,10 @@ use std::{
     net::SocketAddr,
 };
 
-use super::{CellKey, ReportBuilder, Rest, Summary};
+use super::{
+    gather::{CellKey, ReportBuilder},
+    summary::{Rest, Summary},
+};
 use crate::aggregation::report::{
     connections::{ClientId, Clients, ConnAcc, Slot},
     facts::Facts,
@@ -87,8 +90,15 @@ pub struct Built {
     pub namespaces: Vec<NamespaceFinding>,
 }
 
+impl ReportBuilder {
+    /// Ranks the rows; `top`: how many to show (None: all).
+    pub(crate) fn finish(self, facts: Facts, top: Option<usize>) -> Built {
+        Built::new(self, facts, top)
+    }
+}
+
 impl Built {
-    pub(super) fn new(b: ReportBuilder, facts: Facts, top: Option<usize>) -> Built {
+    fn new(b: ReportBuilder, facts: Facts, top: Option<usize>) -> Built {
         let groups = match b.group.by {
             GroupBy::Destination => Groups::Cells,
             _ => spans(&b),

@@ -1,190 +1,20 @@
-//! Gathering `report`'s events and ranking its rows: events in, one at a time, from one
-//! host or many ([`ReportBuilder`]); out, the summary, the client-side rows ranked by time
-//! lost (the first N shown, the rest summed), the listeners and the namespaces' findings
-//! ([`Built`]), each row's verdict made only for what is shown.
-//!
-//! Memory follows destinations, not events: a destination seen once costs one
-//! [`Slot`] (40 bytes) in an insertion-ordered hash map.
+//! `report`'s rows: events in, one at a time, from one host or many ([`ReportBuilder`],
+//! in gather.rs); out, the summary, the client-side rows ranked by time lost (the first N
+//! shown, the rest summed), the listeners and the namespaces' findings ([`Built`], in
+//! built.rs), each row's verdict made only for what is shown. The files stand in that
+//! order: summary.rs (the answer's types), gather.rs, built.rs, summarize.rs.
 mod built;
+mod gather;
+mod summarize;
 mod summary;
-
-use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
-    net::SocketAddr,
-};
-
-use indexmap::{map::Entry, IndexMap, IndexSet};
-
-use super::{
-    connections::{ClientId, ConnAcc, OneConn, Slot},
-    facts::Facts,
-    grouping::{dns_name, DestKey, GroupBy, GroupOptions, NO_NAME},
-    key_change::KeyChange,
-};
-use crate::{
-    aggregation::{blackhole::Pauses, counting::OutcomeCounts},
-    events::{Event, Outcome, Role},
-};
 
 #[cfg(test)]
 pub(crate) use self::built::Report;
 pub(crate) use self::{
     built::Built,
+    gather::ReportBuilder,
     summary::{Rest, Summary},
 };
-
-/// One client row's cell: a destination, and for `--group-by process|container|name` the
-/// name ([`NO_NAME`] for a connection without a DNS name).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct CellKey {
-    dest: DestKey,
-    tag: u32,
-}
-
-/// A listener's server events by outcome, in all and per host.
-#[derive(Debug, Default)]
-struct ListenerAcc {
-    outcomes: OutcomeCounts,
-    hosts: BTreeMap<u32, OutcomeCounts>,
-    /// When its cookies were refused and SYN-data accepted (a key rotation).
-    key: KeyChange,
-    /// TFO children made from a cookie without data: TFO gained them nothing.
-    accepted_without_data: u64,
-}
-
-/// Gathers events; [`ReportBuilder::finish`] ranks them.
-#[derive(Debug)]
-pub(crate) struct ReportBuilder {
-    group: GroupOptions,
-    /// Several hosts: namespace inodes name nothing across them, so they leave the keys.
-    fleet: bool,
-    hosts: IndexSet<String>,
-    /// Client connections per host, and server events.
-    host_acc: Vec<(ConnAcc, u64)>,
-    names: IndexSet<String>,
-    cells: IndexMap<CellKey, Slot>,
-    /// The DNS names (`Event::dname`) seen per cell (by its index), each with its events:
-    /// only cells with a named connection have an entry, so a report without `--names`
-    /// costs nothing here.
-    cell_names: HashMap<u32, Vec<(u32, u32)>>,
-    /// By namespace (none across hosts) and listener name.
-    listeners: IndexMap<(Option<u32>, SocketAddr), ListenerAcc>,
-    client_netns: BTreeSet<u32>,
-    /// Blackhole detection's pauses per client namespace (one host only: across hosts an
-    /// inode names nothing).
-    pauses: Pauses,
-    all: ConnAcc,
-    events: u64,
-    server_events: u64,
-}
-
-impl ReportBuilder {
-    /// `fleet`: the events come from more than one host.
-    pub(crate) fn new(group: GroupOptions, fleet: bool) -> ReportBuilder {
-        ReportBuilder {
-            group,
-            fleet,
-            hosts: IndexSet::new(),
-            host_acc: Vec::new(),
-            names: IndexSet::new(),
-            cells: IndexMap::new(),
-            cell_names: HashMap::new(),
-            listeners: IndexMap::new(),
-            client_netns: BTreeSet::new(),
-            pauses: Pauses::default(),
-            all: ConnAcc::default(),
-            events: 0,
-            server_events: 0,
-        }
-    }
-
-    /// The index of a host, for [`ReportBuilder::add`].
-    pub(crate) fn host(&mut self, name: &str) -> u32 {
-        let (i, new) = self.hosts.insert_full(name.to_string());
-        if new {
-            self.host_acc.push((ConnAcc::default(), 0));
-        }
-        i as u32
-    }
-
-    fn name(&mut self, name: &str) -> u32 {
-        match self.names.get_index_of(name) {
-            Some(i) => i as u32,
-            None => self.names.insert_full(name.to_string()).0 as u32,
-        }
-    }
-
-    /// Counts one event seen on `host` (from [`ReportBuilder::host`]).
-    pub(crate) fn add(&mut self, e: &Event, host: u32) {
-        // A number not from host() is counted under a host named "?".
-        let host = if (host as usize) < self.host_acc.len() { host } else { self.host("?") };
-        let h = host as usize;
-        self.events += 1;
-        match e.role {
-            Role::Client => {
-                let client = ClientId::try_from(self.name(&e.comm)).unwrap_or(ClientId::MAX);
-                let one = OneConn::of(e, host, client);
-                self.all.add(&one);
-                self.host_acc[h].0.add(&one);
-                self.client_netns.insert(e.netns);
-                if !self.fleet {
-                    self.pauses.add(&e.view());
-                }
-                let dname = dns_name(e).map(|n| self.name(&n));
-                let tag = match self.group.by {
-                    GroupBy::Name => dname.unwrap_or(NO_NAME),
-                    by => by.tag_name(e).map_or(0, |n| self.name(&n)),
-                };
-                let key = CellKey { dest: DestKey::of(e, !self.fleet), tag };
-                let cell = match self.cells.entry(key) {
-                    Entry::Occupied(o) => {
-                        let i = o.index();
-                        o.into_mut().add(one);
-                        i
-                    }
-                    Entry::Vacant(v) => {
-                        let i = v.index();
-                        v.insert(Slot::One(one));
-                        i
-                    }
-                };
-                if let Some(n) = dname {
-                    let seen = self.cell_names.entry(cell as u32).or_default();
-                    match seen.iter_mut().find(|(m, _)| *m == n) {
-                        Some((_, count)) => *count = count.saturating_add(1),
-                        None => seen.push((n, 1)),
-                    }
-                }
-            }
-            Role::Server => {
-                self.server_events += 1;
-                self.host_acc[h].1 += 1;
-                let netns = (!self.fleet).then_some(e.netns);
-                let l = self.listeners.entry((netns, e.view().listener_name())).or_default();
-                l.outcomes.add(e.outcome);
-                if e.outcome == Outcome::Accepted && e.syn_data_bytes == 0 {
-                    l.accepted_without_data += 1;
-                }
-                l.key.add(e.outcome, u64::try_from(e.ts.unix_ns()).unwrap_or(u64::MAX));
-                l.hosts.entry(host).or_default().add(e.outcome);
-            }
-        }
-    }
-
-    /// Namespaces client connections came from (a live report reads their tcp_metrics).
-    pub(crate) fn client_namespaces(&self) -> &BTreeSet<u32> {
-        &self.client_netns
-    }
-
-    pub(crate) fn events(&self) -> u64 {
-        self.events
-    }
-
-    /// Ranks the rows; `top`: how many to show (None: all).
-    pub(crate) fn finish(self, facts: Facts, top: Option<usize>) -> Built {
-        Built::new(self, facts, top)
-    }
-}
 
 /// Events and reports as the tests of grouping build them (here and in the view that says
 /// their verdicts).
@@ -193,7 +23,13 @@ pub(crate) mod fixtures {
     use std::net::IpAddr;
 
     use super::*;
-    use crate::events::{sample_event, Outcome};
+    use crate::{
+        aggregation::report::{
+            facts::Facts,
+            grouping::{GroupBy, GroupOptions},
+        },
+        events::{sample_event, Event, Outcome, Role},
+    };
 
     pub(crate) fn cli(outcome: Outcome, dst: &str, port: u16, data: u32, stall_us: u64) -> Event {
         Event {
@@ -289,12 +125,18 @@ pub(crate) mod fixtures {
 
 #[cfg(test)]
 mod tests {
+    use std::{collections::BTreeMap, net::IpAddr};
+
     use super::{fixtures::*, *};
-    use crate::aggregation::report::{
-        grouping::DEFAULT_PREFIX_V4,
-        verdict::{DestinationReport, Kind, Strength},
+    use crate::{
+        aggregation::report::{
+            connections::{ConnAcc, OneConn, Slot},
+            facts::Facts,
+            grouping::{GroupBy, GroupOptions, DEFAULT_PREFIX_V4},
+            verdict::{DestinationReport, Kind, Strength},
+        },
+        events::Event,
     };
-    use std::net::IpAddr;
 
     #[test]
     fn ranked_by_time_lost_with_the_rest_summed() {
