@@ -200,14 +200,10 @@ impl GroupKey {
         }
     }
 
-    /// How a verdict's sentence names where the connections went: `SYN-data to {subject}`.
-    pub(crate) fn subject(&self, name: impl Fn(u32) -> String) -> String {
-        match self {
-            GroupKey::Process(_) | GroupKey::Container(_) => {
-                format!("the destinations of {}", self.label(name))
-            }
-            _ => self.label(name),
-        }
+    /// A group of the destinations that one sender (a process, a container) reached,
+    /// named by the sender.
+    pub(crate) fn named_by_sender(&self) -> bool {
+        matches!(self, GroupKey::Process(_) | GroupKey::Container(_))
     }
 
     pub(crate) fn netns(&self) -> Option<u32> {
@@ -247,10 +243,10 @@ mod tests {
         let names = |t: u32| ["", "curl"][t as usize].to_string();
         let d = GroupKey::Destination(dest("198.18.0.2", 8080));
         assert_eq!(d.label(names), "198.18.0.2:8080");
-        assert_eq!(d.subject(names), "198.18.0.2:8080");
+        assert!(!d.named_by_sender());
         assert_eq!(GroupKey::Port(443).label(names), "port 443");
         assert_eq!(GroupKey::Process(1).label(names), "process curl");
-        assert_eq!(GroupKey::Process(1).subject(names), "the destinations of process curl");
+        assert!(GroupKey::Process(1).named_by_sender());
         assert_eq!(GroupKey::Container(0).label(names), "no container");
         assert_eq!(GroupKey::Destination(dest("fd00::2", 80)).label(names), "[fd00::2]:80");
     }
@@ -286,7 +282,7 @@ mod tests {
         assert_eq!(o.key(&d, NO_NAME), GroupKey::Destination(d), "no name: the destination's row");
         let names = |_| "api.example".to_string();
         assert_eq!(GroupKey::Name(4).label(names), "api.example");
-        assert_eq!(GroupKey::Name(4).subject(names), "api.example");
+        assert!(!GroupKey::Name(4).named_by_sender());
         assert_eq!(GroupKey::Name(4).netns(), None);
         assert!(!GroupBy::Name.by_destination());
         assert_eq!((GroupBy::Name.name(), GroupBy::Name.rows()), ("name", "names"));

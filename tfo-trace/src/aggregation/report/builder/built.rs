@@ -328,7 +328,6 @@ impl Built {
             more_no_data_clients,
             key,
             label: key.label(name),
-            subject: key.subject(name),
             acc,
             kind,
             destinations,

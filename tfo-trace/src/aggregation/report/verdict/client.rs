@@ -81,8 +81,6 @@ pub struct DestinationReport {
 pub(crate) struct ClientRow {
     pub key: GroupKey,
     pub label: String,
-    /// How the sentences name where the connections went ([`GroupKey::subject`]).
-    pub subject: String,
     pub acc: ConnAcc,
     /// [`Kind::of_clients`] of `acc`.
     pub kind: Kind,
@@ -113,8 +111,9 @@ pub(crate) struct ClientRow {
 /// What a client row's sentence and evidence are said from, beyond the row's own figures.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClientFigures {
-    /// How the sentences name where the connections went ([`GroupKey::subject`]).
-    pub subject: String,
+    /// The row ([`DestinationReport::group`]) is named by the sender whose destinations
+    /// it gathers ([`GroupKey::named_by_sender`]).
+    pub named_by_sender: bool,
     /// A group of destinations, not one.
     pub many: bool,
     /// The report has several hosts: sentences say how many show it.
@@ -129,9 +128,9 @@ pub struct ClientFigures {
     pub more_clients: bool,
     pub no_data_clients: Vec<String>,
     pub more_no_data_clients: bool,
-    /// The client's namespace as the report names it, and what its `ip tcp_metrics` holds
-    /// for the destination.
-    pub ns: String,
+    /// The client's namespace as the report names it (None: the row spans namespaces),
+    /// and what its `ip tcp_metrics` holds for the destination.
+    pub ns: Option<String>,
     pub metric: Option<TcpMetric>,
 }
 
@@ -183,12 +182,9 @@ pub(crate) fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport 
             support,
             figures: ClientFigures {
                 many: !matches!(row.key, GroupKey::Destination(_)),
-                ns: match row.key.netns() {
-                    Some(n) => facts.ns(n),
-                    None => "the client's namespace".to_string(),
-                },
+                ns: row.key.netns().map(|n| facts.ns(n)),
                 metric: facts.metric(&row.key).cloned(),
-                subject: row.subject,
+                named_by_sender: row.key.named_by_sender(),
                 fleet: row.fleet,
                 acc: row.acc,
                 worst: row.worst,

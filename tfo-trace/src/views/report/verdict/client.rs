@@ -26,7 +26,7 @@ struct Row<'a> {
     f: &'a ClientFigures,
     a: &'a ConnAcc,
     /// Where the connections went (`198.18.0.2:8080`, `the destinations of process curl`).
-    subj: &'a str,
+    subj: String,
     /// `it`, or `them` for a group.
     it: &'a str,
     /// After "N of M connections": ` (2 of 5 destinations)` for a group, `, from 3 of 4
@@ -40,6 +40,19 @@ impl Row<'_> {
     fn count(&self, o: Outcome) -> u64 {
         self.a.count(o)
     }
+}
+
+/// How the sentences name where a row's connections went: `SYN-data to {subject}`.
+fn subject(d: &DestinationReport) -> String {
+    match d.verdict.figures.named_by_sender {
+        true => format!("the destinations of {}", d.group),
+        false => d.group.clone(),
+    }
+}
+
+/// The client's namespace as the sentences name it.
+fn namespace(f: &ClientFigures) -> &str {
+    f.ns.as_deref().unwrap_or("the client's namespace")
 }
 
 /// The sentence and evidence of a client row's verdict.
@@ -65,7 +78,7 @@ pub(crate) fn said(d: &DestinationReport) -> Said {
     let row = Row {
         f,
         a,
-        subj: &f.subject,
+        subj: subject(d),
         it: if f.many { "them" } else { "it" },
         spread,
         in_clients: in_clients(&f.clients, f.more_clients),
@@ -85,7 +98,7 @@ pub(crate) fn said(d: &DestinationReport) -> Said {
         | Kind::SynDataRefused
         | Kind::KeyRotatedWithoutBackup => {
             let s = refusal::Subject {
-                name: row.subj,
+                name: &row.subj,
                 many: f.many,
                 spread: &row.spread,
                 in_clients: &row.in_clients,
@@ -103,14 +116,14 @@ pub(crate) fn said(d: &DestinationReport) -> Said {
     // advice (the path is not at fault): no advice on their balance.
     let advice = (!matches!(kind, Kind::KeyRotatedWithoutBackup | Kind::CookieChurn))
         .then_some(row.in_clients.as_str());
-    let sentence = match balance_sentence(row.subj, &balance, advice) {
+    let sentence = match balance_sentence(&row.subj, &balance, advice) {
         Some(b) if kind == Kind::Healthy => format!("{b}: {}", accepted_of_sent(&row)),
         Some(b) => format!("{sentence}; {b}"),
         None => sentence,
     };
     evidence.extend(balance_line(&balance));
     if let Some(m) = &f.metric {
-        evidence.push(metrics_line(m, &f.ns));
+        evidence.push(metrics_line(m, namespace(f)));
     }
     let worst: Vec<String> = f
         .worst
@@ -146,7 +159,7 @@ fn accepted_of_sent(r: &Row<'_>) -> String {
 }
 
 fn syn_data_dropped(r: &Row<'_>, balance: &Balance, evidence: &mut Vec<String>) -> String {
-    let (subj, it, spread, a) = (r.subj, r.it, &r.spread, r.a);
+    let (subj, it, spread, a) = (&r.subj, r.it, &r.spread, r.a);
     let dropped = a.syn_data_dropped();
     let accepted = r.count(Outcome::Accepted);
     let lost = a.lost_us_of(Cause::SynDataDropped);
@@ -230,7 +243,7 @@ fn not_attempted(r: &Row<'_>, evidence: &mut Vec<String>) -> String {
         units::count(r.count(Outcome::NotAttempted)),
         units::count(r.a.connections()),
         r.spread,
-        r.f.ns
+        namespace(r.f)
     )
 }
 
