@@ -297,32 +297,6 @@ impl KernelCounted {
         self
     }
 
-    /// How a namespace is named in sentences: `netns 4026532246 (lab-srv)`, or for one
-    /// without a name, `an unnamed netns (pid 1234's)`.
-    pub fn namespace_phrase(&self, key: u32) -> String {
-        if let Some(pid) = self.unnamed.get(&key) {
-            return format!("an unnamed netns (pid {pid}'s)");
-        }
-        let name = self.netns_names.get(&key).map(|n| format!(" ({n})")).unwrap_or_default();
-        format!("netns {key}{name}")
-    }
-
-    /// `2 namespaces unreadable (netns 4026532246: setns: Operation not permitted; ...)`:
-    /// what the counts above leave out, where anything is; None where nothing is.
-    pub fn unreadable_phrase(&self) -> Option<String> {
-        if self.unreadable.is_empty() {
-            return None;
-        }
-        let each: Vec<String> =
-            self.unreadable.iter().map(|(i, why)| format!("{}: {why}", self.namespace_phrase(*i))).collect();
-        let n = self.unreadable.len();
-        Some(format!(
-            "{n} namespace{} unreadable, not counted ({})",
-            if n == 1 { "" } else { "s" },
-            each.join("; ")
-        ))
-    }
-
     /// One role and outcome, over every namespace.
     pub fn total(&self, role: Role, outcome: Outcome) -> u64 {
         self.rows.iter().filter(|r| (r.role, r.outcome) == (role, outcome)).map(|r| r.count).sum()
@@ -345,30 +319,6 @@ impl KernelCounted {
             out.entry(r.netns).or_default().push(r);
         }
         out
-    }
-
-    /// One phrase per namespace where a count moved: `netns 4026532246 (lab-srv): server
-    /// queue_overflow 3, server cookie_invalid 1`. The one wording of `top`, the closing
-    /// line and `report`.
-    pub fn per_namespace(&self) -> Vec<String> {
-        self.by_namespace()
-            .into_iter()
-            .map(|(ns, rows)| {
-                let each: Vec<String> = rows
-                    .iter()
-                    .map(|r| format!("{} {} {}", r.role.name(), r.outcome.name(), r.count))
-                    .collect();
-                format!("{}: {}", self.namespace_phrase(ns), each.join(", "))
-            })
-            .collect()
-    }
-
-    /// What a reader needs to know of where these counts come from, for `backend`.
-    pub fn provenance(backend: &str) -> String {
-        format!(
-            "counted by each namespace's own kernel counters: no {backend} hook sees these, so no \
-             listener or process is named"
-        )
     }
 
     /// Every (role, outcome, counter) the backend counts this way: the series that exist

@@ -8,7 +8,10 @@
 use serde::Serialize;
 
 use crate::{
-    aggregation::kernel_counted::KernelCounted, events::counts::Health, live::output::OutputClosed, units,
+    aggregation::kernel_counted::KernelCounted,
+    events::counts::Health,
+    live::{counted, output::OutputClosed},
+    units,
 };
 
 /// The closing summary of a live view.
@@ -103,13 +106,13 @@ impl Closing {
     /// `counted by each namespace's own kernel counters: ...: netns 4026532246 (lab-srv):
     /// server cookie_requested 3`: said after the closing line (None when nothing moved).
     pub fn kernel_counted_sentence(&self) -> Option<String> {
-        let mut namespaces = self.kernel_counted.per_namespace();
+        let mut namespaces = counted::per_namespace(&self.kernel_counted);
         // What those counts leave out, said wherever they are (never a silent 0).
-        namespaces.extend(self.kernel_counted.unreadable_phrase());
+        namespaces.extend(counted::unreadable_phrase(&self.kernel_counted));
         if namespaces.is_empty() {
             return None;
         }
-        Some(format!("{}: {}", KernelCounted::provenance(&self.backend), namespaces.join("; ")))
+        Some(format!("{}: {}", counted::provenance(&self.backend), namespaces.join("; ")))
     }
 
     /// On stderr: one JSON object with `json`; else the closing line (`{prefix}: ...{suffix}`)

@@ -15,6 +15,7 @@ use crate::aggregation::{
     top::{RowStats, Snapshot},
 };
 use crate::cli::Sort;
+use crate::live;
 
 fn stats_json(s: &RowStats) -> Map<String, Value> {
     match serde_json::to_value(s) {
@@ -130,7 +131,7 @@ fn counted_text(counted: &KernelCounted, backend: &str) -> Option<String> {
         "kernel_counted source={} namespaces={} ({})",
         kernel_counted::SOURCE,
         counted.namespaces,
-        KernelCounted::provenance(backend)
+        live::counted::provenance(backend)
     )];
     for (ns, rows) in counted.by_namespace() {
         let each: Vec<String> =
@@ -139,7 +140,7 @@ fn counted_text(counted: &KernelCounted, backend: &str) -> Option<String> {
             counted.unnamed.get(&ns).map(|pid| format!(" unnamed_through_pid={pid}")).unwrap_or_default();
         lines.push(format!("kernel_counted netns={ns}{unnamed} {}", each.join(" ")));
     }
-    if let Some(left_out) = counted.unreadable_phrase() {
+    if let Some(left_out) = live::counted::unreadable_phrase(counted) {
         lines.push(format!("kernel_counted unreadable={} ({left_out})", counted.unreadable.len()));
     }
     Some(lines.join("\n"))

@@ -26,7 +26,7 @@ use crate::{
         top::{rates::HOST_HISTORY, Row, RowStats, Snapshot},
     },
     events::{Outcome, Role},
-    units,
+    live, units,
 };
 
 /// Below this height the histogram folds into one line.
@@ -194,8 +194,8 @@ fn counted_line(counted: &KernelCounted, info: &HeaderInfo, st: &Styles) -> Opti
     } else if counted.outcomes.is_empty() {
         return None;
     } else {
-        let mut per_ns = counted.per_namespace();
-        per_ns.extend(counted.unreadable_phrase());
+        let mut per_ns = live::counted::per_namespace(counted);
+        per_ns.extend(live::counted::unreadable_phrase(counted));
         // The numbers first: why they come from there is in `?` and after the closing line.
         if per_ns.is_empty() {
             format!(

@@ -1,0 +1,115 @@
+//! The namespaces' own counts ([`KernelCounted`]) as the live views say them: the one
+//! wording of `top`, its batch lines and the closing line.
+use crate::aggregation::kernel_counted::KernelCounted;
+
+/// How a namespace is named in sentences: `netns 4026532246 (lab-srv)`, or for one
+/// without a name, `an unnamed netns (pid 1234's)`.
+fn namespace_phrase(counted: &KernelCounted, key: u32) -> String {
+    if let Some(pid) = counted.unnamed.get(&key) {
+        return format!("an unnamed netns (pid {pid}'s)");
+    }
+    let name = counted.netns_names.get(&key).map(|n| format!(" ({n})")).unwrap_or_default();
+    format!("netns {key}{name}")
+}
+
+/// `2 namespaces unreadable (netns 4026532246: setns: Operation not permitted; ...)`:
+/// what the counts leave out, where anything is; None where nothing is.
+pub(crate) fn unreadable_phrase(counted: &KernelCounted) -> Option<String> {
+    if counted.unreadable.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = counted
+        .unreadable
+        .iter()
+        .map(|(i, why)| format!("{}: {why}", namespace_phrase(counted, *i)))
+        .collect();
+    let n = counted.unreadable.len();
+    Some(format!(
+        "{n} namespace{} unreadable, not counted ({})",
+        if n == 1 { "" } else { "s" },
+        each.join("; ")
+    ))
+}
+
+/// One phrase per namespace where a count moved: `netns 4026532246 (lab-srv): server
+/// queue_overflow 3, server cookie_invalid 1`.
+pub(crate) fn per_namespace(counted: &KernelCounted) -> Vec<String> {
+    counted
+        .by_namespace()
+        .into_iter()
+        .map(|(ns, rows)| {
+            let each: Vec<String> =
+                rows.iter().map(|r| format!("{} {} {}", r.role.name(), r.outcome.name(), r.count)).collect();
+            format!("{}: {}", namespace_phrase(counted, ns), each.join(", "))
+        })
+        .collect()
+}
+
+/// What a reader needs to know of where these counts come from, for `backend`.
+pub(crate) fn provenance(backend: &str) -> String {
+    format!(
+        "counted by each namespace's own kernel counters: no {backend} hook sees these, so no \
+         listener or process is named"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::{
+        aggregation::kernel_counted::CountedRow,
+        events::{Outcome, Role},
+    };
+
+    fn row(netns: u32, outcome: Outcome, count: u64) -> CountedRow {
+        CountedRow {
+            netns,
+            role: Role::Server,
+            outcome,
+            count,
+            counter: "TCPFastOpenListenOverflow",
+            within: None,
+        }
+    }
+
+    #[test]
+    fn each_namespace_by_its_name_or_the_pid_it_was_read_through() {
+        let counted = KernelCounted {
+            rows: vec![
+                row(7, Outcome::QueueOverflow, 3),
+                row(7, Outcome::CookieInvalid, 1),
+                row(9, Outcome::QueueOverflow, 2),
+            ],
+            unnamed: BTreeMap::from([(9, 1234)]),
+            netns_names: BTreeMap::from([(7, "lab-srv".to_string())]),
+            ..Default::default()
+        };
+        assert_eq!(
+            per_namespace(&counted),
+            [
+                "netns 7 (lab-srv): server queue_overflow 3, server cookie_invalid 1",
+                "an unnamed netns (pid 1234's): server queue_overflow 2"
+            ]
+        );
+        assert_eq!(unreadable_phrase(&counted), None);
+    }
+
+    #[test]
+    fn what_could_not_be_read_is_said_with_why() {
+        let mut counted = KernelCounted {
+            unreadable: BTreeMap::from([(5, "setns: Operation not permitted".to_string())]),
+            ..Default::default()
+        };
+        assert_eq!(
+            unreadable_phrase(&counted).as_deref(),
+            Some("1 namespace unreadable, not counted (netns 5: setns: Operation not permitted)")
+        );
+        counted.unreadable.insert(6, "gone".into());
+        assert_eq!(
+            unreadable_phrase(&counted).as_deref(),
+            Some("2 namespaces unreadable, not counted (netns 5: setns: Operation not permitted; netns 6: gone)")
+        );
+    }
+}
