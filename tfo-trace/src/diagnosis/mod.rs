@@ -1,7 +1,7 @@
 //! What `tfo-trace doctor` concludes about this host. Pure: host facts in (read by
 //! `kernel::host`, and the probe loader's verdict per backend), a [`DoctorReport`] out, which
-//! `views::doctor` only renders. The six lessons are in [`checks`], the advice, typed, in
-//! [`advice`] (`views::doctor` says it); both are unit-tested on fixed facts.
+//! `views::doctor` only renders. The six lessons, typed, are in [`checks`], the advice, typed,
+//! in [`advice`] (`views::doctor` says both); both are unit-tested on fixed facts.
 pub(crate) mod advice;
 pub(crate) mod checks;
 
@@ -45,7 +45,9 @@ pub struct DoctorReport {
     pub tcp_metrics: Vec<NamespaceTcpMetrics>,
     /// Listening TCP sockets per namespace with their TFO queue size.
     pub listeners: Vec<TfoListener>,
-    /// The lessons users keep learning the hard way, each checked here with its advice.
+    /// The lessons users keep learning the hard way, each checked here; its JSON is the
+    /// view's (each lesson's name, finding and advice in words).
+    #[serde(skip)]
     pub checks: Vec<Check>,
     /// What follows from the rest; its JSON is the view's (one line each, in words).
     #[serde(skip)]

@@ -2,9 +2,10 @@
 //!
 //! The facts come from their collectors (`kernel::host`, and the probe loader's verdict per
 //! backend), the conclusions from `diagnosis`; this file only renders the
-//! [`DoctorReport`]: aligned text, or JSON. Doctor never fails on missing things: it
-//! reports them and advises.
+//! [`DoctorReport`]: aligned text, or JSON, the lessons said in `checks.rs`, the advice in
+//! `advice.rs`. Doctor never fails on missing things: it reports them and advises.
 mod advice;
+mod checks;
 
 use std::io::{self, Write};
 
@@ -99,14 +100,19 @@ pub fn render_text(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
 
 /// Writes the report as pretty JSON followed by a newline.
 pub fn render_json(r: &DoctorReport, w: &mut impl Write) -> io::Result<()> {
-    /// The report with its advice in words, last.
+    /// The report with its lessons and its advice in words, last.
     #[derive(Serialize)]
     struct Json<'a> {
         #[serde(flatten)]
         report: &'a DoctorReport,
+        checks: Vec<checks::Said>,
         advice: Vec<String>,
     }
-    let json = Json { report: r, advice: r.advice.iter().map(advice::said).collect() };
+    let json = Json {
+        report: r,
+        checks: r.checks.iter().map(checks::said).collect(),
+        advice: r.advice.iter().map(advice::said).collect(),
+    };
     serde_json::to_writer_pretty(&mut *w, &json)?;
     writeln!(w)
 }
@@ -363,9 +369,9 @@ fn listeners(r: &DoctorReport) -> Section {
 /// The lessons, each checked.
 fn checks(r: &DoctorReport) -> Section {
     let mut s = Section::new("Checks");
-    for c in &r.checks {
+    for c in r.checks.iter().map(checks::said) {
         s.item(format!("[{}] {}: {}", if c.ok { "ok" } else { "!!" }, c.name, c.detail));
-        s.line(c.advice.clone());
+        s.line(c.advice);
     }
     s
 }
@@ -439,6 +445,11 @@ mod tests {
         assert_eq!(j["namespaces"][1]["key"]["backup"], true);
         assert_eq!(j["backends"][0]["name"], "fentry");
         assert_eq!(j["hook_points"][1]["presence"], "absent");
+        // Each lesson in the view's words.
+        assert_eq!(j["checks"][0]["name"], "sysctl per namespace");
+        assert_eq!(j["checks"][0]["ok"], false);
+        assert_eq!(j["checks"][0]["detail"], "net.ipv4.tcp_fastopen is 0x1 in current, 0x403 in srv");
+        assert!(j["checks"][5]["advice"].as_str().is_some_and(|a| a.starts_with("with tcp_syncookies=2")));
         // Top-level keys in the order printed (pretty JSON indents them by two spaces).
         let keys: Vec<&str> =
             text.lines().filter_map(|l| l.strip_prefix("  \"")?.split('"').next()).collect();
