@@ -156,7 +156,7 @@ fn parse_outcome(s: &str) -> Result<Outcome, String> {
 
 impl FilterArgs {
     /// The first flag given more often than the kernel has room for, as a usage error.
-    pub fn too_many(&self) -> Option<String> {
+    pub(crate) fn too_many(&self) -> Option<String> {
         let counts = [
             ("--pid", self.pid.len()),
             ("--comm", self.comm.len()),
@@ -174,7 +174,7 @@ impl FilterArgs {
 
     /// For a live run: each `--netns` name as the inode /run/netns gives it now; a name it
     /// does not have is a usage error (the message).
-    pub fn resolve_live(&mut self) -> Result<(), String> {
+    pub(crate) fn resolve_live(&mut self) -> Result<(), String> {
         for n in &mut self.netns {
             if let NetnsArg::Name(name) = n {
                 *n = NetnsArg::Inode(named_netns_inode(name)?);
@@ -184,7 +184,7 @@ impl FilterArgs {
     }
 
     /// The `--netns` inodes (a live run's names among them, once resolved).
-    pub fn netns_inodes(&self) -> Vec<u32> {
+    pub(crate) fn netns_inodes(&self) -> Vec<u32> {
         self.netns
             .iter()
             .filter_map(|n| match n {
@@ -208,7 +208,7 @@ impl FilterArgs {
     /// The first `--netns` inode no namespace has now, as a usage error: a live run would
     /// trace nothing, silently. (Namespaces come and go: one that goes later ends nothing.)
     /// Where part of /proc could not be looked at, nothing is refused.
-    pub fn netns_gone(&self) -> Option<String> {
+    pub(crate) fn netns_gone(&self) -> Option<String> {
         let inodes = self.netns_inodes();
         let gone = inodes.iter().find(|&&inode| netns_exists(inode) == Some(false))?;
         Some(format!(
@@ -223,7 +223,7 @@ impl FilterArgs {
 
     /// The filter the kernel programs decide with (cgroups go in a map: see `cgroups`);
     /// `--netns` names count once [`FilterArgs::resolve_live`] made them inodes.
-    pub fn kernel_filter(&self) -> Filter {
+    pub(crate) fn kernel_filter(&self) -> Filter {
         let mut f = Filter::none();
         for (slot, pid) in f.pids.iter_mut().zip(&self.pid) {
             *slot = *pid;
@@ -258,7 +258,7 @@ impl FilterArgs {
     }
 
     /// The same selection, on recorded events (`--netns` names as recorded).
-    pub fn event_filter(&self) -> EventFilter {
+    pub(crate) fn event_filter(&self) -> EventFilter {
         EventFilter {
             netns_names: self.netns_names(),
             ..EventFilter::new(self.kernel_filter(), self.cgroups())
@@ -301,14 +301,15 @@ impl EventFilter {
     }
 
     /// Whether no flag narrows anything.
-    pub fn selects_all(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn selects_all(&self) -> bool {
         self.filter == Filter::none() && self.netns_names.is_empty()
     }
 
     /// The first `--netns` name no event of a replay was recorded with (`recorded`: the
     /// names they were), as a usage error naming those they were: a name from today's
     /// /run/netns, or mistyped, would select nothing.
-    pub fn netns_name_unrecorded(&self, recorded: &RecordedNetnsNames) -> Option<String> {
+    pub(crate) fn netns_name_unrecorded(&self, recorded: &RecordedNetnsNames) -> Option<String> {
         let missing = self.netns_names.iter().find(|n| !recorded.contains(n))?;
         if recorded.is_full() {
             return None; // too many names to say this one is not among them
@@ -325,7 +326,13 @@ impl EventFilter {
     /// `--pid`, `--comm`, `--cgroup`: whether the process (its name, its thread's where
     /// another, its cgroup path below the v2 root, where known) is one of those asked for.
     /// Also what the loader tells the kernel about listeners opened before it attached.
-    pub fn process_selected(&self, pid: u32, comm: &str, thread: Option<&str>, cgroup: Option<&str>) -> bool {
+    pub(crate) fn process_selected(
+        &self,
+        pid: u32,
+        comm: &str,
+        thread: Option<&str>,
+        cgroup: Option<&str>,
+    ) -> bool {
         let f = &self.filter;
         let pid_listed = f.n_pids == 0 || f.pids[..f.n_pids as usize].contains(&pid);
         let comm_listed = f.n_comms == 0
@@ -345,12 +352,12 @@ impl EventFilter {
     }
 
     /// [`Self::selects`] as a replay takes it.
-    pub fn into_select(self) -> Select {
+    pub(crate) fn into_select(self) -> Select {
         Box::new(move |e| self.selects(e))
     }
 
     /// Whether the kernel would have let `e` through.
-    pub fn selects(&self, e: &Event) -> bool {
+    pub(crate) fn selects(&self, e: &Event) -> bool {
         let f = &self.filter;
         let (server, server_port, client) = match e.role {
             Role::Client => (e.daddr, e.dport, e.saddr),

@@ -34,7 +34,7 @@ const LIKE: &str = "a duration like 30s, 5m, 1h30m, 2d or 250ms, or plain second
 
 /// `30s`, `5m`, `1h`, `250ms`, `1m30s`, `2 minutes`, `2d`, `1w`, `PT5M`, or plain seconds
 /// (`7`, `0.5`: digits, a point, digits; no sign or exponent).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let plain_seconds =
         !s.is_empty() && s.split_once('.').map_or(digits(s), |(whole, frac)| digits(whole) && digits(frac));
@@ -70,7 +70,7 @@ fn out_of_range(s: &str) -> String {
 /// `ms` and `s` that keeps it at least 1, trailing zeros dropped: `0`, `70us`, `1.5ms`,
 /// `35ms`, `1.02s`, `61.2s`, `3600s`. At most 7 characters below 10^6 s (11 days), so a 7-wide
 /// column holds it.
-pub fn duration_us(us: u64) -> String {
+pub(crate) fn duration_us(us: u64) -> String {
     DurationText::of(us).as_str().to_string()
 }
 
@@ -85,19 +85,19 @@ pub fn net_us(us: i64) -> String {
 }
 
 /// [`duration_us`] of a duration in seconds (an age read from the kernel, a window traced).
-pub fn duration_s(seconds: f64) -> String {
+pub(crate) fn duration_s(seconds: f64) -> String {
     duration_us((seconds.max(0.0) * 1e6).round() as u64)
 }
 
 /// [`duration_us`]'s text without an allocation, made with integers: `trace` prints two
 /// per event.
-pub struct DurationText {
+pub(crate) struct DurationText {
     buf: [u8; 24],
     len: usize,
 }
 
 impl DurationText {
-    pub fn of(us: u64) -> DurationText {
+    pub(crate) fn of(us: u64) -> DurationText {
         let mut t = DurationText { buf: [0; 24], len: 0 };
         if us == 0 {
             t.push(b"0");
@@ -110,7 +110,7 @@ impl DurationText {
         t
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         std::str::from_utf8(&self.buf[..self.len]).expect("ASCII digits and units")
     }
 
@@ -150,7 +150,7 @@ impl DurationText {
 
 /// Time lost per second of real time, as a duration per second: `1.02s`, `615ms`; `0` for
 /// none, `-` where no rate was measured (before the first refresh, or a replay).
-pub fn duration_per_s(seconds_per_s: Option<f64>) -> String {
+pub(crate) fn duration_per_s(seconds_per_s: Option<f64>) -> String {
     match seconds_per_s {
         None => "-".into(),
         Some(v) if v <= 0.0 => "0".into(),
@@ -160,7 +160,7 @@ pub fn duration_per_s(seconds_per_s: Option<f64>) -> String {
 
 /// A period the user set or a span of refreshes, as the duration flags take it: `500ms`,
 /// `1s`, `2.5s`, `1m30s`, `2h`.
-pub fn period(d: Duration) -> String {
+pub(crate) fn period(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1_000 {
         return format!("{ms}ms");
@@ -210,14 +210,14 @@ pub fn count(n: u64) -> String {
 }
 
 /// A count and what it counts: `1 stalled connection`, `1,000 stalled connections`.
-pub fn plural(n: u64, one: &str, many: &str) -> String {
+pub(crate) fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", count(n), if n == 1 { one } else { many })
 }
 
 /// Appends `address:port` as every view prints one: `198.18.0.2:8080`, `[fd00::2]:8080`
 /// (what `SocketAddr` displays). IPv4 is written by hand: `trace` prints two per event, and
 /// core::fmt was most of a line's cost.
-pub fn write_address(out: &mut Vec<u8>, ip: IpAddr, port: u16) {
+pub(crate) fn write_address(out: &mut Vec<u8>, ip: IpAddr, port: u16) {
     match ip {
         IpAddr::V4(v4) => {
             for (i, octet) in v4.octets().into_iter().enumerate() {
@@ -257,7 +257,7 @@ fn push_octet(out: &mut Vec<u8>, octet: u8) {
 /// `max_chars`: Some(n) for a fixed-width column: a name that would make it wider is cut,
 /// its cut marked `~` (as `top` marks a cut cell) and the address kept whole, for it is
 /// what the row is about; None (a line per event) prints it whole.
-pub fn write_destination(
+pub(crate) fn write_destination(
     out: &mut Vec<u8>,
     ip: IpAddr,
     port: u16,
@@ -292,7 +292,7 @@ pub fn write_destination(
 
 /// A name from outside (a DNS name, a recording's text) as the text views print it: its
 /// control characters escaped (`\n`, `\u{1b}`), so that none reaches the terminal.
-pub fn printable(name: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn printable(name: &str) -> std::borrow::Cow<'_, str> {
     if !name.chars().any(char::is_control) {
         return name.into();
     }
@@ -317,7 +317,7 @@ pub fn destination(ip: IpAddr, port: u16, name: Option<&str>) -> String {
 /// The process as `trace` and `stalls` print it (COMM): its name, and where the thread that
 /// connected or listened has another, that one after a slash (`python3/connworker`); `-`
 /// where neither is known.
-pub fn write_process(out: &mut Vec<u8>, comm: &str, thread: Option<&str>) {
+pub(crate) fn write_process(out: &mut Vec<u8>, comm: &str, thread: Option<&str>) {
     match (comm, thread) {
         ("", None) => out.push(b'-'),
         (comm, None) => out.extend_from_slice(comm.as_bytes()),
@@ -338,7 +338,7 @@ pub fn process(comm: &str, thread: Option<&str>) -> String {
 
 /// [`write_destination`] as a String at most `max_chars` wide where cutting the name can
 /// make it so (a fixed-width column).
-pub fn destination_within(ip: IpAddr, port: u16, name: Option<&str>, max_chars: usize) -> String {
+pub(crate) fn destination_within(ip: IpAddr, port: u16, name: Option<&str>, max_chars: usize) -> String {
     let mut out = Vec::with_capacity(48);
     write_destination(&mut out, ip, port, name, Some(max_chars));
     String::from_utf8(out).expect("an address and a str")

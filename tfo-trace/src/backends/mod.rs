@@ -66,7 +66,7 @@ impl From<Backend> for BackendChoice {
 }
 
 impl BackendChoice {
-    pub fn candidates(self) -> &'static [Backend] {
+    pub(crate) fn candidates(self) -> &'static [Backend] {
         match self {
             BackendChoice::Auto => &Backend::ALL,
             BackendChoice::Fentry => &[Backend::Fentry],
@@ -402,12 +402,12 @@ const KPROBE_HOOKS: [Hook; 12] = [
 
 /// Hooks of which a kernel gets one: the first whose target its BTF has (the later ones
 /// are older kernels' names for the same moment).
-pub const ALTERNATIVES: &[&[&str]] = &[&["tcp_done_with_error", "tcp_reset"]];
+pub(crate) const ALTERNATIVES: &[&[&str]] = &[&["tcp_done_with_error", "tcp_reset"]];
 
 /// Whether `hook` is attached on a kernel whose BTF has the functions `has_function` says:
 /// a hook outside [`ALTERNATIVES`] always, one inside only where no alternative before it
 /// has its target.
-pub fn attached_here(hook: &Hook, has_function: impl Fn(&str) -> bool) -> bool {
+pub(crate) fn attached_here(hook: &Hook, has_function: impl Fn(&str) -> bool) -> bool {
     let Some(group) = ALTERNATIVES.iter().find(|g| g.contains(&hook.target)) else { return true };
     group.iter().find(|t| has_function(t)) == Some(&hook.target)
 }
@@ -457,7 +457,7 @@ pub fn cgroup_hooks() -> &'static [Hook] {
 
 /// Whether the backend's hooks are BTF-typed (direct loads) rather than
 /// raw (probe reads, a hash keyed by socket).
-pub fn uses_btf(backend: Backend) -> bool {
+pub(crate) fn uses_btf(backend: Backend) -> bool {
     matches!(backend, Backend::Fentry | Backend::Tracepoint)
 }
 
@@ -469,7 +469,7 @@ pub fn server_from_state(backend: Backend) -> bool {
 /// Whether a hook of the backend sees what a client's SYN-ACK said about TFO
 /// (tcp_fastopen_cache_set): then the programs tell why a SYN-data was refused; elsewhere
 /// userspace reads the client's cookie cache for it (events::causes).
-pub fn sees_synack(backend: Backend) -> bool {
+pub(crate) fn sees_synack(backend: Backend) -> bool {
     hooks(backend).iter().any(|h| h.target == "tcp_fastopen_cache_set")
 }
 
@@ -487,7 +487,7 @@ pub fn kernel_counted(backend: Backend) -> impl Iterator<Item = &'static Blind> 
 
 /// The blind spots of `backend` that `--role`/`--outcome` ask for: what the filter selects
 /// and the backend will never show (none when no `--outcome` is given).
-pub fn blind_selected(backend: Backend, filter: &tfo_trace_common::Filter) -> Vec<&'static Blind> {
+pub(crate) fn blind_selected(backend: Backend, filter: &tfo_trace_common::Filter) -> Vec<&'static Blind> {
     let role_selected = |r: Role| filter.roles == 0 || filter.roles & (1 << r as u8) != 0;
     blind_spots(backend)
         .iter()
@@ -501,7 +501,8 @@ pub fn sees(backend: Backend, role: Role, outcome: Outcome) -> bool {
 }
 
 /// Every program name the table attaches, on any backend.
-pub fn all_programs() -> impl Iterator<Item = &'static str> {
+#[cfg(test)]
+pub(crate) fn all_programs() -> impl Iterator<Item = &'static str> {
     Backend::ALL.iter().flat_map(|b| hooks(*b)).chain(cgroup_hooks()).map(|h| h.program)
 }
 
@@ -534,7 +535,7 @@ pub fn plain_connection_runs(backend: Backend) -> Vec<PlainRun> {
 /// [`plain_connection_runs`] as one sentence, e.g. "tfo_state (inet_sock_set_state) 10
 /// times (each state change of its two sockets: 5 client, 5 server); ...; nothing else
 /// unless it retransmits".
-pub fn plain_connection_summary(backend: Backend) -> String {
+pub(crate) fn plain_connection_summary(backend: Backend) -> String {
     fn times(n: u32) -> String {
         match n {
             1 => "once".into(),

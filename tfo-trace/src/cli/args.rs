@@ -92,7 +92,7 @@ pub struct FloorArgs {
 
 impl Cli {
     /// The probe flags of the subcommand, where it traces.
-    pub fn probe_args(&self) -> Option<&ProbeArgs> {
+    pub(crate) fn probe_args(&self) -> Option<&ProbeArgs> {
         match &self.command {
             Command::Trace(a) | Command::Stalls(a) => Some(&a.probe),
             Command::Top(a) => Some(&a.probe),
@@ -125,7 +125,7 @@ impl Cli {
 
     /// The visible subcommands' names, in the order `--help` lists them: the manual's
     /// pages (`views::man`).
-    pub fn visible_subcommands() -> Vec<String> {
+    pub(crate) fn visible_subcommands() -> Vec<String> {
         use clap::CommandFactory as _;
         Cli::command()
             .get_subcommands()
@@ -212,7 +212,7 @@ pub struct ProbeArgs {
     /// Size of the event ring buffer in bytes: a power of two (the kernel's rule), from 4096
     /// (one page) to 268435456 (256 MiB).
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_RING_BUFFER_BYTES, value_parser = parse_ring_size)]
-    pub ring_buffer_size: u32,
+    pub(crate) ring_buffer_size: u32,
     /// Struct layouts from this BTF file instead of the kernel's own (a kernel without
     /// /sys/kernel/btf/vmlinux: BTFHub or `pahole -J`; only the raw-tracepoint and kprobe
     /// backends can run there).
@@ -233,7 +233,7 @@ pub struct SummaryArgs {
     /// Say the closing summary (events, losses, what the kernel counted) on stderr as one
     /// JSON object instead of sentences, and keep the text output.
     #[arg(long)]
-    pub json_summary: bool,
+    pub(crate) json_summary: bool,
 }
 
 #[derive(Args, Debug)]
@@ -281,11 +281,11 @@ pub struct ReportArgs {
     /// With `--group-by prefix`: the IPv4 prefix length.
     #[arg(long, value_name = "BITS", default_value_t = crate::aggregation::report::grouping::DEFAULT_PREFIX_V4,
           value_parser = clap::value_parser!(u8).range(0..=32))]
-    pub prefix_v4: u8,
+    pub(crate) prefix_v4: u8,
     /// With `--group-by prefix`: the IPv6 prefix length.
     #[arg(long, value_name = "BITS", default_value_t = crate::aggregation::report::grouping::DEFAULT_PREFIX_V6,
           value_parser = clap::value_parser!(u8).range(0..=128))]
-    pub prefix_v6: u8,
+    pub(crate) prefix_v6: u8,
     /// Show the N rows that lost the most time; the rest are summed in one line.
     #[arg(long, value_name = "N", default_value_t = crate::aggregation::report::DEFAULT_TOP,
           conflicts_with = "all")]
@@ -332,7 +332,7 @@ pub struct TopArgs {
     pub filter: String,
     /// Groups kept per table; beyond it the least recently seen is evicted (and counted).
     #[arg(long, value_name = "N", default_value_t = crate::aggregation::top::DEFAULT_CAPACITY, value_parser = parse_max_groups)]
-    pub max_groups: usize,
+    pub(crate) max_groups: usize,
     /// Also write every event to FILE (JSON lines, mode 0600) for `top --from` / `report --from`.
     #[arg(long, value_name = "FILE", conflicts_with = "from")]
     pub record: Option<std::path::PathBuf>,
@@ -385,14 +385,14 @@ pub struct ExportArgs {
     pub probe: ProbeArgs,
     /// Address to serve /metrics on; binding beyond loopback is your explicit choice.
     #[arg(long = "web.listen-address", value_name = "ADDR:PORT", default_value = DEFAULT_EXPORT_LISTEN)]
-    pub web_listen_address: std::net::SocketAddr,
+    pub(crate) web_listen_address: std::net::SocketAddr,
     /// Do not serve HTTP (with --textfile: only write the file).
     #[arg(long = "web.disable", requires = "textfile")]
-    pub web_disable: bool,
+    pub(crate) web_disable: bool,
     /// TLS and basic auth for /metrics from a Prometheus exporter-toolkit web-config file
     /// (tls_server_config, basic_auth_users with bcrypt hashes; docs/export.md).
     #[arg(long = "web.config.file", value_name = "FILE", conflicts_with = "web_disable")]
-    pub web_config_file: Option<std::path::PathBuf>,
+    pub(crate) web_config_file: Option<std::path::PathBuf>,
     /// Also write the metrics to this file for node_exporter's textfile collector
     /// (e.g. /var/lib/prometheus/node-exporter/tfo_trace.prom), replaced atomically.
     #[arg(long, value_name = "PATH")]
@@ -404,13 +404,13 @@ pub struct ExportArgs {
     /// server listeners) the first K seen, then up to K more at their first failure; all
     /// later ones are counted under destination="other" (docs/export.md).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000))]
-    pub top_destinations: Option<u16>,
+    pub(crate) top_destinations: Option<u16>,
     /// Add a `container` label (container id, else systemd unit or cgroup path, else
     /// "none"): per role the first K containers seen, then up to K more at their first
     /// failure; later ones count as "other".
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000),
           conflicts_with = "top_destinations")]
-    pub top_containers: Option<u16>,
+    pub(crate) top_containers: Option<u16>,
     /// Stop after this long (e.g. 30s, 5m); default: until SIGINT, SIGTERM or SIGHUP.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,

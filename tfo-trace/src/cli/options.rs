@@ -23,7 +23,7 @@ pub struct LiveOptions {
     /// Stop by itself after this long (scripts, tests); None: until a signal.
     pub duration: Option<Duration>,
     /// The closing summary as one JSON object on stderr.
-    pub json_summary: bool,
+    pub(crate) json_summary: bool,
     /// `--record FILE`: every event also goes there (see `events::record`).
     pub record: Option<RecordTo>,
 }
@@ -48,7 +48,7 @@ pub struct TopOptions {
     pub sort: Sort,
     pub filter: String,
     /// Groups kept per table (least recently seen evicted beyond it).
-    pub max_groups: usize,
+    pub(crate) max_groups: usize,
     /// `--from FILE`: the tables of a recording instead of live events, as the filter
     /// flags select them.
     pub from: Option<(PathBuf, EventFilter)>,
@@ -63,7 +63,7 @@ pub struct ExportOptions {
     /// How often the textfile is rewritten.
     pub interval: Duration,
     /// The one opt-in label of the connection and stall counters, and its cap.
-    pub breakdown: Option<Breakdown>,
+    pub(crate) breakdown: Option<Breakdown>,
     /// `--web.config.file`: TLS and basic auth (exporter-toolkit's format).
     pub web_config: Option<PathBuf>,
 }
@@ -91,7 +91,7 @@ pub struct DemoOptions {
     /// `top`'s tables as JSON lines instead of the terminal UI.
     pub json: bool,
     /// The closing summary as one JSON object on stderr.
-    pub json_summary: bool,
+    pub(crate) json_summary: bool,
 }
 
 #[cfg(feature = "fixtures")]

@@ -24,21 +24,21 @@ use crate::{
     probes::{Loaded, Verified},
 };
 
-pub use advice::Advice;
-pub use checks::Check;
+pub(crate) use advice::Advice;
+pub(crate) use checks::Check;
 
 /// The whole report: the facts, what the loader found, and what follows from them.
 #[derive(Debug, Clone, Serialize)]
 pub struct DoctorReport {
     pub kernel: KernelInfo,
     pub privileges: PrivilegeInfo,
-    pub facilities: TracingFacilities,
+    pub(crate) facilities: TracingFacilities,
     /// aya's `is_program_supported` per program type (a load probe, not a real attach).
-    pub program_types: Vec<ProgramTypeProbe>,
+    pub(crate) program_types: Vec<ProgramTypeProbe>,
     /// Authoritative load+attach verdicts per backend, from the probe loader.
     pub backends: Vec<BackendVerdict>,
     #[serde(serialize_with = "ser_result")]
-    pub hook_points: Result<Vec<HookPoint>, String>,
+    pub(crate) hook_points: Result<Vec<HookPoint>, String>,
     /// The current namespace first, then every named (`ip netns`) one.
     pub namespaces: Vec<TfoNamespace>,
     /// Per-destination TFO state (`ip tcp_metrics`) per namespace; cookies redacted.
@@ -56,7 +56,7 @@ pub struct DoctorReport {
 
 /// A program type's probe, with a note on what it means here.
 #[derive(Debug, Clone, Serialize)]
-pub struct ProgramTypeProbe {
+pub(crate) struct ProgramTypeProbe {
     #[serde(flatten)]
     pub support: ProgramTypeSupport,
     pub note: Option<String>,
@@ -77,7 +77,7 @@ pub struct BackendVerdict {
     pub blind: Vec<String>,
     /// Its program the verifier worked hardest on, where the kernel says (5.16+): how
     /// near this kernel came to refusing the backend.
-    pub largest_verified: Option<Verified>,
+    pub(crate) largest_verified: Option<Verified>,
     /// The hooks a healthy plain (non-TFO) connection runs with this backend, and how
     /// often (`backends::PlainRuns`): what tracing TFO costs every other connection.
     pub plain_connection_runs: Vec<backends::PlainRun>,
@@ -86,7 +86,7 @@ pub struct BackendVerdict {
 }
 
 /// The report on `facts`, with `loader`'s verdict per backend (`probes::verdicts`).
-pub fn diagnose(facts: HostFacts, loader: Vec<(Backend, Result<Loaded, String>)>) -> DoctorReport {
+pub(crate) fn diagnose(facts: HostFacts, loader: Vec<(Backend, Result<Loaded, String>)>) -> DoctorReport {
     let backends = backend_verdicts(loader);
     let checks = checks::checks(&facts.namespaces, &facts.listeners, &facts.key_files);
     let mut advice = advice::advice(&facts);

@@ -22,7 +22,8 @@ use crate::kernel::cgroup::NamedCgroup;
 
 pub use tfo_trace_common::{Cause, Outcome, Role};
 /// Roles and outcomes are declared once, in tfo-trace-common, with their wire numbers.
-pub use time::{rfc3339, Clock, Timestamp};
+pub use time::Timestamp;
+pub(crate) use time::{rfc3339, Clock};
 
 fields::event_fields! {
     /// One decoded TFO event. Field names are the JSON contract users script against.
@@ -190,7 +191,7 @@ impl Interner {
 
     /// A process's name and its thread's as the kernel sends them, as names: the thread's
     /// only where it is another (an unknown one is all zero, as the process's then is).
-    pub fn comm_and_thread(
+    pub(crate) fn comm_and_thread(
         &mut self,
         comm: &[u8; TASK_COMM_LEN],
         thread: &[u8; TASK_COMM_LEN],
@@ -235,7 +236,7 @@ fn addr(family: u8, raw: &[u8; 16]) -> IpAddr {
 /// recordings hold. The one rule, applied where an event is decoded (the kernel's record,
 /// a recording's line made before it); the kernel's address filter applies the same
 /// (tfo-trace-ebpf/src/filter.rs).
-pub fn unmapped(family: u8, saddr: IpAddr, daddr: IpAddr) -> (u8, IpAddr, IpAddr) {
+pub(crate) fn unmapped(family: u8, saddr: IpAddr, daddr: IpAddr) -> (u8, IpAddr, IpAddr) {
     let v4 = |a: IpAddr| match a {
         IpAddr::V6(a) => a.to_ipv4_mapped(),
         IpAddr::V4(_) => None,
@@ -282,7 +283,7 @@ fn checked<'a>(
 /// `data_not_acked`. Not a `syn_retransmitted`: its SYN-ACK answers the plain SYN resent
 /// after the timeout, which carries no TFO option (tcp_send_syn_data sets the request's
 /// cookie length to -1 once the first SYN is out), so it says nothing of the server.
-pub fn refused_data(role: Role, outcome: Outcome) -> bool {
+pub(crate) fn refused_data(role: Role, outcome: Outcome) -> bool {
     role == Role::Client && outcome == Outcome::DataNotAcked
 }
 
@@ -305,7 +306,7 @@ fn record_of(bytes: &[u8]) -> Result<TfoEvent> {
 /// What users call the container (or unit) of a process in a recording made before events
 /// carried their `container`: the container id shortened as `docker ps` does, else the
 /// runtime's unit, else the cgroup path (not the root's).
-pub fn container_label<'a>(
+pub(crate) fn container_label<'a>(
     id: Option<&'a str>,
     runtime: Option<&'a str>,
     cgroup: Option<&'a str>,
@@ -371,7 +372,7 @@ impl Event {
 
     /// [`Event::container`], borrowed (the views print it for every event); for a
     /// recording made before events carried it, [`container_label`] of its cgroup's names.
-    pub fn container_label(&self) -> Option<&str> {
+    pub(crate) fn container_label(&self) -> Option<&str> {
         if let Some(label) = &self.container {
             return Some(label);
         }
@@ -396,7 +397,7 @@ impl EventRef<'_> {
     /// A server event's listener as every view names it: the listening socket's bound
     /// address ([`Event::listener`]), else (not found, or a recording made before it was
     /// recorded) the address the connection arrived at.
-    pub fn listener_name(&self) -> std::net::SocketAddr {
+    pub(crate) fn listener_name(&self) -> std::net::SocketAddr {
         self.listener.unwrap_or(std::net::SocketAddr::new(self.saddr, self.sport))
     }
 }

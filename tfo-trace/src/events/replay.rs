@@ -72,7 +72,7 @@ impl Iterator for Replay {
 /// The `netns_name`s a replay's events were recorded with (before any filter), for
 /// `EventFilter::netns_name_unrecorded`: up to [`RecordedNetnsNames::MAX`] of them.
 #[derive(Clone, Debug, Default)]
-pub struct RecordedNetnsNames {
+pub(crate) struct RecordedNetnsNames {
     names: std::collections::BTreeSet<std::sync::Arc<str>>,
     /// More names came than are kept.
     full: bool,
@@ -81,7 +81,7 @@ pub struct RecordedNetnsNames {
 impl RecordedNetnsNames {
     const MAX: usize = 4096;
 
-    pub fn add(&mut self, name: Option<&std::sync::Arc<str>>) {
+    pub(crate) fn add(&mut self, name: Option<&std::sync::Arc<str>>) {
         let Some(name) = name else { return };
         if self.names.contains(name) {
             return;
@@ -93,7 +93,7 @@ impl RecordedNetnsNames {
         self.names.insert(name.clone());
     }
 
-    pub fn extend(&mut self, other: &RecordedNetnsNames) {
+    pub(crate) fn extend(&mut self, other: &RecordedNetnsNames) {
         for n in &other.names {
             self.add(Some(n));
         }
@@ -101,17 +101,17 @@ impl RecordedNetnsNames {
     }
 
     /// Whether an event was recorded with this name.
-    pub fn contains(&self, name: &str) -> bool {
+    pub(crate) fn contains(&self, name: &str) -> bool {
         self.names.contains(name)
     }
 
     /// Whether more names came than are kept (a name not kept may still have been recorded).
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.full
     }
 
     /// The names kept, in order.
-    pub fn names(&self) -> Vec<&str> {
+    pub(crate) fn names(&self) -> Vec<&str> {
         self.names.iter().map(|n| &**n).collect()
     }
 }

@@ -139,7 +139,7 @@ impl<'de> Deserialize<'de> for Timestamp {
 }
 
 /// RFC 3339 in UTC with nanoseconds, e.g. `2026-11-30T08:00:00.123456789Z`.
-pub fn rfc3339(unix_ns: u128) -> String {
+pub(crate) fn rfc3339(unix_ns: u128) -> String {
     Timestamp::from_unix_ns(unix_ns).to_string()
 }
 

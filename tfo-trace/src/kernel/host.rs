@@ -13,7 +13,7 @@ use crate::kernel::{
 
 /// The host as the kernel shows it (the probe loader's verdicts come from `probes`).
 #[derive(Debug, Clone)]
-pub struct HostFacts {
+pub(crate) struct HostFacts {
     pub kernel: KernelInfo,
     pub privileges: PrivilegeInfo,
     pub facilities: TracingFacilities,
@@ -36,7 +36,7 @@ pub struct HostFacts {
 impl HostFacts {
     /// Needs no BPF privileges (the program-type probes then report errors); reading other
     /// namespaces needs CAP_SYS_ADMIN, the TFO key and listeners' queues need root.
-    pub fn collect() -> HostFacts {
+    pub(crate) fn collect() -> HostFacts {
         let namespaces = sysctl::tfo_namespaces();
         HostFacts {
             kernel: KernelInfo::collect(),

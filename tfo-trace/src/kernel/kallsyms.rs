@@ -35,7 +35,7 @@ pub(crate) const TFO_FUNCTIONS: [&str; 12] = [
 /// How a function shows up in /proc/kallsyms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SymbolPresence {
+pub(crate) enum SymbolPresence {
     /// The exact name is a symbol: attachable by name (if not blacklisted / notrace).
     Present,
     /// Only compiler clones (`name.isra.0`, ...) exist: not attachable by the plain name.
@@ -45,7 +45,7 @@ pub enum SymbolPresence {
 }
 
 impl SymbolPresence {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SymbolPresence::Present => "present",
             SymbolPresence::CloneOnly => "present as a compiler clone, not attachable by name",
@@ -56,7 +56,7 @@ impl SymbolPresence {
 
 /// One function looked up in kallsyms.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct HookPoint {
+pub(crate) struct HookPoint {
     pub name: String,
     pub presence: SymbolPresence,
     /// kallsyms type letter of the exact symbol (`T` global, `t` local).
@@ -201,7 +201,7 @@ pub(crate) fn bpffs_mount() -> Option<PathBuf> {
 
 /// The tracing facilities this kernel and host have, as `doctor` shows them.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct TracingFacilities {
+pub(crate) struct TracingFacilities {
     /// The kprobe PMU exists (CONFIG_KPROBES).
     pub kprobes: bool,
     pub tracefs: Option<String>,
@@ -213,7 +213,7 @@ pub struct TracingFacilities {
 }
 
 impl TracingFacilities {
-    pub fn collect() -> TracingFacilities {
+    pub(crate) fn collect() -> TracingFacilities {
         let s = |p: Option<PathBuf>| p.map(|p| p.display().to_string());
         TracingFacilities {
             kprobes: kprobes_available(),

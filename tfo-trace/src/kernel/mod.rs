@@ -22,7 +22,10 @@ use serde::{Serialize, Serializer};
 
 /// Serializes `Ok(v)` as `v` and `Err(e)` as `{"error": e}`: a fact that could not be read
 /// says why in place (doctor's JSON).
-pub fn ser_result<T: Serialize, S: Serializer>(r: &Result<T, String>, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn ser_result<T: Serialize, S: Serializer>(
+    r: &Result<T, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     #[derive(Serialize)]
     struct ErrorObj<'a> {
         error: &'a str,

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 /// One program type and whether the kernel takes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ProgramTypeSupport {
+pub(crate) struct ProgramTypeSupport {
     /// Short name as in bpftool (raw_tracepoint, tracing, kprobe).
     pub name: String,
     /// Backends that use it.

@@ -100,7 +100,7 @@ impl Tcpdump {
 
 /// `1764491234.123456 IP 198.18.0.1.40000 > 198.18.0.2.8080: Flags [S], ..., length 100`
 /// (IPv6: `IP6 fd00:7f0::1.40000 > ...`).
-pub fn parse_tcpdump_syn(line: &str) -> Option<WireSyn> {
+pub(crate) fn parse_tcpdump_syn(line: &str) -> Option<WireSyn> {
     let mut words = line.split_whitespace();
     let time_s = words.next()?.parse().ok()?;
     let _proto = words.next()?;

@@ -21,7 +21,7 @@ use super::{
 };
 
 /// Where dnsmasq is; the tests skip without it.
-pub const DNSMASQ: &str = "/usr/sbin/dnsmasq";
+pub(crate) const DNSMASQ: &str = "/usr/sbin/dnsmasq";
 /// How long the server may take to answer its first query.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const QUERY_TIMEOUT: Duration = Duration::from_secs(3);
@@ -163,7 +163,7 @@ pub enum Seen {
 
 /// What `tcpdump -tt --time-stamp-precision=nano -vv` printed: one packet per line, with
 /// its continuation lines (indented) joined to it.
-pub fn parse_lookups(text: &str) -> Vec<Seen> {
+pub(crate) fn parse_lookups(text: &str) -> Vec<Seen> {
     let mut packets: Vec<String> = Vec::new();
     for line in text.lines() {
         match packets.last_mut() {

@@ -105,22 +105,22 @@ pub struct LoadReport {
     pub connections: u64,
     pub failed: u64,
     pub seconds: f64,
-    pub connections_per_s: f64,
+    pub(crate) connections_per_s: f64,
     pub threads: u32,
     /// `--rate` (0: unthrottled).
-    pub target_rate: u32,
+    pub(crate) target_rate: u32,
     /// Deltas of this namespace's counters over the run: TFO SYN-data accepted by the
     /// server (Passive) and acknowledged to the client (Active).
-    pub tfo_passive: u64,
+    pub(crate) tfo_passive: u64,
     pub tfo_active: u64,
-    pub tfo_active_fail: u64,
+    pub(crate) tfo_active_fail: u64,
     /// The first error a client hit, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub first_error: Option<String>,
+    pub(crate) first_error: Option<String>,
     /// CPU time of this process (clients and server, with the kernel work done in their
     /// context: the TCP stack and the tracer's programs) over the run.
-    pub cpu_user_s: f64,
-    pub cpu_sys_s: f64,
+    pub(crate) cpu_user_s: f64,
+    pub(crate) cpu_sys_s: f64,
 }
 
 /// (user, system) CPU seconds of this process so far.

@@ -11,10 +11,8 @@
 //!
 //! Cleanup: `Drop for Lab` kills the processes it started (by pid), deletes the nft table
 //! and both namespaces, also after a failure half-way through [`Lab::create`]. Every lab
-//! is also in a process-wide registry: a CLI calls [`cleanup_all`] from its Ctrl-C handler
-//! (a normal thread or task, e.g. `tokio::signal::ctrl_c()`, not a raw signal handler:
-//! it takes a lock and runs `ip`). [`sweep_stale`] removes namespaces left by runs that
-//! died (their embedded pid is gone).
+//! is also in a process-wide registry (`registry`), and `registry::sweep_stale` removes
+//! namespaces left by runs that died (their embedded pid is gone).
 mod capture;
 mod cmd;
 pub mod dns;
@@ -29,16 +27,17 @@ pub mod soak;
 mod sock;
 pub mod traffic;
 
-pub use capture::{parse_tcpdump_syn, SynCapture, WireSyn};
+pub use capture::WireSyn;
 pub use cmd::join_cgroup_at_spawn;
 pub use middlebox::is_no_netem;
 pub use namespaces::{Lab, LabConfig, Side, NS_PREFIX};
-pub use peers::{ClientChild, ClientRun, ClientRunSpec, ServerHandle};
-pub use registry::{cleanup_all, sweep_stale, NFT_TABLE};
-pub use traffic::{ClientArgs, ClientMode, ConnResult, ServerArgs};
+pub(crate) use peers::ClientChild;
+pub use peers::{ClientRun, ServerHandle};
+pub use traffic::{ClientArgs, ClientMode, ServerArgs};
 
 #[cfg(test)]
 mod tests {
+    use super::capture::parse_tcpdump_syn;
     use super::*;
 
     #[test]

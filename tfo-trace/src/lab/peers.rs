@@ -18,7 +18,7 @@ use super::{
 };
 
 /// The arguments of one client run; the same struct the `lab-client` subcommand takes.
-pub type ClientRunSpec = ClientArgs;
+pub(crate) type ClientRunSpec = ClientArgs;
 /// How long `start_server` waits for the child's `ready` line.
 const SERVER_READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Extra time granted to a client run beyond its own worst case.

@@ -1,5 +1,5 @@
-//! The process-wide registry of what every lab created, so that [`cleanup_all`] (Ctrl-C)
-//! and `Drop for Lab` both know exactly which namespaces and pids are ours; the child
+//! The process-wide registry of what every lab created, so that `Drop for Lab` knows
+//! exactly which namespaces and pids are ours; the child
 //! processes registered in it ([`Proc`]); and the sweep of namespaces left by runs that
 //! died.
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,7 +14,7 @@ use anyhow::{anyhow, Context as _, Result};
 use super::cmd;
 
 /// The nftables table (family inet) that holds the middlebox rules in the server namespace.
-pub const NFT_TABLE: &str = "tfolab";
+pub(crate) const NFT_TABLE: &str = "tfolab";
 
 #[derive(Debug, Default)]
 pub(super) struct Owned {
@@ -37,15 +37,6 @@ pub(super) static SWEEP_ONCE: Once = Once::new();
 /// Locks without ever panicking: a poisoned registry is still the best record we have.
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Kills every process and deletes every namespace any lab of this process created.
-/// For a Ctrl-C handler; labs dropped afterwards find nothing left to do.
-pub fn cleanup_all() {
-    let all = std::mem::take(&mut *lock(&REGISTRY));
-    for (_, owned) in all {
-        teardown(owned);
-    }
 }
 
 pub(super) fn teardown(owned: Owned) {
@@ -80,7 +71,7 @@ pub(super) fn delete_netns(name: &str) -> Result<()> {
 /// in any more. Namespaces of live processes, of this process, still in use, or with any
 /// other name are never touched. Returns the names deleted. (A dead run's lab servers
 /// exit by themselves within a fraction of a second: their stdin pipe closes.)
-pub fn sweep_stale(prefix: &str) -> Result<Vec<String>> {
+pub(crate) fn sweep_stale(prefix: &str) -> Result<Vec<String>> {
     let list = cmd::run(Command::new("ip").args(["netns", "list"]))?;
     let me = std::process::id();
     let mut removed = Vec::new();

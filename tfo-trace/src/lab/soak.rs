@@ -28,38 +28,38 @@ pub struct SoakArgs {
     pub minutes: u64,
     /// How often tracer memory and fds are sampled.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..=3600))]
-    pub sample_seconds: u64,
+    pub(crate) sample_seconds: u64,
 }
 
 /// One sample of a tracer process.
 #[derive(Debug, Clone, Serialize)]
-pub struct Sample {
-    pub minute: f64,
-    pub export_rss_kib: u64,
-    pub export_fds: usize,
-    pub top_rss_kib: u64,
-    pub top_fds: usize,
+pub(crate) struct Sample {
+    pub(crate) minute: f64,
+    pub(crate) export_rss_kib: u64,
+    pub(crate) export_fds: usize,
+    pub(crate) top_rss_kib: u64,
+    pub(crate) top_fds: usize,
 }
 
 /// What `lab-soak` prints (one JSON object).
 #[derive(Debug, Clone, Serialize)]
-pub struct SoakReport {
+pub(crate) struct SoakReport {
     pub minutes: f64,
-    pub cycles: u64,
-    pub key_rotations: u64,
-    pub samples: Vec<Sample>,
+    pub(crate) cycles: u64,
+    pub(crate) key_rotations: u64,
+    pub(crate) samples: Vec<Sample>,
     /// Kernel counter deltas over the run (client and server namespaces).
-    pub kernel_client_active: u64,
-    pub kernel_server_passive: u64,
-    pub kernel_client_syn_retrans: u64,
+    pub(crate) kernel_client_active: u64,
+    pub(crate) kernel_server_passive: u64,
+    pub(crate) kernel_client_syn_retrans: u64,
     /// What `export` said at the end, for the same.
-    pub export_client_accepted: u64,
-    pub export_server_accepted: u64,
-    pub export_stall_seconds: f64,
-    pub export_events_lost: u64,
+    pub(crate) export_client_accepted: u64,
+    pub(crate) export_server_accepted: u64,
+    pub(crate) export_stall_seconds: f64,
+    pub(crate) export_events_lost: u64,
     /// `top`'s last totals.
-    pub top_client_accepted: u64,
-    pub top_server_accepted: u64,
+    pub(crate) top_client_accepted: u64,
+    pub(crate) top_server_accepted: u64,
     /// The verdicts, as one line each.
     pub checks: Vec<(String, bool)>,
 }

@@ -95,7 +95,7 @@ impl ServerArgs {
     }
 
     /// The flags of `tfo-trace lab-server` that reproduce these arguments.
-    pub fn to_cli_args(&self) -> Vec<String> {
+    pub(crate) fn to_cli_args(&self) -> Vec<String> {
         let mut args = vec![
             "--listen".into(),
             self.listen.to_string(),
@@ -201,7 +201,7 @@ impl ClientArgs {
     }
 
     /// The flags of `tfo-trace lab-client` that reproduce these arguments.
-    pub fn to_cli_args(&self) -> Vec<String> {
+    pub(crate) fn to_cli_args(&self) -> Vec<String> {
         vec![
             "--dst".into(),
             self.dst.to_string(),

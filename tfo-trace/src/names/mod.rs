@@ -25,7 +25,7 @@ use crate::kernel::every_netns;
 pub const GRACE: Duration = Duration::from_secs(5);
 /// Addresses kept at most, over every namespace (about 100 bytes each): past it, the
 /// answers that expire first are forgotten first.
-pub const MAX_ENTRIES: usize = 65_536;
+pub(crate) const MAX_ENTRIES: usize = 65_536;
 /// How often the namespaces are listed again, for those made since (a container started):
 /// one stat per process. An event from a namespace we have no socket in asks sooner.
 const RESCAN_EVERY: Duration = Duration::from_secs(1);
@@ -51,7 +51,7 @@ pub struct NamesStats {
     pub refused: usize,
 }
 
-pub struct Names {
+pub(crate) struct Names {
     /// The `tfo_dns_answers` socket filter.
     filter: OwnedFd,
     sockets: BTreeMap<u32, capture::Sockets>,
@@ -68,7 +68,7 @@ pub struct Names {
 impl Names {
     /// Starts reading the answers of every namespace there is now (more as they appear).
     /// `filter`: the loaded `tfo_dns_answers` program.
-    pub fn start(filter: OwnedFd) -> Result<Names> {
+    pub(crate) fn start(filter: OwnedFd) -> Result<Names> {
         let mut names = Names {
             filter,
             sockets: BTreeMap::new(),
@@ -89,7 +89,7 @@ impl Names {
 
     /// Reads every answer queued so far (and, at most once a second, opens sockets in
     /// namespaces made since). `now`: this process's clock, for forgetting what expired.
-    pub fn learn(&mut self, now: Instant) {
+    pub(crate) fn learn(&mut self, now: Instant) {
         if self.scanned_at.is_none_or(|t| now.duration_since(t) >= RESCAN_EVERY) {
             self.rescan();
         }
@@ -118,7 +118,7 @@ impl Names {
     /// Reads the answers again if an event at `event_ns` came after the last read began
     /// (the reader takes events as they come, also those made while it reads: their answer
     /// may have come after the read); at most once a millisecond.
-    pub fn catch_up(&mut self, event_ns: u128) {
+    pub(crate) fn catch_up(&mut self, event_ns: u128) {
         let now = Instant::now();
         if event_ns >= self.read_from_ns
             && self.read_at.is_none_or(|t| now.duration_since(t) >= CATCH_UP_EVERY)
@@ -157,30 +157,30 @@ fn realtime_ns() -> u128 {
 impl Names {
     /// The name a process of namespace `netns` resolved to `addr` last before `at_unix_ns`
     /// (the connection's time), if that answer had not expired by then.
-    pub fn name_of(&self, netns: u32, addr: IpAddr, at_unix_ns: u128) -> Option<&Arc<str>> {
+    pub(crate) fn name_of(&self, netns: u32, addr: IpAddr, at_unix_ns: u128) -> Option<&Arc<str>> {
         self.cache.get(netns, addr, at_unix_ns)
     }
 
     /// What is kept for `addr` in `netns`, for `-vv`: each name with when its answer came.
-    pub fn kept(&self, netns: u32, addr: IpAddr) -> Vec<(Arc<str>, u128)> {
+    pub(crate) fn kept(&self, netns: u32, addr: IpAddr) -> Vec<(Arc<str>, u128)> {
         let kept = self.cache.entries.get(&(netns, addr));
         kept.into_iter().flatten().map(|l| (l.name.clone(), l.at_ns)).collect()
     }
 
     /// Whether the answers of namespace `netns` are read.
-    pub fn reads(&self, netns: u32) -> bool {
+    pub(crate) fn reads(&self, netns: u32) -> bool {
         self.sockets.contains_key(&netns)
     }
 
     /// An event came from namespace `netns`: if we have no socket there (made since the
     /// last scan), look again at the next [`Names::learn`].
-    pub fn saw_namespace(&mut self, netns: u32) {
+    pub(crate) fn saw_namespace(&mut self, netns: u32) {
         if !self.sockets.contains_key(&netns) {
             self.scanned_at = None;
         }
     }
 
-    pub fn stats(&self) -> NamesStats {
+    pub(crate) fn stats(&self) -> NamesStats {
         let dropped = self.sockets.values().map(capture::Sockets::dropped).sum::<u64>();
         NamesStats { dropped: self.stats.dropped + dropped, namespaces: self.sockets.len(), ..self.stats }
     }
@@ -188,7 +188,7 @@ impl Names {
     /// Opens sockets in the namespaces made since the last scan (now: a caller that just
     /// made one need not wait for the next scan) and closes those of the ones gone: a socket holds its namespace, which must not outlive its last process
     /// because of us.
-    pub fn rescan(&mut self) {
+    pub(crate) fn rescan(&mut self) {
         self.scanned_at = Some(Instant::now());
         // A namespace without a name cannot be entered (its link is another user's).
         let mut all = every_netns::every_netns(&Default::default());

@@ -60,12 +60,12 @@ enum Type {
 
 /// Where a member lives, in bits from the start of the outer struct.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemberLocation {
-    pub bit_offset: u32,
+pub(crate) struct MemberLocation {
+    pub(crate) bit_offset: u32,
     /// 0 when the member is not a bitfield.
-    pub bitfield_size: u32,
+    pub(crate) bitfield_size: u32,
     /// Bytes of the member's type (0 where unknown).
-    pub byte_size: u32,
+    pub(crate) byte_size: u32,
 }
 
 pub struct Btf {
@@ -99,10 +99,10 @@ fn name_is(strings: &[u8], off: u32, name: &str) -> bool {
 
 /// The kernel functions (kfuncs) the programs may call, the only functions [`Btf::func_id`]
 /// finds.
-pub const KFUNCS: &[&str] = &["bpf_rdonly_cast"];
+pub(crate) const KFUNCS: &[&str] = &["bpf_rdonly_cast"];
 
 /// The running kernel's own BTF.
-pub const KERNEL_BTF: &str = crate::kernel::uname::BTF_VMLINUX_PATH;
+pub(crate) const KERNEL_BTF: &str = crate::kernel::uname::BTF_VMLINUX_PATH;
 
 impl Btf {
     pub fn from_sys_fs() -> Result<Self> {
@@ -111,7 +111,7 @@ impl Btf {
 
     /// BTF from a file: the kernel's own, or one made for it (BTFHub, `pahole -J`) where the
     /// kernel carries none.
-    pub fn from_file(path: &std::path::Path) -> Result<Self> {
+    pub(crate) fn from_file(path: &std::path::Path) -> Result<Self> {
         let bytes = std::fs::read(path).with_context(|| {
             if path == std::path::Path::new(KERNEL_BTF) {
                 format!("reading {KERNEL_BTF}: this kernel has no BTF (CONFIG_DEBUG_INFO_BTF=y is required, or --btf FILE)")
@@ -245,16 +245,18 @@ impl Btf {
         }
     }
 
-    /// Finds `path` (e.g. `["inet_conn", "icsk_inet", "sk", "__sk_common", "skc_daddr"]`,
-    /// or just `["skc_daddr"]`) in `struct_name`; members of anonymous unions/structs and,
-    /// for a one-name path, of any nested struct are searched too.
-    pub fn member(&self, struct_name: &str, name: &str) -> Option<MemberLocation> {
+    /// [`Btf::member_path`] with a one-name path (the unit tests' shorthand).
+    #[cfg(test)]
+    pub(crate) fn member(&self, struct_name: &str, name: &str) -> Option<MemberLocation> {
         self.member_path(struct_name, &[name])
     }
 
-    /// Like [`Btf::member`], one name after the other: `["ns", "inum"]` in `net` is
-    /// `net.ns.inum`, each step free to pass through anonymous unions and structs.
-    pub fn member_path(&self, struct_name: &str, path: &[&str]) -> Option<MemberLocation> {
+    /// Finds `path` (e.g. `["inet_conn", "icsk_inet", "sk", "__sk_common", "skc_daddr"]`,
+    /// or just `["skc_daddr"]`) in `struct_name`; members of anonymous unions/structs and,
+    /// for a one-name path, of any nested struct are searched too. One name after the
+    /// other: `["ns", "inum"]` in `net` is `net.ns.inum`, each step free to pass through
+    /// anonymous unions and structs.
+    pub(crate) fn member_path(&self, struct_name: &str, path: &[&str]) -> Option<MemberLocation> {
         let mut id = *self.structs_by_name.get(struct_name)?;
         let mut loc = MemberLocation { bit_offset: 0, bitfield_size: 0, byte_size: 0 };
         for name in path {
@@ -288,12 +290,12 @@ impl Btf {
     }
 
     /// The type id of a named struct (the first of that name).
-    pub fn struct_id(&self, name: &str) -> Option<u32> {
+    pub(crate) fn struct_id(&self, name: &str) -> Option<u32> {
         self.structs_by_name.get(name).copied()
     }
 
     /// The type id of a named function, one of [`KFUNCS`].
-    pub fn func_id(&self, name: &str) -> Option<u32> {
+    pub(crate) fn func_id(&self, name: &str) -> Option<u32> {
         self.funcs_by_name.get(name).copied()
     }
 }

@@ -20,31 +20,33 @@ use aya::{
 };
 use tfo_trace_common::config;
 
+pub use crate::backends::Backend;
+pub(crate) use crate::backends::BackendChoice;
 use crate::backends::{self, HookKind};
-pub use crate::backends::{Backend, BackendChoice};
 use cast::TcpSockCast;
-pub use refusal::short_reason;
+pub(crate) use refusal::short_reason;
 use refusal::{backend_refused, errno_of};
+pub(crate) use verifier::Verified;
+pub use verifier::VERIFIER_INSN_LIMIT;
 use verifier::{largest_verification, prog_info, verified};
-pub use verifier::{Verified, VERIFIER_INSN_LIMIT};
 
 /// The eBPF object, built by build.rs and embedded: one binary is all a host needs.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tfo-trace"));
 
-pub const DEFAULT_RING_BUFFER_BYTES: u32 = 1 << 20;
+pub(crate) const DEFAULT_RING_BUFFER_BYTES: u32 = 1 << 20;
 /// The largest `--ring-buffer-size`: about two million events, minutes of a busy host's
 /// TFO connections unread. The kernel maps a ring buffer twice over into the reader's
 /// memory and its pages are never swapped: 1 GiB took 4.7 s to attach and 2.1 GB of
 /// resident memory, for a reader that falls that far behind anyway.
-pub const MAX_RING_BUFFER_BYTES: u32 = 256 << 20;
+pub(crate) const MAX_RING_BUFFER_BYTES: u32 = 256 << 20;
 
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
     pub backend: BackendChoice,
-    pub ring_buffer_bytes: u32,
+    pub(crate) ring_buffer_bytes: u32,
     /// Count outcomes in the kernel, and send only refused SYN-data as events (an exporter
     /// without per-destination series needs only their causes).
-    pub refusal_events_only: bool,
+    pub(crate) refusal_events_only: bool,
     /// Where the kernel's struct layouts come from: its own BTF by default.
     pub btf: Option<std::path::PathBuf>,
     /// What to trace, decided in the kernel.
@@ -83,28 +85,28 @@ pub struct Tracer {
     /// why not (named by walking the hierarchy, up to 2 s late).
     pub cgroup_hooks: Result<(), String>,
     /// From the start of `load` to the last program attached.
-    pub attach_time: Duration,
+    pub(crate) attach_time: Duration,
     /// The backend's programs attached (of its table's hooks, those this kernel gets).
-    pub programs_attached: usize,
+    pub(crate) programs_attached: usize,
     /// The key the programs hash cookies with (`tfo_trace_common::cookie_hash`), made for
     /// this run and never written anywhere: userspace hashes the cookie cache with it.
-    pub cookie_key: [u64; 2],
+    pub(crate) cookie_key: [u64; 2],
 }
 
 /// The kernel's own statistics of the attached programs, summed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RunStats {
+pub(crate) struct RunStats {
     /// Runs and their time, where kernel.bpf_stats_enabled is on (0 otherwise).
     pub runs: u64,
-    pub run_time_ns: u64,
+    pub(crate) run_time_ns: u64,
     /// Runs the kernel skipped because the same program was already running on that CPU
     /// (a tracepoint hit from an interrupt while the program ran): outcomes neither counted
     /// nor sent. Reported, never silent.
-    pub missed: u64,
+    pub(crate) missed: u64,
 }
 
 impl Tracer {
-    pub fn run_stats(&self) -> RunStats {
+    pub(crate) fn run_stats(&self) -> RunStats {
         let mut total = RunStats::default();
         for (_, program) in self.ebpf.programs() {
             let Ok(fd) = program.fd() else { continue };
@@ -372,7 +374,7 @@ fn prefill_listeners(ebpf: &mut Ebpf, opts: &LoadOptions) -> Result<()> {
 /// (netns, pid) of each listener's owner the kernel's LISTENERS table knows (those the
 /// programs saw call listen(), and those found before attach): processes the kernel itself
 /// placed in a namespace, which names namespaces this user may not look into.
-pub fn listener_owners(ebpf: &Ebpf) -> Vec<(u32, u32)> {
+pub(crate) fn listener_owners(ebpf: &Ebpf) -> Vec<(u32, u32)> {
     use tfo_trace_common::{ListenerKey, ProcInfo};
     let Some(map) = ebpf.map("LISTENERS") else { return Vec::new() };
     let Ok(table) = aya::maps::HashMap::<_, ListenerKey, ProcInfo>::try_from(map) else { return Vec::new() };
@@ -491,7 +493,7 @@ pub fn verdicts(try_load: bool) -> Vec<(Backend, Result<Loaded, String>)> {
 
 /// Loads the `tfo_dns_answers` socket filter (`--names`): its fd, for the packet sockets
 /// `names/` opens in each namespace.
-pub fn load_dns_filter(ebpf: &mut Ebpf) -> Result<std::os::fd::OwnedFd> {
+pub(crate) fn load_dns_filter(ebpf: &mut Ebpf) -> Result<std::os::fd::OwnedFd> {
     let program: &mut aya::programs::SocketFilter = ebpf
         .program_mut("tfo_dns_answers")
         .ok_or_else(|| anyhow!("the tfo_dns_answers program is missing"))?

@@ -4,7 +4,7 @@ use crate::backends::Backend;
 
 /// The step that failed and the kernel's errno, without aya's verifier-log noise:
 /// "loading/attaching tfo_try_fastopen_fentry (FEntry tcp_try_fastopen): EPERM".
-pub fn short_reason(err: &anyhow::Error) -> String {
+pub(crate) fn short_reason(err: &anyhow::Error) -> String {
     match errno_of(err) {
         // The kernel's own ENOTSUPP, which libc has no text for ("Unknown error 524" in
         // glibc, "No error information" in musl).
