@@ -1,5 +1,7 @@
 //! What the bench measures against what: the configurations of each round (no tracer,
-//! the floor, tfo-trace's views, bpftrace) and the two kinds of connection.
+//! the floor, tfo-trace's views, bpftrace) and the two kinds of connection; and the flags
+//! that choose them ([`BenchArgs`]).
+use std::path::PathBuf;
 
 /// The bpftrace one-liner a user would write to count connections: one counter, bumped on
 /// every TCP state change.
@@ -113,4 +115,31 @@ impl Mode {
             Mode::PlainFin => "plain-fin",
         }
     }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Rounds of the interleaved runs (default 11, as issue 9 asks; 3 with --vm).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub rounds: Option<u32>,
+    /// Seconds of load per run.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub seconds: u64,
+    /// Generator threads; default: the fastest of 1, 2 and 4 on this machine.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub threads: Option<u32>,
+    /// Do not wait for other engineers' qemu VMs to finish first.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Where the Markdown report goes (relative to the workspace root).
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    pub output: PathBuf,
+    /// Measure the fentry backend in a Debian 6.12 guest under qemu instead (issue 41):
+    /// run counts and BPF time beside the floor and bpftrace in the same guest; writes
+    /// its own section of the --output file
+    #[arg(long)]
+    pub vm: bool,
+    /// qemu accelerator of --vm
+    #[arg(long, value_enum, default_value = "tcg", requires = "vm")]
+    pub accel: crate::vm::Accel,
 }

@@ -39,7 +39,6 @@
 //! every tracer is stopped with SIGINT (SIGKILL after 60 s). The namespace, the sysctl,
 //! a tracefs mount made here and the scratch directory are undone by `Drop for Env`.
 use std::fs;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -62,6 +61,7 @@ mod tracer;
 mod vm;
 mod vm_guest;
 
+pub use config::BenchArgs;
 use config::{Config, Mode};
 use env::{ensure_tool, wait_for_qemu, Env};
 use report::Report;
@@ -78,33 +78,6 @@ pub use vm_guest::bench_guest;
 /// BENCHMARKS.md from this line on is written by hand and kept when the bench rewrites the
 /// file above it.
 const NOTES_MARKER: &str = "<!-- written by hand below: cargo xtask bench keeps it -->";
-
-#[derive(clap::Args, Debug)]
-pub struct BenchArgs {
-    /// Rounds of the interleaved runs (default 11, as issue 9 asks; 3 with --vm).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
-    pub rounds: Option<u32>,
-    /// Seconds of load per run.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=60))]
-    pub seconds: u64,
-    /// Generator threads; default: the fastest of 1, 2 and 4 on this machine.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub threads: Option<u32>,
-    /// Do not wait for other engineers' qemu VMs to finish first.
-    #[arg(long)]
-    pub no_wait: bool,
-    /// Where the Markdown report goes (relative to the workspace root).
-    #[arg(long, default_value = "BENCHMARKS.md")]
-    pub output: PathBuf,
-    /// Measure the fentry backend in a Debian 6.12 guest under qemu instead (issue 41):
-    /// run counts and BPF time beside the floor and bpftrace in the same guest; writes
-    /// its own section of the --output file
-    #[arg(long)]
-    pub vm: bool,
-    /// qemu accelerator of --vm
-    #[arg(long, value_enum, default_value = "tcg", requires = "vm")]
-    pub accel: crate::vm::Accel,
-}
 
 pub fn bench(args: &BenchArgs) -> Result<()> {
     if !is_root() {
@@ -204,22 +177,5 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
     println!("bench: written to {}", out.display());
     env.restore_now();
-    Ok(())
-}
-
-/// Replaces the block from `begin` to `end` in BENCHMARKS.md with `block` (which holds
-/// both), or appends it; `who` names the task in the line it prints.
-fn write_block(file: &Path, begin: &str, end: &str, block: &str, who: &str) -> Result<()> {
-    let path = workspace_root().join(file);
-    let old = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let new = match (old.find(begin), old.find(end)) {
-        (Some(b), Some(e)) if b < e => {
-            let rest = &old[e + end.len()..];
-            format!("{}{block}{}", &old[..b], rest.strip_prefix('\n').unwrap_or(rest))
-        }
-        _ => format!("{old}\n{block}"),
-    };
-    fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
-    println!("{who}: written to {}", path.display());
     Ok(())
 }

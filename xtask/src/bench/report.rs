@@ -1,6 +1,9 @@
 //! The run's figures, put together ([`Report`]) with the ratios the targets are judged by:
 //! every ratio is taken round by round against its reference in the same round, then the
 //! median of those (the host's drift between rounds cancels). `render.rs` writes it out.
+use std::{fs, path::Path};
+
+use anyhow::{Context, Result};
 
 use super::{
     config::{Config, Mode},
@@ -9,6 +12,24 @@ use super::{
     stalled_reader::Stall,
     stats::{median, median_of_ratios, spread},
 };
+use crate::util::workspace_root;
+
+/// Replaces the block from `begin` to `end` in BENCHMARKS.md with `block` (which holds
+/// both), or appends it; `who` names the task in the line it prints.
+pub(super) fn write_block(file: &Path, begin: &str, end: &str, block: &str, who: &str) -> Result<()> {
+    let path = workspace_root().join(file);
+    let old = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let new = match (old.find(begin), old.find(end)) {
+        (Some(b), Some(e)) if b < e => {
+            let rest = &old[e + end.len()..];
+            format!("{}{block}{}", &old[..b], rest.strip_prefix('\n').unwrap_or(rest))
+        }
+        _ => format!("{old}\n{block}"),
+    };
+    fs::write(&path, new).with_context(|| format!("writing {}", path.display()))?;
+    println!("{who}: written to {}", path.display());
+    Ok(())
+}
 
 pub(super) struct Report {
     pub(super) command: String,

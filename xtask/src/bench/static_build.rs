@@ -13,10 +13,10 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 
 use super::{
+    report::write_block,
     scale::{peak_of, write_million, Mix},
     stats::spread,
     tracer::Tracer,
-    write_block,
 };
 use crate::cross::Arch;
 use crate::dist;

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 
 use super::{
-    config::Mode,
+    config::{BenchArgs, Mode},
     env::{ensure_tool, qemu_pids},
-    write_block, BenchArgs,
+    report::write_block,
 };
 use crate::util::{self, which};
 use crate::vm::{

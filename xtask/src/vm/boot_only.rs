@@ -13,7 +13,7 @@ use super::cells::Cell;
 use super::kernels::{kernels, Kernel};
 use super::packages::{busybox_for, foreign_arch, host_packages};
 use super::qemu::boot;
-use super::{Report, VmArgs};
+use super::{args::VmArgs, summary::Report};
 use crate::util::{copy_file, run, workspace_root};
 
 /// `--boot-only`: each kernel of the architecture boots to a busybox /init that prints the
@@ -34,7 +34,7 @@ pub(super) fn boot_only(args: &VmArgs) -> Result<Report> {
         println!("vm: kernel {} is {} ({}, {})", k.short, k.release, k.package, k.arch.name);
         let initrd = boot_initramfs(&work, k, &busybox)?;
         let cell = Cell { kernel: k.short.clone(), name: BOOT_CELL.into(), runs: Vec::new(), refused: None };
-        let boot = boot(k, &cell, &initrd, args)?;
+        let boot = boot(k, &cell, &initrd, &args.resources(), args.test_limit_s)?;
         match (boot.boot_s, &boot.end) {
             (Some(s), None) => {
                 println!("vm: {} ({}) booted to /init in {s:.1} s, powered off", k.short, k.arch.name);

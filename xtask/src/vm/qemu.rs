@@ -16,7 +16,6 @@ use super::arch::Arch;
 use super::cells::Cell;
 use super::console::{Console, RefusalSeen, TestRun};
 use super::kernels::Kernel;
-use super::VmArgs;
 
 /// From qemu's start to /init running the tests: boot, modules, the backend probe (about
 /// 10 s under TCG; `doctor` adds 5 s in the lab cell).
@@ -96,26 +95,29 @@ pub(super) struct Boot {
     pub(super) warnings: Vec<String>,
 }
 
-pub(super) fn boot(k: &Kernel, cell: &Cell, initrd: &Path, args: &VmArgs) -> Result<Boot> {
+/// `test_limit_s`: one test's limit inside the guest, which the host's limits are sized from.
+pub(super) fn boot(
+    k: &Kernel,
+    cell: &Cell,
+    initrd: &Path,
+    res: &Resources,
+    test_limit_s: u64,
+) -> Result<Boot> {
     let log_path = initrd.with_file_name(format!("console-{}.log", cell.name));
     let mut log = fs::File::create(&log_path)?;
     // tfo_accel: the tests' tolerances for a TCG guest's timing (TFO_VM_ACCEL in /init).
-    let mut cmd = qemu_command(
-        k,
-        initrd,
-        &Resources { accel: args.accel, memory_mb: args.memory_mb, smp: args.smp },
-        &format!("tfo_cell={} tfo_accel={}", cell.name, accel(args.accel)),
-    );
+    let mut cmd =
+        qemu_command(k, initrd, res, &format!("tfo_cell={} tfo_accel={}", cell.name, accel(res.accel)));
     let start = Instant::now();
     let (mut child, rx) = spawn_with_console(&mut cmd, k)?;
     let pid = child.id();
     // Limits sized from the cell's own work: a boot, then each test under its own limit
     // (enforced in the guest). The host steps in only when the guest itself is stuck: no
     // line for longer than one test may take, or more time than all its tests may take.
-    let silence_limit = Duration::from_secs(args.test_limit_s + 120);
+    let silence_limit = Duration::from_secs(test_limit_s + 120);
     let boot_limit = Duration::from_secs(BOOT_LIMIT_S);
     let whole_limit =
-        Duration::from_secs(BOOT_LIMIT_S + 60 + (cell.test_count() as u64 + 1) * (args.test_limit_s + 5));
+        Duration::from_secs(BOOT_LIMIT_S + 60 + (cell.test_count() as u64 + 1) * (test_limit_s + 5));
     let prefix = format!("[{}]", cell.label());
     let mut parser = Console::default();
     let mut boot_s = None;

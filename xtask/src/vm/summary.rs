@@ -10,8 +10,23 @@ use super::console::TestRun;
 use super::kernels::Refusal;
 use super::qemu::Boot;
 use super::skips::allowed;
-use super::Report;
 use crate::testlines::SecondRun;
+
+/// What the matrix ran, for `cargo xtask test`'s closing tally.
+#[derive(Default, Debug)]
+pub struct Report {
+    pub passed: u64,
+    pub failed: u64,
+    pub ignored: u64,
+    /// Cells and tests that failed or did not run, one line each.
+    pub problems: Vec<String>,
+    /// Tests that reported themselves as unable to run here: `cell test: reason`.
+    pub skipped: Vec<String>,
+    /// Checks tests reported they could not make here (partial skips): `cell test: reason`.
+    pub partial: Vec<String>,
+    /// Tests run a second time for the kernel's skipped hook run (crate::testlines).
+    pub second_runs: Vec<SecondRun>,
+}
 
 /// The skips of one test's run (whole, then partial) that no entry of skips.rs allows.
 fn unlisted_skips(cell: &Cell, bin: &str, test: &str, r: &TestRun) -> Vec<String> {
