@@ -33,6 +33,29 @@ pub enum Found {
     Syncookies(Vec<String>),
 }
 
+impl Found {
+    /// Whether the lesson holds here (its advice does not apply): what it found is all
+    /// it takes.
+    fn holds(&self) -> bool {
+        match self {
+            Found::SysctlPerNamespace(values) => {
+                values.iter().map(|(v, _)| *v).collect::<BTreeSet<u32>>().len() <= 1
+            }
+            Found::MissedListen(missed) => missed.is_empty(),
+            Found::Clamped { at_limit, .. } => at_limit.is_empty(),
+            Found::KeyPersisted(p) => !matches!(p, KeyPersistence::NotPersisted(_)),
+            Found::BlackholeOff(off) => off.is_empty(),
+            Found::Syncookies(cookies) => cookies.is_empty(),
+        }
+    }
+}
+
+impl From<Found> for Check {
+    fn from(found: Found) -> Check {
+        Check { ok: found.holds(), found }
+    }
+}
+
 /// Where TFO servers keep their key across a reboot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyPersistence {
@@ -55,8 +78,7 @@ pub(crate) fn checks(
     // 1. The sysctl is per network namespace.
     let values: Vec<(u32, String)> =
         namespaces.iter().filter_map(|n| n.tcp_fastopen.as_ref().ok().map(|v| (v.0, n.label()))).collect();
-    let distinct: BTreeSet<u32> = values.iter().map(|(v, _)| *v).collect();
-    out.push(Check { ok: distinct.len() <= 1, found: Found::SysctlPerNamespace(values) });
+    out.push(Found::SysctlPerNamespace(values).into());
 
     // 2. 0x400 is read only at listen().
     let missed: Vec<(SocketAddr, String)> = listeners
@@ -72,7 +94,7 @@ pub(crate) fn checks(
         })
         .map(|l| (l.addr, l.namespace.clone()))
         .collect();
-    out.push(Check { ok: missed.is_empty(), found: Found::MissedListen(missed) });
+    out.push(Found::MissedListen(missed).into());
 
     // 3. fastopen= above somaxconn is clamped.
     let at_limit: Vec<(SocketAddr, String, u32)> = listeners
@@ -83,7 +105,7 @@ pub(crate) fn checks(
         })
         .collect();
     let tfo_listeners = listeners.iter().filter(|l| matches!(l.max_qlen, Ok(q) if q > 0)).count();
-    out.push(Check { ok: at_limit.is_empty(), found: Found::Clamped { at_limit, tfo_listeners } });
+    out.push(Found::Clamped { at_limit, tfo_listeners }.into());
 
     // 4. A key not persisted is regenerated at reboot.
     let servers: Vec<String> = namespaces
@@ -99,13 +121,12 @@ pub(crate) fn checks(
         .filter(|n| servers.contains(&n.label()) && !(n.init == Some(true) && init_persisted))
         .map(|n| n.label())
         .collect();
-    let ok = unpersisted.is_empty();
-    let persistence = match (ok, init_persisted) {
+    let persistence = match (unpersisted.is_empty(), init_persisted) {
         (true, true) => KeyPersistence::SetAtBoot(key_files.to_vec()),
         (true, false) => KeyPersistence::NoServer,
         (false, _) => KeyPersistence::NotPersisted(unpersisted),
     };
-    out.push(Check { ok, found: Found::KeyPersisted(persistence) });
+    out.push(Found::KeyPersisted(persistence).into());
 
     // 5. Blackhole detection is off by default since 5.14; it matters where clients use TFO.
     let client = |n: &&TfoNamespace| n.tcp_fastopen.as_ref().is_ok_and(|v| v.client_enabled());
@@ -115,7 +136,7 @@ pub(crate) fn checks(
         .filter(|n| matches!(n.blackhole_timeout_sec, Ok(0)))
         .map(|n| n.label())
         .collect();
-    out.push(Check { ok: off.is_empty(), found: Found::BlackholeOff(off) });
+    out.push(Found::BlackholeOff(off).into());
 
     // 6. A listener in syncookie mode skips TFO, and no TFO counter says so.
     let cookies: Vec<String> = namespaces
@@ -124,7 +145,7 @@ pub(crate) fn checks(
         .filter(|n| matches!(n.syncookies, Ok(2)))
         .map(|n| n.label())
         .collect();
-    out.push(Check { ok: cookies.is_empty(), found: Found::Syncookies(cookies) });
+    out.push(Found::Syncookies(cookies).into());
     out
 }
 
