@@ -1,6 +1,6 @@
 //! The namespaces' own counts ([`KernelCounted`]) as the live views say them: the one
 //! wording of `top`, its batch lines and the closing line.
-use crate::aggregation::kernel_counted::KernelCounted;
+use crate::{aggregation::kernel_counted::KernelCounted, units};
 
 /// How a namespace is named in sentences: `netns 4026532246 (lab-srv)`, or for one
 /// without a name, `an unnamed netns (pid 1234's)`.
@@ -23,12 +23,8 @@ pub(crate) fn unreadable_phrase(counted: &KernelCounted) -> Option<String> {
         .iter()
         .map(|(i, why)| format!("{}: {why}", namespace_phrase(counted, *i)))
         .collect();
-    let n = counted.unreadable.len();
-    Some(format!(
-        "{n} namespace{} unreadable, not counted ({})",
-        if n == 1 { "" } else { "s" },
-        each.join("; ")
-    ))
+    let n = units::plural(counted.unreadable.len() as u64, "namespace", "namespaces");
+    Some(format!("{n} unreadable, not counted ({})", each.join("; ")))
 }
 
 /// One phrase per namespace where a count moved: `netns 4026532246 (lab-srv): server
