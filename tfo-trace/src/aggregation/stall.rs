@@ -10,9 +10,13 @@
 //! `active_disabled` and `cookie_received` are told alongside a connection that has its own
 //! outcome event, and counting them too would count one connection twice.
 //!
-//! `data_not_acked` is a TFO failure but not a stall: no SYN timed out, the SYN-ACK
-//! acknowledged only the SYN and the data went again after the handshake, one extra round
-//! trip. Views that show its cost show it as [`extra_round_trip_us`], apart from stalls.
+//! `data_not_acked` is a TFO failure but neither a stall nor time lost: no SYN timed out,
+//! the SYN-ACK acknowledged only the SYN, and tcp_rcv_fastopen_synack() marked the data lost
+//! and resent it at once on that SYN-ACK (tcp_mark_skb_lost, tcp_non_congestion_loss_retransmit),
+//! when plain TCP would first send it. Against no TFO it costs the bytes twice; against a
+//! working TFO, the round trip TFO saves: a gain forgone, which views show as
+//! [`extra_round_trip_us`], apart from stalls and from the balance ([`net_us`]: saved less
+//! stalls' time lost, in every view).
 use serde::Serialize;
 
 use crate::events::{Event, Outcome, Role};
@@ -83,8 +87,9 @@ pub(crate) fn lost_us(role: Role, outcome: Outcome, retransmits: u32, stall_us: 
     syn_timed_out.then_some(stall_us)
 }
 
-/// For `data_not_acked` (not a stall): the estimated cost of the extra round trip the
-/// resent data takes, the handshake time (0 where it is unknown). None for other events.
+/// For `data_not_acked` (not a stall): the round trip a working TFO would have saved it (a
+/// gain forgone, not time lost), estimated by the handshake time (0 where it is unknown).
+/// None for other events.
 pub(crate) fn extra_round_trip_us(e: &Event) -> Option<u64> {
     extra_round_trip_of(e.role, e.outcome, e.handshake_us)
 }
@@ -140,7 +145,8 @@ impl StallCounts {
     }
 }
 
-/// Time saved less time lost, saturated: TFO's balance, in µs.
+/// Time saved less time lost to stalls, saturated: TFO's balance, in µs, in every view
+/// (`report`, `top`, `stalls`; `export` gives both sums). A gain forgone is not in it.
 pub(crate) fn net_us(saved_us: u64, lost_us: u64) -> i64 {
     let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     clamp(saved_us).saturating_sub(clamp(lost_us))
@@ -152,14 +158,14 @@ pub(crate) fn saved_us(e: &Event) -> Option<u64> {
     (e.role == Role::Client && e.outcome == Outcome::Accepted).then_some(e.saved_us).flatten()
 }
 
-/// Stalls of a group of connections, and apart from them the extra round trips: what
+/// Stalls of a group of connections, and apart from them the round trips forgone: what
 /// `stalls` sums per destination.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct StallTally {
     pub stalls: StallCounts,
-    /// `data_not_acked` connections: one extra round trip each, not stalls.
+    /// `data_not_acked` connections: not stalls, a round trip forgone each.
     pub extra_round_trips: u64,
-    /// Their estimated cost ([`extra_round_trip_us`]).
+    /// The gain they forwent ([`extra_round_trip_us`]).
     pub extra_round_trip_us: u64,
     /// Those by what their SYN-ACK said ([`crate::events::Cause`], indexed by its number).
     pub refused_by_cause: [u64; 4],

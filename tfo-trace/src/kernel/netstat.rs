@@ -118,11 +118,20 @@ impl Netstat {
 }
 
 /// The counters tfo-trace follows in every namespace while it traces (the kernel-counted
-/// outcomes, `report`'s findings): the TFO family, SYN retransmissions, and syncookies (a
-/// listener that answers with one skips TFO and moves no TFO counter).
+/// outcomes, `report`'s findings): the TFO family, SYN retransmissions, syncookies (a
+/// listener that answers with one skips TFO and moves no TFO counter), and a full accept
+/// queue's drops (tcp_conn_request() drops the SYN before TFO is tried: what a client sees
+/// as its SYN-data dropped).
 pub fn is_tfo_counter(key: &str) -> bool {
     key.starts_with("TcpExtTCPFastOpen")
-        || matches!(key, "TcpExtTCPSynRetrans" | "TcpExtSyncookiesSent" | "TcpExtSyncookiesRecv")
+        || matches!(
+            key,
+            "TcpExtTCPSynRetrans"
+                | "TcpExtSyncookiesSent"
+                | "TcpExtSyncookiesRecv"
+                | "TcpExtListenOverflows"
+                | "TcpExtListenDrops"
+        )
 }
 
 /// One namespace's TFO counters, read from inside it, and what tells this namespace from

@@ -62,6 +62,14 @@ pub struct ServerArgs {
     /// send, so a client reads before it writes (its TFO SYN carries no data).
     #[arg(long)]
     pub speaks_first: bool,
+    /// listen()'s backlog: the accept queue holds one more than this before the kernel
+    /// drops SYNs (tcp_conn_request(): sk_acceptq_is_full(), TcpExtListenOverflows).
+    #[arg(long, default_value_t = 128)]
+    pub backlog: u32,
+    /// Accept nothing for this long after `ready`: connections wait in the accept queue, as
+    /// they do at a server too busy to accept() (with --backlog, a full accept queue).
+    #[arg(long, default_value_t = 0)]
+    pub hold_accepts_ms: u64,
     /// A cgroup v2 directory the lab starts the server in (tests of container attribution).
     #[arg(skip)]
     pub cgroup: Option<PathBuf>,
@@ -90,6 +98,8 @@ impl ServerArgs {
             v6_only: false,
             tfo_key: None,
             speaks_first: false,
+            backlog: 128,
+            hold_accepts_ms: 0,
             cgroup: None,
         }
     }
@@ -115,6 +125,12 @@ impl ServerArgs {
         }
         if self.speaks_first {
             args.push("--speaks-first".into());
+        }
+        if self.backlog != 128 {
+            args.extend(["--backlog".into(), self.backlog.to_string()]);
+        }
+        if self.hold_accepts_ms > 0 {
+            args.extend(["--hold-accepts-ms".into(), self.hold_accepts_ms.to_string()]);
         }
         args
     }
@@ -261,7 +277,8 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
     if args.max_seconds == 0 {
         bail!("--max-seconds must be at least 1");
     }
-    let listener = tfo_listener(args.listen, args.tfo_queue, 128, ACCEPT_POLL, args.v6_only)?;
+    let listener =
+        tfo_listener(args.listen, args.tfo_queue, backlog_of(args.backlog), ACCEPT_POLL, args.v6_only)?;
     if let Some(key) = &args.tfo_key {
         set_tfo_key(&listener, key).context("setsockopt(TCP_FASTOPEN_KEY)")?;
     }
@@ -273,6 +290,10 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
     drop(out);
 
     let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
+    let hold_until = Instant::now() + Duration::from_millis(args.hold_accepts_ms);
+    while Instant::now() < hold_until.min(deadline) && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(ACCEPT_POLL.min(hold_until.saturating_duration_since(Instant::now())));
+    }
     let reply: Arc<[u8]> = pattern(args.reply_bytes).into();
     let speaks_first = args.speaks_first;
     let in_flight = Arc::new(AtomicUsize::new(0));
@@ -300,6 +321,11 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// listen()'s int: a backlog past i32::MAX is the kernel's cap anyway (somaxconn).
+fn backlog_of(backlog: u32) -> i32 {
+    i32::try_from(backlog).unwrap_or(i32::MAX)
 }
 
 /// Reads what the client sent (at least one byte or EOF; nothing when it `speaks_first`),

@@ -109,11 +109,12 @@ fn write_summary(out: &mut impl Write, per_dst: &PerDestinations) -> io::Result<
             units::duration_us(s.lost_us()),
             units::duration_us(s.lost_us() / s.count().max(1)),
             units::duration_us(d.saved_us),
-            units::net_us(stall::net_us(d.saved_us, s.lost_us().saturating_add(d.extra_round_trip_us))),
+            units::net_us(stall::net_us(d.saved_us, s.lost_us())),
             causes.join(" ")
         )?;
     }
-    // Data not acked costs a round trip, not a SYN timeout: said apart, never as a stall.
+    // Refused SYN-data is no stall and no time lost against plain TCP (the kernel resends the
+    // data at once on the SYN-ACK): the round trip a working TFO saves, forgone; said apart.
     for (a, d) in per_dst.iter().filter(|(_, d)| d.tally.extra_round_trips > 0) {
         let (dst, d) = (units::destination(a.ip(), a.port(), d.name.as_deref()), &d.tally);
         let causes: Vec<String> = crate::events::Cause::ALL
@@ -123,10 +124,10 @@ fn write_summary(out: &mut impl Write, per_dst: &PerDestinations) -> io::Result<
             .collect();
         writeln!(
             out,
-            "{dst}: {} SYN-data not acknowledged, not stalls: the data went again after the handshake, \
-             {} extra round trip(s), ~{} estimated; why: {} (`tfo-trace report` has the verdict)",
-            d.extra_round_trips,
-            d.extra_round_trips,
+            "{dst}: {} not acknowledged, not stalls: the kernel resent the data at once on the SYN-ACK, \
+             no slower than without TFO; gain forgone ~{} (the round trip a working TFO saves each); \
+             why: {} (`tfo-trace report` has the verdict)",
+            units::plural(d.extra_round_trips, "SYN-data", "SYN-data"),
             units::duration_us(d.extra_round_trip_us),
             if causes.is_empty() { "unknown".to_string() } else { causes.join(" ") }
         )?;
@@ -227,7 +228,7 @@ mod tests {
     }
 
     #[test]
-    fn lines_and_summary_show_stalls_and_keep_extra_round_trips_apart() {
+    fn lines_and_summary_show_stalls_and_keep_forgone_round_trips_apart() {
         let events = [
             ev(Outcome::SynRetransmitted, 3, 64, 1_020_000),
             ev(Outcome::SynRetransmitted, 3, 0, 1_010_000),
@@ -272,7 +273,7 @@ mod tests {
         assert_eq!(rows.len(), 3, "{text}");
         assert!(
             rows[2].starts_with("198.18.0.2:443: 1 SYN-data not acknowledged, not stalls:")
-                && rows[2].contains("1 extra round trip(s), ~1.1ms estimated"),
+                && rows[2].contains("no slower than without TFO; gain forgone ~1.1ms"),
             "{text}"
         );
     }

@@ -27,6 +27,7 @@ mod server_speaks_first;
 mod stalled_reader;
 mod stalls;
 mod top;
+mod verdicts;
 
 fn main() -> std::process::ExitCode {
     common::harness::run(vec![
@@ -53,5 +54,6 @@ fn main() -> std::process::ExitCode {
         stalled_reader::tests(),
         stalls::tests(),
         top::tests(),
+        verdicts::tests(),
     ])
 }

@@ -181,7 +181,9 @@ fn key_rotation_is_said_as_a_rotation(with_backup: bool) {
     assert_eq!(said.len(), 1, "one {kind} verdict: {verdicts:?}");
     let sentence = said[0]["sentence"].as_str().unwrap();
     eprintln!("report: {sentence}");
-    assert!(sentence.contains("the TFO key was rotated") && sentence.contains("not a fault"), "{sentence}");
+    // Without a backup, "likely": PassiveFail also counts NAT and other servers' cookies.
+    let rotated = ["the TFO key was rotated", "the TFO key was likely rotated"];
+    assert!(rotated.iter().any(|r| sentence.contains(r)) && sentence.contains("not a fault"), "{sentence}");
     assert!(verdicts.iter().all(|v| v["kind"] != "cookie_invalid"), "no fault: {verdicts:?}");
     if visible(&stderr, Role::Server, refused) {
         let seen = count(&events, srv_ns, Role::Server, refused);

@@ -21,9 +21,11 @@ pub struct OneConn {
     pub ts_ns: u64,
     /// The stall's time lost ([`stall::of`]), when `stall` is set.
     pub stall_us: u64,
-    /// `data_not_acked`: the extra round trip's estimated cost ([`stall::extra_round_trip_us`]);
-    /// `accepted`: the round trip it saved (`Event::saved_us`), where `saved_known`. One
-    /// field for both: an outcome has at most one of them.
+    /// `data_not_acked`: the round trip a working TFO would have saved it, forgone
+    /// ([`stall::extra_round_trip_us`]);
+    /// `accepted`: the round trip it saved (`Event::saved_us`), where `saved_known`;
+    /// `cookie_requested`: its handshake (SYN to SYN-ACK), to place when its SYN left. One
+    /// field for all three: an outcome has at most one of them.
     pub round_trip_us: u64,
     /// Index of the host (recording) it was seen on ([`OneConn::host`]): 16 bits keep a
     /// connection in 32 bytes; hosts past 65,535 count as the last.
@@ -36,8 +38,9 @@ pub struct OneConn {
     bits: Bits,
 }
 
-/// The SYN carried data, `accepted` whose saving the kernel measured, and a refusal's cause
-/// ([`Told::index`]-like: a [`crate::events::Cause`]'s number, or [`Bits::NOT_RECORDED`]).
+/// The SYN carried data, `accepted` whose saving the kernel measured, a refusal's cause
+/// ([`Told::index`]-like: a [`crate::events::Cause`]'s number, or [`Bits::NOT_RECORDED`]),
+/// and the experimental TFO option (0xF989) on the SYN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Bits(u8);
 
@@ -45,9 +48,11 @@ impl Bits {
     const WITH_DATA: u8 = 1 << 0;
     const SAVED_KNOWN: u8 = 1 << 1;
     const CAUSE_SHIFT: u8 = 2;
+    const CAUSE_MASK: u8 = 7;
     const NOT_RECORDED: u8 = 7;
+    const EXP: u8 = 1 << 5;
 
-    fn new(with_data: bool, saved_known: bool, told: Told) -> Bits {
+    fn new(with_data: bool, saved_known: bool, told: Told, exp: bool) -> Bits {
         let cause = match told {
             Told::Cause(c) => c as u8,
             Told::NotRecorded => Bits::NOT_RECORDED,
@@ -59,11 +64,14 @@ impl Bits {
         if saved_known {
             b |= Bits::SAVED_KNOWN;
         }
+        if exp {
+            b |= Bits::EXP;
+        }
         Bits(b)
     }
 
     fn told(self) -> Told {
-        match self.0 >> Bits::CAUSE_SHIFT {
+        match (self.0 >> Bits::CAUSE_SHIFT) & Bits::CAUSE_MASK {
             Bits::NOT_RECORDED => Told::NotRecorded,
             n => Told::Cause(crate::events::Cause::from_u8(n)),
         }
@@ -79,6 +87,7 @@ impl OneConn {
             stall_us: s.map(|s| s.lost_us).unwrap_or(0),
             round_trip_us: match e.outcome {
                 Outcome::Accepted => e.saved_us.unwrap_or(0),
+                Outcome::CookieRequested => e.handshake_us.unwrap_or(0),
                 _ => stall::extra_round_trip_us(e).unwrap_or(0),
             },
             host: u16::try_from(host).unwrap_or(u16::MAX),
@@ -89,6 +98,7 @@ impl OneConn {
                 e.syn_data_bytes > 0,
                 e.outcome == Outcome::Accepted && e.saved_us.is_some(),
                 e.cause.map_or(Told::NotRecorded, Told::Cause),
+                e.exp_option,
             ),
         }
     }
@@ -110,6 +120,54 @@ impl OneConn {
     /// A refusal's cause, as its event told it (meaningful on `data_not_acked` only).
     pub fn told(&self) -> Told {
         self.bits.told()
+    }
+
+    /// The SYN carried the experimental TFO option (0xF989) rather than RFC 7413's.
+    pub fn exp_option(&self) -> bool {
+        self.bits.0 & Bits::EXP != 0
+    }
+}
+
+/// A destination's cookie requests, to tell requests the server never answered with a
+/// cookie from first contact: while the client's kernel holds no cookie for a destination,
+/// each TFO connect asks again (tcp_fastopen_cookie_check(): no cookie, a request); a
+/// request whose SYN left after an earlier request's SYN-ACK had come back was asked again
+/// because that answer brought no cookie. After a request answered without one,
+/// tcp_rcv_fastopen_synack() makes the next request try the experimental option (try_exp 1),
+/// then RFC 7413's again (try_exp 2): experimental requests are the kernel's own record of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CookieAsks {
+    /// When the first request's SYN-ACK came back (its event), ns since the epoch.
+    pub first_answered_ns: Option<u64>,
+    /// When the last request's SYN left (its event less its handshake).
+    pub last_sent_ns: Option<u64>,
+    /// Requests on the experimental option.
+    pub exp: u64,
+}
+
+impl CookieAsks {
+    fn add(&mut self, c: &OneConn) {
+        if c.outcome != Outcome::CookieRequested {
+            return;
+        }
+        self.first_answered_ns = min_opt(self.first_answered_ns, Some(c.ts_ns));
+        let sent = c.ts_ns.saturating_sub(c.round_trip_us.saturating_mul(1000));
+        self.last_sent_ns = self.last_sent_ns.max(Some(sent));
+        if c.exp_option() {
+            self.exp = self.exp.saturating_add(1);
+        }
+    }
+
+    fn merge(&mut self, o: &CookieAsks) {
+        self.first_answered_ns = min_opt(self.first_answered_ns, o.first_answered_ns);
+        self.last_sent_ns = self.last_sent_ns.max(o.last_sent_ns);
+        self.exp = self.exp.saturating_add(o.exp);
+    }
+
+    /// A request was sent after another had been answered (without a cookie, or the client
+    /// would have used it), or the kernel retried on the experimental option.
+    pub fn asked_again_after_an_answer(&self) -> bool {
+        self.exp > 0 || matches!((self.first_answered_ns, self.last_sent_ns), (Some(a), Some(s)) if s > a)
     }
 }
 
@@ -168,7 +226,8 @@ pub struct ConnAcc {
     /// `connect_failed` whose SYN carried data.
     pub connect_failed_with_data: u64,
     pub stalls: StallCounts,
-    /// Sum of the `data_not_acked` connections' extra round trips.
+    /// Sum of the `data_not_acked` connections' round trips forgone: what a working TFO
+    /// would have saved them (gain forgone, not time lost: see [`Balance`]).
     pub extra_round_trip_us: u64,
     /// Sum of the accepted connections' measured savings, and how many were measured.
     pub saved_us: u64,
@@ -183,6 +242,8 @@ pub struct ConnAcc {
     /// data (`cookie_sent_no_data`: the advice names them).
     pub clients: Clients,
     pub no_data_clients: Clients,
+    /// The cookie requests' timing, to tell those no cookie ever answered.
+    pub asks: CookieAsks,
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -226,6 +287,7 @@ impl ConnAcc {
         }
         self.key.add(c.outcome, c.ts_ns);
         self.refusals.add(c.outcome, c.told());
+        self.asks.add(c);
     }
 
     pub fn merge(&mut self, o: &ConnAcc) {
@@ -242,6 +304,7 @@ impl ConnAcc {
         self.refusals.merge(&o.refusals);
         self.clients.merge(&o.clients);
         self.no_data_clients.merge(&o.no_data_clients);
+        self.asks.merge(&o.asks);
     }
 
     pub fn count(&self, o: Outcome) -> u64 {
@@ -269,7 +332,8 @@ impl ConnAcc {
         self.stalls.lost_us()
     }
 
-    /// `data_not_acked` connections: one extra round trip each, not stalls.
+    /// `data_not_acked` connections: a round trip each against a working TFO (gain
+    /// forgone), none against no TFO; not stalls.
     pub fn extra_round_trips(&self) -> u64 {
         self.count(Outcome::DataNotAcked)
     }
@@ -293,7 +357,7 @@ impl ConnAcc {
             saved_us: self.saved_us,
             saves: self.saves,
             accepted: self.count(Outcome::Accepted),
-            lost_us: self.lost_us_total().saturating_add(self.extra_round_trip_us),
+            lost_us: self.lost_us_total(),
             stalled: self.stalled(),
             connections: self.connections(),
         }
@@ -305,16 +369,20 @@ impl ConnAcc {
     }
 }
 
-/// Time TFO saved beside time it lost, over some client connections: each accepted SYN-data
-/// saved the round trip the kernel measured for it (`Event::saved_us`); each stall lost
-/// its SYN timeout, each `data_not_acked` the data's resend one round trip later.
+/// Time TFO saved beside time it lost, over some client connections, against the same
+/// connections without TFO: each accepted SYN-data saved the round trip the kernel
+/// measured for it (`Event::saved_us`); each stall lost its SYN timeout. A `data_not_acked`
+/// is in neither: tcp_rcv_fastopen_synack() marks the refused data lost and resends it at
+/// once on the SYN-ACK (tcp_mark_skb_lost, tcp_non_congestion_loss_retransmit), when plain
+/// TCP would first send it, so against no TFO it costs the bytes twice, not a round trip;
+/// the round trip it did not save is a gain forgone ([`ConnAcc::extra_round_trip_us`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Balance {
     /// Sum of the measured savings, over `saves` accepted connections (of `accepted`).
     pub saved_us: u64,
     pub saves: u64,
     pub accepted: u64,
-    /// Stalls' time lost and data-not-acked resends, over `stalled` stalls.
+    /// Stalls' time lost, over `stalled` stalls.
     pub lost_us: u64,
     pub stalled: u64,
     pub connections: u64,
@@ -457,9 +525,14 @@ mod tests {
         let told = crate::events::Cause::ALL.map(Told::Cause);
         for told in told.into_iter().chain([Told::NotRecorded]) {
             for (data, saved) in [(false, false), (true, false), (false, true), (true, true)] {
-                let b = Bits::new(data, saved, told);
-                let c = OneConn { bits: b, ..conn(Outcome::DataNotAcked, 64, 0, 0, 1) };
-                assert_eq!((c.with_data(), c.saved_known(), c.told()), (data, saved, told));
+                for exp in [false, true] {
+                    let b = Bits::new(data, saved, told, exp);
+                    let c = OneConn { bits: b, ..conn(Outcome::DataNotAcked, 64, 0, 0, 1) };
+                    assert_eq!(
+                        (c.with_data(), c.saved_known(), c.told(), c.exp_option()),
+                        (data, saved, told, exp)
+                    );
+                }
             }
         }
     }
@@ -528,6 +601,37 @@ mod tests {
         });
         assert_eq!(per, BTreeMap::from([(3, (3, 1, 1_000_000)), (7, (1, 1, 2_000_000))]));
         assert_eq!((s.acc().connections(), s.lost_us_total()), (4, 3_000_000));
+    }
+
+    /// Issue 51, item 9: requests that overlap (a pool's first burst) are first contact;
+    /// one sent after an earlier one's SYN-ACK came back was asked again.
+    #[test]
+    fn a_request_sent_after_an_answer_was_asked_again() {
+        let ask = |t_ms: u64, handshake_us: u64, exp: bool| {
+            let e = Event {
+                handshake_us: Some(handshake_us),
+                exp_option: exp,
+                ts: Timestamp::from_unix_ns(u128::from(t_ms) * 1_000_000),
+                ..sample_event(Role::Client, Outcome::CookieRequested)
+            };
+            OneConn::of(&e, 0, 0)
+        };
+        let mut burst = ConnAcc::default();
+        // Three SYNs left at 0 ms, answered at 10, 11 and 12 ms.
+        for (t, hs) in [(10, 10_000), (11, 11_000), (12, 12_000)] {
+            burst.add(&ask(t, hs, false));
+        }
+        assert!(!burst.asks.asked_again_after_an_answer(), "{:?}", burst.asks);
+        let mut again = burst.clone();
+        again.add(&ask(30, 10_000, false)); // left at 20 ms, after the first answer
+        assert!(again.asks.asked_again_after_an_answer(), "{:?}", again.asks);
+        let mut exp = burst.clone();
+        exp.add(&ask(13, 13_000, true));
+        assert!(exp.asks.asked_again_after_an_answer(), "the kernel's own retry");
+        let mut merged = ConnAcc::default();
+        merged.merge(&burst);
+        merged.merge(&again);
+        assert_eq!(merged.asks, again.asks);
     }
 
     #[test]

@@ -161,8 +161,10 @@ pub struct GroupStats {
     pub handshake: LogHistogram,
     /// What accepted connections saved (their measured round trips, summed).
     pub saved_us: u64,
-    /// What the resent data of `data_not_acked` connections cost: a round trip each,
-    /// weighed against the saving as `report` and `stalls` weigh it.
+    /// What `data_not_acked` connections forwent: the round trip a working TFO would have
+    /// saved each (their handshake's). Not time lost: the kernel resends the data at once on
+    /// the SYN-ACK, as plain TCP would send it; apart from the balance, as `report` and
+    /// `stalls` keep it.
     pub extra_round_trip_us: u64,
     /// Refused SYN-data by what its SYN-ACK said.
     pub refusals: Refusals,
@@ -225,7 +227,7 @@ impl GroupStats {
             stall_us: self.stall_us,
             saved_us: self.saved_us,
             extra_round_trip_us: self.extra_round_trip_us,
-            net_us: stall::net_us(self.saved_us, self.stall_us.saturating_add(self.extra_round_trip_us)),
+            net_us: stall::net_us(self.saved_us, self.stall_us),
             syn_retransmits: self.retransmits,
             queue_overflows: self.count(Outcome::QueueOverflow),
             invalid_cookies: self.count(Outcome::CookieInvalid),
@@ -250,9 +252,10 @@ pub struct RowStats {
     pub refusal_cause: Option<Cause>,
     pub stalls: u64,
     pub stall_us: u64,
-    /// What accepted connections saved; what `data_not_acked` resends cost (a round trip
-    /// each, their handshake's); the saving less that and what stalls lost (`stall_us`),
-    /// as `report` and `stalls` weigh them.
+    /// What accepted connections saved; what `data_not_acked` connections forwent (the
+    /// round trip a working TFO saves, their handshake's: a gain forgone, not time lost);
+    /// the saving less what stalls lost (`stall_us`), as `report`, `stalls` and `export`
+    /// weigh them.
     pub saved_us: u64,
     pub extra_round_trip_us: u64,
     pub net_us: i64,

@@ -96,6 +96,19 @@ pub(super) fn balance_line(
     ))
 }
 
+/// Refused SYN-data (`data_not_acked`), said apart from the time lost: `gain forgone: 4
+/// SYN-data refused, ~800us ...`. tcp_rcv_fastopen_synack() resends the refused data at once
+/// on the SYN-ACK, when plain TCP would first send it: against no TFO nothing was lost;
+/// against a working TFO each missed the round trip it saves (its handshake, estimated).
+pub(super) fn forgone_text(refused: u64, forgone_us: u64) -> String {
+    format!(
+        "gain forgone: {} refused, ~{} (the round trip a working TFO saves each; against no TFO no time \
+         lost: the data went at once on the SYN-ACK)",
+        units::plural(refused, "SYN-data", "SYN-data"),
+        units::duration_us(forgone_us)
+    )
+}
+
 /// `strong: 12 of 12 connections, 3 of 37 destinations, 14 of 120 hosts`.
 pub(super) fn strength_line<F>(v: &Verdict<F>) -> String {
     let s = &v.support;
@@ -188,11 +201,7 @@ pub(super) fn summary_lines(r: &Rendered) -> Vec<String> {
         )
     };
     if s.extra_round_trips > 0 {
-        lost.push_str(&format!(
-            "; {} for data not acked, ~{} estimated",
-            units::plural(s.extra_round_trips, "extra round trip", "extra round trips"),
-            units::duration_us(s.extra_round_trip_us)
-        ));
+        lost.push_str(&format!("; {}", forgone_text(s.extra_round_trips, s.extra_round_trip_us)));
     }
     out.push(lost);
     out.extend(balance_line(s.saved_us_total, s.saved_measured, None, s.net_us, s.connections));
@@ -204,7 +213,7 @@ pub(super) fn summary_lines(r: &Rendered) -> Vec<String> {
             let t = if w.lost_us_total > 0 {
                 units::duration_us(w.lost_us_total)
             } else {
-                format!("~{} extra", units::duration_us(w.extra_round_trip_us))
+                format!("~{} forgone", units::duration_us(w.extra_round_trip_us))
             };
             format!("{} {t} ({}, {})", w.group, w.kind.name(), w.strength.name())
         })

@@ -267,6 +267,9 @@ fn gather_facts(
         if let Ok(c) = ns.syncookies {
             facts.syncookies.insert(inode, c);
         }
+        if let Ok(t) = ns.tcp_fastopen {
+            facts.tcp_fastopen.insert(inode, t.value());
+        }
     }
     // tcp_metrics of the namespaces the clients ran in: the current one directly, a named
     // one with `ip -n NAME`; a namespace with no name cannot be entered by name: skipped.

@@ -3,7 +3,10 @@
 use std::io::{self, Write};
 
 use super::{
-    lines::{balance_line, names_line, outcomes_line, rest_line, source_line, strength_line, summary_lines},
+    lines::{
+        balance_line, forgone_text, names_line, outcomes_line, rest_line, source_line, strength_line,
+        summary_lines,
+    },
     source::Rendered,
     verdict::{cached_sentence, said_client, said_finding, said_listener, Said},
 };
@@ -110,12 +113,7 @@ pub(super) fn lost_line(d: &DestinationReport) -> String {
         ),
     };
     if d.extra_round_trips > 0 {
-        // Not a stall: the data not acked went again after the handshake.
-        line.push_str(&format!(
-            "; {} extra round trip(s) for data not acked, ~{} estimated",
-            d.extra_round_trips,
-            units::duration_us(d.extra_round_trip_us)
-        ));
+        line.push_str(&format!("; {}", forgone_text(d.extra_round_trips, d.extra_round_trip_us)));
     }
     line
 }

@@ -14,7 +14,7 @@ use crate::aggregation::stall::Cause;
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct HostTotals {
     pub host: String,
-    /// Client connections, the stalled ones, the time they lost, extra round trips.
+    /// Client connections, the stalled ones, the time they lost, refused SYN-data.
     pub connections: u64,
     pub stalled: u64,
     pub lost_us_total: u64,
@@ -58,7 +58,8 @@ pub struct Summary {
     pub lost_us_total: u64,
     pub stalls_by_cause: BTreeMap<Cause, u64>,
     pub lost_us_by_cause: BTreeMap<Cause, u64>,
-    /// `data_not_acked`: not stalls, one extra round trip each, estimated.
+    /// `data_not_acked`: not stalls and no time lost against no TFO; the round trip a
+    /// working TFO saves, forgone, each (estimated by its handshake): not in `net_us`.
     pub extra_round_trips: u64,
     pub extra_round_trip_us: u64,
     /// What accepted SYN-data saved (the kernel's round trips, over `saved_measured`

@@ -45,9 +45,16 @@ pub enum Kind {
     ListenerDisabled,
     /// Blackhole detection paused active TFO in a client namespace.
     ActiveTfoPaused,
-    /// The clients' SYNs carried a cookie but no data (the server speaks first, or the
-    /// client reads before it writes): TFO gains nothing there.
-    TfoGainsNothing,
+    /// The clients' SYNs carried a cookie but no data. No loss against no TFO (the same
+    /// handshake); a round trip gained where the server writes first: a SYN with a valid
+    /// cookie makes the server's child at once, allowed to send in SYN_RECV
+    /// (tcp_try_fastopen()), so a banner leaves with the SYN-ACK's flight. Nothing gained
+    /// where the client writes first.
+    CookieWithoutData,
+    /// Cookie requests, asked again and again, that no SYN-ACK answered with a cookie: the
+    /// server does not give one (TFO off there, a listener without TCP_FASTOPEN, its TFO
+    /// queue full, syncookies, no cookie needed) or the option is stripped on the way back.
+    NoCookieGiven,
 }
 
 impl Kind {
@@ -71,8 +78,24 @@ impl Kind {
             Kind::Syncookies => "syncookies",
             Kind::ListenerDisabled => "listener_disabled",
             Kind::ActiveTfoPaused => "active_tfo_paused",
-            Kind::TfoGainsNothing => "tfo_gains_nothing",
+            Kind::CookieWithoutData => "cookie_without_data",
+            Kind::NoCookieGiven => "no_cookie_given",
         }
+    }
+
+    /// Cookie requests before a destination's requests that got no cookie are a finding:
+    /// fewer may be first contact, or a pool's connections opened together.
+    pub const UNANSWERED_REQUESTS: u64 = 3;
+
+    /// Cookie requests that no cookie answered: enough of them, one at least asked after
+    /// an earlier one's answer, and nothing that shows the client ever held a cookie.
+    fn no_cookie_given(a: &ConnAcc) -> bool {
+        let c = |o| a.count(o);
+        c(Outcome::CookieRequested) >= Kind::UNANSWERED_REQUESTS
+            && a.asks.asked_again_after_an_answer()
+            && a.syn_data_sent() == 0
+            && c(Outcome::CookieSentNoData) == 0
+            && c(Outcome::CookieReceived) == 0
     }
 
     /// The client-side verdict of a group of connections: the first that applies.
@@ -88,8 +111,10 @@ impl Kind {
             Kind::ConnectFailed
         } else if c(Outcome::NotAttempted) > 0 && c(Outcome::Accepted) == 0 {
             Kind::NotAttempted
+        } else if Kind::no_cookie_given(a) {
+            Kind::NoCookieGiven
         } else if c(Outcome::CookieSentNoData) > 0 && c(Outcome::Accepted) == 0 {
-            Kind::TfoGainsNothing
+            Kind::CookieWithoutData
         } else if c(Outcome::Accepted) > 0 {
             Kind::Healthy
         } else {
@@ -133,7 +158,8 @@ impl Kind {
             Kind::ConnectFailed => (c(Outcome::ConnectFailed), a.connections()),
             Kind::NotAttempted => (c(Outcome::NotAttempted), a.connections()),
             Kind::Healthy => (c(Outcome::Accepted), a.syn_data_sent()),
-            Kind::TfoGainsNothing => (c(Outcome::CookieSentNoData), a.connections()),
+            Kind::CookieWithoutData => (c(Outcome::CookieSentNoData), a.connections()),
+            Kind::NoCookieGiven => (c(Outcome::CookieRequested), a.connections()),
             _ => (c(Outcome::CookieRequested), a.connections()),
         }
     }
@@ -142,9 +168,10 @@ impl Kind {
     pub fn severity(self) -> u8 {
         match self {
             Kind::Healthy | Kind::Info => 0,
-            Kind::NotAttempted | Kind::KeyRotated | Kind::KeyRotatedWithoutBackup | Kind::TfoGainsNothing => {
-                1
-            }
+            Kind::NotAttempted
+            | Kind::KeyRotated
+            | Kind::KeyRotatedWithoutBackup
+            | Kind::CookieWithoutData => 1,
             Kind::ConnectFailed | Kind::ActiveTfoPaused => 2,
             Kind::ServerStoppedTfo
             | Kind::CookieChurn
@@ -152,7 +179,8 @@ impl Kind {
             | Kind::SynDataRefused
             | Kind::CookieInvalid
             | Kind::ListenerDisabled
-            | Kind::Syncookies => 3,
+            | Kind::Syncookies
+            | Kind::NoCookieGiven => 3,
             Kind::QueueOverflow => 4,
             Kind::CookieRequestDropped => 5,
             Kind::SynDataDropped => 6,

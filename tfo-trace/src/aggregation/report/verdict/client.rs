@@ -6,12 +6,16 @@ use super::{
     evidence::{AddressShare, HostShare, Support, Verdict},
 };
 use crate::{
-    aggregation::report::{connections::ConnAcc, facts::Facts, grouping::GroupKey},
+    aggregation::report::{
+        connections::ConnAcc,
+        facts::{Facts, ServerSide},
+        grouping::GroupKey,
+    },
     events::Outcome,
     kernel::tcp_metrics::TcpMetric,
 };
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, net::SocketAddr};
 
 /// Client side: one destination in one namespace, or one group of them (`--group-by`).
 /// Its JSON is the view's (`views/report/json.rs`), with the verdict said in words last.
@@ -56,8 +60,10 @@ pub struct DestinationReport {
     pub lost_us_per_stalled: u64,
     /// Mean over all connections.
     pub lost_us_per_connection: u64,
-    /// Not stalls: the data not acked went again after the handshake, one extra round trip
-    /// per such connection, estimated by its handshake time (in none of the `lost_us_*`).
+    /// Refused SYN-data (`data_not_acked`), not stalls: the kernel resent the data at once on
+    /// the SYN-ACK, when plain TCP would first send it, so against no TFO they lost nothing;
+    /// against a working TFO each forwent a round trip, estimated by its handshake time
+    /// (`extra_round_trip_us`: the gain forgone, in none of the `lost_us_*` nor in `net_us`).
     pub extra_round_trips: u64,
     pub extra_round_trip_us: u64,
     /// What the accepted SYN-data saved: the sum of the round trips the kernel measured,
@@ -65,7 +71,7 @@ pub struct DestinationReport {
     /// carried `saved_us` measured none).
     pub saved_us_total: u64,
     pub saved_measured: u64,
-    /// Saved less lost: `saved_us_total` less `lost_us_total` and `extra_round_trip_us`.
+    /// Saved less lost: `saved_us_total` less `lost_us_total` (the gain forgone is apart).
     pub net_us: i64,
     /// How many accepted connections repay one stall at the measured round trip (null
     /// without a stall or a measured saving).
@@ -132,6 +138,10 @@ pub struct ClientFigures {
     /// and what its `ip tcp_metrics` holds for the destination.
     pub ns: Option<String>,
     pub metric: Option<TcpMetric>,
+    /// The server a destination row reaches, where its namespace could be read on this host
+    /// ([`Facts::server_of`]): its listener, sysctls and counters tell causes the client's
+    /// side cannot.
+    pub server: Option<ServerSide>,
 }
 
 /// The verdict on a row of client connections, with the figures of its evidence.
@@ -184,6 +194,10 @@ pub(crate) fn client_report(row: ClientRow, facts: &Facts) -> DestinationReport 
                 many: !matches!(row.key, GroupKey::Destination(_)),
                 ns: row.key.netns().map(|n| facts.ns(n)),
                 metric: facts.metric(&row.key).cloned(),
+                server: match &row.key {
+                    GroupKey::Destination(d) => facts.server_of(SocketAddr::new(d.ip, d.port)),
+                    _ => None,
+                },
                 named_by_sender: row.key.named_by_sender(),
                 fleet: row.fleet,
                 acc: row.acc,

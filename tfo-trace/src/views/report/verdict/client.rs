@@ -108,7 +108,8 @@ pub(crate) fn said(d: &DestinationReport) -> Said {
         Kind::CookieRequestDropped => cookie_request_dropped(&row, &mut evidence),
         Kind::ConnectFailed => connect_failed(&row),
         Kind::NotAttempted => not_attempted(&row, &mut evidence),
-        Kind::TfoGainsNothing => tfo_gains_nothing(&row),
+        Kind::CookieWithoutData => cookie_without_data(&row),
+        Kind::NoCookieGiven => super::no_cookie::sentence(&row.subj, &row.spread, a, f, &mut evidence),
         Kind::Healthy => healthy(&row),
         _ => cookie_requests_only(&row),
     };
@@ -169,6 +170,37 @@ fn syn_data_dropped(r: &Row<'_>, balance: &Balance, evidence: &mut Vec<String>) 
         units::plural(dropped, "SYN carrying data", "SYNs carrying data"),
         units::duration_us(lost)
     ));
+    // tcp_conn_request(): a full accept queue drops any SYN (TcpExtListenOverflows, and
+    // tcp_listendrop()'s TcpExtListenDrops) before TFO is tried: the server, not the path.
+    if let Some(srv) = &r.f.server {
+        evidence.push(format!(
+            "the server's namespace ({}, listener {}) counted TcpExtListenOverflows +{} and TcpExtListenDrops \
+             +{} in the window{}",
+            srv.ns,
+            srv.listener,
+            srv.listen_overflows,
+            srv.listen_drops,
+            if srv.listen_overflows > 0 {
+                ": its accept queue was full, and a full accept queue drops a SYN before TFO is tried, with \
+                 data or without"
+            } else {
+                ": not its accept queue"
+            }
+        ));
+        if srv.listen_overflows > 0 {
+            return format!(
+                "SYN-data to {subj} timed out in {} of {} connections{spread}, +{} each: the server dropped the \
+                 SYNs, its accept queue full (TcpExtListenOverflows +{} in {}), not the path: its team looks at \
+                 why the application does not accept() fast enough (its listen backlog, net.core.somaxconn, \
+                 load); TFO is not the cause",
+                units::count(dropped),
+                units::count(a.syn_data_sent()),
+                each(lost, dropped),
+                srv.listen_overflows,
+                srv.ns
+            );
+        }
+    }
     if r.count(Outcome::CookieRequested) > 0
         || accepted > 0
         || r.f.metric.as_ref().is_some_and(|m| m.cookie_len.is_some())
@@ -247,17 +279,20 @@ fn not_attempted(r: &Row<'_>, evidence: &mut Vec<String>) -> String {
     )
 }
 
-fn tfo_gains_nothing(r: &Row<'_>) -> String {
+/// A cookie without data in the SYN: never advice to turn TFO off (against no TFO it is the
+/// same handshake); what it gains depends on who writes first, which the client's events do
+/// not show (issue 51, item 2).
+fn cookie_without_data(r: &Row<'_>) -> String {
     let in_no_data = in_clients(&r.f.no_data_clients, r.f.more_no_data_clients);
     format!(
-        "TFO toward {} gains nothing{in_no_data}: {} of {} connections sent a cookie but no data in the \
-         SYN{} (the server speaks first, or the client reads before it writes): turn TFO off toward \
-         {}{in_no_data}, or write the request before reading",
-        r.subj,
+        "{} of {} connections to {}{in_no_data} sent a cookie but no data in the SYN{}: no loss against no \
+         TFO (the same handshake); a round trip saved where the server writes first (a banner: SMTP, FTP, \
+         a database), as a SYN with a valid cookie lets the server's side write before the handshake \
+         ends; nothing gained where the client writes first: it gains by putting its request in the SYN",
         units::count(r.count(Outcome::CookieSentNoData)),
         units::count(r.a.connections()),
+        r.subj,
         r.spread,
-        r.it
     )
 }
 
@@ -304,8 +339,8 @@ fn address_line(a: &AddressShare, netns: bool) -> String {
     }
     if a.extra_round_trips > 0 {
         cost.push(format!(
-            "{} for data not acked, ~{}",
-            units::plural(a.extra_round_trips, "extra round trip", "extra round trips"),
+            "{} refused, ~{} gain forgone",
+            units::plural(a.extra_round_trips, "SYN-data", "SYN-data"),
             units::duration_us(a.extra_round_trip_us)
         ));
     }
@@ -380,9 +415,9 @@ fn balance_sentence(subj: &str, b: &Balance, advice: Option<&str>) -> Option<Str
 /// counts of them on each end.
 fn no_data_line(n: u64, in_clients: &str) -> String {
     format!(
-        "{}{in_clients} carried a cached cookie and no data: nothing for the server to hand on a \
-         round trip early; the client's kernel counts neither TcpExtTCPFastOpenActive nor ActiveFail \
-         for them, the server's a TcpExtTCPFastOpenPassive each",
+        "{}{in_clients} carried a cached cookie and no data: the server's kernel makes each connection \
+         at once (a TFO child, allowed to send in SYN_RECV: tcp_try_fastopen) and counts a \
+         TcpExtTCPFastOpenPassive; the client's counts neither TcpExtTCPFastOpenActive nor ActiveFail",
         units::plural(n, "SYN", "SYNs")
     )
 }
@@ -601,7 +636,13 @@ mod tests {
         // Not stalls: one extra round trip each, estimated by the handshake time.
         assert_eq!((d.stalled, d.lost_us_total), (0, 0));
         assert_eq!((d.extra_round_trips, d.extra_round_trip_us), (4, 800));
-        assert!(said(d).evidence[0].ends_with("after the handshake, +200us each"), "{:?}", d.verdict);
+        assert!(
+            said(d).evidence[0].ends_with(
+                "no time lost against no TFO, +1 RTT against a working TFO (gain forgone, ~200us each)"
+            ),
+            "{:?}",
+            said(d).evidence
+        );
         assert_eq!(said(d).evidence[1], "what the SYN-ACKs said: no_tfo_option=4");
         assert!(said(d).evidence.iter().any(|e| e.contains("syncookie mode")), "{:?}", d.verdict);
     }
@@ -637,7 +678,13 @@ mod tests {
             "{}",
             said(&d).sentence
         );
-        assert!(said(&d).evidence.join("\n").contains("TcpExtListenOverflows"), "{:?}", d.verdict);
+        // Issue 51, item 4: not a full accept queue (that drops the SYN before TFO).
+        let ev = said(&d).evidence.join("\n");
+        assert!(
+            ev.contains("tcp_fastopen_create_child failed") && ev.contains("Not a full accept queue"),
+            "{ev}"
+        );
+        assert!(!said(&d).sentence.contains("accept queue"), "{}", said(&d).sentence);
     }
 
     /// Issue 38: a new cookie once, then accepted again (a key rotated without a backup,
@@ -662,7 +709,14 @@ mod tests {
                 "{}",
                 said(&d).sentence
             );
-            assert!(said(&d).sentence.contains("costs more than it saves"), "{}", said(&d).sentence);
+            // Issue 51, item 3: the refusal forwent a round trip, it lost none against no
+            // TFO: the balance is what was saved (20us), not negative.
+            assert!(
+                said(&d).sentence.contains("TFO toward 198.18.0.2:8080 pays: +20us net"),
+                "{}",
+                said(&d).sentence
+            );
+            assert_eq!((d.net_us, d.extra_round_trip_us), (20, 200), "{d:?}");
             assert!(
                 !said(&d).sentence.contains("stop using") && !said(&d).sentence.contains("stop TFO"),
                 "{}",
@@ -697,7 +751,9 @@ mod tests {
         ];
         let d = report(&going_on, &Facts::default()).destinations[0].clone();
         assert_eq!(d.verdict.kind, Kind::SynDataRefused);
-        assert!(said(&d).sentence.contains("stop using"), "{}", said(&d).sentence);
+        // Refusals cost nothing against no TFO: no advice to stop using it for them.
+        assert!(!said(&d).sentence.contains("stop using"), "{}", said(&d).sentence);
+        assert!(said(&d).sentence.contains("pays: +20us net"), "{}", said(&d).sentence);
     }
 
     /// Issue 38: new cookies that go on (a fleet without a shared key, a NAT pool): churn,
@@ -716,8 +772,9 @@ mod tests {
             said(&d).sentence,
             "the servers behind 198.18.0.2:8080 do not share a TFO key (anycast, a load balancer), or the \
              client's address changes per connection (a NAT pool): 8 of 10 SYN-data refused, a new cookie 8 \
-             times: every SYN-data is refused and resent (+1 RTT each, 200us): share the key across them (or \
-             pin the client's source address), or stop TFO toward 198.18.0.2:8080 in curl"
+             times: every SYN-data is refused and its data resent on the SYN-ACK, +1 RTT against a working \
+             TFO (200us each, a gain forgone, no loss against no TFO): share the key across them (or pin the \
+             client's source address); turning TFO off toward 198.18.0.2:8080 in curl would win nothing back"
         );
         let ev = said(&d).evidence.join("\n");
         assert!(ev.contains("the cookie changed 8 times (a new one on 8 of 8 refusals); the longest run of refusals in a row: 6; 2 accepted"), "{ev}");
@@ -747,24 +804,29 @@ mod tests {
         assert!(r.listeners.is_empty() && r.namespaces.is_empty());
     }
 
-    /// Issue 38, item 5: a cookie sent with no data gains nothing; the verdict and the
+    /// Issue 38, item 5: a cookie sent with no data; the verdict and the
     /// evidence name the processes that did it, not those that sent data.
     #[test]
-    fn a_cookie_without_data_gains_nothing_in_the_process_that_sent_it() {
+    fn a_cookie_without_data_is_said_of_the_process_that_sent_it() {
         let smtp =
             |t| Event { comm: "postfix".into(), ..cli("cookie_sent_no_data", "198.18.0.7:25", 0, 0, t) };
         let mut events = vec![cli("cookie_requested", "198.18.0.7:25", 0, 0, 0)];
         events.extend((1..4).map(smtp));
         let r = report(&events, &Facts::default());
         let d = &r.destinations[0];
-        assert_eq!(d.verdict.kind, Kind::TfoGainsNothing);
+        assert_eq!(d.verdict.kind, Kind::CookieWithoutData);
         assert_eq!((d.verdict.support.connections, d.verdict.support.of_connections), (3, 4));
-        assert_eq!(
-            said(d).sentence,
-            "TFO toward 198.18.0.7:25 gains nothing in postfix: 3 of 4 connections sent a cookie but no data \
-             in the SYN (the server speaks first, or the client reads before it writes): turn TFO off toward \
-             it in postfix, or write the request before reading"
+        // Issue 51, item 2: a server that speaks first gains a round trip from such a SYN,
+        // and none loses one: never advice to turn TFO off.
+        assert!(
+            said(d).sentence.starts_with(
+                "3 of 4 connections to 198.18.0.7:25 in postfix sent a cookie but no data in the SYN: no loss \
+                 against no TFO (the same handshake); a round trip saved where the server writes first"
+            ),
+            "{}",
+            said(d).sentence
         );
+        assert!(!said(d).sentence.contains("TFO off"), "{}", said(d).sentence);
         // Beside connections that send data and are accepted: healthy, with the evidence.
         events.push(cli("accepted", "198.18.0.7:25", 64, 0, 5));
         let d = report(&events, &Facts::default()).destinations[0].clone();
@@ -851,7 +913,7 @@ mod tests {
             assert!(
                 ev.contains(
                     "address 198.18.0.4:443: 5 connections (accepted=1 data_not_acked=2 syn_retransmitted=2), 2s \
-                     lost, 2 extra round trips for data not acked, ~400us"
+                     lost, 2 SYN-data refused, ~400us gain forgone"
                 ),
                 "{ev}"
             );

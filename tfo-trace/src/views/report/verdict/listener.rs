@@ -2,7 +2,7 @@
 //! evidence that kind adds; the figures are `aggregation::report::verdict::listener`'s.
 use super::{
     said::{hosts_line, Said},
-    server_sentences::{overflow_sentence, rotated_without_backup_sentence},
+    server_sentences::{overflow_sentence, rotated_without_backup_sentence, PASSIVE_FAIL_CAUSES},
 };
 use crate::{
     aggregation::report::verdict::{Kind, ListenerFigures, ListenerReport},
@@ -56,8 +56,8 @@ pub(crate) fn said(l: &ListenerReport) -> Said {
     if f.without_data > 0 {
         evidence.push(format!(
             "{} made from a cookie without data (TcpExtTCPFastOpenPassive counts them): their clients sent \
-             nothing in the SYN (this server speaks first, or they read before they write), so TFO gained \
-             them nothing",
+             nothing in the SYN; TFO saved them a round trip where this server wrote first (a banner), \
+             nothing where they write first",
             units::plural(f.without_data, "TFO child", "TFO children")
         ));
     }
@@ -86,8 +86,9 @@ fn cookie_invalid(r: &Listener<'_>, evidence: &mut Vec<String>) -> String {
         _ => "",
     };
     format!(
-        "listener {}: {} of {} SYN-data carried a cookie it no longer accepts (key rotated{key}): when \
-         rotating, keep the old key as backup (`sysctl -w net.ipv4.tcp_fastopen_key=NEW,OLD`)",
+        "listener {}: {} of {} SYN-data refused: {PASSIVE_FAIL_CAUSES}{key}; a rotation refuses each \
+         client once, then accepts its new cookie: when rotating, keep the old key as backup (`sysctl -w \
+         net.ipv4.tcp_fastopen_key=NEW,OLD`)",
         r.name,
         r.count(Outcome::CookieInvalid),
         r.syn_data()

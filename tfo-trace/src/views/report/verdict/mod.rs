@@ -8,6 +8,7 @@
 mod client;
 mod listener;
 mod namespace;
+mod no_cookie;
 mod refusal;
 mod said;
 mod server_sentences;

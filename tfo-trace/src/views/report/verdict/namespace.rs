@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use super::{
     said::Said,
-    server_sentences::{overflow_sentence, rotated_without_backup_sentence},
+    server_sentences::{overflow_sentence, rotated_without_backup_sentence, PASSIVE_FAIL_CAUSES},
 };
 use crate::{
     aggregation::{
@@ -79,10 +79,10 @@ fn passive_fail(ns: &str, backend: &str, fail: u64, accepted: u64, no_backup: bo
         ));
         rotated_without_backup_sentence(ns, fail, accepted)
     } else {
-        let key = if no_backup { " and no backup key is set" } else { "" };
+        let key = if no_backup { "; no backup key is set" } else { "" };
         format!(
-            "{ns}: {fail} SYN-data refused by its listeners (invalid cookie or child creation failed{key}): \
-             when rotating the key, keep the old one as backup (`tcp_fastopen_key=NEW,OLD`)"
+            "{ns}: {fail} SYN-data refused by its listeners: {PASSIVE_FAIL_CAUSES}{key}; when rotating the \
+             key, keep the old one as backup (`tcp_fastopen_key=NEW,OLD`)"
         )
     };
     (sentence, evidence)
@@ -101,9 +101,15 @@ fn syncookies(
 ) -> (String, Vec<String>) {
     let why = match sysctl {
         Some(2) => "tcp_syncookies=2 there: set it to 1 (syncookies only when a SYN queue overflows)",
+        // tcp_conn_request(): with tcp_syncookies=1 a syncookie answers a SYN when the
+        // listener's SYN queue is fuller than its backlog (inet_csk_reqsk_queue_is_full():
+        // sk_max_ack_backlog, listen()'s backlog capped by somaxconn); tcp_max_syn_backlog
+        // plays no part then (it drops unproven peers only with syncookies off).
         Some(1) => {
-            "a SYN flood, or a SYN queue too small for the load (tcp_syncookies=1 there sends them only \
-             when one overflows): find the flood, or raise the listen backlog and net.ipv4.tcp_max_syn_backlog"
+            "a SYN flood, or more handshakes in flight than a listener's backlog (tcp_syncookies=1 there \
+             sends them only when a listener's SYN queue holds more than its listen() backlog, capped by \
+             net.core.somaxconn): find the flood, or raise that listener's backlog (and somaxconn if it \
+             caps it); net.ipv4.tcp_max_syn_backlog does not decide syncookies"
         }
         _ => "tcp_syncookies=2 there, or a SYN flood",
     };
@@ -321,9 +327,16 @@ mod tests {
         let r = report(&[srv("accepted", 5)], &facts);
         let f = &r.namespaces[0];
         assert_eq!(f.verdict.kind, Kind::KeyRotatedWithoutBackup, "{f:?}");
-        assert!(said(f).sentence.contains("the TFO key was rotated without a backup key"), "{f:?}");
+        assert!(said(f).sentence.contains("the TFO key was likely rotated without a backup key"), "{f:?}");
         assert!(said(f).sentence.contains("a one-off, not a fault"), "{f:?}");
-        assert_eq!(report(&[], &facts).namespaces[0].verdict.kind, Kind::CookieInvalid);
+        let f = &report(&[], &facts).namespaces[0];
+        assert_eq!(f.verdict.kind, Kind::CookieInvalid);
+        // Issue 51, item 12: PassiveFail is not only a rotation.
+        let s = said(f).sentence;
+        assert!(
+            s.contains("another server's cookie") && s.contains("NAT") && s.contains("could not be made"),
+            "{s}"
+        );
     }
 
     #[test]

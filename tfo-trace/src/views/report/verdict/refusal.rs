@@ -28,9 +28,13 @@ pub(super) fn sentence(kind: Kind, a: &ConnAcc, s: &Subject<'_>, evidence: &mut 
     let sent = a.syn_data_sent();
     let each = units::duration_us(a.extra_round_trip_us / refused.max(1));
     let n_of_m = format!("{} of {}", units::count(refused), units::count(sent));
+    // tcp_rcv_fastopen_synack(): the refused data is marked lost and resent at once on the
+    // SYN-ACK, when plain TCP would first send it: a round trip slower than a working TFO,
+    // not than no TFO.
     evidence.push(format!(
-        "{} not acknowledged by the SYN-ACK (TcpExtTCPFastOpenActiveFail): the data went again after the \
-         handshake, +{each} each",
+        "{} not acknowledged by the SYN-ACK (TcpExtTCPFastOpenActiveFail): the kernel resent the data at \
+         once on the SYN-ACK, as plain TCP would first send it: no time lost against no TFO, +1 RTT \
+         against a working TFO (gain forgone, ~{each} each)",
         units::plural(refused, "SYN-data", "SYN-data"),
     ));
     evidence.push(causes_line(&a.refusals));
@@ -49,7 +53,7 @@ struct Refused<'a> {
     a: &'a ConnAcc,
     s: &'a Subject<'a>,
     refused: u64,
-    /// The extra round trip each refusal cost, printed.
+    /// The round trip each refusal forwent against a working TFO, printed.
     each: String,
     /// `4 of 5`: refused of sent.
     n_of_m: String,
@@ -107,8 +111,10 @@ fn cookie_churn(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
     format!(
         "the servers behind {subj} do not share a TFO key (anycast, a load balancer), or the client's \
          address changes per connection (a NAT pool): {n_of_m} SYN-data refused{spread}, a new cookie \
-         {} times: every SYN-data is refused and resent (+1 RTT each, {each}): share the key across \
-         them (or pin the client's source address), or stop TFO toward {them}{}",
+         {} times: every SYN-data is refused and its data resent on the SYN-ACK, +1 RTT against a \
+         working TFO ({each} each, a gain forgone, no loss against no TFO): share the key across \
+         them (or pin the client's source address); turning TFO off toward {them}{} would win \
+         nothing back",
         units::count(new),
         s.in_clients
     )
@@ -144,17 +150,25 @@ fn server_stopped_tfo(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
 
 fn syn_data_not_taken(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
     let (spread, n_of_m) = (x.s.spread, &x.n_of_m);
+    // tcp_try_fastopen(): a valid cookie whose tcp_fastopen_create_child() returns NULL
+    // counts PassiveFail and answers with that same cookie. The child fails in
+    // syn_recv_sock(): out of memory, no route back, a bind bucket or key copy failing (it
+    // counts ListenDrops); a full accept queue drops the SYN before TFO is tried
+    // (tcp_conn_request()), which the client sees as `syn_data_dropped`, not this.
     evidence.push(
-        "the SYN-ACK brought back the cookie the SYN carried: the server checked it and found it \
-         good, then could not make the connection's socket at once (its accept queue full: \
-         TcpExtListenOverflows; or out of memory); it counts TcpExtTCPFastOpenPassiveFail"
+        "the SYN-ACK brought back the cookie the SYN carried: the server found the cookie good, then \
+         could not make the connection's socket (tcp_fastopen_create_child failed: out of memory, no \
+         route back to the client, a local port or key copy failing); it counts \
+         TcpExtTCPFastOpenPassiveFail and TcpExtListenDrops. Not a full accept queue: that drops the \
+         SYN before TFO is tried, and the client would see syn_data_dropped"
             .into(),
     );
     let who = x.who();
     format!(
-        "{who} accepted the cookie but not the data in {n_of_m} SYN-data{spread}: a server short of \
-         room for new connections, not a key or path problem: its team looks at its accept queue \
-         (listen backlog, somaxconn) and load"
+        "{who} accepted the cookie but not the data in {n_of_m} SYN-data{spread}: its kernel could not \
+         make the connection's socket, not a key or path problem: its team looks at its memory (the \
+         kernel log, TcpExtTCPFastOpenPassiveFail and TcpExtListenDrops) and its routes back to the \
+         clients"
     )
 }
 
@@ -163,8 +177,8 @@ fn syn_data_refused(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
     let (spread, n_of_m) = (x.s.spread, &x.n_of_m);
     evidence.push(
         "likely: TFO turned off on the server (tcp_fastopen bit 0x2 or TCP_FASTOPEN), its key \
-         changed without keeping the old one as backup, its TFO queue full, or servers behind it \
-         without a shared key"
+         changed without keeping the old one as backup, its TFO queue full, servers behind it \
+         without a shared key, or its kernel failing to make the connection's socket"
             .into(),
     );
     let why = if r.of(Told::NotRecorded) > r.of(Told::Cause(Cause::Unknown)) {
