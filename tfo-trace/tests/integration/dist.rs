@@ -4,7 +4,8 @@
 //! userspace (glibc 2.31), where the glibc build cannot start; the aarch64 one runs under
 //! qemu-user; the .deb installs into a clean Debian 11, its man pages and `--version` work
 //! there and `dpkg --purge` leaves nothing; lintian finds no error; the image loads into
-//! Docker and, run with the privileges the README names, traces the lab exactly.
+//! Docker and, run with the privileges the README names, traces the lab exactly, and
+//! serves metrics on the exporter's default port.
 //!
 //! Nothing here builds: `cargo xtask test` runs `dist` once before the tests, and caches the
 //! Debian 11 userspace (debootstrap) in target/userspace/ (xtask/src/userspace.rs); a test
@@ -443,6 +444,21 @@ fn lintian_finds_no_error_in_either_deb() {
     }
 }
 
+/// The image's default command serves metrics where the exporter listens by default,
+/// and says so (ExposedPorts): read from the archive's own config, as a registry sees it.
+fn image_exports_on_the_default_port() {
+    let image = artefact(&format!("tfo-trace-{VERSION}-x86_64-linux-image.tar"));
+    let member =
+        |name: &str| ok(Command::new("tar").arg("-xOf").arg(&image).arg(name).output().unwrap(), name);
+    let manifest: serde_json::Value = serde_json::from_str(&member("manifest.json")).unwrap();
+    let config: serde_json::Value =
+        serde_json::from_str(&member(manifest[0]["Config"].as_str().expect("Config"))).unwrap();
+    let port = tfo_trace::cli::DEFAULT_EXPORT_LISTEN.parse::<SocketAddr>().unwrap().port();
+    let cmd = &config["config"]["Cmd"];
+    assert_eq!(cmd[1], format!("--web.listen-address=0.0.0.0:{port}").as_str(), "{cmd}");
+    assert!(config["config"]["ExposedPorts"].get(format!("{port}/tcp")).is_some(), "{config}");
+}
+
 /// The privileges README's "Install" names for `docker run`: CAP_BPF and CAP_PERFMON, or
 /// CAP_SYS_ADMIN where Docker is too old to know those two (before 23.0: Debian 12's).
 fn privileges(docker: &Engine, image: &str) -> Vec<&'static str> {
@@ -512,5 +528,6 @@ module_tests!(
     aarch64_binary_runs_version_and_doctor_under_qemu_user,
     deb_installs_works_and_purges_cleanly_in_debian_11,
     lintian_finds_no_error_in_either_deb,
+    image_exports_on_the_default_port,
     image_loads_into_docker_and_traces_the_lab_exactly,
 );

@@ -8,7 +8,8 @@
 //! `alerts_reach_alertmanager` runs them end to end: the lab's middlebox, the exporter, a
 //! real Prometheus evaluating the rules and a real Alertmanager notifying a webhook in the
 //! test. The two kernel tests count only their own lab's namespaces (`--netns`), so they
-//! may run at once.
+//! may run at once. `default_port_is_the_same_everywhere` checks that what ships and what
+//! the docs say listen where the binary does.
 use crate::common;
 
 use std::{
@@ -643,9 +644,68 @@ fn alerts_reach_alertmanager() {
     let _ = tracer.stop_lines();
 }
 
+/// The exporter's default port before (CHANGELOG.md): another exporter's default, which
+/// nothing may name any more.
+const OLD_PORT: &str = "9435";
+
+/// The exporter's default port is the one the systemd unit, the DaemonSet (its container
+/// port, its scrape annotation, its listen address) and the man page use, and the old one
+/// is left nowhere but in the release notes that say it moved.
+fn default_port_is_the_same_everywhere() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let port = tfo_trace::cli::DEFAULT_EXPORT_LISTEN.parse::<SocketAddr>().unwrap().port();
+    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let unit = read("deploy/tfo-trace-exporter.service");
+    assert!(
+        unit.contains(&format!(
+            "ExecStart=/usr/local/bin/tfo-trace export --web.listen-address 127.0.0.1:{port}\n"
+        )),
+        "{unit}"
+    );
+    let daemonset = read("deploy/kubernetes/daemonset.yaml");
+    for want in [
+        format!("prometheus.io/port: \"{port}\""),
+        format!("- --web.listen-address=0.0.0.0:{port}"),
+        format!("containerPort: {port}"),
+    ] {
+        assert!(daemonset.contains(&want), "deploy/kubernetes/daemonset.yaml has no `{want}`");
+    }
+    let man = Command::new(common::exe()).args(["man", "export"]).output().unwrap();
+    let man = String::from_utf8_lossy(&man.stdout);
+    assert!(
+        man.contains(&format!("127.0.0.1:{port}")),
+        "man tfo-trace-export names the default port:\n{man}"
+    );
+
+    // The old port, anywhere in the repository's text but its release notes (and here).
+    let listed = Command::new("git").args(["ls-files"]).current_dir(&root).output();
+    let Some(files) = listed.ok().filter(|o| o.status.success()) else {
+        common::skip("no git to list the repository's files");
+    };
+    let text_kinds = ["md", "rs", "yml", "yaml", "service", "json", "toml", "py"];
+    let mut left = Vec::new();
+    for rel in String::from_utf8_lossy(&files.stdout).lines() {
+        let kind = Path::new(rel).extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !text_kinds.contains(&kind)
+            || rel == "CHANGELOG.md"
+            || rel.ends_with("tests/integration/export.rs")
+        {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(root.join(rel)) else { continue };
+        for (n, line) in text.lines().enumerate() {
+            if line.split(|c: char| !c.is_ascii_digit()).any(|w| w == OLD_PORT) {
+                left.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(left.is_empty(), "the old port {OLD_PORT} is still named:\n{}", left.join("\n"));
+}
+
 module_tests!(
     prometheus_scrapes_what_the_kernel_counted,
     refused_syn_data_is_exported_by_what_the_synack_said,
     prometheus_rules,
-    alerts_reach_alertmanager
+    alerts_reach_alertmanager,
+    default_port_is_the_same_everywhere,
 );
