@@ -9,25 +9,19 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::util::{capture, cargo_home, is_root, nightly, probe, run, which};
 
-/// Debian packages the tests and the demo use (ip/nstat, nft, tcpdump, sysctl, tmux,
-/// bpftool, dnsmasq as the lab's DNS server for `--names`, prometheus for promtool, which
-/// checks the shipped alerting rules (deploy/prometheus, tests/integration/export.rs),
-/// prometheus-alertmanager, which tests/integration/export.rs runs the rules' alerts
-/// through end to end, and openssl and curl, which make a certificate for `export
-/// --web.config.file` and scrape over TLS: tests/integration/export_http.rs).
-const DEB_REQUIRED: &[&str] = &[
-    "iproute2",
-    "nftables",
-    "tcpdump",
-    "procps",
-    "tmux",
-    "bpftool",
-    "dnsmasq-base",
-    "prometheus",
-    "prometheus-alertmanager",
-    "openssl",
-    "curl",
-];
+/// Debian packages the demo needs (`cargo xtask demo`, `tfo-trace demo`): ip for the lab's
+/// namespaces, nft for its middlebox, sysctl for TFO in each namespace, and dnsmasq as the
+/// lab's DNS server for `--names`.
+const DEB_DEMO: &[&str] = &["iproute2", "nftables", "procps", "dnsmasq-base"];
+/// Debian packages the tests use beyond the demo's (nstat and tc come with iproute2):
+/// tcpdump, tmux, bpftool, prometheus for promtool, which checks the shipped alerting
+/// rules (deploy/prometheus, tests/integration/export.rs), and the real Prometheus the
+/// export tests query, prometheus-alertmanager, which
+/// tests/integration/export.rs runs the rules' alerts through end to end, and openssl and
+/// curl, which make a certificate for `export --web.config.file` and scrape over TLS:
+/// tests/integration/export_http.rs.
+const DEB_TEST: &[&str] =
+    &["tcpdump", "tmux", "bpftool", "prometheus", "prometheus-alertmanager", "openssl", "curl"];
 /// `cargo xtask dist` and its checks in the test suite (tests/integration/dist.rs): the
 /// musl and cross toolchains (with cross.rs's `Arch::packages`), readelf, qemu-user for the
 /// aarch64 binary, debootstrap for a Debian 11 userspace, lintian for the .debs.
@@ -48,16 +42,35 @@ const PYPI_OPTIONAL: &[(&str, &str)] = &[("kubernetes-validate", "kubernetes-val
 /// Records the LLVM major the installed bpf-linker was built for (it can't tell itself).
 const STAMP: &str = "bpf-linker.llvm-major";
 
+/// What a task needs installed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Build tfo-trace and run its lab (`build`, `demo`): the nightly's rust-src,
+    /// bpf-linker and [`DEB_DEMO`].
+    Demo,
+    /// Everything `test` runs besides: the gates' components, `dist`'s cross toolchains,
+    /// the tests' packages, the VM kernels' apt suites.
+    Everything,
+}
+
+/// Everything (`test`, `dist`, `vm`, ...).
 pub fn setup() -> Result<()> {
+    setup_for(Need::Everything)
+}
+
+pub fn setup_for(need: Need) -> Result<()> {
     let cargo_bin = cargo_home()?.join("bin");
     ensure_in_path(&cargo_bin)?;
     let rustc_vv = nightly_toolchain()?;
-    rust_components()?;
+    rust_components(need)?;
     let major = llvm_major(&rustc_vv)?;
     bpf_linker(&major, &cargo_bin)?;
-    debian_packages()?;
-    python_tools();
-    vm_kernel_suites()
+    debian_packages(need)?;
+    if need == Need::Everything {
+        python_tools();
+        vm_kernel_suites()?;
+    }
+    Ok(())
 }
 
 /// bpf-linker lands in `$CARGO_HOME/bin`; the eBPF build (tfo-trace/build.rs -> rustc) finds it in PATH.
@@ -88,7 +101,10 @@ fn nightly_toolchain() -> Result<String> {
 
 /// rust-src builds `core` for the bpf target; clippy lints the eBPF crate for that target;
 /// the default toolchain's clippy and rustfmt are the test command's gates.
-fn rust_components() -> Result<()> {
+fn rust_components(need: Need) -> Result<()> {
+    if need == Need::Demo {
+        return components(Some("nightly"), &["rust-src"]);
+    }
     components(Some("nightly"), &["rust-src", "clippy"])?;
     components(None, &["clippy", "rustfmt"])
 }
@@ -241,19 +257,20 @@ fn find_libllvm(lib: &Path, major: &str) -> Result<String> {
 
 // ---- Debian packages ------------------------------------------------------------------
 
-fn debian_packages() -> Result<()> {
+fn debian_packages(need: Need) -> Result<()> {
     if which("dpkg-query").is_none() {
-        println!("warning: no dpkg-query (not Debian?): install by hand: {}", DEB_REQUIRED.join(" "));
+        println!("warning: no dpkg-query (not Debian?): install by hand: {}", DEB_DEMO.join(" "));
         return Ok(());
     }
-    let wanted: Vec<&str> = DEB_REQUIRED
-        .iter()
-        .chain(DEB_DIST)
-        .copied()
-        .chain(crate::cross::Arch::ALL.iter().flat_map(|a| a.packages().iter().copied()))
-        .collect();
+    let mut wanted: Vec<&str> = DEB_DEMO.to_vec();
+    let mut optional: &[&str] = &[];
+    if need == Need::Everything {
+        wanted.extend(DEB_TEST.iter().chain(DEB_DIST));
+        wanted.extend(crate::cross::Arch::ALL.iter().flat_map(|a| a.packages().iter().copied()));
+        optional = DEB_OPTIONAL;
+    }
     let required = missing(&wanted);
-    let optional = missing(DEB_OPTIONAL);
+    let optional = missing(optional);
     if required.is_empty() && optional.is_empty() {
         return Ok(());
     }
