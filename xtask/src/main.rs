@@ -31,6 +31,8 @@
 //!   `report`/`top --from` a million destinations (musl's allocator); BENCHMARKS.md.
 //! - `soak`: release build, then 30 minutes of mixed lab traffic under `top` and `export`
 //!   (memory, fds, counts against the kernel's), and writes SOAK.md.
+//! - `grafana`: writes deploy/grafana/tfo-trace.json from deploy/grafana/dashboard.py
+//!   (Grafana's foundation SDK, pinned, installed with pip when missing).
 //! - `fuzz [--seconds N]`: setup and cargo-fuzz (installed when absent), then a bounded
 //!   libFuzzer run of the recording reader, the replay of what it reads (report, top) and
 //!   the ring-buffer event decoder (fuzz/); a crash is kept in fuzz/regressions/, which
@@ -39,6 +41,7 @@ mod bench;
 mod cross;
 mod dist;
 mod fuzz;
+mod grafana;
 mod setup;
 mod soak;
 mod testlines;
@@ -113,6 +116,9 @@ enum Task {
     /// seconds in all (cargo-fuzz, nightly); prints runs and exec/s, keeps any crash in
     /// fuzz/regressions/
     Fuzz(fuzz::FuzzArgs),
+    /// Write deploy/grafana/tfo-trace.json from deploy/grafana/dashboard.py (Grafana's
+    /// foundation SDK, installed with pip when missing)
+    Grafana,
     /// The toolchain and the demo's packages, release build, then `tfo-trace demo` as root
     Demo {
         /// Extra arguments for `tfo-trace demo` (after `--`)
@@ -171,6 +177,7 @@ fn dispatch(task: Task) -> Result<()> {
             soak::soak(&args)
         }
         Task::Fuzz(args) => fuzz::fuzz(&args),
+        Task::Grafana => grafana::grafana(),
     }
 }
 

@@ -16,7 +16,7 @@ const DEB_DEMO: &[&str] = &["iproute2", "nftables", "procps", "dnsmasq-base"];
 /// Debian packages the tests use beyond the demo's (nstat and tc come with iproute2):
 /// tcpdump, tmux, bpftool, prometheus for promtool, which checks the shipped alerting
 /// rules (deploy/prometheus, tests/integration/export.rs), and the real Prometheus the
-/// export tests query, prometheus-alertmanager, which
+/// export tests and the Grafana dashboard's test query, prometheus-alertmanager, which
 /// tests/integration/export.rs runs the rules' alerts through end to end, and openssl and
 /// curl, which make a certificate for `export --web.config.file` and scrape over TLS:
 /// tests/integration/export_http.rs.
@@ -35,10 +35,42 @@ const FOREIGN_ARCH: &str = "arm64";
 /// tests/integration/containers.rs, which skip without them); a failed install is only a
 /// warning.
 const DEB_OPTIONAL: &[&str] = &["libcap2-bin", "systemd", "docker.io", "podman", "catatonit"];
-/// Nice to have from PyPI (no Debian package has it): kubernetes-validate, Kubernetes'
-/// schema check of deploy/kubernetes/ in tests/integration/containers.rs, which skips
-/// without it.
-const PYPI_OPTIONAL: &[(&str, &str)] = &[("kubernetes-validate", "kubernetes-validate==1.37.0")];
+/// Nice to have from PyPI (no Debian package has them), each with how to tell it is there:
+/// kubernetes-validate, Kubernetes' schema check of deploy/kubernetes/ in
+/// tests/integration/containers.rs, and Grafana's foundation SDK, which writes the
+/// dashboard (`cargo xtask grafana`) and with which tests/integration/export/dashboard.rs
+/// checks the committed one; each test skips without its tool.
+const PYPI_OPTIONAL: &[(Present, &str)] = &[
+    (Present::Command("kubernetes-validate"), "kubernetes-validate==1.37.0"),
+    (Present::Module(crate::grafana::SDK_MODULE), crate::grafana::SDK),
+];
+
+/// How to tell a PyPI package is installed.
+#[derive(Clone, Copy)]
+pub enum Present {
+    /// A command it puts in PATH.
+    Command(&'static str),
+    /// A module python3 imports.
+    Module(&'static str),
+}
+
+impl Present {
+    pub fn holds(self) -> bool {
+        match self {
+            Present::Command(c) => which(c).is_some(),
+            Present::Module(m) => {
+                probe(Command::new("python3").args(["-c", &format!("import {m}")])).is_some()
+            }
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Present::Command(n) | Present::Module(n) => n,
+        }
+    }
+}
+
 /// Records the LLVM major the installed bpf-linker was built for (it can't tell itself).
 const STAMP: &str = "bpf-linker.llvm-major";
 
@@ -299,19 +331,27 @@ fn debian_packages(need: Need) -> Result<()> {
 /// Installs each missing [`PYPI_OPTIONAL`] with the machine's `python3 -m pip`; a failure
 /// (no pip, or a Python that refuses packages outside apt) is only a warning.
 fn python_tools() {
-    for (command, requirement) in PYPI_OPTIONAL {
-        if which(command).is_some() {
-            println!("ok: {command}");
-            continue;
-        }
-        println!("installing: {requirement} (pip)");
-        let installed = run(Command::new("python3").args(["-m", "pip", "install", "--quiet", requirement]));
-        match installed {
-            Ok(()) if which(command).is_some() => {}
-            Ok(()) => println!("warning: {requirement} installed, but {command} is not in PATH"),
-            Err(e) => println!("warning: {requirement} not installed ({e:#})"),
+    for (present, requirement) in PYPI_OPTIONAL {
+        if let Err(e) = pip_install(*present, requirement) {
+            println!("warning: {e:#}");
         }
     }
+}
+
+/// Installs `requirement` with the machine's `python3 -m pip` unless `present` holds.
+pub fn pip_install(present: Present, requirement: &str) -> Result<()> {
+    let name = present.name();
+    if present.holds() {
+        println!("ok: {name}");
+        return Ok(());
+    }
+    println!("installing: {requirement} (pip)");
+    run(Command::new("python3").args(["-m", "pip", "install", "--quiet", requirement]))
+        .with_context(|| format!("{requirement} not installed"))?;
+    if !present.holds() {
+        bail!("{requirement} installed, but {name} is not found");
+    }
+    Ok(())
 }
 
 // ---- Debian suites for the VM kernels --------------------------------------------------
