@@ -24,8 +24,9 @@ const DEB_TEST: &[&str] =
     &["tcpdump", "tmux", "bpftool", "prometheus", "prometheus-alertmanager", "openssl", "curl"];
 /// `cargo xtask dist` and its checks in the test suite (tests/integration/dist.rs): the
 /// musl and cross toolchains (with cross.rs's `Arch::packages`), readelf, qemu-user for the
-/// aarch64 binary, debootstrap for a Debian 11 userspace, lintian for the .debs.
-const DEB_DIST: &[&str] = &["binutils", "qemu-user-static", "debootstrap", "lintian"];
+/// aarch64 binary, debootstrap for a Debian 11 userspace, lintian for the .debs, rpmlint
+/// for the rpms and rpm to install one into a scratch root.
+const DEB_DIST: &[&str] = &["binutils", "qemu-user-static", "debootstrap", "lintian", "rpmlint", "rpm"];
 /// The foreign architecture whose packages the aarch64 build needs (musl-dev:arm64).
 const FOREIGN_ARCH: &str = "arm64";
 /// Nice to have (setcap for tests/integration/capabilities.rs, systemd for its
