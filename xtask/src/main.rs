@@ -2,8 +2,9 @@
 //!
 //! - `setup`: installs what building and testing need (nightly + rust-src, bpf-linker
 //!   built against the nightly's LLVM, Debian packages); fast when all is present.
-//! - `build`: setup, then a release build of tfo-trace (its build.rs builds and embeds
-//!   the eBPF object).
+//! - `build`: the demo's share of setup (the toolchain and the lab's packages:
+//!   setup.rs's `Need::Demo`), then a release build of tfo-trace (its build.rs builds and
+//!   embeds the eBPF object).
 //! - `lint`: the gates: `cargo fmt --check`, clippy with `-D warnings` on the host crates
 //!   and on the eBPF crate for the bpf target. Which lints: `[workspace.lints]` in the top
 //!   Cargo.toml, so a plain `cargo clippy` applies them too.
@@ -21,7 +22,8 @@
 //!   SHA256SUMS in target/dist/ (dist/; the cross builds: cross.rs).
 //! - `cross [--arch A] [--tests]`: the static musl build of dist alone (or of the test
 //!   executables, for an arm64 VM or qemu-user), one `arch bin|test name path` line each.
-//! - `demo`: setup, release build, then runs `tfo-trace demo` as root.
+//! - `demo`: `build`, then runs `tfo-trace demo` as root; it installs nothing only the
+//!   tests use (`test` does that).
 //! - `bench`: release build, then measures tfo-trace against no tracer, empty programs on
 //!   the same hooks and bpftrace, and writes BENCHMARKS.md. `bench-report`: its `report
 //!   --from` a million destinations step alone.
@@ -29,6 +31,8 @@
 //!   `report`/`top --from` a million destinations (musl's allocator); BENCHMARKS.md.
 //! - `soak`: release build, then 30 minutes of mixed lab traffic under `top` and `export`
 //!   (memory, fds, counts against the kernel's), and writes SOAK.md.
+//! - `grafana`: writes deploy/grafana/tfo-trace.json from deploy/grafana/dashboard.py
+//!   (Grafana's foundation SDK, pinned, installed with pip when missing).
 //! - `fuzz [--seconds N]`: setup and cargo-fuzz (installed when absent), then a bounded
 //!   libFuzzer run of the recording reader, the replay of what it reads (report, top) and
 //!   the ring-buffer event decoder (fuzz/); a crash is kept in fuzz/regressions/, which
@@ -37,6 +41,7 @@ mod bench;
 mod cross;
 mod dist;
 mod fuzz;
+mod grafana;
 mod setup;
 mod soak;
 mod testlines;
@@ -65,7 +70,7 @@ struct Cli {
 enum Task {
     /// Install what is missing: nightly + rust-src, bpf-linker, Debian packages (idempotent)
     Setup,
-    /// Setup, then `cargo build --release -p tfo-trace`
+    /// The toolchain and the demo's packages, then `cargo build --release -p tfo-trace`
     Build,
     /// Setup, then the gates (fmt, clippy), the whole test suite (kernel tests need root), the VM matrix
     Test {
@@ -111,7 +116,10 @@ enum Task {
     /// seconds in all (cargo-fuzz, nightly); prints runs and exec/s, keeps any crash in
     /// fuzz/regressions/
     Fuzz(fuzz::FuzzArgs),
-    /// Setup, release build, then run `tfo-trace demo` as root
+    /// Write deploy/grafana/tfo-trace.json from deploy/grafana/dashboard.py (Grafana's
+    /// foundation SDK, installed with pip when missing)
+    Grafana,
+    /// The toolchain and the demo's packages, release build, then `tfo-trace demo` as root
     Demo {
         /// Extra arguments for `tfo-trace demo` (after `--`)
         #[arg(last = true)]
@@ -169,11 +177,14 @@ fn dispatch(task: Task) -> Result<()> {
             soak::soak(&args)
         }
         Task::Fuzz(args) => fuzz::fuzz(&args),
+        Task::Grafana => grafana::grafana(),
     }
 }
 
+/// The demo's share of the set-up (a fresh machine gets nothing only the tests use), then
+/// the release build.
 fn build() -> Result<()> {
-    setup::setup()?;
+    setup::setup_for(setup::Need::Demo)?;
     build_release()
 }
 
@@ -498,7 +509,7 @@ impl Tally {
 
 fn demo(args: &[String]) -> Result<()> {
     build()?;
-    let bin = workspace_root().join("target/release/tfo-trace");
+    let bin = util::target_dir().join("release/tfo-trace");
     let mut cmd = if is_root() {
         Command::new(&bin)
     } else if let Some(sudo) = which("sudo") {

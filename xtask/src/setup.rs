@@ -9,29 +9,24 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use crate::util::{capture, cargo_home, is_root, nightly, probe, run, which};
 
-/// Debian packages the tests and the demo use (ip/nstat, nft, tcpdump, sysctl, tmux,
-/// bpftool, dnsmasq as the lab's DNS server for `--names`, prometheus for promtool, which
-/// checks the shipped alerting rules (deploy/prometheus, tests/integration/export.rs),
-/// prometheus-alertmanager, which tests/integration/export.rs runs the rules' alerts
-/// through end to end, and openssl and curl, which make a certificate for `export
-/// --web.config.file` and scrape over TLS: tests/integration/export_http.rs).
-const DEB_REQUIRED: &[&str] = &[
-    "iproute2",
-    "nftables",
-    "tcpdump",
-    "procps",
-    "tmux",
-    "bpftool",
-    "dnsmasq-base",
-    "prometheus",
-    "prometheus-alertmanager",
-    "openssl",
-    "curl",
-];
+/// Debian packages the demo needs (`cargo xtask demo`, `tfo-trace demo`): ip for the lab's
+/// namespaces, nft for its middlebox, sysctl for TFO in each namespace, and dnsmasq as the
+/// lab's DNS server for `--names`.
+const DEB_DEMO: &[&str] = &["iproute2", "nftables", "procps", "dnsmasq-base"];
+/// Debian packages the tests use beyond the demo's (nstat and tc come with iproute2):
+/// tcpdump, tmux, bpftool, prometheus for promtool, which checks the shipped alerting
+/// rules (deploy/prometheus, tests/integration/export.rs), and the real Prometheus the
+/// export tests and the Grafana dashboard's test query, prometheus-alertmanager, which
+/// tests/integration/export.rs runs the rules' alerts through end to end, and openssl and
+/// curl, which make a certificate for `export --web.config.file` and scrape over TLS:
+/// tests/integration/export_http.rs.
+const DEB_TEST: &[&str] =
+    &["tcpdump", "tmux", "bpftool", "prometheus", "prometheus-alertmanager", "openssl", "curl"];
 /// `cargo xtask dist` and its checks in the test suite (tests/integration/dist.rs): the
 /// musl and cross toolchains (with cross.rs's `Arch::packages`), readelf, qemu-user for the
-/// aarch64 binary, debootstrap for a Debian 11 userspace, lintian for the .debs.
-const DEB_DIST: &[&str] = &["binutils", "qemu-user-static", "debootstrap", "lintian"];
+/// aarch64 binary, debootstrap for a Debian 11 userspace, lintian for the .debs, rpmlint
+/// for the rpms and rpm to install one into a scratch root.
+const DEB_DIST: &[&str] = &["binutils", "qemu-user-static", "debootstrap", "lintian", "rpmlint", "rpm"];
 /// The foreign architecture whose packages the aarch64 build needs (musl-dev:arm64).
 const FOREIGN_ARCH: &str = "arm64";
 /// Nice to have (setcap for tests/integration/capabilities.rs, systemd for its
@@ -41,23 +36,74 @@ const FOREIGN_ARCH: &str = "arm64";
 /// tests/integration/containers.rs, which skip without them); a failed install is only a
 /// warning.
 const DEB_OPTIONAL: &[&str] = &["libcap2-bin", "systemd", "docker.io", "podman", "catatonit"];
-/// Nice to have from PyPI (no Debian package has it): kubernetes-validate, Kubernetes'
-/// schema check of deploy/kubernetes/ in tests/integration/containers.rs, which skips
-/// without it.
-const PYPI_OPTIONAL: &[(&str, &str)] = &[("kubernetes-validate", "kubernetes-validate==1.37.0")];
+/// Nice to have from PyPI (no Debian package has them), each with how to tell it is there:
+/// kubernetes-validate, Kubernetes' schema check of deploy/kubernetes/ in
+/// tests/integration/containers.rs, and Grafana's foundation SDK, which writes the
+/// dashboard (`cargo xtask grafana`) and with which tests/integration/export/dashboard.rs
+/// checks the committed one; each test skips without its tool.
+const PYPI_OPTIONAL: &[(Present, &str)] = &[
+    (Present::Command("kubernetes-validate"), "kubernetes-validate==1.37.0"),
+    (Present::Module(crate::grafana::SDK_MODULE), crate::grafana::SDK),
+];
+
+/// How to tell a PyPI package is installed.
+#[derive(Clone, Copy)]
+pub enum Present {
+    /// A command it puts in PATH.
+    Command(&'static str),
+    /// A module python3 imports.
+    Module(&'static str),
+}
+
+impl Present {
+    pub fn holds(self) -> bool {
+        match self {
+            Present::Command(c) => which(c).is_some(),
+            Present::Module(m) => {
+                probe(Command::new("python3").args(["-c", &format!("import {m}")])).is_some()
+            }
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Present::Command(n) | Present::Module(n) => n,
+        }
+    }
+}
+
 /// Records the LLVM major the installed bpf-linker was built for (it can't tell itself).
 const STAMP: &str = "bpf-linker.llvm-major";
 
+/// What a task needs installed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Build tfo-trace and run its lab (`build`, `demo`): the nightly's rust-src,
+    /// bpf-linker and [`DEB_DEMO`].
+    Demo,
+    /// Everything `test` runs besides: the gates' components, `dist`'s cross toolchains,
+    /// the tests' packages, the VM kernels' apt suites.
+    Everything,
+}
+
+/// Everything (`test`, `dist`, `vm`, ...).
 pub fn setup() -> Result<()> {
+    setup_for(Need::Everything)
+}
+
+pub fn setup_for(need: Need) -> Result<()> {
     let cargo_bin = cargo_home()?.join("bin");
     ensure_in_path(&cargo_bin)?;
     let rustc_vv = nightly_toolchain()?;
-    rust_components()?;
+    rust_components(need)?;
     let major = llvm_major(&rustc_vv)?;
     bpf_linker(&major, &cargo_bin)?;
-    debian_packages()?;
-    python_tools();
-    vm_kernel_suites()
+    debian_packages(need)?;
+    if need == Need::Everything {
+        python_tools();
+        vm_kernel_suites()?;
+    }
+    Ok(())
 }
 
 /// bpf-linker lands in `$CARGO_HOME/bin`; the eBPF build (tfo-trace/build.rs -> rustc) finds it in PATH.
@@ -88,7 +134,10 @@ fn nightly_toolchain() -> Result<String> {
 
 /// rust-src builds `core` for the bpf target; clippy lints the eBPF crate for that target;
 /// the default toolchain's clippy and rustfmt are the test command's gates.
-fn rust_components() -> Result<()> {
+fn rust_components(need: Need) -> Result<()> {
+    if need == Need::Demo {
+        return components(Some("nightly"), &["rust-src"]);
+    }
     components(Some("nightly"), &["rust-src", "clippy"])?;
     components(None, &["clippy", "rustfmt"])
 }
@@ -241,19 +290,20 @@ fn find_libllvm(lib: &Path, major: &str) -> Result<String> {
 
 // ---- Debian packages ------------------------------------------------------------------
 
-fn debian_packages() -> Result<()> {
+fn debian_packages(need: Need) -> Result<()> {
     if which("dpkg-query").is_none() {
-        println!("warning: no dpkg-query (not Debian?): install by hand: {}", DEB_REQUIRED.join(" "));
+        println!("warning: no dpkg-query (not Debian?): install by hand: {}", DEB_DEMO.join(" "));
         return Ok(());
     }
-    let wanted: Vec<&str> = DEB_REQUIRED
-        .iter()
-        .chain(DEB_DIST)
-        .copied()
-        .chain(crate::cross::Arch::ALL.iter().flat_map(|a| a.packages().iter().copied()))
-        .collect();
+    let mut wanted: Vec<&str> = DEB_DEMO.to_vec();
+    let mut optional: &[&str] = &[];
+    if need == Need::Everything {
+        wanted.extend(DEB_TEST.iter().chain(DEB_DIST));
+        wanted.extend(crate::cross::Arch::ALL.iter().flat_map(|a| a.packages().iter().copied()));
+        optional = DEB_OPTIONAL;
+    }
     let required = missing(&wanted);
-    let optional = missing(DEB_OPTIONAL);
+    let optional = missing(optional);
     if required.is_empty() && optional.is_empty() {
         return Ok(());
     }
@@ -282,19 +332,27 @@ fn debian_packages() -> Result<()> {
 /// Installs each missing [`PYPI_OPTIONAL`] with the machine's `python3 -m pip`; a failure
 /// (no pip, or a Python that refuses packages outside apt) is only a warning.
 fn python_tools() {
-    for (command, requirement) in PYPI_OPTIONAL {
-        if which(command).is_some() {
-            println!("ok: {command}");
-            continue;
-        }
-        println!("installing: {requirement} (pip)");
-        let installed = run(Command::new("python3").args(["-m", "pip", "install", "--quiet", requirement]));
-        match installed {
-            Ok(()) if which(command).is_some() => {}
-            Ok(()) => println!("warning: {requirement} installed, but {command} is not in PATH"),
-            Err(e) => println!("warning: {requirement} not installed ({e:#})"),
+    for (present, requirement) in PYPI_OPTIONAL {
+        if let Err(e) = pip_install(*present, requirement) {
+            println!("warning: {e:#}");
         }
     }
+}
+
+/// Installs `requirement` with the machine's `python3 -m pip` unless `present` holds.
+pub fn pip_install(present: Present, requirement: &str) -> Result<()> {
+    let name = present.name();
+    if present.holds() {
+        println!("ok: {name}");
+        return Ok(());
+    }
+    println!("installing: {requirement} (pip)");
+    run(Command::new("python3").args(["-m", "pip", "install", "--quiet", requirement]))
+        .with_context(|| format!("{requirement} not installed"))?;
+    if !present.holds() {
+        bail!("{requirement} installed, but {name} is not found");
+    }
+    Ok(())
 }
 
 // ---- Debian suites for the VM kernels --------------------------------------------------

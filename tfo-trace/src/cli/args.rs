@@ -10,8 +10,13 @@ use crate::{
     units::parse_duration,
 };
 
-/// Where `tfo-trace export` serves /metrics unless told otherwise.
-pub const DEFAULT_EXPORT_LISTEN: &str = "127.0.0.1:9435";
+/// Where `tfo-trace export` serves /metrics unless told otherwise. The port is outside
+/// every port on Prometheus' list of default port allocations (its 9100-9999 range is full
+/// and new exporters get 10000 upwards) and the defaults of the eBPF agents a node also
+/// runs (the port used before is Cloudflare's ebpf_exporter's), and below the kernel's
+/// ephemeral ports (net.ipv4.ip_local_port_range, 32768-60999), so no outgoing connection
+/// holds it: docs/export.md, CHANGELOG.md.
+pub const DEFAULT_EXPORT_LISTEN: &str = "127.0.0.1:17413";
 
 #[derive(Parser, Debug)]
 #[command(

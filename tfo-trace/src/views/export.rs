@@ -57,7 +57,6 @@ use crate::{
     views::web_config::{BasicAuth, WebConfig},
 };
 
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9435";
 /// A request line plus headers larger than this is answered 431 and closed (hyper's
 /// `max_buf_size`; 8 KiB is also the smallest it accepts).
 const MAX_HEAD_BYTES: usize = 8192;

@@ -126,7 +126,7 @@ const EXTRAS: &[Extra] = &[
             ),
         ],
         examples: &[
-            ("sudo tfo-trace export", "Serve /metrics on 127.0.0.1:9435."),
+            ("sudo tfo-trace export", "Serve /metrics on 127.0.0.1:17413."),
             ("sudo systemctl enable --now tfo-trace-exporter", "The packaged service."),
             (
                 "sudo tfo-trace export --names --top-destinations 50",
@@ -137,7 +137,7 @@ const EXTRAS: &[Extra] = &[
                 "Only the textfile.",
             ),
             (
-                "sudo tfo-trace export --web.listen-address 0.0.0.0:9435 --web.config.file /etc/tfo-trace/web.yml",
+                "sudo tfo-trace export --web.listen-address 0.0.0.0:17413 --web.config.file /etc/tfo-trace/web.yml",
                 "Beyond loopback, over TLS with basic auth (the file node_exporter reads).",
             ),
         ],

@@ -284,7 +284,7 @@ fn record_refuses_links_and_existing_files() {
 /// address flags (there is no CIDR flag today).
 fn bad_addresses_ports_and_numbers_are_usage_errors() {
     for bad in [
-        "localhost:9435",
+        "localhost:17413",
         "127.0.0.1",
         "127.0.0.1:99999",
         "127.0.0.1:-1",

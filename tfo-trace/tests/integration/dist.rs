@@ -3,8 +3,11 @@
 //! `doctor` and traces the lab exactly (against the kernel's counters) inside a Debian 11
 //! userspace (glibc 2.31), where the glibc build cannot start; the aarch64 one runs under
 //! qemu-user; the .deb installs into a clean Debian 11, its man pages and `--version` work
-//! there and `dpkg --purge` leaves nothing; lintian finds no error; the image loads into
-//! Docker and, run with the privileges the README names, traces the lab exactly.
+//! there and `dpkg --purge` leaves nothing; lintian finds no error; the rpms pass rpmlint
+//! without an error, and the x86_64 one installs into a scratch root with `rpm --root`,
+//! runs from there, and `rpm -e` leaves nothing of its own; the image loads into Docker
+//! and, run with the privileges the README names, traces the lab exactly, and serves
+//! metrics on the exporter's default port.
 //!
 //! Nothing here builds: `cargo xtask test` runs `dist` once before the tests, and caches the
 //! Debian 11 userspace (debootstrap) in target/userspace/ (xtask/src/userspace.rs); a test
@@ -12,6 +15,7 @@
 use crate::common;
 
 use std::{
+    collections::BTreeSet,
     fs,
     net::SocketAddr,
     path::{Path, PathBuf},
@@ -335,7 +339,7 @@ fn sha256sums_cover_and_match_every_artefact() {
         listed.lines().filter_map(|l| l.strip_suffix(": OK")).map(str::to_string).collect();
     checked.sort();
     assert_eq!(checked, files, "every artefact is in SHA256SUMS, and checks");
-    assert_eq!(files.len(), 6, "two binaries, two .debs, two images: {files:?}");
+    assert_eq!(files.len(), 8, "two binaries, two .debs, two .rpms, two images: {files:?}");
 }
 
 fn x86_64_binary_runs_doctor_and_traces_the_lab_in_debian_11() {
@@ -443,6 +447,162 @@ fn lintian_finds_no_error_in_either_deb() {
     }
 }
 
+/// rpmlint (Debian's 2.4, with its default checks) on both rpms: no error, with the one
+/// filter of xtask/src/dist/tfo-trace.rpmlintrc (the packages are not signed: that file
+/// says why). What it warns about is printed (docs/testing.md says which warnings stay and
+/// why).
+fn rpmlint_finds_no_error_in_either_rpm() {
+    if Command::new("rpmlint").arg("--version").output().is_err() {
+        common::skip("needs rpmlint (`cargo xtask setup` installs it)");
+    }
+    let filters = Path::new(env!("CARGO_MANIFEST_DIR")).join("../xtask/src/dist/tfo-trace.rpmlintrc");
+    for arch in [Arch::X86_64, Arch::Aarch64] {
+        let rpm = artefact(&rpm_name(arch));
+        let out = Command::new("rpmlint").arg("-r").arg(&filters).arg(&rpm).output().unwrap();
+        let report = text(&out.stdout);
+        eprintln!("rpmlint {}:\n{report}{}", rpm.display(), text(&out.stderr));
+        let errors: Vec<&str> = report.lines().filter(|l| l.contains(": E: ")).collect();
+        assert!(errors.is_empty(), "rpmlint errors in {}: {errors:?}", rpm.display());
+        assert!(report.contains(" 0 errors"), "rpmlint's tally: {report}");
+    }
+}
+
+fn rpm_name(arch: Arch) -> String {
+    format!("tfo-trace-{VERSION}-1.{}.rpm", arch.name())
+}
+
+/// `rpm` with `args`, its root at `root`: its stdout, or a failure with what it said.
+fn rpm_in(root: &Path, args: &[&str]) -> String {
+    let out = Command::new("rpm").arg("--root").arg(root).args(args).output().expect("running rpm");
+    ok(out, &format!("rpm {}", args.join(" ")))
+}
+
+/// Every path under `dir` (relative), directories with a trailing slash.
+fn tree(dir: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap().map_while(Result::ok) {
+            let p = e.path();
+            let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(p);
+                out.insert(format!("{rel}/"));
+            } else {
+                out.insert(rel);
+            }
+        }
+    }
+    out
+}
+
+/// The x86_64 rpm as a RHEL host takes it, into a scratch root (Debian's rpm 4.18, its own
+/// database there): every file it lists lands, `rpm -V` finds each as packaged, the binary
+/// runs from there (chroot: nothing of this host's), the man pages, completions and the
+/// unit are where those distributions look and the unit is not enabled; `rpm -e` removes
+/// every file and directory the package owns, leaving only the parent directories a
+/// distribution's filesystem package owns.
+fn rpm_installs_runs_and_erases_in_a_scratch_root() {
+    require_kernel!(); // root: rpm --root chroots
+    if Command::new("rpm").arg("--version").output().is_err() {
+        common::skip("needs rpm (`cargo xtask setup` installs Debian's rpm)");
+    }
+    let rpm = artefact(&rpm_name(Arch::X86_64));
+    let scratch = common::TempDir::new("rpm-root");
+    let root = scratch.0.join("root");
+    fs::create_dir_all(&root).unwrap();
+    rpm_in(&root, &["--initdb"]);
+    let empty = tree(&root);
+    let pkg = rpm.to_string_lossy().into_owned();
+    let listed = rpm_in(&root, &["-qp", "--qf", "[%{FILEMODES:perms} %{FILENAMES}\n]", &pkg]);
+    rpm_in(&root, &["-i", &pkg]);
+    let installed = tree(&root);
+
+    let mut owned_dirs = BTreeSet::new();
+    for line in listed.lines() {
+        let (perms, path) = line.split_once(' ').expect("perms path");
+        let rel = path.trim_start_matches('/');
+        let want = if perms.starts_with('d') { format!("{rel}/") } else { rel.to_string() };
+        assert!(installed.contains(&want), "{path} is listed by the rpm but not installed");
+        if perms.starts_with('d') {
+            owned_dirs.insert(want);
+        }
+    }
+    assert_eq!(rpm_in(&root, &["-V", "tfo-trace"]).trim(), "", "rpm -V: every file as packaged");
+
+    let mut chroot = Command::new("chroot");
+    chroot.arg(&root).args(["/usr/bin/tfo-trace", "--version"]);
+    let v = ok(chroot.output().unwrap(), "tfo-trace --version in the scratch root");
+    assert!(
+        v.starts_with(&format!("tfo-trace {VERSION}\n")) && v.contains("x86_64-unknown-linux-musl"),
+        "{v}"
+    );
+    let pages = ok(
+        Command::new(common::exe())
+            .args(["man", "--dir", &scratch.0.join("pages").to_string_lossy()])
+            .output()
+            .unwrap(),
+        "man --dir",
+    );
+    for p in pages.lines() {
+        let name = Path::new(p).file_name().unwrap().to_string_lossy().into_owned();
+        assert!(installed.contains(&format!("usr/share/man/man1/{name}.gz")), "{name} is installed");
+    }
+    let unit_path = "usr/lib/systemd/system/tfo-trace-exporter.service";
+    for f in [
+        "usr/bin/tfo-trace",
+        "usr/share/bash-completion/completions/tfo-trace",
+        "usr/share/zsh/site-functions/_tfo-trace",
+        "usr/share/fish/vendor_completions.d/tfo-trace.fish",
+        "usr/share/licenses/tfo-trace/COPYRIGHT",
+        unit_path,
+    ] {
+        assert!(installed.contains(f), "{f} is installed");
+    }
+    let unit = fs::read_to_string(root.join(unit_path)).unwrap();
+    assert!(unit.contains("ExecStart=/usr/bin/tfo-trace export"), "{unit}");
+    let links: Vec<&String> = installed.iter().filter(|p| p.starts_with("etc/")).collect();
+    assert!(links.is_empty(), "the unit is installed, not enabled: {links:?}");
+
+    rpm_in(&root, &["-e", "tfo-trace"]);
+    let query = Command::new("rpm").arg("--root").arg(&root).args(["-q", "tfo-trace"]).output().unwrap();
+    assert!(!query.status.success(), "erased: {}", text(&query.stdout));
+    // What rpm itself keeps (its database) changes; everything else must be as before, but
+    // for the parent directories rpm made for the files (usr/, usr/bin/, ...), which the
+    // package does not own: on a real system the filesystem package does.
+    let db: BTreeSet<String> = empty
+        .iter()
+        .filter(|p| !p.ends_with('/'))
+        .filter_map(|p| Some(format!("{}/", p.rsplit_once('/')?.0)))
+        .collect();
+    let left: Vec<String> = tree(&root)
+        .into_iter()
+        .filter(|p| !empty.contains(p) && !db.iter().any(|d| p.starts_with(d.as_str())))
+        .filter(|p| !p.ends_with('/') || owned_dirs.contains(p))
+        .collect();
+    assert!(left.is_empty(), "rpm -e left {left:?}");
+    eprintln!(
+        "rpm: {} paths installed, {} files listed, none left after rpm -e",
+        installed.len() - empty.len(),
+        listed.lines().count()
+    );
+}
+
+/// The image's default command serves metrics where the exporter listens by default,
+/// and says so (ExposedPorts): read from the archive's own config, as a registry sees it.
+fn image_exports_on_the_default_port() {
+    let image = artefact(&format!("tfo-trace-{VERSION}-x86_64-linux-image.tar"));
+    let member =
+        |name: &str| ok(Command::new("tar").arg("-xOf").arg(&image).arg(name).output().unwrap(), name);
+    let manifest: serde_json::Value = serde_json::from_str(&member("manifest.json")).unwrap();
+    let config: serde_json::Value =
+        serde_json::from_str(&member(manifest[0]["Config"].as_str().expect("Config"))).unwrap();
+    let port = tfo_trace::cli::DEFAULT_EXPORT_LISTEN.parse::<SocketAddr>().unwrap().port();
+    let cmd = &config["config"]["Cmd"];
+    assert_eq!(cmd[1], format!("--web.listen-address=0.0.0.0:{port}").as_str(), "{cmd}");
+    assert!(config["config"]["ExposedPorts"].get(format!("{port}/tcp")).is_some(), "{config}");
+}
+
 /// The privileges README's "Install" names for `docker run`: CAP_BPF and CAP_PERFMON, or
 /// CAP_SYS_ADMIN where Docker is too old to know those two (before 23.0: Debian 12's).
 fn privileges(docker: &Engine, image: &str) -> Vec<&'static str> {
@@ -512,5 +672,8 @@ module_tests!(
     aarch64_binary_runs_version_and_doctor_under_qemu_user,
     deb_installs_works_and_purges_cleanly_in_debian_11,
     lintian_finds_no_error_in_either_deb,
+    rpmlint_finds_no_error_in_either_rpm,
+    rpm_installs_runs_and_erases_in_a_scratch_root,
+    image_exports_on_the_default_port,
     image_loads_into_docker_and_traces_the_lab_exactly,
 );

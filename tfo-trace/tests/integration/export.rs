@@ -8,7 +8,11 @@
 //! `alerts_reach_alertmanager` runs them end to end: the lab's middlebox, the exporter, a
 //! real Prometheus evaluating the rules and a real Alertmanager notifying a webhook in the
 //! test. The two kernel tests count only their own lab's namespaces (`--netns`), so they
-//! may run at once.
+//! may run at once. The Grafana dashboard's tests are in export/dashboard.rs (same lab,
+//! same Prometheus, run beside these); `default_port_is_the_same_everywhere` checks that
+//! what ships and what the docs say listen where the binary does.
+mod dashboard;
+
 use crate::common;
 
 use std::{
@@ -75,6 +79,41 @@ impl TwoDestinations {
         let _servers = [server(0), server(1)];
         TwoDestinations { lab, clean, blocked, _servers }
     }
+
+    /// Both destinations hand out a cookie (a cookie request passes the middlebox), then
+    /// the middlebox drops SYN-data toward `blocked`: each connection to it stalls a second.
+    fn cookies_then_stall_blocked(&self) {
+        for dst in [self.clean, self.blocked] {
+            let run = self.lab.run_client(common::exe(), &client(dst, 1, 0)).unwrap();
+            assert_eq!(run.ok_count(), 1, "cookie from {dst}");
+        }
+        self.lab.middlebox_drop_syn_data(Some(self.blocked.ip())).unwrap();
+    }
+}
+
+/// `count` TFO connections to `dst`, `interval_ms` apart, each with [`PAYLOAD`] bytes.
+fn client(dst: SocketAddr, count: u32, interval_ms: u64) -> ClientArgs {
+    ClientArgs { count, interval_ms, payload_bytes: PAYLOAD, timeout_ms: 5000, ..ClientArgs::new(dst) }
+}
+
+/// Waits until Prometheus holds as many stalls toward `dst` as the middlebox dropped (the
+/// series come from the events the exporter reads); short of them, the count it stopped
+/// at must be the kernel's skipped hook run.
+fn stalls_reach_prometheus(prom: &Prometheus, dst: SocketAddr, dropped: u64) {
+    let stalls = format!(
+        r#"tfo_trace_connections_total{{role="client",outcome="syn_retransmitted",destination="{dst}"}}"#
+    );
+    let in_prometheus = common::wait::within(common::HANG_LIMIT, || match prom.query(&stalls) {
+        Some(n) if n as u64 == dropped => Ok(n),
+        seen => Err(seen.unwrap_or(0.0)),
+    })
+    .unwrap_or_else(|last| last) as u64;
+    common::assert_hook_count(
+        HookRun::Established,
+        in_prometheus,
+        dropped,
+        "the middlebox's drops as stalls",
+    );
 }
 
 /// `tfo-trace export` on a free loopback port with `args`, counting only `lab`'s
@@ -104,17 +143,9 @@ fn prometheus_scrapes_what_the_kernel_counted() {
 
     // Two destinations: a clean one and one behind a middlebox that drops SYN-data. Both
     // hand out a cookie first (a cookie request passes the middlebox).
-    let TwoDestinations { lab, clean, blocked, _servers } = TwoDestinations::create();
-    let client =
-        |dst, count| ClientArgs { count, payload_bytes: PAYLOAD, timeout_ms: 5000, ..ClientArgs::new(dst) };
-    for dst in [clean, blocked] {
-        assert_eq!(
-            lab.run_client(common::exe(), &client(dst, 1)).unwrap().ok_count(),
-            1,
-            "cookie from {dst}"
-        );
-    }
-    lab.middlebox_drop_syn_data(Some(blocked.ip())).unwrap();
+    let two = TwoDestinations::create();
+    let (lab, clean, blocked) = (&two.lab, two.clean, two.blocked);
+    two.cookies_then_stall_blocked();
 
     // --top-destinations 1: the first destination seen (the clean one, below) gets its own
     // series; the blocked one, seen after the clean one took the place, gets one of its own
@@ -122,7 +153,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     // destination).
     let textfile = dir.join("tfo_trace.prom");
     let (exporter, mut tracer) = lab_exporter(
-        &lab,
+        lab,
         &["--top-destinations", "1", "--textfile", textfile.to_str().unwrap(), "--interval", "1s"],
     );
     // The backend the tracer says it attached with, whichever this kernel gives.
@@ -176,8 +207,8 @@ fn prometheus_scrapes_what_the_kernel_counted() {
 
     let n_ok = 6;
     let n_stalled = 2;
-    let ok = lab.run_client(common::exe(), &client(clean, n_ok)).unwrap();
-    let stalled = lab.run_client(common::exe(), &client(blocked, n_stalled)).unwrap();
+    let ok = lab.run_client(common::exe(), &client(clean, n_ok, 0)).unwrap();
+    let stalled = lab.run_client(common::exe(), &client(blocked, n_stalled, 0)).unwrap();
     assert_eq!(ok.ok_count() + stalled.ok_count(), (n_ok + n_stalled) as usize, "lab connections failed");
     // Every outcome is counted (and its event written) before the client returns: a scrape
     // reads the kernel's counts then; the events, once the exporter has read them all.
@@ -560,8 +591,9 @@ fn alerts_reach_alertmanager() {
     let webhook = Webhook::start();
     let (_alertmanager, am) = Alertmanager::start(&dir.0, webhook.addr);
 
-    let TwoDestinations { lab, clean, blocked, _servers } = TwoDestinations::create();
-    let (exporter, tracer) = lab_exporter(&lab, &["--top-destinations", "2"]);
+    let two = TwoDestinations::create();
+    let (lab, clean, blocked) = (&two.lab, two.clean, two.blocked);
+    let (exporter, tracer) = lab_exporter(lab, &["--top-destinations", "2"]);
     let rules = rules_with_short_for(&dir.0);
     let config = format!(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
@@ -574,22 +606,8 @@ fn alerts_reach_alertmanager() {
     prom.wait_for_scrape_after("tfo-trace", now_unix());
 
     // Both destinations hand out a cookie (the exporter counts it), then SYN-data toward
-    // one is dropped: each connection to it stalls a second; the other stays clean.
-    let client = |dst, count, interval_ms| ClientArgs {
-        count,
-        interval_ms,
-        payload_bytes: PAYLOAD,
-        timeout_ms: 5000,
-        ..ClientArgs::new(dst)
-    };
-    for dst in [clean, blocked] {
-        assert_eq!(
-            lab.run_client(common::exe(), &client(dst, 1, 0)).unwrap().ok_count(),
-            1,
-            "cookie from {dst}"
-        );
-    }
-    lab.middlebox_drop_syn_data(Some(blocked.ip())).unwrap();
+    // one is dropped; the other stays clean.
+    two.cookies_then_stall_blocked();
     let stalling = lab.spawn_client(common::exe(), &client(blocked, 15, 0)).unwrap();
     let healthy = lab.spawn_client(common::exe(), &client(clean, 60, 250)).unwrap();
     let (labels, annotations) = webhook.wait_for("TFOSynDataDropped", &blocked.to_string(), "firing");
@@ -601,25 +619,10 @@ fn alerts_reach_alertmanager() {
     let stalled = stalling.wait(common::HANG_LIMIT).unwrap();
     let fine = healthy.wait(common::HANG_LIMIT).unwrap();
     assert_eq!(stalled.ok_count() + fine.ok_count(), 75, "every lab connection completed");
-    // What the alert rests on: every SYN-data the middlebox dropped is a stall in Prometheus
-    // (waited for: the series come from the events the exporter reads); short of them, the
-    // count it stopped at, which may be the kernel's skipped hook run.
+    // What the alert rests on: every SYN-data the middlebox dropped is a stall in Prometheus.
     let dropped = lab.middlebox_dropped().unwrap();
     assert_eq!(dropped, 15, "one SYN-data dropped per connection");
-    let stalls = format!(
-        r#"tfo_trace_connections_total{{role="client",outcome="syn_retransmitted",destination="{blocked}"}}"#
-    );
-    let in_prometheus = common::wait::within(common::HANG_LIMIT, || match prom.query(&stalls) {
-        Some(n) if n as u64 == dropped => Ok(n),
-        seen => Err(seen.unwrap_or(0.0)),
-    })
-    .unwrap_or_else(|last| last) as u64;
-    common::assert_hook_count(
-        HookRun::Established,
-        in_prometheus,
-        dropped,
-        "the middlebox's drops as stalls",
-    );
+    stalls_reach_prometheus(&prom, blocked, dropped);
 
     // Removed: connections to that address are accepted again, spread over a few scrapes.
     lab.middlebox_clear().unwrap();
@@ -643,9 +646,76 @@ fn alerts_reach_alertmanager() {
     let _ = tracer.stop_lines();
 }
 
+/// The exporter's default port before (CHANGELOG.md): another exporter's default, which
+/// nothing may name any more.
+const OLD_PORT: &str = "9435";
+
+/// The exporter's default port is the one the systemd unit, the DaemonSet (its container
+/// port, its scrape annotation, its listen address) and the man page use, and the old one
+/// is left nowhere but in the release notes that say it moved.
+fn default_port_is_the_same_everywhere() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let port = tfo_trace::cli::DEFAULT_EXPORT_LISTEN.parse::<SocketAddr>().unwrap().port();
+    let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let unit = read("deploy/tfo-trace-exporter.service");
+    assert!(
+        unit.contains(&format!(
+            "ExecStart=/usr/local/bin/tfo-trace export --web.listen-address 127.0.0.1:{port}\n"
+        )),
+        "{unit}"
+    );
+    let daemonset = read("deploy/kubernetes/daemonset.yaml");
+    for want in [
+        format!("prometheus.io/port: \"{port}\""),
+        format!("- --web.listen-address=0.0.0.0:{port}"),
+        format!("containerPort: {port}"),
+    ] {
+        assert!(daemonset.contains(&want), "deploy/kubernetes/daemonset.yaml has no `{want}`");
+    }
+    let man = Command::new(common::exe()).args(["man", "export"]).output().unwrap();
+    let man = String::from_utf8_lossy(&man.stdout);
+    assert!(
+        man.contains(&format!("127.0.0.1:{port}")),
+        "man tfo-trace-export names the default port:\n{man}"
+    );
+
+    // The old port, anywhere in the repository's text but its release notes (and here).
+    let listed = Command::new("git").args(["ls-files"]).current_dir(&root).output();
+    let Some(files) = listed.ok().filter(|o| o.status.success()) else {
+        common::skip("no git to list the repository's files");
+    };
+    let text_kinds = ["md", "rs", "yml", "yaml", "service", "json", "toml", "py"];
+    let mut left = Vec::new();
+    for rel in String::from_utf8_lossy(&files.stdout).lines() {
+        let kind = Path::new(rel).extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !text_kinds.contains(&kind)
+            || rel == "CHANGELOG.md"
+            || rel.ends_with("tests/integration/export.rs")
+        {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(root.join(rel)) else { continue };
+        for (n, line) in text.lines().enumerate() {
+            if line.split(|c: char| !c.is_ascii_digit()).any(|w| w == OLD_PORT) {
+                left.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(left.is_empty(), "the old port {OLD_PORT} is still named:\n{}", left.join("\n"));
+}
+
+use dashboard::{
+    dashboard_has_what_grafana_needs, dashboard_is_what_its_generator_makes,
+    every_dashboard_panel_shows_the_lab,
+};
+
 module_tests!(
     prometheus_scrapes_what_the_kernel_counted,
     refused_syn_data_is_exported_by_what_the_synack_said,
     prometheus_rules,
-    alerts_reach_alertmanager
+    alerts_reach_alertmanager,
+    default_port_is_the_same_everywhere,
+    dashboard_has_what_grafana_needs,
+    dashboard_is_what_its_generator_makes,
+    every_dashboard_panel_shows_the_lab,
 );

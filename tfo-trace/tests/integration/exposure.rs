@@ -218,8 +218,9 @@ fn parse_proc_addr(s: &str) -> SocketAddr {
 }
 
 /// The exporter runs in a lab namespace (its default port cannot clash with anything on the
-/// host there): by default its only listening socket is 127.0.0.1:9435, which the
-/// namespace's own non-loopback address does not reach; an explicit address is honoured.
+/// host there): by default its only listening socket is 127.0.0.1 on the default port,
+/// which the namespace's own non-loopback address does not reach; an explicit address is
+/// honoured.
 fn the_exporter_listens_on_loopback_unless_told_otherwise() {
     require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();

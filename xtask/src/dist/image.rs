@@ -19,8 +19,10 @@ pub fn reference() -> String {
     format!("tfo-trace:{VERSION}")
 }
 
-/// The port `export` listens on in the container (as in deploy/kubernetes).
-const METRICS_PORT: u16 = 9435;
+/// The port `export` listens on in the container: tfo-trace's default
+/// (`cli::DEFAULT_EXPORT_LISTEN`), as in deploy/kubernetes; tests/integration/dist.rs
+/// checks the image's config against it.
+const METRICS_PORT: u16 = 17413;
 
 /// `tfo-trace-<version>-<arch>-linux-image.tar` in `out`, made in `work`.
 pub fn build(arch: Arch, exe: &Path, source: &Source, work: &Path, out: &Path) -> Result<PathBuf> {

@@ -4,14 +4,17 @@
 //!   executables (no program interpreter, no shared library), the eBPF object embedded,
 //!   stripped ([`crate::cross`] builds them);
 //! - `tfo-trace_<version>_amd64.deb`, `tfo-trace_<version>_arm64.deb` ([`deb`]);
+//! - `tfo-trace-<version>-1.x86_64.rpm`, `tfo-trace-<version>-1.aarch64.rpm` ([`rpm`]);
 //! - `tfo-trace-<version>-<arch>-linux-image.tar`: an OCI image per architecture, the
 //!   binary alone on an empty base, that `docker load` takes ([`image`]);
 //! - `SHA256SUMS` of all of them.
 //!
 //! Scratch work goes to `target/dist-work/`. Timestamps are the commit's
 //! (SOURCE_DATE_EPOCH), so the packages and images do not change from one run to the next.
+mod contents;
 mod deb;
 mod image;
+mod rpm;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -114,7 +117,7 @@ pub fn build(arches: &[Arch]) -> Result<Vec<PathBuf>> {
     // Pages and completions are the same for every architecture: made once, by the first
     // binary (under qemu-user when it is not this host's).
     let (doc_arch, doc_exe) = &binaries[0];
-    let docs = deb::Docs::generate(*doc_arch, doc_exe, &work.join("docs"))?;
+    let docs = contents::Docs::generate(*doc_arch, doc_exe, &work.join("docs"))?;
     phases.done("man pages and completions");
     for (arch, exe) in &binaries {
         made.push(deb::build(
@@ -125,6 +128,7 @@ pub fn build(arches: &[Arch]) -> Result<Vec<PathBuf>> {
             &work.join(format!("deb-{}", arch.debian())),
             &out,
         )?);
+        made.push(rpm::build(*arch, exe, &docs, &source, &work.join(format!("rpm-{}", arch.name())), &out)?);
     }
     phases.done("packages");
     for (arch, exe) in &binaries {
