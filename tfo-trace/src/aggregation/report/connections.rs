@@ -11,7 +11,7 @@ use crate::{
         report::key_change::KeyChange,
         stall::{self, Cause, Stall, StallCounts},
     },
-    events::{Event, Outcome},
+    events::{CookieChange, Event, Outcome},
 };
 
 /// One client connection's outcome, as far as a report needs it.
@@ -36,8 +36,9 @@ pub struct OneConn {
     bits: Bits,
 }
 
-/// The SYN carried data, `accepted` whose saving the kernel measured, and a refusal's cause
-/// ([`Told::index`]-like: a [`crate::events::Cause`]'s number, or [`Bits::NOT_RECORDED`]).
+/// The SYN carried data, `accepted` whose saving the kernel measured, a refusal's cause
+/// ([`Told::index`]-like: a [`crate::events::Cause`]'s number, or [`Bits::NOT_RECORDED`])
+/// and its cookie's change (0 none, else a [`CookieChange`]'s place in its `ALL`, plus 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Bits(u8);
 
@@ -45,14 +46,17 @@ impl Bits {
     const WITH_DATA: u8 = 1 << 0;
     const SAVED_KNOWN: u8 = 1 << 1;
     const CAUSE_SHIFT: u8 = 2;
+    const CAUSE_MASK: u8 = 0b111;
     const NOT_RECORDED: u8 = 7;
+    const CHANGE_SHIFT: u8 = 6;
 
-    fn new(with_data: bool, saved_known: bool, told: Told) -> Bits {
+    fn new(with_data: bool, saved_known: bool, told: Told, change: Option<CookieChange>) -> Bits {
         let cause = match told {
             Told::Cause(c) => c as u8,
             Told::NotRecorded => Bits::NOT_RECORDED,
         };
-        let mut b = cause << Bits::CAUSE_SHIFT;
+        let change = change.map_or(0, |c| c.index() as u8 + 1);
+        let mut b = (cause << Bits::CAUSE_SHIFT) | (change << Bits::CHANGE_SHIFT);
         if with_data {
             b |= Bits::WITH_DATA;
         }
@@ -63,10 +67,15 @@ impl Bits {
     }
 
     fn told(self) -> Told {
-        match self.0 >> Bits::CAUSE_SHIFT {
+        match (self.0 >> Bits::CAUSE_SHIFT) & Bits::CAUSE_MASK {
             Bits::NOT_RECORDED => Told::NotRecorded,
             n => Told::Cause(crate::events::Cause::from_u8(n)),
         }
+    }
+
+    fn change(self) -> Option<CookieChange> {
+        let n = usize::from(self.0 >> Bits::CHANGE_SHIFT);
+        n.checked_sub(1).and_then(|i| CookieChange::ALL.get(i).copied())
     }
 }
 
@@ -89,6 +98,7 @@ impl OneConn {
                 e.syn_data_bytes > 0,
                 e.outcome == Outcome::Accepted && e.saved_us.is_some(),
                 e.cause.map_or(Told::NotRecorded, Told::Cause),
+                e.cookie_change,
             ),
         }
     }
@@ -110,6 +120,11 @@ impl OneConn {
     /// A refusal's cause, as its event told it (meaningful on `data_not_acked` only).
     pub fn told(&self) -> Told {
         self.bits.told()
+    }
+
+    /// A refusal's cookie change, where its event told one.
+    pub fn cookie_change(&self) -> Option<CookieChange> {
+        self.bits.change()
     }
 }
 
@@ -225,7 +240,7 @@ impl ConnAcc {
             self.first_accepted_ns = min_opt(self.first_accepted_ns, Some(c.ts_ns));
         }
         self.key.add(c.outcome, c.ts_ns);
-        self.refusals.add(c.outcome, c.told());
+        self.refusals.add(c.outcome, c.told(), c.cookie_change());
     }
 
     pub fn merge(&mut self, o: &ConnAcc) {
@@ -453,13 +468,17 @@ mod tests {
     fn one_connection_is_small() {
         assert!(std::mem::size_of::<OneConn>() <= 32, "{}", std::mem::size_of::<OneConn>());
         assert!(std::mem::size_of::<Slot>() <= 40, "{}", std::mem::size_of::<Slot>());
-        // Its three facts in one byte, each read back as given.
+        // Its four facts in one byte, each read back as given.
         let told = crate::events::Cause::ALL.map(Told::Cause);
+        let changes = CookieChange::ALL.map(Some);
         for told in told.into_iter().chain([Told::NotRecorded]) {
-            for (data, saved) in [(false, false), (true, false), (false, true), (true, true)] {
-                let b = Bits::new(data, saved, told);
-                let c = OneConn { bits: b, ..conn(Outcome::DataNotAcked, 64, 0, 0, 1) };
-                assert_eq!((c.with_data(), c.saved_known(), c.told()), (data, saved, told));
+            for change in changes.into_iter().chain([None]) {
+                for (data, saved) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let b = Bits::new(data, saved, told, change);
+                    let c = OneConn { bits: b, ..conn(Outcome::DataNotAcked, 64, 0, 0, 1) };
+                    let read = (c.with_data(), c.saved_known(), c.told(), c.cookie_change());
+                    assert_eq!(read, (data, saved, told, change));
+                }
             }
         }
     }
