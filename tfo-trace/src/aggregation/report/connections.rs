@@ -308,7 +308,11 @@ impl ConnAcc {
             saved_us: self.saved_us,
             saves: self.saves,
             accepted: self.count(Outcome::Accepted),
-            lost_us: self.lost_us_total().saturating_add(self.extra_round_trip_us),
+            // Not the refusals' resends: tcp_rcv_fastopen_synack() marks a refused SYN's
+            // data lost and resends it at once on the SYN-ACK (tcp_non_congestion_loss_retransmit),
+            // when a plain connect would first send it: no time lost against plain TCP,
+            // only the round trip TFO did not save.
+            lost_us: self.lost_us_total(),
             stalled: self.stalled(),
             connections: self.connections(),
         }
@@ -322,14 +326,16 @@ impl ConnAcc {
 
 /// Time TFO saved beside time it lost, over some client connections: each accepted SYN-data
 /// saved the round trip the kernel measured for it (`Event::saved_us`); each stall lost
-/// its SYN timeout, each `data_not_acked` the data's resend one round trip later.
+/// its SYN timeout. A `data_not_acked` lost nothing against plain TCP (its data goes with
+/// the handshake's last ACK, as a plain connect's first write would): it only saved
+/// nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Balance {
     /// Sum of the measured savings, over `saves` accepted connections (of `accepted`).
     pub saved_us: u64,
     pub saves: u64,
     pub accepted: u64,
-    /// Stalls' time lost and data-not-acked resends, over `stalled` stalls.
+    /// Stalls' time lost, over `stalled` stalls.
     pub lost_us: u64,
     pub stalled: u64,
     pub connections: u64,
