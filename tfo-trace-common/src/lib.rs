@@ -193,21 +193,23 @@ impl Cause {
 }
 
 /// A short keyed hash of a TFO cookie (its 16 bytes as the kernel keeps them, as two
-/// little-endian words, and its length), for comparing and counting cookies without ever
-/// holding one: SipHash-1-3 under a key made per tracer run (never recorded), cut to 32
-/// bits, never 0 (0 is "no cookie"). The kernel programs and userspace (the cookie cache
+/// little-endian words: zero past the cookie's length), for comparing and counting cookies
+/// without ever holding one: SipHash-1-3 under a key made per tracer run (never recorded),
+/// cut to 32 bits, never 0 (0 is "no cookie"). The length is not hashed: the cookie a SYN
+/// carried is read back from `fastopen_req` after tcp_send_syn_data() set its length to
+/// -1, its bytes left as they were. The kernel programs and userspace (the cookie cache
 /// read over netlink) hash alike, so their hashes compare within one run.
 #[inline(always)]
-pub const fn cookie_hash(key: [u64; 2], val: [u64; 2], len: u8) -> u32 {
+pub const fn cookie_hash(key: [u64; 2], val: [u64; 2]) -> u32 {
     let mut v = [
         key[0] ^ 0x736f_6d65_7073_6575,
         key[1] ^ 0x646f_7261_6e64_6f6d,
         key[0] ^ 0x6c79_6765_6e65_7261,
         key[1] ^ 0x7465_6462_7974_6573,
     ];
-    // The 17-byte message `val || len`: two whole words, then the last byte with the
-    // message's length in the top byte, as SipHash pads its final word.
-    let words = [val[0], val[1], (len as u64) | (17u64 << 56)];
+    // The 16-byte message: two whole words, then SipHash's final word (the message's
+    // length in its top byte).
+    let words = [val[0], val[1], 16u64 << 56];
     let mut i = 0;
     while i < 3 {
         v[3] ^= words[i];
@@ -322,10 +324,64 @@ pub struct TfoEvent {
     pub thread: [u8; TASK_COMM_LEN],
     /// [`cookie_hash`] of the cookie the event is about, never the cookie: for
     /// `cookie_received` the one cached, for a refused SYN-data the one its SYN-ACK
-    /// brought; 0 for none. Last, so that the fields before keep their offsets.
+    /// brought; 0 for none. After the fields of the first version, so that those keep
+    /// their offsets.
     pub cookie_hash: u32,
+    /// A refused SYN-data: [`cookie_hash`] of the cookie its SYN carried, where the
+    /// programs saw it (at the exit of tcp_fastopen_cookie_check, or in a blocking
+    /// socket's `fastopen_req` at the SYN-ACK); 0 where they did not.
+    pub sent_cookie_hash: u32,
+    /// Backends that do not see the SYN-ACK's cookie (tracepoints), client events whose
+    /// SYN-ACK may have written the destination's cookie cache: [`SynackSeq::seq`] of the
+    /// destination's slot when the SYN was sent (`syn_seq`) and as this SYN-ACK counted
+    /// itself (`synack_seq`); 0 elsewhere. See [`SynackSeq`].
+    pub syn_seq: u32,
+    pub synack_seq: u32,
+    /// With `synack_seq`: microseconds since the slot's previous SYN-ACK, 0 where another
+    /// SYN-ACK counted itself in the same slot while this one did, `u32::MAX` where it had
+    /// none: a SYN-ACK close behind another may have its cookie cached before or after
+    /// that one's, so a read of the cache cannot tell which.
+    pub synack_gap_us: u32,
     /// Spelled out: the record stays a whole number of 8-byte words.
     pub _pad2: u32,
+}
+
+/// The number of slots of the kernel's per-destination count of SYN-ACKs ([`SynackSeq`]).
+pub const SYNACK_SEQ_SLOTS: u32 = 8192;
+
+/// Where the client's TFO SYN-ACKs toward a destination are counted, on the backends that
+/// do not see their cookie (the tracepoints): the destination's cookie cache
+/// (tcp_metrics, tcp_fastopen_cache_set) is read by userspace after the event, and the
+/// count tells whether another SYN-ACK wrote it in between (the read then says nothing of
+/// this one), and which SYN-ACKs came between a connection's SYN and its own. Every TFO
+/// SYN-ACK that can write the cache and is not an accepted SYN-data counts (a refused
+/// SYN-data, a cookie request's, a cookie sent without data): those are the rare ones,
+/// so the slot's line is written rarely and read at every TFO connect. A slot is one
+/// destination address (whatever the namespace or the source address): destinations
+/// that share one only make a read useless more often, never wrong.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SynackSeq {
+    /// SYN-ACKs counted so far.
+    pub seq: u64,
+    /// When the last one was counted (CLOCK_MONOTONIC ns, the packet's time).
+    pub last_ns: u64,
+}
+
+/// The slot of [`SynackSeq`] a destination address is counted in: `addr` is the address
+/// as the programs load it (IPv4: its 4 bytes as a little-endian word; IPv6: two
+/// little-endian words), an IPv4-mapped IPv6 address counting as its IPv4 one (tcp_metrics
+/// keeps those under the IPv4 address).
+#[inline(always)]
+pub const fn synack_slot(family: u8, addr: [u64; 2]) -> u32 {
+    let x = if family == FAMILY_V4 {
+        addr[0]
+    } else if addr[0] == 0 && addr[1] as u32 == 0xffff_0000 {
+        addr[1] >> 32 // ::ffff:a.b.c.d: a.b.c.d, as the IPv4 word
+    } else {
+        addr[0] ^ addr[1].rotate_left(29)
+    };
+    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SYNACK_SEQ_SLOTS.trailing_zeros())) as u32
 }
 
 /// A comm's 16 bytes, as two little-endian words, as bpf_get_current_comm gives them: zero
@@ -537,6 +593,8 @@ mod pod {
     unsafe impl aya::Pod for super::Filter {}
     // SAFETY: as for TfoEvent.
     unsafe impl aya::Pod for super::Cidr {}
+    // SAFETY: as for TfoEvent.
+    unsafe impl aya::Pod for super::SynackSeq {}
 }
 
 #[cfg(test)]
@@ -546,7 +604,8 @@ mod tests {
 
     #[test]
     fn wire_sizes_have_no_hidden_padding() {
-        assert_eq!(size_of::<TfoEvent>(), 144);
+        assert_eq!(size_of::<TfoEvent>(), 160);
+        assert_eq!(size_of::<SynackSeq>(), 16);
         assert_eq!(size_of::<CgroupEvent>(), 16 + CGROUP_PATH_LEN);
         assert_eq!(size_of::<Field>(), 8);
         assert_eq!(size_of::<ListenerKey>(), 8);
@@ -640,14 +699,27 @@ mod tests {
     #[test]
     fn cookie_hashes_tell_cookies_apart_under_one_key() {
         let key = [0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210];
-        let a = cookie_hash(key, [0x1122_3344_5566_7788, 0], 8);
-        assert_eq!(a, cookie_hash(key, [0x1122_3344_5566_7788, 0], 8), "the same cookie, the same hash");
-        assert_ne!(a, cookie_hash(key, [0x1122_3344_5566_7789, 0], 8));
-        assert_ne!(a, cookie_hash(key, [0x1122_3344_5566_7788, 0], 16), "its length counts");
-        assert_ne!(a, cookie_hash([key[0], key[1] + 1], [0x1122_3344_5566_7788, 0], 8), "another run");
+        let a = cookie_hash(key, [0x1122_3344_5566_7788, 0]);
+        assert_eq!(a, cookie_hash(key, [0x1122_3344_5566_7788, 0]), "the same cookie, the same hash");
+        assert_ne!(a, cookie_hash(key, [0x1122_3344_5566_7789, 0]));
+        assert_ne!(a, cookie_hash(key, [0x1122_3344_5566_7788, 1]), "its second word counts");
+        assert_ne!(a, cookie_hash([key[0], key[1] + 1], [0x1122_3344_5566_7788, 0]), "another run");
         for c in Cause::ALL {
             assert_eq!(Cause::from_u8(c as u8), c);
         }
+    }
+
+    #[test]
+    fn an_ipv4_address_and_its_mapped_ipv6_form_share_a_slot() {
+        let v4 = u32::from_le_bytes([198, 18, 0, 2]) as u64;
+        let mapped = [0, 0xffff_0000 | (v4 << 32)];
+        let slot = synack_slot(FAMILY_V4, [v4, 0]);
+        assert_eq!(synack_slot(FAMILY_V6, mapped), slot);
+        assert!(slot < SYNACK_SEQ_SLOTS);
+        let other = synack_slot(FAMILY_V4, [u32::from_le_bytes([198, 18, 0, 3]) as u64, 0]);
+        assert_ne!(other, slot, "neighbours spread");
+        let v6 = [0x0000_0000_f007_00fd, 0x0200_0000_0000_0000];
+        assert!(synack_slot(FAMILY_V6, v6) < SYNACK_SEQ_SLOTS);
     }
 
     #[test]

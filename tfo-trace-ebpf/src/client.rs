@@ -23,8 +23,8 @@ use crate::{
     filter,
     globals::cookie_key,
     handlers::{
-        client_failed, client_flags, client_outcome, cookie_received, packet_time_ns, refused_data,
-        sent_cookie_compared, syn_data_bytes,
+        client_failed, client_flags, client_outcome, cookie_received, packet_time_ns, refusal_cause,
+        refused_data, req_cookie_hash, syn_data_bytes,
     },
     kernel::{netns_of, present, state_of, tuple_of, Access, FastopenCookie, Sock, TcpSock, TCP_SYN_SENT},
     maps::{bump, conn_state, follow, forget, now, ConnState, Measure},
@@ -56,7 +56,7 @@ pub fn on_syn_prepared<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>, sent: 
     // Its start is the SYN's: tcp_connect() stamped the clock the SYN is sent by just
     // before (tcp_mstamp_refresh), so the handshake and the round trip tcp_ack() measures
     // on it start together; the clock now runs behind this call and this program.
-    let state = ConnState { start_ns: packet_time_ns(tp), ..ConnState::new(&process) };
+    let mut state = ConnState { start_ns: packet_time_ns(tp), ..ConnState::new(&process) };
     if !sent && (cookie.foc_len() as u8 as i8) < 0 {
         // Nothing at its SYN-ACK will say more (its SYN has no TFO flag): decided now,
         // without a handshake time.
@@ -71,6 +71,12 @@ pub fn on_syn_prepared<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>, sent: 
         };
         record(sk.common(), Role::Client, Outcome::NotAttempted, netns, &conn, measure, |_| {});
         return;
+    }
+    // The cookie it sends, hashed: its SYN-ACK's cookie is compared with it (a SYN that
+    // leaves before an earlier one's SYN-ACK cached a new cookie carries the old one).
+    let len = cookie.foc_len() as u8 as i8;
+    if sent && len > 0 && present!(foc_val) {
+        state.sent_hash = cookie_hash(cookie_key(), cookie.foc_val());
     }
     // One call per SYN that goes out: an entry already at this address was a dead socket's.
     if !follow(sk, &state) {
@@ -100,18 +106,20 @@ pub fn on_synack<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>) {
         return;
     }
     let len = cookie.foc_len() as u8 as i8;
-    let hash =
-        if len > 0 && present!(foc_val) { cookie_hash(cookie_key(), cookie.foc_val(), len as u8) } else { 0 };
+    let hash = if len > 0 && present!(foc_val) { cookie_hash(cookie_key(), cookie.foc_val()) } else { 0 };
     let f = client_flags(tp);
     let c = client_outcome(sk, tp, &f, &conn);
     let refused = refused_data(&f, c.outcome);
-    let cause = if !refused {
-        Cause::Unknown
-    } else if len <= 0 {
-        Cause::NoTfoOption
+    // The cookie the SYN carried: hashed as it left, or (a connection older than the
+    // tracer) where a blocking socket's request still holds it.
+    let sent = if !refused {
+        0
+    } else if conn.sent_hash != 0 {
+        conn.sent_hash
     } else {
-        sent_cookie_compared(tp, cookie)
+        req_cookie_hash(tp)
     };
+    let cause = if refused { refusal_cause(len, hash, sent) } else { Cause::Unknown };
     let netns = netns_of(sk.common());
     record(sk.common(), Role::Client, c.outcome, netns, &conn, c.measure, |ev| {
         if f.exp {
@@ -120,6 +128,7 @@ pub fn on_synack<A: Access>(sk: Sock<A>, cookie: FastopenCookie<A>) {
         if refused {
             ev.cause = cause as u8;
             ev.cookie_hash = hash;
+            ev.sent_cookie_hash = sent;
             ev.cookie_len = if len > 0 { len as u8 } else { 0 };
             ev.flags |= flags::COOKIE_LEN_KNOWN;
         }

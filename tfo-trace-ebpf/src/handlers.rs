@@ -17,16 +17,21 @@
 //! all inlined it was spread over 14 KB with the exit at the far end (measured on a 2-core
 //! VM: 158 -> 92 ns per plain connection over the empty programs' floor); a TFO
 //! connection pays a BPF-to-BPF call or two for it.
-use tfo_trace_common::{config, counter, flags, Cause, ListenerKey, Outcome, ProcInfo, Role, TfoEvent};
+use tfo_trace_common::{
+    config, cookie_hash, counter, flags, Cause, ListenerKey, Outcome, ProcInfo, Role, TfoEvent,
+};
 
 use crate::{
     filter,
-    globals::config_has,
+    globals::{config_has, cookie_key},
     kernel::{
         family_of, is_tcp, netns_of, present, state_of, tuple_of, Access, FastopenCookie, RequestSock, Sock,
         SockCommon, TcpSock, TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
     },
-    maps::{bump, conn_state, follow, forget, get16, now, put16, ConnState, Measure, LISTENERS},
+    maps::{
+        bump, conn_state, count_synack, follow, forget, get16, now, put16, synack_seq, ConnState, Measure,
+        SynackMark, LISTENERS,
+    },
     record::{current_process, record, Known},
 };
 
@@ -91,13 +96,23 @@ fn client_connect_tfo<A: Access>(sk: Sock<A>) {
     }
     // Where it goes is known at connect() (tcp_v4_connect sets the destination and the
     // route's source before SYN_SENT); only the source port comes later.
-    if filter::needs_state() {
+    let mut state = ConnState::new(&process);
+    let counts_synacks = !config_has(config::COOKIE_FROM_CACHE_SET);
+    if filter::needs_state() || counts_synacks {
         let t = tuple_of(sk.common());
-        if !filter::connection_selected(netns_of(sk.common()), t.family, &t.daddr, t.dport, &t.saddr) {
+        if filter::needs_state()
+            && !filter::connection_selected(netns_of(sk.common()), t.family, &t.daddr, t.dport, &t.saddr)
+        {
             return;
         }
+        // Where no hook sees the SYN-ACK's cookie: which of the destination's SYN-ACKs
+        // came before this SYN (tcp_connect() reads the cookie it sends from the cache
+        // next, in this same call).
+        if counts_synacks {
+            state.syn_seq = synack_seq(t.family, t.daddr);
+        }
     }
-    if !follow(sk, &ConnState::new(&process)) {
+    if !follow(sk, &state) {
         bump(counter::CONN_STATE_FAILED);
     }
 }
@@ -200,16 +215,61 @@ fn client_established_tfo<A: Access>(sk: Sock<A>) {
     // tells a refused SYN-data there, with what its SYN-ACK said.
     let cookie_next = (f.syn_data || f.syn_fastopen) && config_has(config::COOKIE_FROM_CACHE_SET);
     let c = client_outcome(sk, tp, &f, &conn);
-    if !(cookie_next && refused_data(&f, c.outcome)) {
-        record(sk.common(), Role::Client, c.outcome, netns_of(sk.common()), &conn, c.measure, |ev| {
-            if f.exp {
-                ev.flags |= flags::EXP_OPTION;
-            }
-        });
+    if cookie_next && refused_data(&f, c.outcome) {
+        return; // on_cookie_cached() tells it, and ends the state
     }
+    // Where no hook sees the SYN-ACK's cookie, userspace reads the cache after the event:
+    // a SYN-ACK that may write it is counted first, and a refused SYN-data says which
+    // cookie its SYN carried where a blocking socket's request still holds it.
+    let mark = if !cookie_next && writes_cookie_cache(&f, c.outcome) {
+        let t = tuple_of(sk.common());
+        count_synack(t.family, t.daddr, packet_time_ns(tp))
+    } else {
+        SynackMark { seq: 0, gap_us: 0 }
+    };
+    let sent = if refused_data(&f, c.outcome) { req_cookie_hash(tp) } else { 0 };
+    record(sk.common(), Role::Client, c.outcome, netns_of(sk.common()), &conn, c.measure, |ev| {
+        if f.exp {
+            ev.flags |= flags::EXP_OPTION;
+        }
+        if mark.seq != 0 {
+            ev.syn_seq = conn.syn_seq;
+            ev.synack_seq = mark.seq;
+            ev.synack_gap_us = mark.gap_us;
+            ev.sent_cookie_hash = sent;
+        }
+    });
     if conn.known && !cookie_next {
         forget(sk);
     }
+}
+
+/// Whether the SYN-ACK of this outcome may write the destination's cookie cache
+/// (tcp_rcv_fastopen_synack -> tcp_fastopen_cache_set, for a SYN that asked for TFO): a
+/// refusal's and a cookie request's bring a cookie, a cookie sent without data may get
+/// another. Not an accepted SYN-data (only a server's backup key sends one a cookie), nor
+/// a SYN resent (the resent SYN has no TFO option, so its SYN-ACK brings none).
+#[inline(always)]
+fn writes_cookie_cache(f: &ClientFlags, outcome: Outcome) -> bool {
+    (f.syn_data || f.syn_fastopen)
+        && matches!(outcome, Outcome::DataNotAcked | Outcome::CookieRequested | Outcome::CookieSentNoData)
+}
+
+/// The hash of the cookie the SYN carried, where the socket's TFO request still holds it:
+/// a blocking sendto(MSG_FASTOPEN) (or first write) waits in __inet_stream_connect for the
+/// SYN-ACK before tcp_sendmsg_fastopen() frees it; tcp_send_syn_data() set only its length
+/// to -1 after the SYN, its bytes stay. 0 where it is gone or held no cookie.
+#[inline(always)]
+pub(crate) fn req_cookie_hash<A: Access>(tp: TcpSock<A>) -> u32 {
+    let req = tp.fastopen_req();
+    if req.is_null() || !present!(req_cookie) || !present!(foc_val) {
+        return 0;
+    }
+    let val = req.req_cookie().foc_val();
+    if val[0] == 0 && val[1] == 0 {
+        return 0;
+    }
+    cookie_hash(cookie_key(), val)
 }
 
 /// A client's outcome at its SYN-ACK and what it measures.
@@ -358,19 +418,15 @@ pub(crate) fn cookie_received<A: Access>(
     });
 }
 
-/// A refused SYN-data whose SYN-ACK brought a cookie: whether it is the cookie the SYN
-/// carried, where the socket's TFO request still holds that (its bytes: only its length
-/// was set to -1 after the SYN); Unknown where it is gone (a non-blocking sendto returned
-/// and freed it), for userspace to tell by the hashes.
+/// A refused SYN-data's cause from what its SYN-ACK brought (`len`, the hash `got`) and
+/// the hash of the cookie its SYN carried (`sent`, 0: not seen).
 #[inline(always)]
-pub(crate) fn sent_cookie_compared<A: Access>(tp: TcpSock<A>, got: FastopenCookie<A>) -> Cause {
-    let req = tp.fastopen_req();
-    if req.is_null() || !present!(req_cookie) || !present!(foc_val) {
-        return Cause::Unknown;
-    }
-    let sent = req.req_cookie().foc_val();
-    let got = got.foc_val();
-    if sent[0] == got[0] && sent[1] == got[1] {
+pub(crate) fn refusal_cause(len: i8, got: u32, sent: u32) -> Cause {
+    if len <= 0 {
+        Cause::NoTfoOption
+    } else if sent == 0 {
+        Cause::Unknown
+    } else if sent == got {
         Cause::SameCookie
     } else {
         Cause::NewCookie

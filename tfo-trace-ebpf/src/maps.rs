@@ -3,10 +3,11 @@
 use aya_ebpf::{
     bindings::{BPF_F_NO_COMMON_LRU, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::map,
-    maps::{LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use tfo_trace_common::{
-    counter, handshake_bucket, CountKey, Counts, ListenerKey, Outcome, ProcInfo, TfoEvent,
+    counter, handshake_bucket, synack_slot, CountKey, Counts, ListenerKey, Outcome, ProcInfo, SynackSeq,
+    TfoEvent, SYNACK_SEQ_SLOTS,
 };
 
 use crate::{globals::wakeup_bytes, kernel::Sock};
@@ -26,6 +27,12 @@ pub struct ConnState {
     pub cgroup_id: u64,
     /// The connecting thread's name (`comm` is the process's).
     pub thread: [u64; 2],
+    /// `tfo_trace_common::cookie_hash` of the cookie the SYN carried, where the backend
+    /// sees it leave (tcp_fastopen_cookie_check's exit); 0: none, or not seen.
+    pub sent_hash: u32,
+    /// Where SYN-ACKs are counted per destination (`SYNACK_SEQ`): the destination's count
+    /// when the SYN was sent.
+    pub syn_seq: u32,
 }
 
 impl ConnState {
@@ -40,6 +47,8 @@ impl ConnState {
             comm: p.comm,
             cgroup_id: p.cgroup_id,
             thread: p.thread,
+            sent_hash: 0,
+            syn_seq: 0,
         }
     }
 }
@@ -59,6 +68,8 @@ impl ConnState {
             comm: [0; 2],
             cgroup_id: 0,
             thread: [0; 2],
+            sent_hash: 0,
+            syn_seq: 0,
         }
     }
 }
@@ -97,7 +108,7 @@ pub fn get16(src: &[u8; 16]) -> [u64; 2] {
 /// Zeroes a reserved event word by word (no memset call).
 #[inline(always)]
 fn zero_event(ev: *mut TfoEvent) {
-    const _: () = assert!(core::mem::size_of::<TfoEvent>() == 18 * 8);
+    const _: () = assert!(core::mem::size_of::<TfoEvent>() == 20 * 8);
     let w = ev as *mut u64;
     macro_rules! zero {
         ($($i:literal)*) => {
@@ -106,7 +117,7 @@ fn zero_event(ev: *mut TfoEvent) {
             unsafe { $( w.add($i).write_volatile(0); )* }
         };
     }
-    zero!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17);
+    zero!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19);
 }
 
 #[inline(always)]
@@ -143,6 +154,79 @@ pub fn follow<A>(sk: Sock<A>, state: &ConnState) -> bool {
 #[inline(always)]
 pub fn forget<A>(sk: Sock<A>) {
     let _ = CONNS.remove(sk.addr());
+}
+
+/// The client's TFO SYN-ACKs that may write a destination's cookie cache, counted per
+/// destination (`tfo_trace_common::SynackSeq`), on the backends that do not see the
+/// cookie: what tells userspace whether its read of the cache after a refusal is that
+/// SYN-ACK's, and which SYN-ACKs came between a SYN and its own.
+#[map]
+static SYNACK_SEQ: Array<SynackSeq> = Array::with_max_entries(SYNACK_SEQ_SLOTS, 0);
+
+/// The count of SYN-ACKs so far at `daddr`'s slot (`SYNACK_SEQ`): one load of a line
+/// written only by refusals and cookie requests, read at every TFO connect.
+#[inline(always)]
+pub fn synack_seq(family: u8, daddr: [u64; 2]) -> u32 {
+    match SYNACK_SEQ.get(synack_slot(family, daddr)) {
+        // SAFETY: an element of the array, read at once (a u64 load is atomic).
+        Some(slot) => unsafe { core::ptr::read_volatile(&slot.seq) as u32 },
+        None => 0,
+    }
+}
+
+/// A SYN-ACK counted in its slot: its number, and the microseconds since the slot's
+/// previous one (0: another counted itself meanwhile; u32::MAX: none before).
+pub struct SynackMark {
+    pub seq: u32,
+    pub gap_us: u32,
+}
+
+/// Counts a SYN-ACK at `at_ns` toward `daddr` (see `SYNACK_SEQ`). The count is an atomic
+/// add whose result is not used (BPF_ATOMIC_ADD, which every supported kernel has; a fetch
+/// needs 5.12): another CPU's add between the loads around it shows as a count that moved
+/// by more than one.
+#[inline(always)]
+pub fn count_synack(family: u8, daddr: [u64; 2], at_ns: u64) -> SynackMark {
+    let Some(slot) = SYNACK_SEQ.get_ptr_mut(synack_slot(family, daddr)) else {
+        return SynackMark { seq: 0, gap_us: 0 };
+    };
+    // SAFETY: an element of the array, valid for this program run; `seq` is an aligned
+    // u64, shared with other CPUs only through the atomic add and whole loads.
+    unsafe {
+        let seq = core::ptr::addr_of_mut!((*slot).seq);
+        let before = core::ptr::read_volatile(seq);
+        atomic_add(seq, 1);
+        let after = core::ptr::read_volatile(seq);
+        let last_ns = core::ptr::read_volatile(&(*slot).last_ns);
+        core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).last_ns), at_ns);
+        let gap_us = if after != before.wrapping_add(1) {
+            0
+        } else if last_ns == 0 {
+            u32::MAX
+        } else {
+            let us = at_ns.saturating_sub(last_ns) / 1000;
+            if us >= u32::MAX as u64 {
+                u32::MAX - 1
+            } else {
+                us as u32
+            }
+        };
+        SynackMark { seq: after as u32, gap_us }
+    }
+}
+
+/// `*p += v` in one atomic instruction (BPF_ATOMIC_ADD, BPF_XADD before 5.12: every
+/// supported kernel has it; the verifier allows it on a map value). core has no atomic
+/// read-modify-write for the bpf target.
+///
+/// # Safety
+/// `p` points into a map value, aligned to 8 bytes.
+#[inline(always)]
+unsafe fn atomic_add(p: *mut u64, v: u64) {
+    // SAFETY: per the function's contract; one instruction, no stack.
+    unsafe {
+        core::arch::asm!("lock *(u64 *)({p} + 0) += {v}", p = in(reg) p, v = in(reg) v, options(nostack))
+    };
 }
 
 /// Who called listen() on which (netns, port): softirq context cannot name the owner.

@@ -45,6 +45,10 @@ pub(crate) struct Known {
     pub comm: [u64; 2],
     pub thread: [u64; 2],
     pub cgroup_id: u64,
+    /// The hash of the cookie its SYN carried, and its destination's SYN-ACK count then
+    /// (`ConnState`); 0 where not seen.
+    pub sent_hash: u32,
+    pub syn_seq: u32,
 }
 
 impl Known {
@@ -56,6 +60,8 @@ impl Known {
         comm: [0; 2],
         thread: [0; 2],
         cgroup_id: 0,
+        sent_hash: 0,
+        syn_seq: 0,
     };
 
     /// Copies the state at `p` (null: none).
@@ -74,6 +80,8 @@ impl Known {
             comm: s.comm,
             thread: s.thread,
             cgroup_id: s.cgroup_id,
+            sent_hash: s.sent_hash,
+            syn_seq: s.syn_seq,
         }
     }
 

@@ -1,12 +1,13 @@
-//! Why a destination's SYN-data was refused, and how its cookie churned: what tells a
+//! Why a destination's SYN-data was refused, and how its cookie changed: what tells a
 //! server that stopped TFO from one whose cookie keeps changing (servers behind one address
 //! without a shared key, a NAT pool) and from a one-off change (a key rotated without a
-//! backup, the client's address changed once behind NAT). Kept on every destination row of
-//! `report` (beside [`super::report::key_change::KeyChange`]) and of `top`, and by `export`,
-//! so small, fixed-size and mergeable.
+//! backup, the client's address changed once behind NAT), whatever the number of
+//! connections in flight when it happened. Kept on every destination row of `report`
+//! (beside [`super::report::key_change::KeyChange`]) and of `top`, and by `export`, so
+//! small, fixed-size and mergeable.
 use serde::Serialize;
 
-use crate::events::{Cause, EventRef, Outcome, Role};
+use crate::events::{Cause, CookieChange, EventRef, Outcome, Role};
 
 /// What a refused SYN-data's SYN-ACK said: a [`Cause`] the tracer told, or nothing told at
 /// all (a recording made before causes were kept).
@@ -32,11 +33,14 @@ impl Told {
 }
 
 /// The client's refused SYN-data (`data_not_acked`) toward one destination (or a group of
-/// them), by cause, and the longest run of them in a row.
+/// them), by cause and by how the destination's cookie changed ([`CookieChange`]), and the
+/// longest run of them in a row.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Refusals {
     /// By [`Told::index`]: each [`Cause`] by its number, then the untold ones.
     by_cause: [u32; Cause::ALL.len() + 1],
+    /// By [`CookieChange`] (its place in [`CookieChange::ALL`]).
+    by_change: [u32; CookieChange::ALL.len()],
     /// Refusals since the last accepted SYN-data: the run still going.
     run: u32,
     longest_run: u32,
@@ -45,7 +49,7 @@ pub struct Refusals {
 /// The refusals' figures, as `report`'s JSON gives them (`refusals` on a destination row).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RefusalFigures {
-    /// The SYN-ACK brought another cookie: how many times the destination handed out a new one.
+    /// The SYN-ACK brought a cookie other than the one the SYN carried.
     pub new_cookie: u64,
     pub no_tfo_option: u64,
     pub same_cookie: u64,
@@ -53,16 +57,28 @@ pub struct RefusalFigures {
     pub unknown: u64,
     /// The most refused SYN-data in a row, none accepted between.
     pub longest_run: u64,
+    /// How the destination's cookie changed, where told ([`CookieChange`]): the times a
+    /// SYN-ACK brought a new one (`cookie_changes`), the SYN-data that left with the old
+    /// one before it arrived (`in_flight`), and those refused while carrying a cookie
+    /// the destination had just handed out (`refused_again`: the new cookie did not hold).
+    pub cookie_changes: u64,
+    pub in_flight: u64,
+    pub refused_again: u64,
 }
 
 impl Refusals {
     /// One client event, in the order they happened: a refusal with what its SYN-ACK said
-    /// (`told`), or an accepted SYN-data, which ends a run.
-    pub fn add(&mut self, outcome: Outcome, told: Told) {
+    /// (`told`) and how it changed the destination's cookie (`change`, where told), or an
+    /// accepted SYN-data, which ends a run.
+    pub fn add(&mut self, outcome: Outcome, told: Told, change: Option<CookieChange>) {
         match outcome {
             Outcome::DataNotAcked => {
                 let n = &mut self.by_cause[told.index()];
                 *n = n.saturating_add(1);
+                if let Some(c) = change {
+                    let n = &mut self.by_change[c.index()];
+                    *n = n.saturating_add(1);
+                }
                 self.run = self.run.saturating_add(1);
                 self.longest_run = self.longest_run.max(self.run);
             }
@@ -77,12 +93,20 @@ impl Refusals {
         for (n, m) in self.by_cause.iter_mut().zip(o.by_cause) {
             *n = n.saturating_add(m);
         }
+        for (n, m) in self.by_change.iter_mut().zip(o.by_change) {
+            *n = n.saturating_add(m);
+        }
         self.run = self.run.max(o.run);
         self.longest_run = self.longest_run.max(o.longest_run);
     }
 
     pub fn of(&self, told: Told) -> u64 {
         u64::from(self.by_cause[told.index()])
+    }
+
+    /// Refusals whose cookie changed so.
+    pub fn changed(&self, change: CookieChange) -> u64 {
+        u64::from(self.by_change[change.index()])
     }
 
     pub fn count(&self) -> u64 {
@@ -96,6 +120,20 @@ impl Refusals {
 
     pub fn longest_run(&self) -> u64 {
         u64::from(self.longest_run)
+    }
+
+    /// Whether the destination's cookie keeps changing (servers behind it without a shared
+    /// key, a NAT pool): two or more SYN-data refused while carrying a cookie the
+    /// destination had handed out to an earlier refused one, none accepted between
+    /// ([`CookieChange::Again`]). Not a run length: a key rotated without a backup
+    /// refuses every SYN-data already in flight with the old cookie, one round trip's
+    /// worth, and each of those brings the same new cookie, which then holds. A recording
+    /// made before changes were told has only its runs: two new cookies in a row.
+    pub fn churns(&self) -> bool {
+        if self.by_change.iter().any(|n| *n > 0) {
+            return self.changed(CookieChange::Again) >= 2;
+        }
+        self.main_cause() == Some(Cause::NewCookie) && self.longest_run >= 2
     }
 
     /// The cause most refusals had (ties: a new cookie, no option, the same cookie); None
@@ -131,6 +169,9 @@ impl Refusals {
             same_cookie: self.of(Told::Cause(Cause::SameCookie)),
             unknown: self.untold(),
             longest_run: self.longest_run(),
+            cookie_changes: self.changed(CookieChange::First),
+            in_flight: self.changed(CookieChange::InFlight),
+            refused_again: self.changed(CookieChange::Again),
         }
     }
 }
@@ -144,7 +185,7 @@ mod tests {
 
     fn of(seq: &[(Outcome, Told)]) -> Refusals {
         let mut r = Refusals::default();
-        seq.iter().for_each(|(o, t)| r.add(*o, *t));
+        seq.iter().for_each(|(o, t)| r.add(*o, *t, None));
         r
     }
 
@@ -163,7 +204,14 @@ mod tests {
         ]);
         assert_eq!(
             r.figures(),
-            RefusalFigures { new_cookie: 3, no_tfo_option: 1, same_cookie: 0, unknown: 1, longest_run: 3 }
+            RefusalFigures {
+                new_cookie: 3,
+                no_tfo_option: 1,
+                same_cookie: 0,
+                unknown: 1,
+                longest_run: 3,
+                ..RefusalFigures::default()
+            }
         );
         assert_eq!((r.count(), r.main_cause()), (5, Some(Cause::NewCookie)));
         let mut m = r;
@@ -198,5 +246,41 @@ mod tests {
         ]);
         assert_eq!(r.main_cause(), None);
         assert_eq!(Refusals::default().main_cause(), None);
+    }
+
+    /// A rotation seen with 16 SYN-data in flight: one new cookie, the other 15 left with
+    /// the old one before it came, all refused in a row; then the new cookie holds. A
+    /// fleet without a shared key: every new cookie is refused again at its next use.
+    #[test]
+    fn churn_is_a_cookie_refused_again_not_a_run() {
+        use CookieChange::{Again, First, InFlight};
+        let mut rotation = Refusals::default();
+        rotation.add(Outcome::DataNotAcked, NEW, Some(First));
+        for _ in 0..15 {
+            rotation.add(Outcome::DataNotAcked, NEW, Some(InFlight));
+        }
+        rotation.add(Outcome::Accepted, NEW, None);
+        assert_eq!((rotation.longest_run(), rotation.churns()), (16, false));
+        let f = rotation.figures();
+        assert_eq!((f.new_cookie, f.cookie_changes, f.in_flight, f.refused_again), (16, 1, 15, 0));
+
+        let mut fleet = Refusals::default();
+        fleet.add(Outcome::DataNotAcked, NEW, Some(First));
+        fleet.add(Outcome::DataNotAcked, NEW, Some(Again));
+        assert!(!fleet.churns(), "once is not yet alternating");
+        fleet.add(Outcome::DataNotAcked, NEW, Some(Again));
+        assert!(fleet.churns());
+
+        // Untold causes, but SYN-data that carried a cookie handed out just before.
+        let mut untold = Refusals::default();
+        for change in [None, Some(Again), Some(Again)] {
+            untold.add(Outcome::DataNotAcked, Told::Cause(Cause::Unknown), change);
+        }
+        assert!(untold.churns());
+
+        // A recording from before changes were told: its runs.
+        let old = of(&[(Outcome::DataNotAcked, NEW), (Outcome::DataNotAcked, NEW)]);
+        assert!(old.churns());
+        assert!(!of(&[(Outcome::DataNotAcked, NEW)]).churns());
     }
 }

@@ -20,6 +20,7 @@ use tfo_trace_common::{flags, TfoEvent, FAMILY_V4, FAMILY_V6, TASK_COMM_LEN};
 
 use crate::kernel::cgroup::NamedCgroup;
 
+pub use causes::CookieChange;
 pub use tfo_trace_common::{Cause, Outcome, Role};
 /// Roles and outcomes are declared once, in tfo-trace-common, with their wire numbers.
 pub use time::Timestamp;
@@ -98,6 +99,17 @@ fields::event_fields! {
     /// run, so hashes compare within one run (one recording) only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cookie_hash: Option<u32> = (raw.cookie_hash != 0).then_some(raw.cookie_hash);
+    /// A refused SYN-data: the same keyed hash of the cookie its SYN carried, where the
+    /// tracer saw it leave or could tell it from the destination's cookie cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sent_cookie_hash: Option<u32> = (raw.sent_cookie_hash != 0).then_some(raw.sent_cookie_hash);
+    /// A refused SYN-data, where the cookies its SYN carried and its SYN-ACK brought are
+    /// known: `first` (the destination's cookie changed here), `in_flight` (its SYN left
+    /// with the old cookie before the new one came), `again` (its SYN carried a cookie the
+    /// destination had just handed out to a refused SYN-data, none accepted since: the new
+    /// cookie did not hold). Told by the reader, never by the kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cookie_change: Option<CookieChange> = None;
     /// The SYN used the experimental option (kind 254, magic 0xF989).
     exp_option: bool = raw.flags & flags::EXP_OPTION != 0;
     retransmits: u32 = raw.retransmits;
@@ -294,7 +306,7 @@ fn handshake_us(raw: &TfoEvent) -> Option<u64> {
 }
 
 /// The bytes of one ring-buffer record as the record they hold.
-fn record_of(bytes: &[u8]) -> Result<TfoEvent> {
+pub(crate) fn record_of(bytes: &[u8]) -> Result<TfoEvent> {
     if bytes.len() < std::mem::size_of::<TfoEvent>() {
         bail!("short event record: {} bytes", bytes.len());
     }

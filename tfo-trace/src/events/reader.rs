@@ -12,7 +12,11 @@ use aya::{
 use tfo_trace_common::{counter, CountKey, Counts};
 use tokio::io::unix::AsyncFd;
 
-use super::{counts::KernelCounts, Clock, Event, EventRef, Interner, Role};
+use super::{
+    causes::{self, Tell},
+    counts::KernelCounts,
+    Clock, Event, EventRef, Interner, Role,
+};
 use crate::kernel::listeners::{ListenerNames, OwnerCache};
 
 /// tokio wants AsRawFd; aya's RingBuf offers AsFd.
@@ -26,6 +30,9 @@ impl AsRawFd for Ring {
 
 /// The longest a quietly submitted event waits before userspace reads it.
 const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How often the ring is read again while a refusal waits for the next connection's SYN.
+const POLL_WAITING: std::time::Duration = std::time::Duration::from_millis(1);
 
 pub(crate) struct EventSource {
     ring: AsyncFd<Ring>,
@@ -138,9 +145,13 @@ impl EventSource {
     /// is named: a server event's listener by its bound address, and its owner where the
     /// kernel map had none (a listener opened before we attached), both from /proc; every
     /// event's namespace name and container, and a client's destination by its DNS name
-    /// (`--names`; the answers queued before the records are read first). Returns how many
-    /// records were handed over.
+    /// (`--names`; the answers queued before the records are read first); and a refused
+    /// SYN-data's cause where the kernel left it to us ([`super::causes`]). A refusal that
+    /// waits for the next connection's SYN to be told holds back the events after it, in
+    /// order, for at most [`causes::HOLD`] each and [`causes::HOLD_PER_DRAIN`] in all:
+    /// every record read is handed over before this returns. Returns how many were.
     pub(crate) fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> u64 {
+        let lost = self.lost();
         let EventSource {
             ring,
             clock,
@@ -158,63 +169,120 @@ impl EventSource {
         if let Some(names) = names.as_mut() {
             names.learn(std::time::Instant::now());
         }
+        causes.events_lost(lost);
         let ring = &mut ring.get_mut().0;
         let mut learning = cgroups.names();
         let mut handed = 0;
-        while let Some(item) = ring.next() {
-            let mut e = match EventRef::from_bytes(&item, *clock, comms) {
-                Ok(e) => e,
-                Err(err) => {
-                    *malformed += 1;
-                    log::debug!("malformed event: {err:#}");
-                    continue;
+        // Records held back behind a refusal that waits, with what they were told.
+        let mut held: std::collections::VecDeque<(Vec<u8>, Tell)> = std::collections::VecDeque::new();
+        let mut waited_until = None;
+        // Past this drain's time: what is still held goes untold.
+        let mut flush = false;
+        // Names an event, and hands it over.
+        macro_rules! hand_over {
+            ($e:ident) => {{
+                let mut e = $e;
+                if e.role == Role::Server {
+                    e.listener =
+                        listeners.lookup(e.netns, e.pid, std::net::SocketAddr::new(e.saddr, e.sport));
                 }
-            };
-            let owner;
-            if e.role == Role::Server {
-                e.listener = listeners.lookup(e.netns, e.pid, std::net::SocketAddr::new(e.saddr, e.sport));
-                if e.pid == 0 {
-                    owner = owners.lookup(e.netns, e.sport, e.listener);
-                    if let Some(o) = &owner {
-                        (e.pid, e.comm) = (o.pid, &o.comm);
-                        e.cgroup_id = e.cgroup_id.or(o.cgroup_id);
+                let owner = (e.role == Role::Server && e.pid == 0)
+                    .then(|| owners.lookup(e.netns, e.sport, e.listener))
+                    .flatten();
+                if let Some(o) = &owner {
+                    (e.pid, e.comm) = (o.pid, &o.comm);
+                    e.cgroup_id = e.cgroup_id.or(o.cgroup_id);
+                }
+                if let (Some(names), Role::Client) = (names.as_mut(), e.role) {
+                    if !names.reads(e.netns) {
+                        names.saw_namespace(e.netns);
+                    } else {
+                        // Also where a name is found: a newer answer for the same address
+                        // may have come after the last read began (a repeated lookup, a
+                        // CNAME).
+                        names.catch_up(e.unix_ns);
                     }
                 }
-            }
-            causes.tell(&mut e);
-            if let (Some(names), Role::Client) = (names.as_mut(), e.role) {
-                if !names.reads(e.netns) {
-                    names.saw_namespace(e.netns);
-                } else {
-                    // Also where a name is found: a newer answer for the same address may
-                    // have come after the last read began (a repeated lookup, a CNAME).
-                    names.catch_up(e.unix_ns);
+                if let (Some(names), Role::Client) = (names.as_ref(), e.role) {
+                    e.dname = names.name_of(e.netns, e.daddr, e.unix_ns);
+                    if e.dname.is_none() && names.reads(e.netns) && log::log_enabled!(log::Level::Debug) {
+                        let kept = names.kept(e.netns, e.daddr);
+                        log::debug!(
+                            "--names: {} at {} in netns {}: none of {kept:?}",
+                            e.daddr,
+                            e.unix_ns,
+                            e.netns
+                        );
+                    }
                 }
-            }
-            if let (Some(names), Role::Client) = (names.as_ref(), e.role) {
-                e.dname = names.name_of(e.netns, e.daddr, e.unix_ns);
-                if e.dname.is_none() && names.reads(e.netns) && log::log_enabled!(log::Level::Debug) {
-                    let kept = names.kept(e.netns, e.daddr);
-                    log::debug!(
-                        "--names: {} at {} in netns {}: none of {kept:?}",
-                        e.daddr,
-                        e.unix_ns,
-                        e.netns
-                    );
+                let ns_name = netns_names.name(e.netns);
+                e.netns_name = ns_name.as_ref();
+                e.cgroup = e.cgroup_id.and_then(|id| learning.names.named(id));
+                e.container = match e.cgroup {
+                    Some(n) => n.label.as_deref(),
+                    None => {
+                        *unnamed += 1;
+                        Some(crate::kernel::cgroup::UNKNOWN)
+                    }
+                };
+                handed += 1;
+                each(e);
+            }};
+        }
+        loop {
+            // The held records whose turn has come, in order.
+            while let Some((bytes, tell)) = held.front() {
+                let told = match tell {
+                    Tell::Now(told) => *told,
+                    Tell::Later(id) => match causes.take(*id) {
+                        Some(told) => told,
+                        None if flush => Default::default(),
+                        None => break,
+                    },
+                };
+                if let Ok(mut e) = EventRef::from_bytes(bytes, *clock, comms) {
+                    told.apply(&mut e);
+                    hand_over!(e);
                 }
+                held.pop_front();
             }
-            let ns_name = netns_names.name(e.netns);
-            e.netns_name = ns_name.as_ref();
-            e.cgroup = e.cgroup_id.and_then(|id| learning.names.named(id));
-            e.container = match e.cgroup {
-                Some(n) => n.label.as_deref(),
+            if let Some(item) = ring.next() {
+                let decoded = super::record_of(&item)
+                    .and_then(|raw| EventRef::from_bytes(&item, *clock, comms).map(|e| (raw, e)));
+                let (raw, mut e) = match decoded {
+                    Ok(d) => d,
+                    Err(err) => {
+                        *malformed += 1;
+                        log::debug!("malformed event: {err:#}");
+                        continue;
+                    }
+                };
+                match causes.tell(&e, &raw) {
+                    Tell::Now(told) if held.is_empty() => {
+                        told.apply(&mut e);
+                        hand_over!(e);
+                    }
+                    tell => held.push_back((item.to_vec(), tell)),
+                }
+                continue;
+            }
+            if held.is_empty() {
+                break;
+            }
+            // A refusal waits for the next connection's SYN: what came meanwhile is read,
+            // for at most its own time and this drain's.
+            let now = std::time::Instant::now();
+            let until = *waited_until.get_or_insert(now + causes::HOLD_PER_DRAIN);
+            match causes.waits_until() {
+                Some(deadline) if now < until && now < deadline => {
+                    std::thread::sleep(deadline.min(until).saturating_duration_since(now).min(POLL_WAITING));
+                }
+                Some(_) => causes.give_up(now >= until),
                 None => {
-                    *unnamed += 1;
-                    Some(crate::kernel::cgroup::UNKNOWN)
+                    causes.give_up(true);
+                    flush = true;
                 }
-            };
-            handed += 1;
-            each(e);
+            }
         }
         learning.names.events_read();
         handed

@@ -1,7 +1,14 @@
 //! The client's TFO cookie cache of one network namespace (the kernel's tcp_metrics, where
 //! tcp_fastopen_cache_set() keeps the cookie each destination address gave), read over its
 //! generic netlink family `tcp_metrics` (include/uapi/linux/tcp_metrics.h): what tells why a
-//! SYN-data was refused on backends where no hook sees the SYN-ACK. A cookie's bytes never
+//! SYN-data was refused on backends where no hook sees the SYN-ACK.
+//!
+//! An entry is kept per source and destination address (tcp_get_metrics() looks it up by
+//! saddr, daddr and namespace, net/ipv4/tcp_metrics.c): a client with several addresses (a
+//! multi-homed host, IPv6 temporary addresses, a socket bound to one) holds a cookie per
+//! source. A look-up is by both ([`CookieCache::cookie`]); one without the source would be
+//! answered with the first entry of the destination's hash chain, whichever source it is
+//! for (tcp_metrics_nl_cmd_get: `!src ||`). A cookie's bytes never
 //! leave this module: each is hashed at once ([`tfo_trace_common::cookie_hash`], under the
 //! tracer run's key), so only hashes are compared, counted or recorded.
 //!
@@ -40,6 +47,8 @@ pub enum MetricsAttr {
     AddrIpv4 = 1,
     AddrIpv6 = 2,
     FopenCookie = 10,
+    SaddrIpv4 = 11,
+    SaddrIpv6 = 12,
 }
 impl neli::consts::genl::NlAttrType for MetricsAttr {}
 
@@ -61,21 +70,21 @@ impl CookieCache {
         Ok(CookieCache { socket, family, seq: 0 })
     }
 
-    /// The hash of the cookie cached for `addr` (whatever the source address of its
-    /// entry), None where the cache holds none (no entry, or an entry without a cookie).
-    pub(crate) fn cookie(&mut self, addr: IpAddr, key: [u64; 2]) -> Result<Option<u32>> {
-        let attr = match addr {
-            IpAddr::V4(a) => attribute(MetricsAttr::AddrIpv4, Buffer::from(a.octets().to_vec()))?,
-            IpAddr::V6(a) => attribute(MetricsAttr::AddrIpv6, Buffer::from(a.octets().to_vec()))?,
-        };
-        let found = self.ask(NlmF::REQUEST, std::iter::once(attr).collect(), key)?;
-        Ok(found.into_iter().next().and_then(|(_, hash)| hash))
+    /// The hash of the cookie cached for the source address `saddr` toward `daddr`, None
+    /// where the cache holds none (no entry, or an entry without a cookie).
+    pub(crate) fn cookie(&mut self, saddr: IpAddr, daddr: IpAddr, key: [u64; 2]) -> Result<Option<u32>> {
+        let attrs = [
+            address(daddr, MetricsAttr::AddrIpv4, MetricsAttr::AddrIpv6)?,
+            address(saddr, MetricsAttr::SaddrIpv4, MetricsAttr::SaddrIpv6)?,
+        ];
+        let found = self.ask(NlmF::REQUEST, attrs.into_iter().collect(), key)?;
+        Ok(found.into_iter().next().and_then(|e| e.hash))
     }
 
-    /// The hash of every cookie the cache holds, by destination address.
-    pub(crate) fn cookies(&mut self, key: [u64; 2]) -> Result<Vec<(IpAddr, u32)>> {
+    /// The hash of every cookie the cache holds, by source and destination address.
+    pub(crate) fn cookies(&mut self, key: [u64; 2]) -> Result<Vec<(IpAddr, IpAddr, u32)>> {
         let found = self.ask(NlmF::REQUEST | NlmF::DUMP, GenlBuffer::new(), key)?;
-        Ok(found.into_iter().filter_map(|(addr, hash)| Some((addr?, hash?))).collect())
+        Ok(found.into_iter().filter_map(|e| Some((e.saddr?, e.daddr?, e.hash?))).collect())
     }
 
     /// Sends one TCP_METRICS_CMD_GET and reads its answers to the end: each entry's
@@ -85,7 +94,7 @@ impl CookieCache {
         flags: NlmF,
         attrs: GenlBuffer<MetricsAttr, Buffer>,
         key: [u64; 2],
-    ) -> Result<Vec<(Option<IpAddr>, Option<u32>)>> {
+    ) -> Result<Vec<Entry>> {
         self.seq = self.seq.wrapping_add(1);
         let payload = GenlmsghdrBuilder::<MetricsCmd, MetricsAttr>::default()
             .cmd(MetricsCmd::Get)
@@ -129,11 +138,18 @@ impl CookieCache {
     }
 }
 
-/// One answer's destination and cookie hash (the cookie hashed here, never kept).
-fn entry(reply: &Reply, key: [u64; 2]) -> (Option<IpAddr>, Option<u32>) {
+/// One answer of tcp_metrics: its addresses and the hash of its cookie.
+struct Entry {
+    saddr: Option<IpAddr>,
+    daddr: Option<IpAddr>,
+    hash: Option<u32>,
+}
+
+/// One answer's addresses and cookie hash (the cookie hashed here, never kept).
+fn entry(reply: &Reply, key: [u64; 2]) -> Entry {
     let attrs = reply.attrs().get_attr_handle();
     let bytes = |a: MetricsAttr| attrs.get_attribute(a).map(|attr| attr.nla_payload().as_ref().to_vec());
-    let addr = match (bytes(MetricsAttr::AddrIpv4), bytes(MetricsAttr::AddrIpv6)) {
+    let addr = |v4: MetricsAttr, v6: MetricsAttr| match (bytes(v4), bytes(v6)) {
         (Some(v4), _) => <[u8; 4]>::try_from(v4.as_slice()).ok().map(IpAddr::from),
         (_, Some(v6)) => <[u8; 16]>::try_from(v6.as_slice()).ok().map(IpAddr::from),
         _ => None,
@@ -143,9 +159,22 @@ fn entry(reply: &Reply, key: [u64; 2]) -> (Option<IpAddr>, Option<u32>) {
         let mut val = [0u8; 16];
         val[..c.len()].copy_from_slice(&c);
         let word = |i: usize| u64::from_le_bytes(val[i..i + 8].try_into().expect("8 bytes"));
-        tfo_trace_common::cookie_hash(key, [word(0), word(8)], c.len() as u8)
+        tfo_trace_common::cookie_hash(key, [word(0), word(8)])
     });
-    (addr, hash)
+    Entry {
+        saddr: addr(MetricsAttr::SaddrIpv4, MetricsAttr::SaddrIpv6),
+        daddr: addr(MetricsAttr::AddrIpv4, MetricsAttr::AddrIpv6),
+        hash,
+    }
+}
+
+/// An address as the attribute of its family (tcp_metrics keeps an IPv4-mapped one under
+/// its IPv4 address).
+fn address(a: IpAddr, v4: MetricsAttr, v6: MetricsAttr) -> Result<neli::genl::Nlattr<MetricsAttr, Buffer>> {
+    match a.to_canonical() {
+        IpAddr::V4(a) => attribute(v4, Buffer::from(a.octets().to_vec())),
+        IpAddr::V6(a) => attribute(v6, Buffer::from(a.octets().to_vec())),
+    }
 }
 
 fn attribute(kind: MetricsAttr, payload: Buffer) -> Result<neli::genl::Nlattr<MetricsAttr, Buffer>> {
@@ -202,7 +231,8 @@ mod tests {
     fn reads_this_namespace_and_an_unknown_address_has_no_cookie() {
         let Ok(mut cache) = CookieCache::open() else { return }; // no netlink here: nothing to check
         let key = [1, 2];
-        assert_eq!(cache.cookie("192.0.2.77".parse().unwrap(), key).unwrap(), None);
+        let (src, dst) = ("192.0.2.1".parse().unwrap(), "192.0.2.77".parse().unwrap());
+        assert_eq!(cache.cookie(src, dst, key).unwrap(), None);
         cache.cookies(key).unwrap();
     }
 }

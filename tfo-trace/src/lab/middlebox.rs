@@ -60,6 +60,59 @@ impl Lab {
         Ok(())
     }
 
+    /// Holds back every packet leaving `side`'s veth for about `hold`, so that what the
+    /// other side sends meanwhile (a burst of SYN-data) is all in flight before the first
+    /// answer: netem delay where the kernel has it (the test VMs); else a token bucket
+    /// (tbf) at 32 kbit/s, its bucket first emptied by filler datagrams to the other side
+    /// (this host has no netem): each answer then waits behind them, and the next ~22 ms
+    /// behind the one before (a SYN-ACK is 88 bytes on the wire), room for a reader on a
+    /// busy machine to look between two. Packets over 200 bytes would be dropped by the
+    /// bucket: for handshakes and short replies. Undone by [`Lab::release_answers`].
+    pub fn hold_answers(&self, side: Side, hold: Duration) -> Result<HeldBy> {
+        match self.delay_egress(side, hold) {
+            Ok(()) => return Ok(HeldBy::Netem),
+            Err(e) if is_no_netem(&e) => {}
+            Err(e) => return Err(e),
+        }
+        let (ns, dev) = self.veth(side);
+        cmd::run(cmd::in_netns(ns, "tc").args([
+            "qdisc", "replace", "dev", dev, "root", "tbf", "rate", "32kbit", "burst", "200", "latency", "5s",
+        ]))
+        .with_context(|| format!("tbf on {dev}"))?;
+        // 32 kbit/s: 4 bytes a millisecond; a 100-byte datagram is 142 bytes on the wire.
+        const WIRE_BYTES: u128 = 142;
+        let datagrams = (hold.as_millis() * 4).div_ceil(WIRE_BYTES).max(1);
+        let to =
+            std::net::SocketAddr::new(self.host_addr(if side == Side::Server { 1 } else { 2 }, false), 9);
+        let path = std::path::PathBuf::from(format!("/run/netns/{ns}"));
+        let inode =
+            std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).context("the namespace's file")?);
+        let into = crate::kernel::every_netns::Netns {
+            inode: inode as u32,
+            way: crate::kernel::every_netns::Way::Mount(path),
+            netstat_inode: None,
+        };
+        let sent = crate::kernel::every_netns::run_in_each(&[into], || -> std::io::Result<()> {
+            let socket = std::net::UdpSocket::bind(("0.0.0.0", 0))?;
+            for _ in 0..datagrams {
+                socket.send_to(&[0u8; 100], to)?;
+            }
+            Ok(())
+        });
+        match sent.into_iter().next() {
+            Some((_, Ok(Ok(())))) => Ok(HeldBy::TokenBucket),
+            Some((_, Ok(Err(e)))) => Err(e).context("sending filler datagrams"),
+            Some((_, Err(e))) => Err(anyhow::anyhow!("entering {ns}: {e}")),
+            None => Err(anyhow::anyhow!("entering {ns}: no answer")),
+        }
+    }
+
+    /// Undoes [`Lab::hold_answers`] (and [`Lab::delay_egress`]).
+    pub fn release_answers(&self, side: Side) -> Result<()> {
+        let (ns, dev) = self.veth(side);
+        cmd::run(cmd::in_netns(ns, "tc").args(["qdisc", "del", "dev", dev, "root"])).map(drop)
+    }
+
     /// Undoes [`Lab::client_drop_synack`].
     pub fn client_allow_synack(&self) -> Result<()> {
         cmd::run(cmd::in_netns(&self.client_ns, "nft").args(["delete", "table", "inet", NFT_TABLE]))?;
@@ -224,6 +277,14 @@ fn nft_dropped(json: &str) -> Result<u64> {
         }
     }
     Ok(total)
+}
+
+/// How [`Lab::hold_answers`] held a side's packets back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldBy {
+    Netem,
+    /// tbf behind filler datagrams (no netem here).
+    TokenBucket,
 }
 
 /// Whether an error of [`Lab::delay_egress`] says the kernel has no netem (tc: "Specified

@@ -27,9 +27,9 @@ pub mod soak;
 mod sock;
 pub mod traffic;
 
-pub use capture::WireSyn;
+pub use capture::{SynCapture, WireSyn};
 pub use cmd::join_cgroup_at_spawn;
-pub use middlebox::is_no_netem;
+pub use middlebox::{is_no_netem, HeldBy};
 pub use namespaces::{Lab, LabConfig, Side, NS_PREFIX};
 pub(crate) use peers::ClientChild;
 pub use peers::{ClientRun, ServerHandle};

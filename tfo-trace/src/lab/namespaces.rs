@@ -144,6 +144,22 @@ impl Lab {
         self.host_addr(1, v6)
     }
 
+    /// A second address of the client (a multi-homed host, an IPv6 temporary address), on
+    /// its veth beside the first: a socket bound to it (`ClientArgs::bind`) has its own
+    /// entry in the client's TFO cookie cache (tcp_metrics keys entries by source and
+    /// destination address).
+    pub fn add_client_addr(&self, v6: bool) -> Result<IpAddr> {
+        let a = self.host_addr(30, v6);
+        let cidr = format!("{a}/{}", if v6 { 64 } else { 24 });
+        let mut c = cmd::ip_in(&self.client_ns);
+        c.args(["addr", "replace", &cidr, "dev", VETH_CLIENT]);
+        if v6 {
+            c.arg("nodad");
+        }
+        cmd::run(&mut c)?;
+        Ok(a)
+    }
+
     /// Server address `index` (0 or, with `server_addrs == 2`, 1).
     pub fn server_addr(&self, index: usize, v6: bool) -> Result<IpAddr> {
         if index >= self.cfg.server_addrs {

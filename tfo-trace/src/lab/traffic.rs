@@ -5,7 +5,7 @@
 //! client). Every loop is bounded in count and time.
 use std::io::{self, BufRead as _, Read, Write};
 use std::mem;
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -198,6 +198,18 @@ pub struct ClientArgs {
     /// multi-threaded server's workers do; the process keeps its own name.
     #[arg(long, value_name = "NAME")]
     pub thread_name: Option<String>,
+    /// Bind every socket to this local address first (one of the client's addresses): a
+    /// multi-homed host's connection from its second address.
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<IpAddr>,
+    /// Instead of `--count` connections one after another, this many at once from
+    /// non-blocking sockets (sendto(MSG_FASTOPEN) returns as the SYN leaves, as a browser's
+    /// or an event loop's), with `--burst-threads` blocking ones, each from a thread of its
+    /// own, all released together: SYN-data in flight together, as a pool opens them.
+    #[arg(long, default_value_t = 0)]
+    pub burst_nonblocking: u32,
+    #[arg(long, default_value_t = 0)]
+    pub burst_threads: u32,
 }
 
 impl ClientArgs {
@@ -213,6 +225,9 @@ impl ClientArgs {
             resolve: None,
             resolver: super::dns::Resolver::Libc,
             thread_name: None,
+            bind: None,
+            burst_nonblocking: 0,
+            burst_threads: 0,
         }
     }
 
@@ -237,11 +252,35 @@ impl ClientArgs {
             ["--resolve".into(), name.clone(), "--resolver".into(), self.resolver.as_str().into()]
         }))
         .chain(self.thread_name.iter().flat_map(|name| ["--thread-name".into(), name.clone()]))
+        .chain(self.bind.iter().flat_map(|a| ["--bind".into(), a.to_string()]))
+        .chain(
+            (self.burst() > 0)
+                .then(|| {
+                    [
+                        "--burst-nonblocking".into(),
+                        self.burst_nonblocking.to_string(),
+                        "--burst-threads".into(),
+                        self.burst_threads.to_string(),
+                    ]
+                })
+                .into_iter()
+                .flatten(),
+        )
         .collect()
+    }
+
+    /// Connections of a burst (`--burst-nonblocking` and `--burst-threads`); 0: none.
+    pub fn burst(&self) -> u32 {
+        self.burst_nonblocking.saturating_add(self.burst_threads)
     }
 
     /// The longest the whole run can take if every connection hits its timeout.
     pub fn worst_case(&self) -> Duration {
+        if self.burst() > 0 {
+            // All at once; the non-blocking ones are finished one after another.
+            let n = u64::from(self.burst_nonblocking).max(1);
+            return Duration::from_millis(self.timeout_ms.saturating_mul(n));
+        }
         let per = self.timeout_ms.saturating_add(self.interval_ms);
         Duration::from_millis(per.saturating_mul(u64::from(self.count)))
     }
@@ -391,20 +430,148 @@ pub fn run_client(args: &ClientArgs) -> Result<()> {
     }
 }
 
-/// `args.count` connections, one result line each, from the calling thread.
+/// `args.count` connections, one result line each, from the calling thread (or one burst
+/// of them, [`burst`]).
 fn connections(args: &ClientArgs) -> Result<()> {
     let payload = pattern(args.payload_bytes);
     let timeout = Duration::from_millis(args.timeout_ms);
     let mut out = io::stdout().lock();
+    let mut write = |r: &ConnResult| -> Result<()> {
+        let line = serde_json::to_string(r).context("encoding a result line")?;
+        writeln!(out, "{line}").and_then(|()| out.flush()).context("writing to stdout")
+    };
+    if args.burst() > 0 {
+        if args.mode != ClientMode::MsgFastopen {
+            bail!("a burst is of sendto(MSG_FASTOPEN) connections (--mode msg-fastopen)");
+        }
+        return burst(args, &payload, timeout).iter().try_for_each(write);
+    }
     for i in 0..args.count {
         if i > 0 && args.interval_ms > 0 {
             std::thread::sleep(Duration::from_millis(args.interval_ms));
         }
-        let r = one_connection(i, args.dst, args.mode, &payload, timeout);
-        let line = serde_json::to_string(&r).context("encoding a result line")?;
-        writeln!(out, "{line}").and_then(|()| out.flush()).context("writing to stdout")?;
+        write(&one_connection(i, args.dst, args.mode, &payload, timeout, args.bind))?;
     }
     Ok(())
+}
+
+/// `--burst-nonblocking` non-blocking and `--burst-threads` blocking connections, released
+/// together (a barrier): every non-blocking SYN leaves from this thread, one sendto after
+/// the other, each returning as its SYN is sent, while each thread's blocking sendto waits
+/// for its SYN-ACK. Then the non-blocking ones are finished in turn (wait for the
+/// handshake, send what the SYN did not carry, read the reply). Their results first, in
+/// order, then the threads'.
+fn burst(args: &ClientArgs, payload: &[u8], timeout: Duration) -> Vec<ConnResult> {
+    let barrier = std::sync::Barrier::new(args.burst_threads as usize + 1);
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..args.burst_threads)
+            .map(|t| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    let i = args.burst_nonblocking + t;
+                    one_connection(i, args.dst, ClientMode::MsgFastopen, payload, timeout, args.bind)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let started: Vec<_> = (0..args.burst_nonblocking)
+            .map(|i| NonBlocking::start(i, args.dst, payload, timeout, args.bind))
+            .collect();
+        let mut results: Vec<ConnResult> = started.into_iter().map(|c| c.finish(payload)).collect();
+        results
+            .extend(threads.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))));
+        results
+    })
+}
+
+/// A non-blocking sendto(MSG_FASTOPEN) connection, its SYN sent: tcp_sendmsg_fastopen()
+/// returns at once (EINPROGRESS, or the bytes the SYN carried) and frees the socket's TFO
+/// request before its SYN-ACK comes.
+struct NonBlocking {
+    i: u32,
+    start: Instant,
+    deadline: Instant,
+    sport: u16,
+    socket: Result<(TcpStream, usize)>,
+}
+
+impl NonBlocking {
+    fn start(
+        i: u32,
+        dst: SocketAddr,
+        payload: &[u8],
+        timeout: Duration,
+        bind: Option<IpAddr>,
+    ) -> NonBlocking {
+        let start = Instant::now();
+        let mut sport = 0;
+        let socket = (|| -> Result<(TcpStream, usize)> {
+            let s = new_socket(family_of(&dst))?;
+            bind_to(&s, bind)?;
+            s.set_nonblocking(true).context("O_NONBLOCK")?;
+            let (sa, len) = sockaddr(&dst);
+            let sent = match sendto_fastopen(&s, payload, &sa, len) {
+                Ok(n) => n,
+                Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => 0,
+                Err(e) => return Err(e).context("sendto(MSG_FASTOPEN|O_NONBLOCK)"),
+            };
+            sport = local_port(&s);
+            Ok((s, sent))
+        })();
+        NonBlocking { i, start, deadline: start + timeout, sport, socket }
+    }
+
+    /// Waits for the handshake, sends the rest, reads the reply: blocking from here on.
+    fn finish(self, payload: &[u8]) -> ConnResult {
+        let NonBlocking { i, start, deadline, sport, socket } = self;
+        let mut rx = (0u64, None);
+        let result = socket.and_then(|(s, sent)| {
+            s.set_nonblocking(false).context("O_NONBLOCK off")?;
+            exchange(s, &payload[sent..], payload.is_empty(), start, deadline, &mut rx)
+        });
+        ConnResult::of(i, sport, start, rx, result)
+    }
+}
+
+/// Binds `s` to `addr` (any port) where given.
+fn bind_to(s: &TcpStream, addr: Option<IpAddr>) -> Result<()> {
+    let Some(addr) = addr else { return Ok(()) };
+    let (sa, len) = sockaddr(&SocketAddr::new(addr, 0));
+    // SAFETY: valid fd and sockaddr of the given length.
+    if unsafe { libc::bind(s.as_raw_fd(), (&sa as *const libc::sockaddr_storage).cast(), len) } != 0 {
+        return Err(io::Error::last_os_error()).with_context(|| format!("bind {addr}"));
+    }
+    Ok(())
+}
+
+/// The rest of a connection once connecting is under way: writes `rest` (what the SYN did
+/// not carry; shuts the write side where the payload is empty), then reads the reply to
+/// its end; `rx` counts its bytes and the time to its first.
+fn exchange(
+    mut s: TcpStream,
+    rest: &[u8],
+    empty: bool,
+    start: Instant,
+    deadline: Instant,
+    rx: &mut (u64, Option<u64>),
+) -> Result<()> {
+    s.set_write_timeout(Some(remaining(deadline)?)).context("setsockopt(SO_SNDTIMEO)")?;
+    s.write_all(rest).context("write")?;
+    if empty {
+        // Nothing to send: say so, or the server waits for a first byte until timeout.
+        s.shutdown(Shutdown::Write).context("shutdown(SHUT_WR)")?;
+    }
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match read_some(&mut s, &mut buf, deadline).context("reading the reply")? {
+            0 => return Ok(()),
+            n => {
+                rx.1.get_or_insert_with(|| micros_since(start));
+                rx.0 += n as u64;
+            }
+        }
+    }
 }
 
 fn one_connection(
@@ -413,14 +580,15 @@ fn one_connection(
     mode: ClientMode,
     payload: &[u8],
     timeout: Duration,
+    bind: Option<IpAddr>,
 ) -> ConnResult {
     let start = Instant::now();
     let deadline = start + timeout;
     let mut sport = 0;
-    let mut rx_bytes = 0u64;
-    let mut first_byte_us = None;
+    let mut rx = (0u64, None);
     let result = (|| -> Result<()> {
         let s = new_socket(family_of(&dst))?;
+        bind_to(&s, bind)?;
         // Bounds connect (blocking connect and sendto(MSG_FASTOPEN) honour SO_SNDTIMEO).
         s.set_write_timeout(Some(remaining(deadline)?)).context("setsockopt(SO_SNDTIMEO)")?;
         let sent = match mode {
@@ -449,33 +617,24 @@ fn one_connection(
                 0
             }
         };
-        let mut s = s;
-        s.set_write_timeout(Some(remaining(deadline)?)).context("setsockopt(SO_SNDTIMEO)")?;
-        s.write_all(&payload[sent..]).context("write")?;
-        if payload.is_empty() {
-            // Nothing to send: say so, or the server waits for a first byte until timeout.
-            s.shutdown(Shutdown::Write).context("shutdown(SHUT_WR)")?;
-        }
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            match read_some(&mut s, &mut buf, deadline).context("reading the reply")? {
-                0 => break,
-                n => {
-                    first_byte_us.get_or_insert_with(|| micros_since(start));
-                    rx_bytes += n as u64;
-                }
-            }
-        }
-        Ok(())
+        exchange(s, &payload[sent..], payload.is_empty(), start, deadline, &mut rx)
     })();
-    ConnResult {
-        i,
-        ok: result.is_ok(),
-        sport,
-        elapsed_us: micros_since(start),
-        first_byte_us,
-        rx_bytes,
-        error: result.err().map(|e| format!("{e:#}")),
+    ConnResult::of(i, sport, start, rx, result)
+}
+
+impl ConnResult {
+    /// Connection `i` from port `sport`, started at `start`, that received `rx` (its bytes
+    /// and the time to the first) and ended with `result`.
+    fn of(i: u32, sport: u16, start: Instant, rx: (u64, Option<u64>), result: Result<()>) -> ConnResult {
+        ConnResult {
+            i,
+            ok: result.is_ok(),
+            sport,
+            elapsed_us: micros_since(start),
+            first_byte_us: rx.1,
+            rx_bytes: rx.0,
+            error: result.err().map(|e| format!("{e:#}")),
+        }
     }
 }
 

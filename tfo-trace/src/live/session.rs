@@ -43,9 +43,13 @@ impl Session {
         check_privileges()?;
         let mut recorder = record.map(Recorder::open).transpose()?;
         let started = probes::load(load).and_then(|mut tracer| {
+            let sees_synack = crate::backends::sees_synack(tracer.backend);
+            let seqs = if sees_synack { None } else { Some(synack_seqs(&mut tracer.ebpf)?) };
             let causes = crate::events::causes::Causes::new(
                 tracer.cookie_key,
-                crate::backends::sees_synack(tracer.backend),
+                sees_synack,
+                !load.refusal_events_only,
+                seqs,
             );
             let names = load.names.then(|| start_names(&mut tracer.ebpf)).transpose()?;
             let source = EventSource::new(&mut tracer.ebpf, tracer.cgroup_hooks.is_ok(), names, causes)?;
@@ -314,4 +318,14 @@ impl std::error::Error for PrivilegeError {}
 /// Starts reading every namespace's DNS answers through the socket filter probes/ loads.
 fn start_names(ebpf: &mut aya::Ebpf) -> Result<crate::names::Names> {
     crate::names::Names::start(probes::load_dns_filter(ebpf)?)
+}
+
+/// The programs' per-destination count of SYN-ACKs, which the reader reads the cookie
+/// cache by (`events::causes`).
+fn synack_seqs(
+    ebpf: &mut aya::Ebpf,
+) -> Result<aya::maps::Array<aya::maps::MapData, tfo_trace_common::SynackSeq>> {
+    use anyhow::Context as _;
+    let map = ebpf.take_map("SYNACK_SEQ").context("SYNACK_SEQ map missing")?;
+    aya::maps::Array::try_from(map).context("opening the SYNACK_SEQ map")
 }

@@ -9,6 +9,7 @@ mod capabilities;
 mod churn;
 mod cli;
 mod containers;
+mod cookie_changes;
 mod dist;
 mod export;
 mod export_http;
@@ -36,6 +37,7 @@ fn main() -> std::process::ExitCode {
         churn::tests(),
         cli::tests(),
         containers::tests(),
+        cookie_changes::tests(),
         dist::tests(),
         export::tests(),
         export_http::tests(),

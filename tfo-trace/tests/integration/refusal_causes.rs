@@ -226,15 +226,11 @@ fn churn(lab: &Lab, dst: SocketAddr, n: u32, refused: u64, name: &str) -> Churn 
     Churn { row, cookies, first_synack, wire, server: ds }
 }
 
-/// Two listeners with their own TCP_FASTOPEN_KEY behind one address and port, new
-/// connections sent to each in turn (nft redirect, numgen): every SYN-data meets the other
-/// key and is refused with a new cookie, for ever. `report` says the servers do not share
-/// a key (`cookie_churn`), with the churn's figures equal to the kernel's counts.
-fn a_fleet_without_a_shared_key_is_cookie_churn() {
-    require_kernel!();
-    let lab = Lab::create(LabConfig::default()).unwrap();
+/// Two listeners with their own TCP_FASTOPEN_KEY behind one address and port `PORT` (nft
+/// redirect, numgen: new connections to each in turn): the servers, and the address.
+pub(crate) fn two_keys_behind_one_port(lab: &Lab) -> (Vec<tfo_trace::lab::ServerHandle>, SocketAddr) {
     let ip = lab.server_addr(0, false).unwrap();
-    let _servers: Vec<_> = [(PORT + 1, [0xa1; 16]), (PORT + 2, [0xb2; 16])]
+    let servers = [(PORT + 1, [0xa1; 16]), (PORT + 2, [0xb2; 16])]
         .into_iter()
         .map(|(port, key)| {
             let listen = SocketAddr::new(ip, port);
@@ -243,7 +239,17 @@ fn a_fleet_without_a_shared_key_is_cookie_churn() {
         })
         .collect();
     lab.server_spread_port(PORT, &[PORT + 1, PORT + 2]).unwrap();
-    let dst = SocketAddr::new(ip, PORT);
+    (servers, SocketAddr::new(ip, PORT))
+}
+
+/// Two listeners with their own TCP_FASTOPEN_KEY behind one address and port, new
+/// connections sent to each in turn (nft redirect, numgen): every SYN-data meets the other
+/// key and is refused with a new cookie, for ever. `report` says the servers do not share
+/// a key (`cookie_churn`), with the churn's figures equal to the kernel's counts.
+fn a_fleet_without_a_shared_key_is_cookie_churn() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let (_servers, dst) = two_keys_behind_one_port(&lab);
     // The cookie request, answered by the first listener.
     assert_eq!(lab.run_client(common::exe(), &args(dst, 1)).unwrap().ok_count(), 1);
     let n = 6;

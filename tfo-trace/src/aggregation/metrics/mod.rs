@@ -213,9 +213,10 @@ struct RefusalSeries {
 
 impl RefusalSeries {
     fn add(&mut self, told: Told, value: Option<&str>) {
-        self.all.add(Outcome::DataNotAcked, told);
+        // By cause only: the series have no label for the cookie's change.
+        self.all.add(Outcome::DataNotAcked, told, None);
         if let Some(v) = value {
-            self.by_value.entry(v.to_string()).or_default().add(Outcome::DataNotAcked, told);
+            self.by_value.entry(v.to_string()).or_default().add(Outcome::DataNotAcked, told, None);
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::{
         report::key_change::KeyChange,
         stall::{self, Cause, Stall, StallCounts},
     },
-    events::{Event, Outcome},
+    events::{CookieChange, Event, Outcome},
 };
 
 /// One client connection's outcome, as far as a report needs it.
@@ -40,7 +40,8 @@ pub struct OneConn {
 
 /// The SYN carried data, `accepted` whose saving the kernel measured, a refusal's cause
 /// ([`Told::index`]-like: a [`crate::events::Cause`]'s number, or [`Bits::NOT_RECORDED`]),
-/// and the experimental TFO option (0xF989) on the SYN.
+/// the experimental TFO option (0xF989) on the SYN, and its cookie's change (0 none, else
+/// a [`CookieChange`]'s place in its `ALL`, plus 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Bits(u8);
 
@@ -48,16 +49,18 @@ impl Bits {
     const WITH_DATA: u8 = 1 << 0;
     const SAVED_KNOWN: u8 = 1 << 1;
     const CAUSE_SHIFT: u8 = 2;
-    const CAUSE_MASK: u8 = 7;
+    const CAUSE_MASK: u8 = 0b111;
     const NOT_RECORDED: u8 = 7;
     const EXP: u8 = 1 << 5;
+    const CHANGE_SHIFT: u8 = 6;
 
-    fn new(with_data: bool, saved_known: bool, told: Told, exp: bool) -> Bits {
+    fn new(with_data: bool, saved_known: bool, told: Told, exp: bool, change: Option<CookieChange>) -> Bits {
         let cause = match told {
             Told::Cause(c) => c as u8,
             Told::NotRecorded => Bits::NOT_RECORDED,
         };
-        let mut b = cause << Bits::CAUSE_SHIFT;
+        let change = change.map_or(0, |c| c.index() as u8 + 1);
+        let mut b = (cause << Bits::CAUSE_SHIFT) | (change << Bits::CHANGE_SHIFT);
         if with_data {
             b |= Bits::WITH_DATA;
         }
@@ -75,6 +78,11 @@ impl Bits {
             Bits::NOT_RECORDED => Told::NotRecorded,
             n => Told::Cause(crate::events::Cause::from_u8(n)),
         }
+    }
+
+    fn change(self) -> Option<CookieChange> {
+        let n = usize::from(self.0 >> Bits::CHANGE_SHIFT);
+        n.checked_sub(1).and_then(|i| CookieChange::ALL.get(i).copied())
     }
 }
 
@@ -99,6 +107,7 @@ impl OneConn {
                 e.outcome == Outcome::Accepted && e.saved_us.is_some(),
                 e.cause.map_or(Told::NotRecorded, Told::Cause),
                 e.exp_option,
+                e.cookie_change,
             ),
         }
     }
@@ -125,6 +134,11 @@ impl OneConn {
     /// The SYN carried the experimental TFO option (0xF989) rather than RFC 7413's.
     pub fn exp_option(&self) -> bool {
         self.bits.0 & Bits::EXP != 0
+    }
+
+    /// A refusal's cookie change, where its event told one.
+    pub fn cookie_change(&self) -> Option<CookieChange> {
+        self.bits.change()
     }
 }
 
@@ -286,7 +300,7 @@ impl ConnAcc {
             self.first_accepted_ns = min_opt(self.first_accepted_ns, Some(c.ts_ns));
         }
         self.key.add(c.outcome, c.ts_ns);
-        self.refusals.add(c.outcome, c.told());
+        self.refusals.add(c.outcome, c.told(), c.cookie_change());
         self.asks.add(c);
     }
 
@@ -521,17 +535,16 @@ mod tests {
     fn one_connection_is_small() {
         assert!(std::mem::size_of::<OneConn>() <= 32, "{}", std::mem::size_of::<OneConn>());
         assert!(std::mem::size_of::<Slot>() <= 40, "{}", std::mem::size_of::<Slot>());
-        // Its three facts in one byte, each read back as given.
+        // Its four facts in one byte, each read back as given.
         let told = crate::events::Cause::ALL.map(Told::Cause);
+        let changes = CookieChange::ALL.map(Some);
         for told in told.into_iter().chain([Told::NotRecorded]) {
-            for (data, saved) in [(false, false), (true, false), (false, true), (true, true)] {
-                for exp in [false, true] {
-                    let b = Bits::new(data, saved, told, exp);
+            for change in changes.into_iter().chain([None]) {
+                for (data, saved, exp) in (0..8).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0)) {
+                    let b = Bits::new(data, saved, told, exp, change);
                     let c = OneConn { bits: b, ..conn(Outcome::DataNotAcked, 64, 0, 0, 1) };
-                    assert_eq!(
-                        (c.with_data(), c.saved_known(), c.told(), c.exp_option()),
-                        (data, saved, told, exp)
-                    );
+                    let read = (c.with_data(), c.saved_known(), c.told(), c.exp_option(), c.cookie_change());
+                    assert_eq!(read, (data, saved, told, exp, change));
                 }
             }
         }

@@ -131,8 +131,9 @@ pub(super) struct Counted {
     saved_us: Option<u64>,
     /// A `data_not_acked` connection's extra round trip ([`stall::extra_round_trip_of`]).
     extra_round_trip_us: Option<u64>,
-    /// What a refused SYN-data's SYN-ACK said ([`Told::of`]).
+    /// What a refused SYN-data's SYN-ACK said ([`Told::of`]), and its cookie's change.
     told: Option<Told>,
+    cookie_change: Option<crate::events::CookieChange>,
 }
 
 impl Counted {
@@ -145,6 +146,7 @@ impl Counted {
             saved_us: e.saved_us,
             extra_round_trip_us: stall::extra_round_trip_of(e.role, e.outcome, e.handshake_us),
             told: Told::of(e),
+            cookie_change: e.cookie_change,
         }
     }
 }
@@ -193,7 +195,7 @@ impl GroupStats {
             self.handshake.record(us);
         }
         if let Some(told) = t.told {
-            self.refusals.add(t.outcome, told);
+            self.refusals.add(t.outcome, told, t.cookie_change);
         }
     }
 

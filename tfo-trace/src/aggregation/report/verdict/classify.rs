@@ -122,16 +122,19 @@ impl Kind {
         }
     }
 
-    /// Refused SYN-data, by what most SYN-ACKs said. New cookies refused one at a time
-    /// (each run of refusals a single one) are one-offs: a key rotated without a backup, or
-    /// the client's address changed behind NAT, refuses a client's cookie once, then its new
-    /// cookie is accepted. Two refused in a row mean the cookie changed between two
-    /// connections: churn (servers without a shared key, a NAT pool). Where the cause was
-    /// not told, the timing alone still tells a one-off.
+    /// Refused SYN-data, by what most SYN-ACKs said. A cookie that keeps changing
+    /// (servers without a shared key, a NAT pool) is told by new cookies refused again at
+    /// their next use ([`Refusals::churns`]), not by how many were refused in a row: a key
+    /// rotated without a backup refuses every SYN-data already in flight with the old
+    /// cookie (a browser's, a pool's: a round trip's worth), each bringing the same new
+    /// one, which then holds: one change. Where the cause was not told, the timing alone
+    /// still tells a one-off.
     pub fn of_refusals(r: &Refusals, key: &KeyChange) -> Kind {
+        if r.churns() {
+            return Kind::CookieChurn;
+        }
         let rotated = key.rotated(r.count());
         match r.main_cause() {
-            Some(Refusal::NewCookie) if r.longest_run() >= 2 => Kind::CookieChurn,
             Some(Refusal::NewCookie) => Kind::KeyRotatedWithoutBackup,
             Some(Refusal::NoTfoOption) => Kind::ServerStoppedTfo,
             Some(Refusal::SameCookie) => Kind::SynDataNotTaken,
@@ -147,7 +150,7 @@ impl Kind {
         match self {
             Kind::SynDataDropped => (a.syn_data_dropped(), a.syn_data_sent()),
             Kind::ServerStoppedTfo => (a.refusals.of(Told::Cause(Refusal::NoTfoOption)), a.syn_data_sent()),
-            Kind::CookieChurn => (a.refusals.of(Told::Cause(Refusal::NewCookie)), a.syn_data_sent()),
+            Kind::CookieChurn => (a.refusals.count(), a.syn_data_sent()),
             Kind::SynDataNotTaken => (a.refusals.of(Told::Cause(Refusal::SameCookie)), a.syn_data_sent()),
             Kind::KeyRotatedWithoutBackup | Kind::SynDataRefused => {
                 (c(Outcome::DataNotAcked), a.syn_data_sent())

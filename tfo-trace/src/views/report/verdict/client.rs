@@ -688,8 +688,9 @@ mod tests {
     }
 
     /// Issue 38: a new cookie once, then accepted again (a key rotated without a backup,
-    /// or the client's address changed once behind NAT): said as a one-off, and its balance
-    /// gives no "stop using" advice even where it costs.
+    /// or the client's address changed once behind NAT): said as a one-off, and no "stop
+    /// using" advice. Issue 51: a refusal loses no time against plain TCP (its data goes
+    /// with the handshake's ACK), so it does not turn the balance negative either.
     #[test]
     fn a_new_cookie_once_then_accepted_is_a_one_off_not_a_reason_to_stop() {
         let dst = "198.18.0.2:8080";

@@ -6,7 +6,7 @@ use crate::{
         refusals::{Refusals, Told},
         report::{connections::ConnAcc, verdict::Kind},
     },
-    events::{Cause, Outcome},
+    events::{Cause, CookieChange, Outcome},
     units,
 };
 
@@ -72,6 +72,16 @@ impl Refused<'_> {
 
 fn key_rotated_without_backup(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
     let (n_of_m, spread) = (&x.n_of_m, x.s.spread);
+    let r = &x.a.refusals;
+    let (changes, in_flight) = (r.changed(CookieChange::First), r.changed(CookieChange::InFlight));
+    if in_flight > 0 {
+        evidence.push(format!(
+            "the cookie changed {}; {} more SYN-data had left with the old cookie before the new one came \
+             (in flight), each refused with the same new cookie",
+            units::plural(changes, "time", "times"),
+            units::count(in_flight),
+        ));
+    }
     let resumed = x.a.key.rotated(x.refused);
     evidence.push(if resumed {
         "SYN-data accepted again after the last refusal, no more refused than accepted since the first".into()
@@ -93,15 +103,27 @@ fn cookie_churn(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
     let (a, s, r) = (x.a, x.s, &x.a.refusals);
     let (subj, spread, n_of_m, each) = (s.name, s.spread, &x.n_of_m, &x.each);
     let new = r.of(Told::Cause(Cause::NewCookie));
-    evidence.push(format!(
-        "the cookie changed {} (a new one on {} of {} refusals); the longest run of refusals in a row: \
-         {}; {} accepted",
-        units::plural(new, "time", "times"),
-        units::count(new),
-        units::count(x.refused),
-        units::count(r.longest_run()),
-        units::count(a.count(Outcome::Accepted)),
-    ));
+    let again = r.changed(CookieChange::Again);
+    evidence.push(if again > 0 {
+        format!(
+            "{} of {} refused SYN-data carried a cookie the server had just handed out to a refused one, \
+             none accepted between: each new cookie was refused again at its next use; {} accepted",
+            units::count(again),
+            units::count(x.refused),
+            units::count(a.count(Outcome::Accepted)),
+        )
+    } else {
+        // A recording made before cookie changes were told: its runs.
+        format!(
+            "the cookie changed {} (a new one on {} of {} refusals); the longest run of refusals in a \
+             row: {}; {} accepted",
+            units::plural(new, "time", "times"),
+            units::count(new),
+            units::count(x.refused),
+            units::count(r.longest_run()),
+            units::count(a.count(Outcome::Accepted)),
+        )
+    });
     evidence.push(
         "the server checks each cookie against another key, or sees the client at another address, \
          than the one that issued it: the server side counts TcpExtTCPFastOpenPassiveFail"
