@@ -37,6 +37,7 @@
 //!   libFuzzer run of the recording reader, the replay of what it reads (report, top) and
 //!   the ring-buffer event decoder (fuzz/); a crash is kept in fuzz/regressions/, which
 //!   `test` replays on stable.
+mod apt;
 mod bench;
 mod cross;
 mod dist;

@@ -317,12 +317,12 @@ fn debian_packages(need: Need) -> Result<()> {
         }
         bail!("missing Debian packages; as root run: apt-get install {}", required.join(" "));
     }
-    run(apt().arg("update")).context("apt-get update")?;
+    crate::apt::run(apt().arg("update")).context("apt-get update")?;
     if !required.is_empty() {
-        run(&mut apt_install(&required)).context("apt-get install")?;
+        crate::apt::run(&mut apt_install(&required)).context("apt-get install")?;
     }
     if !optional.is_empty() {
-        if let Err(e) = run(&mut apt_install(&optional)) {
+        if let Err(e) = crate::apt::run(&mut apt_install(&optional)) {
             println!("warning: optional package(s) not installed ({e:#})");
         }
     }
@@ -389,7 +389,7 @@ fn vm_kernel_suites() -> Result<()> {
         missing.join(" ")
     );
     fs::write(VM_SUITES_FILE, entry).with_context(|| format!("writing {VM_SUITES_FILE}"))?;
-    run(apt().args(["update", "-q"])).context("apt-get update")
+    crate::apt::run(apt().args(["update", "-q"])).context("apt-get update")
 }
 
 /// Every suite named in apt's sources (one-line and deb822 formats).
@@ -430,9 +430,9 @@ fn foreign_architecture() -> Result<()> {
     let foreign = capture(Command::new("dpkg").arg("--print-foreign-architectures"))?;
     if !foreign.lines().any(|a| a.trim() == FOREIGN_ARCH) {
         println!("installing: dpkg architecture {FOREIGN_ARCH}");
-        run(Command::new("dpkg").args(["--add-architecture", FOREIGN_ARCH]))?;
+        crate::apt::run(Command::new("dpkg").args(["--add-architecture", FOREIGN_ARCH]))?;
     }
-    run(apt().arg("update")).context("apt-get update")?;
+    crate::apt::run(apt().arg("update")).context("apt-get update")?;
     let probe_pkg = format!("musl-dev:{FOREIGN_ARCH}");
     if has_candidate(&probe_pkg) {
         return Ok(());
@@ -451,7 +451,7 @@ fn foreign_architecture() -> Result<()> {
          Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
     );
     fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-    run(apt().arg("update")).context("apt-get update")?;
+    crate::apt::run(apt().arg("update")).context("apt-get update")?;
     if !has_candidate(&probe_pkg) {
         bail!("apt offers no {probe_pkg} even with {}", path.display());
     }
@@ -483,10 +483,9 @@ fn deb_installed(pkg: &str) -> bool {
         .is_some_and(|s| s.trim() == "install ok installed")
 }
 
+/// apt-get, waiting for another package manager's locks first (crate::apt).
 fn apt() -> Command {
-    let mut cmd = Command::new("apt-get");
-    cmd.env("DEBIAN_FRONTEND", "noninteractive");
-    cmd
+    crate::apt::apt_get()
 }
 
 fn apt_install(pkgs: &[&str]) -> Command {

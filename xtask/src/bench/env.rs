@@ -98,9 +98,7 @@ pub(super) fn ensure_tool(cmd: &str, package: &str) -> Result<()> {
         return Ok(());
     }
     println!("bench: {cmd} is missing: installing Debian's {package}");
-    run(Command::new("apt-get")
-        .args(["install", "-y", "--no-install-recommends", package])
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+    crate::apt::run(crate::apt::apt_get().args(["install", "-y", "--no-install-recommends", package]))
 }
 
 /// Pids of running qemu system emulators. `pgrep -x qemu-system-x86_64` never matches:

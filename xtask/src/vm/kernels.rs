@@ -150,7 +150,7 @@ pub(super) fn kernel(series: &Series, arch: &'static Arch, work: &Path) -> Resul
     let pkgnames = || probe(Command::new("apt-cache").args(["pkgnames", &prefix])).unwrap_or_default();
     let mut package = newest(&pkgnames());
     if package.is_none() && is_root() {
-        run(Command::new("apt-get").args(["update", "-q"]))?;
+        crate::apt::run(crate::apt::apt_get().args(["update", "-q"]))?;
         package = newest(&pkgnames());
     }
     let package = match package {

@@ -9,6 +9,7 @@ use std::process::Command;
 use anyhow::{ensure, Context, Result};
 
 use super::arch::Arch;
+use crate::apt::{self, apt_get};
 use crate::util::{is_root, probe, run};
 
 /// Debian packages the host needs for the VM runs (the tests' userspace comes from
@@ -43,15 +44,14 @@ pub(super) fn host_packages(arch: &Arch) -> Result<()> {
             missing.join(" ")
         );
         println!("installing: {}", missing.join(" "));
-        if run(Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing))
-        .is_err()
-        {
-            run(Command::new("apt-get").args(["update", "-q"]))?;
-            run(Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(&missing))?;
+        let install = || {
+            let mut cmd = apt_get();
+            cmd.args(["install", "-y", "-q", "--no-install-recommends"]).args(&missing);
+            cmd
+        };
+        if apt::run(&mut install()).is_err() {
+            apt::run(apt_get().args(["update", "-q"]))?;
+            apt::run(&mut install())?;
         }
     }
     // The initramfs has no libc of its own for busybox: it must be the static build.
@@ -84,8 +84,8 @@ pub(super) fn foreign_arch(arch: &Arch) -> Result<()> {
         arch.deb,
         arch.deb
     );
-    run(Command::new("dpkg").args(["--add-architecture", arch.deb]))?;
-    run(Command::new("apt-get").args(["update", "-q"]))
+    apt::run(Command::new("dpkg").args(["--add-architecture", arch.deb]))?;
+    apt::run(apt_get().args(["update", "-q"]))
 }
 
 /// A static busybox for `arch`: the host's own, or the architecture's busybox-static
@@ -124,7 +124,7 @@ pub(super) fn download_debs(work: &Path, arch: &Arch, packages: &[String]) -> Re
         .collect();
     if !missing.is_empty() {
         println!("downloading: {}", missing.join(" "));
-        run(Command::new("apt-get").current_dir(work.join("debs")).arg("download").args(&missing))
+        apt::run(apt_get().current_dir(work.join("debs")).arg("download").args(&missing))
             .with_context(|| format!("apt-get download {}", missing.join(" ")))?;
     }
     packages
