@@ -447,9 +447,9 @@ fn lintian_finds_no_error_in_either_deb() {
     }
 }
 
-/// rpmlint (Debian's 2.4, with its default checks) on both rpms: no error, with the one
-/// filter of xtask/src/dist/tfo-trace.rpmlintrc (the packages are not signed: that file
-/// says why). What it warns about is printed (docs/testing.md says which warnings stay and
+/// rpmlint (Debian's 2.4, with its default checks) on both rpms: no error, with the two
+/// filters of xtask/src/dist/tfo-trace.rpmlintrc (the packages are not signed, the binary
+/// is static on purpose: that file says why). What it warns about is printed (docs/testing.md says which warnings stay and
 /// why).
 fn rpmlint_finds_no_error_in_either_rpm() {
     if Command::new("rpmlint").arg("--version").output().is_err() {
