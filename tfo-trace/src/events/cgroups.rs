@@ -3,8 +3,12 @@
 //! the kernel wakes it on each cgroup made or removed, so a container's runtime state is
 //! read while it exists, even for one that lives 70 ms and while the views are busy
 //! elsewhere. The event reader also drains it before naming events
-//! ([`CgroupLearner::names`]): a cgroup is made before any process in it can connect, so
-//! its record is in the ring before the process's first event is.
+//! ([`CgroupLearner::names`]), and again at an event whose cgroup it does not know yet
+//! ([`Learning::named`]): a cgroup is made before any process in it can connect, so its
+//! record is in the ring before the process's first event is, but the reader holds the
+//! table while it reads a batch of events, and a cgroup made meanwhile (a one-shot
+//! container started while the reader named the previous one's events) is only in the
+//! ring.
 use std::{
     os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd},
     sync::{Arc, Mutex, MutexGuard},
@@ -29,6 +33,17 @@ pub(crate) struct Learning {
 }
 
 impl Learning {
+    /// Cgroup `id`'s path and container: where the table does not know it yet, from the
+    /// records written since the last drain first (see the module's doc), and only then
+    /// from a walk of the hierarchy ([`CgroupNames::named`]), which finds no cgroup that
+    /// is gone already.
+    pub(crate) fn named(&mut self, id: u64) -> Option<&crate::kernel::cgroup::NamedCgroup> {
+        if !self.names.knows(id) {
+            self.drain();
+        }
+        self.names.named(id)
+    }
+
     /// Every record the kernel has written so far, into the table.
     fn drain(&mut self) {
         let Some(ring) = &mut self.ring else { return };

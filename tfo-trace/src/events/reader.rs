@@ -217,7 +217,7 @@ impl EventSource {
                 }
                 let ns_name = netns_names.name(e.netns);
                 e.netns_name = ns_name.as_ref();
-                e.cgroup = e.cgroup_id.and_then(|id| learning.names.named(id));
+                e.cgroup = e.cgroup_id.and_then(|id| learning.named(id));
                 e.container = match e.cgroup {
                     Some(n) => n.label.as_deref(),
                     None => {

@@ -328,6 +328,11 @@ impl CgroupNames {
         self.named.is_empty()
     }
 
+    /// Whether the table has cgroup `id` (the root's 0 needs none).
+    pub fn knows(&self, id: u64) -> bool {
+        id == 0 || self.named.contains_key(&id)
+    }
+
     /// Cgroup `id`'s path and the container it names; None when neither the hooks nor a
     /// walk of the hierarchy knows it (the views say [`UNKNOWN`]).
     pub fn named(&mut self, id: u64) -> Option<&NamedCgroup> {
