@@ -849,6 +849,74 @@ fn assert_demo_lab_gone(pid: u32, stderr: &[String]) {
     assert!(running.is_empty(), "lab processes left running: {running:?}");
 }
 
+/// A process that has not exited yet (a zombie has).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rfind(')').is_some_and(|i| !s[i..].starts_with(") Z")))
+}
+
+/// CPU time (user + system) a process used so far, in clock ticks (/proc/PID/stat's
+/// utime and stime, the 14th and 15th fields).
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    Some(after_comm.get(11)?.parse::<u64>().ok()? + after_comm.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Kills a process the test started, by its pid, if the test ends with it still running.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if running(self.0) {
+            let _ = Command::new("kill").args(["-KILL", &self.0.to_string()]).status();
+        }
+    }
+}
+
+/// `top` in a tmux pane, then the pane's terminal closed (tmux killed, as a dropped ssh
+/// session or a closed terminal window closes it): top exits by itself, without spinning.
+/// `own_session`: top runs under setsid, outside the terminal's session, where no SIGHUP
+/// reaches it (a supervisor that relays none) and only the terminal's hang-up tells it.
+fn top_exits_when_its_terminal_closes(own_session: bool) {
+    require_kernel!();
+    require_tmux();
+    let dir = std::env::temp_dir().join(format!("tfotest-top-hup-{}-{own_session}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("pid");
+    let _ = std::fs::remove_file(&pid_file);
+    let top = format!("'{}' top -d 1", common::exe().display());
+    // In the background of a non-interactive sh, setsid is no group leader and execs top
+    // in place: `$!` is top's pid either way. Its stdin, which sh would make /dev/null,
+    // is the terminal's, through fd 3.
+    let run = if own_session { format!("setsid {top}") } else { top };
+    let script = format!("exec 3<&0; {run} <&3 3<&- & echo $! > '{}'; wait", pid_file.display());
+    let tmux = Tmux { socket: format!("tfotest-hup-{}-{own_session}", std::process::id()) };
+    tmux.cmd(&["new-session", "-d", "-x", "100", "-y", "30", "-s", "top", "sh", "-c", &script]);
+    let pid: u32 = wait_file("top's pid", &pid_file).trim().parse().unwrap();
+    let _top = KillOnDrop(pid);
+    tmux.wait_for("the top screen", |s| s.contains("tfo-trace top") && s.contains("DESTINATION"));
+    drop(tmux);
+    common::eventually("top to exit once its terminal closed", || {
+        if running(pid) {
+            Err(format!("pid {pid} still running, {:?} CPU ticks used so far", cpu_ticks(pid)))
+        } else {
+            Ok(())
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The terminal closed under `top`: it gets SIGHUP (the terminal's session).
+fn top_exits_when_its_terminal_closes_on_sighup() {
+    top_exits_when_its_terminal_closes(false);
+}
+
+/// The terminal closed under `top` in a session of its own: no SIGHUP, only the hang-up.
+fn top_exits_when_its_terminal_closes_without_sighup() {
+    top_exits_when_its_terminal_closes(true);
+}
+
 module_tests!(
     demo_stopped_while_it_builds_its_lab_removes_the_lab,
     demo_hung_up_removes_its_lab,
@@ -859,5 +927,7 @@ module_tests!(
     batch_rows_name_why_syn_data_was_refused,
     tui_in_a_real_terminal_matches_the_kernel,
     tui_stall_rate_falls_back_to_zero_when_stalls_stop,
+    top_exits_when_its_terminal_closes_on_sighup,
+    top_exits_when_its_terminal_closes_without_sighup,
     batch_json_rates_sum_to_the_kernel_counters,
 );

@@ -9,6 +9,7 @@
 pub(crate) mod batch;
 pub(crate) mod columns;
 pub(crate) mod header;
+mod keys;
 pub(crate) mod render;
 pub(crate) mod rows;
 pub(crate) mod state;
@@ -16,11 +17,12 @@ pub(crate) mod terminal;
 
 use std::{
     io::{self, IsTerminal as _},
+    os::fd::AsRawFd as _,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::{Context as _, Result};
-use crossterm::event::{self as term_event, Event as TermEvent};
+use crossterm::event::Event as TermEvent;
 
 use crate::{
     aggregation::{
@@ -249,9 +251,10 @@ pub async fn run_on<F: EventFeed>(
     let mut ui = UiState::new(View::Destinations, opts.sort, opts.filter.clone());
     let mut guard = terminal::TerminalGuard::enter()?;
     let mut snap = Snapshot::default();
-    // Keys are polled, not awaited: crossterm's reader is blocking, and 50 ms is quicker
-    // than anyone types.
-    let mut key_poll = tokio::time::interval(Duration::from_millis(50));
+    let mut keys = keys::Keys::start()?;
+    // No SIGHUP where the view is outside its terminal's session: it looks for itself,
+    // more often than anyone notices and at the cost of one poll(2).
+    let mut hangup_check = tokio::time::interval(Duration::from_millis(200));
     let mut redraw = true;
     // The snapshot a refresh took (its totals are the ones its rates were taken of).
     let mut fresh: Option<Snapshot> = None;
@@ -281,17 +284,20 @@ pub async fn run_on<F: EventFeed>(
                 fresh = Some(refresh(&mut model, feed, &mut clock));
                 redraw = true;
             }
-            _ = key_poll.tick() => {
-                while term_event::poll(Duration::ZERO).context("reading the keyboard")? {
-                    match term_event::read().context("reading the keyboard")? {
-                        TermEvent::Key(k) => match ui.on_key(k) {
-                            Action::Quit => return finish(guard, model.events),
-                            Action::Redraw => redraw = true,
-                            Action::None => {}
-                        },
-                        TermEvent::Resize(..) => redraw = true,
-                        _ => {}
-                    }
+            key = keys.next() => match key {
+                Some(TermEvent::Key(k)) => match ui.on_key(k) {
+                    Action::Quit => return finish(guard, model.events),
+                    Action::Redraw => redraw = true,
+                    Action::None => {}
+                },
+                Some(TermEvent::Resize(..)) => redraw = true,
+                Some(_) => {}
+                // The reader stopped on an error: the terminal is gone.
+                None => break,
+            },
+            _ = hangup_check.tick() => {
+                if keys::hung_up(io::stdout().as_raw_fd()) {
+                    break;
                 }
             }
             _ = stop.requested() => break,
