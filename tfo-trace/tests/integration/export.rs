@@ -188,7 +188,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     // Series that do not exist yet (a destination not seen yet) count as 0.
     let read_all = || queries.iter().map(|q| prom.query(q).unwrap_or(0.0)).collect::<Vec<f64>>();
     let before_prom = read_all();
-    let before = Deltas::since(&lab);
+    let before = Deltas::since(lab);
     let dropped_before = lab.middlebox_dropped().unwrap();
     let wire = lab.capture_syns(Side::Client).unwrap();
     // The per-destination series come from the events, which the exporter reads at its
