@@ -32,6 +32,9 @@ pub struct Session {
     /// [`Session::take_stop`]) rather than killing the process: one that came in the
     /// window between "attached" and the view's loop did, with no summary said.
     stop: Option<Stop>,
+    /// The kernel sends only refused SYN-data as events ([`LoadOptions`]'s
+    /// `refusal_events_only`): the other outcomes are only counted.
+    refusal_events_only: bool,
 }
 
 impl Session {
@@ -63,9 +66,15 @@ impl Session {
             Ok((tracer, source, counters))
         });
         match started {
-            Ok((tracer, source, counters)) => {
-                Ok(Session { tracer, source, recorder, seen: 0, counters, stop })
-            }
+            Ok((tracer, source, counters)) => Ok(Session {
+                tracer,
+                source,
+                recorder,
+                seen: 0,
+                counters,
+                stop,
+                refusal_events_only: load.refusal_events_only,
+            }),
             Err(e) => {
                 if let Some(r) = recorder {
                     r.discard();
@@ -235,20 +244,28 @@ impl Session {
     /// namespaces it traced go away (their counters are the last word on them).
     pub fn closing(&mut self) -> Closing {
         let health = self.health();
-        let counted: Option<u64> =
-            self.source.kernel_counts().ok().map(|c| c.iter().map(|(_, _, _, c)| c.events).sum());
+        let counts = self.source.kernel_counts().ok();
+        let counted: Option<u64> = counts.as_ref().map(|c| c.iter().map(|(_, _, _, c)| c.events).sum());
+        // What the kernel sent as events, of what it counted (record.rs in the programs).
+        let sent: Option<u64> = if self.refusal_events_only {
+            counts.map(|c| c.total(crate::events::Role::Client, crate::events::Outcome::DataNotAcked).events)
+        } else {
+            counted
+        };
         Closing {
             tfo_trace_closing: 1,
             backend: self.tracer.backend.name().to_string(),
             events: self.seen,
+            refusal_events_only: self.refusal_events_only,
             health,
             counted,
-            unread: counted.map_or(0, |c| c.saturating_sub(self.seen + health.events_lost)),
+            unread: sent.map_or(0, |c| c.saturating_sub(self.seen + health.events_lost)),
             cgroup_records_lost: self.source.cgroup_records_lost(),
             unnamed: self.source.unnamed,
             malformed: self.source.malformed,
             recorded_to: self.recorder.as_ref().map(|r| r.path().display().to_string()),
             stalled: None,
+            served: None,
             names: self.source.names_stats(),
             kernel_counted: self.kernel_counted(),
         }
