@@ -48,6 +48,12 @@ pub struct Closing {
     pub malformed: u64,
     /// The `--record` file, if any.
     pub recorded_to: Option<String>,
+    /// Events delivered that the recording lacks: writing it failed (a full disk), and
+    /// recording stopped there while tracing went on.
+    pub unrecorded: u64,
+    /// Why writing the recording failed, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording_failed: Option<String>,
     /// `stalls` only: the stalled connections it listed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stalled: Option<u64>,
@@ -170,8 +176,25 @@ impl Closing {
         }
         if let Some(path) = &self.recorded_to {
             line.push_str(&format!(", recorded to {path}"));
+            if let Some(why) = &self.recording_failed {
+                let n = units::plural(self.unrecorded, "event", "events");
+                line.push_str(&format!(" but for the last {n} (writing it failed: {why})"));
+            }
         }
         line
+    }
+
+    /// Ok, unless the recording lacks events: then one line saying how many, and why (the
+    /// command fails after its summary: what it was asked to record is not all there).
+    pub fn recording_kept(&self) -> anyhow::Result<()> {
+        match (&self.recorded_to, &self.recording_failed) {
+            (Some(path), Some(why)) => Err(anyhow::anyhow!(
+                "the recording {path} lacks the last {} of the {} events (writing it failed: {why})",
+                self.unrecorded,
+                self.events
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// `counted by each namespace's own kernel counters: ...: netns 4026532246 (lab-srv):
@@ -270,6 +293,37 @@ mod tests {
         assert_eq!(v["refusal_events_only"], true);
         let plain = serde_json::to_value(closing(1, 0, Some(1))).unwrap();
         assert!(plain.get("served").is_none() && plain.get("refusal_events_only").is_none(), "{plain}");
+    }
+
+    /// Issue 55, item 6: a full disk while recording lost the summary; now the summary
+    /// says what the recording lacks, in words and in its JSON, and the command fails
+    /// after it.
+    #[test]
+    fn a_recording_that_failed_says_what_it_lacks() {
+        let failed = Closing {
+            recorded_to: Some("/mnt/small/r.jsonl".into()),
+            unrecorded: 832,
+            recording_failed: Some("No space left on device (os error 28)".into()),
+            ..closing(1000, 0, Some(1000))
+        };
+        assert_eq!(
+            failed.sentence(),
+            "1000 events, 0 lost (1000 outcomes counted in the kernel), recorded to /mnt/small/r.jsonl \
+             but for the last 832 events (writing it failed: No space left on device (os error 28))"
+        );
+        let v = serde_json::to_value(&failed).unwrap();
+        assert_eq!((v["unrecorded"].as_u64(), v["events"].as_u64()), (Some(832), Some(1000)));
+        assert_eq!(v["recording_failed"], "No space left on device (os error 28)");
+        let e = failed.recording_kept().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "the recording /mnt/small/r.jsonl lacks the last 832 of the 1000 events (writing it failed: \
+             No space left on device (os error 28))"
+        );
+        let kept = Closing { recorded_to: Some("/tmp/r.jsonl".into()), ..closing(5, 0, Some(5)) };
+        assert!(kept.recording_kept().is_ok());
+        assert!(kept.sentence().ends_with(", recorded to /tmp/r.jsonl"), "{}", kept.sentence());
+        assert_eq!(serde_json::to_value(&kept).unwrap()["unrecorded"], 0);
     }
 
     #[test]

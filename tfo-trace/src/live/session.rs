@@ -16,7 +16,7 @@ use crate::{
         record::{Header, RecordTo, Recorder},
         Event, EventRef,
     },
-    live::{closing::Closing, namespace_counters::NamespaceCounters, output::OutputClosed, stop::Stop},
+    live::{closing::Closing, namespace_counters::NamespaceCounters, stop::Stop},
     probes::{self, LoadOptions, Tracer},
 };
 
@@ -138,11 +138,19 @@ impl Session {
         self.record(events)
     }
 
+    /// Writes `events` to the recording, if any. Where writing it fails (a full disk),
+    /// recording stops with one warning and tracing goes on: the closing summary says
+    /// how many events the recording lacks, and the command then fails
+    /// ([`Closing::recording_kept`]).
     fn record(&mut self, events: &[Event]) -> Result<()> {
-        match &mut self.recorder {
-            Some(r) if !events.is_empty() => r.write_batch(events),
-            _ => Ok(()),
+        let Some(r) = self.recorder.as_mut().filter(|_| !events.is_empty()) else { return Ok(()) };
+        if let Err(stopped) = r.write_batch(events) {
+            crate::note!(
+                "tfo-trace: warning: {stopped}: recording stopped, tracing goes on (the closing summary \
+                 says how many events the recording lacks)"
+            )?;
         }
+        Ok(())
     }
 
     /// Hands each batch to `each` until a stop is requested (then the last batch holds what
@@ -264,6 +272,8 @@ impl Session {
             unnamed: self.source.unnamed,
             malformed: self.source.malformed,
             recorded_to: self.recorder.as_ref().map(|r| r.path().display().to_string()),
+            unrecorded: self.recorder.as_ref().map_or(0, |r| r.lacks()),
+            recording_failed: self.recorder.as_ref().and_then(|r| r.failed().map(str::to_string)),
             stalled: None,
             served: None,
             names: self.source.names_stats(),
@@ -271,9 +281,12 @@ impl Session {
         }
     }
 
-    /// [`Session::closing`], said on stderr: as one JSON object with `json`.
-    pub fn say_closing(&mut self, json: bool) -> Result<(), OutputClosed> {
-        self.closing().say(json, "tfo-trace", "")
+    /// [`Session::closing`], said on stderr: as one JSON object with `json`; then the
+    /// command fails if its recording lacks events ([`Closing::recording_kept`]).
+    pub fn say_closing(&mut self, json: bool) -> Result<()> {
+        let closing = self.closing();
+        closing.say(json, "tfo-trace", "")?;
+        closing.recording_kept()
     }
 }
 

@@ -193,7 +193,7 @@ pub async fn run(opts: LinesOptions) -> Result<()> {
     let mut closing = session.closing();
     closing.stalled = Some(per_dst.values().map(|d| d.tally.stalls.count()).sum());
     closing.say(live.json_summary, "tfo-trace", "")?;
-    Ok(())
+    closing.recording_kept()
 }
 
 #[cfg(test)]
