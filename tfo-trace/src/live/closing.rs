@@ -197,7 +197,7 @@ impl Closing {
         }
     }
 
-    /// `counted by each namespace's own kernel counters: ...: netns 4026532246 (lab-srv):
+    /// `counted by each namespace's own kernel counters: ...: netns lab-srv:
     /// server cookie_requested 3`: said after the closing line (None when nothing moved).
     pub fn kernel_counted_sentence(&self) -> Option<String> {
         let mut namespaces = counted::per_namespace(&self.kernel_counted);
