@@ -10,6 +10,8 @@
 //! | events per second | [`rate`]: at most three significant digits, `k` beyond 99,999 | `0`, `0.50`, `12.5`, `1234`, `123.5k`; `-` not measured |
 //! | a count in a sentence | [`count`], [`plural`]: digits grouped by thousands | `1,234,567`, `1 stalled connection` |
 //! | a client's destination | [`write_destination`], [`destination`]: `name (address:port)` where `--names` named it, else `address:port` | `198.18.0.2:8080`, `[fd00::2]:8080`, `example.com (198.18.0.2:443)` |
+//! | a network namespace | [`netns`]: its `ip netns` name where known, else its inode | `lab-srv`, `4026532246` |
+//! | text in a column of a given width | [`cut`] to that many terminal columns ([`width`]), the cut marked `~`; [`pad`] to it | `a-very-long-s~`, `データ~` |
 //!
 //! A count in a table cell is plain digits (a column is read by its width and cut by
 //! scripts), and lines made for scripts (`top --batch`'s `key=value` line, JSON) carry raw
@@ -254,9 +256,9 @@ fn push_octet(out: &mut Vec<u8>, octet: u8) {
 /// ([`write_address`]). The name is the recording's or the resolver's text, so a control
 /// character in it is written escaped (`\u{1b}`), never sent to the terminal.
 ///
-/// `max_chars`: Some(n) for a fixed-width column: a name that would make it wider is cut,
-/// its cut marked `~` (as `top` marks a cut cell) and the address kept whole, for it is
-/// what the row is about; None (a line per event) prints it whole.
+/// `max_chars`: Some(n) for a fixed-width column of n terminal columns: a name that would
+/// make it wider is cut ([`cut`], as `top` cuts a cell) and the address kept whole, for it
+/// is what the row is about; None (a line per event) prints it whole.
 pub(crate) fn write_destination(
     out: &mut Vec<u8>,
     ip: IpAddr,
@@ -279,15 +281,62 @@ pub(crate) fn write_destination(
         let mut address = Vec::with_capacity(48);
         write_address(&mut address, ip, port);
         let room = max.saturating_sub(address.len() + 3);
-        if shown.chars().count() > room {
-            shown = shown.chars().take(room.saturating_sub(1)).collect();
-            shown.push('~');
-        }
+        shown = cut(&shown, room.max(1)).into_owned();
     }
     out.extend_from_slice(shown.as_bytes());
     out.extend_from_slice(b" (");
     write_address(out, ip, port);
     out.push(b')');
+}
+
+/// The columns `s` takes on a terminal: two for a wide (CJK) character, none for a
+/// combining one, as ratatui and terminals count them (Unicode's East Asian Width). A
+/// column's width is this, never its bytes or chars.
+pub(crate) fn width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
+/// `s` in at most `columns` terminal columns ([`width`]): whole if it fits, else cut
+/// between two characters, never inside one, the cut marked `~` so that a cut address is
+/// never mistaken for a whole one (a wide character that would straddle the edge goes).
+/// The one way every view shortens text to a width.
+pub(crate) fn cut(s: &str, columns: usize) -> std::borrow::Cow<'_, str> {
+    if width(s) <= columns {
+        return s.into();
+    }
+    if columns == 0 {
+        return "".into();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in s.chars() {
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + w > columns - 1 {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    out.push('~');
+    out.into()
+}
+
+/// `s` padded with spaces to `columns` terminal columns ([`width`]), on the right
+/// (`Align::Left`) or the left: `format!("{:<w$}")` counts chars, which a wide character
+/// takes two columns of.
+pub(crate) fn pad(s: &str, columns: usize, align: Align) -> String {
+    let fill = " ".repeat(columns.saturating_sub(width(s)));
+    match align {
+        Align::Left => format!("{s}{fill}"),
+        Align::Right => format!("{fill}{s}"),
+    }
+}
+
+/// Where [`pad`] puts the text in its column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Align {
+    Left,
+    Right,
 }
 
 /// A name from outside (a DNS name, a recording's text) as the text views print it: its
@@ -305,6 +354,16 @@ pub(crate) fn printable(name: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     shown.into()
+}
+
+/// A network namespace as every view names it, the one rule: its `ip netns` name where one
+/// is known (live, from /run/netns; in a replay, the events' `netns_name`), else its inode.
+/// A recording's name is outside text: its control characters come escaped.
+pub(crate) fn netns(inode: u32, name: Option<&str>) -> String {
+    match name.filter(|n| !n.is_empty()) {
+        Some(n) => printable(n).into_owned(),
+        None => inode.to_string(),
+    }
 }
 
 /// [`write_destination`] as a String, whole (a line per event, a sentence).
@@ -347,6 +406,14 @@ pub(crate) fn destination_within(ip: IpAddr, port: u16, name: Option<&str>, max_
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_namespace_is_named_where_known_else_its_inode() {
+        assert_eq!(netns(4026532246, Some("lab-srv")), "lab-srv");
+        assert_eq!(netns(4026532246, None), "4026532246");
+        assert_eq!(netns(4026532246, Some("")), "4026532246");
+        assert_eq!(netns(7, Some("a\u{1b}[2Jb")), "a\\u{1b}[2Jb", "no escape reaches the terminal");
+    }
 
     #[test]
     fn balances_carry_their_sign() {
@@ -517,9 +584,36 @@ mod tests {
         assert_eq!(destination_within(v4(), 443, Some(long), 10), "~ (198.18.0.2:443)");
         // Unnamed: the address, never cut.
         assert_eq!(destination_within(v6(), 443, None, 5), "[fd00:7f0::2]:443");
-        // Counted in characters, not bytes.
+        // Counted in terminal columns, not bytes: é takes one, a CJK character two.
         let e4 = Some("\u{e9}\u{e9}\u{e9}\u{e9}");
         assert_eq!(destination_within(v4(), 443, e4, 21), "\u{e9}\u{e9}\u{e9}\u{e9} (198.18.0.2:443)");
         assert_eq!(destination_within(v4(), 443, e4, 20), "\u{e9}\u{e9}~ (198.18.0.2:443)");
+        let wide = destination_within(v4(), 443, Some("データベース.example"), 28);
+        assert_eq!((wide.as_str(), width(&wide)), ("データベー~ (198.18.0.2:443)", 28));
+        let wide = destination_within(v4(), 443, Some("データベース.example"), 27);
+        assert_eq!(wide, "データベ~ (198.18.0.2:443)", "a wide character never straddles the edge");
+        assert_eq!(width(&wide), 26);
+    }
+
+    /// Issue 55, item 5: text is cut and padded by the columns it takes, one character
+    /// whole or not at all (a multi-byte glyph cut by bytes shows as `�`).
+    #[test]
+    fn text_is_cut_and_padded_by_terminal_columns() {
+        assert_eq!((width("abc"), width("é"), width("データ"), width("·█▁")), (3, 1, 6, 3));
+        assert_eq!(cut("[fd00:7f0:1::2]:8080", 10), "[fd00:7f0~");
+        assert_eq!(cut("abc", 3), "abc");
+        assert_eq!(cut("abc", 0), "");
+        assert_eq!(cut("データベース", 6), "デー~");
+        assert_eq!(cut("データベース", 7), "データ~");
+        assert_eq!(cut("aデータ", 4), "aデ~");
+        assert_eq!(cut("██████", 4), "███~");
+        for (s, w) in [("データベース", 5), ("aé·█", 3), ("数据库客户", 9), ("x", 1)] {
+            let c = cut(s, w);
+            assert!(width(&c) <= w && !c.contains('\u{fffd}'), "{s} in {w}: {c}");
+            assert!(s.starts_with(c.trim_end_matches('~')), "{s} in {w}: {c}");
+        }
+        assert_eq!(pad("データ", 8, Align::Left), "データ  ");
+        assert_eq!(pad("データ", 8, Align::Right), "  データ");
+        assert_eq!(pad("toolong", 3, Align::Right), "toolong");
     }
 }

@@ -223,7 +223,7 @@ impl Interner {
             return at;
         }
         let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
-        let name = self.get(&String::from_utf8_lossy(&comm[..end]));
+        let name = self.get(&comm_text(&comm[..end]));
         if Some(self.next_recent) == keep {
             self.next_recent = (self.next_recent + 1) % RECENT_COMMS;
         }
@@ -231,6 +231,19 @@ impl Interner {
         self.next_recent = (at + 1) % RECENT_COMMS;
         self.recent_comms[at] = Some((*comm, name));
         at
+    }
+}
+
+/// A `comm`'s bytes as text. The kernel keeps the first TASK_COMM_LEN - 1 bytes of a
+/// name (`char comm[TASK_COMM_LEN]`, 16, include/linux/sched.h), cutting a multi-byte
+/// character at the end of a longer one: that piece goes, as the rest of the name went,
+/// rather than show as `\u{fffd}`. Bytes that are not UTF-8 elsewhere show as `\u{fffd}`.
+fn comm_text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.into(),
+        // error_len None: the bytes end inside a character.
+        Err(e) if e.error_len().is_none() => String::from_utf8_lossy(&bytes[..e.valid_up_to()]),
+        Err(_) => String::from_utf8_lossy(bytes),
     }
 }
 
@@ -631,6 +644,24 @@ mod tests {
             (&v["comm"], &v["thread"]),
             (&serde_json::json!("python3"), &serde_json::json!("connworker"))
         );
+    }
+
+    /// Issue 55, item 5: a name the kernel cut inside a character ("aデータベース" is 19
+    /// bytes; comm keeps 15) shows without the piece, never as `\u{fffd}`.
+    #[test]
+    fn a_comm_cut_inside_a_character_drops_the_piece() {
+        let name = |s: &str| {
+            let mut raw = [0u8; TASK_COMM_LEN];
+            let n = s.len().min(TASK_COMM_LEN - 1);
+            raw[..n].copy_from_slice(&s.as_bytes()[..n]);
+            raw
+        };
+        let mut names = Interner::default();
+        assert_eq!(&**names.comm(&name("aデータベース")), "aデータベ");
+        assert_eq!(&**names.comm(&name("数据库客户端")), "数据库客户");
+        assert_eq!(&**names.comm(&name("python3")), "python3");
+        // Not UTF-8 inside: said as such.
+        assert_eq!(&**names.comm(&[b'a', 0xff, b'b', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), "a\u{fffd}b");
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! header after line 1 (recordings joined with `cat a b`) starts a new segment.
 use std::{
     fs::{File, OpenOptions},
-    io::{self, BufRead, BufReader, BufWriter, Write},
+    io::{self, BufRead, BufReader, Write},
     os::unix::fs::{OpenOptionsExt, PermissionsExt},
     path::{Path, PathBuf},
 };
@@ -90,15 +90,40 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
-/// Writes a recording. Every [`Recorder::write_batch`] ends with a flush to the kernel.
+/// Writes a recording: each [`Recorder::write_batch`] is one write(2) of whole lines. Where
+/// one fails (a full disk), the file is cut back to the last whole line and recording stops
+/// there: tracing goes on, and the recorder counts what the file lacks ([`Recorder::lacks`]).
 pub struct Recorder {
-    out: BufWriter<File>,
+    out: File,
+    /// A batch's lines, made before the one write.
+    buf: Vec<u8>,
     path: PathBuf,
     /// This recorder made the file (removed again by [`Recorder::discard`]).
     created: bool,
     /// Events written so far.
     pub events: u64,
+    /// Bytes of whole lines in the file.
+    written: u64,
+    /// Why writing stopped, once it did.
+    failed: Option<String>,
+    /// Events delivered since (the failed batch's included): not in the recording.
+    lacks: u64,
 }
+
+/// Writing a recording failed: recording stopped there, tracing goes on.
+#[derive(Debug)]
+pub struct RecordingStopped {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+impl std::fmt::Display for RecordingStopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "writing to the recording {}: {}", self.path.display(), self.why)
+    }
+}
+
+impl std::error::Error for RecordingStopped {}
 
 impl Recorder {
     /// Creates (or truncates) `path` with mode 0600 and writes the header line.
@@ -129,7 +154,16 @@ impl Recorder {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (Self::open_existing(to, &refused)?, false),
             Err(e) => return Err(e).with_context(|| format!("creating the recording {}", path.display())),
         };
-        Ok(Recorder { out: BufWriter::new(file), path: path.to_path_buf(), created, events: 0 })
+        Ok(Recorder {
+            out: file,
+            buf: Vec::new(),
+            path: path.to_path_buf(),
+            created,
+            events: 0,
+            written: 0,
+            failed: None,
+            lacks: 0,
+        })
     }
 
     /// What is already at `to.path`: a FIFO or character device (directly, or by a link,
@@ -185,15 +219,19 @@ impl Recorder {
         Ok(file)
     }
 
-    /// The header line, first in the file.
+    /// The header line, first in the file (a failure here is the command's: nothing was
+    /// traced yet).
     pub fn write_header(&mut self, header: &Header) -> Result<()> {
-        serde_json::to_writer(&mut self.out, header)
+        self.buf.clear();
+        serde_json::to_writer(&mut self.buf, header)
             .map_err(io::Error::from)
             .and_then(|()| {
-                self.out.write_all(b"\n")?;
-                self.out.flush()
+                self.buf.push(b'\n');
+                self.out.write_all(&self.buf)
             })
-            .with_context(|| format!("writing to the recording {}", self.path.display()))
+            .with_context(|| format!("writing to the recording {}", self.path.display()))?;
+        self.written += self.buf.len() as u64;
+        Ok(())
     }
 
     /// Removes the file again if this recorder made it (nothing was traced into it).
@@ -203,18 +241,48 @@ impl Recorder {
         }
     }
 
-    /// Appends one line per event and flushes.
-    pub fn write_batch(&mut self, events: &[Event]) -> Result<()> {
-        let r: io::Result<()> = (|| {
+    /// Appends one line per event, in one write. The write that fails (ENOSPC, EIO) is
+    /// [`RecordingStopped`], once: the file is cut back to its last whole line, and this
+    /// batch and every later one are counted as lacking ([`Recorder::lacks`]), not written.
+    pub fn write_batch(&mut self, events: &[Event]) -> Result<(), RecordingStopped> {
+        if self.failed.is_some() {
+            self.lacks += events.len() as u64;
+            return Ok(());
+        }
+        self.buf.clear();
+        let written: io::Result<()> = (|| {
             for e in events {
-                serde_json::to_writer(&mut self.out, e)?;
-                self.out.write_all(b"\n")?;
+                serde_json::to_writer(&mut self.buf, e)?;
+                self.buf.push(b'\n');
             }
-            self.out.flush()
+            self.out.write_all(&self.buf)
         })();
-        r.with_context(|| format!("writing to the recording {}", self.path.display()))?;
-        self.events += events.len() as u64;
-        Ok(())
+        match written {
+            Ok(()) => {
+                self.events += events.len() as u64;
+                self.written += self.buf.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // What a replay reads must end with a whole line: the part of this batch
+                // that made it goes (not possible on a FIFO, where nothing is kept anyway).
+                let _ = self.out.set_len(self.written);
+                let why = e.to_string();
+                self.failed = Some(why.clone());
+                self.lacks += events.len() as u64;
+                Err(RecordingStopped { path: self.path.clone(), why })
+            }
+        }
+    }
+
+    /// Events delivered that the recording lacks: those since writing it failed.
+    pub fn lacks(&self) -> u64 {
+        self.lacks
+    }
+
+    /// Why writing the recording stopped, if it did.
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
     }
 
     pub fn path(&self) -> &Path {

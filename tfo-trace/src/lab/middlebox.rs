@@ -173,35 +173,52 @@ impl Lab {
         self.nft(&["add", "rule", "inet", NFT_TABLE, "prerouting", &rule]).map(drop)
     }
 
-    /// An IPv4 address a NAT in front of the client can give it ([`Lab::client_snat`]).
-    pub fn client_nat_addr(&self, index: u8) -> IpAddr {
-        self.host_addr(10 + index, false)
+    /// An address of the client's family `v6` a NAT in front of it can give it
+    /// ([`Lab::client_snat`]).
+    pub fn client_nat_addr(&self, index: u8, v6: bool) -> IpAddr {
+        self.host_addr(10 + index, v6)
     }
 
-    /// A NAT in front of the client: its IPv4 connections leave with the source address
-    /// `to[i]` in turn, one per new connection (nft `snat ip to numgen inc mod N map` in a nat
-    /// postrouting chain of the client's namespace, where a NAT router on its way out would
-    /// do it), so the server sees the client's address change and the client's kernel does
-    /// not. Each address goes on the client's veth, so the answers come back. Called again,
-    /// the new rule replaces the old; the table goes with the namespace.
+    /// A NAT in front of the client: its connections of the family of `to` (IPv4, or IPv6:
+    /// NAT66) leave with the source address `to[i]` in turn, one per new connection (nft
+    /// `snat ip to numgen inc mod N map` in a nat postrouting chain of the client's
+    /// namespace, where a NAT router on its way out would do it), so the server sees the
+    /// client's address change and the client's kernel does not. Each address goes on the
+    /// client's veth, so the answers come back; an IPv6 one deprecated (preferred_lft 0), so
+    /// the client's own connections keep their address as their source. Called again, the
+    /// new rule replaces the old; the table goes with the namespace.
     pub fn client_snat(&self, to: &[IpAddr]) -> Result<()> {
-        for a in to {
-            cmd::run(cmd::ip_in(&self.client_ns).args([
-                "addr",
-                "replace",
-                &format!("{a}/24"),
-                "dev",
-                VETH_CLIENT,
-            ]))?;
+        let v6 = to.first().is_some_and(IpAddr::is_ipv6);
+        if to.iter().any(|a| a.is_ipv6() != v6) {
+            anyhow::bail!("client_snat: addresses of one family, not {to:?}");
+        }
+        for a in to.iter().filter(|a| **a != self.client_addr(v6)) {
+            let mut c = cmd::ip_in(&self.client_ns);
+            if v6 {
+                c.args([
+                    "addr",
+                    "replace",
+                    &format!("{a}/64"),
+                    "dev",
+                    VETH_CLIENT,
+                    "nodad",
+                    "preferred_lft",
+                    "0",
+                ]);
+            } else {
+                c.args(["addr", "replace", &format!("{a}/24"), "dev", VETH_CLIENT]);
+            }
+            cmd::run(&mut c)?;
         }
         let nft = |args: &[&str]| cmd::run(cmd::in_netns(&self.client_ns, "nft").args(args));
         nft(&["add", "table", "inet", NFT_TABLE])?;
         let chain = "{ type nat hook postrouting priority 100; policy accept; }";
         nft(&["add", "chain", "inet", NFT_TABLE, "postrouting", chain])?;
         nft(&["flush", "chain", "inet", NFT_TABLE, "postrouting"])?;
+        let ip = if v6 { "ip6" } else { "ip" };
         let rule = format!(
-            "ip saddr {} snat ip to numgen inc mod {} map {{ {} }}",
-            self.client_addr(false),
+            "{ip} saddr {} snat {ip} to numgen inc mod {} map {{ {} }}",
+            self.client_addr(v6),
             to.len(),
             turns(to)
         );

@@ -2,14 +2,14 @@
 //! wording of `top`, its batch lines and the closing line.
 use crate::{aggregation::kernel_counted::KernelCounted, units};
 
-/// How a namespace is named in sentences: `netns 4026532246 (lab-srv)`, or for one
-/// without a name, `an unnamed netns (pid 1234's)`.
+/// How a namespace is named in sentences: `netns lab-srv`, `netns 4026532246` for one
+/// without an `ip netns` name ([`units::netns`]), or for one this user cannot name, `an
+/// unnamed netns (pid 1234's)`.
 fn namespace_phrase(counted: &KernelCounted, key: u32) -> String {
     if let Some(pid) = counted.unnamed.get(&key) {
         return format!("an unnamed netns (pid {pid}'s)");
     }
-    let name = counted.netns_names.get(&key).map(|n| format!(" ({n})")).unwrap_or_default();
-    format!("netns {key}{name}")
+    format!("netns {}", units::netns(key, counted.netns_names.get(&key).map(String::as_str)))
 }
 
 /// `2 namespaces unreadable (netns 4026532246: setns: Operation not permitted; ...)`:
@@ -27,8 +27,8 @@ pub(crate) fn unreadable_phrase(counted: &KernelCounted) -> Option<String> {
     Some(format!("{n} unreadable, not counted ({})", each.join("; ")))
 }
 
-/// One phrase per namespace where a count moved: `netns 4026532246 (lab-srv): server
-/// queue_overflow 3, server cookie_invalid 1`.
+/// One phrase per namespace where a count moved: `netns lab-srv: server queue_overflow 3,
+/// server cookie_invalid 1`.
 pub(crate) fn per_namespace(counted: &KernelCounted) -> Vec<String> {
     counted
         .by_namespace()
@@ -85,7 +85,7 @@ mod tests {
         assert_eq!(
             per_namespace(&counted),
             [
-                "netns 7 (lab-srv): server queue_overflow 3, server cookie_invalid 1",
+                "netns lab-srv: server queue_overflow 3, server cookie_invalid 1",
                 "an unnamed netns (pid 1234's): server queue_overflow 2"
             ]
         );

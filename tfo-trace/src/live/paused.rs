@@ -53,10 +53,8 @@ pub(crate) fn said(pauses: &Pauses, counted: &KernelCounted) -> Vec<Paused> {
         .into_iter()
         .filter_map(|ns| {
             let summary = pauses.summary(ns, blind.then(|| moved(ns)), timeouts.get(&ns).copied())?;
-            let label = match names.get(&u64::from(ns)) {
-                Some(n) => format!("netns {n}"),
-                None => format!("netns {ns}"),
-            };
+            let label =
+                format!("netns {}", crate::units::netns(ns, names.get(&u64::from(ns)).map(String::as_str)));
             Some(Paused { sentence: pause_sentence(&summary, &label), summary })
         })
         .collect()

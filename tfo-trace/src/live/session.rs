@@ -16,7 +16,7 @@ use crate::{
         record::{Header, RecordTo, Recorder},
         Event, EventRef,
     },
-    live::{closing::Closing, namespace_counters::NamespaceCounters, output::OutputClosed, stop::Stop},
+    live::{closing::Closing, namespace_counters::NamespaceCounters, stop::Stop},
     probes::{self, LoadOptions, Tracer},
 };
 
@@ -32,6 +32,9 @@ pub struct Session {
     /// [`Session::take_stop`]) rather than killing the process: one that came in the
     /// window between "attached" and the view's loop did, with no summary said.
     stop: Option<Stop>,
+    /// The kernel sends only refused SYN-data as events ([`LoadOptions`]'s
+    /// `refusal_events_only`): the other outcomes are only counted.
+    refusal_events_only: bool,
 }
 
 impl Session {
@@ -63,9 +66,15 @@ impl Session {
             Ok((tracer, source, counters))
         });
         match started {
-            Ok((tracer, source, counters)) => {
-                Ok(Session { tracer, source, recorder, seen: 0, counters, stop })
-            }
+            Ok((tracer, source, counters)) => Ok(Session {
+                tracer,
+                source,
+                recorder,
+                seen: 0,
+                counters,
+                stop,
+                refusal_events_only: load.refusal_events_only,
+            }),
             Err(e) => {
                 if let Some(r) = recorder {
                     r.discard();
@@ -136,11 +145,19 @@ impl Session {
         self.record(events)
     }
 
+    /// Writes `events` to the recording, if any. Where writing it fails (a full disk),
+    /// recording stops with one warning and tracing goes on: the closing summary says
+    /// how many events the recording lacks, and the command then fails
+    /// ([`Closing::recording_kept`]).
     fn record(&mut self, events: &[Event]) -> Result<()> {
-        match &mut self.recorder {
-            Some(r) if !events.is_empty() => r.write_batch(events),
-            _ => Ok(()),
+        let Some(r) = self.recorder.as_mut().filter(|_| !events.is_empty()) else { return Ok(()) };
+        if let Err(stopped) = r.write_batch(events) {
+            crate::note!(
+                "tfo-trace: warning: {stopped}: recording stopped, tracing goes on (the closing summary \
+                 says how many events the recording lacks)"
+            )?;
         }
+        Ok(())
     }
 
     /// Hands each batch to `each` until a stop is requested (then the last batch holds what
@@ -245,28 +262,41 @@ impl Session {
     /// namespaces it traced go away (their counters are the last word on them).
     pub fn closing(&mut self) -> Closing {
         let health = self.health();
-        let counted: Option<u64> =
-            self.source.kernel_counts().ok().map(|c| c.iter().map(|(_, _, _, c)| c.events).sum());
+        let counts = self.source.kernel_counts().ok();
+        let counted: Option<u64> = counts.as_ref().map(|c| c.iter().map(|(_, _, _, c)| c.events).sum());
+        // What the kernel sent as events, of what it counted (record.rs in the programs).
+        let sent: Option<u64> = if self.refusal_events_only {
+            counts.map(|c| c.total(crate::events::Role::Client, crate::events::Outcome::DataNotAcked).events)
+        } else {
+            counted
+        };
         Closing {
             tfo_trace_closing: 1,
             backend: self.tracer.backend.name().to_string(),
             events: self.seen,
+            refusal_events_only: self.refusal_events_only,
             health,
             counted,
-            unread: counted.map_or(0, |c| c.saturating_sub(self.seen + health.events_lost)),
+            unread: sent.map_or(0, |c| c.saturating_sub(self.seen + health.events_lost)),
             cgroup_records_lost: self.source.cgroup_records_lost(),
             unnamed: self.source.unnamed,
             malformed: self.source.malformed,
             recorded_to: self.recorder.as_ref().map(|r| r.path().display().to_string()),
+            unrecorded: self.recorder.as_ref().map_or(0, |r| r.lacks()),
+            recording_failed: self.recorder.as_ref().and_then(|r| r.failed().map(str::to_string)),
             stalled: None,
+            served: None,
             names: self.source.names_stats(),
             kernel_counted: self.kernel_counted(),
         }
     }
 
-    /// [`Session::closing`], said on stderr: as one JSON object with `json`.
-    pub fn say_closing(&mut self, json: bool) -> Result<(), OutputClosed> {
-        self.closing().say(json, "tfo-trace", "")
+    /// [`Session::closing`], said on stderr: as one JSON object with `json`; then the
+    /// command fails if its recording lacks events ([`Closing::recording_kept`]).
+    pub fn say_closing(&mut self, json: bool) -> Result<()> {
+        let closing = self.closing();
+        closing.say(json, "tfo-trace", "")?;
+        closing.recording_kept()
     }
 }
 

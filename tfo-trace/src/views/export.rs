@@ -53,7 +53,7 @@ use crate::{
     aggregation::metrics::{Breakdown, BuildInfo, Metrics, CONTENT_TYPE},
     cli::ExportOptions,
     events::Event,
-    live::session::Session,
+    live::{closing::Served, session::Session},
     views::web_config::{BasicAuth, WebConfig},
 };
 
@@ -171,6 +171,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     let mut stop = session.take_stop(opts.live.duration)?;
     let mut textfile_tick = tokio::time::interval(opts.interval);
     let mut batch: Vec<Event> = Vec::new();
+    let mut served = Served::default();
     loop {
         tokio::select! {
             // Events: the opt-in series and each refusal's cause (the connection counts
@@ -181,15 +182,17 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
                 // asked meanwhile share this refresh and its text.
                 refresh(&metrics, &mut session)?;
                 let text = Bytes::from(metrics.encode());
-                let _ = first.send(text.clone());
+                let mut answered = u64::from(first.send(text.clone()).is_ok());
                 while let Ok(next) = waiting.try_recv() {
-                    let _ = next.send(text.clone());
+                    answered += u64::from(next.send(text.clone()).is_ok());
                 }
+                served.scraped(answered, metrics.connections_encoded());
             }
             _ = textfile_tick.tick() => {
                 if let Some(path) = &opts.textfile {
                     refresh(&metrics, &mut session)?;
                     write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
+                    served.wrote_textfile(metrics.connections_encoded());
                 }
             }
             _ = stop.requested() => break,
@@ -203,10 +206,15 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     session.drain(&mut batch)?;
     observe(&metrics, &mut batch);
     refresh(&metrics, &mut session)?;
+    let last = metrics.encode();
+    served.outcomes_at_stop = metrics.connections_encoded();
     if let Some(path) = &opts.textfile {
-        write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
+        write_textfile(path, &last).with_context(|| format!("writing {}", path.display()))?;
+        served.wrote_textfile(metrics.connections_encoded());
     }
-    session.say_closing(opts.live.json_summary)?;
+    let mut closing = session.closing();
+    closing.served = Some(served);
+    closing.say(opts.live.json_summary, "tfo-trace", "")?;
     Ok(())
 }
 

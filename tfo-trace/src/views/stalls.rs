@@ -88,7 +88,7 @@ fn write_summary(out: &mut impl Write, per_dst: &PerDestinations) -> io::Result<
             (units::destination_within(a.ip(), a.port(), d.name.as_deref(), SUMMARY_WIDTH.1), &d.tally)
         })
         .collect();
-    let width = stalled.iter().map(|(dst, _)| dst.chars().count()).fold(SUMMARY_WIDTH.0, usize::max);
+    let width = stalled.iter().map(|(dst, _)| units::width(dst)).fold(SUMMARY_WIDTH.0, usize::max);
     // No table at all without a stall (the closing line says 0).
     if !stalled.is_empty() {
         writeln!(
@@ -104,7 +104,8 @@ fn write_summary(out: &mut impl Write, per_dst: &PerDestinations) -> io::Result<
         let causes: Vec<String> = s.causes().map(|c| format!("{}={}", c.name(), s.count_of(c))).collect();
         writeln!(
             out,
-            "{dst:<width$} {:>7} {:>11} {:>11} {:>11} {:>11}  {}",
+            "{} {:>7} {:>11} {:>11} {:>11} {:>11}  {}",
+            units::pad(&dst, width, units::Align::Left),
             s.count(),
             units::duration_us(s.lost_us()),
             units::duration_us(s.lost_us() / s.count().max(1)),
@@ -193,7 +194,7 @@ pub async fn run(opts: LinesOptions) -> Result<()> {
     let mut closing = session.closing();
     closing.stalled = Some(per_dst.values().map(|d| d.tally.stalls.count()).sum());
     closing.say(live.json_summary, "tfo-trace", "")?;
-    Ok(())
+    closing.recording_kept()
 }
 
 #[cfg(test)]

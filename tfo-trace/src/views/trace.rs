@@ -87,11 +87,11 @@ impl TextLines {
         write_text_line(buf, ts, e, self.source_width, self.destination_width);
     }
 
-    /// Characters of a destination (or, unnamed, any address) as the line prints it.
+    /// Terminal columns of a destination (or, unnamed, any address) as the line prints it.
     fn measure(&mut self, ip: IpAddr, port: u16, name: Option<&str>) -> usize {
         self.scratch.clear();
         crate::units::write_destination(&mut self.scratch, ip, port, name, None);
-        chars(std::str::from_utf8(&self.scratch).expect("an address and a str"))
+        columns(std::str::from_utf8(&self.scratch).expect("an address and a str"))
     }
 }
 
@@ -162,12 +162,12 @@ impl Columns<'_> {
     fn left(&mut self, text: &str, width: usize) {
         self.separate();
         self.buf.extend_from_slice(text.as_bytes());
-        self.pad(chars(text), width);
+        self.pad(columns(text), width);
     }
 
     fn right(&mut self, text: &str, width: usize) {
         self.separate();
-        self.pad(chars(text), width);
+        self.pad(columns(text), width);
         self.buf.extend_from_slice(text.as_bytes());
     }
 
@@ -203,7 +203,7 @@ impl Columns<'_> {
         self.separate();
         let before = self.buf.len();
         crate::units::write_process(self.buf, comm, thread);
-        let used = chars(std::str::from_utf8(&self.buf[before..]).unwrap_or(""));
+        let used = columns(std::str::from_utf8(&self.buf[before..]).unwrap_or(""));
         self.pad(used, width);
     }
 
@@ -217,7 +217,7 @@ impl Columns<'_> {
         let used = if written.is_ascii() {
             written.len()
         } else {
-            chars(std::str::from_utf8(written).expect("an address and a str"))
+            columns(std::str::from_utf8(written).expect("an address and a str"))
         };
         self.pad(used, width);
     }
@@ -231,12 +231,13 @@ impl Columns<'_> {
     }
 }
 
-/// Characters in `text`, as `{:<width$}` counts them (bytes where ASCII, the usual case).
-fn chars(text: &str) -> usize {
+/// The terminal columns `text` takes ([`crate::units::width`]; bytes where ASCII, the
+/// usual case): a CJK process name takes two per character.
+fn columns(text: &str) -> usize {
     if text.is_ascii() {
         text.len()
     } else {
-        text.chars().count()
+        crate::units::width(text)
     }
 }
 

@@ -106,9 +106,7 @@ impl WebConfig {
     pub(crate) fn load(path: &Path) -> Result<WebConfig> {
         let what = || format!("--web.config.file {}", path.display());
         let text = std::fs::read_to_string(path).with_context(what)?;
-        let file: File = serde_saphyr::from_str(&text)
-            .map_err(|e| anyhow!(one_line(&e.to_string())))
-            .with_context(what)?;
+        let file = File::parse(&text).with_context(what)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         Self::of(file, dir).with_context(what)
     }
@@ -123,6 +121,18 @@ impl WebConfig {
         let headers =
             file.http_server_config.map(|h| response_headers(h.headers)).transpose()?.unwrap_or_default();
         Ok(WebConfig { tls, auth, headers })
+    }
+}
+
+impl File {
+    /// The file's keys from its text, the syntax checked first: serde takes the keys as the
+    /// parser reaches them, so a key it does not know before a syntax error further down
+    /// would be said instead of that error ("unknown field `foo`" for an unclosed quote on
+    /// line 3).
+    fn parse(text: &str) -> Result<File> {
+        serde_saphyr::from_str::<serde::de::IgnoredAny>(text)
+            .map_err(|e| anyhow!("not valid YAML: {}", one_line(&e.to_string())))?;
+        serde_saphyr::from_str(text).map_err(|e| anyhow!(one_line(&e.to_string())))
     }
 }
 
@@ -419,8 +429,7 @@ mod tests {
     use super::*;
 
     fn parse(yaml: &str) -> Result<WebConfig> {
-        let file: File = serde_saphyr::from_str(yaml).map_err(|e| anyhow!(one_line(&e.to_string())))?;
-        WebConfig::of(file, Path::new("/nonexistent"))
+        WebConfig::of(File::parse(yaml)?, Path::new("/nonexistent"))
     }
 
     fn error(yaml: &str) -> String {
@@ -457,11 +466,27 @@ mod tests {
                 "client_allowed_sans is not supported",
             ),
             ("http_server_config:\n  headers:\n    X-Evil: 1\n", "X-Evil cannot be set"),
-            ("tls_server_config: [\n", "--"),
         ] {
             let e = error(yaml);
-            assert!(e.contains(says) || says == "--", "{yaml:?}: {e}");
+            assert!(e.contains(says), "{yaml:?}: {e}");
+            assert!(!e.contains("not valid YAML"), "valid YAML: {e}");
             assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+
+    /// A syntax error is said as one, with its line, even where a key serde does not know
+    /// comes before it (issue 55, item 9: "unknown field `foo`" for an unclosed quote).
+    #[test]
+    fn a_syntax_error_is_not_valid_yaml_with_its_line() {
+        for (yaml, line) in [
+            ("tls_server_config: [\n", "line 1"),
+            ("foo: 1\nbasic_auth_users:\n  alice: \"x\n", "line 3"),
+            ("tls_server_config:\n  cert_file: a\n  key_file: b\n foo: [1\n", "line 4"),
+            ("basic_auth_users:\n  alice: x\n\tfoo: 1\n", "line 2"),
+        ] {
+            let e = error(yaml);
+            assert!(e.starts_with("not valid YAML: ") && e.contains(line), "{yaml:?}: {e}");
+            assert!(!e.contains("unknown field") && !e.contains('\n'), "{yaml:?}: {e}");
         }
     }
 

@@ -725,7 +725,56 @@ use dashboard::{
     every_dashboard_panel_shows_the_lab,
 };
 
+/// Issue 55, item 7: after serving 300 outcomes the closing line said "0 events, 0 lost,
+/// 300 after the last read". It says what it served: the scrapes, and the outcomes the
+/// last one held, which must be what that scrape got (`tfo_trace_connections_total`
+/// summed) and what the kernel counted in the lab (nstat: TFO connections at both ends);
+/// its events are only refused SYN-data, none here.
+fn closing_line_says_what_was_served() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), PORT);
+    assert_eq!(lab.run_client(common::exe(), &ClientArgs::new(dst)).unwrap().ok_count(), 1, "cookie cached");
+    let (exporter, mut tracer) = lab_exporter(&lab, &[]);
+    tracer.wait_stderr("serving metrics");
+    let nstat = common::nstat::NstatSince::since(&lab);
+    let connections = |text: &str| common::metric_sum(text, "tfo_trace_connections_total", &[]);
+    let (_, first) = http_get(exporter, "/metrics").unwrap();
+    assert_eq!(connections(&first), 0.0, "nothing yet: {first}");
+    let n = 150;
+    let run = lab.run_client(common::exe(), &ClientArgs { count: n, ..ClientArgs::new(dst) }).unwrap();
+    assert_eq!(run.ok_count(), n as usize);
+    let (client, server) = nstat.both();
+    let counted = client.get("TcpExtTCPFastOpenActive") + server.get("TcpExtTCPFastOpenPassive");
+    assert_eq!(counted, 2 * u64::from(n), "{client:?} {server:?}");
+    // The last scrape, once the exposition holds every connection the kernel counted.
+    let last = common::eventually("every connection in the exposition", || {
+        let (_, text) = http_get(exporter, "/metrics").unwrap();
+        let seen = connections(&text);
+        if seen >= counted as f64 {
+            Ok(text)
+        } else {
+            Err(format!("{seen} of {counted}"))
+        }
+    });
+    let served = connections(&last);
+    assert_eq!(served, counted as f64, "{last}");
+    let (_, stderr) = tracer.stop_lines();
+    let closing =
+        stderr.iter().find(|l| l.starts_with("tfo-trace: served ")).unwrap_or_else(|| panic!("{stderr:?}"));
+    // `served 3 scrapes` at least: ours, and the eventually's each until it held them all.
+    let scrapes: u64 = closing["tfo-trace: served ".len()..].split(' ').next().unwrap().parse().unwrap();
+    assert!(scrapes >= 2, "{closing}");
+    let want = format!(
+        "scrapes of /metrics, the last with {served} outcomes (tfo_trace_connections_total), all there were; \
+         0 refused SYN-data events, 0 lost"
+    );
+    assert!(closing.contains(&want), "{closing}\nwant: {want}");
+}
+
 module_tests!(
+    closing_line_says_what_was_served,
     prometheus_scrapes_what_the_kernel_counted,
     refused_syn_data_is_exported_by_what_the_synack_said,
     prometheus_rules,

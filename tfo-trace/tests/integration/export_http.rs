@@ -392,7 +392,10 @@ fn bad_web_config_is_one_line_at_start() {
     std::fs::copy(other.dir.0.join("key.pem"), dir.join("other-key.pem")).unwrap();
     let cases: &[(&str, Option<&str>, &str)] = &[
         ("missing.yml", None, "missing.yml: No such file or directory"),
-        ("unparsable.yml", Some("tls_server_config: [\n"), "line 1 column"),
+        ("unparsable.yml", Some("tls_server_config: [\n"), "not valid YAML: line 1 column"),
+        // A syntax error on line 3 after a key no config has (issue 55, item 9: it said
+        // "unknown field `foo`").
+        ("syntax-after-unknown-key.yml", Some("foo: 1\nbasic_auth_users:\n  alice: \"x\n"), "not valid YAML: line 3"),
         ("unknown-key.yml", Some("tls_server_config:\n  cert_file: a\n  certfile: b\n"), "unknown field `certfile`"),
         (
             "unreadable-cert.yml",

@@ -21,6 +21,7 @@ mod kernel_scenarios;
 mod lab;
 mod names;
 mod plain_cost;
+mod recording;
 mod refusal_causes;
 mod report;
 mod server_outcomes;
@@ -49,6 +50,7 @@ fn main() -> std::process::ExitCode {
         lab::tests(),
         names::tests(),
         plain_cost::tests(),
+        recording::tests(),
         refusal_causes::tests(),
         report::tests(),
         server_outcomes::tests(),

@@ -269,7 +269,7 @@ fn a_fleet_without_a_shared_key_is_cookie_churn() {
 fn a_nat_switched_once_is_a_one_off() {
     require_kernel!();
     let (lab, _server, dst) = lab_with_cookie(None);
-    lab.client_snat(&[lab.client_nat_addr(0)]).unwrap();
+    lab.client_snat(&[lab.client_nat_addr(0, false)]).unwrap();
     let n = 4;
     let c = churn(&lab, dst, n, 1, "nat-once");
     assert_eq!(c.server.get("TcpExtTCPFastOpenPassive"), u64::from(n - 1), "then accepted: {:?}", c.server);
@@ -292,7 +292,7 @@ fn a_nat_pool_is_cookie_churn() {
     require_kernel!();
     let (lab, _server, dst) = lab_with_cookie(None);
     // The other address first: the first SYN-data already meets the change.
-    lab.client_snat(&[lab.client_nat_addr(0), lab.client_addr(false)]).unwrap();
+    lab.client_snat(&[lab.client_nat_addr(0, false), lab.client_addr(false)]).unwrap();
     let n = 6;
     let c = churn(&lab, dst, n, u64::from(n), "nat-pool");
     assert_eq!(c.cookies, 2, "one cookie per address: {:?}", c.wire);

@@ -98,6 +98,9 @@ struct Model {
     /// The highest `tfo_trace_tfo_paused_connections_total` shown (a namespace gone takes
     /// its kernel rows with it; the counter must not go back).
     paused_shown: u64,
+    /// `tfo_trace_connections_total` summed over its series, as the last exposition
+    /// encoded it: what a scrape of it was told in all (the exporter's closing line).
+    connections_encoded: u64,
 }
 
 impl Model {
@@ -128,6 +131,7 @@ impl Metrics {
             refusals: RefusalSeries::default(),
             shown: BTreeMap::new(),
             paused_shown: 0,
+            connections_encoded: 0,
         }));
         registry.register_collector(Box::new(ModelCollector(model.clone())));
         let info: Labels = vec![
@@ -175,6 +179,13 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// The outcomes the last [`Metrics::encode`] said in all: `tfo_trace_connections_total`
+    /// summed over its series (those the hooks counted and those of the namespaces'
+    /// counters).
+    pub fn connections_encoded(&self) -> u64 {
+        self.model.lock().map_or(0, |m| m.connections_encoded)
     }
 }
 
@@ -306,6 +317,7 @@ impl Collector for ModelCollector {
             None,
             MetricType::Counter,
         )?;
+        let mut encoded = 0u64;
         for &(role, outcome) in &seen {
             // What the hooks report as this outcome, less what a kernel counter says was
             // another one (accepted on the backup key, on the tracepoint backends).
@@ -313,9 +325,11 @@ impl Collector for ModelCollector {
             let total = hooked.saturating_sub(m.counted.moved_from(None, role, outcome));
             let total = m.never_less(role, outcome, false, total);
             match &m.breakdown {
-                None => e
-                    .encode_family(&labels(role, Some(outcome), &[]))?
-                    .encode_counter::<Labels, _, u64>(&total, None)?,
+                None => {
+                    encoded += total;
+                    e.encode_family(&labels(role, Some(outcome), &[]))?
+                        .encode_counter::<Labels, _, u64>(&total, None)?
+                }
                 Some(d) => {
                     let mut named = 0;
                     for ((r, o, value), n) in &d.connections {
@@ -326,6 +340,7 @@ impl Collector for ModelCollector {
                         }
                     }
                     let other = total.saturating_sub(named);
+                    encoded += named + other;
                     e.encode_family(&labels(role, Some(outcome), &d.labels_of(OTHER)))?
                         .encode_counter::<Labels, _, u64>(&other, None)?;
                 }
@@ -335,10 +350,12 @@ impl Collector for ModelCollector {
             for (role, outcome, _) in KernelCounted::series(m.backend) {
                 let total = m.counted.total(role, outcome);
                 let total = m.never_less(role, outcome, true, total);
+                encoded += total;
                 e.encode_family(&counted_labels(role, outcome))?
                     .encode_counter::<Labels, _, u64>(&total, None)?;
             }
         }
+        m.connections_encoded = encoded;
 
         if m.counted.unavailable.is_none() && KernelCounted::series(m.backend).next().is_some() {
             // The namespaces behind the kernel_counter series: an unreadable one is missing
@@ -605,6 +622,18 @@ mod tests {
         assert!(t.contains("# TYPE tfo_trace_connections_total counter"), "{t}");
         assert!(t.contains("# TYPE tfo_trace_handshake_seconds histogram"), "{t}");
         assert!(!t.contains("# EOF"), "Prometheus text format, not OpenMetrics: {t}");
+        // What the exposition told in all (the exporter's closing line says it): the five
+        // outcomes the hooks counted and the five overflows of the namespaces' counters.
+        assert_eq!(m.connections_encoded(), 10);
+        assert_eq!(connections_in(&t), 10, "{t}");
+    }
+
+    /// `tfo_trace_connections_total` summed over every series of an exposition.
+    fn connections_in(t: &str) -> u64 {
+        t.lines()
+            .filter(|l| l.starts_with("tfo_trace_connections_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
     }
 
     /// Refused SYN-data by cause: every cause from the start, and with `--top-destinations`
@@ -720,6 +749,8 @@ mod tests {
         // A namespace's counter knows no destination: no `destination="other"` there.
         let overflow = r#"{role="server",outcome="queue_overflow",source="kernel_counter"}"#;
         assert!(t.contains(overflow), "{t}");
+        // Summed over the labels, what the kernel counted: 7 accepted, 1 stall.
+        assert_eq!((m.connections_encoded(), connections_in(&t)), (9, 9), "{t}");
     }
 
     /// Issue 37: with K=2, listeners (`[::]:8080`) and a quiet destination came first and

@@ -7,7 +7,10 @@ use std::{collections::BTreeMap, net::SocketAddr};
 use serde::Serialize;
 
 use super::grouping::GroupKey;
-use crate::kernel::{netstat::Netstat, tcp_metrics::TcpMetric};
+use crate::{
+    kernel::{netstat::Netstat, tcp_metrics::TcpMetric},
+    units,
+};
 
 /// A TFO listener as the kernel shows it (see `kernel::listeners::tfo_listeners`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -44,12 +47,10 @@ pub(crate) struct Facts {
 }
 
 impl Facts {
-    /// `netns lab-srv`, or `netns 4026532246` for a namespace with no `ip netns` name.
+    /// `netns lab-srv`, or `netns 4026532246` for a namespace with no `ip netns` name
+    /// ([`units::netns`]).
     pub(crate) fn ns(&self, netns: u32) -> String {
-        match self.netns_names.get(&netns) {
-            Some(n) => format!("netns {n}"),
-            None => format!("netns {netns}"),
-        }
+        format!("netns {}", units::netns(netns, self.netns_names.get(&netns).map(String::as_str)))
     }
 }
 

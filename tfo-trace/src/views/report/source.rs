@@ -14,6 +14,7 @@ use crate::{
     events::{
         record,
         replay::{Replay, Replayed},
+        Event,
     },
     filter::EventFilter,
     kernel::{
@@ -117,6 +118,7 @@ pub(super) fn from_recordings(
     }
     let fleet = opened.len() > 1 || hosts.len() > 1;
     let mut b = ReportBuilder::new(group, fleet);
+    let mut names = EventNetnsNames::new(fleet);
     let mut sources: Vec<Source> = Vec::new();
     let mut errors = Vec::new();
     // Each segment's header, and where it was first met: the same one again is the same
@@ -146,6 +148,7 @@ pub(super) fn from_recordings(
         while let Some(r) = replay.next() {
             match r {
                 Replayed::Event(e) => {
+                    names.add(&e);
                     b.add(&e, host);
                     source.events += 1;
                 }
@@ -174,6 +177,7 @@ pub(super) fn from_recordings(
         sources.iter().filter_map(|s| s.backend.as_deref()).collect();
     let facts = Facts {
         backend: (backends.len() == 1).then(|| backends.iter().next().unwrap_or(&"").to_string()),
+        netns_names: names.0,
         ..Default::default()
     };
     let built = b.finish(facts, top);
@@ -216,9 +220,13 @@ pub(super) async fn live(
         (h.host, h.kernel)
     };
     let host_id = b.host(&host);
+    let mut names = EventNetnsNames::new(false);
     session
         .run(duration, |batch| {
-            batch.iter().for_each(|e| b.add(e, host_id));
+            for e in batch.iter() {
+                names.add(e);
+                b.add(e, host_id);
+            }
             Ok(std::ops::ControlFlow::Continue(()))
         })
         .await?;
@@ -227,7 +235,11 @@ pub(super) async fn live(
     // container) from their birth, those gone during it up to their last reading.
     let deltas = session.counter_deltas();
     let namespaces = sysctl::tfo_namespaces();
-    let facts = gather_facts(b.client_namespaces(), &namespaces, deltas, session.tracer.backend.name());
+    let mut facts = gather_facts(b.client_namespaces(), &namespaces, deltas, session.tracer.backend.name());
+    // A namespace gone by now is still named as its events were.
+    for (inode, name) in names.0 {
+        facts.netns_names.entry(inode).or_insert(name);
+    }
     let events = b.events();
     let built = b.finish(facts, top);
     let src = Source {
@@ -244,6 +256,23 @@ pub(super) async fn live(
         bad_lines: 0,
     };
     Ok((src, built))
+}
+
+/// The `ip netns` names the events came with, by inode (the first one wins), so that a
+/// report names a namespace as every view does ([`crate::units::netns`]): a recording's
+/// events carry them. None across hosts, where an inode names nothing.
+struct EventNetnsNames(BTreeMap<u32, String>, bool);
+
+impl EventNetnsNames {
+    fn new(fleet: bool) -> Self {
+        EventNetnsNames(BTreeMap::new(), fleet)
+    }
+
+    fn add(&mut self, e: &Event) {
+        if let Some(name) = e.netns_name.as_deref().filter(|_| !self.1) {
+            self.0.entry(e.netns).or_insert_with(|| name.to_string());
+        }
+    }
 }
 
 fn gather_facts(

@@ -11,7 +11,10 @@ use super::{
     verdict::{cached_sentence, said_client, said_finding, said_listener, Said},
 };
 use crate::{
-    aggregation::report::verdict::{DestinationReport, NamespaceFinding, Verdict},
+    aggregation::report::{
+        verdict::{DestinationReport, NamespaceFinding, Verdict},
+        Built,
+    },
     units,
 };
 
@@ -40,7 +43,7 @@ pub(super) fn write(w: &mut impl Write, r: &Rendered) -> io::Result<()> {
         writeln!(w, "\n{cap} by time lost (client side{shown})")?;
     }
     for d in b.rows() {
-        writeln!(w, "{}", row_title(&d))?;
+        writeln!(w, "{}", row_title(&d, b))?;
         if let Some(names) = names_line(&d) {
             writeln!(w, "  names: {names}")?;
         }
@@ -118,9 +121,9 @@ pub(super) fn lost_line(d: &DestinationReport) -> String {
     line
 }
 
-fn row_title(d: &DestinationReport) -> String {
+fn row_title(d: &DestinationReport, b: &Built) -> String {
     match (d.netns, d.destinations) {
-        (Some(n), _) => format!("{} (netns {n})", d.destination),
+        (Some(n), _) => format!("{} ({})", d.destination, b.netns_label(n)),
         (None, 1) => d.destination.clone(),
         (None, n) => format!("{} ({})", d.destination, units::plural(n, "destination", "destinations")),
     }

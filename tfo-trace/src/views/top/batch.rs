@@ -71,7 +71,7 @@ pub(crate) fn write_text(
     }
     for view in View::ALL {
         let rows = rows(snap, view, sort, filter);
-        let layout = Layout::full(view, &rows);
+        let layout = Layout::full(view, &rows, &snap.netns_names);
         writeln!(out)?;
         writeln!(out, "{}", layout.header(view))?;
         for r in rows {
@@ -138,7 +138,9 @@ fn counted_text(counted: &KernelCounted, backend: &str) -> Option<String> {
             rows.iter().map(|r| format!("{}_{}={}", r.role.name(), r.outcome.name(), r.count)).collect();
         let unnamed =
             counted.unnamed.get(&ns).map(|pid| format!(" unnamed_through_pid={pid}")).unwrap_or_default();
-        lines.push(format!("kernel_counted netns={ns}{unnamed} {}", each.join(" ")));
+        // The name too where it has one (a name has no space: `ip netns` refuses one).
+        let name = counted.netns_names.get(&ns).map(|n| format!(" netns_name={n}")).unwrap_or_default();
+        lines.push(format!("kernel_counted netns={ns}{name}{unnamed} {}", each.join(" ")));
     }
     if let Some(left_out) = live::counted::unreadable_phrase(counted) {
         lines.push(format!("kernel_counted unreadable={} ({left_out})", counted.unreadable.len()));
@@ -189,7 +191,7 @@ pub(crate) fn write_json(
         rows(snap, view, sort, filter)
             .into_iter()
             .map(|r| {
-                let mut m = key_json(r);
+                let mut m = key_json(r, &snap.netns_names);
                 m.extend(stats_json(&r.stats));
                 Value::Object(m)
             })
@@ -278,6 +280,35 @@ mod tests {
         let host = |i: usize| lines[at + i].split_whitespace().take(3).collect::<Vec<_>>();
         assert_eq!((host(1), host(2)), (vec!["-", "client", "11"], vec!["-", "server", "10"]), "{text}");
         assert_eq!(lines[at + 3], "", "two rows");
+    }
+
+    /// Issue 55, item 8: a listener's namespace by its name where the events carry one (a
+    /// recording's `netns_name`), as every view names it; the inode stays for scripts.
+    #[test]
+    fn listeners_name_their_namespace_where_known() {
+        let named: Vec<crate::events::Event> = demo_events()
+            .into_iter()
+            .map(|e| crate::events::Event {
+                netns_name: (e.role == Role::Server).then(|| "tfolab-7-srv".into()),
+                ..e
+            })
+            .collect();
+        let snap = model_of(&named).snapshot();
+        let mut out = Vec::new();
+        write_text(&mut out, "T", &snap, &info(), Sort::Attempts, "").unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let row = text.lines().find(|l| l.starts_with("198.18.0.2:8081 ")).unwrap();
+        assert_eq!(row.split_whitespace().nth(1), Some("tfolab-7-srv"), "{text}");
+        let mut out = Vec::new();
+        write_json(&mut out, "T", &snap, &info(), Sort::Attempts, "").unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        let l = &v["listeners"][0];
+        assert_eq!((l["netns"].as_u64(), l["netns_name"].as_str()), (Some(4026532246), Some("tfolab-7-srv")));
+        let unnamed = model_of(&demo_events()).snapshot();
+        let mut out = Vec::new();
+        write_json(&mut out, "T", &unnamed, &info(), Sort::Attempts, "").unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert!(v["listeners"][0]["netns_name"].is_null(), "{v}");
     }
 
     #[test]

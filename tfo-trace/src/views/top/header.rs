@@ -35,9 +35,9 @@ pub struct FastopenOf {
 }
 
 impl FastopenOf {
-    /// The namespace as the header names it: its `ip netns` name, else its inode.
+    /// The namespace as every view names it ([`crate::units::netns`]); None: tfo-trace's own.
     pub fn label(&self) -> Option<String> {
-        self.netns_name.clone().or_else(|| self.netns.map(|n| n.to_string()))
+        self.netns.map(|n| crate::units::netns(n, self.netns_name.as_deref()))
     }
 }
 

@@ -57,11 +57,14 @@ pub(crate) fn rows<'a>(snap: &'a Snapshot, view: View, sort: Sort, filter: &str)
 }
 
 /// The key cells as the tables print them, one per key column of the view (`-` where the
-/// pid, the process name or the container is not known: the host has no container).
-pub(crate) fn cells(key: &RowKey) -> Vec<String> {
+/// pid, the process name or the container is not known: the host has no container; a
+/// listener's namespace by its name where known, [`crate::units::netns`]).
+pub(crate) fn cells(key: &RowKey, netns_names: &BTreeMap<u32, Arc<str>>) -> Vec<String> {
     match key {
         RowKey::Destination(a) => vec![crate::units::destination(a.ip(), a.port(), None)],
-        RowKey::Listener { addr, netns } => vec![addr.to_string(), netns.to_string()],
+        RowKey::Listener { addr, netns } => {
+            vec![addr.to_string(), crate::units::netns(*netns, netns_names.get(netns).map(|n| &**n))]
+        }
         RowKey::Process { pid, comm } => vec![
             if *pid == 0 { "-".into() } else { pid.to_string() },
             if comm.is_empty() { "-".into() } else { comm.to_string() },
@@ -86,11 +89,11 @@ pub(crate) fn name_cell(row: &Row) -> String {
 /// name (`--names`), the netns (its inode, or its `ip netns` name from `netns_names`), the
 /// pid, the process name or the container (`-`: the host). `needle` is already lower case.
 fn matches(row: &Row, needle: &str, netns_names: &BTreeMap<u32, Arc<str>>) -> bool {
-    let named = |netns: &u32| netns_names.get(netns).is_some_and(|n| n.to_lowercase().contains(needle));
+    let inode = |netns: &u32| netns.to_string().contains(needle);
     needle.is_empty()
-        || cells(&row.key).iter().any(|c| c.to_lowercase().contains(needle))
+        || cells(&row.key, netns_names).iter().any(|c| c.to_lowercase().contains(needle))
         || row.name.as_deref().is_some_and(|n| n.to_lowercase().contains(needle))
-        || matches!(&row.key, RowKey::Listener { netns, .. } if named(netns))
+        || matches!(&row.key, RowKey::Listener { netns, .. } if inode(netns))
 }
 
 /// The sort orders `s` cycles through (`--sort` names them: [`Sort`]).
@@ -171,6 +174,11 @@ mod tests {
             .collect();
         let n = model_of(&named).snapshot();
         assert_eq!(super::rows(&n, View::Listeners, Sort::Attempts, "TFOLAB-7").len(), 2, "by netns name");
+        assert_eq!(super::rows(&n, View::Listeners, Sort::Attempts, "4026532246").len(), 2, "and by inode");
+        // The NETNS cell names it where known, as every view does (issue 55, item 8).
+        let listener = super::rows(&n, View::Listeners, Sort::Attempts, "")[0];
+        assert_eq!(cells(&listener.key, &n.netns_names)[1], "tfolab-7-srv");
+        assert_eq!(cells(&listener.key, &BTreeMap::new())[1], "4026532246");
         assert!(rows(View::Listeners, Sort::Attempts, "tfolab").is_empty(), "no names known");
         assert_eq!(rows(View::Processes, Sort::Attempts, "NGINX").len(), 1, "by name, any case");
         assert_eq!(rows(View::Processes, Sort::Attempts, "100").len(), 1, "by pid");
@@ -190,8 +198,12 @@ mod tests {
     fn containers_sort_and_filter_with_the_host_as_a_dash() {
         let s = model_of(&container_events()).snapshot();
         let rows = |sort, filter| rows(&s, View::Containers, sort, filter);
-        assert_eq!(cells(&rows(Sort::Name, "")[0].key), ["-", "client"], "the host first, shown as -");
-        assert_eq!(cells(&rows(Sort::Stalls, "")[0].key), [&DOCKER_ID[..12], "client"]);
+        assert_eq!(
+            cells(&rows(Sort::Name, "")[0].key, &BTreeMap::new()),
+            ["-", "client"],
+            "the host first, shown as -"
+        );
+        assert_eq!(cells(&rows(Sort::Stalls, "")[0].key, &BTreeMap::new()), [&DOCKER_ID[..12], "client"]);
         assert_eq!(rows(Sort::Attempts, "4F1E").len(), 1, "by id, any case");
         assert_eq!(rows(Sort::Attempts, "server").len(), 1, "by role: the unit's listener");
         assert_eq!(rows(Sort::Attempts, "nginx").len(), 1, "by unit");
@@ -206,7 +218,7 @@ mod tests {
         let keys = |filter| -> Vec<String> {
             rows(&s, View::Destinations, Sort::Attempts, filter)
                 .iter()
-                .map(|r| cells(&r.key)[0].clone())
+                .map(|r| cells(&r.key, &BTreeMap::new())[0].clone())
                 .collect()
         };
         assert_eq!(keys("API.EX"), ["198.18.0.2:8080"]);
@@ -215,7 +227,8 @@ mod tests {
         assert_eq!(keys("0.3:"), ["198.18.0.3:8080"], "by address as before");
         assert!(rows(&s, View::Processes, Sort::Attempts, "api.example").is_empty(), "destinations only");
         let name = |addr: &str| {
-            let row = s.destinations.rows.iter().find(|r| cells(&r.key)[0] == addr).unwrap();
+            let row =
+                s.destinations.rows.iter().find(|r| cells(&r.key, &BTreeMap::new())[0] == addr).unwrap();
             name_cell(row)
         };
         assert_eq!((name("198.18.0.2:8080"), name("198.18.0.3:8080")), ("api.example".into(), "-".into()));
@@ -225,6 +238,6 @@ mod tests {
 
     #[test]
     fn unknown_process_shows_a_dash() {
-        assert_eq!(cells(&RowKey::Process { pid: 0, comm: "".into() }), vec!["-", "-"]);
+        assert_eq!(cells(&RowKey::Process { pid: 0, comm: "".into() }, &BTreeMap::new()), vec!["-", "-"]);
     }
 }

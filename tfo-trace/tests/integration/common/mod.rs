@@ -382,7 +382,15 @@ impl Tracer {
     }
 
     /// [`Tracer::stop_lines`], stopped by `signal` (SIGTERM, SIGHUP) instead of SIGINT.
-    pub fn stop_lines_with(mut self, signal: i32) -> (Vec<String>, Vec<String>) {
+    pub fn stop_lines_with(self, signal: i32) -> (Vec<String>, Vec<String>) {
+        let (status, lines, stderr) = self.stop_with_status(signal);
+        assert!(status.success(), "tracer exited with {status}; stderr: {stderr:?}");
+        (lines, stderr)
+    }
+
+    /// Stopped by `signal`: how it exited, whatever that was, and (stdout lines, stderr
+    /// lines).
+    pub fn stop_with_status(mut self, signal: i32) -> (std::process::ExitStatus, Vec<String>, Vec<String>) {
         // SAFETY: kill on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, signal) };
         let status = wait_exit(&mut self.child, &format!("the tracer, after signal {signal}"));
@@ -393,8 +401,7 @@ impl Tracer {
         while let Ok(l) = self.stderr_rx.recv_timeout(Duration::from_millis(200)) {
             self.stderr_seen.push(l);
         }
-        assert!(status.success(), "tracer exited with {status}; stderr: {:?}", self.stderr_seen);
-        (lines, self.stderr_seen.clone())
+        (status, lines, self.stderr_seen.clone())
     }
 }
 

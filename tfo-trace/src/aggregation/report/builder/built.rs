@@ -137,6 +137,11 @@ impl Built {
         self.facts.ns(netns)
     }
 
+    /// `lab-srv`, else `4026532246` ([`crate::units::netns`]): a table's netns cell.
+    pub fn netns_name(&self, netns: u32) -> String {
+        crate::units::netns(netns, self.facts.netns_names.get(&netns).map(String::as_str))
+    }
+
     /// Several hosts were merged.
     pub fn fleet(&self) -> bool {
         self.b.fleet
