@@ -314,17 +314,21 @@ fn refused_syn_data_is_exported_by_what_the_synack_said() {
     // SYN-ACK already counted there leaves it `unknown` on a busy machine (a wait the
     // product bounds in time). That race has tests of its own (cookie_changes); here the
     // labels are what is checked.
-    for n in 1..=tfo_off {
-        assert_eq!(lab.run_client(common::exe(), &client(1)).unwrap().ok_count(), 1);
-        common::eventually("the refusal in the exporter's counts", || {
+    // The exporter's page once it counts `n` refused SYN-data.
+    let refused_counted = |n: u64| {
+        common::eventually("the refusals in the exporter's counts", || {
             let (_, text) = http_get(exporter, "/metrics").unwrap();
             let seen = common::metric_sum(&text, "tfo_trace_syn_data_refused_total", &[]);
-            if seen >= f64::from(n) {
-                Ok(())
+            if seen >= n as f64 {
+                Ok(text)
             } else {
                 Err(format!("{seen} of {n}"))
             }
-        });
+        })
+    };
+    for n in 1..=tfo_off {
+        assert_eq!(lab.run_client(common::exe(), &client(1)).unwrap().ok_count(), 1);
+        refused_counted(u64::from(n));
     }
     let on = LabConfig::default().server_fastopen.to_string();
     lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen", &on).unwrap();
@@ -336,15 +340,7 @@ fn refused_syn_data_is_exported_by_what_the_synack_said() {
     let by_cause = |text: &str, cause: &str| {
         common::metric_sum(text, "tfo_trace_syn_data_refused_total", &[&format!(r#"cause="{cause}""#)])
     };
-    let text = common::eventually("every refusal in the exporter's causes", || {
-        let (_, text) = http_get(exporter, "/metrics").unwrap();
-        let seen = common::metric_sum(&text, "tfo_trace_syn_data_refused_total", &[]);
-        if seen >= refused as f64 {
-            Ok(text)
-        } else {
-            Err(format!("{seen} of {refused}"))
-        }
-    });
+    let text = refused_counted(refused);
     let (_, stderr) = tracer.stop_lines();
 
     // The wire's account: each SYN that carried a cookie and data, and its SYN-ACK.
