@@ -24,7 +24,7 @@ pub use causes::CookieChange;
 pub use tfo_trace_common::{Cause, Outcome, Role};
 /// Roles and outcomes are declared once, in tfo-trace-common, with their wire numbers.
 pub use time::Timestamp;
-pub(crate) use time::{rfc3339, Clock};
+pub(crate) use time::{monotonic_ns, rfc3339, Clock};
 
 fields::event_fields! {
     /// One decoded TFO event. Field names are the JSON contract users script against.

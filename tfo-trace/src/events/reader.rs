@@ -1,7 +1,10 @@
 //! Reading the `EVENTS` ring buffer and the loss counters from userspace.
 use std::{
+    collections::VecDeque,
+    net::SocketAddr,
     os::fd::{AsFd as _, AsRawFd, RawFd},
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use anyhow::{anyhow, Context as _, Result};
@@ -9,15 +12,18 @@ use aya::{
     maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     Ebpf,
 };
-use tfo_trace_common::{counter, CountKey, Counts};
+use tfo_trace_common::{counter, CountKey, Counts, TfoEvent};
 use tokio::io::unix::AsyncFd;
 
 use super::{
-    causes::{self, Tell},
+    causes::{self, Tell, Telling},
     counts::KernelCounts,
-    Clock, Event, EventRef, Interner, Role,
+    record_of, Clock, Event, EventRef, Interner, Role,
 };
-use crate::kernel::listeners::{ListenerNames, OwnerCache};
+use crate::kernel::{
+    listener_directory::{ListenerDirectory, Naming},
+    listeners::Owner,
+};
 
 /// tokio wants AsRawFd; aya's RingBuf offers AsFd.
 struct Ring(RingBuf<MapData>);
@@ -29,10 +35,23 @@ impl AsRawFd for Ring {
 }
 
 /// The longest a quietly submitted event waits before userspace reads it.
-const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// The longest a server event waits for its namespace's listeners to be read before it
+/// goes on named as far as they are known: a read through sock_diag takes milliseconds,
+/// one through /proc/PID/net/tcp (a namespace this user may not enter) about 0.75 s per
+/// 100,000 sockets of the namespace (issue 55's measure: ~75 ms per 10,000).
+const PARK_MAX: Duration = Duration::from_secs(2);
+/// Records held back at most (144 bytes each: 9 MiB); past it the oldest go on as named
+/// as known.
+const PARK_CAP: usize = 65_536;
+/// A drain hands events over for about this long at most, then lets the view's loop run
+/// (its refresh, its signals); the rest is read at the next wakeup or poll.
+const DRAIN_BUDGET: Duration = Duration::from_millis(50);
+/// How long the last drain waits for the listener reads it asked for.
+const SETTLE_MAX: Duration = Duration::from_millis(500);
 
 /// How often the ring is read again while a refusal waits for the next connection's SYN.
-const POLL_WAITING: std::time::Duration = std::time::Duration::from_millis(1);
+const POLL_WAITING: Duration = Duration::from_millis(1);
 
 pub(crate) struct EventSource {
     ring: AsyncFd<Ring>,
@@ -43,8 +62,14 @@ pub(crate) struct EventSource {
     comms: Interner,
     /// Records that did not decode (a kernel/userspace mismatch): counted, never silent.
     pub malformed: u64,
-    owners: OwnerCache,
-    listeners: ListenerNames,
+    /// Every namespace's listeners and their owners, read on a thread of their own.
+    directory: ListenerDirectory,
+    /// Records held back, in order, while their namespace's listeners are being read
+    /// (everything after the first one too: events keep their order), with when.
+    /// With what they were told ([`super::causes`]).
+    parked: VecDeque<(TfoEvent, Telling, Instant)>,
+    /// The view stops: the next drain is the last ([`EventSource::stopping`]).
+    stopping: bool,
     netns_names: NetnsNames,
     cgroups: super::cgroups::CgroupLearner,
     /// Events whose cgroup no one could name (`container: unknown`).
@@ -55,13 +80,28 @@ pub(crate) struct EventSource {
     causes: super::causes::Causes,
 }
 
+/// What became of one record.
+enum Handed {
+    One,
+    /// Malformed: counted, not handed over.
+    Dropped,
+    /// Held back: its namespace's listeners are being read.
+    Wait,
+}
+
+impl Handed {
+    fn count(&self) -> u64 {
+        u64::from(matches!(self, Handed::One))
+    }
+}
+
 /// `ip netns` names by namespace inode, re-read (at most every few seconds) when an event
 /// comes from a namespace not seen yet: namespaces come and go while we trace.
 #[derive(Default)]
 struct NetnsNames {
     names: std::collections::BTreeMap<u64, Arc<str>>,
     unknown: std::collections::BTreeSet<u32>,
-    read_at: Option<std::time::Instant>,
+    read_at: Option<Instant>,
 }
 
 impl NetnsNames {
@@ -69,11 +109,11 @@ impl NetnsNames {
         if let Some(n) = self.names.get(&u64::from(inode)) {
             return Some(n.clone());
         }
-        let stale = self.read_at.is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(2));
+        let stale = self.read_at.is_none_or(|t| t.elapsed() > Duration::from_secs(2));
         if !self.unknown.contains(&inode) || stale {
             self.names =
                 crate::kernel::netns::netns_names().into_iter().map(|(i, n)| (i, n.into())).collect();
-            self.read_at = Some(std::time::Instant::now());
+            self.read_at = Some(Instant::now());
             self.unknown.clear();
         }
         let found = self.names.get(&u64::from(inode)).cloned();
@@ -112,8 +152,9 @@ impl EventSource {
             clock: Clock::now(),
             comms: Interner::default(),
             malformed: 0,
-            owners: OwnerCache::default(),
-            listeners: ListenerNames::default(),
+            directory: ListenerDirectory::default(),
+            parked: VecDeque::new(),
+            stopping: false,
             netns_names: NetnsNames::default(),
             cgroups: super::cgroups::CgroupLearner::new(ebpf, cgroup_hooks)?,
             unnamed: 0,
@@ -143,13 +184,22 @@ impl EventSource {
     /// ([`EventRef::decode`]), named and handed to `each` without making an [`Event`]
     /// (what `top` counts and `trace` prints, with no name cloned). The one place a record
     /// is named: a server event's listener by its bound address, and its owner where the
-    /// kernel map had none (a listener opened before we attached), both from /proc; every
-    /// event's namespace name and container, and a client's destination by its DNS name
-    /// (`--names`; the answers queued before the records are read first); and a refused
-    /// SYN-data's cause where the kernel left it to us ([`super::causes`]). A refusal that
-    /// waits for the next connection's SYN to be told holds back the events after it, in
-    /// order, for at most [`causes::HOLD`] each and [`causes::HOLD_PER_DRAIN`] in all:
-    /// every record read is handed over before this returns. Returns how many were.
+    /// kernel map had none (a listener opened before we attached), both from the
+    /// [`ListenerDirectory`]; every event's namespace name and container, and a client's
+    /// destination by its DNS name (`--names`; the answers queued before the records are
+    /// read first); and a refused SYN-data's cause where the kernel left it to us
+    /// ([`super::causes`]).
+    ///
+    /// Events keep their order, and two things hold them back. A refusal that waits for
+    /// the next connection's SYN to be told holds back the events after it for at most
+    /// [`causes::HOLD`] each and [`causes::HOLD_PER_DRAIN`] in all, within this call. A
+    /// server event whose namespace's listeners are being read (never on this thread) is
+    /// held back, with the events after it, until they are in, [`PARK_MAX`] at most, across
+    /// calls. A call stops reading the ring after about [`DRAIN_BUDGET`] (the rest is left
+    /// for the next), so the view's refresh and signals keep their time. The last drain
+    /// ([`EventSource::stopping`]) reads the ring to its end, waits [`SETTLE_MAX`] at most
+    /// for the listener reads it asked for, and hands everything over. Returns how many
+    /// records were handed over.
     pub(crate) fn drain_each(&mut self, mut each: impl FnMut(EventRef<'_>)) -> u64 {
         let lost = self.lost();
         let EventSource {
@@ -157,8 +207,9 @@ impl EventSource {
             clock,
             comms,
             malformed,
-            owners,
-            listeners,
+            directory,
+            parked,
+            stopping,
             netns_names,
             cgroups,
             unnamed,
@@ -167,71 +218,121 @@ impl EventSource {
             ..
         } = self;
         if let Some(names) = names.as_mut() {
-            names.learn(std::time::Instant::now());
+            names.learn(Instant::now());
         }
         causes.events_lost(lost);
+        directory.collect();
         let ring = &mut ring.get_mut().0;
         let mut learning = cgroups.names();
-        let mut handed = 0;
-        // Records held back behind a refusal that waits, with what they were told.
-        let mut held: std::collections::VecDeque<(Vec<u8>, Tell)> = std::collections::VecDeque::new();
-        let mut waited_until = None;
-        // Past this drain's time: what is still held goes untold.
-        let mut flush = false;
-        // Names an event, and hands it over.
-        macro_rules! hand_over {
-            ($e:ident) => {{
-                let mut e = $e;
-                if e.role == Role::Server {
-                    e.listener =
-                        listeners.lookup(e.netns, e.pid, std::net::SocketAddr::new(e.saddr, e.sport));
+        let last = *stopping;
+        let mut undecoded = 0u64;
+        // One record, told, named and handed over; Wait where its listeners are being read
+        // (`late`: named as far as they are known now).
+        let mut hand = |directory: &mut ListenerDirectory,
+                        comms: &mut Interner,
+                        raw: &TfoEvent,
+                        told: Telling,
+                        late: bool|
+         -> Handed {
+            // The owner outlives the event, which borrows its name.
+            let owner: Option<Owner>;
+            let mut e = match EventRef::decode(raw, *clock, comms.comm_and_thread(&raw.comm, &raw.thread)) {
+                Ok(e) => e,
+                Err(err) => {
+                    undecoded += 1;
+                    log::debug!("malformed event: {err:#}");
+                    return Handed::Dropped;
                 }
-                let owner = (e.role == Role::Server && e.pid == 0)
-                    .then(|| owners.lookup(e.netns, e.sport, e.listener))
-                    .flatten();
+            };
+            told.apply(&mut e);
+            if e.role == Role::Server {
+                let local = SocketAddr::new(e.saddr, e.sport);
+                let wants_owner = e.pid == 0;
+                let named = if late {
+                    directory.name_now(e.netns, local, wants_owner)
+                } else {
+                    match directory.name(e.netns, e.pid, local, raw.ts_ns, wants_owner) {
+                        Naming::Wait => return Handed::Wait,
+                        Naming::Named { listener, owner } => (listener, owner),
+                    }
+                };
+                (e.listener, owner) = named;
                 if let Some(o) = &owner {
                     (e.pid, e.comm) = (o.pid, &o.comm);
                     e.cgroup_id = e.cgroup_id.or(o.cgroup_id);
                 }
-                if let (Some(names), Role::Client) = (names.as_mut(), e.role) {
-                    if !names.reads(e.netns) {
-                        names.saw_namespace(e.netns);
-                    } else {
-                        // Also where a name is found: a newer answer for the same address
-                        // may have come after the last read began (a repeated lookup, a
-                        // CNAME).
-                        names.catch_up(e.unix_ns);
-                    }
+            }
+            if let (Some(names), Role::Client) = (names.as_mut(), e.role) {
+                if !names.reads(e.netns) {
+                    names.saw_namespace(e.netns);
+                } else {
+                    // Also where a name is found: a newer answer for the same address may
+                    // have come after the last read began (a repeated lookup, a CNAME).
+                    names.catch_up(e.unix_ns);
                 }
-                if let (Some(names), Role::Client) = (names.as_ref(), e.role) {
-                    e.dname = names.name_of(e.netns, e.daddr, e.unix_ns);
-                    if e.dname.is_none() && names.reads(e.netns) && log::log_enabled!(log::Level::Debug) {
-                        let kept = names.kept(e.netns, e.daddr);
-                        log::debug!(
-                            "--names: {} at {} in netns {}: none of {kept:?}",
-                            e.daddr,
-                            e.unix_ns,
-                            e.netns
-                        );
-                    }
+            }
+            if let (Some(names), Role::Client) = (names.as_ref(), e.role) {
+                e.dname = names.name_of(e.netns, e.daddr, e.unix_ns);
+                if e.dname.is_none() && names.reads(e.netns) && log::log_enabled!(log::Level::Debug) {
+                    let kept = names.kept(e.netns, e.daddr);
+                    log::debug!(
+                        "--names: {} at {} in netns {}: none of {kept:?}",
+                        e.daddr,
+                        e.unix_ns,
+                        e.netns
+                    );
                 }
-                let ns_name = netns_names.name(e.netns);
-                e.netns_name = ns_name.as_ref();
-                e.cgroup = e.cgroup_id.and_then(|id| learning.named(id));
-                e.container = match e.cgroup {
-                    Some(n) => n.label.as_deref(),
-                    None => {
-                        *unnamed += 1;
-                        Some(crate::kernel::cgroup::UNKNOWN)
+            }
+            let ns_name = netns_names.name(e.netns);
+            e.netns_name = ns_name.as_ref();
+            e.cgroup = e.cgroup_id.and_then(|id| learning.named(id));
+            e.container = match e.cgroup {
+                Some(n) => n.label.as_deref(),
+                None => {
+                    *unnamed += 1;
+                    Some(crate::kernel::cgroup::UNKNOWN)
+                }
+            };
+            each(e);
+            Handed::One
+        };
+        let mut handed = 0;
+        // What waited for its listeners first, in order, as far as they are known now.
+        while let Some((raw, told, since)) = parked.front() {
+            match hand(directory, comms, raw, *told, since.elapsed() >= PARK_MAX) {
+                Handed::Wait => break,
+                h => handed += h.count(),
+            }
+            parked.pop_front();
+        }
+        // A told record goes on, or waits for its listeners behind those that do.
+        macro_rules! forward {
+            ($raw:expr, $told:expr) => {{
+                let (raw, told): (TfoEvent, Telling) = ($raw, $told);
+                if parked.is_empty() {
+                    match hand(directory, comms, &raw, told, false) {
+                        Handed::Wait => parked.push_back((raw, told, Instant::now())),
+                        h => handed += h.count(),
                     }
-                };
-                handed += 1;
-                each(e);
+                } else {
+                    if parked.len() >= PARK_CAP {
+                        if let Some((oldest, oldest_told, _)) = parked.pop_front() {
+                            handed += hand(directory, comms, &oldest, oldest_told, true).count();
+                        }
+                    }
+                    parked.push_back((raw, told, Instant::now()));
+                }
             }};
         }
+        // Records held back behind a refusal that waits, with what they were told.
+        let mut held: VecDeque<(TfoEvent, Tell)> = VecDeque::new();
+        let mut waited_until = None;
+        // Past this drain's time: what is still held goes untold.
+        let mut flush = false;
+        let started = Instant::now();
         loop {
             // The held records whose turn has come, in order.
-            while let Some((bytes, tell)) = held.front() {
+            while let Some((raw, tell)) = held.front() {
                 let told = match tell {
                     Tell::Now(told) => *told,
                     Tell::Later(id) => match causes.take(*id) {
@@ -240,16 +341,17 @@ impl EventSource {
                         None => break,
                     },
                 };
-                if let Ok(mut e) = EventRef::from_bytes(bytes, *clock, comms) {
-                    told.apply(&mut e);
-                    hand_over!(e);
-                }
+                let raw = *raw;
                 held.pop_front();
+                forward!(raw, told);
             }
-            if let Some(item) = ring.next() {
-                let decoded = super::record_of(&item)
+            // This drain's time is up: the rest is read at the next (a refusal that waits
+            // still reads on, for the SYN it waits for).
+            let over = !last && held.is_empty() && started.elapsed() >= DRAIN_BUDGET;
+            if let Some(item) = (!over).then(|| ring.next()).flatten() {
+                let decoded = record_of(&item)
                     .and_then(|raw| EventRef::from_bytes(&item, *clock, comms).map(|e| (raw, e)));
-                let (raw, mut e) = match decoded {
+                let (raw, e) = match decoded {
                     Ok(d) => d,
                     Err(err) => {
                         *malformed += 1;
@@ -257,12 +359,11 @@ impl EventSource {
                         continue;
                     }
                 };
-                match causes.tell(&e, &raw) {
-                    Tell::Now(told) if held.is_empty() => {
-                        told.apply(&mut e);
-                        hand_over!(e);
-                    }
-                    tell => held.push_back((item.to_vec(), tell)),
+                let tell = causes.tell(&e, &raw);
+                drop(item);
+                match tell {
+                    Tell::Now(told) if held.is_empty() => forward!(raw, told),
+                    tell => held.push_back((raw, tell)),
                 }
                 continue;
             }
@@ -271,7 +372,7 @@ impl EventSource {
             }
             // A refusal waits for the next connection's SYN: what came meanwhile is read,
             // for at most its own time and this drain's.
-            let now = std::time::Instant::now();
+            let now = Instant::now();
             let until = *waited_until.get_or_insert(now + causes::HOLD_PER_DRAIN);
             match causes.waits_until() {
                 Some(deadline) if now < until && now < deadline => {
@@ -284,8 +385,23 @@ impl EventSource {
                 }
             }
         }
+        if last && !parked.is_empty() {
+            // The reads the records held back asked for, then every one, named as far as
+            // the tables say.
+            directory.settle(SETTLE_MAX);
+            while let Some((raw, told, _)) = parked.pop_front() {
+                handed += hand(directory, comms, &raw, told, true).count();
+            }
+        }
+        *malformed += undecoded;
         learning.names.events_read();
         handed
+    }
+
+    /// The view stops: the next drain is the last, which hands over all there is (see
+    /// [`EventSource::drain_each`]).
+    pub(crate) fn stopping(&mut self) {
+        self.stopping = true;
     }
 
     /// Waits until the kernel wakes us (it does so once the ring is 1/4 full, see

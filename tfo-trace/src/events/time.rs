@@ -15,6 +15,11 @@ fn clock_ns(id: libc::clockid_t) -> i128 {
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }
 
+/// CLOCK_MONOTONIC now, in ns: the clock of the events' `ts_ns`.
+pub(crate) fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC) as u64
+}
+
 impl Clock {
     pub fn now() -> Self {
         let mono = clock_ns(libc::CLOCK_MONOTONIC);

@@ -238,8 +238,13 @@ fn is_tcp_fd(pid: u32, fd: i32) -> bool {
     n > 0 && matches!(&buf[..n as usize], b"TCP\0" | b"TCPv6\0" | b"TCP" | b"TCPv6")
 }
 
-/// The socket inodes of every TCP socket of the calling thread's namespace.
+/// The socket inodes of every TCP socket of the calling thread's namespace that an fd can
+/// hold: from sock_diag, which skips TIME_WAIT sockets unwritten, where /proc/net/tcp
+/// formats each (issue 55: the view's refresh waited on it), else from /proc.
 fn tcp_socket_inodes_here() -> Vec<u64> {
+    if let Ok(held) = super::sock_diag::held_inodes_here() {
+        return held;
+    }
     let mut out = Vec::new();
     for f in ["tcp", "tcp6"] {
         let Ok(text) = std::fs::read_to_string(format!("/proc/thread-self/net/{f}")) else { continue };

@@ -1,26 +1,31 @@
-//! Listening TCP sockets, from /proc (as `ss -ltnp` does): which process owns a listener,
-//! and each listener's TFO queue size.
+//! Listening TCP sockets: which process owns a listener, and each listener's TFO queue size.
 //!
 //! The kernel side learns owners at listen(); listeners opened before tfo-trace started
-//! are found here instead ([`OwnerCache`]). `doctor` and `report` list every listener of
-//! the current and the named namespaces with its TFO `max_qlen` ([`tfo_listeners`]), which
-//! only getsockopt(TCP_FASTOPEN) on the socket itself shows.
+//! are found here instead ([`every_listener_owner`], at the start), and the reader names
+//! each server event's listener, and its owner where the kernel had none, through
+//! [`super::listener_directory`], which reads a namespace's listeners with
+//! [`listening_in`] and their owners with [`owners_in`]. `doctor` and `report` list every
+//! listener of the current and the named namespaces with its TFO `max_qlen`
+//! ([`tfo_listeners`]), which only getsockopt(TCP_FASTOPEN) on the socket itself shows.
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     fs, io,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     os::unix::fs::MetadataExt,
-    time::{Duration, Instant},
 };
 
+use anyhow::{Context as _, Result};
 use serde::Serialize;
 
-use crate::kernel::{netns, ser_result, sysctl, sysctl::TfoNamespace};
+use crate::kernel::{
+    netns, ser_result,
+    sock_diag::{self, Listening},
+    sysctl,
+    sysctl::TfoNamespace,
+};
 
 /// TCP_LISTEN in /proc/net/tcp's `st` column.
 const ST_LISTEN: &str = "0A";
-/// How long an unknown owner stays unknown before /proc is scanned again.
-const NEGATIVE_TTL: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Owner {
@@ -79,23 +84,77 @@ pub(crate) fn socket_fds(pid: u32) -> impl Iterator<Item = (i32, u64)> {
     })
 }
 
-/// Scans /proc once for the owner of a listener on (netns, port): the one bound to
-/// `listener` where it is known (`0.0.0.0:80` and `[::]:80` may have two owners).
-pub(crate) fn find_owner(netns: u32, port: u16, listener: Option<SocketAddr>) -> Option<Owner> {
-    let in_ns: Vec<u32> = pids().filter(|&p| netns_of_pid(p) == Some(netns)).collect();
-    let first = *in_ns.first()?;
-    let mut inodes = Vec::new();
-    for file in ["tcp", "tcp6"] {
-        if let Ok(text) = fs::read_to_string(format!("/proc/{first}/net/{file}")) {
-            let ours = |a: &SocketAddr| listener.map_or(a.port() == port, |l| *a == l);
-            inodes.extend(parse_proc_listeners(&text).into_iter().filter(|(a, _)| ours(a)).map(|(_, i)| i));
+/// A process in namespace `netns`: `hint` where it is in it (an event's process, most
+/// often), else the first /proc finds.
+pub(crate) fn process_in(netns: u32, hint: u32) -> Option<u32> {
+    if hint != 0 && netns_of_pid(hint) == Some(netns) {
+        return Some(hint);
+    }
+    pids().find(|&p| netns_of_pid(p) == Some(netns))
+}
+
+/// The listening sockets of namespace `netns`, which process `pid` is in: through
+/// sock_diag from inside it (the calling thread's own namespace as it is; another one
+/// entered on a thread of its own, which takes CAP_SYS_ADMIN), else from
+/// /proc/PID/net/tcp and tcp6, which any user may read but which list every socket of the
+/// namespace (issue 55: ~75 ms with 10,000 TIME_WAIT sockets; the caller runs off the
+/// reader's thread for that reason).
+pub(crate) fn listening_in(netns: u32, pid: u32) -> Result<Vec<Listening>> {
+    let here = netns::current_netns_inode().ok().map(|i| i as u32);
+    if here == Some(netns) {
+        return sock_diag::listening_here();
+    }
+    let entered =
+        netns::with_netns(format!("/proc/{pid}/ns/net"), sock_diag::listening_here).and_then(|found| found);
+    match entered {
+        Ok(found) => Ok(found),
+        Err(e) => {
+            log::debug!(
+                "netns {netns}: sock_diag from inside it: {e:#}; reading /proc/{pid}/net/tcp instead"
+            );
+            proc_listening(&format!("/proc/{pid}/net"))
         }
     }
-    if inodes.is_empty() {
-        return None;
+}
+
+/// The listeners /proc/PID/net (or /proc/thread-self/net) lists, `dir` being that folder:
+/// no accept queue figures there.
+fn proc_listening(dir: &str) -> Result<Vec<Listening>> {
+    let mut out = Vec::new();
+    for file in ["tcp", "tcp6"] {
+        let text =
+            fs::read_to_string(format!("{dir}/{file}")).with_context(|| format!("reading {dir}/{file}"))?;
+        out.extend(parse_proc_listeners(&text).into_iter().map(|(addr, inode)| Listening {
+            addr,
+            inode,
+            accept_queue: 0,
+            backlog: 0,
+        }));
     }
-    let pid = in_ns.into_iter().find(|&p| socket_fds(p).any(|(_, i)| inodes.contains(&i)))?;
-    Some(Owner { pid, comm: comm_of(pid)?.into(), cgroup_id: super::cgroup::id_of_pid(pid) })
+    Ok(out)
+}
+
+/// The owners of the sockets `inodes` among the processes of namespace `netns`: one walk
+/// of their fds for all of them (as `ss -p` does).
+pub(crate) fn owners_in(netns: u32, inodes: &HashSet<u64>) -> Vec<(u64, Owner)> {
+    let mut out = Vec::new();
+    let mut left = inodes.clone();
+    for pid in pids().filter(|&p| netns_of_pid(p) == Some(netns)) {
+        let held: Vec<u64> = socket_fds(pid).map(|(_, i)| i).filter(|i| left.contains(i)).collect();
+        if held.is_empty() {
+            continue;
+        }
+        let Some(comm) = comm_of(pid) else { continue };
+        let owner = Owner { pid, comm: comm.into(), cgroup_id: super::cgroup::id_of_pid(pid) };
+        for inode in held {
+            left.remove(&inode);
+            out.push((inode, owner.clone()));
+        }
+        if left.is_empty() {
+            break;
+        }
+    }
+    out
 }
 
 /// A listener and the process that holds it, in any network namespace.
@@ -111,31 +170,29 @@ pub(crate) struct ListenerOwner {
     pub cgroup: Option<String>,
 }
 
-/// Every listening TCP socket on this host with its owner: one /proc scan, for the
-/// listeners opened before the tracer attached (the kernel side learns the rest at
-/// listen()).
+/// Every listening TCP socket on this host with its owner: one read of each namespace's
+/// listeners ([`listening_in`]) and one walk of every process's fds, for the listeners
+/// opened before the tracer attached (the kernel side learns the rest at listen()).
 pub(crate) fn every_listener_owner() -> Vec<ListenerOwner> {
     let owners = socket_owners();
-    let mut seen_ns = std::collections::HashSet::new();
+    let mut seen_ns = HashSet::new();
     let mut out = Vec::new();
     for pid in pids() {
         let Some(ns) = netns_of_pid(pid) else { continue };
         if !seen_ns.insert(ns) {
-            continue; // /proc/PID/net shows the namespace's sockets: once per namespace
+            continue; // one read per namespace
         }
-        for file in ["tcp", "tcp6"] {
-            let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{file}")) else { continue };
-            for (addr, inode) in parse_proc_listeners(&text) {
-                let Some(&(owner, _)) = owners.get(&inode) else { continue };
-                out.push(ListenerOwner {
-                    netns: ns,
-                    addr,
-                    port: addr.port(),
-                    pid: owner,
-                    comm: comm_of(owner).unwrap_or_default(),
-                    cgroup: super::cgroup::path_of_pid(owner),
-                });
-            }
+        let Ok(listening) = listening_in(ns, pid) else { continue };
+        for Listening { addr, inode, .. } in listening {
+            let Some(&(owner, _)) = owners.get(&inode) else { continue };
+            out.push(ListenerOwner {
+                netns: ns,
+                addr,
+                port: addr.port(),
+                pid: owner,
+                comm: comm_of(owner).unwrap_or_default(),
+                cgroup: super::cgroup::path_of_pid(owner),
+            });
         }
     }
     out
@@ -155,80 +212,6 @@ pub(crate) fn listener_of(local: SocketAddr, listening: &[SocketAddr]) -> Option
     let same_family = on_port().filter(wildcard).find(|l| l.is_ipv4() == local.is_ipv4());
     let dual_stack = || on_port().filter(wildcard).find(|l| local.is_ipv4() && l.is_ipv6());
     same_family.or_else(dual_stack).copied()
-}
-
-/// Names listeners as [`listener_of`] does, remembering each: /proc is read once per
-/// listener and local address, not once per event.
-#[derive(Default)]
-pub(crate) struct ListenerNames {
-    known: HashMap<(u32, SocketAddr), SocketAddr>,
-    unknown: HashMap<(u32, SocketAddr), Instant>,
-}
-
-impl ListenerNames {
-    /// The listener of namespace `netns` that a connection to `local` arrived at; `pid`, a
-    /// process likely in that namespace (the listener's owner), spares a search for one.
-    pub(crate) fn lookup(&mut self, netns: u32, pid: u32, local: SocketAddr) -> Option<SocketAddr> {
-        let key = (netns, local);
-        if let Some(l) = self.known.get(&key) {
-            return Some(*l);
-        }
-        if self.unknown.get(&key).is_some_and(|t| t.elapsed() < NEGATIVE_TTL) {
-            return None;
-        }
-        let in_ns = Some(pid).filter(|&p| p != 0 && netns_of_pid(p) == Some(netns));
-        let found = in_ns
-            .or_else(|| pids().find(|&p| netns_of_pid(p) == Some(netns)))
-            .and_then(|p| listener_of(local, &listening_in(p)));
-        match found {
-            Some(l) => {
-                self.known.insert(key, l);
-            }
-            None => {
-                self.unknown.insert(key, Instant::now());
-            }
-        }
-        found
-    }
-}
-
-/// The listening sockets of the namespace process `pid` is in.
-fn listening_in(pid: u32) -> Vec<SocketAddr> {
-    ["tcp", "tcp6"]
-        .iter()
-        .filter_map(|f| fs::read_to_string(format!("/proc/{pid}/net/{f}")).ok())
-        .flat_map(|text| parse_proc_listeners(&text).into_iter().map(|(a, _)| a))
-        .collect()
-}
-
-/// Remembers owners so /proc is scanned once per listener, not once per event.
-#[derive(Default)]
-pub(crate) struct OwnerCache {
-    known: HashMap<(u32, u16, Option<SocketAddr>), Owner>,
-    unknown: HashMap<(u32, u16, Option<SocketAddr>), Instant>,
-}
-
-impl OwnerCache {
-    /// The owner of the listener on `port` of `netns`, bound to `listener` where known.
-    pub(crate) fn lookup(&mut self, netns: u32, port: u16, listener: Option<SocketAddr>) -> Option<Owner> {
-        let key = (netns, port, listener);
-        if let Some(o) = self.known.get(&key) {
-            return Some(o.clone());
-        }
-        if self.unknown.get(&key).is_some_and(|t| t.elapsed() < NEGATIVE_TTL) {
-            return None;
-        }
-        match find_owner(netns, port, listener) {
-            Some(o) => {
-                self.known.insert(key, o.clone());
-                Some(o)
-            }
-            None => {
-                self.unknown.insert(key, Instant::now());
-                None
-            }
-        }
-    }
 }
 
 /// A listening TCP socket and its TFO queue.
@@ -252,12 +235,11 @@ pub struct TfoListener {
 
 /// The calling thread's listeners and somaxconn (run inside `netns::with_netns`).
 fn listeners_here() -> (Vec<(SocketAddr, u64)>, Option<u32>) {
-    let mut out = Vec::new();
-    for f in ["tcp", "tcp6"] {
-        if let Ok(t) = fs::read_to_string(format!("/proc/thread-self/net/{f}")) {
-            out.extend(parse_proc_listeners(&t));
-        }
-    }
+    let found = sock_diag::listening_here().or_else(|e| {
+        log::debug!("sock_diag: {e:#}; reading /proc/thread-self/net/tcp instead");
+        proc_listening("/proc/thread-self/net")
+    });
+    let out = found.unwrap_or_default().into_iter().map(|l| (l.addr, l.inode)).collect();
     let somaxconn = sysctl::read_sysctl("/proc/sys/net/core/somaxconn").ok().and_then(|v| v.parse().ok());
     (out, somaxconn)
 }
@@ -391,9 +373,13 @@ mod tests {
     #[test]
     fn finds_the_owner_of_a_listener_of_ours() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
+        let addr = l.local_addr().unwrap();
         let netns = netns_of_pid(std::process::id()).unwrap();
-        let owner = find_owner(netns, port, None).expect("our own listener");
-        assert_eq!(owner.pid, std::process::id());
+        let pid = process_in(netns, std::process::id()).unwrap();
+        let listening = listening_in(netns, pid).unwrap();
+        let ours = listening.iter().find(|s| s.addr == addr).expect("our own listener");
+        let owners = owners_in(netns, &HashSet::from([ours.inode]));
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].1.pid, std::process::id());
     }
 }

@@ -5,7 +5,10 @@
 //! Each refresh finds the namespaces again (new ones count from their birth) and reads
 //! each from inside it. A namespace that only a socket holds (its processes gone, its
 //! mount removed) is looked for at the start and whenever a followed namespace stops
-//! being found, which costs a walk of every process's fds.
+//! being found, which costs a walk of every process's fds and of every namespace's TCP
+//! sockets: at the start before the programs attach, later on a thread of its own, its
+//! finds taken at the first refresh after it ends (the view's refresh never waits on it;
+//! issue 55: with 100,000 TIME_WAIT sockets one namespace's sockets took ~45 ms a family).
 //!
 //! A namespace with a process in it is read through /proc/PID/net, without entering it
 //! (no CAP_SYS_ADMIN, no setns: the systemd unit forbids both). One this user may not
@@ -45,6 +48,8 @@ pub struct NamespaceCounters {
     deltas: CounterDeltas,
     /// Namespaces found only through a socket, until they cannot be entered any more.
     socket_held: Vec<Netns>,
+    /// The walk for namespaces only a socket holds, while it runs off the view's thread.
+    socket_walk: Option<std::thread::JoinHandle<Vec<Netns>>>,
     unreadable: BTreeMap<u32, String>,
     last_socket_walk: Option<Instant>,
     /// A process in each namespace, as the kernel named them (events, listeners' owners):
@@ -70,6 +75,7 @@ impl NamespaceCounters {
             scope: Scope::of(filter),
             deltas: CounterDeltas::default(),
             socket_held: Vec::new(),
+            socket_walk: None,
             unreadable: BTreeMap::new(),
             last_socket_walk: None,
             learned: BTreeMap::new(),
@@ -136,19 +142,33 @@ impl NamespaceCounters {
         found.retain(|n| n.process().is_some() || n.way == Way::Current || !through.contains(&n.inode));
         let mut once = BTreeSet::new();
         found.retain(|n| once.insert(n.inode));
+        // A walk that ended since the last read: what it found, not found otherwise.
+        if self.socket_walk.as_ref().is_some_and(|w| w.is_finished()) {
+            let held = self.socket_walk.take().and_then(|w| w.join().ok()).unwrap_or_default();
+            for ns in held {
+                if !self.socket_held.iter().any(|s| s.inode == ns.inode) {
+                    self.socket_held.push(ns);
+                }
+            }
+        }
         // Found again through a process or a mount: no socket needed for it any more.
         self.socket_held.retain(|s| !found.iter().any(|n| n.inode == s.inode));
         found.extend(self.socket_held.iter().cloned());
         let lost_one = self.deltas.live().any(|i| !found.iter().any(|n| n.inode == i));
         let walked_lately = self.last_socket_walk.is_some_and(|t| t.elapsed() < SOCKET_WALK_EVERY);
-        if at_start || (lost_one && !walked_lately) {
-            // The start's walk does not count: the first namespace lost is looked for at once.
-            if !at_start {
-                self.last_socket_walk = Some(Instant::now());
-            }
+        if at_start {
+            // Before the programs attach: the baseline takes what it finds at once.
             let held = every_netns::held_by_sockets(&found);
             self.socket_held.extend(held.iter().cloned());
             found.extend(held);
+        } else if lost_one && !walked_lately && self.socket_walk.is_none() {
+            // The start's walk does not count: the first namespace lost is looked for at once.
+            self.last_socket_walk = Some(Instant::now());
+            let known = found.clone();
+            self.socket_walk = std::thread::Builder::new()
+                .name("tfo-socket-walk".into())
+                .spawn(move || every_netns::held_by_sockets(&known))
+                .ok();
         }
         let readings: BTreeMap<u32, Result<NetnsReading, String>> =
             every_netns::read_counters(&found).into_iter().collect();

@@ -104,6 +104,13 @@ impl Session {
         self.source.watch_new_namespaces();
     }
 
+    /// The view stops: the next drain is the last, and hands over everything the reader
+    /// holds, its server events named after a short wait for their listeners' reads
+    /// ([`EventSource::drain_each`]). Call it before the last drain.
+    pub fn stopping(&mut self) {
+        self.source.stopping();
+    }
+
     /// Waits until the kernel wakes us or 100 ms pass (then [`Session::drain_each`]).
     pub async fn wait(&mut self) -> Result<()> {
         self.source.wait().await
@@ -198,6 +205,9 @@ impl Session {
                 r = self.wait() => { r?; false }
                 _ = stop.requested() => true,
             };
+            if stopping {
+                self.stopping();
+            }
             let flow = take(self)?;
             if stopping || flow.is_break() {
                 return Ok(());

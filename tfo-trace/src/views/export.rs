@@ -202,6 +202,7 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
     if let Some(server) = server {
         server.abort(); // and with it every connection (its JoinSet)
     }
+    session.stopping();
     session.drain(&mut batch)?;
     observe(&metrics, &mut batch);
     refresh(&metrics, &mut session)?;

@@ -919,6 +919,155 @@ fn top_exits_when_its_terminal_closes_without_sighup() {
     top_exits_when_its_terminal_closes(true);
 }
 
+/// TIME_WAIT sockets made in the busy namespace before `top` starts (issue 55): every one
+/// of them is a line of /proc/net/tcp, which the reader used to read again for each new
+/// listener; ~9,000 stay after the kernel recycles some (about 10 ms a read here).
+const BUSY_TIME_WAIT: u32 = 12_000;
+/// New TFO listeners while `top` runs, and the connections they take (each listener a
+/// new name to look up: 2,000 lookups of ~10 ms held the old reader ~20 s).
+const BUSY_LISTENERS: u32 = 2_000;
+const BUSY_CONNECTIONS: u32 = 6_000;
+const BUSY_RATE: u32 = 1_000;
+/// The listeners come in this many waves, from port [`BUSY_PORT`] on.
+const BUSY_WAVES: u32 = 2;
+const BUSY_PORT: u32 = 30_000;
+
+/// `top --batch --json` in a namespace holding thousands of TIME_WAIT sockets while 2,000
+/// new TFO listeners take 6,000 connections, in two waves (issue 55, item 1): a snapshot
+/// still comes about every second during the load, SIGTERM ends it at once, and its
+/// listener table names each of the 2,000 listeners by its bound address (as `ss -ltn`
+/// does; the second wave's opened after the reader read the namespace for the first), their
+/// server connections summing to the namespace's TcpExtTCPFastOpenPassive. Before, each
+/// new listener's name re-read /proc/PID/net/tcp on the view's thread: no snapshot for
+/// ~20 s, and SIGTERM waited as long. Bounded: the load stops by count or 60 s.
+fn batch_keeps_time_beside_many_sockets() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    lab.set_sysctl(Side::Client, "net.ipv4.tcp_fastopen", "3").unwrap();
+    let ns = lab.netns(Side::Client).to_string();
+    let netns = netns_inode(&lab, Side::Client);
+    let lab_load = |args: &[&str]| -> serde_json::Value {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .arg(common::exe())
+            .arg("lab-load")
+            .args(args)
+            .output()
+            .expect("running lab-load");
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("lab-load: {e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    // The server closes first (--fin): each of its sockets waits in TIME_WAIT for 60 s.
+    let fill = BUSY_TIME_WAIT.to_string();
+    lab_load(&[
+        "--listen",
+        "127.0.0.1:20000",
+        "--listeners",
+        "4",
+        "--fin",
+        "--count",
+        &fill,
+        "--duration",
+        "60s",
+    ]);
+    let ss = Command::new("ip")
+        .args(["netns", "exec", &ns, "ss", "-tanH", "state", "time-wait"])
+        .output()
+        .unwrap();
+    let time_wait = String::from_utf8_lossy(&ss.stdout).lines().count();
+    assert!(time_wait >= 5_000, "the namespace holds {time_wait} TIME_WAIT sockets, not thousands");
+
+    // A ring large enough that no event is lost to it: the listener table is then exact.
+    let inode = netns.to_string();
+    let mut top = common::Tracer::start_command(&[
+        "top",
+        "--batch",
+        "--json",
+        "-d",
+        "1",
+        "--netns",
+        &inode,
+        "--ring-buffer-size",
+        "16777216",
+    ]);
+    let before = Deltas::since(&lab);
+    // Two waves, one after the other: the second's listeners are newer than what the
+    // reader read of the namespace for the first, and are named all the same.
+    let (count, rate, listeners) = (
+        (BUSY_CONNECTIONS / BUSY_WAVES).to_string(),
+        BUSY_RATE.to_string(),
+        (BUSY_LISTENERS / BUSY_WAVES).to_string(),
+    );
+    let load_ns = ns.clone();
+    let started = std::time::Instant::now();
+    let load = std::thread::spawn(move || {
+        let mut outs = Vec::new();
+        for wave in 0..BUSY_WAVES {
+            let listen = format!("127.0.0.1:{}", BUSY_PORT + wave * (BUSY_LISTENERS / BUSY_WAVES));
+            let out = Command::new("ip")
+                .args(["netns", "exec", &load_ns])
+                .arg(common::exe())
+                .args(["lab-load", "--listen", &listen, "--listeners", &listeners])
+                .args(["--count", &count, "--rate", &rate, "--duration", "60s"])
+                .output()
+                .expect("running lab-load");
+            outs.push(out);
+        }
+        (outs, started.elapsed())
+    });
+    let mut arrivals = Vec::new();
+    while !load.is_finished() {
+        top.wait_stdout("a snapshot", |l| l.starts_with('{'));
+        arrivals.push(started.elapsed());
+    }
+    let (outs, load_took) = load.join().unwrap();
+    let mut made = 0;
+    for out in outs {
+        let wave: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("lab-load: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        made += wave["connections"].as_u64().unwrap_or_else(|| panic!("{wave}"));
+    }
+    assert_eq!(made, u64::from(BUSY_CONNECTIONS));
+    let on_time = arrivals.iter().filter(|t| **t <= load_took).count() as u64;
+    eprintln!(
+        "busy: {time_wait} TIME_WAIT sockets; {on_time} snapshots in the {load_took:?} of load; {made} connections"
+    );
+    // One a second is on time; half of them leaves room for a loaded machine.
+    assert!(
+        on_time * 2 >= load_took.as_secs(),
+        "{on_time} snapshots in the {load_took:?} of load (at {arrivals:?}); {time_wait} TIME_WAIT sockets"
+    );
+    // What the kernel counted is in a snapshot before the signal (a refresh reads it).
+    let passive = before.client().get("TcpExtTCPFastOpenPassive");
+    assert_eq!(passive, u64::from(BUSY_CONNECTIONS), "the kernel agrees with the load first");
+    let served = |l: &str| -> Option<u64> {
+        let v: serde_json::Value = serde_json::from_str(l).ok()?;
+        v["totals"]["server"]["accepted"].as_u64()
+    };
+    top.wait_stdout("a snapshot with every connection", |l| served(l) == Some(passive));
+    let term = std::time::Instant::now();
+    let (lines, stderr) = top.stop_lines_with(libc::SIGTERM);
+    let exit_after = term.elapsed();
+    eprintln!("busy: top ended {exit_after:?} after SIGTERM");
+    assert!(exit_after < Duration::from_secs(5), "SIGTERM took {exit_after:?} to end top");
+    let closing = common::closing(&stderr).unwrap_or_else(|| panic!("no closing summary: {stderr:?}"));
+    assert_eq!(closing["events_lost"], 0, "{closing}");
+    let last: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    let rows: Vec<&serde_json::Value> = last["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["netns"] == netns && l["listener"].as_str().is_some_and(|a| a.contains(":3")))
+        .collect();
+    let names: std::collections::BTreeSet<String> =
+        rows.iter().map(|l| l["listener"].as_str().unwrap().to_string()).collect();
+    let wanted: std::collections::BTreeSet<String> =
+        (0..BUSY_LISTENERS).map(|k| format!("0.0.0.0:{}", BUSY_PORT + k)).collect();
+    assert_eq!(names, wanted, "each listener by its bound address");
+    let accepted: u64 = rows.iter().map(|l| l["accepted"].as_u64().unwrap()).sum();
+    assert_eq!(accepted, passive, "the listeners' connections against TcpExtTCPFastOpenPassive");
+}
+
 /// The terminal column (1-based) where `title` ends in `header` (titles are ASCII: a byte
 /// is a column).
 fn title_end(header: &str, title: &str) -> Option<usize> {
@@ -1196,6 +1345,7 @@ fn replays_name_namespaces_as_live_views_do() {
 }
 
 module_tests!(
+    batch_keeps_time_beside_many_sockets,
     demo_stopped_while_it_builds_its_lab_removes_the_lab,
     demo_hung_up_removes_its_lab,
     header_sysctl_is_the_traced_namespaces,

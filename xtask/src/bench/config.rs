@@ -139,6 +139,11 @@ pub struct BenchArgs {
     /// its own section of the --output file
     #[arg(long)]
     pub vm: bool,
+    /// Measure `top` beside a namespace of 10,000 and of 100,000 TIME_WAIT sockets while
+    /// 1,000 new listeners take connections (issue 55) instead: its snapshots, CPU, events
+    /// lost and exit after SIGTERM; writes its own section of the --output file
+    #[arg(long, conflicts_with = "vm")]
+    pub busy: bool,
     /// qemu accelerator of --vm
     #[arg(long, value_enum, default_value = "tcg", requires = "vm")]
     pub accel: crate::vm::Accel,

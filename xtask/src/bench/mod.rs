@@ -27,6 +27,11 @@
 //! 5. Start-up: spawn to "programs attached" for tfo-trace; spawn to its tracepoints
 //!    attached (seen by `bpftool perf list`) for bpftrace.
 //!
+//! `--busy` (`busy.rs`, issue 55) measures apart, in its own block of BENCHMARKS.md:
+//! `top` beside a namespace of 10,000 and of 100,000 TIME_WAIT sockets while 1,000 new
+//! listeners take connections: its snapshots, CPU and events lost, and its exit after
+//! SIGTERM.
+//!
 //! One file per step: `cost.rs` (1), `stalled_reader.rs` (2), `loss.rs` (3), `scale.rs`
 //! (4's replays; its CPU figures come from step 1's runs), start-up from every run's
 //! attach; around them `env.rs` (the machine), `load.rs` (the generator), `tracer.rs` (the
@@ -45,6 +50,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::util::{self, is_root, workspace_root};
 
+mod busy;
 mod config;
 mod cost;
 mod env;
@@ -86,6 +92,11 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let command = format!("cargo xtask {}", std::env::args().skip(1).collect::<Vec<_>>().join(" "));
     if args.vm {
         return vm::bench_vm(args, &command);
+    }
+    if args.busy {
+        let bin = util::build_release_with_fixtures()?;
+        let env = Env::create(bin)?;
+        return busy::bench_busy(&env, &args.output, &command);
     }
     let round_count = args.rounds.unwrap_or(11);
     // The floor's programs and the generator (`lab-load`) come with the `fixtures` feature.

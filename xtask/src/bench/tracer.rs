@@ -80,12 +80,17 @@ impl Tracer {
 
     /// `tfo-trace ARGS`, until its "programs attached" line.
     pub(super) fn tfo_trace_args(bin: &Path, args: &[&str]) -> Result<Tracer> {
+        Self::tfo_trace_to(bin, args, Stdio::null())
+    }
+
+    /// [`Tracer::tfo_trace_args`], its stdout to `stdout`.
+    pub(super) fn tfo_trace_to(bin: &Path, args: &[&str], stdout: Stdio) -> Result<Tracer> {
         let mut cmd = Command::new(bin);
         cmd.args(args);
         let spawned = Instant::now();
         let mut child = cmd
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting {}", util::display(&cmd)))?;
@@ -226,15 +231,25 @@ impl Tracer {
     }
 
     /// SIGINT (as Ctrl-C), then the stderr lines it printed; SIGKILL after [`STOP_LIMIT`].
-    pub(super) fn stop(mut self) -> Result<Vec<String>> {
-        let _ = Command::new("kill").args(["-INT", &self.pid().to_string()]).status();
-        let deadline = Instant::now() + STOP_LIMIT;
+    pub(super) fn stop(self) -> Result<Vec<String>> {
+        match self.stop_with("-INT", STOP_LIMIT)? {
+            (lines, false) => Ok(lines),
+            (_, true) => bail!("the tracer did not stop within {STOP_LIMIT:?} of SIGINT"),
+        }
+    }
+
+    /// `kill SIGNAL`, then the stderr lines it printed, and whether it had to be killed
+    /// (SIGKILL after `limit`).
+    pub(super) fn stop_with(mut self, signal: &str, limit: Duration) -> Result<(Vec<String>, bool)> {
+        let _ = Command::new("kill").args([signal, &self.pid().to_string()]).status();
+        let deadline = Instant::now() + limit;
+        let mut killed = false;
         while self.child.try_wait()?.is_none() {
             if Instant::now() > deadline {
-                let name = std::fs::read_to_string(format!("/proc/{}/comm", self.pid())).unwrap_or_default();
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                bail!("the tracer ({}) did not stop within {STOP_LIMIT:?} of SIGINT", name.trim());
+                killed = true;
+                break;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -243,7 +258,7 @@ impl Tracer {
         while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
             lines.push(l);
         }
-        Ok(lines)
+        Ok((lines, killed))
     }
 }
 

@@ -48,6 +48,9 @@ pub trait EventFeed {
     async fn next_batch(&mut self, model: &mut TopModel) -> Result<()>;
     /// Counts what is already there in `model`, without waiting.
     fn drain(&mut self, model: &mut TopModel) -> Result<()>;
+    /// The loop stops: the next [`EventFeed::drain`] is the last (live: it hands over
+    /// what the reader held back too).
+    fn stopping(&mut self) {}
     /// Events lost before they reached us.
     fn lost(&self) -> u64;
     /// What the kernel counted, where a kernel counts (live): the totals then come from
@@ -78,6 +81,9 @@ impl EventFeed for Session {
     }
     fn drain(&mut self, model: &mut TopModel) -> Result<()> {
         self.drain_each(|e| model.add_view(e))
+    }
+    fn stopping(&mut self) {
+        Session::stopping(self);
     }
     fn lost(&self) -> u64 {
         Session::lost(self)
@@ -234,6 +240,7 @@ pub async fn run_on<F: EventFeed>(
         }
         // Stopped between two refreshes: what came since the last one (events, or counts
         // of the namespaces' counters) is not lost.
+        feed.stopping();
         feed.drain(&mut model)?;
         if opts.count.is_none_or(|n| refreshes < n) {
             let events_changed = printed_events != Some(model.events);
