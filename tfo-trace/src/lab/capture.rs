@@ -21,7 +21,9 @@ impl Lab {
         // Every segment with SYN set: SYNs and SYN-ACKs (the filter took SYNs only before,
         // so no SYN-ACK was ever seen, whatever `WireSyn::syn_ack` said).
         let filter = "(ip and tcp[tcpflags] & tcp-syn != 0) or (ip6 and ip6[53] & 0x02 == 0x02)";
-        Ok(SynCapture { tcpdump: self.tcpdump(side, &["-tt"], filter)? })
+        // -S: absolute sequence numbers, so a SYN-ACK's ack names its SYN's (tcpdump makes
+        // them relative to the first packet of a 4-tuple, which a reused port shares).
+        Ok(SynCapture { tcpdump: self.tcpdump(side, &["-tt", "-S"], filter)? })
     }
 
     /// Starts tcpdump on one side's veth (`args` before the filter), collecting what it
@@ -62,6 +64,12 @@ pub struct WireSyn {
     pub time_s: f64,
     pub sport: u16,
     pub dport: u16,
+    /// Its sequence number: a SYN's is its connection's initial one (a retransmitted SYN
+    /// has the same), which tells two connections from one source port apart.
+    pub seq: u32,
+    /// A SYN-ACK's acknowledgment number: its SYN's sequence number plus one, plus the
+    /// SYN's data where it took it.
+    pub ack: Option<u32>,
     /// A SYN-ACK (tcpdump's `Flags [S.]`), coming back to the client.
     pub syn_ack: bool,
     pub payload: u32,
@@ -98,8 +106,8 @@ impl Tcpdump {
     }
 }
 
-/// `1764491234.123456 IP 198.18.0.1.40000 > 198.18.0.2.8080: Flags [S], ..., length 100`
-/// (IPv6: `IP6 fd00:7f0::1.40000 > ...`).
+/// `1764491234.123456 IP 198.18.0.1.40000 > 198.18.0.2.8080: Flags [S], seq 7:107, ...,
+/// length 100` (IPv6: `IP6 fd00:7f0::1.40000 > ...`; a SYN-ACK: `Flags [S.], seq 9, ack 8`).
 pub(crate) fn parse_tcpdump_syn(line: &str) -> Option<WireSyn> {
     let mut words = line.split_whitespace();
     let time_s = words.next()?.parse().ok()?;
@@ -113,9 +121,15 @@ pub(crate) fn parse_tcpdump_syn(line: &str) -> Option<WireSyn> {
     let after = line.split("length ").nth(1)?;
     let payload = after.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
     let syn_ack = line.contains("Flags [S.]");
+    // `seq 7` or, with data, `seq 7:107`; `ack 8`.
+    let number = |name: &str| {
+        let after = line.split(&format!(", {name} ")).nth(1)?;
+        after.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u32>().ok()
+    };
+    let (seq, ack) = (number("seq")?, number("ack"));
     let tfo = ["[tfo ", ",tfo ", "exp-tfo"].iter().any(|o| line.contains(o));
     let exp_tfo = line.contains("exp-tfo");
-    Some(WireSyn { time_s, sport, dport, syn_ack, payload, exp_tfo, tfo, cookie: tfo_cookie(line) })
+    Some(WireSyn { time_s, sport, dport, seq, ack, syn_ack, payload, exp_tfo, tfo, cookie: tfo_cookie(line) })
 }
 
 /// The cookie of a tcpdump line's TFO option (`options [...,tfo  cookie 0011...,...]`,

@@ -49,6 +49,8 @@ mod tests {
                 time_s: 1764491234.123456,
                 sport: 40000,
                 dport: 8080,
+                seq: 1,
+                ack: None,
                 syn_ack: false,
                 payload: 100,
                 exp_tfo: false,
@@ -63,6 +65,8 @@ mod tests {
                 time_s: 1764491235.000001,
                 sport: 41000,
                 dport: 8080,
+                seq: 2,
+                ack: None,
                 syn_ack: false,
                 payload: 0,
                 exp_tfo: false,
@@ -73,14 +77,16 @@ mod tests {
         assert_eq!(parse_tcpdump_syn("tcpdump: verbose output suppressed"), None);
         let http =
             "1764491236.5 IP 198.18.0.1.40002 > 198.18.0.2.8080: Flags [S], seq 3:103, length 100: HTTP";
-        assert_eq!(parse_tcpdump_syn(http).map(|s| s.payload), Some(100));
-        let exp = "1.5 IP 198.19.7.1.46764 > 198.19.7.2.7001: Flags [S], options [mss 1460,exp-tfo cookiereq], length 0";
+        assert_eq!(parse_tcpdump_syn(http).map(|s| (s.payload, s.seq)), Some((100, 3)));
+        let exp = "1.5 IP 198.19.7.1.46764 > 198.19.7.2.7001: Flags [S], seq 4000000000, options [mss 1460,exp-tfo cookiereq], length 0";
         assert_eq!(parse_tcpdump_syn(exp).map(|s| (s.exp_tfo, s.tfo, s.cookie)), Some((true, true, None)));
         let synack = "2.5 IP 198.19.7.2.7001 > 198.19.7.1.46764: Flags [S.], seq 9, ack 10, length 0";
         assert_eq!(
-            parse_tcpdump_syn(synack).map(|s| (s.syn_ack, s.sport, s.dport)),
-            Some((true, 7001, 46764))
+            parse_tcpdump_syn(synack).map(|s| (s.syn_ack, s.sport, s.dport, s.seq, s.ack)),
+            Some((true, 7001, 46764, 9, Some(10)))
         );
+        // A SYN without its sequence number is no SYN this parser understood.
+        assert_eq!(parse_tcpdump_syn("1.5 IP 198.19.7.1.46764 > 198.19.7.2.7001: Flags [S], length 0"), None);
         let cookie = "3.5 IP 198.19.7.2.7001 > 198.19.7.1.46764: Flags [S.], seq 9, ack 10, win 65160, options [mss 1460,sackOK,TS val 1 ecr 2,nop,wscale 7,tfo  cookie 8b7e3a1f00c2d4e5,nop,nop], length 0";
         assert_eq!(parse_tcpdump_syn(cookie).and_then(|s| s.cookie).as_deref(), Some("8b7e3a1f00c2d4e5"));
     }

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::{net::SocketAddr, time::Duration};
 
-use common::{count, netns_inode, of_role, wire::WireStalls, Deltas, HookRun, Tracer};
+use common::{count, netns_inode, of_role, wire, wire::WireStalls, Deltas, HookRun, Tracer};
 use tfo_trace::{
     events::{Outcome, Role},
     lab::{
@@ -194,13 +194,11 @@ fn check_saved_against_wire(lab: &Lab, v6: bool, n: u32, delayed: bool) -> (Vec<
     assert_eq!(count(&events, cli_ns, Role::Client, Outcome::Accepted), dc.get("TcpExtTCPFastOpenActive"));
     assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n), "client counters: {dc:?}");
     let mut pairs = Vec::new();
+    let conns = wire::connections(&syns);
     for e in of_role(&events, cli_ns, Role::Client) {
         let saved = e.saved_us.unwrap_or_else(|| panic!("an accepted connection's saving is known: {e:?}"));
-        let syn = syns.iter().find(|s| !s.syn_ack && s.sport == e.sport);
-        let synack = syns.iter().find(|s| s.syn_ack && s.dport == e.sport);
-        let (Some(syn), Some(synack)) = (syn, synack) else {
-            panic!("SYN and SYN-ACK of port {} on the wire: {syns:?}", e.sport)
-        };
+        let c = wire::connection_of(&conns, e);
+        let (syn, synack) = (c.first(), c.synack.unwrap_or_else(|| panic!("no SYN-ACK on the wire: {c:?}")));
         assert_eq!(syn.payload, 100, "the SYN carried the data: {syn:?}");
         let wire_us = (synack.time_s - syn.time_s) * 1e6;
         eprintln!("port {}: saved {saved} µs, SYN -> SYN-ACK on the wire {wire_us:.0} µs", e.sport);
@@ -321,14 +319,20 @@ fn middlebox_drops_syn_data(v6: bool) {
     assert_eq!(stalls, dc.get("TcpExtTCPFastOpenActiveFail"));
     let stalled = WireStalls::of(&syns);
     assert_eq!(stalled.count(), u64::from(n), "a stall per connection on the wire: {syns:?}");
-    for e in of_role(&events, cli_ns, Role::Client) {
+    let conns = wire::connections(&syns);
+    // The connections ran one after another: the k-th event is the k-th connection's (a
+    // port alone may name two: the kernel reuses a closed connection's).
+    let mut clients = of_role(&events, cli_ns, Role::Client);
+    clients.sort_by_key(|e| e.ts.unix_ns());
+    assert_eq!(clients.len(), run.results.len(), "an event per connection: {clients:?}");
+    for (e, conn) in clients.into_iter().zip(&run.results) {
         assert_eq!(e.outcome, Outcome::SynRetransmitted, "{e:?}");
         assert_eq!(e.pid, run.pid);
         assert_eq!(e.retransmits, 1);
         assert_eq!(e.syn_data_bytes, 100);
         let sport = e.sport;
-        stalled.assert_stall(sport, e.stall_us, format!("{e:?}"));
-        let conn = run.results.iter().find(|r| r.sport == sport).expect("event matches a connection");
+        assert_eq!(sport, conn.sport, "the connections in order: {e:?} vs {conn:?}");
+        stalled.assert_stall(e, format!("{e:?}"));
         // The client itself measured the whole connection; the stall is inside it.
         assert!(conn.elapsed_us >= e.stall_us, "{conn:?} vs {e:?}");
         if delayed {
@@ -339,7 +343,7 @@ fn middlebox_drops_syn_data(v6: bool) {
             );
         }
         // On the wire: the SYN with the data, then the plain SYN resent after the timeout.
-        let mine: Vec<_> = syns.iter().filter(|s| s.sport == sport && !s.syn_ack).collect();
+        let mine = &wire::connection_of(&conns, e).syns;
         assert_eq!(mine.len(), 2, "two SYNs left port {sport}: {mine:?}; all: {syns:?}");
         assert_eq!(mine[0].payload, 100, "the first SYN carried the data: {mine:?}");
         assert_eq!(mine[1].payload, 0, "the resent SYN is plain: {mine:?}");
@@ -391,7 +395,7 @@ fn middlebox_drops_tfo_option(v6: bool) {
     for e in of_role(&events, cli_ns, Role::Client) {
         assert_eq!(e.outcome, Outcome::SynRetransmitted, "{e:?}");
         assert_eq!(e.syn_data_bytes, 0, "a cookie request carries no data: {e:?}");
-        stalled.assert_stall(e.sport, e.stall_us, format!("{e:?}"));
+        stalled.assert_stall(e, format!("{e:?}"));
         if delayed {
             let handshake = e.handshake_us.unwrap_or_else(|| panic!("a handshake time: {e:?}"));
             assert!(
@@ -467,14 +471,13 @@ fn cookie_request_without_answer_falls_back_to_the_experimental_option() {
         ds.get("TcpExtTCPFastOpenCookieReqd")
     );
     let mut exp_seen = Vec::new();
-    for r in &run.results {
-        let e = of_role(&events, cli_ns, Role::Client)
-            .into_iter()
-            .find(|e| e.sport == r.sport)
-            .unwrap_or_else(|| panic!("no event for port {}", r.sport));
-        let syn =
-            syns.iter().find(|s| s.sport == r.sport).unwrap_or_else(|| panic!("no SYN from {}", r.sport));
-        assert_eq!(e.exp_option, syn.exp_tfo, "tracer vs wire for port {}: {e:?}", r.sport);
+    let conns = wire::connections(&syns);
+    let mut clients = of_role(&events, cli_ns, Role::Client);
+    clients.sort_by_key(|e| e.ts.unix_ns());
+    assert_eq!(clients.len(), run.results.len(), "an event per connection: {clients:?}");
+    for e in clients {
+        let syn = wire::connection_of(&conns, e).first();
+        assert_eq!(e.exp_option, syn.exp_tfo, "tracer vs wire for port {}: {e:?}", e.sport);
         exp_seen.push(syn.exp_tfo);
     }
     assert_eq!(exp_seen, [false, true, false], "RFC option, then the experimental one, then back");

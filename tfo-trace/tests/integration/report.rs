@@ -136,7 +136,7 @@ fn report_on_a_recorded_middlebox_drop() {
     );
     // The time lost: each stall recorded, and the report's total, as the wire shows it.
     for e in events.iter().filter(|e| e.netns == cli_ns && e.stall_us > 0) {
-        stalled.assert_stall(e.sport, e.stall_us, format!("{e:?}"));
+        stalled.assert_stall(e, format!("{e:?}"));
     }
     let lost_s = d["lost_us_total"].as_u64().unwrap_or_else(|| panic!("{d:#}")) as f64 / 1e6;
     stalled.assert_total(u64::from(n), lost_s, 0.0, format!("report, {dst}:\n{d:#}"));

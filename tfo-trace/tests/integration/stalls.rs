@@ -14,6 +14,13 @@ use tfo_trace::{
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
 };
 
+/// A listed stall as the event it is (`stalls --json` lines are events plus their cause).
+fn event_of(line: &Value) -> tfo_trace::events::Event {
+    let mut event = line.clone();
+    event.as_object_mut().map(|o| o.remove("cause"));
+    serde_json::from_value(event).unwrap_or_else(|e| panic!("not an event: {e}: {line}"))
+}
+
 fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
     require_kernel!();
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -63,7 +70,7 @@ fn stalls_lists_every_connection_that_paid_a_syn_timeout() {
         );
         assert!(l["sport"].as_u64().is_some_and(|p| p > 0) && l.get("lost_us").is_none(), "{l}");
         assert_eq!(l["retransmits"], 1);
-        stalled.assert_stall(l["sport"].as_u64().unwrap() as u16, l["stall_us"].as_u64().unwrap(), l);
+        stalled.assert_stall(&event_of(l), l);
     }
     // The stalled connections it listed, in its closing summary.
     let closing = common::closing(&stderr).unwrap_or_else(|| panic!("no closing summary: {stderr:?}"));
@@ -158,7 +165,7 @@ fn one_recording_gives_the_same_stalls_in_every_view() {
     let to_blocked = |l: &&Value| l["daddr"] == blocked.ip().to_string() && l["dport"] == blocked.port();
     assert!(mine.iter().all(|l| l["cause"] == "syn_data_dropped" && to_blocked(l)), "{mine:?}");
     for l in &mine {
-        stalled.assert_stall(l["sport"].as_u64().unwrap() as u16, l["stall_us"].as_u64().unwrap(), l);
+        stalled.assert_stall(&event_of(l), l);
     }
     stalled.assert_total(kernel_stalls, stalls_lost as f64 / 1e6, 0.0, "stalls");
 

@@ -246,7 +246,7 @@ fn batch_rows_match_the_kernel_counters() {
         .map(|l| serde_json::from_str::<tfo_trace::events::Event>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .find(|e| e.stall_us > 0 && e.daddr == bad.ip())
         .unwrap_or_else(|| panic!("no stall recorded:\n{recorded}"));
-    stalled.assert_stall(stall.sport, stall.stall_us, format!("{stall:?}"));
+    stalled.assert_stall(&stall, format!("{stall:?}"));
 
     // The recording replays into the same rows: `top --from` against the same kernel deltas.
     let replay =

@@ -1,6 +1,10 @@
 //! The wire's account of stalls, against which every stall the tracer reports is checked.
 //!
-//! tcpdump on the client's veth (`Lab::capture_syns`) shows each SYN a client port sent. A
+//! tcpdump on the client's veth (`Lab::capture_syns`) shows each SYN a client sent. One
+//! connection is a source port *and* an initial sequence number ([`connections`]): the
+//! kernel may give a later connection the source port of one that has closed (it did,
+//! 47076 twice in one run of three), and only the sequence number, the same on every
+//! SYN a connection resends, tells the two apart. A
 //! stalled connection's time lost is, on the wire, the gap from its first SYN (the one with
 //! the data, or with an empty TFO option) to the last SYN resent before the SYN-ACK; the
 //! tracer times the same connection from its connect() to the resent SYN's send in the
@@ -13,9 +17,9 @@
 //! instead of the resent SYN is off by the round trip (tests add 50 ms of netem delay where
 //! the kernel has it, so the two differ), a ns -> µs conversion by 1024 by 2.3 % (and under
 //! the initial RTO): both fail.
-use std::{collections::BTreeMap, fmt::Display};
+use std::fmt::Display;
 
-use tfo_trace::lab::WireSyn;
+use tfo_trace::{events::Event, lab::WireSyn};
 
 /// The kernel's initial SYN retransmission timeout (TCP_TIMEOUT_INIT).
 pub const INITIAL_RTO_S: f64 = 1.0;
@@ -40,23 +44,117 @@ pub fn tolerance_s(gap_s: f64) -> f64 {
     }
 }
 
-/// The stalls a capture saw: per client port that sent more than one SYN, the gap from its
-/// first SYN to its last, in seconds.
+/// One connection on the wire: the SYNs a client sent with one source port and one initial
+/// sequence number (the first one, then those resent), in the order seen, and the first
+/// SYN-ACK that answered them (its ack is that sequence number plus one, plus the SYN's
+/// data where the server took it).
 #[derive(Debug)]
-pub struct WireStalls(BTreeMap<u16, f64>);
+pub struct WireConnection<'w> {
+    pub sport: u16,
+    pub isn: u32,
+    pub syns: Vec<&'w WireSyn>,
+    pub synack: Option<&'w WireSyn>,
+}
+
+impl WireConnection<'_> {
+    /// The first SYN (the one with the data, or the cookie request).
+    pub fn first(&self) -> &WireSyn {
+        self.syns[0]
+    }
+
+    /// The last SYN sent before the SYN-ACK: the first one again where none was resent.
+    pub fn last(&self) -> &WireSyn {
+        self.syns.last().expect("a connection has a SYN")
+    }
+}
+
+/// The client's connections a capture saw, in the order of their first SYNs.
+pub fn connections(syns: &[WireSyn]) -> Vec<WireConnection<'_>> {
+    let mut conns: Vec<WireConnection<'_>> = Vec::new();
+    for s in syns.iter().filter(|s| !s.syn_ack) {
+        match conns.iter_mut().find(|c| c.sport == s.sport && c.isn == s.seq) {
+            Some(c) => c.syns.push(s),
+            None => conns.push(WireConnection { sport: s.sport, isn: s.seq, syns: vec![s], synack: None }),
+        }
+    }
+    for c in &mut conns {
+        c.syns.sort_by(|a, b| a.time_s.total_cmp(&b.time_s));
+        let data = c.first().payload;
+        c.synack = syns.iter().find(|a| {
+            a.syn_ack
+                && a.dport == c.sport
+                && a.ack.is_some_and(|ack| ack.wrapping_sub(c.isn.wrapping_add(1)) <= data)
+        });
+    }
+    conns.sort_by(|a, b| a.first().time_s.total_cmp(&b.first().time_s));
+    conns
+}
+
+/// The connection of `sport` on the wire whose outcome came at `at_s` (unix seconds, the
+/// time a tracer's event carries): of the connections that left that port, the last one
+/// whose last SYN went before then. A port is reused only after the connection that held
+/// it closed, so the later one's SYNs are all after the earlier one's outcome.
+pub fn connection_at<'c, 'w>(
+    conns: &'c [WireConnection<'w>],
+    sport: u16,
+    at_s: f64,
+) -> Option<&'c WireConnection<'w>> {
+    last_before(conns.iter().filter(|c| c.sport == sport).collect(), at_s, |c| c.last().time_s)
+}
+
+/// The connection of a tracer's event on the wire ([`connection_at`] at its port and time);
+/// fails the test where the wire has none.
+pub fn connection_of<'c, 'w>(conns: &'c [WireConnection<'w>], e: &Event) -> &'c WireConnection<'w> {
+    connection_at(conns, e.sport, at_s(e)).unwrap_or_else(|| {
+        panic!("no connection of port {} on the wire: {e:?}; the wire: {conns:?}", e.sport)
+    })
+}
+
+/// Of one port's connections (in the order of their SYNs), the one whose outcome came at
+/// `at_s`: the only one, or the last whose last SYN (`last_syn_s`) went before then.
+fn last_before<T>(of_port: Vec<&T>, at_s: f64, last_syn_s: impl Fn(&T) -> f64) -> Option<&T> {
+    // The two clocks (tcpdump's capture time, the event's) read apart.
+    const SLACK_S: f64 = 0.005;
+    match of_port[..] {
+        [] => None,
+        [only] => Some(only),
+        _ => of_port.into_iter().filter(|c| last_syn_s(c) <= at_s + SLACK_S).last(),
+    }
+}
+
+/// The unix time of an event, in seconds.
+pub fn at_s(e: &Event) -> f64 {
+    e.ts.unix_ns() as f64 / 1e9
+}
+
+/// One stalled connection: its port, its initial sequence number and its gap on the wire
+/// (first SYN to last SYN), and when its last SYN went.
+#[derive(Debug)]
+struct Stall {
+    sport: u16,
+    isn: u32,
+    gap_s: f64,
+    last_s: f64,
+}
+
+/// The stalls a capture saw: every connection ([`connections`]) that sent more than one
+/// SYN, with the gap from its first SYN to its last, in seconds.
+#[derive(Debug)]
+pub struct WireStalls(Vec<Stall>);
 
 impl WireStalls {
     pub fn of(syns: &[WireSyn]) -> WireStalls {
-        let mut by_port: BTreeMap<u16, (f64, f64, u32)> = BTreeMap::new();
-        for s in syns.iter().filter(|s| !s.syn_ack) {
-            let e = by_port.entry(s.sport).or_insert((s.time_s, s.time_s, 0));
-            e.0 = e.0.min(s.time_s);
-            e.1 = e.1.max(s.time_s);
-            e.2 += 1;
-        }
-        WireStalls(
-            by_port.into_iter().filter(|(_, (.., n))| *n > 1).map(|(p, (a, b, _))| (p, b - a)).collect(),
-        )
+        let stalls = connections(syns)
+            .iter()
+            .filter(|c| c.syns.len() > 1)
+            .map(|c| Stall {
+                sport: c.sport,
+                isn: c.isn,
+                gap_s: c.last().time_s - c.first().time_s,
+                last_s: c.last().time_s,
+            })
+            .collect();
+        WireStalls(stalls)
     }
 
     /// How many stalled connections the wire shows.
@@ -66,27 +164,40 @@ impl WireStalls {
 
     /// The wire's gap of every stall, summed.
     pub fn total_s(&self) -> f64 {
-        self.0.values().sum()
+        self.0.iter().map(|s| s.gap_s).sum()
     }
 
-    /// One stall the tracer reported for client port `sport`: at least the initial RTO (less a
-    /// jiffy, [`SHORTEST_STALL_S`]), and
-    /// within [`tolerance_s`] of that port's gap on the wire.
-    pub fn assert_stall(&self, sport: u16, stall_us: u64, what: impl Display) {
-        let gap = *self
-            .0
-            .get(&sport)
-            .unwrap_or_else(|| panic!("{what}: no stall of port {sport} on the wire: {self:?}"));
+    /// The stall of client port `sport` whose outcome came at `at_s`: where the port left
+    /// more than one stalled connection, the last one whose resent SYN went before then
+    /// ([`connection_at`]'s rule).
+    fn of_port_at(&self, sport: u16, at_s: f64) -> Option<&Stall> {
+        last_before(self.0.iter().filter(|s| s.sport == sport).collect(), at_s, |s| s.last_s)
+    }
+
+    /// The stall a tracer reported in event `e` (its port, its time, its `stall_us`): at
+    /// least the initial RTO (less a jiffy, [`SHORTEST_STALL_S`]), and within
+    /// [`tolerance_s`] of that connection's gap on the wire.
+    pub fn assert_stall(&self, e: &Event, what: impl Display) {
+        self.assert_stall_at(e.sport, at_s(e), e.stall_us, what)
+    }
+
+    /// [`WireStalls::assert_stall`] for a stall given by its parts: the client port, the
+    /// unix time of its outcome and the stall.
+    pub fn assert_stall_at(&self, sport: u16, at_s: f64, stall_us: u64, what: impl Display) {
+        let wire = self.of_port_at(sport, at_s).unwrap_or_else(|| {
+            panic!("{what}: no stall of port {sport} on the wire before {at_s:.6}: {self:?}")
+        });
+        let (gap, isn) = (wire.gap_s, wire.isn);
         let stall = stall_us as f64 / 1e6;
         let tolerance = tolerance_s(gap);
-        eprintln!("port {sport}: stall {stall:.6} s, on the wire {gap:.6} s");
+        eprintln!("port {sport} (isn {isn}): stall {stall:.6} s, on the wire {gap:.6} s");
         assert!(
             stall >= SHORTEST_STALL_S,
             "{what}: stall {stall:.6} s is under the {INITIAL_RTO_S} s initial RTO (less a tick)"
         );
         assert!(
             (stall - gap).abs() <= tolerance,
-            "{what}: stall {stall:.6} s vs {gap:.6} s on the wire (port {sport}): more than {:.1} ms apart",
+            "{what}: stall {stall:.6} s vs {gap:.6} s on the wire (port {sport}, isn {isn}): more than {:.1} ms apart",
             tolerance * 1e3
         );
     }
@@ -96,7 +207,7 @@ impl WireStalls {
     /// their tolerances (plus the rounding) of the wire's total.
     pub fn assert_total(&self, n: u64, lost_s: f64, rounding_s: f64, what: impl Display) {
         assert_eq!(self.count(), n, "{what}: stalls on the wire: {self:?}");
-        let (wire, tolerance) = (self.total_s(), self.0.values().map(|g| tolerance_s(*g)).sum::<f64>());
+        let (wire, tolerance) = (self.total_s(), self.0.iter().map(|s| tolerance_s(s.gap_s)).sum::<f64>());
         let label = what.to_string();
         let label = label.lines().next().unwrap_or_default();
         eprintln!("{label}: {lost_s:.6} s lost over {n} stalls, {wire:.6} s on the wire");
