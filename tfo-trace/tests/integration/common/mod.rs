@@ -3,9 +3,11 @@
 //! (`wait`: [`eventually`], [`Deltas`] of the kernel's counters), the wire's account of
 //! stalls (`wire`), an independent reader of the kernel's counters (`nstat`), a handle on a
 //! running `tfo-trace` and its typed events, cgroups (`cgroups`), private container engines
-//! (`docker`) and a real Prometheus (`prometheus`).
+//! (`docker`), a real Prometheus (`prometheus`) and the kernel's list of BPF objects, where
+//! a failed listing fails the test (`bpftool`).
 #![allow(dead_code, unused_imports)]
 
+pub mod bpftool;
 pub mod cgroups;
 pub mod docker;
 #[macro_use]
