@@ -18,7 +18,7 @@ pub mod prometheus;
 pub mod wait;
 pub mod wire;
 pub use harness::{assert_hook_count, partial_skip, skip, HookRun};
-pub use wait::{eventually, Deltas, HANG_LIMIT};
+pub use wait::{eventually, CounterDeltas, Deltas, HANG_LIMIT};
 
 use std::{
     io::{BufRead, BufReader, Read},
