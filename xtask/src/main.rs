@@ -15,7 +15,9 @@
 //!   second runs (each with its cause; testlines.rs has their rule). Under `CI=true` what
 //!   would only warn elsewhere fails the run: not root (every kernel test would skip), no
 //!   Debian 11 userspace (tests/integration/dist.rs's checks in it would skip), the VM
-//!   matrix skipped.
+//!   matrix skipped. Anywhere, a skip (whole or partial) that the one list of skips
+//!   (skips.rs, the VM cells' too) does not allow on the host fails the run, named with
+//!   its test and reason.
 //! - `vm`: boots Debian's 5.10, 6.1 and 6.12 kernels under qemu and runs the kernel tests there,
 //!   once per tracer backend (see docs/vm.md).
 //! - `dist`: setup, then static x86_64 and aarch64 binaries, .debs, OCI images and
@@ -44,6 +46,7 @@ mod dist;
 mod fuzz;
 mod grafana;
 mod setup;
+mod skips;
 mod soak;
 mod testlines;
 mod userspace;
@@ -240,6 +243,12 @@ fn test(args: &[String], no_vm: bool) -> Result<()> {
     let host_s = start.elapsed().as_secs_f64() - setup_s - lint_s - dist_s - userspace_s;
     let (mut tally, mut problems, mut skipped) = (host.tally, host.problems, host.skipped);
     let (mut partial, mut second_runs) = (host.partial, host.second_runs);
+    // A skip the list does not allow on the host is a test that did not run where it
+    // should (a package set-up should have installed, no root, no BTF): as in a VM cell.
+    tally.failed += host.unlisted.len() as u64;
+    problems.extend(
+        host.unlisted.iter().map(|s| format!("host: {s} (not on the list of skips, xtask/src/skips.rs)")),
+    );
     // A gate that fails fails the run, but the tests still run: both verdicts at once.
     tally.failed += (lint_problems.len() + dist_problems.len()) as u64;
     problems.extend(lint_problems);
@@ -367,6 +376,9 @@ struct HostRun {
     skipped: Vec<String>,
     /// `binary test: reason` for each check a test said it could not make here.
     partial: Vec<String>,
+    /// `binary test: skipped: reason` (or `partly skipped`) for each of those two that the
+    /// list of skips does not allow on the host (skips.rs).
+    unlisted: Vec<String>,
     /// Tests run a second time (testlines.rs).
     second_runs: Vec<SecondRun>,
     /// cargo's `Finished` time for the build.
@@ -382,6 +394,23 @@ struct HostRun {
 }
 
 impl HostRun {
+    /// `reason` with why the list of skips allows it on the host (skips.rs), or marked
+    /// `[NOT LISTED]` and kept in `unlisted` as `binary name: how: reason`.
+    fn listed(&mut self, name: &str, how: &str, reason: &str) -> String {
+        let (module, test) = testlines::split_test(name).unwrap_or((self.binary.as_str(), name));
+        match skips::allowed(skips::Place::Host, module, test, reason) {
+            Some(a) => {
+                let checked =
+                    a.host_fact.as_ref().map_or(String::new(), |f| format!("; checked here: {}", f.what));
+                format!("{reason} [listed: {}{checked}]", a.why)
+            }
+            None => {
+                self.unlisted.push(format!("{} {name}: {how}: {reason}", self.binary));
+                format!("{reason} [NOT LISTED]")
+            }
+        }
+    }
+
     /// One line of `cargo test`'s output (stdout or stderr).
     fn line(&mut self, line: &str) {
         self.tally.add(line);
@@ -395,9 +424,11 @@ impl HostRun {
         } else if let Some(name) = testlines::module_start(l) {
             self.module = Some(name.to_string());
         } else if let Some((name, reason)) = skipped_test(l) {
-            self.skipped.push(format!("{binary} {name}: {reason}"));
+            let said = self.listed(&name, "skipped", &reason);
+            self.skipped.push(format!("{} {name}: {said}", self.binary));
         } else if let Some((name, reason)) = partial_test(l) {
-            self.partial.push(format!("{binary} {name}: {reason}"));
+            let said = self.listed(&name, "partly skipped", &reason);
+            self.partial.push(format!("{} {name}: {said}", self.binary));
         } else if let Some((name, cause)) = second_run_test(l) {
             // `stalls::a_test` -> (`stalls`, `a_test`), as the VM cells name it.
             let (binary, test) = match testlines::split_test(&name) {
@@ -590,11 +621,19 @@ mod tally_tests {
         assert_eq!(run.build_s, Some(262.0));
         let times: Vec<(&str, f64)> = run.binary_s.iter().map(|(n, s)| (n.as_str(), *s)).collect();
         assert_eq!(times, [("unittests src/lib.rs", 1.5), ("stalls", 30.0), ("top", 0.1)]);
-        assert_eq!(run.skipped, ["tests/integration/main.rs top::tfo_ipv4: needs tmux: not installed"]);
+        // Each skip with why the list allows it on the host, or marked and kept apart.
         assert_eq!(
-            run.partial,
-            ["tests/integration/main.rs stalls::stalls_b: server cookie_invalid is not visible to the tracepoint backend"]
+            run.skipped,
+            ["tests/integration/main.rs top::tfo_ipv4: needs tmux: not installed [NOT LISTED]"]
         );
+        assert_eq!(
+            run.unlisted,
+            ["tests/integration/main.rs top::tfo_ipv4: skipped: needs tmux: not installed"]
+        );
+        let blind =
+            "tests/integration/main.rs stalls::stalls_b: server cookie_invalid is not visible to the \
+                     tracepoint backend [listed: the tracepoint backends are blind";
+        assert!(run.partial.len() == 1 && run.partial[0].starts_with(blind), "{:?}", run.partial);
         let cause = "one ESTABLISHED short (...): the tracer counted 1, the kernel 2";
         let second = SecondRun {
             place: "host".into(),

@@ -18,15 +18,7 @@ const LISTENERS: u32 = 10_000;
 /// `bpftool ARGS -j`, parsed; fails the test when bpftool fails or says no JSON (a map
 /// that cannot be read must not pass as an empty one).
 fn bpftool_json(args: &[&str]) -> Value {
-    let out = Command::new("bpftool").args(args).arg("-j").output().expect("running bpftool");
-    assert!(
-        out.status.success(),
-        "bpftool {args:?}: {}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("bpftool {args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    common::bpftool::json(args).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The BPF maps a process holds: (id, name, type).
@@ -75,9 +67,7 @@ fn rss_kib(pid: u32, key: &str) -> u64 {
 
 fn a_million_connections_leave_nothing_behind_and_miss_no_count() {
     require_kernel!();
-    if Command::new("bpftool").arg("version").output().is_err() {
-        common::skip("needs bpftool (`apt-get install bpftool`) to read the tracer's maps");
-    }
+    common::bpftool::require("to read the tracer's maps");
     let lab = Lab::create(LabConfig::default()).unwrap();
     lab.set_sysctl(Side::Client, "net.ipv4.tcp_fastopen", "3").unwrap();
     let ns = lab.netns(Side::Client).to_string();

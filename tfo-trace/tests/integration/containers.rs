@@ -118,7 +118,7 @@ impl Tally {
 /// The namespace's TcpExtTCPFastOpenActive, as the kernel counts it (via a process in it).
 fn tfo_active(pid: u32) -> u64 {
     let path = format!("/proc/{pid}/net/netstat");
-    Netstat::read_files(&[Path::new(&path)]).unwrap().get("TcpExtTCPFastOpenActive")
+    common::CounterDeltas(Netstat::read_files(&[Path::new(&path)]).unwrap()).get("TcpExtTCPFastOpenActive")
 }
 
 /// Accepted TFO connections among client events.

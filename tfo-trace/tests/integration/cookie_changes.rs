@@ -15,11 +15,10 @@ use crate::common;
 
 use std::{collections::BTreeSet, net::SocketAddr, time::Duration};
 
-use common::{netns_inode, Deltas, HookRun, TempFile, Tracer};
+use common::{netns_inode, CounterDeltas, Deltas, HookRun, TempFile, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     events::{Cause, CookieChange, Event, Outcome, Role},
-    kernel::netstat::Netstat,
     lab::{traffic::ClientArgs, Lab, LabConfig, ServerHandle, Side, SynCapture, WireSyn},
     probes::Backend,
 };
@@ -57,8 +56,8 @@ struct Watched {
     events: Vec<Event>,
     stderr: Vec<String>,
     wire: Vec<WireSyn>,
-    client: Netstat,
-    server: Netstat,
+    client: CounterDeltas,
+    server: CounterDeltas,
 }
 
 impl<'l> Watch<'l> {

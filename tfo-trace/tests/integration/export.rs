@@ -35,10 +35,7 @@ use common::{
     Deltas, HookRun, TempDir, Tracer,
 };
 use serde_json::Value;
-use tfo_trace::{
-    kernel::netstat::Netstat,
-    lab::{traffic::ClientArgs, Lab, LabConfig, Side},
-};
+use tfo_trace::lab::{traffic::ClientArgs, Lab, LabConfig, Side};
 
 const PORT: u16 = 8080;
 const PAYLOAD: usize = 100;
@@ -228,7 +225,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     prom.wait_for_scrape_after("tfo-trace", t_end);
     let after_prom = read_all();
     let d: Vec<f64> = after_prom.iter().zip(&before_prom).map(|(a, b)| a - b).collect();
-    fn tfo(n: &Netstat) -> Vec<(&str, u64)> {
+    fn tfo(n: &common::CounterDeltas) -> Vec<(&str, u64)> {
         n.nonzero().filter(|(k, _)| k.contains("FastOpen") || k.contains("SynRetrans")).collect()
     }
     eprintln!("kernel client: {:?}; server: {:?}", tfo(&dc), tfo(&ds));

@@ -319,21 +319,11 @@ fn held_by(pid: &str) -> BpfIds {
 }
 
 /// Every BPF object the kernel has loaded: `bpftool {prog,link,map} show`. Err when
-/// bpftool could not list them: it fails (exit 255, nothing said) when an object goes while
-/// it walks the list, as other tests' tracers do at any time.
+/// bpftool could not list them (common::bpftool).
 fn loaded() -> Result<BpfIds, String> {
     let mut ids = BpfIds::new();
     for kind in ["prog", "link", "map"] {
-        let out = Command::new("bpftool").args(["--json", kind, "show"]).output().unwrap();
-        if !out.status.success() {
-            return Err(format!(
-                "bpftool {kind} show: {} {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-        ids.extend(list.iter().filter_map(|o| Some((kind, o["id"].as_u64()?))));
+        ids.extend(common::bpftool::ids(kind)?.into_iter().map(|id| (kind, id)));
     }
     Ok(ids)
 }
@@ -365,11 +355,7 @@ fn nothing_bpf_is_left_behind() {
     require_kernel!();
     // Without bpftool only what processes hold (/proc/*/fdinfo) could be listed, and once
     // the tracer is gone nothing holds its objects: that check would pass whatever is left.
-    if !Command::new("bpftool").arg("version").output().is_ok_and(|o| o.status.success()) {
-        common::skip(
-            "needs bpftool (`apt-get install bpftool`) to list every BPF object the kernel has loaded",
-        );
-    }
+    common::bpftool::require("to list every BPF object the kernel has loaded");
     let _bpffs = Bpffs::ensure();
     leaves_nothing_behind("Ctrl-C", |t| drop(t.stop_lines()));
     leaves_nothing_behind("SIGKILL", |t| {

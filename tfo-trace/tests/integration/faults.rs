@@ -11,43 +11,37 @@ use std::{
     process::{Child, Command, Stdio},
 };
 
-use common::{count, http_get, metric_sum, netns_inode, Deltas, Tracer};
+use common::{bpftool, count, http_get, metric_sum, netns_inode, Deltas, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     events::{Outcome, Role},
     lab::{traffic::ClientArgs, Lab, LabConfig, Side},
 };
 
-/// `bpftool prog|link show -j`: every BPF program or link loaded on this host.
-fn listed(kind: &str) -> Vec<Value> {
-    let out = Command::new("bpftool").args([kind, "show", "-j"]).output().expect("bpftool");
-    serde_json::from_slice::<Value>(&out.stdout).ok().and_then(|v| v.as_array().cloned()).unwrap_or_default()
-}
-
-fn loaded(kind: &str) -> BTreeSet<u64> {
-    listed(kind).iter().filter_map(|p| p["id"].as_u64()).collect()
-}
-
-/// Links (tracepoint attachments) to any of `progs`.
+/// Links (tracepoint attachments) to any of `progs`, from a whole `bpftool link show`
+/// (common::bpftool: a failed one is retried by the common rule, never read as none).
 fn links_to(progs: &BTreeSet<u64>) -> Vec<Value> {
-    listed("link").into_iter().filter(|l| l["prog_id"].as_u64().is_some_and(|p| progs.contains(&p))).collect()
+    let links = common::eventually("a whole `bpftool link show`", || bpftool::list("link"));
+    links.into_iter().filter(|l| l["prog_id"].as_u64().is_some_and(|p| progs.contains(&p))).collect()
 }
 
-fn require_bpftool() {
-    if Command::new("bpftool").arg("version").output().is_err() {
-        common::skip("needs bpftool (`apt-get install bpftool`) to list the kernel's programs");
-    }
+/// bpftool lists the tracer's programs, `ours`, and links to them: the listing that later
+/// finds none left sees them while they are there.
+fn assert_listed(ours: &BTreeSet<u64>) {
+    let progs = common::eventually("a whole `bpftool prog show`", || bpftool::ids("prog"));
+    assert!(ours.is_subset(&progs), "bpftool lists the tracer's programs {ours:?}: {progs:?}");
+    assert!(!links_to(ours).is_empty(), "and links to them");
 }
 
 /// Waits until none of `ids` is loaded any more: the kernel frees a program once its last
-/// fd and link are gone, after an RCU grace period.
+/// fd and link are gone, after an RCU grace period. A bpftool that failed is not "none".
 fn wait_gone(what: &str, ids: &BTreeSet<u64>) {
     common::eventually(format!("programs {ids:?} unloaded {what}"), || {
-        let left: Vec<u64> = loaded("prog").intersection(ids).copied().collect();
+        let left: Vec<u64> = bpftool::ids("prog")?.intersection(ids).copied().collect();
         if left.is_empty() {
             Ok(())
         } else {
-            Err(left)
+            Err(format!("still loaded: {left:?}"))
         }
     });
 }
@@ -67,7 +61,7 @@ fn max_load(lab: &Lab, secs: u32) -> Child {
 
 fn under_load_detaches_and_completes_the_recording(signal: i32) {
     require_kernel!();
-    require_bpftool();
+    bpftool::require("to list the kernel's programs");
     let lab = Lab::create(LabConfig::default()).unwrap();
     let file = std::env::temp_dir().join(format!("tfo-faults-{signal}-{}.jsonl", std::process::id()));
     let path = file.to_string_lossy().into_owned();
@@ -75,7 +69,7 @@ fn under_load_detaches_and_completes_the_recording(signal: i32) {
     let tracer = Tracer::start_command(&["trace", "--json", "--record", &path]);
     let ours = common::bpf_ids_of(tracer.pid(), "prog_id");
     assert!(!ours.is_empty(), "the tracer holds its programs");
-    assert!(!links_to(&ours).is_empty(), "and they are attached");
+    assert_listed(&ours);
     let counters = Deltas::since(&lab);
     let mut load = max_load(&lab, 3);
     // Under load: a thousand TFO connections made (two events each) before the signal.
@@ -98,12 +92,13 @@ fn under_load_detaches_and_completes_the_recording(signal: i32) {
     // Other tests (and other engineers) load programs on this host at the same time: what
     // must be gone is ours, every program and every link to one.
     wait_gone("after exit", &ours);
-    assert!(links_to(&ours).is_empty(), "links left behind: {:?}", links_to(&ours));
+    let left = links_to(&ours);
+    assert!(left.is_empty(), "links left behind: {left:?}");
 }
 
 fn sigkill_leaves_nothing_attached_or_pinned() {
     require_kernel!();
-    require_bpftool();
+    bpftool::require("to list the kernel's programs");
     let pinned = |dir: &str| -> BTreeSet<PathBuf> {
         std::fs::read_dir(dir).map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect()).unwrap_or_default()
     };
@@ -111,10 +106,12 @@ fn sigkill_leaves_nothing_attached_or_pinned() {
     let tracer = Tracer::start(&[]);
     let ours = common::bpf_ids_of(tracer.pid(), "prog_id");
     assert!(!ours.is_empty());
+    assert_listed(&ours);
     tracer.signal(libc::SIGKILL);
     drop(tracer); // reaps it
     wait_gone("after SIGKILL", &ours);
-    assert!(links_to(&ours).is_empty(), "links left behind: {:?}", links_to(&ours));
+    let left = links_to(&ours);
+    assert!(left.is_empty(), "links left behind: {left:?}");
     assert_eq!(pinned("/sys/fs/bpf"), pins_before, "nothing pinned");
 }
 

@@ -10,7 +10,6 @@ use std::time::Duration;
 use crate::common;
 
 use common::Deltas;
-use tfo_trace::kernel::netstat::Netstat;
 use tfo_trace::lab::{ClientArgs, ClientMode, Lab, LabConfig, ServerArgs, Side};
 
 const EXE: &str = env!("CARGO_BIN_EXE_tfo-trace");
@@ -65,7 +64,7 @@ fn with_lab(cfg: LabConfig, body: impl FnOnce(&Lab)) {
     assert!(names.iter().all(|n| !after.contains(n)), "left behind: {names:?} in {after:?}");
 }
 
-fn show(label: &str, d: &Netstat) {
+fn show(label: &str, d: &common::CounterDeltas) {
     let tfo: Vec<_> = d.nonzero().filter(|(k, _)| k.contains("FastOpen") || k.contains("Syn")).collect();
     eprintln!("{label}: {tfo:?}");
 }

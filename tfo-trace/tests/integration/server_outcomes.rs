@@ -6,10 +6,9 @@ use crate::common;
 
 use std::net::SocketAddr;
 
-use common::{count, netns_inode, nstat::NstatSince, visible, Deltas, HookRun, Tracer};
+use common::{count, netns_inode, nstat::NstatSince, visible, CounterDeltas, Deltas, HookRun, Tracer};
 use tfo_trace::{
     events::{Event, Outcome, Role},
-    kernel::netstat::Netstat,
     lab::{traffic::ClientArgs, Lab, LabConfig, ServerHandle, Side, WireSyn},
 };
 
@@ -40,8 +39,8 @@ fn lab_with_rotated_key(with_backup: bool) -> (Lab, ServerHandle, SocketAddr) {
 struct Watched {
     cli_ns: u32,
     srv_ns: u32,
-    dc: Netstat,
-    ds: Netstat,
+    dc: CounterDeltas,
+    ds: CounterDeltas,
     events: Vec<Event>,
     stderr: Vec<String>,
     report: serde_json::Value,

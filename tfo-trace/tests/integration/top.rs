@@ -16,10 +16,7 @@ use std::{
 };
 
 use common::{netns_inode, nstat::NstatSince, wire::WireStalls, Deltas, HookRun};
-use tfo_trace::{
-    kernel::netstat::Netstat,
-    lab::{traffic::ClientArgs, Lab, LabConfig, ServerHandle, Side},
-};
+use tfo_trace::lab::{traffic::ClientArgs, Lab, LabConfig, ServerHandle, Side};
 
 /// The cells of the row whose first cell is `key`, by column title, from a block of text
 /// whose header line starts with `first_title`. Cells never contain spaces.
@@ -80,7 +77,7 @@ fn counters(lab: &Lab) -> Counters<'_> {
 
 impl Counters<'_> {
     /// (client, server, dropped) since.
-    fn deltas(&self) -> (Netstat, Netstat, u64) {
+    fn deltas(&self) -> (common::CounterDeltas, common::CounterDeltas, u64) {
         let (client, server) = self.netstat.both();
         (client, server, self.lab.middlebox_dropped().unwrap() - self.dropped)
     }

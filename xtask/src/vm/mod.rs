@@ -40,7 +40,6 @@ mod kernels;
 mod modules;
 mod packages;
 mod qemu;
-mod skips;
 mod summary;
 mod userland;
 

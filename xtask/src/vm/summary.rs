@@ -1,7 +1,7 @@
 //! Step 6b, the summary: per cell and test the tally and every problem in one line, the
 //! kernel x cell x test module result table and the time table (boot, tests, guest time per
 //! kernel). A cell fails on a test that failed, timed out or did not run, on a skip (whole
-//! or partial) not on the list of skips a VM may report (skips.rs), on a warning of /init,
+//! or partial) not on the list of skips (crate::skips), on a warning of /init,
 //! and when no test of it passed.
 use std::collections::BTreeMap;
 
@@ -9,7 +9,7 @@ use super::cells::Cell;
 use super::console::TestRun;
 use super::kernels::Refusal;
 use super::qemu::Boot;
-use super::skips::allowed;
+use crate::skips::{allowed, Place};
 use crate::testlines::SecondRun;
 
 /// What the matrix ran, for `cargo xtask test`'s closing tally.
@@ -28,7 +28,7 @@ pub struct Report {
     pub second_runs: Vec<SecondRun>,
 }
 
-/// The skips of one test's run (whole, then partial) that no entry of skips.rs allows.
+/// The skips of one test's run (whole, then partial) that no entry of crate::skips allows.
 fn unlisted_skips(cell: &Cell, bin: &str, test: &str, r: &TestRun) -> Vec<String> {
     r.skip_reason
         .iter()
@@ -36,7 +36,7 @@ fn unlisted_skips(cell: &Cell, bin: &str, test: &str, r: &TestRun) -> Vec<String
         .chain(r.partial.iter().map(|reason| format!("partly skipped: {reason}")))
         .filter(|said| {
             let reason = said.split_once(": ").map_or(said.as_str(), |(_, r)| r);
-            allowed(&cell.kernel, &cell.name, bin, test, reason).is_none()
+            allowed(Place::Vm { kernel: &cell.kernel, cell: &cell.name }, bin, test, reason).is_none()
         })
         .collect()
 }
@@ -77,10 +77,10 @@ pub(super) fn summarize(cells: &[Cell], boots: &[Boot]) -> Report {
                 report.failed += r.failed;
                 report.ignored += r.ignored;
                 passed_here += r.passed;
-                // Each skip with why a VM may report it (skips.rs), where it may.
+                // Each skip with why it may be reported there (crate::skips).
                 let listed = |reason: &str| {
-                    allowed(&cell.kernel, &cell.name, &bin.name, t, reason)
-                        .map_or(String::new(), |a| format!(" [on the VM's list: {}]", a.why))
+                    allowed(Place::Vm { kernel: &cell.kernel, cell: &cell.name }, &bin.name, t, reason)
+                        .map_or(String::new(), |a| format!(" [listed: {}]", a.why))
                 };
                 if let Some(reason) = &r.skip_reason {
                     report.skipped.push(format!("{what}: {reason}{}", listed(reason)));
@@ -92,7 +92,7 @@ pub(super) fn summarize(cells: &[Cell], boots: &[Boot]) -> Report {
                     report.failed += 1;
                     report
                         .problems
-                        .push(format!("{what}: {unlisted} (not on the VM's list of skips, vm/skips.rs)"));
+                        .push(format!("{what}: {unlisted} (not on the list of skips, xtask/src/skips.rs)"));
                 }
                 if let Some(cause) = &r.second_run {
                     report.second_runs.push(SecondRun {
@@ -356,7 +356,7 @@ mod tests {
         assert_eq!((r.passed, r.failed), (2, 0), "{:?}", r.problems);
         assert!(
             r.partial.len() == 1
-                && r.partial[0].starts_with(&format!("5.10 tracepoint report::a: {blind} [on"))
+                && r.partial[0].starts_with(&format!("5.10 tracepoint report::a: {blind} [listed"))
         );
         // The same partial skip where the backend sees every outcome: a regression.
         let (cell, boot) = cell_and_boot("5.10", "fentry", "report", &["a", "b"], &lines);

@@ -23,12 +23,13 @@
 //!
 //! - [`skip`]`(reason)`: the test cannot run here. libtest has no such verdict (a test that
 //!   returns early passes), so the harness reports it as `ignored (reason)`, counted apart in
-//!   libtest's `test result:` line; `cargo xtask test` lists every reason.
+//!   libtest's `test result:` line; `cargo xtask test` lists every reason, and each must
+//!   be on xtask's one list of skips (xtask/src/skips.rs), on the host as in a VM cell.
 //! - [`partial_skip`]`(reason)`: one check of a test that otherwise ran could not run here
 //!   (an outcome the backend cannot see: `common::visible`; no netem on this kernel). The
 //!   test passes on what it did check, and the harness prints `partial: NAME: REASON` after
 //!   it, once per reason; `cargo xtask test` counts and lists those with the skips, and in
-//!   a VM cell each must be on xtask's allow-list of skips (xtask/src/vm/skips.rs).
+//!   each must be on that list too.
 //! - [`assert_hook_count`]`(hook, traced, kernel, what)`: a count the tracer reports against
 //!   the kernel's, for connections that retransmitted a SYN or SYN-ACK. The kernel has been
 //!   seen not to run a tracepoint's programs at all (tfo-trace's and bpftrace's alike, no

@@ -3,9 +3,11 @@
 //! (`wait`: [`eventually`], [`Deltas`] of the kernel's counters), the wire's account of
 //! stalls (`wire`), an independent reader of the kernel's counters (`nstat`), a handle on a
 //! running `tfo-trace` and its typed events, cgroups (`cgroups`), private container engines
-//! (`docker`) and a real Prometheus (`prometheus`).
+//! (`docker`), a real Prometheus (`prometheus`) and the kernel's list of BPF objects, where
+//! a failed listing fails the test (`bpftool`).
 #![allow(dead_code, unused_imports)]
 
+pub mod bpftool;
 pub mod cgroups;
 pub mod docker;
 #[macro_use]
@@ -16,7 +18,7 @@ pub mod prometheus;
 pub mod wait;
 pub mod wire;
 pub use harness::{assert_hook_count, partial_skip, skip, HookRun};
-pub use wait::{eventually, Deltas, HANG_LIMIT};
+pub use wait::{eventually, CounterDeltas, Deltas, HANG_LIMIT};
 
 use std::{
     io::{BufRead, BufReader, Read},

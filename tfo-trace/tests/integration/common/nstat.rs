@@ -45,14 +45,24 @@ impl Nstat {
         )
     }
 
-    /// A counter (0 where nstat does not list it).
+    /// A counter; fails the test where nstat does not list it (a misspelled name must not
+    /// read as 0), naming the counters it lists.
     pub fn get(&self, name: &str) -> u64 {
-        self.0.get(name).copied().unwrap_or(0)
+        self.0.get(name).copied().unwrap_or_else(|| {
+            let there: Vec<&str> = self.0.keys().map(String::as_str).collect();
+            panic!("no counter {name:?}: nstat lists {}: {}", there.len(), there.join(" "))
+        })
     }
 
-    /// How much each counter moved from `before` to `self`.
+    /// How much each counter moved from `before` to `self` (one `before` lacks counts
+    /// from 0).
     pub fn since(&self, before: &Nstat) -> Nstat {
-        Nstat(self.0.iter().map(|(k, v)| (k.clone(), v.saturating_sub(before.get(k)))).collect())
+        Nstat(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.clone(), v.saturating_sub(before.0.get(k).copied().unwrap_or(0))))
+                .collect(),
+        )
     }
 }
 

@@ -71,30 +71,30 @@ impl<'l> Deltas<'l> {
     }
 
     /// How much each counter of `side`'s namespace has moved since.
-    pub fn of(&self, side: Side) -> Netstat {
+    pub fn of(&self, side: Side) -> CounterDeltas {
         let before = match side {
             Side::Client => &self.client,
             Side::Server => &self.server,
         };
-        Netstat::delta(before, &Self::read(self.lab, side))
+        CounterDeltas(Netstat::delta(before, &Self::read(self.lab, side)))
     }
 
-    pub fn client(&self) -> Netstat {
+    pub fn client(&self) -> CounterDeltas {
         self.of(Side::Client)
     }
 
-    pub fn server(&self) -> Netstat {
+    pub fn server(&self) -> CounterDeltas {
         self.of(Side::Server)
     }
 
     /// (client, server).
-    pub fn both(&self) -> (Netstat, Netstat) {
+    pub fn both(&self) -> (CounterDeltas, CounterDeltas) {
         (self.client(), self.server())
     }
 
     /// Waits ([`eventually`]) until `counter` has risen by at least `n` in `side`'s
     /// namespace; returns that namespace's deltas then.
-    pub fn wait_for(&self, side: Side, counter: &str, n: u64) -> Netstat {
+    pub fn wait_for(&self, side: Side, counter: &str, n: u64) -> CounterDeltas {
         eventually(format!("{counter} up by {n} in the {side:?} namespace"), || {
             let d = self.of(side);
             if d.get(counter) >= n {
@@ -103,5 +103,34 @@ impl<'l> Deltas<'l> {
                 Err(d.nonzero().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "))
             }
         })
+    }
+}
+
+/// How much a namespace's counters moved ([`Deltas`]), or their values: a counter the
+/// kernel does not list fails the test, naming it and the counters there are, where the
+/// product's `Netstat::get` says 0 (older kernels lack some). A misspelled counter must
+/// not pass as "moved by 0" against a tracer that saw nothing.
+#[derive(Clone)]
+pub struct CounterDeltas(pub Netstat);
+
+impl CounterDeltas {
+    /// The counter `name`; fails the test where the kernel does not list it.
+    pub fn get(&self, name: &str) -> u64 {
+        self.0 .0.get(name).copied().unwrap_or_else(|| {
+            let there: Vec<&str> = self.0 .0.keys().map(String::as_str).collect();
+            panic!("no counter {name:?}: the kernel lists {}: {}", there.len(), there.join(" "))
+        })
+    }
+
+    /// The counters that are not 0.
+    pub fn nonzero(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.0.nonzero()
+    }
+}
+
+/// The counters that moved: what a failed assertion shows.
+impl std::fmt::Debug for CounterDeltas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.nonzero()).finish()
     }
 }
