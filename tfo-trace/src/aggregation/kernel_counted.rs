@@ -213,6 +213,26 @@ pub struct CountedRow {
     pub within: Option<Outcome>,
 }
 
+/// The counters of a SYN flood at a listener, `nstat`'s names, as every output says them
+/// beside the kernel-counted outcomes, whatever the backend's hooks see: no hook runs for
+/// them. The kernel (6.12) counts each at a listener's SYN: SyncookiesSent when it answers
+/// with a syncookie (cookie_init_sequence(), include/net/tcp.h:2351), which it does when
+/// the SYN queue holds more than the listen backlog (tcp_conn_request(),
+/// inet_csk_reqsk_queue_is_full(): net/ipv4/tcp_input.c:7268) and which skips TFO
+/// (tcp_input.c:7371-7373); ListenOverflows when the accept queue is full
+/// (tcp_input.c:7277, tcp_ipv4.c:1851); ListenDrops for every SYN or handshake a listener
+/// dropped (tcp_listendrop(), include/net/tcp.h:2584).
+pub const FLOOD_COUNTERS: [&str; 3] = ["TcpExtSyncookiesSent", "TcpExtListenOverflows", "TcpExtListenDrops"];
+
+/// One flood counter that moved in one namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FloodRow {
+    pub netns: u32,
+    /// `nstat`'s name, one of [`FLOOD_COUNTERS`].
+    pub counter: &'static str,
+    pub count: u64,
+}
+
 /// A kernel-counted (role, outcome) as every JSON output says it: `client/active_disabled`.
 pub fn outcome_label(role: Role, outcome: Outcome) -> String {
     format!("{}/{}", role.name(), outcome.name())
@@ -233,6 +253,9 @@ pub struct KernelCounted {
     pub namespaces: usize,
     /// Only what moved, per namespace ([`Self::series`] lists every outcome counted so).
     pub rows: Vec<CountedRow>,
+    /// The listeners' SYN flood counters that moved, per namespace ([`FLOOD_COUNTERS`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flood: Vec<FloodRow>,
     /// Why there is nothing to show (the filters, no counter readable), if so.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
@@ -273,8 +296,23 @@ impl KernelCounted {
             .filter(|b| scope.outcomes == 0 || scope.outcomes & (1 << b.outcome as u8) != 0)
             .map(|b| (b.role, b.outcome))
             .collect();
-        let namespaces = deltas.keys().filter(|n| scope.netns.is_empty() || scope.netns.contains(n)).count();
-        KernelCounted { outcomes, namespaces, rows, ..KernelCounted::default() }
+        let in_scope = |n: &u32| scope.netns.is_empty() || scope.netns.contains(n);
+        let namespaces = deltas.keys().filter(|n| in_scope(n)).count();
+        // A listener's counters: left out only where --role keeps servers out.
+        let servers = scope.roles == 0 || scope.roles & (1 << Role::Server as u8) != 0;
+        let flood = deltas
+            .iter()
+            .filter(|(n, _)| servers && in_scope(n))
+            .flat_map(|(&netns, d)| {
+                FLOOD_COUNTERS.into_iter().map(move |counter| FloodRow {
+                    netns,
+                    counter,
+                    count: d.get(counter),
+                })
+            })
+            .filter(|r| r.count > 0)
+            .collect();
+        KernelCounted { outcomes, namespaces, rows, flood, ..KernelCounted::default() }
     }
 
     /// Whether (role, outcome) is counted by the namespaces' counters here.
@@ -291,6 +329,7 @@ impl KernelCounted {
     pub fn only_netns(mut self, netns: &[u32]) -> KernelCounted {
         if !netns.is_empty() {
             self.rows.retain(|r| netns.contains(&r.netns));
+            self.flood.retain(|r| netns.contains(&r.netns));
             self.unreadable.retain(|i, _| netns.contains(i));
             self.unnamed.clear();
         }
@@ -319,6 +358,11 @@ impl KernelCounted {
             out.entry(r.netns).or_default().push(r);
         }
         out
+    }
+
+    /// One flood counter of one namespace (0 where it did not move).
+    pub fn flood_count(&self, netns: u32, counter: &str) -> u64 {
+        self.flood.iter().filter(|r| r.netns == netns && r.counter == counter).map(|r| r.count).sum()
     }
 
     /// Every (role, outcome, counter) the backend counts this way: the series that exist
@@ -409,6 +453,8 @@ mod tests {
                         ("TcpExtTCPFastOpenPassiveAltKey", 2),
                         ("TcpExtTCPFastOpenPassive", 5),
                         ("TcpExtTCPFastOpenCookieReqd", 0),
+                        ("TcpExtSyncookiesSent", 40),
+                        ("TcpExtListenDrops", 0),
                     ],
                     None,
                 )
@@ -431,6 +477,9 @@ mod tests {
         assert_eq!(all.moved_from(None, Role::Server, Outcome::Accepted), 2);
         assert_eq!(all.moved_from(Some(8), Role::Server, Outcome::Accepted), 0);
         assert_eq!(all.by_namespace()[&7].len(), 2, "only what moved: {:?}", all.rows);
+        // The flood's counters, whatever the backend sees, only where they moved.
+        assert_eq!(all.flood, [FloodRow { netns: 7, counter: "TcpExtSyncookiesSent", count: 40 }]);
+        assert_eq!(KernelCounted::of(Backend::Fentry, &deltas, &Scope::default()).flood, all.flood);
         // A backend that sees them all takes nothing from the counters.
         assert!(KernelCounted::of(Backend::Fentry, &deltas, &Scope::default()).rows.is_empty());
         // --netns and --role narrow it; a process filter cannot apply.
@@ -443,6 +492,7 @@ mod tests {
         assert_eq!(some.rows.len(), 1);
         assert_eq!(some.namespaces, 1, "only those --netns names");
         assert_eq!((some.rows[0].role, some.rows[0].outcome), (Role::Client, Outcome::ActiveDisabled));
+        assert!(some.flood.is_empty(), "a listener's counter, and --role client: {:?}", some.flood);
         f.n_pids = 1;
         assert!(Scope::of(&f).unwrap_err().contains("--pid"));
     }

@@ -1,7 +1,7 @@
 //! What the host's facts mean for tracing TFO and for TFO itself, as typed advice
 //! ([`Advice`]), a finding shared by several namespaces given once with all of them. Pure;
 //! `views/doctor/advice.rs` says each kind in words.
-use crate::kernel::{host::HostFacts, kallsyms::SymbolPresence, sysctl};
+use crate::kernel::{host::HostFacts, kallsyms::SymbolPresence, netstat::ListenCounters, sysctl};
 
 /// One piece of advice, in the order doctor gives them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +56,10 @@ pub enum InNamespace {
     BlackholeOff,
     /// tcp_syncookies=2 where the server bit is on.
     Syncookies,
+    /// Listeners answered SYNs with syncookies (tcp_syncookies not 2) where the server bit
+    /// is on: a SYN flood, or more handshakes in flight than a listener's backlog; the
+    /// namespace's counters since it was made.
+    SyncookiesSent(ListenCounters),
     /// Server bit on, no key generated yet.
     NoKeyYet,
     /// A bit set that has no effect, as the sysctl's reader says it.
@@ -157,8 +161,11 @@ fn in_namespaces(r: &HostFacts) -> Vec<(InNamespace, Vec<String>)> {
         if matches!(ns.blackhole_timeout_sec, Ok(0)) && client {
             add(InNamespace::BlackholeOff, &label);
         }
-        if matches!(ns.syncookies, Ok(2)) && ns.tcp_fastopen.as_ref().is_ok_and(|v| v.server_enabled()) {
+        let server = ns.tcp_fastopen.as_ref().is_ok_and(|v| v.server_enabled());
+        if matches!(ns.syncookies, Ok(2)) && server {
             add(InNamespace::Syncookies, &label);
+        } else if let Some(c) = ns.listen_counters.as_ref().ok().filter(|c| server && c.syncookies_sent > 0) {
+            add(InNamespace::SyncookiesSent(*c), &label);
         }
         if let (Ok(v), Ok(k)) = (&ns.tcp_fastopen, &ns.key) {
             if v.server_enabled() && !k.primary {

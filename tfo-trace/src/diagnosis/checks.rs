@@ -3,7 +3,7 @@
 //! pure; `views/doctor/checks.rs` says each lesson's name, finding and advice in words.
 use std::{collections::BTreeSet, net::SocketAddr};
 
-use crate::kernel::{listeners::TfoListener, sysctl::TfoNamespace};
+use crate::kernel::{listeners::TfoListener, netstat::ListenCounters, sysctl::TfoNamespace};
 
 /// One lesson, checked: `ok` false means its advice applies here.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,8 +29,10 @@ pub enum Found {
     KeyPersisted(KeyPersistence),
     /// Lesson 5: blackhole detection off where clients use TFO: those namespaces.
     BlackholeOff(Vec<String>),
-    /// Lesson 6: tcp_syncookies=2 where listeners use TFO: those namespaces.
-    Syncookies(Vec<String>),
+    /// Lesson 6: syncookies skip TFO. `mode`: the namespaces serving TFO with
+    /// tcp_syncookies=2; `sent`: those whose listeners answered SYNs with syncookies (their
+    /// counters since the namespace was made: a SYN flood, with 1).
+    Syncookies { mode: Vec<String>, sent: Vec<(String, ListenCounters)> },
 }
 
 impl Found {
@@ -45,7 +47,7 @@ impl Found {
             Found::Clamped { at_limit, .. } => at_limit.is_empty(),
             Found::KeyPersisted(p) => !matches!(p, KeyPersistence::NotPersisted(_)),
             Found::BlackholeOff(off) => off.is_empty(),
-            Found::Syncookies(cookies) => cookies.is_empty(),
+            Found::Syncookies { mode, sent } => mode.is_empty() && sent.is_empty(),
         }
     }
 }
@@ -138,14 +140,19 @@ pub(crate) fn checks(
         .collect();
     out.push(Found::BlackholeOff(off).into());
 
-    // 6. A listener in syncookie mode skips TFO, and no TFO counter says so.
-    let cookies: Vec<String> = namespaces
-        .iter()
-        .filter(|n| n.tcp_fastopen.as_ref().is_ok_and(|v| v.server_enabled()))
-        .filter(|n| matches!(n.syncookies, Ok(2)))
-        .map(|n| n.label())
+    // 6. A SYN answered with a syncookie skips TFO (tcp_conn_request(): no
+    // tcp_try_fastopen() when want_cookie, tcp_input.c:7371-7373 in 6.12), and no TFO
+    // counter says so: tcp_syncookies=2, or a flood's SyncookiesSent with 1.
+    let serving = || namespaces.iter().filter(|n| n.tcp_fastopen.as_ref().is_ok_and(|v| v.server_enabled()));
+    let mode: Vec<String> = serving().filter(|n| matches!(n.syncookies, Ok(2))).map(|n| n.label()).collect();
+    let sent: Vec<(String, ListenCounters)> = serving()
+        .filter(|n| !matches!(n.syncookies, Ok(2)))
+        .filter_map(|n| match &n.listen_counters {
+            Ok(c) if c.syncookies_sent > 0 => Some((n.label(), *c)),
+            _ => None,
+        })
         .collect();
-    out.push(Found::Syncookies(cookies).into());
+    out.push(Found::Syncookies { mode, sent }.into());
     out
 }
 
@@ -239,7 +246,7 @@ mod tests {
                     found: Found::KeyPersisted(KeyPersistence::NotPersisted(labels(&["srv"])))
                 },
                 Check { ok: false, found: Found::BlackholeOff(labels(&["current"])) },
-                Check { ok: true, found: Found::Syncookies(vec![]) },
+                Check { ok: true, found: Found::Syncookies { mode: vec![], sent: vec![] } },
             ]
         );
     }
@@ -252,10 +259,25 @@ mod tests {
         f.namespaces[0].tcp_fastopen = Ok(TcpFastopen(0x2));
         let c = checks(&f.namespaces, &[], &[]);
         assert_eq!(c[4], Check { ok: true, found: Found::BlackholeOff(vec![]) }, "no TFO client here: {c:?}");
-        assert_eq!(c[5], Check { ok: true, found: Found::Syncookies(vec![]) }, "syncookies 1 here");
+        let none = Found::Syncookies { mode: vec![], sent: vec![] };
+        assert_eq!(c[5], Check { ok: true, found: none }, "syncookies 1 here");
         let c = on_a_syncookie_server();
         assert_eq!(c[4], Check { ok: true, found: Found::BlackholeOff(vec![]) }, "{c:?}");
-        assert_eq!(c[5], Check { ok: false, found: Found::Syncookies(labels(&["current"])) });
+        assert_eq!(
+            c[5],
+            Check { ok: false, found: Found::Syncookies { mode: labels(&["current"]), sent: vec![] } }
+        );
+        // With 1, a flood's syncookies: the namespace and its counters.
+        let flood = ListenCounters { syncookies_sent: 40, listen_overflows: 2, listen_drops: 3 };
+        f.namespaces[0].listen_counters = Ok(flood);
+        let c = checks(&f.namespaces, &[], &[]);
+        assert_eq!(
+            c[5],
+            Check {
+                ok: false,
+                found: Found::Syncookies { mode: vec![], sent: vec![("current".into(), flood)] }
+            }
+        );
     }
 
     #[test]

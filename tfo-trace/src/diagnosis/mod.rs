@@ -233,6 +233,7 @@ pub(crate) fn sample_facts() -> HostFacts {
                 blackhole_timeout_sec: Ok(0),
                 key: Ok(FastopenKeyStatus { primary: false, backup: false }),
                 syncookies: Ok(1),
+                listen_counters: Ok(Default::default()),
             },
             TfoNamespace {
                 name: Some("srv".into()),
@@ -244,6 +245,7 @@ pub(crate) fn sample_facts() -> HostFacts {
                 blackhole_timeout_sec: Ok(3600),
                 key: Ok(FastopenKeyStatus { primary: true, backup: true }),
                 syncookies: Ok(1),
+                listen_counters: Ok(Default::default()),
             },
         ],
         tcp_metrics: vec![],

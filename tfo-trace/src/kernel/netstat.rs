@@ -117,6 +117,34 @@ impl Netstat {
     }
 }
 
+/// A namespace's listeners' SYN flood counters since the namespace was made (since boot
+/// for the host's): what `doctor`, a one-off reading, can tell of a flood
+/// (aggregation::kernel_counted::FLOOD_COUNTERS says where the kernel counts each).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ListenCounters {
+    pub syncookies_sent: u64,
+    pub listen_overflows: u64,
+    pub listen_drops: u64,
+}
+
+impl ListenCounters {
+    pub fn of(n: &Netstat) -> ListenCounters {
+        ListenCounters {
+            syncookies_sent: n.get("TcpExtSyncookiesSent"),
+            listen_overflows: n.get("TcpExtListenOverflows"),
+            listen_drops: n.get("TcpExtListenDrops"),
+        }
+    }
+
+    /// The calling thread's namespace's (in another namespace's thread, /proc/self/net
+    /// would still be the process's).
+    pub fn read_here() -> Result<ListenCounters, String> {
+        Netstat::read_files(&[Path::new("/proc/thread-self/net/netstat")])
+            .map(|n| ListenCounters::of(&n))
+            .map_err(|e| format!("{e:#}"))
+    }
+}
+
 /// The counters tfo-trace follows in every namespace while it traces (the kernel-counted
 /// outcomes, `report`'s findings): the TFO family, SYN retransmissions, syncookies (a
 /// listener that answers with one skips TFO and moves no TFO counter), and a full accept

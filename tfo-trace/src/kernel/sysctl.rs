@@ -12,7 +12,7 @@ use std::{fmt, io, path::Path};
 
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-use crate::kernel::{netns, ser_result};
+use crate::kernel::{netns, netstat::ListenCounters, ser_result};
 
 /// Directory of the IPv4 sysctls, as seen by the reading thread's network namespace.
 pub(crate) const PROC_SYS_IPV4: &str = "/proc/sys/net/ipv4";
@@ -300,6 +300,10 @@ pub struct TfoNamespace {
     /// does skips TFO (tcp_conn_request: no tcp_try_fastopen() for a syncookie).
     #[serde(serialize_with = "ser_result")]
     pub syncookies: Result<u32, String>,
+    /// Its listeners' SYN flood counters since the namespace was made: SyncookiesSent moves
+    /// under a flood with tcp_syncookies=1, and each such SYN skipped TFO.
+    #[serde(serialize_with = "ser_result")]
+    pub listen_counters: Result<ListenCounters, String>,
 }
 
 impl TfoNamespace {
@@ -331,9 +335,11 @@ type Sysctls = (
     Result<u32, String>,
     Result<FastopenKeyStatus, String>,
     Result<u32, String>,
+    Result<ListenCounters, String>,
 );
 
-/// The TFO sysctls of the calling thread's namespace, and tcp_syncookies.
+/// The TFO sysctls of the calling thread's namespace, tcp_syncookies, and its listeners'
+/// SYN flood counters.
 fn read_tfo_sysctls() -> Sysctls {
     let syncookies = read_sysctl(format!("{PROC_SYS_IPV4}/tcp_syncookies"))
         .map_err(|e| e.to_string())
@@ -343,6 +349,7 @@ fn read_tfo_sysctls() -> Sysctls {
         read_blackhole_timeout_sec().map_err(|e| e.to_string()),
         read_fastopen_key_status().map_err(|e| e.to_string()),
         syncookies,
+        ListenCounters::read_here(),
     )
 }
 
@@ -356,7 +363,7 @@ pub(crate) fn tfo_namespaces() -> Vec<TfoNamespace> {
     let names = netns::names_by_inode(&named);
     let mut out = Vec::new();
 
-    let (tcp_fastopen, blackhole_timeout_sec, key, syncookies) = read_tfo_sysctls();
+    let (tcp_fastopen, blackhole_timeout_sec, key, syncookies, listen_counters) = read_tfo_sysctls();
     out.push(TfoNamespace {
         name: current_ino.and_then(|i| names.get(&i).cloned()),
         path: netns::SELF_NETNS.into(),
@@ -367,6 +374,7 @@ pub(crate) fn tfo_namespaces() -> Vec<TfoNamespace> {
         blackhole_timeout_sec,
         key,
         syncookies,
+        listen_counters,
     });
 
     for n in named {
@@ -380,9 +388,9 @@ pub(crate) fn tfo_namespaces() -> Vec<TfoNamespace> {
             }
             Some(_) => netns::with_netns(&n.path, read_tfo_sysctls).map_err(|e| format!("{e:#}")),
         };
-        let (tcp_fastopen, blackhole_timeout_sec, key, syncookies) = match read {
+        let (tcp_fastopen, blackhole_timeout_sec, key, syncookies, listen_counters) = match read {
             Ok(t) => t,
-            Err(e) => (Err(e.clone()), Err(e.clone()), Err(e.clone()), Err(e)),
+            Err(e) => (Err(e.clone()), Err(e.clone()), Err(e.clone()), Err(e.clone()), Err(e)),
         };
         out.push(TfoNamespace {
             name: n.inode.and_then(|i| names.get(&i).cloned()).or(Some(n.name.clone())),
@@ -394,6 +402,7 @@ pub(crate) fn tfo_namespaces() -> Vec<TfoNamespace> {
             blackhole_timeout_sec,
             key,
             syncookies,
+            listen_counters,
         });
     }
     // Two names of one namespace appear once.

@@ -1,5 +1,7 @@
 //! The namespaces' own counts ([`KernelCounted`]) as the live views say them: the one
 //! wording of `top`, its batch lines and the closing line.
+use std::collections::BTreeMap;
+
 use crate::{aggregation::kernel_counted::KernelCounted, units};
 
 /// How a namespace is named in sentences: `netns lab-srv`, `netns 4026532246` for one
@@ -28,16 +30,20 @@ pub(crate) fn unreadable_phrase(counted: &KernelCounted) -> Option<String> {
 }
 
 /// One phrase per namespace where a count moved: `netns lab-srv: server queue_overflow 3,
-/// server cookie_invalid 1`.
+/// server cookie_invalid 1, SyncookiesSent 40` (a SYN flood's counters by `nstat`'s name,
+/// less its `TcpExt`).
 pub(crate) fn per_namespace(counted: &KernelCounted) -> Vec<String> {
-    counted
-        .by_namespace()
-        .into_iter()
-        .map(|(ns, rows)| {
-            let each: Vec<String> =
-                rows.iter().map(|r| format!("{} {} {}", r.role.name(), r.outcome.name(), r.count)).collect();
-            format!("{}: {}", namespace_phrase(counted, ns), each.join(", "))
-        })
+    let mut each: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for (ns, rows) in counted.by_namespace() {
+        let said = rows.iter().map(|r| format!("{} {} {}", r.role.name(), r.outcome.name(), r.count));
+        each.entry(ns).or_default().extend(said);
+    }
+    for r in &counted.flood {
+        let name = r.counter.strip_prefix("TcpExt").unwrap_or(r.counter);
+        each.entry(r.netns).or_default().push(format!("{name} {}", r.count));
+    }
+    each.into_iter()
+        .map(|(ns, said)| format!("{}: {}", namespace_phrase(counted, ns), said.join(", ")))
         .collect()
 }
 
@@ -51,11 +57,9 @@ pub(crate) fn provenance(backend: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
     use crate::{
-        aggregation::kernel_counted::CountedRow,
+        aggregation::kernel_counted::{CountedRow, FloodRow},
         events::{Outcome, Role},
     };
 
@@ -78,6 +82,7 @@ mod tests {
                 row(7, Outcome::CookieInvalid, 1),
                 row(9, Outcome::QueueOverflow, 2),
             ],
+            flood: vec![FloodRow { netns: 7, counter: "TcpExtSyncookiesSent", count: 40 }],
             unnamed: BTreeMap::from([(9, 1234)]),
             netns_names: BTreeMap::from([(7, "lab-srv".to_string())]),
             ..Default::default()
@@ -85,7 +90,7 @@ mod tests {
         assert_eq!(
             per_namespace(&counted),
             [
-                "netns lab-srv: server queue_overflow 3, server cookie_invalid 1",
+                "netns lab-srv: server queue_overflow 3, server cookie_invalid 1, SyncookiesSent 40",
                 "an unnamed netns (pid 1234's): server queue_overflow 2"
             ]
         );

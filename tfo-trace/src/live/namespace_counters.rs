@@ -23,7 +23,7 @@ use std::{
 
 use crate::{
     aggregation::kernel_counted::{CounterDeltas, KernelCounted, Scope},
-    backends::{self, Backend},
+    backends::Backend,
     kernel::{
         every_netns::{self, Netns, Way},
         netstat::NetnsReading,
@@ -191,18 +191,16 @@ impl NamespaceCounters {
         self.deltas.update(&readings);
     }
 
-    /// What the kernel counted, up to now, of the outcomes no hook of the backend sees.
+    /// What the kernel counted, up to now, of the outcomes no hook of the backend sees, and
+    /// of SYN floods at listeners (no hook of any backend sees those): read on every backend.
     pub fn counted(&mut self) -> KernelCounted {
-        if backends::kernel_counted(self.backend).next().is_none() {
-            return KernelCounted::default();
-        }
         let scope = match &self.scope {
             Ok(s) => s.clone(),
             Err(why) => return KernelCounted::unavailable(why.clone()),
         };
         self.read(false);
         let mut counted = KernelCounted::of(self.backend, &self.deltas.deltas(), &scope);
-        if !counted.rows.is_empty() {
+        if !counted.rows.is_empty() || !counted.flood.is_empty() {
             counted.netns_names =
                 crate::kernel::netns::netns_names().into_iter().map(|(i, n)| (i as u32, n)).collect();
         }

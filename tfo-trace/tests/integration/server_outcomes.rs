@@ -4,12 +4,12 @@
 //! (fentry/kprobe: the VM matrix), and the test says which it could not check.
 use crate::common;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use common::{count, netns_inode, nstat::NstatSince, visible, CounterDeltas, Deltas, HookRun, Tracer};
 use tfo_trace::{
     events::{Event, Outcome, Role},
-    lab::{traffic::ClientArgs, Lab, LabConfig, ServerHandle, Side, WireSyn},
+    lab::{traffic::ClientArgs, Lab, LabConfig, ServerArgs, ServerHandle, Side, WireSyn},
 };
 
 const KEY_A: &str = "00000000-00000000-00000000-0000000a";
@@ -900,8 +900,164 @@ fn every_outcome_is_counted_in_each_namespace_against_nstat() {
     );
 }
 
+/// SYNs from an address nobody answers for, `count` of them, from the client's namespace
+/// (hping3, each from its own source port): the server's SYN-ACKs to it go to a MAC
+/// address nobody has, so each SYN's request stays in the listener's SYN queue for the
+/// SYN-ACK retries (about a minute): past the listen backlog, the next SYNs get syncookies.
+/// (Left to ARP, the address's resolution fails within seconds and the ICMP error it
+/// raises drops the requests: tcp_req_err(), net/ipv4/tcp_ipv4.c:428-429, ListenDrops.)
+fn syn_flood(lab: &Lab, dst: SocketAddr, count: u32) {
+    let IpAddr::V4(client) = lab.client_addr(false) else { unreachable!("an IPv4 address") };
+    let [a, b, c, _] = client.octets();
+    let nobody = std::net::Ipv4Addr::new(a, b, c, 77).to_string();
+    let srv = lab.netns(Side::Server);
+    let route =
+        std::process::Command::new("ip").args(["-n", srv, "-o", "route", "get", &nobody]).output().unwrap();
+    let route = String::from_utf8_lossy(&route.stdout).into_owned();
+    let dev =
+        route.split_whitespace().skip_while(|w| *w != "dev").nth(1).unwrap_or_else(|| panic!("{route}"));
+    let neigh = [
+        "-n",
+        srv,
+        "neigh",
+        "replace",
+        &nobody,
+        "lladdr",
+        "02:00:00:00:00:77",
+        "dev",
+        dev,
+        "nud",
+        "permanent",
+    ];
+    assert!(std::process::Command::new("ip").args(neigh).status().unwrap().success(), "ip {neigh:?}");
+    let out = std::process::Command::new("timeout")
+        .args(["30", "ip", "netns", "exec", lab.netns(Side::Client), "hping3", "-q", "-S"])
+        .args(["-c", &count.to_string(), "-i", "u2000", "-a", &nobody])
+        .args(["-p", &dst.port().to_string(), &dst.ip().to_string()])
+        .output()
+        .expect("running hping3");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(&format!("{count} packets transmitted")), "hping3: {said}");
+}
+
+/// Issue 55, items 2 and 3: a SYN flood (hping3, bounded) at a TFO listener with a listen
+/// backlog of 1, so that syncookies start after two SYNs (tcp_conn_request(): the SYN queue
+/// above the backlog), then a client with a cookie: its SYN-data gets a syncookie, which
+/// skips TFO. `export` serves the server namespace's TcpExtSyncookiesSent, ListenOverflows
+/// and ListenDrops, `top --json` lists them, `doctor` names the namespace and the fix, and
+/// the live report's verdict for the destination points at the flood: each against the
+/// namespace's counters as `nstat` reads them.
+fn syn_flood_is_said_by_export_top_doctor_and_report() {
+    require_kernel!();
+    if !std::process::Command::new("sh").args(["-c", "command -v hping3"]).status().is_ok_and(|s| s.success())
+    {
+        common::skip("hping3 is not installed (Debian's hping3 package): no SYN flood to make");
+    }
+    const PORT: u16 = 8475;
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let dst = SocketAddr::new(lab.server_addr(0, false).unwrap(), PORT);
+    let listener = ServerArgs { tfo_queue: 16, backlog: 1, ..ServerArgs::new(dst) };
+    let _server = lab.start_server_with(common::exe(), &listener).unwrap();
+    assert_eq!(lab.run_client(common::exe(), &args(dst, 1)).unwrap().ok_count(), 1, "cookie cached");
+    let (cli, srv) = (lab.netns(Side::Client).to_string(), lab.netns(Side::Server).to_string());
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let filter = ["--netns", cli.as_str(), "--netns", srv.as_str()];
+    let before = NstatSince::since(&lab);
+    let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port()).parse().unwrap();
+    let listen = addr.to_string();
+    let export = Tracer::start_command(&[&["export", "--web.listen-address", &listen][..], &filter].concat());
+    let top = Tracer::start_command(&[&["top", "--json", "-d", "1"][..], &filter].concat());
+    let report = Tracer::start_command(&[&["report", "--format", "json"][..], &filter].concat());
+
+    let (accepted, refused) = (2u32, 3u32);
+    assert_eq!(lab.run_client(common::exe(), &args(dst, accepted)).unwrap().ok_count(), accepted as usize);
+    syn_flood(&lab, dst, 40);
+    let run = lab.run_client(common::exe(), &args(dst, refused)).unwrap();
+    assert_eq!(run.ok_count(), refused as usize, "a syncookie completes the handshake: {run:?}");
+    let (dc, ds) = (before.of(Side::Client), before.of(Side::Server));
+    let sent = ds.get("TcpExtSyncookiesSent");
+    eprintln!(
+        "nstat: server SyncookiesSent {sent} ListenOverflows {} ListenDrops {} Passive {}; client ActiveFail {}",
+        ds.get("TcpExtListenOverflows"),
+        ds.get("TcpExtListenDrops"),
+        ds.get("TcpExtTCPFastOpenPassive"),
+        dc.get("TcpExtTCPFastOpenActiveFail")
+    );
+    // The kernel: syncookies after the backlog's two, the client's SYN-data among them.
+    assert!(sent >= 38 + u64::from(refused), "{ds:?}");
+    assert_eq!(ds.get("TcpExtTCPFastOpenPassive"), u64::from(accepted), "{ds:?}");
+    assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), u64::from(refused), "{dc:?}");
+
+    // export: one series per counter that moved, by the namespace's name.
+    let (status, metrics) = common::http_get(addr, "/metrics").unwrap();
+    assert_eq!(status, 200);
+    export.stop_lines();
+    let by_srv = format!(r#"netns="{srv}""#);
+    for (metric, counter) in [
+        ("tfo_trace_syncookies_sent_total", "TcpExtSyncookiesSent"),
+        ("tfo_trace_listen_overflows_total", "TcpExtListenOverflows"),
+        ("tfo_trace_listen_drops_total", "TcpExtListenDrops"),
+    ] {
+        let served = common::metric_sum(&metrics, metric, &[&by_srv]) as u64;
+        eprintln!("export {metric}{{{by_srv}}} {served} / nstat {counter} {}", ds.get(counter));
+        assert_eq!(served, ds.get(counter), "{metric} vs {counter}:\n{metrics}");
+        assert_eq!(metrics.contains(&format!("{metric}{{")), ds.get(counter) > 0, "{metrics}");
+    }
+    let cli_label = format!(r#"netns="{cli}""#);
+    assert!(!metrics.lines().any(|l| l.starts_with("tfo_trace_syncookies") && l.contains(&cli_label)));
+
+    // top: the last snapshot's kernel_counted lists the flood's counters.
+    let (lines, _) = top.stop_lines();
+    let last: serde_json::Value = serde_json::from_str(lines.last().expect("a top snapshot")).unwrap();
+    let flood = last["kernel_counted"]["flood"].as_array().cloned().unwrap_or_default();
+    eprintln!("top kernel_counted.flood: {flood:?}");
+    for counter in ["TcpExtSyncookiesSent", "TcpExtListenOverflows", "TcpExtListenDrops"] {
+        let shown: u64 = flood
+            .iter()
+            .filter(|r| r["netns_name"] == srv.as_str() && r["counter"] == counter)
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(shown, ds.get(counter), "{counter}: {}", last["kernel_counted"]);
+    }
+
+    // doctor: the namespace's counter since it was made (it was made by this test).
+    let out = std::process::Command::new(common::exe()).args(["doctor", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let since_made = common::nstat::Nstat::read(&srv).get("TcpExtSyncookiesSent");
+    let check = doc["checks"].as_array().unwrap().iter().find(|c| c["name"] == "syncookies").unwrap().clone();
+    eprintln!("doctor: {check}");
+    assert_eq!(check["ok"], false, "{check}");
+    let want = format!("listeners in {srv} answered {since_made} SYNs with syncookies");
+    assert!(check["detail"].as_str().unwrap().contains(&want), "want {want:?}: {check}");
+    let advice: Vec<&str> = doc["advice"].as_array().unwrap().iter().filter_map(|a| a.as_str()).collect();
+    let want = format!("listeners in namespace {srv} answered {since_made} SYNs with syncookies");
+    let fix = advice.iter().find(|a| a.starts_with(&want)).unwrap_or_else(|| panic!("{want:?}: {advice:#?}"));
+    assert!(fix.contains("Keep net.ipv4.tcp_syncookies=1") && fix.contains("net.core.somaxconn"), "{fix}");
+
+    // report: the destination's verdict names the flood, not a server that stopped TFO.
+    let (lines, stderr) = report.stop_lines();
+    let r: serde_json::Value =
+        serde_json::from_str(&lines.join("\n")).unwrap_or_else(|e| panic!("report JSON: {e}; {stderr:?}"));
+    let d = r["destinations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["destination"] == dst.to_string().as_str() && d["netns"] == cli_ns)
+        .unwrap_or_else(|| panic!("no row {dst}: {r:#}"));
+    let said = d["verdict"]["sentence"].as_str().unwrap();
+    eprintln!("report: {said}");
+    assert_eq!(d["data_not_acked"].as_u64(), Some(u64::from(refused)), "{d:#}");
+    let want = format!("server {dst} answered with syncookies (TcpExtSyncookiesSent +{sent} in netns {srv})");
+    assert!(said.starts_with(&want), "want {want:?}: {said}");
+    for wrong in ["no longer accepts", "turns TFO back on", "stop using"] {
+        assert!(!said.contains(wrong), "{wrong:?} in {said}");
+    }
+}
+
 module_tests!(
     every_outcome_is_counted_in_each_namespace_against_nstat,
+    syn_flood_is_said_by_export_top_doctor_and_report,
     key_rotation_without_backup_invalidates_cookies,
     key_rotation_with_backup_accepts_on_the_old_key,
     key_rotation_is_said_as_a_rotation { without_backup: false, with_backup: true },

@@ -68,6 +68,9 @@ pub const EXPOSED: &[(&str, &str)] = &[
     ("tfo_trace_connects_unfollowed_total", "counter"),
     ("tfo_trace_outcomes_uncounted_total", "counter"),
     ("tfo_trace_kernel_counted_namespaces", "{state} gauge, where some outcome is source=\"kernel_counter\""),
+    ("tfo_trace_syncookies_sent_total", "{netns} counter, TcpExtSyncookiesSent, namespaces where it moved"),
+    ("tfo_trace_listen_overflows_total", "{netns} counter, TcpExtListenOverflows, namespaces where it moved"),
+    ("tfo_trace_listen_drops_total", "{netns} counter, TcpExtListenDrops, namespaces where it moved"),
     ("tfo_trace_build_info", "{version,backend,kernel} gauge = 1"),
 ];
 
@@ -259,6 +262,46 @@ fn encode_refusals(
     }
 }
 
+/// The listeners' SYN flood counters, one series per namespace where one moved since the
+/// exporter started (by its `ip netns` name, else its inode): the kernel counts them per
+/// namespace, so they name no listener. A namespace that goes keeps its count
+/// ([`kernel_counted::CounterDeltas`]), so a series never goes back.
+fn encode_flood(encoder: &mut DescriptorEncoder, counted: &KernelCounted) -> Result<(), std::fmt::Error> {
+    const FAMILIES: [(&str, &str, &str); 3] = [
+        (
+            "tfo_trace_syncookies_sent",
+            "TcpExtSyncookiesSent",
+            "SYNs listeners in the namespace answered with a syncookie (TcpExtSyncookiesSent): a SYN \
+             flood, or more handshakes in flight than a listener's backlog; such a SYN skips TFO, so \
+             SYN-data to it is not accepted",
+        ),
+        (
+            "tfo_trace_listen_overflows",
+            "TcpExtListenOverflows",
+            "SYNs and handshakes listeners in the namespace dropped because their accept queue was \
+             full (TcpExtListenOverflows): the application does not accept() fast enough",
+        ),
+        (
+            "tfo_trace_listen_drops",
+            "TcpExtListenDrops",
+            "SYNs and handshakes listeners in the namespace dropped, for any reason, overflows \
+             included (TcpExtListenDrops)",
+        ),
+    ];
+    for (name, counter, help) in FAMILIES {
+        let rows: Vec<_> = counted.flood.iter().filter(|r| r.counter == counter).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let mut e = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for r in rows {
+            let netns = crate::units::netns(r.netns, counted.netns_names.get(&r.netns).map(String::as_str));
+            e.encode_family(&vec![("netns", netns)])?.encode_counter::<Labels, _, u64>(&r.count, None)?;
+        }
+    }
+    Ok(())
+}
+
 /// A kernel-counted series' labels: no opt-in label (a namespace's counter knows no
 /// destination or container), the source.
 fn counted_labels(role: Role, outcome: Outcome) -> Labels {
@@ -374,6 +417,10 @@ impl Collector for ModelCollector {
             for (state, n) in [("read", read), ("unnamed", unnamed), ("unreadable", unreadable)] {
                 e.encode_family(&vec![("state", state.to_string())])?.encode_gauge(&(n as i64))?;
             }
+        }
+
+        if m.counted.unavailable.is_none() {
+            encode_flood(&mut encoder, &m.counted)?;
         }
 
         if backends::sees(m.backend, Role::Client, Outcome::DataNotAcked) {
@@ -702,10 +749,31 @@ mod tests {
     fn doctor_lists_what_export_serves() {
         let m = Metrics::new(&build(), None);
         m.set_kernel(counted(&[ev(Role::Client, Outcome::Accepted, 2, 64, 120, 0)]), Health::default());
+        // The flood's series exist where a namespace's counter moved.
+        let flood = crate::aggregation::kernel_counted::FLOOD_COUNTERS
+            .map(|counter| crate::aggregation::kernel_counted::FloodRow { netns: 7, counter, count: 1 });
+        m.set_kernel_counted(KernelCounted { flood: flood.to_vec(), ..KernelCounted::default() });
         let t = m.encode();
         for (name, _) in EXPOSED {
             assert!(t.lines().any(|l| l.starts_with(name)), "{name} not in the exposition:\n{t}");
         }
+    }
+
+    #[test]
+    fn syn_flood_counters_per_namespace_by_name() {
+        use crate::aggregation::kernel_counted::FloodRow;
+        let m = Metrics::new(&build(), None);
+        assert!(!m.encode().contains("tfo_trace_syncookies_sent"), "no series before one moved");
+        let flood = vec![
+            FloodRow { netns: 7, counter: "TcpExtSyncookiesSent", count: 40 },
+            FloodRow { netns: 9, counter: "TcpExtListenDrops", count: 2 },
+        ];
+        let names = [(7, "lab-srv".to_string())].into_iter().collect();
+        m.set_kernel_counted(KernelCounted { flood, netns_names: names, ..KernelCounted::default() });
+        let t = m.encode();
+        assert!(t.contains("tfo_trace_syncookies_sent_total{netns=\"lab-srv\"} 40"), "{t}");
+        assert!(t.contains("tfo_trace_listen_drops_total{netns=\"9\"} 2"), "{t}");
+        assert!(!t.contains("tfo_trace_listen_overflows"), "{t}");
     }
 
     #[test]

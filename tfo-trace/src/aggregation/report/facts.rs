@@ -77,6 +77,14 @@ pub struct ServerSide {
     pub cookie_requests: u64,
 }
 
+impl ServerSide {
+    /// Its namespace answered SYNs with syncookies in the window: its listeners skipped TFO
+    /// for those SYNs (tcp_conn_request(): no tcp_try_fastopen() when want_cookie).
+    pub fn sent_syncookies(&self) -> bool {
+        self.syncookies_sent > 0
+    }
+}
+
 impl Facts {
     /// The server side of `dst`: the one namespace holding a listener on exactly that
     /// address and port, else the one namespace with a wildcard listener on that port. Where

@@ -2,7 +2,7 @@
 //! one function per kind.
 use crate::{
     diagnosis::advice::{Advice, InNamespace},
-    kernel::uname::BTF_VMLINUX_PATH,
+    kernel::{netstat::ListenCounters, uname::BTF_VMLINUX_PATH},
 };
 
 /// The line that says `a`.
@@ -108,6 +108,7 @@ fn in_namespaces(finding: &InNamespace, labels: &[String]) -> String {
             "tcp_syncookies=2 in {ns}: its listeners answer every SYN with a syncookie and skip TFO \
              (no SYN-data accepted, no TFO counter moves, TcpExtSyncookiesSent does): keep 1 there"
         ),
+        InNamespace::SyncookiesSent(c) => syncookies_sent(&ns, c),
         InNamespace::NoKeyYet => {
             format!("no TFO key yet in {ns}: the kernel generates one when the first TFO listener starts")
         }
@@ -120,6 +121,24 @@ fn in_namespaces(finding: &InNamespace, labels: &[String]) -> String {
         }
         InNamespace::CannotRead(e) => format!("{ns}: cannot read tcp_fastopen: {e}"),
     }
+}
+
+/// A flood's syncookies, with the fix. tcp_conn_request() (net/ipv4/tcp_input.c, 6.12)
+/// answers a SYN with a syncookie when the listener's SYN queue holds more than its backlog
+/// (:7268, inet_csk_reqsk_queue_is_full(): sk_max_ack_backlog, listen()'s backlog capped by
+/// somaxconn), and calls no tcp_try_fastopen() for it (:7371-7373); tcp_max_syn_backlog is
+/// read only with syncookies off (:7324-7329).
+fn syncookies_sent(ns: &str, c: &ListenCounters) -> String {
+    format!(
+        "listeners in {ns} answered {} SYNs with syncookies (TcpExtSyncookiesSent, since the namespace \
+         was made; TcpExtListenOverflows {}, TcpExtListenDrops {}): a SYN flood, or more handshakes in \
+         flight than a listener's listen() backlog; a SYN answered with a syncookie skips TFO (its \
+         SYN-data is not accepted, no TFO counter moves). Keep net.ipv4.tcp_syncookies=1 there (without \
+         it those SYNs are dropped); find the flood (`tfo-trace top` shows the counters as they move), or \
+         raise the listener's backlog (and net.core.somaxconn, which caps it); \
+         net.ipv4.tcp_max_syn_backlog does not decide when syncookies start",
+        c.syncookies_sent, c.listen_overflows, c.listen_drops
+    )
 }
 
 fn blackhole_off(ns: &str) -> String {

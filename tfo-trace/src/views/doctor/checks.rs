@@ -4,7 +4,10 @@ use std::net::SocketAddr;
 
 use serde::Serialize;
 
-use crate::diagnosis::checks::{Check, Found, KeyPersistence};
+use crate::{
+    diagnosis::checks::{Check, Found, KeyPersistence},
+    kernel::netstat::ListenCounters,
+};
 
 /// One lesson as doctor says it, in text and in JSON (these keys, in this order).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -25,7 +28,7 @@ pub(super) fn said(c: &Check) -> Said {
         Found::Clamped { at_limit, tfo_listeners } => clamped(at_limit, *tfo_listeners),
         Found::KeyPersisted(p) => key_persisted(p),
         Found::BlackholeOff(off) => blackhole(off),
-        Found::Syncookies(cookies) => syncookies(cookies),
+        Found::Syncookies { mode, sent } => syncookies(mode, sent),
     };
     Said { name, ok: c.ok, detail, advice }
 }
@@ -113,10 +116,17 @@ fn blackhole(off: &[String]) -> Words {
     )
 }
 
-fn syncookies(cookies: &[String]) -> Words {
+fn syncookies(mode: &[String], sent: &[(String, ListenCounters)]) -> Words {
+    let mut found: Vec<String> = mode.iter().map(|ns| format!("tcp_syncookies=2 in {ns}")).collect();
+    found.extend(sent.iter().map(|(ns, c)| {
+        format!(
+            "listeners in {ns} answered {} SYNs with syncookies (TcpExtSyncookiesSent)",
+            c.syncookies_sent
+        )
+    }));
     (
         "syncookies",
-        listed(cookies, "no TFO server namespace answers every SYN with a syncookie", "tcp_syncookies=2 in "),
+        listed(&found, "no TFO server namespace answers SYNs with syncookies", ""),
         "with tcp_syncookies=2 (or under a SYN flood, with 1) a listener answers SYNs with a syncookie \
          and skips TFO: SYN-data is not accepted and no TFO counter moves (TcpExtSyncookiesSent does); \
          keep 1, the default, on TFO servers",
@@ -159,6 +169,12 @@ mod tests {
         let c = said_all(&on_a_syncookie_server());
         let sc = by_name(&c, "syncookies");
         assert_eq!((sc.ok, sc.detail.as_str()), (false, "tcp_syncookies=2 in current"));
+        let flood = ListenCounters { syncookies_sent: 40, ..Default::default() };
+        let sent = said(&Check::from(Found::Syncookies { mode: vec![], sent: vec![("srv".into(), flood)] }));
+        assert_eq!(
+            (sent.ok, sent.detail.as_str()),
+            (false, "listeners in srv answered 40 SYNs with syncookies (TcpExtSyncookiesSent)")
+        );
         assert_eq!(by_name(&c, "blackhole detection").detail, "on in every namespace with TFO clients");
     }
 

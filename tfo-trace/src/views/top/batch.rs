@@ -1,7 +1,10 @@
 //! `top` without a terminal (`--batch`, or stdout not a TTY): the same four tables as
 //! plain rows every interval, or one JSON object per interval with `--json`. Rates are
 //! those of the interval that ends with the snapshot.
-use std::io::{self, Write};
+use std::{
+    collections::BTreeMap,
+    io::{self, Write},
+};
 
 use serde::{
     ser::{SerializeMap, SerializeSeq},
@@ -128,7 +131,7 @@ fn counted_text(counted: &KernelCounted, backend: &str) -> Option<String> {
     if let Some(why) = &counted.unavailable {
         return Some(format!("kernel_counted unavailable: outcomes no {backend} hook sees are {why}"));
     }
-    if counted.outcomes.is_empty() {
+    if counted.outcomes.is_empty() && counted.flood.is_empty() {
         return None;
     }
     let mut lines = vec![format!(
@@ -137,9 +140,15 @@ fn counted_text(counted: &KernelCounted, backend: &str) -> Option<String> {
         counted.namespaces,
         live::counted::provenance(backend)
     )];
+    let mut per_ns: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     for (ns, rows) in counted.by_namespace() {
-        let each: Vec<String> =
-            rows.iter().map(|r| format!("{}_{}={}", r.role.name(), r.outcome.name(), r.count)).collect();
+        let each = rows.iter().map(|r| format!("{}_{}={}", r.role.name(), r.outcome.name(), r.count));
+        per_ns.entry(ns).or_default().extend(each);
+    }
+    for r in &counted.flood {
+        per_ns.entry(r.netns).or_default().push(format!("{}={}", r.counter, r.count));
+    }
+    for (ns, each) in per_ns {
         let unnamed =
             counted.unnamed.get(&ns).map(|pid| format!(" unnamed_through_pid={pid}")).unwrap_or_default();
         // The name too where it has one (a name has no space: `ip netns` refuses one).
@@ -152,9 +161,10 @@ fn counted_text(counted: &KernelCounted, backend: &str) -> Option<String> {
     Some(lines.join("\n"))
 }
 
-/// The `kernel_counted` object of a JSON snapshot: null where no outcome is counted so.
+/// The `kernel_counted` object of a JSON snapshot: null where no outcome is counted so and
+/// no flood counter moved.
 fn counted_json(counted: &KernelCounted) -> Value {
-    if counted.outcomes.is_empty() && counted.unavailable.is_none() {
+    if counted.outcomes.is_empty() && counted.flood.is_empty() && counted.unavailable.is_none() {
         return Value::Null;
     }
     let rows: Vec<Value> = counted
@@ -171,11 +181,25 @@ fn counted_json(counted: &KernelCounted) -> Value {
             })
         })
         .collect();
+    // A listener's SYN flood counters (nstat's names): beside the outcomes, not one.
+    let flood: Vec<Value> = counted
+        .flood
+        .iter()
+        .map(|r| {
+            json!({
+                "netns": r.netns,
+                "netns_name": counted.netns_names.get(&r.netns),
+                "counter": r.counter,
+                "count": r.count,
+            })
+        })
+        .collect();
     json!({
         "source": kernel_counted::SOURCE,
         "outcomes": counted.outcomes.iter().map(|&(r, o)| kernel_counted::outcome_label(r, o)).collect::<Vec<_>>(),
         "namespaces": counted.namespaces,
         "rows": rows,
+        "flood": flood,
         "unavailable": counted.unavailable,
         "unreadable": counted.unreadable,
         "unnamed": counted.unnamed,

@@ -246,7 +246,9 @@ pub async fn run_on<F: EventFeed>(
             let events_changed = printed_events != Some(model.events);
             // Its rates are those of the part interval since the last refresh.
             let snap = refresh(&mut model, feed, &mut clock);
-            if events_changed || snap.kernel_counted.rows != printed_counted.rows {
+            let counted_changed = snap.kernel_counted.rows != printed_counted.rows
+                || snap.kernel_counted.flood != printed_counted.flood;
+            if events_changed || counted_changed {
                 info.lost = feed.lost();
                 info.paused.clone_from(&clock.paused);
                 print(&mut out, &snap, &info, opts)?;

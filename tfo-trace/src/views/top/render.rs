@@ -215,7 +215,7 @@ fn counted_lines(
 ) -> Vec<Line<'static>> {
     let text = if let Some(why) = &counted.unavailable {
         format!("outcomes no {} hook sees are {why}", info.backend)
-    } else if counted.outcomes.is_empty() {
+    } else if counted.outcomes.is_empty() && counted.flood.is_empty() {
         return Vec::new();
     } else {
         let mut per_ns = live::counted::per_namespace(counted);

@@ -102,6 +102,7 @@ pub(crate) fn said(d: &DestinationReport) -> Said {
                 many: f.many,
                 spread: &row.spread,
                 in_clients: &row.in_clients,
+                server: f.server.as_ref(),
             };
             refusal::sentence(kind, a, &s, &mut evidence)
         }
@@ -114,8 +115,10 @@ pub(crate) fn said(d: &DestinationReport) -> Said {
         _ => cookie_requests_only(&row),
     };
     // A one-off refusal is no reason to stop using TFO, and churn's sentence gives its own
-    // advice (the path is not at fault): no advice on their balance.
-    let advice = (!matches!(kind, Kind::KeyRotatedWithoutBackup | Kind::CookieChurn))
+    // advice (the path is not at fault), as does a refusal by syncookies (a flood at the
+    // server): no advice on their balance.
+    let flooded = kind == Kind::ServerStoppedTfo && f.server.as_ref().is_some_and(|s| s.sent_syncookies());
+    let advice = (!matches!(kind, Kind::KeyRotatedWithoutBackup | Kind::CookieChurn) && !flooded)
         .then_some(row.in_clients.as_str());
     let sentence = match balance_sentence(&row.subj, &balance, advice) {
         Some(b) if kind == Kind::Healthy => format!("{b}: {}", accepted_of_sent(&row)),
@@ -645,6 +648,37 @@ mod tests {
         );
         assert_eq!(said(d).evidence[1], "what the SYN-ACKs said: no_tfo_option=4");
         assert!(said(d).evidence.iter().any(|e| e.contains("syncookie mode")), "{:?}", d.verdict);
+    }
+
+    /// Issue 55, item 3: the destination is a listener of this host whose namespace answered
+    /// SYNs with syncookies: the verdict names the flood, not a server that stopped TFO.
+    #[test]
+    fn no_tfo_option_from_a_listener_sending_syncookies_names_the_flood() {
+        let dst = "198.18.0.2:8080";
+        let mut events = vec![cli("accepted", dst, 64, 0, 0)];
+        events.extend((0..4).map(|i| refused(dst, Cause::NoTfoOption, 10 + i)));
+        let mut facts = Facts::default();
+        facts.listeners.push(crate::aggregation::report::ListenerFact {
+            netns: NS_SRV,
+            addr: "0.0.0.0:8080".parse().unwrap(),
+            max_qlen: Some(16),
+        });
+        facts.syncookies.insert(NS_SRV, 1);
+        let counters = "TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 40 0 0\n";
+        facts.counters.insert(NS_SRV, crate::kernel::netstat::Netstat::parse(counters).unwrap());
+        let d = report(&events, &facts).destinations[0].clone();
+        assert_eq!(d.verdict.kind, Kind::ServerStoppedTfo);
+        let s = said(&d).sentence;
+        assert!(
+            s.starts_with(
+                "server 198.18.0.2:8080 answered with syncookies (TcpExtSyncookiesSent +40 in netns"
+            ),
+            "{s}"
+        );
+        assert!(s.contains("keep net.ipv4.tcp_syncookies=1"), "{s}");
+        for wrong in ["no longer accepts", "turns TFO back on", "stop using it"] {
+            assert!(!s.contains(wrong), "{wrong:?} in {s}");
+        }
     }
 
     #[test]

@@ -84,7 +84,7 @@ fn told(srv: &ServerSide, evidence: &mut Vec<String>) -> (String, String) {
         why.push(format!("its listener {} has no TCP_FASTOPEN (max_qlen 0)", srv.listener));
         advice.push("its team sets TCP_FASTOPEN on the listener (nginx: `listen ... fastopen=N`)".into());
     }
-    if srv.syncookies == Some(2) || srv.syncookies_sent > 0 {
+    if srv.syncookies == Some(2) || srv.sent_syncookies() {
         why.push(format!(
             "its listeners answer with syncookies, which skip TFO (tcp_syncookies={} in {ns}, \
              TcpExtSyncookiesSent +{})",

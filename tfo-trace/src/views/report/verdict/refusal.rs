@@ -4,7 +4,7 @@
 use crate::{
     aggregation::{
         refusals::{Refusals, Told},
-        report::{connections::ConnAcc, verdict::Kind},
+        report::{connections::ConnAcc, facts::ServerSide, verdict::Kind},
     },
     events::{Cause, CookieChange, Outcome},
     units,
@@ -20,6 +20,16 @@ pub(super) struct Subject<'a> {
     pub spread: &'a str,
     /// ` in curl`, or empty.
     pub in_clients: &'a str,
+    /// The destination's listener and namespace, where it is on this host.
+    pub server: Option<&'a ServerSide>,
+}
+
+impl Subject<'_> {
+    /// The destination's namespace answered SYNs with syncookies in the window: its
+    /// listeners skipped TFO for those SYNs (a SYN flood, with tcp_syncookies=1).
+    pub(super) fn flooded(&self) -> Option<&ServerSide> {
+        self.server.filter(|srv| srv.sent_syncookies())
+    }
 }
 
 /// The sentence of a refusal verdict, its evidence pushed onto `evidence`.
@@ -143,6 +153,9 @@ fn cookie_churn(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
 }
 
 fn server_stopped_tfo(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
+    if let Some(srv) = x.s.flooded() {
+        return syncookies_skipped_tfo(x, srv, evidence);
+    }
     let (a, s) = (x.a, x.s);
     let (subj, spread, n_of_m) = (s.name, s.spread, &x.n_of_m);
     let accepted_before = matches!(
@@ -167,6 +180,39 @@ fn server_stopped_tfo(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
     format!(
         "{who} TFO: {n_of_m} SYN-data not acknowledged{spread} ({why}), its SYN-ACKs without a TFO \
          option: the server's team turns TFO back on (or the path's owner stops stripping the option)"
+    )
+}
+
+/// SYN-ACKs without a TFO option from a listener of this host whose namespace answered
+/// SYNs with syncookies: tcp_conn_request() calls no tcp_try_fastopen() for a SYN it
+/// answers with a syncookie (net/ipv4/tcp_input.c:7371-7373, 6.12), so the server did not
+/// stop TFO, the flood did; it takes TFO again once its SYN queue drains.
+fn syncookies_skipped_tfo(x: &Refused<'_>, srv: &ServerSide, evidence: &mut Vec<String>) -> String {
+    let (spread, n_of_m) = (x.s.spread, &x.n_of_m);
+    let ns = &srv.ns;
+    evidence.push(format!(
+        "the server's namespace {ns} (listener {}) counted TcpExtSyncookiesSent +{}, TcpExtListenOverflows \
+         +{}, TcpExtListenDrops +{} in the window, tcp_syncookies={}: a SYN answered with a syncookie skips \
+         TFO, its SYN-ACK carries no TFO option",
+        srv.listener,
+        srv.syncookies_sent,
+        srv.listen_overflows,
+        srv.listen_drops,
+        srv.syncookies.map_or("unknown".into(), |v| v.to_string()),
+    ));
+    let why = if srv.syncookies == Some(2) {
+        format!("tcp_syncookies=2 in {ns} answers every SYN with one: set it to 1 there")
+    } else {
+        "a SYN flood, or more handshakes in flight than its listen() backlog: keep \
+         net.ipv4.tcp_syncookies=1, find the flood, or raise the listener's backlog (and \
+         net.core.somaxconn, which caps it); TFO comes back by itself once syncookies stop"
+            .to_string()
+    };
+    format!(
+        "{} answered with syncookies (TcpExtSyncookiesSent +{} in {ns}), which skip TFO: {n_of_m} SYN-data \
+         not acknowledged{spread}, the data resent at once on the SYN-ACK; TFO is not at fault: {why}",
+        x.who(),
+        srv.syncookies_sent,
     )
 }
 
