@@ -19,9 +19,10 @@ const DEB_DEMO: &[&str] = &["iproute2", "nftables", "procps", "dnsmasq-base"];
 /// export tests and the Grafana dashboard's test query, prometheus-alertmanager, which
 /// tests/integration/export.rs runs the rules' alerts through end to end, and openssl and
 /// curl, which make a certificate for `export --web.config.file` and scrape over TLS:
-/// tests/integration/export_http.rs.
+/// tests/integration/export_http.rs, and hping3, the SYN flood of
+/// tests/integration/server_outcomes.rs.
 const DEB_TEST: &[&str] =
-    &["tcpdump", "tmux", "bpftool", "prometheus", "prometheus-alertmanager", "openssl", "curl"];
+    &["tcpdump", "tmux", "bpftool", "prometheus", "prometheus-alertmanager", "openssl", "curl", "hping3"];
 /// `cargo xtask dist` and its checks in the test suite (tests/integration/dist.rs): the
 /// musl and cross toolchains (with cross.rs's `Arch::packages`), readelf, qemu-user for the
 /// aarch64 binary, debootstrap for a Debian 11 userspace, lintian for the .debs, rpmlint
