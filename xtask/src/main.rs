@@ -24,8 +24,9 @@
 //!   SHA256SUMS in target/dist/ (dist/; the cross builds: cross.rs).
 //! - `cross [--arch A] [--tests]`: the static musl build of dist alone (or of the test
 //!   executables, for an arm64 VM or qemu-user), one `arch bin|test name path` line each.
-//! - `demo`: `build`, then runs `tfo-trace demo` as root; it installs nothing only the
-//!   tests use (`test` does that).
+//! - `demo`: the set-up of `build`, a build in the `demo` profile (Cargo.toml: cheaper to
+//!   compile than the release build), then runs `tfo-trace demo` as root; it installs
+//!   nothing only the tests use (`test` does that).
 //! - `bench`: release build, then measures tfo-trace against no tracer, empty programs on
 //!   the same hooks and bpftrace, and writes BENCHMARKS.md. `bench-report`: its `report
 //!   --from` a million destinations step alone.
@@ -54,6 +55,7 @@ mod util;
 mod vm;
 
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
@@ -123,7 +125,7 @@ enum Task {
     /// Write deploy/grafana/tfo-trace.json from deploy/grafana/dashboard.py (Grafana's
     /// foundation SDK, installed with pip when missing)
     Grafana,
-    /// The toolchain and the demo's packages, release build, then `tfo-trace demo` as root
+    /// The toolchain and the demo's packages, the `demo` profile's build, then `tfo-trace demo` as root
     Demo {
         /// Extra arguments for `tfo-trace demo` (after `--`)
         #[arg(last = true)]
@@ -189,13 +191,15 @@ fn dispatch(task: Task) -> Result<()> {
 /// the release build.
 fn build() -> Result<()> {
     setup::setup_for(setup::Need::Demo)?;
-    build_release()
+    build_tfo_trace("release").map(drop)
 }
 
-fn build_release() -> Result<()> {
+/// `cargo build --profile <profile> -p tfo-trace`; returns target/<profile>/tfo-trace.
+fn build_tfo_trace(profile: &str) -> Result<PathBuf> {
     let mut cmd = cargo();
-    cmd.current_dir(workspace_root()).args(["build", "--release", "-p", "tfo-trace"]);
-    run(&mut cmd)
+    cmd.current_dir(workspace_root()).args(["build", "--profile", profile, "-p", "tfo-trace"]);
+    run(&mut cmd)?;
+    Ok(util::target_dir().join(profile).join("tfo-trace"))
 }
 
 /// `NAME` set to something other than empty, `0` or `false`.
@@ -539,9 +543,11 @@ impl Tally {
     }
 }
 
+/// The demo's share of the set-up, then the `demo` profile's build (Cargo.toml: the
+/// release build at opt-level 1, far less to compile), then `tfo-trace demo`.
 fn demo(args: &[String]) -> Result<()> {
-    build()?;
-    let bin = util::target_dir().join("release/tfo-trace");
+    setup::setup_for(setup::Need::Demo)?;
+    let bin = build_tfo_trace("demo")?;
     let mut cmd = if is_root() {
         Command::new(&bin)
     } else if let Some(sudo) = which("sudo") {

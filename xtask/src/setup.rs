@@ -239,6 +239,9 @@ fn stamp_llvm(cargo_bin: &Path) -> Option<String> {
 }
 
 /// Builds bpf-linker from crates.io against the nightly's own libLLVM (no system LLVM).
+/// Its work is LLVM's, in that library: its own code and dependencies are built at
+/// opt-level 1 without the full debug info its release profile asks for (`debug = 2`),
+/// which takes a third off its compile time (109 -> 74 CPU seconds here; issue 54).
 fn install_bpf_linker(major: &str, cargo_bin: &Path) -> Result<()> {
     let rustflags = bpf_linker_rustflags(major)?;
     let install = |locked: bool| {
@@ -246,6 +249,8 @@ fn install_bpf_linker(major: &str, cargo_bin: &Path) -> Result<()> {
         cmd.args(["install", "bpf-linker", "--force", "--no-default-features", "--features"])
             .arg(format!("llvm-{major},no-llvm-linking"))
             .env("RUSTFLAGS", &rustflags)
+            .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "1")
+            .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
             .env_remove("CARGO_ENCODED_RUSTFLAGS")
             .env_remove("CARGO_TARGET_DIR");
         if locked {
