@@ -544,7 +544,7 @@ impl Tally {
 }
 
 /// The demo's share of the set-up, then the `demo` profile's build (Cargo.toml: the
-/// release build at opt-level 1, far less to compile), then `tfo-trace demo`.
+/// release build unoptimized, far less to compile), then `tfo-trace demo`.
 fn demo(args: &[String]) -> Result<()> {
     setup::setup_for(setup::Need::Demo)?;
     let bin = build_tfo_trace("demo")?;
