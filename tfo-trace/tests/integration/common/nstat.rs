@@ -48,10 +48,7 @@ impl Nstat {
     /// A counter; fails the test where nstat does not list it (a misspelled name must not
     /// read as 0), naming the counters it lists.
     pub fn get(&self, name: &str) -> u64 {
-        self.0.get(name).copied().unwrap_or_else(|| {
-            let there: Vec<&str> = self.0.keys().map(String::as_str).collect();
-            panic!("no counter {name:?}: nstat lists {}: {}", there.len(), there.join(" "))
-        })
+        listed(&self.0, name, "nstat")
     }
 
     /// How much each counter moved from `before` to `self` (one `before` lacks counts
@@ -96,4 +93,13 @@ impl<'l> NstatSince<'l> {
     pub fn both(&self) -> (Nstat, Nstat) {
         (self.of(Side::Client), self.of(Side::Server))
     }
+}
+
+/// Counter `name` of `counters` (as `source` listed them); fails the test where it is not
+/// listed, naming the counters that are: a misspelled name must not read as 0.
+pub fn listed(counters: &BTreeMap<String, u64>, name: &str, source: &str) -> u64 {
+    counters.get(name).copied().unwrap_or_else(|| {
+        let there: Vec<&str> = counters.keys().map(String::as_str).collect();
+        panic!("no counter {name:?}: {source} lists {}: {}", there.len(), there.join(" "))
+    })
 }

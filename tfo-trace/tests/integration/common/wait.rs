@@ -116,10 +116,7 @@ pub struct CounterDeltas(pub Netstat);
 impl CounterDeltas {
     /// The counter `name`; fails the test where the kernel does not list it.
     pub fn get(&self, name: &str) -> u64 {
-        self.0 .0.get(name).copied().unwrap_or_else(|| {
-            let there: Vec<&str> = self.0 .0.keys().map(String::as_str).collect();
-            panic!("no counter {name:?}: the kernel lists {}: {}", there.len(), there.join(" "))
-        })
+        super::nstat::listed(&self.0 .0, name, "the kernel")
     }
 
     /// The counters that are not 0.
