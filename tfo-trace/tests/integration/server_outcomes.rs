@@ -532,9 +532,12 @@ fn blackhole_pause_is_blamed_on_the_destination_that_tripped_it() {
     let time = |v: &serde_json::Value| tfo_trace::events::Timestamp::parse(v.as_str().unwrap()).unwrap();
     let (at, began, until) = (time(&first["tripped_by"]["at"]), time(&first["began"]), time(&first["until"]));
     // The pause runs from the kernel's stamp (tfo_active_disable_stamp, read by the
-    // not_attempted events to a jiffy, 10 ms at most) as its tripper gave up.
+    // not_attempted events to a jiffy, 10 ms at most) as its tripper gave up; jiffies run
+    // behind the events' clock by however late the ticks come, which moved by over 20 ms
+    // in a 5.10 TCG guest beside two compilers (3 ms quiet): 100 ms, still far inside the
+    // second between two SYN timeouts.
     assert_eq!(until.unix_ns() - began.unix_ns(), 60_000_000_000, "{f}");
-    assert!(began.unix_ns().abs_diff(at.unix_ns()) <= 20_000_000, "{f}");
+    assert!(began.unix_ns().abs_diff(at.unix_ns()) <= 100_000_000, "{f}");
     assert_eq!(pause["without_tfo"], count(&events, cli_ns, Role::Client, Outcome::NotAttempted), "{f}");
     let by_dst = pause["without_tfo_by_destination"].as_array().unwrap();
     assert_eq!(by_dst.len(), 1, "{f}");
