@@ -77,6 +77,12 @@ macro_rules! kernel_structs {
                 skc_net: SockCommon (ptr Net) required ["skc_net"];
                 // A u16 since 5.6 (a bitfield before: not a supported kernel).
                 sk_protocol: Sock u16 required ["sk_protocol"];
+                // The error a connection ends with: tcp_reset() / tcp_done_with_error() and
+                // tcp_write_err() set it before tcp_done() moves the socket to CLOSE (an
+                // ICMP error's is held in sk_err_soft until the SYNs time out). Read only
+                // for a followed connect that failed.
+                sk_err: Sock i32 optional ["sk_err"];
+                sk_err_soft: Sock i32 optional ["sk_err_soft"];
                 // The retransmit queue (an rb_root): 0 when it is empty.
                 tcp_rtx_queue: Sock u64 required ["tcp_rtx_queue"];
                 net_ns_inum: Net u32 required ["ns", "inum"];
@@ -106,6 +112,14 @@ macro_rules! kernel_structs {
                 fastopen_client_fail: TcpSock int required ["fastopen_client_fail"];
                 // Added in 6.x; older kernels fall back to syn_data_acked (handlers.rs).
                 syn_fastopen_child: TcpSock bit optional ["syn_fastopen_child"];
+                // TCP_FASTOPEN_NO_COOKIE on the socket: a listener that takes SYN-data
+                // without a cookie (tcp_fastopen_no_cookie()); read at a SYN-data without
+                // a TFO option only.
+                fastopen_no_cookie: TcpSock bit optional ["fastopen_no_cookie"];
+                // A TFO child's request sock until the client's ACK of its SYN-ACK
+                // (reqsk_fastopen_remove()): a child the application closed before then
+                // leaves SYN_RECV for FIN_WAIT1 with its handshake unfinished.
+                fastopen_rsk: TcpSock (ptr RequestSock) optional ["fastopen_rsk"];
                 // Smoothed RTT << 3, in us: for a server child leaving SYN_RECV, the
                 // SYN-ACK's RTT (tcp_synack_rtt_meas), the child's handshake.
                 srtt_us: TcpSock u32 required ["srtt_us"];
@@ -139,6 +153,10 @@ macro_rules! kernel_structs {
                 // An atomic_t, bumped when active TFO is paused; read on every plain
                 // client's handshake.
                 net_tfo_active_disable_times: Net u32 optional ["ipv4", "tfo_active_disable_times"];
+                // jiffies when the last pause began (tcp_fastopen_active_disable()): with
+                // the times above, when the pause ends (tcp_fastopen_active_should_disable).
+                // Read for the events of a pause only.
+                net_tfo_active_disable_stamp: Net u64 optional ["ipv4", "tfo_active_disable_stamp"];
                 // SYN timeouts so far (inet_connection_sock), and the namespace's blackhole
                 // timeout (0: detection off): the condition on which
                 // tcp_fastopen_active_detect_blackhole() pauses active TFO, for the fentry

@@ -83,11 +83,17 @@ pub enum Outcome {
     /// there. The kernel moves no TFO counter on the client (tcp_rcv_fastopen_synack
     /// judges only `syn_data`); the server makes a TFO child (TcpExtTCPFastOpenPassive).
     CookieSentNoData = 14,
+    /// Server: SYN-data arrived without a TFO option at a listener that takes TFO only with
+    /// a cookie (tcp_try_fastopen: `foc->len` -1, no cookie-less mode): a client in
+    /// no-cookie mode (`net.ipv4.tcp_fastopen` 0x4, a route's `fastopen_no_cookie`,
+    /// TCP_FASTOPEN_NO_COOKIE), or the option stripped on the way in. The data waits for
+    /// the handshake; no server counter moves (the client counts ActiveFail).
+    DataWithoutCookie = 15,
 }
 
 impl Outcome {
     /// Every outcome, in wire order.
-    pub const ALL: [Outcome; 14] = [
+    pub const ALL: [Outcome; 15] = [
         Outcome::CookieRequested,
         Outcome::Accepted,
         Outcome::DataNotAcked,
@@ -102,6 +108,7 @@ impl Outcome {
         Outcome::SynackRetransmitted,
         Outcome::CookieReceived,
         Outcome::CookieSentNoData,
+        Outcome::DataWithoutCookie,
     ];
 
     pub const fn from_u8(v: u8) -> Option<Outcome> {
@@ -127,6 +134,7 @@ impl Outcome {
             Outcome::SynackRetransmitted => "synack_retransmitted",
             Outcome::CookieReceived => "cookie_received",
             Outcome::CookieSentNoData => "cookie_sent_no_data",
+            Outcome::DataWithoutCookie => "data_without_cookie",
         }
     }
 
@@ -167,16 +175,23 @@ pub enum Cause {
     /// The SYN-ACK brought back the cookie the SYN carried: the server took the cookie but
     /// not the data (it could not make the connection's socket).
     SameCookie = 3,
+    /// The SYN carried its data without a TFO option: the client is in no-cookie mode
+    /// (tcp_fastopen_cookie_check(): `net.ipv4.tcp_fastopen` 0x4, the route's
+    /// `fastopen_no_cookie` or TCP_FASTOPEN_NO_COOKIE; the SYN's option is left out,
+    /// `syn_fastopen` 0), and a server that needs a cookie takes no data without one.
+    NoCookieSent = 4,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 4] = [Cause::Unknown, Cause::NewCookie, Cause::NoTfoOption, Cause::SameCookie];
+    pub const ALL: [Cause; 5] =
+        [Cause::Unknown, Cause::NewCookie, Cause::NoTfoOption, Cause::SameCookie, Cause::NoCookieSent];
 
     pub const fn from_u8(v: u8) -> Cause {
         match v {
             1 => Cause::NewCookie,
             2 => Cause::NoTfoOption,
             3 => Cause::SameCookie,
+            4 => Cause::NoCookieSent,
             _ => Cause::Unknown,
         }
     }
@@ -188,6 +203,7 @@ impl Cause {
             Cause::NewCookie => "new_cookie",
             Cause::NoTfoOption => "no_tfo_option",
             Cause::SameCookie => "same_cookie",
+            Cause::NoCookieSent => "no_cookie_sent",
         }
     }
 }
@@ -344,6 +360,38 @@ pub struct TfoEvent {
     pub synack_gap_us: u32,
     /// Spelled out: the record stays a whole number of 8-byte words.
     pub _pad2: u32,
+    /// `not_attempted` and `active_disabled`: how long ago, in ms, the namespace's last pause
+    /// of active TFO began, from the kernel's own stamp (`tfo_active_disable_stamp`, in
+    /// jiffies); [`PAUSE_AGE_UNKNOWN`] where it could not be read (or no pause: see
+    /// `pause_times`).
+    pub pause_age_ms: u32,
+    /// The same events: the namespace's `tfo_active_disable_times` (the pauses so far, which
+    /// set the last one's length: tcp_fastopen_active_should_disable()), capped; 0 none or
+    /// unknown.
+    pub pause_times: u16,
+    /// `connect_failed`: the error the connect ended with (an errno: ECONNREFUSED for a
+    /// reset, ETIMEDOUT for SYNs that all timed out, an ICMP error's), where the backend
+    /// read it; 0 unknown.
+    pub error: u8,
+    /// `active_disabled`: what tripped it, a [`trip`] value.
+    pub pause_trip: u8,
+}
+
+/// [`TfoEvent::pause_age_ms`] unknown.
+pub const PAUSE_AGE_UNKNOWN: u32 = u32::MAX;
+
+/// What tripped blackhole detection ([`TfoEvent::pause_trip`]).
+pub mod trip {
+    /// Not told.
+    pub const UNKNOWN: u8 = 0;
+    /// tcp_fastopen_active_detect_blackhole(): a TFO socket's third timeout in a row, or
+    /// one that gave up before it.
+    pub const TIMEOUTS: u8 = 1;
+    /// tcp_fastopen_active_disable() called elsewhere: the peer's FIN or RST arrived out of
+    /// order on a TFO client socket before any data (its data lost on the path:
+    /// tcp_fastopen_active_disable_ofo_check(), tcp_validate_incoming(),
+    /// tcp_rcv_state_process()).
+    pub const OUT_OF_ORDER_END: u8 = 2;
 }
 
 /// The number of slots of the kernel's per-destination count of SYN-ACKs ([`SynackSeq`]).
@@ -604,7 +652,7 @@ mod tests {
 
     #[test]
     fn wire_sizes_have_no_hidden_padding() {
-        assert_eq!(size_of::<TfoEvent>(), 160);
+        assert_eq!(size_of::<TfoEvent>(), 168);
         assert_eq!(size_of::<SynackSeq>(), 16);
         assert_eq!(size_of::<CgroupEvent>(), 16 + CGROUP_PATH_LEN);
         assert_eq!(size_of::<Field>(), 8);

@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 
 use crate::{
-    client::{on_error_end, on_syn_prepared, on_synack, on_timeout},
+    client::{on_active_disable, on_error_end, on_syn_prepared, on_synack, on_timeout, ECONNREFUSED},
     kernel::{Direct, FastopenCookie, RequestSock, SkBuff, Sock},
     server::{on_listen_start, on_listen_stop, try_fastopen_fexit, CallArgs},
 };
@@ -38,10 +38,17 @@ pub fn tfo_syn_prepared_fexit(ctx: FExitContext) -> u32 {
 }
 
 /// void tcp_fastopen_active_detect_blackhole(struct sock *sk, bool expired)
-#[fexit(function = "tcp_fastopen_active_detect_blackhole")]
-pub fn tfo_timeout_fexit(ctx: FExitContext) -> u32 {
+#[fentry(function = "tcp_fastopen_active_detect_blackhole")]
+pub fn tfo_timeout_fentry(ctx: FEntryContext) -> u32 {
     let expired: u8 = ctx.arg(1);
     on_timeout::<Direct>(Sock::at(ctx.arg(0)), expired != 0);
+    0
+}
+
+/// void tcp_fastopen_active_disable(struct sock *sk)
+#[fentry(function = "tcp_fastopen_active_disable")]
+pub fn tfo_active_disable_fentry(ctx: FEntryContext) -> u32 {
+    on_active_disable::<Direct>(Sock::at(ctx.arg(0)));
     0
 }
 
@@ -56,14 +63,15 @@ pub fn tfo_cookie_cached_fentry(ctx: FEntryContext) -> u32 {
 /// void tcp_done_with_error(struct sock *sk, int err) (6.1+ on the kernels checked)
 #[fentry(function = "tcp_done_with_error")]
 pub fn tfo_error_end_fentry(ctx: FEntryContext) -> u32 {
-    on_error_end::<Direct>(Sock::at(ctx.arg(0)));
+    let err: i32 = ctx.arg(1);
+    on_error_end::<Direct>(Sock::at(ctx.arg(0)), err);
     0
 }
 
 /// void tcp_reset(struct sock *sk[, struct sk_buff *skb]): where tcp_done_with_error is absent.
 #[fentry(function = "tcp_reset")]
 pub fn tfo_reset_fentry(ctx: FEntryContext) -> u32 {
-    on_error_end::<Direct>(Sock::at(ctx.arg(0)));
+    on_error_end::<Direct>(Sock::at(ctx.arg(0)), ECONNREFUSED);
     0
 }
 

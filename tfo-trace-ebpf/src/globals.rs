@@ -27,6 +27,17 @@ pub static WAKEUP_BYTES: u64 = 0;
 #[no_mangle]
 pub static COOKIE_KEY: [u64; 2] = [0; 2];
 
+/// The kernel's HZ (jiffies per second), found by userspace: the blackhole pause's stamp
+/// is in jiffies. 0 (not found): the pause's age is left unknown.
+#[no_mangle]
+pub static HZ: u32 = 0;
+
+#[inline(always)]
+pub fn hz() -> u32 {
+    // SAFETY: as for CONFIG.
+    unsafe { core::ptr::read_volatile(&HZ) }
+}
+
 #[inline(always)]
 pub fn cookie_key() -> [u64; 2] {
     // SAFETY: as for CONFIG.

@@ -19,14 +19,16 @@
 //! connection pays a BPF-to-BPF call or two for it.
 use tfo_trace_common::{
     config, cookie_hash, counter, flags, Cause, ListenerKey, Outcome, ProcInfo, Role, TfoEvent,
+    PAUSE_AGE_UNKNOWN,
 };
 
 use crate::{
     filter,
-    globals::{config_has, cookie_key},
+    globals::{config_has, cookie_key, hz},
     kernel::{
         family_of, is_tcp, netns_of, present, state_of, tuple_of, Access, FastopenCookie, RequestSock, Sock,
-        SockCommon, TcpSock, TCP_CLOSE, TCP_ESTABLISHED, TCP_LISTEN, TCP_SYN_RECV, TCP_SYN_SENT,
+        SockCommon, TcpSock, TCP_CLOSE, TCP_ESTABLISHED, TCP_FIN_WAIT1, TCP_LISTEN, TCP_SYN_RECV,
+        TCP_SYN_SENT,
     },
     maps::{
         bump, conn_state, count_synack, follow, forget, get16, now, put16, synack_seq, ConnState, Measure,
@@ -44,11 +46,15 @@ pub fn on_state_change<A: Access>(sk: Sock<A>, old: i32, new: i32) {
     match (old, new) {
         (TCP_CLOSE, TCP_SYN_SENT) => client_connect(sk),
         (TCP_SYN_SENT, TCP_ESTABLISHED) => client_established(sk),
-        (TCP_SYN_SENT, TCP_CLOSE) => client_failed(sk),
+        // tcp_done()'s callers set sk_err first: the socket's own error.
+        (TCP_SYN_SENT, TCP_CLOSE) => client_failed(sk, ERROR_OF_SOCKET),
         // Pruned by the verifier where tcp_try_fastopen reports the server side.
-        (TCP_SYN_RECV, _) if config_has(config::SERVER_FROM_STATE) => server_child_resolved(sk),
+        (TCP_SYN_RECV, _) if config_has(config::SERVER_FROM_STATE) => server_child_resolved(sk, new),
         (_, TCP_LISTEN) => listener_started(sk),
         (TCP_LISTEN, TCP_CLOSE) => listener_stopped(sk),
+        // A TFO child its application closed before the handshake ended (server_child_tfo)
+        // is judged when it leaves FIN_WAIT1. Pruned like the SYN_RECV arm.
+        (TCP_FIN_WAIT1, _) if config_has(config::SERVER_FROM_STATE) => server_child_closed_early(sk),
         _ => {}
     }
 }
@@ -171,6 +177,30 @@ fn active_disable_times<A: Access>(sk: Sock<A>) -> u64 {
     net.net_tfo_active_disable_times() as u64
 }
 
+/// The namespace's pauses of active TFO as the kernel keeps them (net->ipv4), into the
+/// event of a connection the pause concerns (`not_attempted`): how many so far
+/// (tfo_active_disable_times, which sets the last one's length in
+/// tcp_fastopen_active_should_disable(): the blackhole timeout << min(times - 1, 6)) and how
+/// long ago the last began (tfo_active_disable_stamp, in jiffies; HZ from userspace). The
+/// pause's length and end are then the kernel's own, not counted from the pauses seen.
+#[inline(always)]
+pub(crate) fn pause_of<A: Access>(sk: Sock<A>, ev: &mut TfoEvent) {
+    let times = active_disable_times(sk);
+    ev.pause_times = times.min(u16::MAX as u64) as u16;
+    ev.pause_age_ms = PAUSE_AGE_UNKNOWN;
+    let hz = hz() as u64;
+    let net = sk.common().skc_net();
+    if times == 0 || hz == 0 || !present!(net_tfo_active_disable_stamp) || net.is_null() {
+        return;
+    }
+    // SAFETY: a helper without preconditions.
+    let jiffies = unsafe { aya_ebpf::helpers::generated::bpf_jiffies64() };
+    // Capped before the product (a saturating one is a 128-bit multiply BPF has no call for):
+    // 2^32 jiffies is months at any HZ, well past the longest pause.
+    let age = jiffies.wrapping_sub(net.net_tfo_active_disable_stamp()).min(u32::MAX as u64);
+    ev.pause_age_ms = (age * 1000 / hz).min(PAUSE_AGE_UNKNOWN as u64 - 1) as u32;
+}
+
 /// Whether a connection whose SYN had no TFO option may still have asked for TFO (and be
 /// followed, to report `not_attempted`). tcp_fastopen_cookie_check() leaves the option
 /// out while active TFO is paused after a blackhole, which only happens in a namespace
@@ -237,6 +267,12 @@ fn client_established_tfo<A: Access>(sk: Sock<A>) {
             ev.synack_seq = mark.seq;
             ev.synack_gap_us = mark.gap_us;
             ev.sent_cookie_hash = sent;
+        }
+        if refused_data(&f, c.outcome) && !f.syn_fastopen {
+            ev.cause = Cause::NoCookieSent as u8; // the SYN carried no option to judge
+        }
+        if c.outcome == Outcome::NotAttempted {
+            pause_of(sk, ev);
         }
     });
     if conn.known && !cookie_next {
@@ -354,9 +390,14 @@ pub(crate) fn refused_data(f: &ClientFlags, outcome: Outcome) -> bool {
     f.syn_data && outcome == Outcome::DataNotAcked
 }
 
-/// SYN_SENT -> CLOSE: a TFO connection that never completed (timeout, reset, refused).
+/// [`client_failed`]'s `error`: the socket's own `sk_err`, which tcp_done()'s callers
+/// (tcp_reset / tcp_done_with_error, tcp_write_err) set before the socket reaches CLOSE.
+pub(crate) const ERROR_OF_SOCKET: u8 = 0;
+
+/// SYN_SENT -> CLOSE: a TFO connection that never completed (timeout, reset, refused), and
+/// the error it ended with (an errno; [`ERROR_OF_SOCKET`]: read it off the socket).
 #[inline(never)] // rare: out of the plain connections' way (the module's doc)
-pub(crate) fn client_failed<A: Access>(sk: Sock<A>) {
+pub(crate) fn client_failed<A: Access>(sk: Sock<A>, error: u8) {
     let state = conn_state(sk);
     if state.is_null() {
         return;
@@ -386,11 +427,22 @@ pub(crate) fn client_failed<A: Access>(sk: Sock<A>) {
     // tracepoint fires (for a reset as for a timeout): the port the SYN left from is
     // still in inet_sport.
     let bound_port = u16::from_be(tp.inet_sport());
+    let error = if error != ERROR_OF_SOCKET { error } else { socket_error(sk) };
     record(sk.common(), Role::Client, Outcome::ConnectFailed, netns_of(sk.common()), &conn, measure, |ev| {
         if ev.sport == 0 {
             ev.sport = bound_port;
         }
+        ev.error = error;
     });
+}
+
+/// The socket's `sk_err` as an errno (0 unknown; every errno fits a byte).
+#[inline(always)]
+fn socket_error<A: Access>(sk: Sock<A>) -> u8 {
+    if !present!(sk_err) {
+        return 0;
+    }
+    sk.sk_err().clamp(0, u8::MAX as i32) as u8
 }
 
 /// `cookie_received`: a SYN-ACK's cookie (`hash` its keyed hash) on its way into the
@@ -433,48 +485,81 @@ pub(crate) fn refusal_cause(len: i8, got: u32, sent: u32) -> Cause {
     }
 }
 
-/// A child leaving SYN_RECV: a TFO child has `syn_fastopen_child` (kernels that have it)
-/// or `syn_data_acked`, set by tcp_fastopen_add_skb() when the SYN's data was queued.
-/// Decided from the child itself: nothing is remembered for the (many) plain children.
+/// Whether a server child is a TFO one: `syn_fastopen_child` (kernels that have it) or
+/// `syn_data_acked`, set by tcp_fastopen_add_skb() when the SYN's data was queued. Decided
+/// from the child itself: nothing is remembered for the (many) plain children.
 #[inline(always)]
-fn server_child_resolved<A: Access>(sk: Sock<A>) {
+fn is_tfo_child<A: Access>(tp: TcpSock<A>) -> bool {
+    // Userspace gives syn_fastopen_child only as the one bit read here.
+    if present!(syn_fastopen_child) {
+        tp.syn_fastopen_child()
+    } else {
+        tp.syn_data_acked()
+    }
+}
+
+/// A child leaving SYN_RECV (for `new`).
+#[inline(always)]
+fn server_child_resolved<A: Access>(sk: Sock<A>, new: i32) {
     let tp = A::tcp_view(sk);
     if tp.is_null() {
         return;
     }
-    // Userspace gives syn_fastopen_child only as the one bit read here.
-    let is_tfo_child =
-        if present!(syn_fastopen_child) { tp.syn_fastopen_child() } else { tp.syn_data_acked() };
-    if is_tfo_child {
-        server_child_tfo(sk);
+    if is_tfo_child(tp) {
+        server_child_tfo(sk, new);
     }
 }
 
 #[inline(never)] // see the module's doc
-fn server_child_tfo<A: Access>(sk: Sock<A>) {
+fn server_child_tfo<A: Access>(sk: Sock<A>, new: i32) {
     let tp = A::tcp_sock(sk);
     if tp.is_null() {
         return;
     }
-    let srtt_us = tp.srtt_us();
-    let data = tp.bytes_received() as u32;
     let netns = netns_of(sk.common());
     if !server_selected(sk.common(), netns) {
         return;
     }
-    // tcp_rtx_synack() counts each SYN-ACK a TFO child resends in its total_retrans.
-    // A child that resent one has state since (on_synack_retransmit): when it started.
+    // tcp_rtx_synack() counts each SYN-ACK a TFO child resends in SYN_RECV in its
+    // total_retrans. A child that resent one has state since (on_synack_retransmit): when it
+    // started.
     let retransmits = tp.total_retrans();
+    // Closed by its application before the client's ACK of the SYN-ACK (tcp_close_state():
+    // SYN_RECV -> FIN_WAIT1; a server that answers and closes at once, HTTP/1.0 style): the
+    // child keeps its request sock (fastopen_rsk) and resends its SYN-ACK from FIN_WAIT1
+    // (tcp_retransmit_timer -> tcp_fastopen_synack_timer), which tcp_passive_fastopen()
+    // no longer counts in total_retrans. Judged as it leaves FIN_WAIT1
+    // (server_child_closed_early), with every SYN-ACK it resent.
+    if new == TCP_FIN_WAIT1 && present!(fastopen_rsk) && !tp.fastopen_rsk().is_null() {
+        follow_closed_child(sk, tp, retransmits);
+        return;
+    }
     let resent = if retransmits > 0 { Known::of(conn_state(sk)) } else { Known::NONE };
     if resent.known {
         forget(sk);
     }
+    child_accepted(sk, tp, netns, retransmits, tp.bytes_received() as u32, &resent);
+}
+
+/// A TFO child's `accepted` (the state hook's server outcome), with the SYN-ACKs it resent
+/// and its data; `resent`: its state where it was followed (a SYN-ACK resent, or closed
+/// before its handshake ended): the handshake is timed from its first SYN-ACK.
+#[inline(always)]
+fn child_accepted<A: Access>(
+    sk: Sock<A>,
+    tp: TcpSock<A>,
+    netns: u32,
+    retransmits: u32,
+    data: u32,
+    resent: &Known,
+) {
+    let srtt_us = tp.srtt_us();
     // The time only the event needs: none where only refusals are sent, unless the
     // handshake needs it.
     let at_ns = if config_has(config::REFUSAL_EVENTS_ONLY) && !resent.known { 0 } else { packet_time_ns(tp) };
     // The handshake of a child is its SYN-ACK's round trip, which tcp_rcv_state_process()
     // has just measured (tcp_synack_rtt_meas); where Karn's rule gave no sample (the
-    // SYN-ACK was resent), from its first SYN-ACK to now.
+    // SYN-ACK was resent), or the child was followed, from its first SYN-ACK to now.
     let handshake_ns = if resent.known { resent.since_start(at_ns) } else { srtt_ns(srtt_us) };
     // The same sample is what the server saved: the SYN's data reached the listener's
     // queue when the child was made (tcp_try_fastopen), one round trip before this final
@@ -498,14 +583,67 @@ fn server_child_tfo<A: Access>(sk: Sock<A>) {
     });
 }
 
+/// Follows a TFO child closed before its handshake ended (or updates its state, where a
+/// SYN-ACK resent in SYN_RECV already follows it): the SYN-ACKs resent so far, its data.
+#[inline(always)]
+fn follow_closed_child<A: Access>(sk: Sock<A>, tp: TcpSock<A>, retransmits: u32) {
+    let data = tp.bytes_received() as u32;
+    let state = conn_state(sk);
+    if state.is_null() {
+        let first_synack_us = tp.fastopen_rsk().tcp_request().snt_synack();
+        let child =
+            ConnState { retransmits, syn_data_bytes: data, ..ConnState::child_since(first_synack_us) };
+        let _ = follow(sk, &child);
+    } else {
+        // SAFETY: this connection's state, valid for this program run.
+        unsafe {
+            (*state).retransmits = retransmits;
+            (*state).syn_data_bytes = data;
+        }
+    }
+}
+
+/// A socket leaving FIN_WAIT1: a TFO child followed since its application closed it in
+/// SYN_RECV has ended its handshake (or given up), every SYN-ACK it resent behind it. Plain
+/// sockets (most active closes) go after the child test, as at SYN_RECV.
+#[inline(always)]
+fn server_child_closed_early<A: Access>(sk: Sock<A>) {
+    let tp = A::tcp_view(sk);
+    if tp.is_null() {
+        return;
+    }
+    if is_tfo_child(tp) {
+        server_child_closed_early_tfo(sk);
+    }
+}
+
+#[inline(never)] // see the module's doc
+fn server_child_closed_early_tfo<A: Access>(sk: Sock<A>) {
+    let state = conn_state(sk);
+    if state.is_null() {
+        return; // a child that ended its handshake before it was closed: judged then
+    }
+    // SAFETY: this connection's state, valid for this program run.
+    let (retransmits, data) = unsafe { ((*state).retransmits, (*state).syn_data_bytes) };
+    let followed = Known::of(state);
+    forget(sk);
+    let tp = A::tcp_sock(sk);
+    if tp.is_null() {
+        return;
+    }
+    child_accepted(sk, tp, netns_of(sk.common()), retransmits, data, &followed);
+}
+
 /// tcp_rtx_synack(sk, req): for a plain handshake `sk` is the listener; for TFO it is the
-/// child made from the SYN-data, still in SYN_RECV (tcp_fastopen_synack_timer, or the
-/// client's SYN retransmitted into tcp_check_req). Each call also counts as
-/// TcpExtTCPSynRetrans in the server's namespace.
+/// child made from the SYN-data, in SYN_RECV, or in FIN_WAIT1 where its application closed
+/// it before the handshake ended (tcp_fastopen_synack_timer, or the client's SYN
+/// retransmitted into tcp_check_req). Each call also counts as TcpExtTCPSynRetrans in the
+/// server's namespace.
 #[inline(always)]
 pub fn on_synack_retransmit<A: Access>(sk: Sock<A>, req: RequestSock<A>) {
-    if state_of(sk.common()) != TCP_SYN_RECV {
-        return;
+    let state = state_of(sk.common());
+    if state != TCP_SYN_RECV && state != TCP_FIN_WAIT1 {
+        return; // a listener's (a plain handshake's)
     }
     let tp = A::tcp_sock(sk);
     if tp.is_null() {
@@ -517,10 +655,20 @@ pub fn on_synack_retransmit<A: Access>(sk: Sock<A>, req: RequestSock<A>) {
     if !server_selected(sk.common(), netns) {
         return;
     }
-    // Where the child is judged as it leaves SYN_RECV, its first resend starts following
-    // it: Karn's rule leaves that moment no round-trip sample to time the handshake by.
-    if before == 0 && config_has(config::SERVER_FROM_STATE) {
-        let _ = follow(sk, &ConnState::child_since(req.tcp_request().snt_synack()));
+    if config_has(config::SERVER_FROM_STATE) {
+        if state == TCP_SYN_RECV && before == 0 {
+            // Where the child is judged as it leaves SYN_RECV, its first resend starts
+            // following it: Karn's rule leaves that moment no round-trip sample to time the
+            // handshake by.
+            let _ = follow(sk, &ConnState::child_since(req.tcp_request().snt_synack()));
+        } else if state == TCP_FIN_WAIT1 {
+            // Followed since it was closed: the request's own count, this resend included.
+            let followed = conn_state(sk);
+            if !followed.is_null() {
+                // SAFETY: this connection's state, valid for this program run.
+                unsafe { (*followed).retransmits = before + 1 };
+            }
+        }
     }
     // inet_rtx_syn_ack() counts this one after the send: the event counts it already.
     let measure = Measure {

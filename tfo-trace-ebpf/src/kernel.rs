@@ -211,6 +211,7 @@ const AF_INET6: u64 = 10;
 pub const TCP_ESTABLISHED: i32 = 1;
 pub const TCP_SYN_SENT: i32 = 2;
 pub const TCP_SYN_RECV: i32 = 3;
+pub const TCP_FIN_WAIT1: i32 = 4;
 pub const TCP_CLOSE: i32 = 7;
 pub const TCP_LISTEN: i32 = 10;
 

@@ -13,7 +13,7 @@ use aya_ebpf::{
 };
 
 use crate::{
-    client::{on_error_end, on_syn_prepared, on_synack, on_timeout},
+    client::{on_active_disable, on_error_end, on_syn_prepared, on_synack, on_timeout, ECONNREFUSED},
     kernel::{FastopenCookie, Probe, RequestSock, SkBuff, Sock},
     server::{on_listen_start, on_listen_stop, try_fastopen_enter, try_fastopen_exit, CallArgs},
 };
@@ -84,12 +84,20 @@ pub fn tfo_syn_prepared_kretprobe(ctx: RetProbeContext) -> u32 {
 }
 
 /// void tcp_fastopen_active_detect_blackhole(struct sock *sk, bool expired): its entry
-/// alone. The call changes nothing `on_timeout` reads (the socket's TFO flags, its timeout
-/// count, the namespace's blackhole timeout): one run per timeout, not two.
+/// alone, as on the fentry backend.
 #[kprobe]
 pub fn tfo_timeout_kprobe(ctx: ProbeContext) -> u32 {
     if let (Some(sk), Some(expired)) = (ctx.arg::<*const u8>(0), ctx.arg::<u64>(1)) {
         on_timeout::<Probe>(Sock::at(sk), expired as u8 != 0);
+    }
+    0
+}
+
+/// void tcp_fastopen_active_disable(struct sock *sk)
+#[kprobe]
+pub fn tfo_active_disable_kprobe(ctx: ProbeContext) -> u32 {
+    if let Some(sk) = ctx.arg::<*const u8>(0) {
+        on_active_disable::<Probe>(Sock::at(sk));
     }
     0
 }
@@ -107,8 +115,8 @@ pub fn tfo_cookie_cached_kprobe(ctx: ProbeContext) -> u32 {
 /// void tcp_done_with_error(struct sock *sk, int err) (6.1+ on the kernels checked)
 #[kprobe]
 pub fn tfo_error_end_kprobe(ctx: ProbeContext) -> u32 {
-    if let Some(sk) = ctx.arg(0) {
-        on_error_end::<Probe>(Sock::at(sk));
+    if let (Some(sk), Some(err)) = (ctx.arg(0), ctx.arg::<u64>(1)) {
+        on_error_end::<Probe>(Sock::at(sk), err as i32);
     }
     0
 }
@@ -117,7 +125,7 @@ pub fn tfo_error_end_kprobe(ctx: ProbeContext) -> u32 {
 #[kprobe]
 pub fn tfo_reset_kprobe(ctx: ProbeContext) -> u32 {
     if let Some(sk) = ctx.arg(0) {
-        on_error_end::<Probe>(Sock::at(sk));
+        on_error_end::<Probe>(Sock::at(sk), ECONNREFUSED);
     }
     0
 }

@@ -33,6 +33,10 @@ pub struct ConnState {
     /// Where SYN-ACKs are counted per destination (`SYNACK_SEQ`): the destination's count
     /// when the SYN was sent.
     pub syn_seq: u32,
+    /// A server child followed past SYN_RECV (closed before its handshake ended): the
+    /// SYN's data it was made with.
+    pub syn_data_bytes: u32,
+    pub _pad: u32,
 }
 
 impl ConnState {
@@ -49,6 +53,8 @@ impl ConnState {
             thread: p.thread,
             sent_hash: 0,
             syn_seq: 0,
+            syn_data_bytes: 0,
+            _pad: 0,
         }
     }
 }
@@ -70,6 +76,8 @@ impl ConnState {
             thread: [0; 2],
             sent_hash: 0,
             syn_seq: 0,
+            syn_data_bytes: 0,
+            _pad: 0,
         }
     }
 }
@@ -108,7 +116,7 @@ pub fn get16(src: &[u8; 16]) -> [u64; 2] {
 /// Zeroes a reserved event word by word (no memset call).
 #[inline(always)]
 fn zero_event(ev: *mut TfoEvent) {
-    const _: () = assert!(core::mem::size_of::<TfoEvent>() == 20 * 8);
+    const _: () = assert!(core::mem::size_of::<TfoEvent>() == 21 * 8);
     let w = ev as *mut u64;
     macro_rules! zero {
         ($($i:literal)*) => {
@@ -117,7 +125,7 @@ fn zero_event(ev: *mut TfoEvent) {
             unsafe { $( w.add($i).write_volatile(0); )* }
         };
     }
-    zero!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19);
+    zero!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20);
 }
 
 #[inline(always)]

@@ -289,7 +289,8 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs<A>, child: Sock<A>) {
             ev.queue_len = seen.qlen;
             ev.queue_max = seen.max_qlen;
             ev.flags |= flags::QUEUE_KNOWN | extra_flags;
-            if cookie_len > 0 {
+            if cookie_len >= 0 {
+                // 0: the SYN asked for a cookie.
                 ev.cookie_len = cookie_len as u8;
                 ev.flags |= flags::COOKIE_LEN_KNOWN;
             }
@@ -300,12 +301,10 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs<A>, child: Sock<A>) {
         })
     };
 
-    if seen.in_len == 0 {
-        // Every SYN with an empty option counts as TcpExtTCPFastOpenCookieReqd; the
-        // cookie going back (if any) is foc after the call.
-        let issued = if out_len > 0 { flags::COOKIE_ISSUED } else { 0 };
-        server(Outcome::CookieRequested, out_len, issued);
-    }
+    // One event per SYN, where the kernel may count one SYN twice: every SYN with an empty
+    // option is TcpExtTCPFastOpenCookieReqd, whether it then overflows the TFO queue
+    // (ListenOverflow) or, where no cookie is required (0x200), makes a child (Passive).
+    // Such a SYN's event is the overflow's or the child's, its cookie_len 0.
     if !child.is_null() {
         // foc stays a valid cookie only when the backup key matched (ret == 2).
         let what = if out_len > 0 && seen.in_len > 0 { Outcome::AcceptedAltKey } else { Outcome::Accepted };
@@ -318,16 +317,43 @@ pub fn try_fastopen_exit<A: Access>(args: CallArgs<A>, child: Sock<A>) {
         server(Outcome::CookieInvalid, seen.in_len, 0);
         return;
     }
-    if seen.in_len > 0 || (seen.in_len < 0 && seen.syn_data_bytes > 0) {
-        // The early return of tcp_try_fastopen: server bit off, no TCP_FASTOPEN on the
-        // listener, or its TFO queue full (tcp_fastopen_queue_check counts
-        // TcpExtTCPFastOpenListenOverflow).
-        let net = sk.common().skc_net();
-        let bits = if net.is_null() { 0 } else { net.net_sysctl_tcp_fastopen() };
-        if bits & TFO_SERVER_ENABLE != 0 && seen.max_qlen > 0 && seen.qlen >= seen.max_qlen {
-            server(Outcome::QueueOverflow, seen.in_len, 0);
-        } else if seen.in_len > 0 {
-            server(Outcome::ListenerDisabled, seen.in_len, 0);
+    // The early return of tcp_try_fastopen: server bit off, no TCP_FASTOPEN on the listener,
+    // or its TFO queue full (tcp_fastopen_queue_check, inlined: it counts
+    // TcpExtTCPFastOpenListenOverflow). No cookie goes back from it.
+    let net = sk.common().skc_net();
+    let bits = if net.is_null() { 0 } else { net.net_sysctl_tcp_fastopen() };
+    let server_on = bits & TFO_SERVER_ENABLE != 0;
+    let overflowed = server_on && seen.max_qlen > 0 && seen.qlen >= seen.max_qlen;
+    if seen.in_len == 0 {
+        // The cookie going back (if any) is foc after the call.
+        if out_len <= 0 && overflowed {
+            server(Outcome::QueueOverflow, 0, 0);
+        } else {
+            let issued = if out_len > 0 { flags::COOKIE_ISSUED } else { 0 };
+            server(Outcome::CookieRequested, out_len, issued);
         }
+        return;
     }
+    if overflowed && (seen.in_len > 0 || seen.syn_data_bytes > 0) {
+        server(Outcome::QueueOverflow, seen.in_len, 0);
+    } else if seen.in_len > 0 {
+        server(Outcome::ListenerDisabled, seen.in_len, 0);
+    } else if seen.syn_data_bytes > 0 && server_on && seen.max_qlen > 0 && !cookie_not_required(bits, tp) {
+        // SYN-data without a TFO option at a listener that takes TFO with a cookie: past the
+        // queue check, neither cookie branch runs (foc->len -1) and NULL goes back with no
+        // counter moved. (Where no cookie is required, by the sysctl's 0x200 or the
+        // listener's TCP_FASTOPEN_NO_COOKIE, such a SYN makes a child; a route's
+        // fastopen_no_cookie is not read here.)
+        server(Outcome::DataWithoutCookie, -1, 0);
+    }
+}
+
+/// TFO_SERVER_COOKIE_NOT_REQD: the namespace takes SYN-data without a cookie.
+const TFO_SERVER_COOKIE_NOT_REQD: u64 = 0x200;
+
+/// Whether a listener takes SYN-data without a cookie (tcp_fastopen_no_cookie(): the
+/// namespace's 0x200, or TCP_FASTOPEN_NO_COOKIE on the listener).
+#[inline(always)]
+fn cookie_not_required<A: Access>(bits: u64, listener: crate::kernel::TcpSock<A>) -> bool {
+    bits & TFO_SERVER_COOKIE_NOT_REQD != 0 || (present!(fastopen_no_cookie) && listener.fastopen_no_cookie())
 }

@@ -1,30 +1,37 @@
 //! Blackhole detection's pauses of active TFO, per client namespace: which connection
-//! tripped each pause, when it ends, and the connections it left without TFO. Pure: client
-//! events in ([`Pauses::add`]), one [`PauseSummary`] per namespace out, given what the
+//! tripped each pause, when it ends, and the connections it left without TFO. Pure: events
+//! in ([`Pauses::add`]), one [`PauseSummary`] per namespace out, given what the
 //! namespace's counter and sysctl say ([`Pauses::summary`]). `report`, `stalls`' summary
 //! and `top` say the same figures.
 //!
-//! The kernel (net/ipv4/tcp_fastopen.c): a TFO connection (SYN-data or cookie request)
-//! whose SYN times out a second time, or that gives up earlier
-//! (`tcp_fastopen_active_detect_blackhole`), pauses active TFO in its namespace when
-//! `tcp_fastopen_blackhole_timeout_sec` is above 0 (`tcp_fastopen_active_disable`:
-//! TcpExtTCPFastOpenBlackhole +1, `tfo_active_disable_times` +1). While paused
+//! The kernel (net/ipv4/tcp_fastopen.c): a socket that used TFO (a client's SYN-data or
+//! cookie request, or a server's TFO child: `syn_data_acked`) pauses active TFO in its
+//! namespace on its third timeout in a row (`tcp_fastopen_active_detect_blackhole`:
+//! `icsk_retransmits == 2` as it runs, tcp_update_rto_stats() counting each timeout after
+//! it; tcp_timer.c 592/618 in 6.12), or when it gives up before it, in any state; and a TFO
+//! client that got no data pauses it when the server's FIN or RST arrives out of order
+//! (`tcp_fastopen_active_disable_ofo_check` and two sites in tcp_input.c). Each pause needs
+//! `tcp_fastopen_blackhole_timeout_sec` above 0 (off by default since 5.14, and in the
+//! stable kernels 5.10 and 6.1 alike) and moves TcpExtTCPFastOpenBlackhole and the
+//! namespace's `tfo_active_disable_times`. While paused
 //! (`tcp_fastopen_active_should_disable`), every connect in the namespace sends a plain
-//! SYN: tfo-trace's `not_attempted`. The pause lasts the timeout shifted left by
-//! `tfo_active_disable_times - 1` (at most 6): it doubles with each pause. The kernel
-//! exports no count of pauses, so the n-th pause seen here is taken as the n-th.
+//! SYN: tfo-trace's `not_attempted`. The pause lasts the timeout << min(times - 1, 6) from
+//! `tfo_active_disable_stamp`: its length and start are the kernel's, read by the programs
+//! into the `not_attempted` and `active_disabled` events (`pause_times`, `pause_age_ms`);
+//! where those are missing (an older recording), the n-th pause seen is taken as the n-th.
 //!
 //! Where a hook sees the pause (fentry, kprobe), its `active_disabled` event names the
-//! connection. Elsewhere the tripper is found from the events and the counter's change:
-//! the last connection whose SYNs timed out in that namespace (`connect_failed`, or
-//! `syn_retransmitted` with 2 or more retransmits) before a `not_attempted` when no pause
-//! was open; one that timed out during an open pause starts a tentative pause, kept only
-//! where the counter moved more times than the clear ones explain.
+//! socket. Elsewhere the tripper is found from the events: the timed-out connection whose
+//! life spans the pause's start by the kernel's stamp (the earliest such, a pause each in
+//! turn); without a stamp, the last connection whose SYNs timed out in that namespace
+//! before a `not_attempted` when no pause was open; one that timed out during an open
+//! pause starts a tentative pause, kept only where the counter moved more times than the
+//! clear ones explain.
 use std::{collections::BTreeMap, net::SocketAddr};
 
 use serde::Serialize;
 
-use crate::events::{EventRef, Outcome, Role, Timestamp};
+use crate::events::{Errno, EventRef, Outcome, Role, Timestamp, Trip};
 
 /// Namespaces followed; a new one beyond this is not (a host has a handful).
 const MAX_NAMESPACES: usize = 1024;
@@ -34,18 +41,34 @@ const MAX_SEGMENTS: usize = 64;
 const MAX_DESTINATIONS: usize = 256;
 /// The kernel's cap on the doubling: `1 << min(times - 1, 6)`.
 const MAX_DOUBLINGS: u32 = 6;
+/// Timed-out connections kept per namespace for matching pauses to (the latest).
+const MAX_SPANS: usize = 256;
+/// How far a pause's start by the kernel's stamp may fall outside a connection's life and
+/// still be its: the event says the stamp's age in whole ms, the stamp is a jiffy (up to 10
+/// ms at HZ 100), and jiffies lag the clock events are stamped with by however late the
+/// ticks run, which moves between the stamp and the event: 3 ms apart in a quiet 5.10 TCG
+/// guest, over 20 ms in one beside two compilers. A connection that gave up that close
+/// before the pause would have tripped its own (tcp_fastopen_active_detect_blackhole()'s
+/// `expired`), so a wider window names no other.
+const STAMP_SLACK_NS: u128 = 100_000_000;
 
-/// The connection whose SYN timeouts paused active TFO.
+/// The connection that paused active TFO.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Tripper {
-    /// `198.18.0.3:8080`.
+    /// `198.18.0.3:8080`: where a client connected; for a server's TFO child, the client it
+    /// served (`role` server).
     pub destination: String,
     #[serde(skip)]
     pub addr: SocketAddr,
+    /// Client: a connect; server: a TFO child whose data timed out after its handshake.
+    pub role: Role,
     pub pid: u32,
     pub comm: String,
     /// `active_disabled` (a hook saw the pause), `connect_failed` or `syn_retransmitted`.
     pub outcome: Outcome,
+    /// What tripped it, where a hook told (`active_disabled`); else timeouts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trip: Option<Trip>,
     pub retransmits: u32,
     pub at: Timestamp,
 }
@@ -56,12 +79,45 @@ impl Tripper {
         Tripper {
             destination: addr.to_string(),
             addr,
+            role: e.role,
             pid: e.pid,
             comm: e.comm.to_string(),
             outcome: e.outcome,
+            trip: e.trip,
             retransmits: e.retransmits,
             at: Timestamp::from_unix_ns(e.unix_ns),
         }
+    }
+}
+
+/// A pause as the kernel keeps it, from an event that read it: the namespace's count of
+/// pauses (`tfo_active_disable_times`: this is its n-th) and when it began
+/// (`tfo_active_disable_stamp`), where read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct KernelPause {
+    nth: u16,
+    began_ns: Option<u128>,
+}
+
+impl KernelPause {
+    fn of(e: &EventRef<'_>) -> Option<KernelPause> {
+        let nth = e.pause_times?;
+        let began_ns = e.pause_age_ms.map(|ms| e.unix_ns.saturating_sub(u128::from(ms) * 1_000_000));
+        Some(KernelPause { nth, began_ns })
+    }
+}
+
+/// A connection whose SYNs timed out as a tripper's do, and its life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Span {
+    tripper: Tripper,
+    began_ns: u128,
+    ended_ns: u128,
+}
+
+impl Span {
+    fn holds(&self, at_ns: u128) -> bool {
+        self.began_ns.saturating_sub(STAMP_SLACK_NS) <= at_ns && at_ns <= self.ended_ns + STAMP_SLACK_NS
     }
 }
 
@@ -104,10 +160,12 @@ impl WithoutTfo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Segment {
     tripped_by: Option<Tripper>,
-    /// A hook saw it (exact), or it opened when no pause was: a pause for sure. Else
-    /// tentative: a connection timed out during an open pause (a pause anew only if the
-    /// counter says so).
+    /// A hook saw it (exact), the kernel's count said it, or it opened when no pause was:
+    /// a pause for sure. Else tentative: a connection timed out during an open pause (a
+    /// pause anew only if the counter says so).
     sure: bool,
+    /// The pause as the kernel keeps it, where an event read it.
+    kernel: Option<KernelPause>,
     /// The first TFO attempt that began after it: TFO was no longer paused then.
     resumed_ns: Option<u128>,
     without_tfo: WithoutTfo,
@@ -115,11 +173,12 @@ struct Segment {
 
 impl Segment {
     fn new(tripped_by: Option<Tripper>, sure: bool) -> Segment {
-        Segment { tripped_by, sure, resumed_ns: None, without_tfo: WithoutTfo::default() }
+        Segment { tripped_by, sure, kernel: None, resumed_ns: None, without_tfo: WithoutTfo::default() }
     }
 
+    /// When it began: by the kernel's stamp, else its tripper's event.
     fn began_ns(&self) -> Option<u128> {
-        self.tripped_by.as_ref().map(|t| t.at.unix_ns())
+        self.kernel.and_then(|k| k.began_ns).or_else(|| self.tripped_by.as_ref().map(|t| t.at.unix_ns()))
     }
 }
 
@@ -129,6 +188,8 @@ struct Namespace {
     hooked: bool,
     /// The last connection whose SYNs timed out while no pause was open.
     candidate: Option<Tripper>,
+    /// The latest connections whose SYNs timed out (matched with the kernel's stamps).
+    spans: Vec<Span>,
     segments: Vec<Segment>,
 }
 
@@ -152,11 +213,14 @@ pub struct Pauses {
     namespaces: BTreeMap<u32, Namespace>,
 }
 
-/// Whether the connection's SYNs timed out as those that trip blackhole detection do.
+/// Whether the connection's SYNs timed out as those that trip blackhole detection do: a
+/// third timeout (three SYNs resent before its SYN-ACK), or giving up
+/// (tcp_write_err(): ETIMEDOUT, or an ICMP error it held). A reset (ECONNREFUSED) ends a
+/// connect without it.
 fn timed_out(e: &EventRef<'_>) -> bool {
     match e.outcome {
-        Outcome::ConnectFailed => true,
-        Outcome::SynRetransmitted => e.retransmits >= 2,
+        Outcome::ConnectFailed => e.error != Some(Errno::RESET),
+        Outcome::SynRetransmitted => e.retransmits >= 3,
         _ => false,
     }
 }
@@ -164,7 +228,8 @@ fn timed_out(e: &EventRef<'_>) -> bool {
 impl Pauses {
     /// Counts one event (server events and most client ones change nothing).
     pub fn add(&mut self, e: &EventRef<'_>) {
-        if e.role != Role::Client {
+        // A server's only: a TFO child's timeouts pausing the namespace's active TFO.
+        if e.role != Role::Client && e.outcome != Outcome::ActiveDisabled {
             return;
         }
         let relevant = matches!(e.outcome, Outcome::ActiveDisabled | Outcome::NotAttempted) || timed_out(e);
@@ -180,15 +245,28 @@ impl Pauses {
             Outcome::ActiveDisabled => {
                 ns.hooked = true;
                 ns.candidate = None;
-                ns.push(Segment::new(Some(Tripper::of(e)), true));
+                let mut s = Segment::new(Some(Tripper::of(e)), true);
+                s.kernel = KernelPause::of(e).map(|k| KernelPause { began_ns: Some(at), ..k });
+                ns.push(s);
             }
             Outcome::NotAttempted => {
-                if ns.open().is_none() {
-                    let tripped_by = ns.candidate.take();
-                    let sure = !ns.hooked;
+                let kernel = KernelPause::of(e);
+                // A pause the kernel counted since the open one (a hook's event lost or
+                // filtered out, or none seen): one of its own.
+                let later = ns.open().is_some_and(
+                    |s| matches!((s.kernel, kernel), (Some(open), Some(now)) if now.nth > open.nth),
+                );
+                if ns.open().is_none() || later {
+                    // With the kernel's stamp, its tripper is matched by time (summary).
+                    let tripped_by =
+                        if kernel.is_some_and(|k| k.began_ns.is_some()) { None } else { ns.candidate.take() };
+                    let sure = !ns.hooked || later;
                     ns.push(Segment::new(tripped_by, sure));
                 }
                 if let Some(s) = ns.segments.last_mut() {
+                    if s.kernel.is_none() {
+                        s.kernel = kernel;
+                    }
                     s.without_tfo.add(SocketAddr::new(e.daddr, e.dport));
                 }
             }
@@ -208,11 +286,16 @@ impl Pauses {
                     }
                     return;
                 }
-                if ns.open().is_some() {
+                if ns.spans.len() >= MAX_SPANS {
+                    ns.spans.remove(0);
+                }
+                ns.spans.push(Span { tripper: Tripper::of(e), began_ns: began, ended_ns: at });
+                match ns.open() {
+                    // The kernel's count tells a pause anew at the next `not_attempted`.
+                    Some(open) if open.kernel.is_some() => {}
                     // Timed out during a pause: a second pause only if the counter says so.
-                    ns.push(Segment::new(Some(Tripper::of(e)), false));
-                } else {
-                    ns.candidate = Some(Tripper::of(e));
+                    Some(_) => ns.push(Segment::new(Some(Tripper::of(e)), false)),
+                    None => ns.candidate = Some(Tripper::of(e)),
                 }
             }
         }
@@ -236,6 +319,7 @@ impl Pauses {
         // tripper (that pause began before the window, on a connection not seen).
         let mut is_pause: Vec<bool> = segments.iter().map(|s| s.sure).collect();
         let mut blamed: Vec<bool> = segments.iter().map(|s| s.tripped_by.is_some()).collect();
+        let mut named: Vec<Option<Tripper>> = vec![None; segments.len()];
         if let Some(k) = counted.filter(|_| !hooked) {
             let mut more = k.saturating_sub(sure);
             for (i, s) in segments.iter().enumerate().rev() {
@@ -258,10 +342,30 @@ impl Pauses {
                 }
             }
         }
+        // Where no hook names a pause, the kernel's stamp does: the timed-out connection
+        // whose life spans it, the earliest first (each connection trips one pause).
+        if !hooked {
+            let spans = ns.map(|n| n.spans.as_slice()).unwrap_or_default();
+            let mut taken = vec![false; spans.len()];
+            for (i, s) in segments.iter().enumerate() {
+                let Some(at) = s.kernel.and_then(|k| k.began_ns) else { continue };
+                let found = (0..spans.len())
+                    .filter(|&j| !taken[j] && spans[j].holds(at))
+                    .min_by_key(|&j| spans[j].began_ns);
+                if let Some(j) = found {
+                    taken[j] = true;
+                    blamed[i] = true;
+                    named[i] = Some(spans[j].tripper.clone());
+                }
+            }
+        }
         // Tentative segments that are no pause belong to the one before them.
         let mut pauses: Vec<Segment> = Vec::new();
         for (i, s) in segments.iter().enumerate() {
             let mut s = s.clone();
+            if let Some(t) = named[i].take() {
+                s.tripped_by = Some(t);
+            }
             if !blamed[i] {
                 s.tripped_by = None;
             }
@@ -280,20 +384,24 @@ impl Pauses {
         if count == 0 && (without.total == 0 || timeout_s.unwrap_or(0) == 0) {
             return None; // not_attempted with detection off is something else (TFO off)
         }
-        // The n-th pause seen lasts the timeout << (n - 1), up to << 6.
-        let mut nth = 0u32;
+        // A pause lasts the timeout << (n - 1), up to << 6, n the kernel's count of it;
+        // where no event read that, the n-th pause seen is taken as the n-th.
+        let mut seen = 0u32;
         let each = pauses
             .iter()
             .map(|p| {
                 let began = p.began_ns();
                 // 0 now: detection was turned off since, the length it had is unknown.
                 let length_s = began.and(timeout_s.filter(|&t| t > 0)).map(|t| {
-                    nth += 1;
+                    seen += 1;
+                    let nth = p.kernel.map_or(seen, |k| u32::from(k.nth).max(1));
                     u64::from(t) << (nth - 1).min(MAX_DOUBLINGS)
                 });
                 let until = began.zip(length_s).map(|(b, l)| b + u128::from(l) * 1_000_000_000);
                 PauseFigures {
                     tripped_by: p.tripped_by.clone(),
+                    nth: p.kernel.map(|k| k.nth),
+                    began: began.map(Timestamp::from_unix_ns),
                     length_s,
                     until: until.map(Timestamp::from_unix_ns),
                     resumed: p.resumed_ns.map(Timestamp::from_unix_ns),
@@ -334,7 +442,14 @@ pub struct DestinationCount {
 pub struct PauseFigures {
     /// The connection that tripped it, where seen (null: before the window, or unseen).
     pub tripped_by: Option<Tripper>,
-    /// How long it lasts: the sysctl's timeout, doubled for each pause before it here.
+    /// Its number in the namespace's count of pauses (`tfo_active_disable_times`), where an
+    /// event read it.
+    pub nth: Option<u16>,
+    /// When it began: the kernel's stamp (`tfo_active_disable_stamp`) where an event read
+    /// it, else its tripper's event.
+    pub began: Option<Timestamp>,
+    /// How long it lasts: the sysctl's timeout, doubled for each pause before it (by the
+    /// kernel's count where read, else by the pauses seen here), up to 64x.
     pub length_s: Option<u64>,
     /// When it ends: its start plus `length_s`.
     pub until: Option<Timestamp>,
@@ -465,6 +580,48 @@ mod tests {
         assert!(s.each[0].resumed.is_some() && s.each[1].resumed.is_none());
         assert_eq!(s.tripping_destinations().len(), 1);
         assert_eq!(s.to_others(), (2, 2), "to .2 and .4; the one to .3 itself apart");
+    }
+
+    /// The kernel trips on a connect's third timeout (`icsk_retransmits == 2` as
+    /// tcp_fastopen_active_detect_blackhole() runs): a SYN-ACK after two resent SYNs paused
+    /// nothing, after three it did; a reset ends a connect without a timeout.
+    #[test]
+    fn only_a_third_timeout_or_giving_up_trips_it() {
+        let tripped = |e: Event| {
+            let mut events = vec![e];
+            events.extend((11..13).map(|t| at(Outcome::NotAttempted, 2, t, 0, 0)));
+            let s = pauses(&events).summary(NS, Some(1), Some(60)).unwrap();
+            s.last().unwrap().tripped_by.as_ref().map(|t| t.outcome)
+        };
+        assert_eq!(tripped(at(Outcome::SynRetransmitted, 3, 10, 2, 64)), None);
+        assert_eq!(tripped(at(Outcome::SynRetransmitted, 3, 10, 3, 64)), Some(Outcome::SynRetransmitted));
+        assert_eq!(tripped(at(Outcome::ConnectFailed, 3, 10, 1, 64)), Some(Outcome::ConnectFailed));
+        let reset = Event { error: Some(Errno::RESET), ..at(Outcome::ConnectFailed, 3, 10, 0, 64) };
+        assert_eq!(tripped(reset), None);
+    }
+
+    /// Where no hook sees the pause, the kernel's stamp (read by the `not_attempted` events)
+    /// names its connection, even one whose event comes after TFO stopped being attempted
+    /// (a connect that trips at its third timeout and gives up later), and the kernel's
+    /// count gives the pause's length, here the namespace's third pause: 4x the timeout.
+    #[test]
+    fn the_kernels_stamp_names_the_tripper_and_its_count_the_length() {
+        let paused = |t: u64| Event {
+            pause_times: Some(3),
+            // The pause began at 13 s.
+            pause_age_ms: Some(u32::try_from((t - 13) * 1000).unwrap()),
+            ..at(Outcome::NotAttempted, 2, t, 0, 0)
+        };
+        let gave_up = Event { handshake_us: Some(10_000_000), ..at(Outcome::ConnectFailed, 3, 20, 6, 64) };
+        let other = Event { handshake_us: Some(1_000_000), ..at(Outcome::ConnectFailed, 4, 12, 1, 64) };
+        let events = vec![other, paused(14), paused(15), gave_up, paused(21)];
+        let s = pauses(&events).summary(NS, Some(1), Some(60)).unwrap();
+        assert_eq!((s.pauses, s.each.len(), s.without_tfo), (1, 1, 3), "{s:?}");
+        let p = &s.each[0];
+        assert_eq!(p.tripped_by.as_ref().map(|t| t.destination.as_str()), Some("198.18.0.3:8080"), "{p:?}");
+        assert_eq!((p.nth, p.length_s), (Some(3), Some(240)));
+        assert_eq!(p.began.as_ref().unwrap().unix_ns(), 13 * 1_000_000_000);
+        assert_eq!(p.until.as_ref().unwrap().unix_ns(), (13 + 240) * 1_000_000_000);
     }
 
     #[test]

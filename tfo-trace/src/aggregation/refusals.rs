@@ -53,6 +53,8 @@ pub struct RefusalFigures {
     pub new_cookie: u64,
     pub no_tfo_option: u64,
     pub same_cookie: u64,
+    /// The client sent its data without a cookie (no-cookie mode).
+    pub no_cookie_sent: u64,
     /// Not told: the backend could not see it, or the recording predates causes.
     pub unknown: u64,
     /// The most refused SYN-data in a row, none accepted between.
@@ -136,10 +138,10 @@ impl Refusals {
         self.main_cause() == Some(Cause::NewCookie) && self.longest_run >= 2
     }
 
-    /// The cause most refusals had (ties: a new cookie, no option, the same cookie); None
-    /// where none was told, or fewer were told than not.
+    /// The cause most refusals had (ties: a new cookie, no option, the same cookie, no
+    /// cookie sent); None where none was told, or fewer were told than not.
     pub fn main_cause(&self) -> Option<Cause> {
-        let told = [Cause::NewCookie, Cause::NoTfoOption, Cause::SameCookie];
+        let told = [Cause::NewCookie, Cause::NoTfoOption, Cause::SameCookie, Cause::NoCookieSent];
         let (cause, n) = told
             .iter()
             .map(|c| (*c, self.of(Told::Cause(*c))))
@@ -167,6 +169,7 @@ impl Refusals {
             new_cookie: self.of(Told::Cause(Cause::NewCookie)),
             no_tfo_option: self.of(Told::Cause(Cause::NoTfoOption)),
             same_cookie: self.of(Told::Cause(Cause::SameCookie)),
+            no_cookie_sent: self.of(Told::Cause(Cause::NoCookieSent)),
             unknown: self.untold(),
             longest_run: self.longest_run(),
             cookie_changes: self.changed(CookieChange::First),
@@ -208,6 +211,7 @@ mod tests {
                 new_cookie: 3,
                 no_tfo_option: 1,
                 same_cookie: 0,
+                no_cookie_sent: 0,
                 unknown: 1,
                 longest_run: 3,
                 ..RefusalFigures::default()

@@ -168,7 +168,7 @@ pub(crate) struct StallTally {
     /// The gain they forwent ([`extra_round_trip_us`]).
     pub extra_round_trip_us: u64,
     /// Those by what their SYN-ACK said ([`crate::events::Cause`], indexed by its number).
-    pub refused_by_cause: [u64; 4],
+    pub refused_by_cause: [u64; crate::events::Cause::ALL.len()],
     /// What the same destination's accepted connections saved ([`saved_us`]).
     pub saved_us: u64,
 }

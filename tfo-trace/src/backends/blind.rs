@@ -58,10 +58,23 @@ pub(super) const TRACEPOINT_BLIND: &[Blind] = &[
     },
     Blind {
         role: Server,
+        outcome: ActiveDisabled,
+        why: "a server TFO child's timeouts pause the namespace's active TFO without a socket \
+              state change",
+        counter: KernelCounter::None(
+            "TcpExtTCPFastOpenBlackhole counts every pause of the namespace, whichever socket \
+             tripped it: the client's active_disabled",
+        ),
+    },
+    Blind {
+        role: Server,
         outcome: CookieRequested,
         why: "a cookie request makes only a request sock, which no tracepoint reports",
         // tcp_try_fastopen(): every SYN with an empty TFO option at a listener, whether a
-        // cookie goes back or not (the fentry backend's server cookie_requested likewise).
+        // cookie goes back or not. The fentry backend's server cookie_requested counts the
+        // same SYNs but those that overflowed the TFO queue (its queue_overflow, which
+        // ListenOverflow counts too) or made a child where no cookie is required (0x200:
+        // its accepted, Passive too): one event per SYN where the kernel counts two.
         // The client's cookie_requested, which this backend sees, is the same SYN from the
         // other end: role keeps the two apart.
         counter: KernelCounter::Exact("TcpExtTCPFastOpenCookieReqd"),
@@ -96,6 +109,16 @@ pub(super) const TRACEPOINT_BLIND: &[Blind] = &[
         counter: KernelCounter::None(
             "no server counter moves (tcp_try_fastopen() returns before counting); the client's \
              TcpExtTCPFastOpenActiveFail does, seen as its data_not_acked",
+        ),
+    },
+    Blind {
+        role: Server,
+        outcome: DataWithoutCookie,
+        why: "decided inside tcp_try_fastopen(); the SYN falls back to a plain handshake",
+        counter: KernelCounter::None(
+            "no server counter moves (tcp_try_fastopen() returns NULL past its checks without \
+             counting); the client's TcpExtTCPFastOpenActiveFail does, seen as its data_not_acked \
+             (cause no_cookie_sent where the client left the option out)",
         ),
     },
 ];

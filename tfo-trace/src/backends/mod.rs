@@ -136,6 +136,7 @@ const SERVER_FROM_TRY_FASTOPEN: &[(Role, Outcome)] = &[
     (Server, CookieInvalid),
     (Server, QueueOverflow),
     (Server, ListenerDisabled),
+    (Server, DataWithoutCookie),
 ];
 
 const STATE_AND_CHILD_WHY: &str = "SYN_SENT->ESTABLISHED runs after tcp_ack() and just before \
@@ -208,7 +209,14 @@ const SYN_PREPARED_WHY: &str = "tcp_fastopen_cookie_check() runs only for a SYN 
     where active TFO is paused (the SYN goes without the option)";
 const TIMEOUT_WHY: &str = "tcp_fastopen_active_detect_blackhole() runs on every retransmission \
     timeout (not per connection): it times a followed SYN's timeouts, tells a pause of active \
-    TFO by the kernel's own condition (TcpExtTCPFastOpenBlackhole), and a connect given up";
+    TFO by the kernel's own condition (TcpExtTCPFastOpenBlackhole), a client's or a server TFO \
+    child's, and a connect given up";
+const TIMEOUT_SEES: &[(Role, Outcome)] =
+    &[(Client, ActiveDisabled), (Server, ActiveDisabled), (Client, ConnectFailed)];
+const ACTIVE_DISABLE_WHY: &str = "tcp_fastopen_active_disable() runs only when active TFO is \
+    paused: the pauses an out-of-order FIN or RST makes on a TFO client that got no data \
+    (tcp_fastopen_active_disable_ofo_check, tcp_validate_incoming, tcp_rcv_state_process); the \
+    timeouts' are told at detect_blackhole's entry";
 const ERROR_END_WHY: &str = "runs for a connection that ends by an error (not per healthy \
     connection): a followed connect still in SYN_SENT was refused";
 const LISTEN_WHY: &str = "listen() and a listener's close, in the owner's process: who owns \
@@ -221,7 +229,7 @@ const TRY_FASTOPEN_FEXIT_WHY: &str = "every SYN at a listener passes tcp_try_fas
 /// none of its programs and a plain server connection one (tcp_try_fastopen's exit);
 /// tcp_done_with_error and tcp_reset are alternatives, one attached per kernel
 /// ([`alternatives`]).
-const FENTRY_HOOKS: [Hook; 9] = [
+const FENTRY_HOOKS: [Hook; 10] = [
     Hook {
         program: "tfo_synack_retransmit",
         kind: HookKind::BtfTracepoint,
@@ -255,12 +263,20 @@ const FENTRY_HOOKS: [Hook; 9] = [
         plain_runs: PlainRuns::Never,
     },
     Hook {
-        program: "tfo_timeout_fexit",
-        kind: HookKind::FExit,
+        program: "tfo_timeout_fentry",
+        kind: HookKind::FEntry,
         target: "tcp_fastopen_active_detect_blackhole",
-        sees: &[(Client, ActiveDisabled), (Client, ConnectFailed)],
+        sees: TIMEOUT_SEES,
         why: TIMEOUT_WHY,
         plain_runs: PlainRuns::PerRto,
+    },
+    Hook {
+        program: "tfo_active_disable_fentry",
+        kind: HookKind::FEntry,
+        target: "tcp_fastopen_active_disable",
+        sees: &[(Client, ActiveDisabled)],
+        why: ACTIVE_DISABLE_WHY,
+        plain_runs: PlainRuns::Never,
     },
     Hook {
         program: "tfo_error_end_fentry",
@@ -301,7 +317,7 @@ const FENTRY_HOOKS: [Hook; 9] = [
 /// exception, tcp_fastopen_active_detect_blackhole(), changes nothing its exit would read,
 /// so its entry alone does. A plain client connection runs none of them, a plain server
 /// connection the tcp_try_fastopen pair once each (its entry remembers the SYN's cookie).
-const KPROBE_HOOKS: [Hook; 12] = [
+const KPROBE_HOOKS: [Hook; 13] = [
     Hook {
         program: "tfo_synack_retransmit_raw",
         kind: HookKind::RawTracepoint,
@@ -354,9 +370,17 @@ const KPROBE_HOOKS: [Hook; 12] = [
         program: "tfo_timeout_kprobe",
         kind: HookKind::KProbe,
         target: "tcp_fastopen_active_detect_blackhole",
-        sees: &[(Client, ActiveDisabled), (Client, ConnectFailed)],
+        sees: TIMEOUT_SEES,
         why: TIMEOUT_WHY,
         plain_runs: PlainRuns::PerRto,
+    },
+    Hook {
+        program: "tfo_active_disable_kprobe",
+        kind: HookKind::KProbe,
+        target: "tcp_fastopen_active_disable",
+        sees: &[(Client, ActiveDisabled)],
+        why: ACTIVE_DISABLE_WHY,
+        plain_runs: PlainRuns::Never,
     },
     Hook {
         program: "tfo_error_end_kprobe",
@@ -401,8 +425,12 @@ const KPROBE_HOOKS: [Hook; 12] = [
 ];
 
 /// Hooks of which a kernel gets one: the first whose target its BTF has (the later ones
-/// are older kernels' names for the same moment).
-pub(crate) const ALTERNATIVES: &[&[&str]] = &[&["tcp_done_with_error", "tcp_reset"]];
+/// are older kernels' names for the same moment). A group of one is a hook a kernel may
+/// lack: tcp_fastopen_active_disable() is a function wherever tcp_input.c calls it, but a
+/// kernel built with it inlined everywhere has none to hook (its pauses by out-of-order
+/// FIN or RST are then counted, not told).
+pub(crate) const ALTERNATIVES: &[&[&str]] =
+    &[&["tcp_done_with_error", "tcp_reset"], &["tcp_fastopen_active_disable"]];
 
 /// Whether `hook` is attached on a kernel whose BTF has the functions `has_function` says:
 /// a hook outside [`ALTERNATIVES`] always, one inside only where no alternative before it
@@ -625,6 +653,7 @@ mod tests {
                             | QueueOverflow
                             | ListenerDisabled
                             | SynackRetransmitted
+                            | DataWithoutCookie
                     );
                     let client_only = matches!(
                         o,
@@ -632,7 +661,6 @@ mod tests {
                             | SynRetransmitted
                             | ConnectFailed
                             | NotAttempted
-                            | ActiveDisabled
                             | CookieReceived
                             | CookieSentNoData
                     );
@@ -718,7 +746,7 @@ mod tests {
 
     #[test]
     fn one_error_end_hook_per_kernel() {
-        for (backend, attached) in [(Backend::Fentry, 8), (Backend::Kprobe, 11)] {
+        for (backend, attached) in [(Backend::Fentry, 9), (Backend::Kprobe, 12)] {
             let error_ends = |has: &dyn Fn(&str) -> bool| {
                 hooks(backend)
                     .iter()

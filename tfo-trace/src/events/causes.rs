@@ -436,6 +436,12 @@ impl Causes {
                 self.remember(dest).saw_accept(e.unix_ns);
                 Waiting::Accepted(dest)
             }
+            // No-cookie mode, told by the programs from the socket on every backend: the SYN
+            // carried no TFO option, so there is no cookie to compare (tcp_rcv_fastopen_synack
+            // ignores the SYN-ACK's); the cache says nothing of it.
+            Outcome::DataNotAcked if e.cause == Some(Cause::NoCookieSent) => {
+                Waiting::told(dest, Telling { cause: e.cause, ..Default::default() }, None)
+            }
             Outcome::DataNotAcked if self.kernel_sees_synack => {
                 let told = Telling {
                     cause: e.cause,

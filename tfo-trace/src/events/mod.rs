@@ -1,6 +1,7 @@
 //! Decoding kernel events into [`Event`], the record every view and the JSON output use.
 pub(crate) mod causes;
 pub(crate) mod cgroups;
+mod codes;
 pub(crate) mod counts;
 mod fields;
 pub(crate) mod reader;
@@ -16,11 +17,12 @@ use std::{
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
-use tfo_trace_common::{flags, TfoEvent, FAMILY_V4, FAMILY_V6, TASK_COMM_LEN};
+use tfo_trace_common::{flags, TfoEvent, FAMILY_V4, FAMILY_V6, PAUSE_AGE_UNKNOWN, TASK_COMM_LEN};
 
 use crate::kernel::cgroup::NamedCgroup;
 
 pub use causes::CookieChange;
+pub use codes::{Errno, Trip};
 pub use tfo_trace_common::{Cause, Outcome, Role};
 /// Roles and outcomes are declared once, in tfo-trace-common, with their wire numbers.
 pub use time::Timestamp;
@@ -82,7 +84,8 @@ fields::event_fields! {
     thread: Option<Arc<str>>, view thread: Option<&'a Arc<str>> = at.thread;
         event r.thread.cloned(); view e.thread.as_ref();
     syn_data_bytes: u32 = raw.syn_data_bytes;
-    /// Length of the TFO cookie, where the backend saw it (null otherwise).
+    /// Length of the TFO cookie, where the backend saw it (null otherwise); 0 on a server
+    /// event: the SYN asked for a cookie.
     cookie_len: Option<u8> = (raw.flags & flags::COOKIE_LEN_KNOWN != 0).then_some(raw.cookie_len);
     /// Server `cookie_requested` only: whether a cookie went back.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -129,6 +132,23 @@ fields::event_fields! {
     queue_len: Option<u32> = (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_len);
     #[serde(default, skip_serializing_if = "Option::is_none")]
     queue_max: Option<u32> = (raw.flags & flags::QUEUE_KNOWN != 0).then_some(raw.queue_max);
+    /// `connect_failed`: the error the connect ended with (`ECONNREFUSED`: a reset;
+    /// `ETIMEDOUT`: every SYN timed out; an ICMP error's), where the backend read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<Errno> = (at.outcome == Outcome::ConnectFailed).then(|| Errno::of(raw.error)).flatten();
+    /// `not_attempted` and `active_disabled`: the namespace's pauses of active TFO so far as
+    /// the kernel counts them (`tfo_active_disable_times`, which sets the last one's
+    /// length), where read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pause_times: Option<u16> = (raw.pause_times != 0).then_some(raw.pause_times);
+    /// The same events: how long before the event the namespace's last pause began, in ms,
+    /// by the kernel's own stamp (`tfo_active_disable_stamp`), where read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pause_age_ms: Option<u32> = (raw.pause_times != 0 && raw.pause_age_ms != PAUSE_AGE_UNKNOWN)
+        .then_some(raw.pause_age_ms);
+    /// `active_disabled`: what tripped it (`timeouts`, `out_of_order_end`), where told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    trip: Option<Trip> = (at.outcome == Outcome::ActiveDisabled).then(|| Trip::of(raw.pause_trip)).flatten();
     /// cgroup v2 of `pid` when it connected (client) or called listen() (server): its id
     /// (the directory's inode), its path below the v2 root, and the container that path
     /// names, where it names one. The view holds the cgroup as the reader's table named it

@@ -9,6 +9,7 @@ pub(crate) mod containers;
 pub(crate) mod cookie_cache;
 pub mod every_netns;
 pub(crate) mod host;
+pub(crate) mod jiffies;
 pub(crate) mod kallsyms;
 pub(crate) mod listener_directory;
 pub(crate) mod listeners;

@@ -18,16 +18,29 @@ impl Lab {
     /// is 72 bytes of IPv4 (total length) and 52 bytes of IPv6 payload, and passes;
     /// anything longer carries data. Can be called again to add more destinations.
     pub fn middlebox_drop_syn_data(&self, dst: Option<IpAddr>) -> Result<()> {
-        self.drop_syn_data(dst, None)
+        self.syn_data_rule(dst, None, "drop")
     }
 
     /// The middlebox dropping one SYN-data in every `k` (the first, then every k-th after
     /// it; an nft `numgen` counter per address family): a path that fails now and then.
     pub fn middlebox_drop_syn_data_one_in(&self, k: u32) -> Result<()> {
-        self.drop_syn_data(None, Some(k.max(1)))
+        self.syn_data_rule(None, Some(k.max(1)), "drop")
     }
 
-    fn drop_syn_data(&self, dst: Option<IpAddr>, one_in: Option<u32>) -> Result<()> {
+    /// A firewall or IPS that rejects SYNs carrying data with a reset (nft `reject with tcp
+    /// reset`), as [`Lab::middlebox_drop_syn_data`] tells them; SYNs without data pass.
+    /// [`Lab::middlebox_dropped`] counts the resets sent.
+    pub fn middlebox_reset_syn_data(&self) -> Result<()> {
+        self.syn_data_rule(None, None, "reject with tcp reset")
+    }
+
+    /// A middlebox that strips the TFO option from every SYN on its way in (nft `reset tcp
+    /// option fastopen`: the option's bytes become NOPs), data and all left as they were.
+    pub fn middlebox_strip_tfo_option(&self) -> Result<()> {
+        self.middlebox_rule("tcp flags & (syn | ack) == syn reset tcp option fastopen")
+    }
+
+    fn syn_data_rule(&self, dst: Option<IpAddr>, one_in: Option<u32>, verdict: &str) -> Result<()> {
         self.ensure_nft_table()?;
         let syn = "tcp flags & (syn | ack) == syn";
         // Counted only for the packets the rule's earlier matches let through: SYN-data.
@@ -35,11 +48,11 @@ impl Lab {
         let mut rules = Vec::new();
         if !matches!(dst, Some(IpAddr::V6(_))) {
             let d = dst.map(|a| format!("ip daddr {a} ")).unwrap_or_default();
-            rules.push(format!("{d}{syn} ip length > 72 {every}counter drop"));
+            rules.push(format!("{d}{syn} ip length > 72 {every}counter {verdict}"));
         }
         if !matches!(dst, Some(IpAddr::V4(_))) {
             let d = dst.map(|a| format!("ip6 daddr {a} ")).unwrap_or_default();
-            rules.push(format!("{d}{syn} ip6 length > 52 {every}counter drop"));
+            rules.push(format!("{d}{syn} ip6 length > 52 {every}counter {verdict}"));
         }
         for r in rules {
             self.nft(&["add", "rule", "inet", NFT_TABLE, "input", &r])?;
@@ -113,6 +126,38 @@ impl Lab {
         cmd::run(cmd::in_netns(ns, "tc").args(["qdisc", "del", "dev", dev, "root"])).map(drop)
     }
 
+    /// The client's route to the server's addresses with `fastopen_no_cookie 1`: TFO
+    /// without a cookie toward them (tcp_fastopen_no_cookie(): the route's
+    /// RTAX_FASTOPEN_NO_COOKIE), the namespace's sysctl left as it is.
+    pub fn client_route_no_cookie(&self) -> Result<()> {
+        for v6 in [false, true] {
+            let subnet = match self.host_addr(0, v6) {
+                a @ IpAddr::V4(_) => format!("{a}/24"),
+                a => format!("{a}/64"),
+            };
+            cmd::run(cmd::ip_in(&self.client_ns).args([
+                "route",
+                "replace",
+                &subnet,
+                "dev",
+                VETH_CLIENT,
+                "fastopen_no_cookie",
+                "1",
+            ]))?;
+        }
+        Ok(())
+    }
+
+    /// Drops every segment from the server's `port` arriving at the client but SYN-ACKs:
+    /// handshakes end, and the server's data, FIN and ACKs after them are lost (its data
+    /// times out at the server).
+    pub fn client_drop_server_segments(&self, port: u16) -> Result<()> {
+        let nft = |args: &[&str]| cmd::run(cmd::in_netns(&self.client_ns, "nft").args(args));
+        add_input_chain(nft)?;
+        let rule = format!("tcp sport {port} tcp flags & syn == 0 counter drop");
+        nft(&["add", "rule", "inet", NFT_TABLE, "input", &rule]).map(drop)
+    }
+
     /// Undoes [`Lab::client_drop_synack`].
     pub fn client_allow_synack(&self) -> Result<()> {
         cmd::run(cmd::in_netns(&self.client_ns, "nft").args(["delete", "table", "inet", NFT_TABLE]))?;
@@ -128,6 +173,12 @@ impl Lab {
     /// A middlebox that drops every SYN (with or without TFO): connections never complete.
     pub fn middlebox_drop_all_syns(&self) -> Result<()> {
         self.middlebox_rule("tcp flags & (syn | ack) == syn counter drop")
+    }
+
+    /// The same for the SYNs to one address only: the other destinations stay reachable.
+    pub fn middlebox_drop_syns_to(&self, dst: IpAddr) -> Result<()> {
+        let family = if dst.is_ipv4() { "ip" } else { "ip6" };
+        self.middlebox_rule(&format!("{family} daddr {dst} tcp flags & (syn | ack) == syn counter drop"))
     }
 
     /// A middlebox that drops every segment with ACK and without SYN arriving at the server

@@ -211,6 +211,12 @@ impl Lab {
     pub fn tcp_metrics(&self, side: Side) -> Result<String> {
         cmd::run(cmd::ip_in(self.netns(side)).args(["tcp_metrics", "show"]))
     }
+
+    /// `ip tcp_metrics flush` in `side`'s namespace: its cookies forgotten, the next TFO
+    /// connect to each destination asks for one again.
+    pub fn flush_tcp_metrics(&self, side: Side) -> Result<()> {
+        cmd::run(cmd::ip_in(self.netns(side)).args(["tcp_metrics", "flush"])).map(drop)
+    }
 }
 
 impl Drop for Lab {

@@ -70,6 +70,12 @@ pub struct ServerArgs {
     /// they do at a server too busy to accept() (with --backlog, a full accept queue).
     #[arg(long, default_value_t = 0)]
     pub hold_accepts_ms: u64,
+    /// Close each connection as soon as the reply is written (HTTP/1.0 style), where the
+    /// default shuts down its writing side and reads to the client's end. A TFO child closed
+    /// before the client's ACK leaves SYN_RECV for FIN_WAIT1 at once (shutdown() in SYN_RECV
+    /// does nothing: tcp_shutdown()).
+    #[arg(long)]
+    pub close_after_reply: bool,
     /// A cgroup v2 directory the lab starts the server in (tests of container attribution).
     #[arg(skip)]
     pub cgroup: Option<PathBuf>,
@@ -100,6 +106,7 @@ impl ServerArgs {
             speaks_first: false,
             backlog: 128,
             hold_accepts_ms: 0,
+            close_after_reply: false,
             cgroup: None,
         }
     }
@@ -131,6 +138,9 @@ impl ServerArgs {
         }
         if self.hold_accepts_ms > 0 {
             args.extend(["--hold-accepts-ms".into(), self.hold_accepts_ms.to_string()]);
+        }
+        if self.close_after_reply {
+            args.push("--close-after-reply".into());
         }
         args
     }
@@ -334,7 +344,7 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
         std::thread::sleep(ACCEPT_POLL.min(hold_until.saturating_duration_since(Instant::now())));
     }
     let reply: Arc<[u8]> = pattern(args.reply_bytes).into();
-    let speaks_first = args.speaks_first;
+    let (speaks_first, close) = (args.speaks_first, args.close_after_reply);
     let in_flight = Arc::new(AtomicUsize::new(0));
     while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
         let stream = match listener.accept() {
@@ -349,13 +359,13 @@ pub fn run_server(args: &ServerArgs) -> Result<()> {
             }
         };
         if in_flight.load(Ordering::Relaxed) >= MAX_SERVER_THREADS {
-            serve_one(stream, &reply, speaks_first);
+            serve_one(stream, &reply, speaks_first, close);
             continue;
         }
         in_flight.fetch_add(1, Ordering::Relaxed);
         let (reply, in_flight) = (Arc::clone(&reply), Arc::clone(&in_flight));
         std::thread::spawn(move || {
-            serve_one(stream, &reply, speaks_first);
+            serve_one(stream, &reply, speaks_first, close);
             in_flight.fetch_sub(1, Ordering::Relaxed);
         });
     }
@@ -369,8 +379,8 @@ fn backlog_of(backlog: u32) -> i32 {
 
 /// Reads what the client sent (at least one byte or EOF; nothing when it `speaks_first`),
 /// replies, then closes gracefully: shutdown(WR) and drain to EOF, so unread client data
-/// never turns the close into a RST.
-fn serve_one(mut s: TcpStream, reply: &[u8], speaks_first: bool) {
+/// never turns the close into a RST; or, with `close`, closes at once (the request read).
+fn serve_one(mut s: TcpStream, reply: &[u8], speaks_first: bool, close: bool) {
     let deadline = Instant::now() + SERVER_CONN_TIMEOUT;
     let mut buf = vec![0u8; 64 * 1024];
     let result = (|| -> io::Result<()> {
@@ -379,6 +389,9 @@ fn serve_one(mut s: TcpStream, reply: &[u8], speaks_first: bool) {
         }
         s.set_write_timeout(Some(remaining(deadline)?))?;
         s.write_all(reply)?;
+        if close {
+            return Ok(()); // dropped: close()
+        }
         s.shutdown(Shutdown::Write)?;
         while read_some(&mut s, &mut buf, deadline)? > 0 {}
         Ok(())

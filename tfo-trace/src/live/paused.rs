@@ -7,10 +7,10 @@ use serde::Serialize;
 
 use crate::{
     aggregation::{
-        blackhole::{PauseSummary, Pauses},
+        blackhole::{PauseSummary, Pauses, Tripper},
         kernel_counted::KernelCounted,
     },
-    events::{Outcome, Role},
+    events::{Outcome, Role, Trip},
     kernel::{netns, sysctl},
     units,
 };
@@ -60,6 +60,35 @@ pub(crate) fn said(pauses: &Pauses, counted: &KernelCounted) -> Vec<Paused> {
         .collect()
 }
 
+/// What the trippers did, for "paused ... because ...": SYNs lost to the destinations of
+/// connects, a server TFO child's data lost to its client, a FIN or RST before any data.
+fn tripped_because(trippers: &[&Tripper]) -> String {
+    let of = |keep: &dyn Fn(&Tripper) -> bool| -> Vec<&str> {
+        trippers.iter().filter(|t| keep(t)).map(|t| t.destination.as_str()).collect()
+    };
+    let out_of_order = |t: &Tripper| t.trip == Some(Trip::OutOfOrderEnd);
+    let mut parts = Vec::new();
+    let syns = of(&|t| t.role == Role::Client && !out_of_order(t));
+    if !syns.is_empty() {
+        parts.push(format!("SYNs to {} were lost", syns.join(" and ")));
+    }
+    let children = of(&|t| t.role == Role::Server);
+    if !children.is_empty() {
+        parts.push(format!(
+            "a TFO child of this namespace's server timed out three times in a row sending to {}",
+            children.join(" and ")
+        ));
+    }
+    let ends = of(&out_of_order);
+    if !ends.is_empty() {
+        parts.push(format!(
+            "{} FIN or RST came before any of its data (the data lost on the path)",
+            ends.join(" and ")
+        ));
+    }
+    parts.join(" and ")
+}
+
 /// `TFO paused in netns N until T because SYNs to X were lost; 4 connections to 1 other
 /// destination went without TFO`: the one wording of `report`, `stalls` and `top`.
 pub(crate) fn pause_sentence(p: &PauseSummary, ns: &str) -> String {
@@ -81,8 +110,7 @@ pub(crate) fn pause_sentence(p: &PauseSummary, ns: &str) -> String {
     } else if trippers.is_empty() {
         s.push_str(" (no event shows the connection that tripped it)");
     } else {
-        let named: Vec<&str> = trippers.iter().map(|t| t.destination.as_str()).collect();
-        s.push_str(&format!(" because SYNs to {} were lost", named.join(" and ")));
+        s.push_str(&format!(" because {}", tripped_because(&trippers)));
     }
     let (others, destinations) = p.to_others();
     let itself = p.without_tfo - others;
@@ -113,7 +141,8 @@ pub(crate) fn pause_sentence(p: &PauseSummary, ns: &str) -> String {
     if !trippers.is_empty() && p.timeout_s != Some(0) {
         s.push_str(
             ": fix the path to it, or set net.ipv4.tcp_fastopen_blackhole_timeout_sec=0 (the default since \
-             Linux 5.14) so that one lost destination does not pause TFO for every other",
+             Linux 5.14, and in the stable kernels that took the change) so that one lost destination does not \
+             pause TFO for every other",
         );
     }
     s

@@ -306,6 +306,8 @@ fn load_backend_with(
     // the reader's 100 ms poll.
     let wakeup_bytes = u64::from(ring_bytes) / 4;
     let tcp_sock_btf_id = cast.tcp_sock_btf_id();
+    // 0 where not found: the events of a blackhole pause then say its count, not its age.
+    let hz = crate::kernel::jiffies::hz().unwrap_or(0);
     let mut loader = EbpfLoader::new();
     loader
         .override_global("LAYOUT", kernel_layout, true)
@@ -314,6 +316,7 @@ fn load_backend_with(
         .override_global("WAKEUP_BYTES", &wakeup_bytes, true)
         .override_global("TCP_SOCK_BTF_ID", &tcp_sock_btf_id, true)
         .override_global("COOKIE_KEY", &cookie_key, true)
+        .override_global("HZ", &hz, true)
         .map_max_entries("EVENTS", ring_bytes);
     let (object, casts) = cast::patch(EBPF_OBJECT, cast)?;
     log::debug!("{backend} backend: {casts} socket casts as the {}", cast.name());

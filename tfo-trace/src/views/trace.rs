@@ -138,6 +138,10 @@ pub fn write_text_line(
         line.buf.extend_from_slice(b"  cause=");
         line.buf.extend_from_slice(cause.name().as_bytes());
     }
+    // A failed connect says how it ended.
+    if let Some(error) = e.error {
+        line.buf.extend_from_slice(format!("  error={error}").as_bytes());
+    }
     line.buf.push(b'\n');
 }
 
@@ -328,6 +332,7 @@ mod tests {
             e.saved_us.map(millis).unwrap_or_else(|| "-".into()),
             e.container_name().unwrap_or_else(|| "-".into()),
         ) + &e.cause.map(|c| format!("  cause={}", c.name())).unwrap_or_default()
+            + &e.error.map(|x| format!("  error={x}")).unwrap_or_default()
     }
 
     /// `events` as `trace` prints them: the header, then their lines through [`TextLines`].

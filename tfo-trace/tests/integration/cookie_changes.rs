@@ -124,6 +124,8 @@ fn causes_match_the_wire(wire: &[WireSyn], refused: &[&Event]) -> Vec<&'static s
                 }
                 Cause::SameCookie => assert_eq!(synack.cookie, syn.cookie, "{e:?}"),
                 Cause::NoTfoOption => assert!(!synack.tfo, "{e:?}: {synack:?}"),
+                // No-cookie mode: its SYN carried no TFO option (checked against the wire).
+                Cause::NoCookieSent => assert!(syn.cookie.is_none(), "{e:?}: {syn:?}"),
                 Cause::Unknown => {}
             }
             cause.name()

@@ -8,7 +8,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use common::{count, netns_inode, of_role, wire, wire::WireStalls, Deltas, HookRun, Tracer};
 use tfo_trace::{
-    events::{Outcome, Role},
+    events::{Cause, Errno, Outcome, Role},
     lab::{
         traffic::{ClientArgs, ClientMode},
         ClientRun, Lab, LabConfig, Side,
@@ -503,10 +503,7 @@ fn connect_refused_by_rst_names_its_port(v6: bool) {
     let (events, stderr) = tracer.stop();
     let syns = wire.stop();
     assert_eq!(run.ok_count(), 0, "nothing listens: {run:?}");
-    let failed: Vec<_> = of_role(&events, cli_ns, Role::Client)
-        .into_iter()
-        .filter(|e| e.outcome == Outcome::ConnectFailed)
-        .collect();
+    let failed: Vec<_> = common::with_outcome(&events, cli_ns, Role::Client, Outcome::ConnectFailed);
     let sent: Vec<u16> = syns.iter().filter(|s| !s.syn_ack && s.dport == PORT).map(|s| s.sport).collect();
     assert_eq!(sent.len(), n as usize, "one SYN-data per connection, no retransmission: {syns:?}");
     assert_eq!(failed.len(), n as usize, "{failed:?}; tracer: {stderr:?}");
@@ -517,7 +514,234 @@ fn connect_refused_by_rst_names_its_port(v6: bool) {
     }
 }
 
+/// The row `report --format json` (its lines) gives `dst`, its sentence printed.
+fn report_row(report: &[String], dst: SocketAddr) -> serde_json::Value {
+    let report: serde_json::Value = serde_json::from_str(&report.join("\n")).unwrap();
+    let rows = report["destinations"].as_array().cloned().unwrap_or_default();
+    let row = rows
+        .iter()
+        .find(|d| d["destination"] == dst.to_string())
+        .unwrap_or_else(|| panic!("{dst}: {report}"));
+    eprintln!("report: {}", row["verdict"]["sentence"]);
+    row.clone()
+}
+
+/// A firewall that rejects SYNs carrying data with a reset (issue 51, item 10), SYNs without
+/// data let through: the first connect asks for a cookie and completes; every SYN-data after
+/// it is answered by a RST (the nft rule's counter), its connect fails with ECONNREFUSED
+/// (TcpAttemptFails, no TFO counter moved, no SYN resent). Each `connect_failed` carries that
+/// error, and `report` names the destination as one whose SYN-data is reset while its SYNs
+/// without data are answered.
+fn syn_data_reset_by_a_firewall_is_named(v6: bool) {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, v6).unwrap();
+    lab.middlebox_reset_syn_data().unwrap();
+    let cli_ns = netns_inode(&lab, Side::Client);
+    let ns = cli_ns.to_string();
+    let wire = lab.capture_syns(Side::Client).unwrap();
+    let before = Deltas::since(&lab);
+    let tracer = Tracer::start(&["--netns", &ns]);
+    let report = Tracer::start_command(&["report", "--format", "json", "--netns", &ns]);
+    let n = 3;
+    let asked = lab.run_client(common::exe(), &client(&lab, v6, 1, ClientMode::MsgFastopen)).unwrap();
+    let reset = lab
+        .run_client(
+            common::exe(),
+            &ClientArgs { timeout_ms: 2000, ..client(&lab, v6, n, ClientMode::MsgFastopen) },
+        )
+        .unwrap();
+    let (dc, ds) = before.both();
+    let (events, stderr) = tracer.stop();
+    let (report, _) = report.stop_lines();
+    let syns: Vec<_> = wire.stop().into_iter().filter(|s| !s.syn_ack && s.dport == PORT).collect();
+    let rejected = lab.middlebox_dropped().unwrap();
+
+    eprintln!(
+        "nstat client: AttemptFails {} ActiveFail {} Active {} SynRetrans {}; server Passive {}; nft rejects \
+         {rejected}; wire SYNs (payload, option): {:?}",
+        dc.get("TcpAttemptFails"),
+        dc.get("TcpExtTCPFastOpenActiveFail"),
+        dc.get("TcpExtTCPFastOpenActive"),
+        dc.get("TcpExtTCPSynRetrans"),
+        ds.get("TcpExtTCPFastOpenPassive"),
+        syns.iter().map(|s| (s.payload, s.tfo)).collect::<Vec<_>>()
+    );
+    assert_eq!(asked.ok_count(), 1, "a SYN without data passes: {asked:?}");
+    assert_eq!(reset.ok_count(), 0, "every SYN-data is reset: {reset:?}");
+    assert!(
+        reset.results.iter().all(|r| r.error.as_deref().is_some_and(|e| e.contains("refused"))),
+        "{reset:?}"
+    );
+    // The kernel: each reset ends a connect (tcp_done in SYN_SENT), no SYN is resent, TFO
+    // counts nothing (no SYN-ACK came); the firewall reset each SYN-data once.
+    assert_eq!(dc.get("TcpAttemptFails"), u64::from(n), "{dc:?}");
+    assert_eq!(dc.get("TcpExtTCPSynRetrans"), 0, "{dc:?}");
+    assert_eq!(dc.get("TcpExtTCPFastOpenActive") + dc.get("TcpExtTCPFastOpenActiveFail"), 0, "{dc:?}");
+    assert_eq!(ds.get("TcpExtTCPFastOpenPassive"), 0, "{ds:?}");
+    assert_eq!(rejected, u64::from(n));
+    let with_data: Vec<_> = syns.iter().filter(|s| s.payload == 100).collect();
+    assert_eq!(with_data.len(), n as usize, "one SYN-data each, none resent: {syns:?}");
+    assert!(with_data.iter().all(|s| s.cookie.is_some()), "each carried the cookie: {syns:?}");
+
+    // The tracer: one connect_failed per reset, with its error, on every backend.
+    let failed: Vec<_> = common::with_outcome(&events, cli_ns, Role::Client, Outcome::ConnectFailed);
+    assert_eq!(failed.len() as u64, dc.get("TcpAttemptFails"), "{failed:?}; tracer: {stderr:?}");
+    for e in &failed {
+        assert_eq!(e.error, Some(Errno::RESET), "{e:?}");
+        assert_eq!((e.retransmits, e.syn_data_bytes), (0, 100), "{e:?}");
+        assert!(with_data.iter().any(|s| s.sport == e.sport), "its SYN-data on the wire: {e:?}");
+    }
+    assert_eq!(count(&events, cli_ns, Role::Client, Outcome::CookieRequested), 1);
+
+    // report: the destination, as one whose SYN-data is reset.
+    let row = report_row(&report, SocketAddr::new(lab.server_addr(0, v6).unwrap(), PORT));
+    assert_eq!(row["verdict"]["kind"], "syn_data_reset", "{row}");
+    assert_eq!(row["verdict"]["support"]["connections"], u64::from(n), "{row}");
+}
+
+/// How a client is put in no-cookie mode (tcp_fastopen_no_cookie()).
+#[derive(Clone, Copy, Debug)]
+enum NoCookie {
+    /// `net.ipv4.tcp_fastopen` 0x4 in its namespace.
+    Sysctl,
+    /// `fastopen_no_cookie 1` on its route to the server.
+    Route,
+}
+
+/// A client in no-cookie mode toward a server that needs a cookie (issue 51, item 5): every
+/// SYN carries data and no TFO option (tcpdump), the server's tcp_try_fastopen() takes none
+/// of it and moves no counter (no CookieReqd, Passive or PassiveFail), the client counts each
+/// as TcpExtTCPFastOpenActiveFail. Each `data_not_acked` is told `no_cookie_sent` (not "the
+/// server stopped TFO"), the server's `data_without_cookie` where a hook sees
+/// tcp_try_fastopen(), and `report` says client no-cookie mode.
+fn client_no_cookie_mode_toward_a_server_that_needs_one(mode: NoCookie) {
+    require_kernel!();
+    let client_fastopen = match mode {
+        NoCookie::Sysctl => 0x1 | 0x4,
+        NoCookie::Route => 0x1,
+    };
+    let lab = Lab::create(LabConfig { client_fastopen, ..LabConfig::default() }).unwrap();
+    if let NoCookie::Route = mode {
+        lab.client_route_no_cookie().unwrap();
+    }
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    let (cli, srv) = (cli_ns.to_string(), srv_ns.to_string());
+    let wire = lab.capture_syns(Side::Client).unwrap();
+    let before = Deltas::since(&lab);
+    let tracer = Tracer::start(&["--netns", &cli, "--netns", &srv]);
+    let report = Tracer::start_command(&["report", "--format", "json", "--netns", &cli]);
+    let n = 3;
+    let run = lab.run_client(common::exe(), &client(&lab, false, n, ClientMode::MsgFastopen)).unwrap();
+    let (dc, ds) = before.both();
+    let (events, stderr) = tracer.stop();
+    let (report, _) = report.stop_lines();
+    let wire = wire.stop();
+    let syns: Vec<_> = wire.iter().filter(|s| !s.syn_ack && s.dport == PORT).collect();
+    let synacks: Vec<_> = wire.iter().filter(|s| s.syn_ack && s.sport == PORT).collect();
+
+    eprintln!(
+        "{mode:?}: nstat client ActiveFail {} Active {}; server CookieReqd {} Passive {} PassiveFail {}; \
+         wire SYNs (payload, option) {:?}, SYN-ACKs with an option {}",
+        dc.get("TcpExtTCPFastOpenActiveFail"),
+        dc.get("TcpExtTCPFastOpenActive"),
+        ds.get("TcpExtTCPFastOpenCookieReqd"),
+        ds.get("TcpExtTCPFastOpenPassive"),
+        ds.get("TcpExtTCPFastOpenPassiveFail"),
+        syns.iter().map(|s| (s.payload, s.tfo)).collect::<Vec<_>>(),
+        synacks.iter().filter(|s| s.tfo).count(),
+    );
+    assert_eq!(run.ok_count(), n as usize, "{run:?}");
+    assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), u64::from(n), "{dc:?}");
+    assert_eq!(dc.get("TcpExtTCPFastOpenActive"), 0, "{dc:?}");
+    for c in ["TcpExtTCPFastOpenCookieReqd", "TcpExtTCPFastOpenPassive", "TcpExtTCPFastOpenPassiveFail"] {
+        assert_eq!(ds.get(c), 0, "{c}: {ds:?}");
+    }
+    assert_eq!(syns.len(), n as usize, "{wire:?}");
+    assert!(syns.iter().all(|s| s.payload == 100 && !s.tfo), "data, no TFO option: {syns:?}");
+    assert!(synacks.iter().all(|s| !s.tfo), "no cookie back: {synacks:?}");
+
+    let refused: Vec<_> = common::with_outcome(&events, cli_ns, Role::Client, Outcome::DataNotAcked);
+    assert_eq!(refused.len() as u64, dc.get("TcpExtTCPFastOpenActiveFail"), "{refused:?}; {stderr:?}");
+    for e in &refused {
+        assert_eq!(e.cause, Some(Cause::NoCookieSent), "{e:?}");
+        assert_eq!(e.syn_data_bytes, 100, "{e:?}");
+    }
+    if common::visible(&stderr, Role::Server, Outcome::DataWithoutCookie) {
+        assert_eq!(
+            count(&events, srv_ns, Role::Server, Outcome::DataWithoutCookie),
+            u64::from(n),
+            "{events:?}"
+        );
+        assert_eq!(of_role(&events, srv_ns, Role::Server).len(), n as usize, "one event per SYN: {events:?}");
+    }
+    let row = report_row(&report, SocketAddr::new(lab.server_addr(0, false).unwrap(), PORT));
+    assert_eq!(row["verdict"]["kind"], "client_no_cookie_mode", "{row}");
+    assert_eq!(row["refusals"]["no_cookie_sent"], u64::from(n), "{row}");
+}
+
+/// The TFO option stripped on the way in (issue 51, item 5): the client sends SYN-data
+/// with its cookie, a middlebox before the server turns the option into NOPs (nft `reset tcp
+/// option fastopen`); the server sees SYN-data without a cookie and takes none of it (no
+/// server counter moves), its SYN-ACK carries no option. The client's refusal is
+/// `no_tfo_option`; the server's `data_without_cookie` where a hook sees tcp_try_fastopen().
+fn tfo_option_stripped_on_the_way_in() {
+    require_kernel!();
+    let lab = Lab::create(LabConfig::default()).unwrap();
+    let _server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
+    assert_eq!(
+        lab.run_client(common::exe(), &client(&lab, false, 1, ClientMode::MsgFastopen)).unwrap().ok_count(),
+        1
+    );
+    if let Err(e) = lab.middlebox_strip_tfo_option() {
+        common::skip(format!("nft cannot reset a TCP option on this kernel: {e:#}"));
+    }
+    let (cli_ns, srv_ns) = (netns_inode(&lab, Side::Client), netns_inode(&lab, Side::Server));
+    let srv_wire = lab.capture_syns(Side::Server).unwrap();
+    let before = Deltas::since(&lab);
+    let tracer = Tracer::start(&["--netns", &cli_ns.to_string(), "--netns", &srv_ns.to_string()]);
+    let n: u32 = 2;
+    // One at a time: on the tracepoint backends the reader reads the cookie cache for each.
+    for _ in 0..n {
+        let run = lab.run_client(common::exe(), &client(&lab, false, 1, ClientMode::MsgFastopen)).unwrap();
+        assert_eq!(run.ok_count(), 1, "{run:?}");
+    }
+    let (dc, ds) = before.both();
+    let (events, stderr) = tracer.stop();
+    let syns: Vec<_> = srv_wire.stop().into_iter().filter(|s| !s.syn_ack && s.dport == PORT).collect();
+    eprintln!(
+        "nstat client ActiveFail {}; server CookieReqd {} Passive {} PassiveFail {}; SYNs at the server \
+         (payload, option): {:?}",
+        dc.get("TcpExtTCPFastOpenActiveFail"),
+        ds.get("TcpExtTCPFastOpenCookieReqd"),
+        ds.get("TcpExtTCPFastOpenPassive"),
+        ds.get("TcpExtTCPFastOpenPassiveFail"),
+        syns.iter().map(|s| (s.payload, s.tfo)).collect::<Vec<_>>()
+    );
+    assert_eq!(dc.get("TcpExtTCPFastOpenActiveFail"), u64::from(n), "{dc:?}");
+    for c in ["TcpExtTCPFastOpenCookieReqd", "TcpExtTCPFastOpenPassive", "TcpExtTCPFastOpenPassiveFail"] {
+        assert_eq!(ds.get(c), 0, "{c}: {ds:?}");
+    }
+    // tcpdump on the server's veth sees what arrived before the nft input hook: the option
+    // is stripped after it; the data came.
+    assert!(syns.iter().all(|s| s.payload == 100), "{syns:?}");
+    let refused: Vec<_> = common::with_outcome(&events, cli_ns, Role::Client, Outcome::DataNotAcked);
+    assert_eq!(refused.len() as u64, dc.get("TcpExtTCPFastOpenActiveFail"), "{stderr:?}");
+    assert!(refused.iter().all(|e| e.cause == Some(Cause::NoTfoOption)), "{refused:?}");
+    if common::visible(&stderr, Role::Server, Outcome::DataWithoutCookie) {
+        assert_eq!(
+            count(&events, srv_ns, Role::Server, Outcome::DataWithoutCookie),
+            u64::from(n),
+            "{events:?}"
+        );
+    }
+}
+
 module_tests!(
+    syn_data_reset_by_a_firewall_is_named { ipv4: false, ipv6: true },
+    client_no_cookie_mode_toward_a_server_that_needs_one { sysctl: NoCookie::Sysctl, route: NoCookie::Route },
+    tfo_option_stripped_on_the_way_in,
     connect_refused_by_rst_names_its_port { ipv4: false, ipv6: true },
     first_contact_then_tfo { ipv4: false, ipv6: true },
     accepted_saves_the_round_trip_on_the_wire { ipv4: false, ipv6: true },

@@ -19,9 +19,11 @@ pub(super) const VM_MODULES: &[&str] = &["veth", "sch_netem", "nf_tables", "tcp_
 /// 5.10 and part of nf_tables from 5.14 on; `numgen` (the middlebox that drops one SYN-data
 /// in every K) is `nft_numgen.ko` on the Debian kernels; NAT (a nat chain, `redirect` to
 /// listeners behind one port, `snat` to change the client's address) is `nft_chain_nat`,
-/// `nft_redir` and `nft_nat`, with nf_nat and nf_conntrack as their dependencies.
+/// `nft_redir` and `nft_nat`, with nf_nat and nf_conntrack as their dependencies; `reject
+/// with tcp reset` in the lab's inet table (the firewall that resets SYN-data) is
+/// `nft_reject_inet`, with nft_reject and nf_reject_ipv4/6.
 pub(super) const VM_MODULES_IF_PRESENT: &[&str] =
-    &["nft_counter", "nft_numgen", "nft_chain_nat", "nft_redir", "nft_nat"];
+    &["nft_counter", "nft_numgen", "nft_chain_nat", "nft_redir", "nft_nat", "nft_reject_inet"];
 
 /// Copies `VM_MODULES` and their dependencies (uncompressed) to /modules; returns the file
 /// names in load order (dependencies first).

@@ -428,7 +428,8 @@ impl Collector for ModelCollector {
                 "tfo_trace_syn_data_refused",
                 "Client SYN-data the server did not take (data_not_acked), by what its SYN-ACK said: \
                  new_cookie (a key change, a fleet without a shared key, NAT), no_tfo_option (the \
-                 server does not do TFO, or the option was stripped), same_cookie, unknown; from \
+                 server does not do TFO, or the option was stripped), same_cookie, no_cookie_sent (the \
+                 client sent its data without a cookie: no-cookie mode), unknown; from \
                  events, so short by tfo_trace_events_lost_total",
                 None,
                 MetricType::Counter,

@@ -34,33 +34,47 @@ pub struct OneConn {
     pub client: ClientId,
     pub outcome: Outcome,
     pub stall: Option<Cause>,
-    /// [`Bits`]: one byte for three facts, so a connection stays 32 bytes.
+    /// [`Bits`]: two bytes for its small facts, so a connection stays 32 bytes.
     bits: Bits,
 }
 
 /// The SYN carried data, `accepted` whose saving the kernel measured, a refusal's cause
 /// ([`Told::index`]-like: a [`crate::events::Cause`]'s number, or [`Bits::NOT_RECORDED`]),
-/// the experimental TFO option (0xF989) on the SYN, and its cookie's change (0 none, else
-/// a [`CookieChange`]'s place in its `ALL`, plus 1).
+/// the experimental TFO option (0xF989) on the SYN, its cookie's change (0 none, else
+/// a [`CookieChange`]'s place in its `ALL`, plus 1), and a `connect_failed` ended by a
+/// reset. Two bytes: the connection still fits in 32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Bits(u8);
+struct Bits(u16);
 
 impl Bits {
-    const WITH_DATA: u8 = 1 << 0;
-    const SAVED_KNOWN: u8 = 1 << 1;
-    const CAUSE_SHIFT: u8 = 2;
-    const CAUSE_MASK: u8 = 0b111;
-    const NOT_RECORDED: u8 = 7;
-    const EXP: u8 = 1 << 5;
-    const CHANGE_SHIFT: u8 = 6;
+    const WITH_DATA: u16 = 1 << 0;
+    const SAVED_KNOWN: u16 = 1 << 1;
+    const CAUSE_SHIFT: u16 = 2;
+    const CAUSE_MASK: u16 = 0b111;
+    const NOT_RECORDED: u16 = 7;
+    const EXP: u16 = 1 << 5;
+    const CHANGE_SHIFT: u16 = 6;
+    const CHANGE_MASK: u16 = 0b11;
+    /// `connect_failed` ended by a reset (ECONNREFUSED).
+    const RESET: u16 = 1 << 8;
 
-    fn new(with_data: bool, saved_known: bool, told: Told, exp: bool, change: Option<CookieChange>) -> Bits {
+    fn new(
+        with_data: bool,
+        saved_known: bool,
+        told: Told,
+        exp: bool,
+        change: Option<CookieChange>,
+        reset: bool,
+    ) -> Bits {
         let cause = match told {
-            Told::Cause(c) => c as u8,
+            Told::Cause(c) => u16::from(c as u8),
             Told::NotRecorded => Bits::NOT_RECORDED,
         };
-        let change = change.map_or(0, |c| c.index() as u8 + 1);
+        let change = change.map_or(0, |c| c.index() as u16 + 1);
         let mut b = (cause << Bits::CAUSE_SHIFT) | (change << Bits::CHANGE_SHIFT);
+        if reset {
+            b |= Bits::RESET;
+        }
         if with_data {
             b |= Bits::WITH_DATA;
         }
@@ -76,12 +90,12 @@ impl Bits {
     fn told(self) -> Told {
         match (self.0 >> Bits::CAUSE_SHIFT) & Bits::CAUSE_MASK {
             Bits::NOT_RECORDED => Told::NotRecorded,
-            n => Told::Cause(crate::events::Cause::from_u8(n)),
+            n => Told::Cause(crate::events::Cause::from_u8(n as u8)),
         }
     }
 
     fn change(self) -> Option<CookieChange> {
-        let n = usize::from(self.0 >> Bits::CHANGE_SHIFT);
+        let n = usize::from((self.0 >> Bits::CHANGE_SHIFT) & Bits::CHANGE_MASK);
         n.checked_sub(1).and_then(|i| CookieChange::ALL.get(i).copied())
     }
 }
@@ -108,6 +122,7 @@ impl OneConn {
                 e.cause.map_or(Told::NotRecorded, Told::Cause),
                 e.exp_option,
                 e.cookie_change,
+                e.outcome == Outcome::ConnectFailed && e.error == Some(crate::events::Errno::RESET),
             ),
         }
     }
@@ -139,6 +154,15 @@ impl OneConn {
     /// A refusal's cookie change, where its event told one.
     pub fn cookie_change(&self) -> Option<CookieChange> {
         self.bits.change()
+    }
+
+    /// A connect that ended by a reset answering its first SYN, which carried data: no SYN
+    /// timed out before it.
+    pub fn syn_data_reset(&self) -> bool {
+        self.outcome == Outcome::ConnectFailed
+            && self.bits.0 & Bits::RESET != 0
+            && self.with_data()
+            && self.stall.is_none()
     }
 }
 
@@ -239,6 +263,8 @@ pub struct ConnAcc {
     pub outcomes: OutcomeCounts,
     /// `connect_failed` whose SYN carried data.
     pub connect_failed_with_data: u64,
+    /// Of those, the ones a reset answered ([`OneConn::syn_data_reset`]).
+    pub syn_data_reset: u64,
     pub stalls: StallCounts,
     /// Sum of the `data_not_acked` connections' round trips forgone: what a working TFO
     /// would have saved them (gain forgone, not time lost: see [`Balance`]).
@@ -285,6 +311,9 @@ impl ConnAcc {
         if c.outcome == Outcome::ConnectFailed && c.with_data() {
             self.connect_failed_with_data = self.connect_failed_with_data.saturating_add(1);
         }
+        if c.syn_data_reset() {
+            self.syn_data_reset = self.syn_data_reset.saturating_add(1);
+        }
         if let Some(cause) = c.stall {
             self.stalls.add(Stall { cause, lost_us: c.stall_us });
         }
@@ -308,6 +337,7 @@ impl ConnAcc {
         self.outcomes.merge(&o.outcomes);
         self.connect_failed_with_data =
             self.connect_failed_with_data.saturating_add(o.connect_failed_with_data);
+        self.syn_data_reset = self.syn_data_reset.saturating_add(o.syn_data_reset);
         self.stalls.merge(&o.stalls);
         self.extra_round_trip_us = self.extra_round_trip_us.saturating_add(o.extra_round_trip_us);
         self.saved_us = self.saved_us.saturating_add(o.saved_us);
@@ -355,6 +385,14 @@ impl ConnAcc {
     /// SYN-data dropped on the path: a SYN with data timed out and went again without.
     pub fn syn_data_dropped(&self) -> u64 {
         self.stalls_of(Cause::SynDataDropped)
+    }
+
+    /// Connections whose SYNs without data were answered: cookie requests, cookies sent
+    /// without data, plain SYNs while TFO was paused.
+    pub fn answered_without_data(&self) -> u64 {
+        self.count(Outcome::CookieRequested)
+            .saturating_add(self.count(Outcome::CookieSentNoData))
+            .saturating_add(self.count(Outcome::NotAttempted))
     }
 
     /// Connections whose SYN carried data (and whose fate is known).
@@ -540,11 +578,15 @@ mod tests {
         let changes = CookieChange::ALL.map(Some);
         for told in told.into_iter().chain([Told::NotRecorded]) {
             for change in changes.into_iter().chain([None]) {
-                for (data, saved, exp) in (0..8).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0)) {
-                    let b = Bits::new(data, saved, told, exp, change);
+                for (data, saved, exp, reset) in
+                    (0..16).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0, i & 8 != 0))
+                {
+                    let b = Bits::new(data, saved, told, exp, change, reset);
                     let c = OneConn { bits: b, ..conn(Outcome::DataNotAcked, 64, 0, 0, 1) };
                     let read = (c.with_data(), c.saved_known(), c.told(), c.exp_option(), c.cookie_change());
                     assert_eq!(read, (data, saved, told, exp, change));
+                    let failed = OneConn { outcome: Outcome::ConnectFailed, stall: None, ..c };
+                    assert_eq!(failed.syn_data_reset(), reset && data);
                 }
             }
         }

@@ -144,9 +144,10 @@ fn syncookies_sent(ns: &str, c: &ListenCounters) -> String {
 fn blackhole_off(ns: &str) -> String {
     format!(
         "blackhole detection is off in {ns} (tcp_fastopen_blackhole_timeout_sec=0, the default since \
-         5.14): a path that drops every SYN with a TFO option makes each TFO connect there time out, with \
-         nothing to pause TFO; on, it pauses active TFO after one such connect (it does not catch a path \
-         dropping only SYN-data: each connect still pays ~1 s, see `tfo-trace stalls`)"
+         5.14 and in the stable kernels that took the change): TFO goes on toward a destination that \
+         answers no SYN at all; on, one such connect (its third SYN timeout) pauses active TFO for the \
+         whole namespace (a path dropping only SYN-data, or only SYNs with a TFO option, costs each \
+         connect ~1 s either way and trips nothing: see `tfo-trace stalls`)"
     )
 }
 

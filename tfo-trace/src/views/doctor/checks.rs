@@ -107,12 +107,15 @@ fn blackhole(off: &[String]) -> Words {
     (
         "blackhole detection",
         listed(off, "on in every namespace with TFO clients", "off in "),
-        "off by default since 5.14 (tcp_fastopen_blackhole_timeout_sec=0). On (e.g. 3600), the kernel \
-         pauses active TFO after a TFO connect whose SYNs all time out (a path that drops every SYN with \
-         a TFO option). It does not catch a path that drops only SYN-data: the plain SYN resent after \
-         the timeout gets through, so every connect there still pays ~1 s and nothing is paused \
-         (measured: blackhole_detection_misses_a_path_that_drops_only_syn_data); `tfo-trace stalls` \
-         names those destinations",
+        "off by default since 5.14, and in the stable kernels that took the change (Debian's 5.10 among \
+         them): tcp_fastopen_blackhole_timeout_sec=0. On (e.g. 3600), the kernel pauses active TFO in the \
+         whole namespace on a TFO socket's third timeout in a row, or when it gives up before: a connect \
+         to a destination that answers no SYN at all, or a TFO connection (a server's TFO child too) whose \
+         data is lost after the handshake. It does not catch a path that drops only SYN-data or only SYNs \
+         with a TFO option: the plain SYN resent after the first timeout gets through, so every connect \
+         there still pays ~1 s and nothing is paused (measured: \
+         blackhole_detection_misses_a_path_that_drops_only_syn_data); `tfo-trace stalls` names those \
+         destinations",
     )
 }
 
@@ -227,7 +230,7 @@ mod tests {
                 "bit 0x400 (TFO on every listener) is applied at listen() only: restart listeners that started before it was set",
                 "the kernel silently caps a listener's TFO queue (fastopen=, TCP_FASTOPEN) at net.core.somaxconn: raise somaxconn first",
                 "a key not persisted is regenerated at reboot (and is random per namespace): every cookie issued before is refused once; persist net.ipv4.tcp_fastopen_key in /etc/sysctl.d/, the same on every server behind one address",
-                "off by default since 5.14 (tcp_fastopen_blackhole_timeout_sec=0). On (e.g. 3600), the kernel pauses active TFO after a TFO connect whose SYNs all time out (a path that drops every SYN with a TFO option). It does not catch a path that drops only SYN-data: the plain SYN resent after the timeout gets through, so every connect there still pays ~1 s and nothing is paused (measured: blackhole_detection_misses_a_path_that_drops_only_syn_data); `tfo-trace stalls` names those destinations",
+                "off by default since 5.14, and in the stable kernels that took the change (Debian's 5.10 among them): tcp_fastopen_blackhole_timeout_sec=0. On (e.g. 3600), the kernel pauses active TFO in the whole namespace on a TFO socket's third timeout in a row, or when it gives up before: a connect to a destination that answers no SYN at all, or a TFO connection (a server's TFO child too) whose data is lost after the handshake. It does not catch a path that drops only SYN-data or only SYNs with a TFO option: the plain SYN resent after the first timeout gets through, so every connect there still pays ~1 s and nothing is paused (measured: blackhole_detection_misses_a_path_that_drops_only_syn_data); `tfo-trace stalls` names those destinations",
                 "with tcp_syncookies=2 (or under a SYN flood, with 1) a listener answers SYNs with a syncookie and skips TFO: SYN-data is not accepted and no TFO counter moves (TcpExtSyncookiesSent does); keep 1, the default, on TFO servers",
             ]
         );

@@ -460,6 +460,11 @@ pub fn count(events: &[Event], netns: u32, role: Role, outcome: Outcome) -> u64 
     events.iter().filter(|e| e.netns == netns && e.role == role && e.outcome == outcome).count() as u64
 }
 
+/// Events of one role in one namespace with one outcome.
+pub fn with_outcome(events: &[Event], netns: u32, role: Role, outcome: Outcome) -> Vec<&Event> {
+    events.iter().filter(|e| e.netns == netns && e.role == role && e.outcome == outcome).collect()
+}
+
 /// Events of one role in one namespace.
 pub fn of_role(events: &[Event], netns: u32, role: Role) -> Vec<&Event> {
     events.iter().filter(|e| e.netns == netns && e.role == role).collect()

@@ -33,6 +33,12 @@ pub enum Kind {
     SynDataNotTaken,
     /// SYN-data refused, why not told (backend, privileges, an old recording).
     SynDataRefused,
+    /// SYN-data refused because the client sent it without a cookie (no-cookie mode) to a
+    /// server that needs one.
+    ClientNoCookieMode,
+    /// SYN-data answered by a reset while SYNs without data were answered: a firewall or
+    /// IPS that rejects SYNs with payload.
+    SynDataReset,
     ConnectFailed,
     NotAttempted,
     QueueOverflow,
@@ -69,6 +75,8 @@ impl Kind {
             Kind::CookieChurn => "cookie_churn",
             Kind::SynDataNotTaken => "syn_data_not_taken",
             Kind::SynDataRefused => "syn_data_refused",
+            Kind::ClientNoCookieMode => "client_no_cookie_mode",
+            Kind::SynDataReset => "syn_data_reset",
             Kind::ConnectFailed => "connect_failed",
             Kind::NotAttempted => "not_attempted",
             Kind::QueueOverflow => "queue_overflow",
@@ -107,6 +115,8 @@ impl Kind {
             Kind::of_refusals(&a.refusals, &a.key)
         } else if a.stalls_of(Cause::CookieRequestDropped) > 0 {
             Kind::CookieRequestDropped
+        } else if a.syn_data_reset > 0 && a.answered_without_data() > 0 {
+            Kind::SynDataReset
         } else if c(Outcome::ConnectFailed) > 0 {
             Kind::ConnectFailed
         } else if c(Outcome::NotAttempted) > 0 && c(Outcome::Accepted) == 0 {
@@ -138,6 +148,7 @@ impl Kind {
             Some(Refusal::NewCookie) => Kind::KeyRotatedWithoutBackup,
             Some(Refusal::NoTfoOption) => Kind::ServerStoppedTfo,
             Some(Refusal::SameCookie) => Kind::SynDataNotTaken,
+            Some(Refusal::NoCookieSent) => Kind::ClientNoCookieMode,
             _ if rotated => Kind::KeyRotatedWithoutBackup,
             _ => Kind::SynDataRefused,
         }
@@ -152,6 +163,10 @@ impl Kind {
             Kind::ServerStoppedTfo => (a.refusals.of(Told::Cause(Refusal::NoTfoOption)), a.syn_data_sent()),
             Kind::CookieChurn => (a.refusals.count(), a.syn_data_sent()),
             Kind::SynDataNotTaken => (a.refusals.of(Told::Cause(Refusal::SameCookie)), a.syn_data_sent()),
+            Kind::ClientNoCookieMode => {
+                (a.refusals.of(Told::Cause(Refusal::NoCookieSent)), a.syn_data_sent())
+            }
+            Kind::SynDataReset => (a.syn_data_reset, a.syn_data_sent()),
             Kind::KeyRotatedWithoutBackup | Kind::SynDataRefused => {
                 (c(Outcome::DataNotAcked), a.syn_data_sent())
             }
@@ -180,11 +195,13 @@ impl Kind {
             | Kind::CookieChurn
             | Kind::SynDataNotTaken
             | Kind::SynDataRefused
+            | Kind::ClientNoCookieMode
             | Kind::CookieInvalid
             | Kind::ListenerDisabled
             | Kind::Syncookies
             | Kind::NoCookieGiven => 3,
-            Kind::QueueOverflow => 4,
+            // Every TFO connect there fails outright (ECONNREFUSED to the application).
+            Kind::QueueOverflow | Kind::SynDataReset => 4,
             Kind::CookieRequestDropped => 5,
             Kind::SynDataDropped => 6,
         }

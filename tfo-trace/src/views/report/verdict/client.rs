@@ -96,6 +96,7 @@ pub(crate) fn said(d: &DestinationReport) -> Said {
         | Kind::CookieChurn
         | Kind::SynDataNotTaken
         | Kind::SynDataRefused
+        | Kind::ClientNoCookieMode
         | Kind::KeyRotatedWithoutBackup => {
             let s = refusal::Subject {
                 name: &row.subj,
@@ -107,6 +108,7 @@ pub(crate) fn said(d: &DestinationReport) -> Said {
             refusal::sentence(kind, a, &s, &mut evidence)
         }
         Kind::CookieRequestDropped => cookie_request_dropped(&row, &mut evidence),
+        Kind::SynDataReset => syn_data_reset(&row, &mut evidence),
         Kind::ConnectFailed => connect_failed(&row),
         Kind::NotAttempted => not_attempted(&row, &mut evidence),
         Kind::CookieWithoutData => cookie_without_data(&row),
@@ -266,6 +268,33 @@ fn connect_failed(r: &Row<'_>) -> String {
         r.subj,
         r.spread,
         if r.f.many { "the servers are" } else { "the server is" }
+    )
+}
+
+/// SYN-data answered by a reset where SYNs without data get answered: TFO connects there
+/// fail outright (ECONNREFUSED), with nothing in the kernel to fall back.
+fn syn_data_reset(r: &Row<'_>, evidence: &mut Vec<String>) -> String {
+    let (subj, it, spread, a) = (&r.subj, r.it, &r.spread, r.a);
+    let reset = a.syn_data_reset;
+    evidence.push(format!(
+        "{} answered by a reset at once (connect_failed, ECONNREFUSED, no SYN timeout before it): \
+         tcp_rcv_synsent_state_process() -> tcp_reset() ends the connect, and nothing the kernel \
+         keeps stops the next one sending SYN-data again (only SYN timeouts mark the cookie cache)",
+        units::plural(reset, "SYN carrying data was", "SYNs carrying data were")
+    ));
+    evidence.push(format!(
+        "{} without data answered (cookie_requested, cookie_sent_no_data, not_attempted): SYNs \
+         without a payload get through",
+        units::plural(a.answered_without_data(), "SYN", "SYNs")
+    ));
+    format!(
+        "SYN-data to {subj} is answered by a reset while its SYNs without data are not: {} of {} TFO \
+         connects failed outright (ECONNREFUSED){spread}: a firewall or IPS on the path (or the \
+         server's own) rejects SYNs that carry data: its owner lets them through, or the clients stop using TFO \
+         toward {it}{}",
+        units::count(reset),
+        units::count(a.syn_data_sent()),
+        r.in_clients
     )
 }
 

@@ -12,6 +12,7 @@ use crate::{
         blackhole::PauseSummary,
         report::verdict::{CachedDrops, Counted, NamespaceFinding},
     },
+    events::{Role, Trip},
     live::paused::pause_sentence,
     units,
 };
@@ -145,6 +146,12 @@ fn paused(p: &PauseSummary, ns: &str, counter: u64, backend: &str) -> (String, V
             "{} from the {backend} backend's hook",
             units::plural(p.pauses, "active_disabled event", "active_disabled events")
         ));
+    } else if p.each.iter().any(|e| e.nth.is_some() && e.began.is_some()) {
+        evidence.push(format!(
+            "TcpExtTCPFastOpenBlackhole +{counter} in {ns}; no {backend} hook sees the pause: its start is the \
+             kernel's stamp (tfo_active_disable_stamp, read by the not_attempted events), its connection the \
+             one of these events that timed out across that start"
+        ));
     } else {
         evidence.push(format!(
             "TcpExtTCPFastOpenBlackhole +{counter} in {ns}; no {backend} hook sees the pause: its connection is \
@@ -152,24 +159,41 @@ fn paused(p: &PauseSummary, ns: &str, counter: u64, backend: &str) -> (String, V
         ));
     }
     for t in p.each.iter().filter_map(|e| e.tripped_by.as_ref()) {
+        let by = match (t.role, t.trip) {
+            (_, Some(Trip::OutOfOrderEnd)) => format!(
+                "a TFO connection to {} whose server's FIN or RST came before any data",
+                t.destination
+            ),
+            (Role::Server, _) => {
+                format!("a TFO child serving {} whose data timed out three times in a row", t.destination)
+            }
+            _ => format!("connecting to {}", t.destination),
+        };
         evidence.push(format!(
-            "tripped at {} by pid {} ({}) connecting to {}: {} after {}",
+            "tripped at {} by pid {} ({}) {by}: {} after {}",
             t.at.millis(),
             t.pid,
             t.comm,
-            t.destination,
             t.outcome.name(),
-            units::plural(u64::from(t.retransmits), "SYN retransmission", "SYN retransmissions")
+            units::plural(u64::from(t.retransmits), "retransmission", "retransmissions")
         ));
     }
     if let Some(last) = p.last() {
-        if let (Some(len), Some(t)) = (last.length_s, p.timeout_s) {
-            evidence.push(format!(
+        match (last.length_s, p.timeout_s, last.nth) {
+            (Some(len), Some(t), Some(nth)) => evidence.push(format!(
+                "pause length {}: tcp_fastopen_blackhole_timeout_sec={t} << {} for the namespace's pause \
+                 number {nth} by the kernel's count (tfo_active_disable_times; the kernel doubles up to 64x), \
+                 from its stamp",
+                units::duration_s(len as f64),
+                (u32::from(nth).max(1) - 1).min(6),
+            )),
+            (Some(len), Some(t), None) => evidence.push(format!(
                 "pause length {}: tcp_fastopen_blackhole_timeout_sec={t}, doubled for each pause before it \
-                 ({} seen; the kernel doubles up to 64x and does not export its count)",
+                 ({} seen; no event read the kernel's count)",
                 units::duration_s(len as f64),
                 p.pauses
-            ));
+            )),
+            _ => {}
         }
     }
     if p.without_tfo > 0 {
@@ -282,8 +306,8 @@ mod tests {
             said(p).sentence,
             "TFO paused in netns cli until 1970-01-01 00:01:04.000 UTC because SYNs to 198.18.0.3:443 were lost; \
              4 connections to 1 other destination went without TFO: fix the path to it, or set \
-             net.ipv4.tcp_fastopen_blackhole_timeout_sec=0 (the default since Linux 5.14) so that one lost \
-             destination does not pause TFO for every other"
+             net.ipv4.tcp_fastopen_blackhole_timeout_sec=0 (the default since Linux 5.14, and in the stable \
+             kernels that took the change) so that one lost destination does not pause TFO for every other"
         );
         let pause = p.pause.as_ref().unwrap();
         assert_eq!((pause.pauses, pause.without_tfo), (1, 4));

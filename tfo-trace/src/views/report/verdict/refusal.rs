@@ -54,6 +54,7 @@ pub(super) fn sentence(kind: Kind, a: &ConnAcc, s: &Subject<'_>, evidence: &mut 
         Kind::CookieChurn => cookie_churn(&r, evidence),
         Kind::ServerStoppedTfo => server_stopped_tfo(&r, evidence),
         Kind::SynDataNotTaken => syn_data_not_taken(&r, evidence),
+        Kind::ClientNoCookieMode => client_no_cookie_mode(&r, evidence),
         _ => syn_data_refused(&r, evidence),
     }
 }
@@ -240,6 +241,25 @@ fn syn_data_not_taken(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
     )
 }
 
+fn client_no_cookie_mode(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
+    let (spread, n_of_m, in_clients) = (x.s.spread, &x.n_of_m, x.s.in_clients);
+    evidence.push(
+        "the SYN carried its data without a TFO option: the client is in no-cookie mode \
+         (tcp_fastopen_cookie_check(): net.ipv4.tcp_fastopen bit 0x4, the route's fastopen_no_cookie, or \
+         TCP_FASTOPEN_NO_COOKIE on the socket), and the server takes SYN-data only with a cookie \
+         (without its own bit 0x200); such a SYN never asks for one, so every connection is refused"
+            .into(),
+    );
+    let them = if x.s.many { "them" } else { x.s.name };
+    let who = x.who();
+    format!(
+        "{who} needs a TFO cookie and the client sends none (no-cookie mode): {n_of_m} SYN-data \
+         refused{spread}, each sent again after the handshake: keep no-cookie mode for servers that take \
+         data without a cookie (their bit 0x200), and let the client ask {them} for a cookie (clear bit \
+         0x4, the route's fastopen_no_cookie, or TCP_FASTOPEN_NO_COOKIE{in_clients})"
+    )
+}
+
 fn syn_data_refused(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
     let r = &x.a.refusals;
     let (spread, n_of_m) = (x.s.spread, &x.n_of_m);
@@ -262,13 +282,14 @@ fn syn_data_refused(x: &Refused<'_>, evidence: &mut Vec<String>) -> String {
 
 /// What each refusal's SYN-ACK said, by cause.
 fn causes_line(r: &Refusals) -> String {
-    let mut parts: Vec<String> = [Cause::NewCookie, Cause::NoTfoOption, Cause::SameCookie]
-        .iter()
-        .map(|c| (c.name(), r.of(Told::Cause(*c))))
-        .chain([("unknown", r.untold())])
-        .filter(|(_, n)| *n > 0)
-        .map(|(name, n)| format!("{name}={n}"))
-        .collect();
+    let mut parts: Vec<String> =
+        [Cause::NewCookie, Cause::NoTfoOption, Cause::SameCookie, Cause::NoCookieSent]
+            .iter()
+            .map(|c| (c.name(), r.of(Told::Cause(*c))))
+            .chain([("unknown", r.untold())])
+            .filter(|(_, n)| *n > 0)
+            .map(|(name, n)| format!("{name}={n}"))
+            .collect();
     if parts.is_empty() {
         parts.push("none".into());
     }
