@@ -141,7 +141,10 @@ pub enum What {
     Tests,
     /// Only the integration test executable (`--test integration`: a VM runs no unit
     /// test, and each static executable takes its time to link), and the `tfo-trace` it
-    /// runs.
+    /// runs, in [`PROFILE`]: the arm64 cells of `cargo xtask test` come after `dist`, whose
+    /// dependencies (and std) it reuses: 3 crates compiled instead of every one (6 min 22 s
+    /// of the test command's VM preparation on a quiet machine before). Stripped, so a
+    /// failing test there prints its message without symbols in its backtrace.
     Integration,
 }
 
@@ -167,9 +170,16 @@ pub fn cross_build(arches: &[Arch], what: What) -> Result<Vec<Built>> {
     match what {
         What::Tracer => cmd.args(["build", "--profile", PROFILE, "-p", "tfo-trace", "--bin", "tfo-trace"]),
         What::Tests => cmd.args(["test", "--no-run", "-p", "tfo-trace"]),
-        What::Integration => {
-            cmd.args(["test", "--no-run", "-p", "tfo-trace", "--test", crate::testlines::INTEGRATION])
-        }
+        What::Integration => cmd.args([
+            "test",
+            "--no-run",
+            "--profile",
+            PROFILE,
+            "-p",
+            "tfo-trace",
+            "--test",
+            crate::testlines::INTEGRATION,
+        ]),
     };
     // std from rust-src; panic_unwind too, so panics unwind and print as on the host.
     cmd.args(["-Z", "build-std=std,panic_unwind", "--message-format=json-render-diagnostics"]);
