@@ -3,6 +3,7 @@ pub(crate) mod causes;
 pub(crate) mod cgroups;
 pub(crate) mod counts;
 mod fields;
+pub mod flight;
 pub(crate) mod reader;
 pub mod record;
 pub(crate) mod replay;
