@@ -481,6 +481,15 @@ fn a_full_disk_keeps_metrics_and_counts_what_was_not_written() {
     let r = report(&dir, &[]);
     assert_eq!(r["source"]["events"].as_f64(), Some(written), "what was written reads back whole: {r:#}");
     assert_eq!(r["source"]["bad_lines"], 0);
+    // What fits is written: the 48 KiB of room (less the marker's page) is mostly used, not
+    // lost with a batch that did not fit whole.
+    let segment_bytes: u64 = files_of(&dir)
+        .iter()
+        .filter(|(path, _)| path.extension().is_some_and(|e| e == "jsonl"))
+        .map(|(_, bytes)| bytes.len() as u64)
+        .sum();
+    eprintln!("full: {segment_bytes} bytes of segments in 48 KiB of room");
+    assert!(segment_bytes > 32 * 1024, "{segment_bytes} bytes written in 48 KiB of room");
 
     // Room again: recording goes on.
     std::fs::remove_file(&filler).unwrap();

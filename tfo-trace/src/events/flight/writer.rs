@@ -13,8 +13,8 @@
 //!
 //! What a full disk or an unwritable directory costs: the events not written, counted
 //! ([`RecorderStats::unwritten`]) and said once when it starts and once when it ends;
-//! never an error. A failed write leaves no part of a line behind (the segment is cut back
-//! to its last whole line, and closed).
+//! never an error. A failed write keeps the whole lines the disk took and no part of a
+//! line (the segment is cut back to its last whole line, and closed).
 use std::{
     collections::VecDeque,
     fs::{self, File},
@@ -256,8 +256,10 @@ impl FlightRecorder {
         true
     }
 
-    /// Writes the pending lines to the active segment in one write; on failure cuts the
-    /// segment back to its last whole line, closes it, and counts the lines.
+    /// Writes the pending lines to the active segment in one write (more only where the
+    /// kernel takes less); on failure keeps the whole lines the disk took (a short write
+    /// before ENOSPC: a full disk still gets what fits), cuts the segment back to its last
+    /// whole line, closes it, and counts the lines not written.
     fn write_pending(&mut self) {
         let n = std::mem::take(&mut self.pending_events);
         if n == 0 {
@@ -268,13 +270,23 @@ impl FlightRecorder {
             self.pending.clear();
             return;
         };
-        match a.file.write_all(&self.pending) {
-            Ok(()) => {
-                a.segment.bytes += self.pending.len() as u64;
-                a.segment.modified = SystemTime::now();
-                a.events += n;
-                self.stats.written += n;
-                self.unsynced = true;
+        let (wrote, failed) = write_what_fits(&mut a.file, &self.pending);
+        let (whole, lines) = match failed {
+            None => (wrote, n),
+            Some(_) => {
+                let whole = self.pending[..wrote].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                (whole, self.pending[..whole].iter().filter(|&&b| b == b'\n').count() as u64)
+            }
+        };
+        if lines > 0 {
+            a.segment.bytes += whole as u64;
+            a.segment.modified = SystemTime::now();
+            a.events += lines;
+            self.stats.written += lines;
+            self.unsynced = true;
+        }
+        match failed {
+            None => {
                 if let Some(why) = self.failing.take() {
                     let _ = crate::note!(
                         "tfo-trace: --flight-recorder {}: recording again ({} events were not written: {why})",
@@ -283,10 +295,10 @@ impl FlightRecorder {
                     );
                 }
             }
-            Err(e) => {
+            Some(e) => {
                 // O_APPEND: the next write goes to the new end.
                 let _ = a.file.set_len(a.segment.bytes);
-                self.stats.unwritten += n;
+                self.stats.unwritten += n - lines;
                 self.fault(&e);
                 self.close_active();
             }
@@ -359,6 +371,22 @@ impl FlightRecorder {
             self.failing = Some(e.to_string());
         }
     }
+}
+
+/// Writes `buf` to `file` whole, or as much of it as the kernel takes: the bytes written,
+/// and the error that stopped it (write(2) on a full disk first writes what fits, then
+/// fails with ENOSPC).
+fn write_what_fits(file: &mut File, buf: &[u8]) -> (usize, Option<io::Error>) {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.write(&buf[done..]) {
+            Ok(0) => return (done, Some(io::ErrorKind::WriteZero.into())),
+            Ok(k) => done += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (done, Some(e)),
+        }
+    }
+    (done, None)
 }
 
 /// How long ago `started_s` (seconds since the epoch) was at `now`.
