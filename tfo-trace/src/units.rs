@@ -698,4 +698,44 @@ mod tests {
         assert_eq!(pad("データ", 8, Align::Right), "  データ");
         assert_eq!(pad("toolong", 3, Align::Right), "toolong");
     }
+
+    /// `--since`/`--until`/`/recording?since=`: a duration back from now, an RFC 3339 time
+    /// (any offset), a date and time or a time of day in UTC; anything else one line that
+    /// names the input and what a moment looks like.
+    #[test]
+    fn moments_are_durations_back_from_now_or_times() {
+        let ns = |t: &str| t.parse::<jiff::Timestamp>().unwrap().as_nanosecond() as u128;
+        let now = ns("2026-12-03T04:00:00Z");
+        let at = |s: &str| parse_moment(s, now);
+        assert_eq!(at("1h"), Ok(now - 3_600_000_000_000));
+        assert_eq!(at(" 1h30m "), Ok(now - 5_400_000_000_000));
+        assert_eq!(at("250ms"), Ok(now - 250_000_000));
+        assert_eq!(at("2026-12-03T03:12:00Z"), Ok(ns("2026-12-03T03:12:00Z")));
+        assert_eq!(at("2026-12-03T04:12:00+01:00"), Ok(ns("2026-12-03T03:12:00Z")), "its offset");
+        assert_eq!(at("2026-12-03T03:12:00.5Z"), Ok(ns("2026-12-03T03:12:00Z") + 500_000_000));
+        assert_eq!(at("2026-12-03 03:12"), Ok(ns("2026-12-03T03:12:00Z")), "no offset: UTC");
+        assert_eq!(at("03:12"), Ok(ns("2026-12-03T03:12:00Z")), "today's");
+        assert_eq!(at("05:00"), Ok(ns("2026-12-02T05:00:00Z")), "later than now: yesterday's");
+        for bad in ["yesterday", "", "1mo", "25:00", "2026-13-01T00:00:00Z", "-1h", "1h ago"] {
+            let e = at(bad).unwrap_err();
+            assert!(!e.contains('\n'), "one line: {e}");
+            assert!(e.contains(&format!("`{}`", bad.trim())) && e.contains("like"), "{bad}: {e}");
+        }
+        let e = at("1969-12-31T23:00:00Z").unwrap_err();
+        assert_eq!(e, "`1969-12-31T23:00:00Z`: before 1970");
+    }
+
+    #[test]
+    fn sizes_are_binary_or_decimal_units_or_bytes() {
+        assert_eq!(parse_size("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_size("512K"), Ok(512 << 10));
+        assert_eq!(parse_size("100MB"), Ok(100_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(size(256 << 20), "256MiB");
+        assert_eq!(size(1000), "1000B");
+        for bad in ["", "lots", "-1MiB", "1.5.2G"] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(!e.contains('\n') && e.contains("like"), "{bad}: {e}");
+        }
+    }
 }
