@@ -320,17 +320,24 @@ fn a_small_bound_holds_under_a_burst() {
     const BOUND: u64 = 64 * 1024;
     let exporter = Exporter::start(&lab, &dir, &["--flight-recorder-size", "64KiB"]);
 
-    // The directory's size, every 5 ms while the burst comes (bounded: 10 minutes).
-    let (stop, largest) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    // The directory's size, every 5 ms while the burst comes (bounded: 10 minutes), and
+    // its largest file. A sample reads the files one after the other while the writer
+    // appends and removes: a file read before its removal plus one written after can count
+    // a write twice, at most one segment's bytes (a segment closes when full). So the bound
+    // holds "within one segment" (issue 53): seen 65,613 and 67,511 bytes against 65,536.
+    let (stop, largest, largest_file) =
+        (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let sampler = {
-        let (stop, largest, dir) = (stop.clone(), largest.clone(), dir.clone());
+        let (stop, largest, largest_file, dir) =
+            (stop.clone(), largest.clone(), largest_file.clone(), dir.clone());
         std::thread::spawn(move || {
             let mut samples = 0u64;
             while !stop.load(Ordering::Relaxed) && samples < 120_000 {
-                let bytes: u64 = std::fs::read_dir(&dir)
-                    .map(|d| d.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum())
-                    .unwrap_or(0);
-                largest.fetch_max(bytes, Ordering::Relaxed);
+                let sizes: Vec<u64> = std::fs::read_dir(&dir)
+                    .map(|d| d.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).collect())
+                    .unwrap_or_default();
+                largest.fetch_max(sizes.iter().sum(), Ordering::Relaxed);
+                largest_file.fetch_max(sizes.iter().copied().max().unwrap_or(0), Ordering::Relaxed);
                 samples += 1;
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -343,14 +350,15 @@ fn a_small_bound_holds_under_a_burst() {
     let m = exporter.wait_recorded();
     stop.store(true, Ordering::Relaxed);
     let samples = sampler.join().unwrap();
-    let largest = largest.load(Ordering::Relaxed);
+    let (largest, segment) = (largest.load(Ordering::Relaxed), largest_file.load(Ordering::Relaxed));
     let client = before.of(Side::Client);
     eprintln!(
-        "{samples} samples of the directory, the largest {largest} bytes; {}",
+        "{samples} samples of the directory, the largest {largest} bytes, its largest file {segment}; {}",
         client.get("TcpExtTCPFastOpenActive")
     );
     assert_eq!(client.get("TcpExtTCPFastOpenActive"), u64::from(n), "{client:?}");
-    assert!(largest <= BOUND, "the directory held {largest} bytes, over {BOUND}");
+    assert!(segment < BOUND / 4, "segments are a small share of the bound: {segment}");
+    assert!(largest <= BOUND + segment, "the directory held {largest} bytes, over {BOUND} + {segment}");
     assert!(value(&m, "tfo_trace_flight_recorder_bytes") <= BOUND as f64);
     assert_eq!(value(&m, "tfo_trace_flight_recorder_events_unwritten_total"), 0.0);
     assert_eq!(value(&m, "tfo_trace_flight_recorder_events_total"), hooked_events(&m), "every event written");
