@@ -344,8 +344,9 @@ pub(super) fn write_day(path: &Path) -> Result<Day> {
         w,
         r#"{{"tfo_trace_recording":1,"host":"bench","kernel":"synthetic","backend":"tracepoint","start":"2026-01-01T00:00:00.000000000Z","version":"bench"}}"#
     )?;
-    // Within the day: at most one server event per 10 client ones.
-    let ns_per_event = 86_400_000_000_000 / (day.connections + day.connections / 10 + 1);
+    // Within the day: one server event after every 9 client ones (below), so at most
+    // connections + connections / 9 + 1 events; fewer slots put the last past 24:00.
+    let ns_per_event = 86_400_000_000_000 / (day.connections + day.connections / 9 + 2);
     let mut i = 0u64;
     for round in 0..MOST_CONNECTIONS as u8 {
         for (d, _) in connections.iter().enumerate().filter(|(_, &k)| k > round) {
