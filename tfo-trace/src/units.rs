@@ -68,6 +68,88 @@ fn out_of_range(s: &str) -> String {
     format!("`{s}` is out of range (1ms to 366 days)")
 }
 
+/// `256MiB`, `1GiB`, `512K`, `100MB`, or plain bytes: a size users type (`--flight-recorder-size`).
+/// `K`, `M`, `G`, `T` and `KiB`..`TiB` are powers of 1024, as `ls -h` and systemd read
+/// them; `kB`, `MB`, `GB`, `TB` powers of 1000.
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    const LIKE_SIZE: &str = "a size like 256MiB, 1GiB, 512K or plain bytes";
+    let s = s.trim();
+    let digits_end = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (number, unit) = s.split_at(digits_end);
+    let number: f64 = number.parse().map_err(|_| format!("`{s}` is not {LIKE_SIZE}"))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "T" | "TiB" => 1 << 40,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        _ => return Err(format!("`{s}` is not {LIKE_SIZE}")),
+    };
+    let bytes = number * scale as f64;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("`{s}` is too large"));
+    }
+    Ok(bytes as u64)
+}
+
+/// A size as [`parse_size`] reads it back, in the largest binary unit that keeps it whole
+/// (`256MiB`, `64KiB`, `1000B`): what help texts and notes print.
+pub(crate) fn size(bytes: u64) -> String {
+    for (unit, scale) in [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= scale && bytes.is_multiple_of(scale) {
+            return format!("{}{unit}", bytes / scale);
+        }
+    }
+    format!("{bytes}B")
+}
+
+/// What a moment users type is told it should look like.
+const LIKE_MOMENT: &str = "a time like 2026-12-03T03:12:00Z, 2026-12-03 03:12 or 03:12 (UTC), \
+     or a duration back from now like 1h or 30m";
+
+/// A moment in time as users type it for a window (`--since`, `--until`, `/recording?since=`),
+/// as ns since the epoch: a duration back from `now_ns` ([`parse_duration`]: `1h`, `30m`),
+/// an RFC 3339 time with its offset (`2026-12-03T03:12:00Z`, `...+01:00`), a date and time
+/// without one (`2026-12-03 03:12`, `2026-12-03T03:12:05`: UTC, as every time tfo-trace
+/// prints), or a time of day alone (`03:12`: its last occurrence in UTC, today's or
+/// yesterday's).
+pub(crate) fn parse_moment(s: &str, now_ns: u128) -> Result<u128, String> {
+    let s = s.trim();
+    let ns_of =
+        |t: jiff::Timestamp| u128::try_from(t.as_nanosecond()).map_err(|_| format!("`{s}`: before 1970"));
+    if let Ok(t) = s.parse::<jiff::Timestamp>() {
+        return ns_of(t);
+    }
+    if let Ok(civil) = s.parse::<jiff::civil::DateTime>() {
+        return jiff::tz::Offset::UTC.to_timestamp(civil).map_err(|e| format!("`{s}`: {e}")).and_then(ns_of);
+    }
+    if let Ok(time) = s.parse::<jiff::civil::Time>() {
+        let now = jiff::Timestamp::from_nanosecond(now_ns as i128).map_err(|e| e.to_string())?;
+        let today = jiff::tz::Offset::UTC.to_datetime(now).date();
+        let at = |d: jiff::civil::Date| jiff::tz::Offset::UTC.to_timestamp(d.to_datetime(time));
+        let t = at(today).map_err(|e| e.to_string())?;
+        let t = if t > now {
+            at(today.yesterday().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?
+        } else {
+            t
+        };
+        return ns_of(t);
+    }
+    match parse_duration(s) {
+        Ok(ago) => Ok(now_ns.saturating_sub(ago.as_nanos())),
+        Err(_) => Err(format!("`{s}` is not {LIKE_MOMENT}")),
+    }
+}
+
+/// Now, in ns since the epoch.
+pub(crate) fn now_unix_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
 /// A measured duration in microseconds: three significant digits in the largest of `us`,
 /// `ms` and `s` that keeps it at least 1, trailing zeros dropped: `0`, `70us`, `1.5ms`,
 /// `35ms`, `1.02s`, `61.2s`, `3600s`. At most 7 characters below 10^6 s (11 days), so a 7-wide
@@ -615,5 +697,45 @@ mod tests {
         assert_eq!(pad("データ", 8, Align::Left), "データ  ");
         assert_eq!(pad("データ", 8, Align::Right), "  データ");
         assert_eq!(pad("toolong", 3, Align::Right), "toolong");
+    }
+
+    /// `--since`/`--until`/`/recording?since=`: a duration back from now, an RFC 3339 time
+    /// (any offset), a date and time or a time of day in UTC; anything else one line that
+    /// names the input and what a moment looks like.
+    #[test]
+    fn moments_are_durations_back_from_now_or_times() {
+        let ns = |t: &str| t.parse::<jiff::Timestamp>().unwrap().as_nanosecond() as u128;
+        let now = ns("2026-12-03T04:00:00Z");
+        let at = |s: &str| parse_moment(s, now);
+        assert_eq!(at("1h"), Ok(now - 3_600_000_000_000));
+        assert_eq!(at(" 1h30m "), Ok(now - 5_400_000_000_000));
+        assert_eq!(at("250ms"), Ok(now - 250_000_000));
+        assert_eq!(at("2026-12-03T03:12:00Z"), Ok(ns("2026-12-03T03:12:00Z")));
+        assert_eq!(at("2026-12-03T04:12:00+01:00"), Ok(ns("2026-12-03T03:12:00Z")), "its offset");
+        assert_eq!(at("2026-12-03T03:12:00.5Z"), Ok(ns("2026-12-03T03:12:00Z") + 500_000_000));
+        assert_eq!(at("2026-12-03 03:12"), Ok(ns("2026-12-03T03:12:00Z")), "no offset: UTC");
+        assert_eq!(at("03:12"), Ok(ns("2026-12-03T03:12:00Z")), "today's");
+        assert_eq!(at("05:00"), Ok(ns("2026-12-02T05:00:00Z")), "later than now: yesterday's");
+        for bad in ["yesterday", "", "1mo", "25:00", "2026-13-01T00:00:00Z", "-1h", "1h ago"] {
+            let e = at(bad).unwrap_err();
+            assert!(!e.contains('\n'), "one line: {e}");
+            assert!(e.contains(&format!("`{}`", bad.trim())) && e.contains("like"), "{bad}: {e}");
+        }
+        let e = at("1969-12-31T23:00:00Z").unwrap_err();
+        assert_eq!(e, "`1969-12-31T23:00:00Z`: before 1970");
+    }
+
+    #[test]
+    fn sizes_are_binary_or_decimal_units_or_bytes() {
+        assert_eq!(parse_size("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_size("512K"), Ok(512 << 10));
+        assert_eq!(parse_size("100MB"), Ok(100_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(size(256 << 20), "256MiB");
+        assert_eq!(size(1000), "1000B");
+        for bad in ["", "lots", "-1MiB", "1.5.2G"] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(!e.contains('\n') && e.contains("like"), "{bad}: {e}");
+        }
     }
 }

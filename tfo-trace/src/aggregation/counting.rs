@@ -51,6 +51,17 @@ impl OutcomeCounts {
     }
 }
 
+impl super::packed::Words for OutcomeCounts {
+    fn put(&self, out: &mut Vec<u64>) {
+        let OutcomeCounts(counts) = self;
+        out.extend_from_slice(counts);
+    }
+
+    fn take(w: &mut super::packed::Taker<'_>) -> Self {
+        OutcomeCounts(std::array::from_fn(|_| w.word()))
+    }
+}
+
 impl Index<Outcome> for OutcomeCounts {
     type Output = u64;
 

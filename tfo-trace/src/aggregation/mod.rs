@@ -6,6 +6,7 @@ pub(crate) mod blackhole;
 pub(crate) mod counting;
 pub mod kernel_counted;
 pub mod metrics;
+pub(crate) mod packed;
 pub(crate) mod quantiles;
 pub(crate) mod refusals;
 pub(crate) mod report;

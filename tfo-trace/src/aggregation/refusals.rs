@@ -179,6 +179,20 @@ impl Refusals {
     }
 }
 
+impl super::packed::Words for Refusals {
+    fn put(&self, out: &mut Vec<u64>) {
+        let Refusals { by_cause, by_change, run, longest_run } = self;
+        out.extend(by_cause.iter().chain(by_change).map(|n| u64::from(*n)));
+        out.extend([u64::from(*run), u64::from(*longest_run)]);
+    }
+
+    fn take(w: &mut super::packed::Taker<'_>) -> Self {
+        let by_cause = std::array::from_fn(|_| w.u32());
+        let by_change = std::array::from_fn(|_| w.u32());
+        Refusals { by_cause, by_change, run: w.u32(), longest_run: w.u32() }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -107,6 +107,19 @@ pub struct StallCounts {
     lost_us: [u64; Cause::ALL.len()],
 }
 
+impl super::packed::Words for StallCounts {
+    fn put(&self, out: &mut Vec<u64>) {
+        let StallCounts { count, lost_us } = self;
+        out.extend_from_slice(count);
+        out.extend_from_slice(lost_us);
+    }
+
+    fn take(w: &mut super::packed::Taker<'_>) -> Self {
+        let count = std::array::from_fn(|_| w.word());
+        StallCounts { count, lost_us: std::array::from_fn(|_| w.word()) }
+    }
+}
+
 impl StallCounts {
     pub fn add(&mut self, s: Stall) {
         let i = s.cause.index();

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     probes::{BackendChoice, DEFAULT_RING_BUFFER_BYTES, MAX_RING_BUFFER_BYTES},
-    units::parse_duration,
+    units::{parse_duration, parse_moment, parse_size},
 };
 
 /// Where `tfo-trace export` serves /metrics unless told otherwise. The port is outside
@@ -124,7 +124,17 @@ impl Cli {
         match &self.command {
             Command::Top(a) => a.from.is_some(),
             Command::Report(a) => !a.from.is_empty(),
+            Command::Trace(a) | Command::Stalls(a) => !a.from.is_empty(),
             _ => false,
+        }
+    }
+
+    /// The recordings `--from` names and the window, where the subcommand replays.
+    fn replayed(&self) -> Option<(&[std::path::PathBuf], &WindowArgs)> {
+        match &self.command {
+            Command::Report(a) => Some((&a.from, &a.window)),
+            Command::Trace(a) | Command::Stalls(a) => Some((&a.from, &a.window)),
+            _ => None,
         }
     }
 
@@ -162,7 +172,9 @@ impl Cli {
         let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
         // A replay traces nothing: the kernel side's flags given with --from do nothing
         // (--names too: a recording carries the names its host learnt).
-        if let Some((_, sub)) = matches.subcommand().filter(|(name, _)| ["report", "top"].contains(name)) {
+        if let Some((_, sub)) =
+            matches.subcommand().filter(|(name, _)| ["report", "top", "trace", "stalls"].contains(name))
+        {
             let given = |id: &str| sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
             if given("from") {
                 if let Some(flag) =
@@ -191,11 +203,21 @@ impl Cli {
                 Cli::command().error(clap::error::ErrorKind::InvalidValue, msg).exit();
             }
         }
-        if let Command::Report(a) = &cli.command {
+        if let Some((from, window)) = cli.replayed() {
             // A folder that cannot be read is the run's error (exit 1), said there.
-            let named = crate::events::record::recordings_named(&a.from).unwrap_or_default();
+            let named = crate::events::record::recordings_named(from).unwrap_or_default();
             if let Some(msg) = crate::events::record::given_twice(&named) {
                 Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg).exit();
+            }
+            if let (Some(since), Some(until)) = (window.since, window.until) {
+                if since >= until {
+                    let msg = format!(
+                        "--since {} is not before --until {}: the window holds nothing",
+                        crate::events::rfc3339(since),
+                        crate::events::rfc3339(until)
+                    );
+                    Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg).exit();
+                }
             }
         }
         if let Command::Man(ManArgs { command: Some(name), .. }) = &cli.command {
@@ -232,6 +254,24 @@ pub struct ProbeArgs {
     pub filter: crate::filter::FilterArgs,
 }
 
+/// `--since` and `--until`: the window of a replay's events (`--from`).
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct WindowArgs {
+    /// With --from: only the events since WHEN: a duration back from now (1h, 30m, 2d) or a
+    /// time (2026-12-03T03:12:00Z, 2026-12-03T04:12:00+01:00, `2026-12-03 03:12`, or 03:12
+    /// for its last occurrence; without an offset, UTC, as tfo-trace prints every time).
+    #[arg(long, value_name = "WHEN", value_parser = parse_moment_now, requires = "from")]
+    pub(crate) since: Option<u128>,
+    /// With --from: only the events before WHEN (as --since).
+    #[arg(long, value_name = "WHEN", value_parser = parse_moment_now, requires = "from")]
+    pub(crate) until: Option<u128>,
+}
+
+/// [`parse_moment`] from now.
+fn parse_moment_now(s: &str) -> Result<u128, String> {
+    parse_moment(s, crate::units::now_unix_ns())
+}
+
 /// How a live view says, when it stops, what it saw and what went missing.
 #[derive(Args, Debug, Clone, Copy)]
 pub struct SummaryArgs {
@@ -251,15 +291,22 @@ pub struct TraceArgs {
     #[command(flatten)]
     pub summary: SummaryArgs,
     /// Stop after this long (e.g. 30s, 5m); default: until Ctrl-C.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, conflicts_with = "from")]
     pub duration: Option<Duration>,
     /// Also write every event to FILE (JSON lines after a header, mode 0600) for
     /// `tfo-trace report --from FILE`.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "from")]
     pub record: Option<std::path::PathBuf>,
     /// With --record: replace FILE if it exists (a symbolic link is never followed).
     #[arg(long, requires = "record")]
     pub force: bool,
+    /// Read recordings instead of tracing live: files made with `--record`, a flight
+    /// recorder's directory (`export --flight-recorder DIR`), or a folder of them; repeat
+    /// it for several, read one after another.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub from: Vec<std::path::PathBuf>,
+    #[command(flatten)]
+    pub window: WindowArgs,
 }
 
 #[derive(Args, Debug)]
@@ -269,11 +316,14 @@ pub struct ReportArgs {
     /// Trace live for this long (e.g. 30s), then report; default: until Ctrl-C.
     #[arg(long, value_parser = parse_duration, conflicts_with = "from")]
     pub duration: Option<Duration>,
-    /// Report on recordings made with `--record FILE` instead of tracing live. Repeat it, or
-    /// name a folder (every recording in it), to merge several hosts' recordings into one
-    /// report with a per-host breakdown of each verdict.
+    /// Report on recordings made with `--record FILE`, or a flight recorder's directory
+    /// (`export --flight-recorder DIR`: one recording), instead of tracing live. Repeat it,
+    /// or name a folder (every recording in it), to merge several hosts' recordings into
+    /// one report with a per-host breakdown of each verdict.
     #[arg(long, value_name = "FILE|DIR")]
     pub from: Vec<std::path::PathBuf>,
+    #[command(flatten)]
+    pub window: WindowArgs,
     /// Output: aligned text, JSON (the scripting contract), or Markdown for a ticket.
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
     pub format: ReportFormat,
@@ -416,11 +466,38 @@ pub struct ExportArgs {
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=1000),
           conflicts_with = "top_destinations")]
     pub(crate) top_containers: Option<u16>,
+    /// Keep a rolling recording of every TFO event in DIR, for `tfo-trace report --from
+    /// DIR` (and `stalls`, `trace`, `top --from`, `GET /recording?since=1h`): what happened
+    /// in a past window. Segments, the oldest removed first; made (mode 0700) where missing;
+    /// refused where it is a symbolic link, another user's, or holds other files.
+    #[arg(long = "flight-recorder", value_name = "DIR")]
+    pub(crate) flight_recorder: Option<std::path::PathBuf>,
+    /// With --flight-recorder: the most its segments may hold together (e.g. 256MiB, 1GiB).
+    #[arg(long = "flight-recorder-size", value_name = "SIZE", default_value = "256MiB",
+          value_parser = parse_recorder_size, requires = "flight_recorder")]
+    pub(crate) flight_recorder_size: u64,
+    /// With --flight-recorder: how far back it keeps events (e.g. 24h, 7d).
+    #[arg(long = "flight-recorder-age", value_name = "DURATION", default_value = "24h",
+          value_parser = parse_duration, requires = "flight_recorder")]
+    pub(crate) flight_recorder_age: Duration,
     /// Stop after this long (e.g. 30s, 5m); default: until SIGINT, SIGTERM or SIGHUP.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
     #[command(flatten)]
     pub summary: SummaryArgs,
+}
+
+/// `--flight-recorder-size`: a size of at least [`Limits::MIN_BYTES`].
+fn parse_recorder_size(s: &str) -> Result<u64, String> {
+    use crate::events::flight::writer::Limits;
+    let bytes = parse_size(s)?;
+    if bytes < Limits::MIN_BYTES {
+        return Err(format!(
+            "`{s}`: the flight recorder needs at least {}",
+            crate::units::size(Limits::MIN_BYTES)
+        ));
+    }
+    Ok(bytes)
 }
 
 #[derive(Args, Debug)]

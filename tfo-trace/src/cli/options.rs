@@ -5,12 +5,14 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 #[cfg(feature = "fixtures")]
 use super::args::FloorArgs;
-use super::args::{DemoArgs, ExportArgs, ProbeArgs, ReportArgs, ReportFormat, Sort, TopArgs, TraceArgs};
+use super::args::{
+    DemoArgs, ExportArgs, ProbeArgs, ReportArgs, ReportFormat, Sort, TopArgs, TraceArgs, WindowArgs,
+};
 #[cfg(feature = "fixtures")]
 use crate::probes::BackendChoice;
 use crate::{
     aggregation::{metrics::Breakdown, report::GroupOptions},
-    events::record::RecordTo,
+    events::{flight::writer::Limits, record::RecordTo, replay::Window},
     filter::EventFilter,
     probes::LoadOptions,
 };
@@ -33,6 +35,17 @@ pub struct LinesOptions {
     pub live: LiveOptions,
     /// One JSON object per line instead of text columns.
     pub json: bool,
+    /// `--from`: recordings instead of live events.
+    pub from: Option<Replaying>,
+}
+
+/// What a view replays instead of tracing (`--from`): recordings (files, a flight
+/// recorder's directory, folders of them), their events as the filter flags and the window
+/// (`--since`, `--until`) select them.
+pub struct Replaying {
+    pub paths: Vec<PathBuf>,
+    pub filter: EventFilter,
+    pub window: Window,
 }
 
 pub struct TopOptions {
@@ -66,6 +79,8 @@ pub struct ExportOptions {
     pub(crate) breakdown: Option<Breakdown>,
     /// `--web.config.file`: TLS and basic auth (exporter-toolkit's format).
     pub web_config: Option<PathBuf>,
+    /// `--flight-recorder DIR` and its limits: every event also kept there.
+    pub flight_recorder: Option<(PathBuf, Limits)>,
 }
 
 pub struct ReportOptions {
@@ -80,8 +95,9 @@ pub struct ReportOptions {
 pub enum ReportSource {
     /// Traced now, for `duration` (None: until Ctrl-C).
     Live { load: LoadOptions, duration: Option<Duration> },
-    /// Recordings (files or folders), their events as the filter flags select them.
-    Recordings { paths: Vec<PathBuf>, filter: EventFilter },
+    /// Recordings (files, flight recorders' directories, folders), their events as the
+    /// filter flags and the window select them.
+    Recordings { paths: Vec<PathBuf>, filter: EventFilter, window: Window },
 }
 
 pub struct DemoOptions {
@@ -120,9 +136,20 @@ fn record_to(record: Option<PathBuf>, force: bool) -> Option<RecordTo> {
     record.map(|path| RecordTo { path, replace: force })
 }
 
+impl WindowArgs {
+    fn window(&self) -> Window {
+        Window { since_ns: self.since, until_ns: self.until }
+    }
+}
+
 impl TraceArgs {
     /// `trace`'s and `stalls`' options.
     pub fn options(self) -> LinesOptions {
+        let from = (!self.from.is_empty()).then(|| Replaying {
+            filter: self.probe.filter.event_filter(),
+            window: self.window.window(),
+            paths: self.from,
+        });
         LinesOptions {
             live: LiveOptions {
                 load: self.probe.load_options(),
@@ -131,6 +158,7 @@ impl TraceArgs {
                 record: record_to(self.record, self.force),
             },
             json: self.json,
+            from,
         }
     }
 }
@@ -164,9 +192,14 @@ impl ExportArgs {
             (None, Some(k)) => Some(Breakdown::Containers(k.into())),
             (None, None) => None,
         };
+        let flight_recorder = self.flight_recorder.map(|dir| {
+            (dir, Limits { max_bytes: self.flight_recorder_size, max_age: self.flight_recorder_age })
+        });
         // Without a per-destination label the kernel's counts are the metrics: only
-        // refused SYN-data (their causes) need to come as events.
-        let load = LoadOptions { refusal_events_only: breakdown.is_none(), ..self.probe.load_options() };
+        // refused SYN-data (their causes) need to come as events, unless the flight
+        // recorder keeps them all.
+        let refusal_events_only = breakdown.is_none() && flight_recorder.is_none();
+        let load = LoadOptions { refusal_events_only, ..self.probe.load_options() };
         ExportOptions {
             live: LiveOptions {
                 load,
@@ -179,6 +212,7 @@ impl ExportArgs {
             interval: self.interval,
             breakdown,
             web_config: self.web_config_file,
+            flight_recorder,
         }
     }
 }
@@ -188,7 +222,11 @@ impl ReportArgs {
         let source = if self.from.is_empty() {
             ReportSource::Live { load: self.probe.load_options(), duration: self.duration }
         } else {
-            ReportSource::Recordings { filter: self.probe.filter.event_filter(), paths: self.from }
+            ReportSource::Recordings {
+                filter: self.probe.filter.event_filter(),
+                window: self.window.window(),
+                paths: self.from,
+            }
         };
         ReportOptions {
             source,

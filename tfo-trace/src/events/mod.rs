@@ -4,6 +4,7 @@ pub(crate) mod cgroups;
 mod codes;
 pub(crate) mod counts;
 mod fields;
+pub mod flight;
 pub(crate) mod reader;
 pub mod record;
 pub(crate) mod replay;

@@ -290,17 +290,22 @@ impl Recorder {
     }
 }
 
-/// The recordings `--from` names: files as given (`true`: in a folder), a folder's files
-/// (not hidden) by name. A file in a folder that is not a recording is skipped with a note
-/// by the caller; one named on its own is an error.
+/// The recordings `--from` names: files as given (`true`: in a folder), a flight
+/// recorder's directory as one recording, a folder's files (not hidden) and the recorders'
+/// directories in it (a fleet's, gathered) by name. A file in a folder that is not a
+/// recording is skipped with a note by the caller; one named on its own is an error.
 pub fn recordings_named(from: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
     let mut out = Vec::new();
     for p in from {
-        if p.is_dir() {
+        if super::flight::is_recorder_dir(p) {
+            out.push((p.clone(), false));
+        } else if p.is_dir() {
             let mut files: Vec<PathBuf> = std::fs::read_dir(p)
                 .with_context(|| format!("reading the folder {}", p.display()))?
                 .filter_map(|e| e.ok())
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .filter(|e| {
+                    e.file_type().is_ok_and(|t| t.is_file()) || super::flight::is_recorder_dir(&e.path())
+                })
                 .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
                 .map(|e| e.path())
                 .collect();
@@ -320,8 +325,16 @@ pub fn recordings_named(from: &[PathBuf]) -> Result<Vec<(PathBuf, bool)>> {
 /// as a usage error: its events would count twice.
 pub fn given_twice(named: &[(PathBuf, bool)]) -> Option<String> {
     use std::os::unix::fs::MetadataExt as _;
+    // A recorder's directory is its segments: one of them named too is named twice.
+    let files: Vec<PathBuf> = named
+        .iter()
+        .flat_map(|(path, _)| match super::flight::is_recorder_dir(path) {
+            true => super::flight::segments(path).unwrap_or_default().into_iter().map(|s| s.path).collect(),
+            false => vec![path.clone()],
+        })
+        .collect();
     let mut seen: std::collections::HashMap<(u64, u64), &Path> = std::collections::HashMap::new();
-    for (path, _) in named {
+    for path in &files {
         let Ok(m) = std::fs::metadata(path) else { continue };
         if let Some(first) = seen.insert((m.dev(), m.ino()), path) {
             let how = if first == path.as_path() {
@@ -348,7 +361,7 @@ pub struct ReplayError {
 }
 
 impl ReplayError {
-    fn new(path: &Path, line: usize, reason: &str) -> Self {
+    pub(crate) fn new(path: &Path, line: usize, reason: &str) -> Self {
         ReplayError { path: path.to_path_buf(), line, reason: one_line(reason) }
     }
 }
@@ -380,8 +393,16 @@ impl BadLines {
     /// event: ...; line 6: ...` (None without bad lines).
     pub fn summary(&self) -> Option<String> {
         let first = self.first.first()?;
-        let named: Vec<String> =
-            self.first.iter().map(|b| format!("line {}: {}", b.line, b.reason)).collect();
+        // A flight recorder's bad lines may be in several of its segments: each named then.
+        let one_file = self.first.iter().all(|b| b.path == first.path);
+        let named: Vec<String> = self
+            .first
+            .iter()
+            .map(|b| match one_file {
+                true => format!("line {}: {}", b.line, b.reason),
+                false => format!("{} line {}: {}", b.path.display(), b.line, b.reason),
+            })
+            .collect();
         let more = self.count.saturating_sub(self.first.len() as u64);
         let more = if more > 0 { format!("; and {more} more") } else { String::new() };
         let lines = if self.count == 1 { "line" } else { "lines" };
@@ -457,7 +478,7 @@ pub fn read_from(reader: impl BufRead, path: &Path) -> Result<(Header, Vec<Event
         match line {
             Line::Event(e) => events.push(e),
             Line::Header(_) => {}
-            Line::Bad(b) => bad.add(b),
+            Line::Bad(b) | Line::Torn(b) => bad.add(b),
         }
     }
     Ok((header, events, bad))
@@ -491,6 +512,10 @@ pub enum Line {
     Header(Header),
     /// Not readable: skipped, and read on.
     Bad(ReplayError),
+    /// The last line, cut short (no newline ends it, and it does not parse): what a crash or
+    /// a power cut leaves where a line was being written. Skipped like a bad line; a flight
+    /// recorder's segments expect it (`events::replay`).
+    Torn(ReplayError),
 }
 
 /// The lines of a recording one at a time, so a replay of millions of events needs no
@@ -565,7 +590,11 @@ impl<R: BufRead> Iterator for Events<R> {
                     Err(reason) => self.bad(reason),
                 },
                 Err(reason) if complete => self.bad(format!("corrupt event: {reason}")),
-                Err(reason) => self.bad(format!("truncated: the last line ends mid-record ({reason})")),
+                Err(reason) => Some(Line::Torn(ReplayError::new(
+                    &self.path,
+                    self.line_no,
+                    &format!("truncated: the last line ends mid-record ({reason})"),
+                ))),
             };
         }
         None

@@ -10,31 +10,38 @@
 //! this one answers in under 1 ms with 1,000 idle and 1,000 slow-loris ones open; +0.4 MB
 //! of code (dev profile). Figures per connection at [`MAX_CONNECTIONS`].
 //!
-//! What it answers: GET or HEAD of `/metrics` and `/`; 404 for other paths, 405 for other
-//! methods; hyper itself answers a malformed request 400 and a request head over
-//! [`MAX_HEAD_BYTES`] 431, then closes. One request per connection (`Connection: close`):
-//! see [`serve`] for why not keep-alive. With `--web.config.file` ([`WebConfig`]): TLS,
-//! and basic auth on every path (401 with `WWW-Authenticate` without the right
-//! credentials, before the path is looked at).
+//! What it answers: GET or HEAD of `/metrics` and `/`, and with `--flight-recorder` of
+//! `/recording?since=WHEN&until=WHEN` (the recording of that window, streamed: see
+//! [`recording`]); 404 for other paths, 405 for other methods; hyper itself answers a
+//! malformed request 400 and a request head over [`MAX_HEAD_BYTES`] 431, then closes. One
+//! request per connection (`Connection: close`): see [`serve`] for why not keep-alive. With
+//! `--web.config.file` ([`WebConfig`]): TLS, and basic auth on every path (401 with
+//! `WWW-Authenticate` without the right credentials, before the path is looked at).
+//!
+//! With `--flight-recorder DIR` every event read is also written there
+//! (`events::flight::writer`), synced once a second off this thread; what cannot be
+//! written is counted, and never stops the loop.
 use std::{
     collections::BTreeMap,
     convert::Infallible,
     future::Future,
     io::Write as _,
     net::SocketAddr,
-    path::Path,
+    path::{Path, PathBuf},
+    pin::Pin,
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc,
+        Arc, Mutex,
     },
-    time::Duration,
+    task::{Context, Poll},
+    time::{Duration, SystemTime},
 };
 
 use anyhow::{bail, Context as _, Result};
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use hyper::{
-    body::Incoming,
+    body::{Frame, Incoming},
     header::{self, HeaderValue},
     server::conn::http1,
     service::service_fn,
@@ -52,7 +59,11 @@ use tokio_rustls::{server::TlsStream, TlsAcceptor};
 use crate::{
     aggregation::metrics::{Breakdown, BuildInfo, Metrics, CONTENT_TYPE},
     cli::ExportOptions,
-    events::Event,
+    events::{
+        flight::writer::FlightRecorder,
+        replay::{self, Window},
+        Event,
+    },
     live::{closing::Served, session::Session},
     views::web_config::{BasicAuth, WebConfig},
 };
@@ -63,9 +74,13 @@ const MAX_HEAD_BYTES: usize = 8192;
 /// Time a client has, from connecting, to send its whole request head (hyper's
 /// `header_read_timeout`): an idle or slow-loris connection is closed after this.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-/// Time a connection may take in all: bounds a client that asks and never reads the
-/// answer (hyper has no write timeout).
+/// Time a connection may take in all, or (a `/recording` being sent) between two chunks
+/// the client takes: bounds a client that asks and never reads the answer (hyper has no
+/// write timeout).
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// A `/recording` body's chunks: the reader runs this far ahead of the client.
+const RECORDING_CHUNK: usize = 64 * 1024;
+const RECORDING_CHUNKS_AHEAD: usize = 4;
 /// Connections open at once, at most (fewer when the fd limit cannot hold them). At the
 /// cap the oldest connection still waiting for its request is closed to admit the new one
 /// (see [`Connections`]). Measured as above: 1,000 idle connections, 1,029 fds and 20 MB
@@ -83,6 +98,9 @@ const SPARE_FDS: usize = 64;
 const LISTEN_BACKLOG: u32 = 4096;
 /// Scrapes waiting for the run loop's next refresh before more of them wait to queue.
 const WAITING_SCRAPES: usize = 64;
+/// How often the flight recorder's segment is synced to the disk: what a power cut can
+/// lose at most.
+const RECORDER_SYNC: Duration = Duration::from_secs(1);
 
 /// Writes `text` to `path` for node_exporter: a temporary file in the same directory,
 /// then rename(2), so the collector never reads a half-written file.
@@ -140,6 +158,11 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
         }
         None => None,
     };
+    // The flight recorder's directory too: one refused is said without touching the kernel.
+    let mut recorder = match &opts.flight_recorder {
+        Some((dir, limits)) => Some(FlightRecorder::open(dir, *limits)?),
+        None => None,
+    };
     let mut session = Session::start(&opts.live.load, None)?;
     let build = BuildInfo {
         version: env!("CARGO_PKG_VERSION").into(),
@@ -147,6 +170,25 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
         kernel: crate::kernel::uname::uname().map_or_else(|| "unknown".into(), |u| u.release),
     };
     let metrics = Metrics::new(&build, opts.breakdown);
+    let recordings = match (&mut recorder, &opts.flight_recorder) {
+        (Some(r), Some((dir, limits))) => {
+            r.set_backend(session.tracer.backend.name());
+            metrics.set_recorder(r.stats());
+            crate::note!(
+                "tfo-trace: keeping a flight recording in {} (at most {} and {}; `tfo-trace report --from {}`)",
+                dir.display(),
+                crate::units::size(limits.max_bytes),
+                crate::units::period(limits.max_age),
+                dir.display()
+            )?;
+            Some(Arc::new(Recordings {
+                dir: dir.clone(),
+                backend: session.tracer.backend.name().to_string(),
+                one_at_a_time: Arc::new(tokio::sync::Semaphore::new(1)),
+            }))
+        }
+        _ => None,
+    };
     if let Some(p) = &opts.textfile {
         crate::note!(
             "tfo-trace: writing metrics to {} every {}",
@@ -163,24 +205,35 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
         Some(l) => {
             let scheme = if guard.tls.is_some() { "https" } else { "http" };
             crate::note!("tfo-trace: serving metrics on {scheme}://{}/metrics", l.local_addr()?)?;
-            Some(tokio::spawn(serve(l, Scrapes(scrapes), connection_cap(), Arc::new(guard))))
+            let served = Answers { scrapes: Scrapes(scrapes), recordings };
+            Some(tokio::spawn(serve(l, served, connection_cap(), Arc::new(guard))))
         }
         None => None,
     };
 
     let mut stop = session.take_stop(opts.live.duration)?;
     let mut textfile_tick = tokio::time::interval(opts.interval);
+    let mut sync_tick = tokio::time::interval(RECORDER_SYNC);
     let mut batch: Vec<Event> = Vec::new();
     let mut served = Served::default();
     loop {
         tokio::select! {
             // Events: the opt-in series and each refusal's cause (the connection counts
-            // come from the kernel's count maps, exact whatever the events do).
+            // come from the kernel's count maps, exact whatever the events do), and the
+            // flight recorder's lines.
             r = session.next_batch(&mut batch) => r?,
+            _ = sync_tick.tick(), if recorder.is_some() => {
+                if let Some(r) = &mut recorder {
+                    if let Some(file) = r.tick(SystemTime::now()) {
+                        // A slow disk must not hold up the scrapes: synced off this thread.
+                        tokio::task::spawn_blocking(move || file.sync_data());
+                    }
+                }
+            }
             Some(first) = waiting.recv(), if serving => {
                 // Each scrape sees the kernel's counts as they are now; the scrapes that
                 // asked meanwhile share this refresh and its text.
-                refresh(&metrics, &mut session)?;
+                refresh(&metrics, &mut session, recorder.as_ref())?;
                 let text = Bytes::from(metrics.encode());
                 let mut answered = u64::from(first.send(text.clone()).is_ok());
                 while let Ok(next) = waiting.try_recv() {
@@ -190,22 +243,25 @@ pub async fn run(opts: ExportOptions) -> Result<()> {
             }
             _ = textfile_tick.tick() => {
                 if let Some(path) = &opts.textfile {
-                    refresh(&metrics, &mut session)?;
+                    refresh(&metrics, &mut session, recorder.as_ref())?;
                     write_textfile(path, &metrics.encode()).with_context(|| format!("writing {}", path.display()))?;
                     served.wrote_textfile(metrics.connections_encoded());
                 }
             }
             _ = stop.requested() => break,
         }
-        observe(&metrics, &mut batch);
+        observe(&metrics, &mut batch, recorder.as_mut());
     }
     if let Some(server) = server {
         server.abort(); // and with it every connection (its JoinSet)
     }
     session.stopping();
     session.drain(&mut batch)?;
-    observe(&metrics, &mut batch);
-    refresh(&metrics, &mut session)?;
+    observe(&metrics, &mut batch, recorder.as_mut());
+    if let Some(r) = &mut recorder {
+        r.finish();
+    }
+    refresh(&metrics, &mut session, recorder.as_ref())?;
     let last = metrics.encode();
     served.outcomes_at_stop = metrics.connections_encoded();
     if let Some(path) = &opts.textfile {
@@ -227,17 +283,26 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// The kernel's counts into the model, with its health totals (of every namespace: the
-/// kernel keeps those only in all). Both are of the namespaces asked for already: the
-/// kernel filter counts only those, and the counters' `Scope` reads only those.
-fn refresh(metrics: &Metrics, session: &mut Session) -> Result<()> {
+/// kernel keeps those only in all), and the flight recorder's figures. Both are of the
+/// namespaces asked for already: the kernel filter counts only those, and the counters'
+/// `Scope` reads only those.
+fn refresh(metrics: &Metrics, session: &mut Session, recorder: Option<&FlightRecorder>) -> Result<()> {
     metrics.set_kernel(session.kernel_counts()?, session.health());
     metrics.set_kernel_counted(session.kernel_counted());
+    if let Some(r) = recorder {
+        metrics.set_recorder(r.stats());
+    }
     Ok(())
 }
 
-/// The batch's events into the model: those of the namespaces asked for only, as the
-/// kernel filter sent them.
-fn observe(metrics: &Metrics, batch: &mut Vec<Event>) {
+/// The batch's events into the flight recorder and the model: those of the namespaces
+/// asked for only, as the kernel filter sent them.
+fn observe(metrics: &Metrics, batch: &mut Vec<Event>, recorder: Option<&mut FlightRecorder>) {
+    if let Some(r) = recorder {
+        if !batch.is_empty() {
+            r.record(batch);
+        }
+    }
     for e in batch.drain(..) {
         metrics.observe(&e);
     }
@@ -249,6 +314,23 @@ fn observe(metrics: &Metrics, batch: &mut Vec<Event>) {
 /// arrives (not as of a tick up to a second ago), and no scrape, no wake-up.
 #[derive(Clone)]
 struct Scrapes(mpsc::Sender<oneshot::Sender<Bytes>>);
+
+/// What the HTTP server answers from: the run loop's exposition, and the flight recorder's
+/// directory (with `--flight-recorder`).
+#[derive(Clone)]
+struct Answers {
+    scrapes: Scrapes,
+    recordings: Option<Arc<Recordings>>,
+}
+
+/// `/recording`: the recorder's directory, read by one request at a time (a window can be
+/// the whole directory: each request reads and sends it all).
+struct Recordings {
+    dir: PathBuf,
+    /// For a header where the directory holds no segment yet.
+    backend: String,
+    one_at_a_time: Arc<tokio::sync::Semaphore>,
+}
 
 impl Scrapes {
     /// The exposition, freshly refreshed; None once the run loop has stopped.
@@ -375,16 +457,54 @@ async fn tls_accept(tls: &TlsAcceptor, mut stream: TcpStream) -> Option<TlsStrea
 async fn serve_one(
     http: http1::Builder,
     stream: TcpStream,
-    scrapes: Scrapes,
+    served: Answers,
     answering: Arc<AtomicBool>,
+    progress: Arc<Progress>,
     guard: Arc<Guard>,
 ) -> hyper::Result<()> {
     match &guard.tls {
-        None => connection(&http, stream, scrapes, answering, guard.clone()).await,
+        None => connection(&http, stream, served, answering, progress, guard.clone()).await,
         Some(tls) => match tls_accept(tls, stream).await {
-            Some(stream) => connection(&http, stream, scrapes, answering, guard.clone()).await,
+            Some(stream) => connection(&http, stream, served, answering, progress, guard.clone()).await,
             None => Ok(()),
         },
+    }
+}
+
+/// When a connection is cut: [`CONNECTION_TIMEOUT`] after it began, or after the last
+/// chunk of a `/recording` the client took (a long download that goes on is no stuck
+/// client).
+struct Progress(Mutex<tokio::time::Instant>);
+
+impl Progress {
+    fn new() -> Progress {
+        Progress(Mutex::new(tokio::time::Instant::now()))
+    }
+
+    fn made(&self) {
+        if let Ok(mut last) = self.0.lock() {
+            *last = tokio::time::Instant::now();
+        }
+    }
+
+    fn deadline(&self) -> tokio::time::Instant {
+        self.0.lock().map_or_else(|_| tokio::time::Instant::now(), |last| *last + CONNECTION_TIMEOUT)
+    }
+}
+
+/// Runs `conn` until it ends or its [`Progress`] deadline passes.
+async fn until_stalled(conn: impl Future<Output = hyper::Result<()>>, progress: &Progress) {
+    tokio::pin!(conn);
+    loop {
+        let deadline = progress.deadline();
+        tokio::select! {
+            _ = &mut conn => return,
+            _ = tokio::time::sleep_until(deadline) => {
+                if progress.deadline() <= tokio::time::Instant::now() {
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -394,7 +514,7 @@ async fn serve_one(
 /// bounds the wait for a kept-alive connection's next request, and Prometheus scrapes
 /// every 15 s by default, so a kept-alive connection would be closed before the next
 /// scrape anyway, and one closed just as the client reuses it is a failed scrape.
-async fn serve(listener: TcpListener, scrapes: Scrapes, cap: usize, guard: Arc<Guard>) {
+async fn serve(listener: TcpListener, served: Answers, cap: usize, guard: Arc<Guard>) {
     let http = http1_server();
     let mut tasks = JoinSet::new();
     let mut open: Connections<AbortHandle> = Connections::new(cap);
@@ -409,10 +529,18 @@ async fn serve(listener: TcpListener, scrapes: Scrapes, cap: usize, guard: Arc<G
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let answering = Arc::new(AtomicBool::new(false));
-                    let conn = serve_one(http.clone(), stream, scrapes.clone(), answering.clone(), guard.clone());
+                    let progress = Arc::new(Progress::new());
+                    let conn = serve_one(
+                        http.clone(),
+                        stream,
+                        served.clone(),
+                        answering.clone(),
+                        progress.clone(),
+                        guard.clone(),
+                    );
                     let evicted = open.admit(answering, |id| {
                         tasks.spawn(async move {
-                            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
+                            until_stalled(conn, &progress).await;
                             id
                         })
                     });
@@ -450,43 +578,56 @@ fn http1_server() -> http1::Builder {
 fn connection(
     http: &http1::Builder,
     io: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    scrapes: Scrapes,
+    served: Answers,
     answering: Arc<AtomicBool>,
+    progress: Arc<Progress>,
     guard: Arc<Guard>,
 ) -> impl Future<Output = hyper::Result<()>> + Send + 'static {
     let service = service_fn(move |req: Request<Incoming>| {
         answering.store(true, Ordering::Relaxed);
         let page = Page::of(req.method(), req.uri().path());
+        let query = req.uri().query().map(str::to_string);
         let authorization = req.headers().get(header::AUTHORIZATION).cloned();
-        answer(page, authorization, scrapes.clone(), guard.clone())
+        answer(page, query, authorization, served.clone(), progress.clone(), guard.clone())
     });
     http.serve_connection(TokioIo::new(io), service)
 }
 
+/// A response's body: one piece (`/metrics`, errors), or a `/recording` streamed.
+type Body = Either<Full<Bytes>, Streamed>;
+
 async fn answer(
     page: Page,
+    query: Option<String>,
     authorization: Option<HeaderValue>,
-    scrapes: Scrapes,
+    served: Answers,
+    progress: Arc<Progress>,
     guard: Arc<Guard>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Response<Body>, Infallible> {
     let page = match &guard.auth {
         Some(auth) if !auth.allows(authorization.as_ref()).await => Page::Unauthorized,
         _ => page,
     };
-    let exposition = match page {
-        Page::Metrics => scrapes.exposition().await,
-        _ => None,
+    let mut response = match (page, &served.recordings) {
+        (Page::Recording, Some(r)) => recording(query.as_deref(), r, progress),
+        (Page::Recording, None) => plain(
+            StatusCode::NOT_FOUND,
+            "no flight recorder here: `tfo-trace export --flight-recorder DIR` keeps one\n".into(),
+        ),
+        (Page::Metrics, _) => respond(page, served.scrapes.exposition().await).map(Either::Left),
+        _ => respond(page, None).map(Either::Left),
     };
-    let mut response = respond(page, exposition);
     response.headers_mut().extend(guard.headers.iter().map(|(n, v)| (n.clone(), v.clone())));
     Ok(response)
 }
 
-/// What a request asks for: only GET or HEAD of `/metrics` and `/` are served.
+/// What a request asks for: only GET or HEAD of `/metrics`, `/` and `/recording` are served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Page {
     Metrics,
     Index,
+    /// The flight recorder's recording of a window (`?since=1h&until=...`).
+    Recording,
     NotFound,
     MethodNotAllowed,
     /// Basic auth is configured and the request did not carry a user's password.
@@ -502,9 +643,105 @@ impl Page {
         match path {
             "/metrics" => Page::Metrics,
             "/" => Page::Index,
+            "/recording" => Page::Recording,
             _ => Page::NotFound,
         }
     }
+}
+
+/// `Content-Type` of `/recording`: JSON lines.
+const RECORDING_TYPE: &str = "application/x-ndjson";
+
+/// `/recording?since=WHEN&until=WHEN` (each optional; WHEN as `--since` takes it: `1h`,
+/// `2026-12-03T03:12:00Z`): the flight recorder's recording of that window, as `report
+/// --from` reads it, read from the directory by the one replay every view uses
+/// ([`replay::write_window`]) on a blocking thread and streamed in chunks as the client
+/// takes them. 400 for a bad query, 503 while another is being sent.
+fn recording(query: Option<&str>, r: &Recordings, progress: Arc<Progress>) -> Response<Body> {
+    let window = match window_of(query.unwrap_or(""), crate::units::now_unix_ns()) {
+        Ok(w) => w,
+        Err(why) => return plain(StatusCode::BAD_REQUEST, format!("{why}\n")),
+    };
+    let Ok(permit) = r.one_at_a_time.clone().try_acquire_owned() else {
+        let mut busy = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "another /recording is being sent; try again when it is done\n".into(),
+        );
+        busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        return busy;
+    };
+    let (chunks, body) = mpsc::channel(RECORDING_CHUNKS_AHEAD);
+    let (dir, backend) = (r.dir.clone(), r.backend.clone());
+    tokio::task::spawn_blocking(move || {
+        let _one = permit;
+        let sent = replay::write_window(&dir, window, &backend, RECORDING_CHUNK, |chunk| {
+            chunks.blocking_send(Bytes::from(chunk)).is_ok()
+        });
+        if let Err(e) = sent {
+            log::warn!("/recording of {}: {e:#}", dir.display());
+        }
+    });
+    let mut response = Response::new(Either::Right(Streamed { chunks: body, progress }));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(RECORDING_TYPE));
+    headers.insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_static("attachment; filename=\"tfo-trace-recording.jsonl\""),
+    );
+    response
+}
+
+/// The window a `/recording` query asks for: `since` and `until`, each optional, read as
+/// `--since` reads them ([`crate::units::parse_moment`]); anything else is refused.
+fn window_of(query: &str, now_ns: u128) -> Result<Window, String> {
+    let mut w = Window::default();
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        let at = crate::units::parse_moment(&value, now_ns).map_err(|e| format!("{key}: {e}"));
+        match &*key {
+            "since" => w.since_ns = Some(at?),
+            "until" => w.until_ns = Some(at?),
+            other => return Err(format!("unknown parameter `{other}`: /recording takes since and until")),
+        }
+    }
+    if let (Some(s), Some(u)) = (w.since_ns, w.until_ns) {
+        if s >= u {
+            return Err("since is not before until: the window holds nothing".into());
+        }
+    }
+    Ok(w)
+}
+
+/// A `/recording` body: the chunks the reader sends, each taken by hyper as the client
+/// takes the last, which pushes the connection's deadline back ([`Progress`]).
+struct Streamed {
+    chunks: mpsc::Receiver<Bytes>,
+    progress: Arc<Progress>,
+}
+
+impl hyper::body::Body for Streamed {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let chunk = self.chunks.poll_recv(cx);
+        if let Poll::Ready(Some(_)) = &chunk {
+            self.progress.made();
+        }
+        chunk.map(|c| c.map(|bytes| Ok(Frame::data(bytes))))
+    }
+}
+
+/// A plain-text answer.
+fn plain(status: StatusCode, text: String) -> Response<Body> {
+    let mut response = Response::new(Either::Left(Full::new(Bytes::from(text))));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
 }
 
 const INDEX: &str = "<html><head><title>tfo-trace exporter</title></head><body>\
@@ -520,7 +757,7 @@ pub fn respond(page: Page, exposition: Option<Bytes>) -> Response<Full<Bytes>> {
             (StatusCode::OK, "text/html; charset=utf-8", Bytes::from_static(INDEX.as_bytes()))
         }
         (Page::Metrics, None) => error(StatusCode::SERVICE_UNAVAILABLE),
-        (Page::NotFound, _) => error(StatusCode::NOT_FOUND),
+        (Page::NotFound | Page::Recording, _) => error(StatusCode::NOT_FOUND),
         (Page::MethodNotAllowed, _) => error(StatusCode::METHOD_NOT_ALLOWED),
         (Page::Unauthorized, _) => error(StatusCode::UNAUTHORIZED),
     };
@@ -583,8 +820,9 @@ mod tests {
         let conn = connection(
             &http1_server(),
             server,
-            Scrapes(scrapes),
+            Answers { scrapes: Scrapes(scrapes), recordings: None },
             Arc::new(AtomicBool::new(false)),
+            Arc::new(Progress::new()),
             Arc::new(Guard::default()),
         );
         let conn = tokio::spawn(conn);

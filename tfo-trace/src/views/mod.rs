@@ -4,6 +4,7 @@ pub mod export;
 #[cfg(feature = "fixtures")]
 pub mod floor;
 pub mod man;
+mod replayed;
 pub mod report;
 pub mod stalls;
 pub mod top;

@@ -145,54 +145,108 @@ fn write_paused(out: &mut impl Write, paused: &[Paused]) -> io::Result<()> {
     out.flush()
 }
 
-pub async fn run(opts: LinesOptions) -> Result<()> {
-    let LinesOptions { live, json } = opts;
-    let mut session = Session::start(&live.load, live.record.as_ref())?;
-    // One write per batch, not per line (stdout alone is line-buffered).
-    let mut out = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
-    if !json {
-        writeln!(
-            out,
-            "{:<23} {:<7} {:<16} {:<24} {:<24} {:>10} {:>3}  CONTAINER",
-            "TIME", "PID", "COMM", "DESTINATION", "CAUSE", "LOST", "RTX"
-        )?;
+/// What `stalls` prints and keeps, live or replayed: a line per stalled connection as it
+/// comes, and what the summary at the end is made of.
+struct Stalls<W: Write> {
+    out: W,
+    json: bool,
+    per_dst: PerDestinations,
+    pauses: Pauses,
+}
+
+impl<W: Write> Stalls<W> {
+    /// The view, its header printed (text).
+    fn start(mut out: W, json: bool) -> Result<Self> {
+        if !json {
+            crate::live::output::stdout_written(writeln!(
+                out,
+                "{:<23} {:<7} {:<16} {:<24} {:<24} {:>10} {:>3}  CONTAINER",
+                "TIME", "PID", "COMM", "DESTINATION", "CAUSE", "LOST", "RTX"
+            ))?;
+        }
+        Ok(Stalls { out, json, per_dst: PerDestinations::new(), pauses: Pauses::default() })
     }
-    let mut per_dst = PerDestinations::new();
-    let mut pauses = Pauses::default();
+
+    /// One event: counted for the summary, and its line if it stalled. Break once stdout
+    /// is closed (`| head`).
+    fn add(&mut self, e: &Event) -> Result<ControlFlow<()>> {
+        self.pauses.add(&e.view());
+        let (stall, extra) = (stall::of(e), stall::extra_round_trip_us(e));
+        // What the same destinations saved, for the summary's balance.
+        if stall.is_some() || extra.is_some() || stall::saved_us(e).is_some() {
+            count(&mut self.per_dst, e);
+        }
+        let Some(stall) = stall else { return Ok(ControlFlow::Continue(())) };
+        match write_line(&mut self.out, e, stall.cause, stall.lost_us, self.json) {
+            Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(ControlFlow::Break(())),
+            r => r.context("writing to stdout").map(ControlFlow::Continue),
+        }
+    }
+
+    /// Flushes the lines so far (a batch's); Break once stdout is closed.
+    fn flush(&mut self) -> ControlFlow<()> {
+        match self.out.flush() {
+            Err(err) if err.kind() == io::ErrorKind::BrokenPipe => ControlFlow::Break(()),
+            _ => ControlFlow::Continue(()),
+        }
+    }
+
+    /// The summary by destination and the pauses (text), with what the namespaces' own
+    /// counters counted (`counted`; nothing for a replay).
+    fn summary(&mut self, counted: &crate::aggregation::kernel_counted::KernelCounted) -> Result<()> {
+        if self.json {
+            return Ok(());
+        }
+        let paused = paused::said(&self.pauses, counted);
+        crate::live::output::stdout_written(
+            write_summary(&mut self.out, &self.per_dst).and_then(|_| write_paused(&mut self.out, &paused)),
+        )
+    }
+
+    fn stalled(&self) -> u64 {
+        self.per_dst.values().map(|d| d.tally.stalls.count()).sum()
+    }
+}
+
+pub async fn run(opts: LinesOptions) -> Result<()> {
+    // One write per batch, not per line (stdout alone is line-buffered).
+    let out = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
+    let LinesOptions { live, json, from } = opts;
+    if let Some(from) = from {
+        let mut view = Stalls::start(out, json)?;
+        let replayed =
+            crate::events::replay::replay_each(&from.paths, &from.filter, from.window, |e| view.add(e))?;
+        if view.flush().is_break() {
+            return Ok(());
+        }
+        view.summary(&Default::default())?;
+        crate::note!(
+            "tfo-trace: {}",
+            crate::units::plural(view.stalled(), "stalled connection", "stalled connections")
+        )?;
+        return super::replayed::said(&from, &replayed);
+    }
+    let mut session = Session::start(&live.load, live.record.as_ref())?;
+    let mut view = Stalls::start(out, json)?;
     let mut pipe_closed = false;
     session
         .run(live.duration, |batch| {
             for e in batch.iter() {
-                pauses.add(&e.view());
-                let (stall, extra) = (stall::of(e), stall::extra_round_trip_us(e));
-                // What the same destinations saved, for the summary's balance.
-                if stall.is_some() || extra.is_some() || stall::saved_us(e).is_some() {
-                    count(&mut per_dst, e);
-                }
-                let Some(stall) = stall else { continue };
-                match write_line(&mut out, e, stall.cause, stall.lost_us, json) {
-                    Err(err) if err.kind() == io::ErrorKind::BrokenPipe => {
-                        pipe_closed = true;
-                        return Ok(ControlFlow::Break(()));
-                    }
-                    r => r.context("writing to stdout")?,
+                if view.add(e)?.is_break() {
+                    pipe_closed = true;
+                    return Ok(ControlFlow::Break(()));
                 }
             }
-            out.flush().ok();
-            Ok(ControlFlow::Continue(()))
+            pipe_closed = view.flush().is_break();
+            Ok(if pipe_closed { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
         })
         .await?;
     if pipe_closed {
         return Ok(());
     }
-    if !json {
-        let paused = paused::said(&pauses, &session.kernel_counted());
-        crate::live::output::stdout_written(
-            write_summary(&mut out, &per_dst).and_then(|_| write_paused(&mut out, &paused)),
-        )?;
-    }
+    view.summary(&session.kernel_counted())?;
     let mut closing = session.closing();
-    closing.stalled = Some(per_dst.values().map(|d| d.tally.stalls.count()).sum());
+    closing.stalled = Some(view.stalled());
     closing.say(live.json_summary, "tfo-trace", "")?;
     closing.recording_kept()
 }

@@ -270,8 +270,39 @@ fn write_batch(out: &mut impl Write, lines: &[u8]) -> io::Result<()> {
     out.flush()
 }
 
+/// `trace --from`: the recordings' events, as they would have been printed live.
+fn run_from(from: &crate::cli::Replaying, json: bool) -> Result<()> {
+    let mut stdout = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
+    let mut text = TextLines::default();
+    if !json {
+        crate::live::output::stdout_written(writeln!(stdout, "{}", text.header()))?;
+    }
+    let mut line = Vec::new();
+    let replayed = crate::events::replay::replay_each(&from.paths, &from.filter, from.window, |e| {
+        line.clear();
+        if json {
+            serde_json::to_writer(&mut line, e)?;
+            line.push(b'\n');
+        } else {
+            text.write(&mut line, &e.ts, &e.view());
+        }
+        match stdout.write_all(&line) {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(ControlFlow::Break(())),
+            r => r.context("writing to stdout").map(ControlFlow::Continue),
+        }
+    })?;
+    match stdout.flush() {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+        r => r.context("writing to stdout")?,
+    }
+    super::replayed::said(from, &replayed)
+}
+
 pub async fn run(opts: LinesOptions) -> Result<()> {
-    let LinesOptions { live, json } = opts;
+    let LinesOptions { live, json, from } = opts;
+    if let Some(from) = &from {
+        return run_from(from, json);
+    }
     let mut session = Session::start(&live.load, live.record.as_ref())?;
     // One write per batch: the batch's lines go to stdout at once, which its line
     // buffering passes through whole (no syscall per line, no copy).

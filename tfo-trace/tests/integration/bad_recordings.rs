@@ -349,7 +349,61 @@ fn extreme_values() {
     }
 }
 
+/// A flight recorder's directory after crashes: a segment whose last line was cut short,
+/// one holding only part of its header (made as the crash came). Those are what a
+/// `kill -9` or a power cut leaves: skipped, counted and said in a note, exit 0, every
+/// whole line read, in `report`, `stalls`, `trace` and `top` alike. The same cut line in a
+/// file (`--record`) stays a bad line (exit 1), and a corrupt line in the middle of a
+/// segment is one too, named with its segment.
+fn a_flight_recorders_torn_segments_are_notes_not_errors() {
+    let lines = lab_lines();
+    let dir = common::TempDir::new("torn-recorder");
+    std::fs::write(dir.0.join(".tfo-trace-flight-recorder"), "tfo-trace flight recorder\n").unwrap();
+    let segment = |n: u32| dir.0.join(format!("{n:010}-20261130T22404{n}Z.jsonl"));
+    let second_header = String::from_utf8(lines[0].clone()).unwrap().replace("22:40:40.", "22:41:40.");
+    let third_header = String::from_utf8(lines[0].clone()).unwrap().replace("22:40:40.", "22:42:40.");
+    let cut = &lines[4][..lines[4].len() / 2];
+    std::fs::write(segment(1), [join(&lines[..4]), cut.to_vec()].concat()).unwrap();
+    std::fs::write(segment(2), &second_header.as_bytes()[..40]).unwrap();
+    std::fs::write(segment(3), [third_header.as_bytes(), b"\n", &join(&lines[4..6])].concat()).unwrap();
+    let whole_events = 3 + 2;
+    let run_dir = |args: &[&str]| Command::new(common::exe()).args(args).arg(&dir.0).output().unwrap();
+
+    let out = run_dir(&["report", "--format", "json", "--from"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["source"]["kind"], "flight_recorder");
+    assert_eq!(r["source"]["events"], whole_events, "{r:#}");
+    assert_eq!((r["source"]["torn_lines"].as_u64(), r["source"]["bad_lines"].as_u64()), (Some(2), Some(0)));
+    assert_eq!(r["source"]["segments"], 2, "the two with a header");
+    let notes: Vec<&str> = stderr.lines().collect();
+    assert_eq!(notes.len(), 1, "{stderr}");
+    assert!(notes[0].contains("2 torn last lines skipped") && notes[0].contains("kill -9"), "{stderr}");
+    for args in [&["stalls", "--from"][..], &["trace", "--json", "--from"], &["top", "--batch", "--from"]] {
+        let out = run_dir(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let traced = run_dir(&["trace", "--json", "--from"]);
+    assert_eq!(String::from_utf8_lossy(&traced.stdout).lines().count(), whole_events);
+
+    // The same cut line in a file: a bad line, as ever.
+    let file = TempFile::new("torn-file");
+    std::fs::copy(segment(1), &file.0).unwrap();
+    let r = run(&["report", "--from"], &file);
+    assert!(error_line(&["report"], &r).contains("line 5: truncated"), "{}", r.stderr);
+
+    // A corrupt line in the middle of a segment: an error naming the segment.
+    std::fs::write(segment(3), [third_header.as_bytes(), b"\n{\"ts\": 7}\n", &join(&lines[4..6])].concat())
+        .unwrap();
+    let out = run_dir(&["report", "--from"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("{}: 1 bad line skipped", segment(3).display())), "{stderr}");
+}
+
 module_tests!(
+    a_flight_recorders_torn_segments_are_notes_not_errors,
     junk_lines_are_skipped_and_the_rest_read,
     joined_recordings_are_read_whole,
     garbage,

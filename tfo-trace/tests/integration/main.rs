@@ -16,6 +16,7 @@ mod export_http;
 mod exposure;
 mod faults;
 mod filters;
+mod flight_recorder;
 mod kernel_facts;
 mod kernel_scenarios;
 mod lab;
@@ -45,6 +46,7 @@ fn main() -> std::process::ExitCode {
         exposure::tests(),
         faults::tests(),
         filters::tests(),
+        flight_recorder::tests(),
         kernel_facts::tests(),
         kernel_scenarios::tests(),
         lab::tests(),

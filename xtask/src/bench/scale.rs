@@ -93,10 +93,13 @@ pub(super) fn peak_of(bin: &Path, args: &[&str], path: &Path) -> Result<Peak> {
     Ok(Peak { vm_hwm_kib: hwm, seconds, stdout: out })
 }
 
-/// `report --from` a recording of 1,000,000 client connections, each to its own
-/// destination, with problems mixed in: what the report's targets are measured on.
+/// `report --from` a recording of a busy node's day ([`write_day`]: 1,000,000 destinations,
+/// 1 to 100 connections each, a long tail, problems mixed in): what the report's targets
+/// are measured on.
 pub struct ReportScale {
     pub file_bytes: u64,
+    /// What was written: client connections, destinations, events in all.
+    pub written: Day,
     /// (format, peak RSS in KiB, seconds, output bytes) for text and JSON.
     pub runs: Vec<(&'static str, u64, f64, usize)>,
     /// The summary's counts, read back from the JSON: connections, destinations, verdicts.
@@ -126,8 +129,8 @@ impl ReportScale {
 /// Generates the recording in `scratch`, runs `report --from` on it (text, then JSON) and
 /// checks the JSON's totals against what was written.
 pub fn report_scale(bin: &Path, scratch: &Path) -> Result<ReportScale> {
-    let path = scratch.join("report-million.jsonl");
-    write_million(&path, Mix::Problems)?;
+    let path = scratch.join("report-day.jsonl");
+    let written = write_day(&path)?;
     let file_bytes = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let mut runs = Vec::new();
     let mut json = String::new();
@@ -150,21 +153,24 @@ pub fn report_scale(bin: &Path, scratch: &Path) -> Result<ReportScale> {
     let n = |k: &str| v["summary"][k].as_u64().unwrap_or(0);
     let scale = ReportScale {
         file_bytes,
+        written,
         runs,
         connections: n("connections"),
         destinations: n("destinations"),
         dropped_rows: v["summary"]["verdicts"]["syn_data_dropped"].as_u64().unwrap_or(0),
     };
-    if scale.connections != MILLION
-        || scale.destinations != MILLION
-        || scale.dropped_rows != MILLION / DROP_EVERY
+    if scale.connections != written.connections
+        || scale.destinations != written.destinations
+        || scale.dropped_rows != written.dropped_destinations
     {
         bail!(
-            "report --from counted {} connections, {} destinations, {} syn_data_dropped rows; wrote {MILLION},              {MILLION}, {}",
+            "report --from counted {} connections, {} destinations, {} syn_data_dropped rows; wrote {}, {}, {}",
             scale.connections,
             scale.destinations,
             scale.dropped_rows,
-            MILLION / DROP_EVERY
+            written.connections,
+            written.destinations,
+            written.dropped_destinations
         );
     }
     Ok(scale)
@@ -182,7 +188,8 @@ pub fn bench_report() -> Result<()> {
     let _ = fs::remove_dir_all(&scratch);
     let r = r?;
     println!(
-        "bench-report: report --from {} events to {} destinations ({:.0} MiB of JSON lines): {}; target <= {REPORT_MAX_MIB:.0} MiB and <= {REPORT_MAX_S:.0} s: {}",
+        "bench-report: report --from {} events, {} client connections to {} destinations ({:.0} MiB of JSON lines): {}; target <= {REPORT_MAX_MIB:.0} MiB and <= {REPORT_MAX_S:.0} s: {}",
+        r.written.events,
         r.connections,
         r.destinations,
         r.file_bytes as f64 / (1024.0 * 1024.0),
@@ -271,6 +278,167 @@ pub(super) fn write_million(path: &Path, mix: Mix) -> Result<()> {
         )?;
     }
     w.flush().with_context(|| format!("writing {}", path.display()))
+}
+
+/// What [`write_day`] wrote.
+#[derive(Clone, Copy, Debug)]
+pub struct Day {
+    /// Events, client and server.
+    pub events: u64,
+    /// Client connections (each client event ends one).
+    pub connections: u64,
+    pub destinations: u64,
+    /// Destinations whose SYN-data was dropped at least once (a second connection or more).
+    pub dropped_destinations: u64,
+    /// Destinations with k connections, k = 1..=100.
+    pub by_connections: [u64; MOST_CONNECTIONS + 1],
+}
+
+/// The most connections one destination of the day gets.
+pub(super) const MOST_CONNECTIONS: usize = 100;
+
+/// A busy node's day, as its flight recorder would hold it (events/record.rs, format 1):
+/// 1,000,000 destinations, each with between 1 and [`MOST_CONNECTIONS`] connections, P(k) proportional to 1/k^2 (a long tail:
+/// 61 % are seen once, 1 % a hundred times; 3.2 on average, as client traffic over a day
+/// spreads over a few busy services and many one-off ones). A destination's first
+/// connection asks for a cookie (its first contact); after it, one destination in
+/// [`DROP_EVERY`] loses every SYN-data (a 1 s stall each), one in [`NOT_ACKED_EVERY`] has it
+/// refused (a new cookie), the rest are accepted. The connections come in rounds over the
+/// day (every destination's first, then the second of those with two or more, ...), so a
+/// destination's connections are spread over the recording, not next to each other; and
+/// one server event (an accepted SYN-data at one of 4 listeners) per 10 client events.
+/// Every event carries every field a live one of a Kubernetes node does (as
+/// [`write_million`]'s).
+pub(super) fn write_day(path: &Path) -> Result<Day> {
+    let n = MILLION as usize;
+    // Destinations per count of connections: n/k^2 of the tail's weight, the rest once.
+    let weight: f64 = (1..=MOST_CONNECTIONS).map(|k| 1.0 / (k * k) as f64).sum();
+    let mut day = Day {
+        events: 0,
+        connections: 0,
+        destinations: MILLION,
+        dropped_destinations: 0,
+        by_connections: [0; MOST_CONNECTIONS + 1],
+    };
+    for k in 2..=MOST_CONNECTIONS {
+        day.by_connections[k] = (MILLION as f64 / (k * k) as f64 / weight).round() as u64;
+    }
+    day.by_connections[1] = MILLION - day.by_connections[2..].iter().sum::<u64>();
+    // Destination d's place in that order: a fixed permutation (multiplying by a number
+    // prime to n), so busy destinations are spread over the addresses.
+    let mut connections = vec![0u8; n];
+    let mut place = 0usize;
+    for k in (1..=MOST_CONNECTIONS).rev() {
+        for _ in 0..day.by_connections[k] {
+            connections[(place * 7919) % n] = k as u8;
+            place += 1;
+        }
+    }
+    day.connections = connections.iter().map(|&k| u64::from(k)).sum();
+    day.dropped_destinations =
+        (0..n).filter(|&d| d as u64 % DROP_EVERY == 7 && connections[d] >= 2).count() as u64;
+
+    let file = fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    writeln!(
+        w,
+        r#"{{"tfo_trace_recording":1,"host":"bench","kernel":"synthetic","backend":"tracepoint","start":"2026-01-01T00:00:00.000000000Z","version":"bench"}}"#
+    )?;
+    // Within the day: one server event after every 9 client ones (below), so at most
+    // connections + connections / 9 + 1 events; fewer slots put the last past 24:00.
+    let ns_per_event = 86_400_000_000_000 / (day.connections + day.connections / 9 + 2);
+    let mut i = 0u64;
+    for round in 0..MOST_CONNECTIONS as u8 {
+        for (d, _) in connections.iter().enumerate().filter(|(_, &k)| k > round) {
+            let d = d as u64;
+            let outcome = match d {
+                _ if round == 0 => Outcome::CookieRequested,
+                _ if d % DROP_EVERY == 7 => Outcome::Dropped,
+                _ if d % NOT_ACKED_EVERY == 3 => Outcome::NotAcked,
+                _ => Outcome::Accepted,
+            };
+            write_event(&mut w, i * ns_per_event, i, d, outcome, false)?;
+            i += 1;
+            if i.is_multiple_of(10) {
+                write_event(&mut w, i * ns_per_event, i, i % 4, Outcome::Accepted, true)?;
+                i += 1;
+            }
+        }
+    }
+    day.events = i;
+    w.flush().with_context(|| format!("writing {}", path.display()))?;
+    Ok(day)
+}
+
+/// What a generated connection did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    CookieRequested,
+    Accepted,
+    /// SYN-data dropped: a 1 s stall.
+    Dropped,
+    /// SYN-data refused: a new cookie came back.
+    NotAcked,
+}
+
+/// One event of a Kubernetes node's recording at `at_ns` after the day's start: client
+/// `i` to destination `d` (10.a.b.c:443), or (`server`) one accepted at listener `d`.
+fn write_event(w: &mut impl Write, at_ns: u64, i: u64, d: u64, outcome: Outcome, server: bool) -> Result<()> {
+    let (a, b, c) = ((d >> 16) & 0xff, (d >> 8) & 0xff, d & 0xff);
+    let (secs, ns) = (at_ns / 1_000_000_000, at_ns % 1_000_000_000);
+    let at = format!("2026-01-01T{:02}:{:02}:{:02}.{ns:09}Z", secs / 3600, secs / 60 % 60, secs % 60);
+    let (name, data, cookie, retransmits, handshake_us, stall_us, saved_us, cause) = match outcome {
+        Outcome::CookieRequested => ("cookie_requested", 0, "null", 0, 120, 0, "null", ""),
+        Outcome::Accepted => ("accepted", 64, "8", 0, 120, 0, "95", ""),
+        Outcome::Dropped => ("syn_retransmitted", 64, "8", 1, 1_000_120, 1_000_000, "null", ""),
+        Outcome::NotAcked => ("data_not_acked", 64, "8", 0, 240, 0, "null", r#""cause":"new_cookie","#),
+    };
+    // A destination is reached from one pod's namespace (one row of the report each).
+    let pod = if server { i % PODS } else { d % PODS };
+    let uid = format!("5f0c7a3e-1b2d-4c6e-8f9a-{pod:012x}");
+    let id = format!("{:064x}", 0x7e57_c0de_u64 * (pod + 1));
+    let cgroup = format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{id}.scope",
+        uid.replace('-', "_")
+    );
+    let (role, saddr, sport, daddr, dport) = match server {
+        false => ("client", format!("10.244.1.{pod}"), 32768 + i % 28000, format!("10.{a}.{b}.{c}"), 443),
+        true => ("server", format!("10.244.1.{}", 100 + d), 8080, format!("10.9.{b}.{c}"), 40000 + i % 20000),
+    };
+    writeln!(
+        w,
+        concat!(
+            r#"{{"ts":"{at}","role":"{role}","outcome":"{name}","family":4,"#,
+            r#""saddr":"{saddr}","sport":{sport},"daddr":"{daddr}","dport":{dport},"#,
+            r#""netns":{netns},"netns_name":"cni-{uid}","pid":{pid},"comm":"app","syn_data_bytes":{data},"#,
+            r#""cookie_len":{cookie},{cause}"exp_option":false,"retransmits":{retransmits},"handshake_us":{handshake_us},"#,
+            r#""stall_us":{stall_us},"saved_us":{saved_us},"cgroup_id":{cgroup_id},"cgroup":"{cgroup}","#,
+            r#""container_id":"{id}","container_runtime":"containerd","pod_uid":"{uid}","#,
+            r#""container_name":"app","pod":"web-{pod}","pod_namespace":"shop","container":"shop/web-{pod}/app"}}"#
+        ),
+        at = at,
+        role = role,
+        name = name,
+        saddr = saddr,
+        sport = sport,
+        daddr = daddr,
+        dport = dport,
+        netns = 4026532200 + pod,
+        uid = uid,
+        pid = 4242 + pod,
+        data = data,
+        cookie = cookie,
+        cause = cause,
+        retransmits = retransmits,
+        handshake_us = handshake_us,
+        stall_us = stall_us,
+        saved_us = saved_us,
+        cgroup_id = 90_000 + pod,
+        pod = pod,
+        cgroup = cgroup,
+        id = id,
+    )?;
+    Ok(())
 }
 
 pub(super) struct Million {

@@ -43,6 +43,7 @@ use crate::{
     backends::{self, Backend},
     events::{
         counts::{Health, KernelCounts},
+        flight::writer::RecorderStats,
         Cause, Event, Outcome, Role,
     },
 };
@@ -71,6 +72,16 @@ pub const EXPOSED: &[(&str, &str)] = &[
     ("tfo_trace_syncookies_sent_total", "{netns} counter, TcpExtSyncookiesSent, namespaces where it moved"),
     ("tfo_trace_listen_overflows_total", "{netns} counter, TcpExtListenOverflows, namespaces where it moved"),
     ("tfo_trace_listen_drops_total", "{netns} counter, TcpExtListenDrops, namespaces where it moved"),
+    ("tfo_trace_flight_recorder_events_total", "counter, with --flight-recorder: events written"),
+    (
+        "tfo_trace_flight_recorder_events_unwritten_total",
+        "counter, with --flight-recorder: events not written (disk full, directory unwritable)",
+    ),
+    ("tfo_trace_flight_recorder_bytes", "gauge, with --flight-recorder: bytes in its segments"),
+    (
+        "tfo_trace_flight_recorder_oldest_timestamp_seconds",
+        "gauge, with --flight-recorder: when its oldest segment started (how far back it reaches)",
+    ),
     ("tfo_trace_build_info", "{version,backend,kernel} gauge = 1"),
 ];
 
@@ -104,6 +115,8 @@ struct Model {
     /// `tfo_trace_connections_total` summed over its series, as the last exposition
     /// encoded it: what a scrape of it was told in all (the exporter's closing line).
     connections_encoded: u64,
+    /// The flight recorder's figures, with `--flight-recorder`.
+    recorder: Option<RecorderStats>,
 }
 
 impl Model {
@@ -135,6 +148,7 @@ impl Metrics {
             shown: BTreeMap::new(),
             paused_shown: 0,
             connections_encoded: 0,
+            recorder: None,
         }));
         registry.register_collector(Box::new(ModelCollector(model.clone())));
         let info: Labels = vec![
@@ -163,6 +177,13 @@ impl Metrics {
     pub fn set_kernel_counted(&self, counted: KernelCounted) {
         if let Ok(mut m) = self.model.lock() {
             m.counted = counted;
+        }
+    }
+
+    /// The flight recorder's figures now (`--flight-recorder`: its series exist from then).
+    pub fn set_recorder(&self, stats: RecorderStats) {
+        if let Ok(mut m) = self.model.lock() {
+            m.recorder = Some(stats);
         }
     }
 
@@ -540,8 +561,52 @@ impl Collector for ModelCollector {
                 .encode_descriptor(name, help, None, MetricType::Counter)?
                 .encode_counter::<Labels, _, u64>(&total, None)?;
         }
+        if let Some(r) = m.recorder {
+            encode_recorder(&mut encoder, &r)?;
+        }
         Ok(())
     }
+}
+
+/// The flight recorder's series (`--flight-recorder`).
+fn encode_recorder(encoder: &mut DescriptorEncoder, r: &RecorderStats) -> Result<(), std::fmt::Error> {
+    for (name, help, total) in [
+        (
+            "tfo_trace_flight_recorder_events",
+            "Events the flight recorder wrote to its directory (--flight-recorder)",
+            r.written,
+        ),
+        (
+            "tfo_trace_flight_recorder_events_unwritten",
+            "Events the flight recorder could not write (the disk full, the directory unwritable): \
+             missing from its recording, still in every other series",
+            r.unwritten,
+        ),
+    ] {
+        encoder
+            .encode_descriptor(name, help, None, MetricType::Counter)?
+            .encode_counter::<Labels, _, u64>(&total, None)?;
+    }
+    encoder
+        .encode_descriptor(
+            "tfo_trace_flight_recorder_bytes",
+            "Bytes in the flight recorder's segments (at most --flight-recorder-size)",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&(r.bytes as i64))?;
+    if let Some(oldest) = r.oldest_s {
+        encoder
+            .encode_descriptor(
+                "tfo_trace_flight_recorder_oldest_timestamp_seconds",
+                "When the flight recorder's oldest segment started, in seconds since the epoch: how far \
+                 back `tfo-trace report --from` its directory reaches",
+                None,
+                MetricType::Gauge,
+            )?
+            .encode_gauge(&oldest)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -754,6 +819,7 @@ mod tests {
         let flood = crate::aggregation::kernel_counted::FLOOD_COUNTERS
             .map(|counter| crate::aggregation::kernel_counted::FloodRow { netns: 7, counter, count: 1 });
         m.set_kernel_counted(KernelCounted { flood: flood.to_vec(), ..KernelCounted::default() });
+        m.set_recorder(RecorderStats { written: 3, oldest_s: Some(1_764_731_520), ..Default::default() });
         let t = m.encode();
         for (name, _) in EXPOSED {
             assert!(t.lines().any(|l| l.starts_with(name)), "{name} not in the exposition:\n{t}");

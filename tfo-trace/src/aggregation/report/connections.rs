@@ -1,13 +1,15 @@
 //! What `report` keeps of client connections, per destination, small enough for a million
 //! destinations: a destination seen once is one [`OneConn`] (32 bytes); from its second
 //! connection on it holds a [`ConnAcc`] (the counts a verdict needs), and, once a second host
-//! connects to it, one per host. Sums saturate: a recording is input, not trusted.
-use std::{borrow::Cow, collections::BTreeMap};
+//! connects to it, one per host, all of it packed ([`Slot::Many`]: ~40 bytes for the ~400
+//! of the counters, most of them 0). Sums saturate: a recording is input, not trusted.
+use std::{borrow::Cow, cell::RefCell, collections::BTreeMap};
 
 use crate::aggregation::refusals::{Refusals, Told};
 use crate::{
     aggregation::{
         counting::OutcomeCounts,
+        packed::{self, put_option, Taker, Words},
         report::key_change::KeyChange,
         stall::{self, Cause, Stall, StallCounts},
     },
@@ -209,6 +211,19 @@ impl CookieAsks {
     }
 }
 
+impl Words for CookieAsks {
+    fn put(&self, out: &mut Vec<u64>) {
+        let CookieAsks { first_answered_ns, last_sent_ns, exp } = self;
+        put_option(out, *first_answered_ns);
+        put_option(out, *last_sent_ns);
+        out.push(*exp);
+    }
+
+    fn take(w: &mut Taker<'_>) -> Self {
+        CookieAsks { first_answered_ns: w.option(), last_sent_ns: w.option(), exp: w.word() }
+    }
+}
+
 /// A client process name, as an index into the report's names; [`ClientId::MAX`] for any
 /// past the 65,535th.
 pub(crate) type ClientId = u16;
@@ -255,6 +270,22 @@ impl Clients {
     }
 }
 
+impl Words for Clients {
+    fn put(&self, out: &mut Vec<u64>) {
+        let Clients { kept, len, others } = self;
+        for (id, n) in kept {
+            out.extend([u64::from(*id), u64::from(*n)]);
+        }
+        out.extend([u64::from(*len), u64::from(*others)]);
+    }
+
+    fn take(w: &mut Taker<'_>) -> Self {
+        let kept = std::array::from_fn(|_| (w.u16(), w.u32()));
+        let len = u8::try_from(w.word()).unwrap_or(u8::MAX).min(Clients::KEPT as u8);
+        Clients { kept, len, others: w.u32() }
+    }
+}
+
 /// Counts of client connections (a destination, a host's share of one, or a group): what
 /// the verdicts are built from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -284,6 +315,55 @@ pub struct ConnAcc {
     pub no_data_clients: Clients,
     /// The cookie requests' timing, to tell those no cookie ever answered.
     pub asks: CookieAsks,
+}
+
+impl Words for ConnAcc {
+    fn put(&self, out: &mut Vec<u64>) {
+        let ConnAcc {
+            outcomes,
+            connect_failed_with_data,
+            stalls,
+            extra_round_trip_us,
+            saved_us,
+            saves,
+            first_accepted_ns,
+            first_not_acked_ns,
+            key,
+            refusals,
+            clients,
+            no_data_clients,
+            asks,
+        } = self;
+        outcomes.put(out);
+        out.extend([*connect_failed_with_data]);
+        stalls.put(out);
+        out.extend([*extra_round_trip_us, *saved_us, *saves]);
+        put_option(out, *first_accepted_ns);
+        put_option(out, *first_not_acked_ns);
+        key.put(out);
+        refusals.put(out);
+        clients.put(out);
+        no_data_clients.put(out);
+        asks.put(out);
+    }
+
+    fn take(w: &mut Taker<'_>) -> Self {
+        ConnAcc {
+            outcomes: OutcomeCounts::take(w),
+            connect_failed_with_data: w.word(),
+            stalls: StallCounts::take(w),
+            extra_round_trip_us: w.word(),
+            saved_us: w.word(),
+            saves: w.word(),
+            first_accepted_ns: w.option(),
+            first_not_acked_ns: w.option(),
+            key: KeyChange::take(w),
+            refusals: Refusals::take(w),
+            clients: Clients::take(w),
+            no_data_clients: Clients::take(w),
+            asks: CookieAsks::take(w),
+        }
+    }
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -471,56 +551,112 @@ pub(crate) enum Hosts {
     Many(BTreeMap<u32, ConnAcc>),
 }
 
-/// A destination seen more than once.
+/// A destination seen more than once, unpacked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Many {
     pub acc: ConnAcc,
     pub hosts: Hosts,
 }
 
+impl Words for Many {
+    fn put(&self, out: &mut Vec<u64>) {
+        let Many { acc, hosts } = self;
+        match hosts {
+            Hosts::One(h) => out.extend([0, u64::from(*h)]),
+            Hosts::Many(map) => {
+                out.extend([1, map.len() as u64]);
+                for (h, a) in map {
+                    out.push(u64::from(*h));
+                    a.put(out);
+                }
+            }
+        }
+        acc.put(out);
+    }
+
+    fn take(w: &mut Taker<'_>) -> Self {
+        let hosts = match w.word() {
+            0 => Hosts::One(w.u32()),
+            _ => {
+                let n = w.word();
+                // Bounded by the words there are: a corrupt count cannot make it loop on.
+                Hosts::Many((0..n).map_while(|_| Some((w.u32(), ConnAcc::take(w)))).take(1 << 16).collect())
+            }
+        };
+        Many { acc: ConnAcc::take(w), hosts }
+    }
+}
+
+thread_local! {
+    /// The words of the [`Many`] being packed or unpacked: one buffer, not one per event.
+    static WORDS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Many {
+    fn pack(&self) -> Box<[u8]> {
+        WORDS.with_borrow_mut(|w| {
+            w.clear();
+            self.put(w);
+            packed::pack(w)
+        })
+    }
+
+    fn unpack(bytes: &[u8]) -> Many {
+        WORDS.with_borrow_mut(|w| {
+            packed::unpack(bytes, w);
+            Many::take(&mut Taker::new(w))
+        })
+    }
+
+    /// One more connection (its host's share apart from the second host on).
+    fn add(&mut self, c: &OneConn) {
+        match &mut self.hosts {
+            Hosts::One(h) if *h == c.host() => {}
+            Hosts::One(h) => {
+                // Everything so far came from the one host.
+                let so_far = self.acc.clone();
+                self.hosts = Hosts::Many(BTreeMap::from([(*h, so_far), (c.host(), ConnAcc::of(c))]));
+            }
+            Hosts::Many(map) => map.entry(c.host()).or_default().add(c),
+        }
+        self.acc.add(c);
+    }
+}
+
 /// A destination's connections (or a process's connections to it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Slot {
     One(OneConn),
-    Many(Box<Many>),
+    /// Seen more than once: its [`Many`] packed, with the time lost beside it (ranking reads
+    /// it for every row).
+    Many {
+        packed: Box<[u8]>,
+        lost_us: u64,
+    },
 }
 
 impl Slot {
     pub(crate) fn add(&mut self, c: OneConn) {
-        match self {
+        let many = match self {
             Slot::One(first) => {
                 let first = *first;
-                let mut acc = ConnAcc::of(&first);
-                acc.add(&c);
-                let hosts = if first.host == c.host {
-                    Hosts::One(c.host())
-                } else {
-                    Hosts::Many(BTreeMap::from([
-                        (first.host(), ConnAcc::of(&first)),
-                        (c.host(), ConnAcc::of(&c)),
-                    ]))
-                };
-                *self = Slot::Many(Box::new(Many { acc, hosts }));
+                let mut many = Many { acc: ConnAcc::of(&first), hosts: Hosts::One(first.host()) };
+                many.add(&c);
+                many
             }
-            Slot::Many(m) => {
-                match &mut m.hosts {
-                    Hosts::One(h) if *h == c.host() => {}
-                    Hosts::One(h) => {
-                        // Everything so far came from the one host.
-                        let so_far = m.acc.clone();
-                        m.hosts = Hosts::Many(BTreeMap::from([(*h, so_far), (c.host(), ConnAcc::of(&c))]));
-                    }
-                    Hosts::Many(map) => map.entry(c.host()).or_default().add(&c),
-                }
-                m.acc.add(&c);
+            Slot::Many { packed, .. } => {
+                let mut many = Many::unpack(packed);
+                many.add(&c);
+                many
             }
-        }
+        };
+        *self = Slot::Many { packed: many.pack(), lost_us: many.acc.lost_us_total() };
     }
 
     pub(crate) fn acc(&self) -> Cow<'_, ConnAcc> {
         match self {
             Slot::One(c) => Cow::Owned(ConnAcc::of(c)),
-            Slot::Many(m) => Cow::Borrowed(&m.acc),
+            Slot::Many { packed, .. } => Cow::Owned(Many::unpack(packed).acc),
         }
     }
 
@@ -528,10 +664,13 @@ impl Slot {
     pub(crate) fn for_each_host(&self, mut f: impl FnMut(u32, &ConnAcc)) {
         match self {
             Slot::One(c) => f(c.host(), &ConnAcc::of(c)),
-            Slot::Many(m) => match &m.hosts {
-                Hosts::One(h) => f(*h, &m.acc),
-                Hosts::Many(map) => map.iter().for_each(|(h, a)| f(*h, a)),
-            },
+            Slot::Many { packed, .. } => {
+                let m = Many::unpack(packed);
+                match &m.hosts {
+                    Hosts::One(h) => f(*h, &m.acc),
+                    Hosts::Many(map) => map.iter().for_each(|(h, a)| f(*h, a)),
+                }
+            }
         }
     }
 
@@ -539,15 +678,7 @@ impl Slot {
     pub(crate) fn lost_us_total(&self) -> u64 {
         match self {
             Slot::One(c) => c.stall.map(|_| c.stall_us).unwrap_or(0),
-            Slot::Many(m) => m.acc.lost_us_total(),
-        }
-    }
-
-    pub(crate) fn extra_round_trip_us(&self) -> u64 {
-        match self {
-            Slot::One(c) if c.outcome == Outcome::DataNotAcked => c.round_trip_us,
-            Slot::One(_) => 0,
-            Slot::Many(m) => m.acc.extra_round_trip_us,
+            Slot::Many { lost_us, .. } => *lost_us,
         }
     }
 }
@@ -572,7 +703,7 @@ mod tests {
     #[test]
     fn one_connection_is_small() {
         assert!(std::mem::size_of::<OneConn>() <= 32, "{}", std::mem::size_of::<OneConn>());
-        assert!(std::mem::size_of::<Slot>() <= 40, "{}", std::mem::size_of::<Slot>());
+        assert!(std::mem::size_of::<Slot>() <= 32, "{}", std::mem::size_of::<Slot>());
         // Its four facts in one byte, each read back as given.
         let told = crate::events::Cause::ALL.map(Told::Cause);
         let changes = CookieChange::ALL.map(Some);
@@ -647,7 +778,7 @@ mod tests {
         let mut s = Slot::One(conn(Outcome::SynRetransmitted, 64, 1_000_000, 3, 0));
         assert_eq!((s.lost_us_total(), s.acc().connections()), (1_000_000, 1));
         s.add(conn(Outcome::Accepted, 64, 0, 3, 1));
-        assert!(matches!(&s, Slot::Many(m) if m.hosts == Hosts::One(3)));
+        assert!(matches!(&s, Slot::Many { packed, .. } if Many::unpack(packed).hosts == Hosts::One(3)));
         s.add(conn(Outcome::SynRetransmitted, 64, 2_000_000, 7, 2));
         s.add(conn(Outcome::Accepted, 64, 0, 3, 3));
         let mut per = BTreeMap::new();

@@ -53,6 +53,18 @@ impl KeyChange {
     }
 }
 
+impl crate::aggregation::packed::Words for KeyChange {
+    fn put(&self, out: &mut Vec<u64>) {
+        let KeyChange { first_refused_ns, last_refused_ns, last_accepted_ns, accepted_since } = *self;
+        out.extend([first_refused_ns, last_refused_ns, last_accepted_ns, accepted_since]);
+    }
+
+    fn take(w: &mut crate::aggregation::packed::Taker<'_>) -> Self {
+        let (first_refused_ns, last_refused_ns, last_accepted_ns) = (w.word(), w.word(), w.word());
+        KeyChange { first_refused_ns, last_refused_ns, last_accepted_ns, accepted_since: w.word() }
+    }
+}
+
 /// The earlier of two times, 0 being never.
 fn earliest(a: u64, b: u64) -> u64 {
     match (a, b) {

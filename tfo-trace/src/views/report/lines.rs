@@ -41,12 +41,23 @@ pub(super) fn source_line(s: &Source, sources: &[Source]) -> String {
         if let Some(b) = &s.backend {
             parts.push(format!("{b} backend"));
         }
+        if let Some(w) = window_words(s) {
+            parts.push(w);
+        }
         return parts.join(", ");
     }
     let mut parts = vec![units::plural(s.events, "event", "events")];
     match s.kind {
         "recording" => parts.push(format!("from the recording {}", s.path.as_deref().unwrap_or("?"))),
+        "flight_recorder" => parts.push(format!(
+            "from the flight recorder {} ({})",
+            s.path.as_deref().unwrap_or("?"),
+            units::plural(u64::from(s.segments.unwrap_or(0)), "segment", "segments")
+        )),
         _ => parts.push(format!("traced live for {}", units::duration_s(s.window_s.unwrap_or(0.0)))),
+    }
+    if let Some(w) = window_words(s) {
+        parts.push(w);
     }
     if let Some(h) = &s.host {
         parts.push(format!("host {h}"));
@@ -64,6 +75,16 @@ pub(super) fn source_line(s: &Source, sources: &[Source]) -> String {
         parts.push(format!("{l} events LOST in the kernel (ring buffer full)"));
     }
     parts.join(", ")
+}
+
+/// `events from 2026-12-03T03:00:00Z to 2026-12-03T04:00:00Z` (`--since`, `--until`).
+fn window_words(s: &Source) -> Option<String> {
+    match (&s.since, &s.until) {
+        (None, None) => None,
+        (Some(a), None) => Some(format!("events since {a}")),
+        (None, Some(b)) => Some(format!("events before {b}")),
+        (Some(a), Some(b)) => Some(format!("events from {a} to {b}")),
+    }
 }
 
 /// `saved 420ms over 12 of 12 accepted, lost 1.02s: net -600ms over 13 connections`; for a

@@ -32,7 +32,9 @@ pub fn run(opts: ReportOptions) -> Result<()> {
             let (s, b) = rt.block_on(source::live(load, *duration, group, top))?;
             (s, Vec::new(), b, Vec::new())
         }
-        ReportSource::Recordings { paths, filter } => source::from_recordings(paths, filter, group, top)?,
+        ReportSource::Recordings { paths, filter, window } => {
+            source::from_recordings(paths, filter, *window, group, top)?
+        }
     };
     let mut out = io::stdout().lock();
     let r = Rendered { source: &source, sources: &sources, built: &built };
@@ -94,6 +96,9 @@ mod tests {
             window_s: None,
             segments: Some(1),
             bad_lines: 0,
+            torn_lines: 0,
+            since: None,
+            until: None,
         }
     }
 

@@ -12,8 +12,8 @@ use serde::Serialize;
 use crate::{
     aggregation::report::{Built, Facts, GroupOptions, ListenerFact, ReportBuilder},
     events::{
-        record,
-        replay::{Replay, Replayed},
+        flight, record,
+        replay::{self, Replay, Replayed, Window},
         Event,
     },
     filter::EventFilter,
@@ -38,7 +38,8 @@ pub struct Rendered<'a> {
 /// of a merged report) several recordings, each also in `sources`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Source {
-    /// "recording", "live", or "recordings" (several merged).
+    /// "recording", "flight_recorder" (a recorder's directory), "live", or "recordings"
+    /// (several merged).
     pub kind: &'static str,
     pub path: Option<String>,
     /// The host's name: the recording header's, or the file's name for a recording
@@ -57,6 +58,14 @@ pub struct Source {
     pub segments: Option<u32>,
     /// Lines of the recording that could not be read, skipped (0 live).
     pub bad_lines: u64,
+    /// A flight recorder's segments cut short by a crash: their last lines skipped, which
+    /// is no error (0 for a file, where such a line is a bad one).
+    pub torn_lines: u64,
+    /// The window the events were selected from (`--since`, `--until`), RFC 3339 UTC.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
 }
 
 /// The name a recording's host goes by: its header's, else the file's name.
@@ -71,7 +80,7 @@ pub fn host_name(header: &record::Header, path: &Path) -> String {
 /// A source for the recording `path` from one of its headers.
 pub fn recording_source(path: &Path, header: record::Header) -> Source {
     Source {
-        kind: "recording",
+        kind: if flight::is_recorder_dir(path) { "flight_recorder" } else { "recording" },
         path: Some(path.display().to_string()),
         host: Some(host_name(&header, path)),
         kernel: Some(header.kernel),
@@ -82,16 +91,27 @@ pub fn recording_source(path: &Path, header: record::Header) -> Source {
         window_s: None,
         segments: Some(1),
         bad_lines: 0,
+        torn_lines: 0,
+        since: None,
+        until: None,
     }
 }
 
-/// Every recording named, as the filter selects their events: one source per recording
-/// and host (recordings joined with `cat a b` hold several: a header of the same host
-/// starts a new segment of its source, one of another host a new source), and the error
+/// A window's ends as a source says them.
+fn window_ends(window: &Window) -> (Option<String>, Option<String>) {
+    let said = |ns: Option<u128>| ns.map(crate::events::rfc3339);
+    (said(window.since_ns), said(window.until_ns))
+}
+
+/// Every recording named (a file, or a flight recorder's directory), as the filter and the
+/// window select their events: one source per recording and host (recordings joined with
+/// `cat a b` hold several: a header of the same host starts a new segment of its source,
+/// one of another host a new source; a recorder's segments are one host's), and the error
 /// line of each recording with bad lines. A recording met twice is read twice and said.
 pub(super) fn from_recordings(
     from: &[PathBuf],
     filter: &EventFilter,
+    window: Window,
     group: GroupOptions,
     top: Option<usize>,
 ) -> Result<(Source, Vec<Source>, Built, Vec<String>)> {
@@ -99,11 +119,11 @@ pub(super) fn from_recordings(
     let mut hosts = std::collections::BTreeSet::new();
     let mut netns_names = crate::events::replay::RecordedNetnsNames::default();
     for (path, in_folder) in record::recordings_named(from)? {
-        match Replay::open(&path, filter.clone().into_select()) {
+        match Replay::open(&path, filter.clone().into_select(), window) {
             Ok((header, replay)) => {
                 // Several hosts make a fleet (namespace inodes then name nothing), also
                 // when joined in one file: its headers are read first.
-                hosts.extend(record::headers_in(&path)?.iter().map(|h| host_name(h, &path)));
+                hosts.extend(replay::headers_of(&path)?.iter().map(|h| host_name(h, &path)));
                 opened.push((path, header, replay));
             }
             Err(e) if in_folder => crate::note!("note: skipping {}: {e:#}", path.display())?,
@@ -166,9 +186,17 @@ pub(super) fn from_recordings(
             }
         }
         source.bad_lines = replay.bad.count - bad_before;
+        source.torn_lines = replay.torn;
+        if replay.torn > 0 {
+            crate::views::replayed::say_torn(&path, replay.torn)?;
+        }
         sources.push(source);
         errors.extend(replay.bad.summary());
         netns_names.extend(&replay.netns_names);
+    }
+    let (since, until) = window_ends(&window);
+    for s in &mut sources {
+        (s.since, s.until) = (since.clone(), until.clone());
     }
     if let Some(msg) = filter.netns_name_unrecorded(&netns_names) {
         return Err(crate::events::record::UsageError(msg).into());
@@ -200,6 +228,9 @@ pub(super) fn from_recordings(
             window_s: None,
             segments: None,
             bad_lines: sources.iter().map(|s| s.bad_lines).sum(),
+            torn_lines: sources.iter().map(|s| s.torn_lines).sum(),
+            since,
+            until,
         }
     };
     Ok((source, sources, built, errors))
@@ -254,6 +285,9 @@ pub(super) async fn live(
         window_s: Some(window_s),
         segments: None,
         bad_lines: 0,
+        torn_lines: 0,
+        since: None,
+        until: None,
     };
     Ok((src, built))
 }

@@ -148,7 +148,8 @@ async fn run_from(
     filter: &crate::filter::EventFilter,
     opts: &TopOptions,
 ) -> Result<()> {
-    let (header, mut replay) = crate::events::replay::Replay::open(path, filter.clone().into_select())?;
+    let (header, mut replay) =
+        crate::events::replay::Replay::open(path, filter.clone().into_select(), Default::default())?;
     let info = HeaderInfo::replay(format!("{} (recorded on {})", header.backend, header.host), opts.interval);
     let mut stop = Stop::new(opts.live.duration)?;
     let seen = run_on(&mut Recorded::new(replay.events()), opts, info, &mut stop).await?;

@@ -186,14 +186,17 @@ impl Built {
             Groups::Cells => {
                 let Some((_, s)) = self.b.cells.get_index(g) else { return Totals::default() };
                 match s {
-                    Slot::One(c) => Totals {
-                        connections: u64::from(c.outcome.ends_connection()),
-                        stalled: u64::from(c.stall.is_some()),
-                        lost_us: s.lost_us_total(),
-                        extra_round_trips: u64::from(c.outcome == crate::events::Outcome::DataNotAcked),
-                        extra_round_trip_us: s.extra_round_trip_us(),
-                    },
-                    Slot::Many(m) => Totals::of(&m.acc),
+                    Slot::One(c) => {
+                        let not_acked = c.outcome == crate::events::Outcome::DataNotAcked;
+                        Totals {
+                            connections: u64::from(c.outcome.ends_connection()),
+                            stalled: u64::from(c.stall.is_some()),
+                            lost_us: s.lost_us_total(),
+                            extra_round_trips: u64::from(not_acked),
+                            extra_round_trip_us: if not_acked { c.round_trip_us } else { 0 },
+                        }
+                    }
+                    Slot::Many { .. } => Totals::of(&s.acc()),
                 }
             }
             Groups::Spans { spans, .. } => spans[g].totals,
@@ -218,27 +221,45 @@ impl Built {
     }
 
     /// The `want` worst rows, worst first: most time lost, then most extra round trips,
-    /// then problems before healthy rows, then most connections, then by key.
+    /// then problems before healthy rows, then most connections, then by key. Each row's
+    /// totals are read once (a packed row is unpacked to read them), and only the `want`
+    /// worst so far are kept.
     pub(super) fn rank(&self, kinds: &[Kind], want: usize) -> Vec<u32> {
-        let cmp = |a: &u32, b: &u32| {
-            let (ta, tb) = (self.totals(*a as usize), self.totals(*b as usize));
-            tb.lost_us
-                .cmp(&ta.lost_us)
-                .then(tb.extra_round_trip_us.cmp(&ta.extra_round_trip_us))
-                .then(kinds[*b as usize].severity().cmp(&kinds[*a as usize].severity()))
-                .then(tb.connections.cmp(&ta.connections))
-                .then_with(|| self.key(*a as usize).cmp(&self.key(*b as usize)))
+        /// What a row is ranked by, the worst greatest.
+        #[derive(PartialEq, Eq, PartialOrd, Ord)]
+        struct Rank {
+            lost_us: u64,
+            extra_round_trip_us: u64,
+            severity: u8,
+            connections: u64,
+            key: std::cmp::Reverse<GroupKey>,
+            id: std::cmp::Reverse<u32>,
+        }
+        let rank = |g: u32| {
+            let t = self.totals(g as usize);
+            Rank {
+                lost_us: t.lost_us,
+                extra_round_trip_us: t.extra_round_trip_us,
+                severity: kinds[g as usize].severity(),
+                connections: t.connections,
+                key: std::cmp::Reverse(self.key(g as usize)),
+                id: std::cmp::Reverse(g),
+            }
         };
-        let mut ids: Vec<u32> = (0..self.len() as u32).collect();
         if want == 0 {
             return Vec::new();
         }
-        if want < ids.len() {
-            ids.select_nth_unstable_by(want - 1, cmp);
-            ids.truncate(want);
+        // The `want` worst so far, the least bad on top.
+        let mut worst = std::collections::BinaryHeap::with_capacity(want.min(self.len()) + 1);
+        for g in 0..self.len() as u32 {
+            worst.push(std::cmp::Reverse(rank(g)));
+            if worst.len() > want {
+                worst.pop();
+            }
         }
-        ids.sort_unstable_by(cmp);
-        ids
+        let mut ranked: Vec<Rank> = worst.into_iter().map(|r| r.0).collect();
+        ranked.sort_unstable_by(|a, b| b.cmp(a));
+        ranked.into_iter().map(|r| r.id.0).collect()
     }
 
     pub(super) fn name(&self, tag: u32) -> String {
