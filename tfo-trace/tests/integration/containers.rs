@@ -29,7 +29,6 @@ use common::{
 use serde_json::{json, Value};
 use tfo_trace::{
     events::{Event, Outcome, Role},
-    kernel::netstat::Netstat,
     lab::{
         traffic::{ClientArgs, ServerArgs},
         Lab, LabConfig, Side,
@@ -115,10 +114,10 @@ impl Tally {
     }
 }
 
-/// The namespace's TcpExtTCPFastOpenActive, as the kernel counts it (via a process in it).
+/// The namespace's TcpExtTCPFastOpenActive, as `nstat` reads it there (through a process
+/// in it).
 fn tfo_active(pid: u32) -> u64 {
-    let path = format!("/proc/{pid}/net/netstat");
-    common::CounterDeltas(Netstat::read_files(&[Path::new(&path)]).unwrap()).get("TcpExtTCPFastOpenActive")
+    common::Nstat::read_in(&common::nstat::Netns::OfProcess(pid)).get("TcpExtTCPFastOpenActive")
 }
 
 /// Accepted TFO connections among client events.

@@ -15,7 +15,7 @@ use crate::common;
 
 use std::{collections::BTreeSet, net::SocketAddr, time::Duration};
 
-use common::{netns_inode, CounterDeltas, Deltas, HookRun, TempFile, Tracer};
+use common::{netns_inode, Deltas, HookRun, Nstat, TempFile, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     events::{Cause, CookieChange, Event, Outcome, Role},
@@ -56,8 +56,8 @@ struct Watched {
     events: Vec<Event>,
     stderr: Vec<String>,
     wire: Vec<WireSyn>,
-    client: CounterDeltas,
-    server: CounterDeltas,
+    client: Nstat,
+    server: Nstat,
 }
 
 impl<'l> Watch<'l> {

@@ -24,7 +24,7 @@ use std::{
 };
 
 use aya_obj::generated::{bpf_attr, bpf_btf_info, bpf_cmd, bpf_func_info, bpf_prog_info};
-use common::{eventually, netns_inode, nstat::Nstat, Tracer};
+use common::{eventually, netns_inode, Nstat, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     backends::{self, Backend},

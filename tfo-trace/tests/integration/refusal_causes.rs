@@ -192,7 +192,7 @@ struct Churn {
     /// The first refusal's SYN-ACK, and every SYN and SYN-ACK of the run.
     first_synack: WireSyn,
     wire: Vec<WireSyn>,
-    server: common::CounterDeltas,
+    server: common::Nstat,
 }
 
 /// Records `n` connections to `dst` ([`one_by_one`]) and reports them; checks first that the
