@@ -1,11 +1,15 @@
 //! The tests' own oracles, tested: what every other test compares the tracer with must be
 //! right by itself, and share nothing with the product. The counters read by `nstat`
-//! (`common::nstat`), which fail on a counter nstat does not list.
+//! (`common::nstat`), which fail on a counter nstat does not list; the BTF reader
+//! (`common::btf`), against bpftool's own dump of the same file.
 use crate::common;
 
-use std::panic;
+use std::{panic, process::Command};
 
-use common::{Deltas, Nstat};
+use common::{
+    btf::{Btf, VMLINUX},
+    Deltas, Nstat,
+};
 use tfo_trace::lab::{traffic::ClientArgs, Lab, LabConfig, ServerArgs, Side};
 
 /// What a failed check said, where it failed.
@@ -66,4 +70,53 @@ fn nstat_counts_a_lab_s_connections() {
     .is_some());
 }
 
-module_tests!(nstat_fails_on_a_counter_it_does_not_list, nstat_counts_a_lab_s_connections);
+/// bpftool's own listing of struct `name`'s direct members, from its raw dump of a BTF
+/// file (`[ID] STRUCT 'name' size=.. vlen=..`, then a tab-indented line per member).
+fn bpftool_members(raw: &str, name: &str) -> Vec<String> {
+    let head = format!(" STRUCT '{name}' ");
+    let mut lines = raw.lines().skip_while(|l| !(l.starts_with('[') && l.contains(&head)));
+    assert!(lines.next().is_some(), "bpftool lists no struct {name}");
+    lines
+        .take_while(|l| l.starts_with('\t'))
+        .filter_map(|l| Some(l.trim().strip_prefix('\'')?.split('\'').next()?.to_string()))
+        .collect()
+}
+
+/// The tests' BTF reader (`common::btf`) against bpftool's dump of the same kernel BTF:
+/// every member bpftool lists in `tcp_sock` it finds, `syn_fastopen_child` (what
+/// `server_speaks_first` decides from) present or absent alike; a member of an anonymous
+/// union inside a struct (`sock_common`'s `skc_daddr`) is found too, and neither a member
+/// nor a struct that is not there.
+fn btf_reader_agrees_with_bpftool() {
+    let btf = match Btf::read(VMLINUX) {
+        Ok(btf) => btf,
+        Err(e) if !std::path::Path::new(VMLINUX).exists() => common::skip(format!("no kernel BTF here: {e}")),
+        Err(e) => panic!("{e}"),
+    };
+    assert!(btf.struct_has_member("sock_common", "skc_daddr").unwrap(), "a member of an anonymous union");
+    assert!(!btf.struct_has_member("tcp_sock", "no_such_member").unwrap());
+    assert!(btf.struct_has_member("no_such_struct_here", "x").is_err());
+    common::bpftool::require("to check the tests' BTF reader against");
+    let out =
+        Command::new("bpftool").args(["btf", "dump", "file", VMLINUX, "format", "raw"]).output().unwrap();
+    assert!(out.status.success(), "bpftool: {}", String::from_utf8_lossy(&out.stderr));
+    let raw = String::from_utf8_lossy(&out.stdout);
+    let members = bpftool_members(&raw, "tcp_sock");
+    assert!(members.len() > 50, "{members:?}");
+    for member in members.iter().filter(|m| *m != "(anon)") {
+        assert!(btf.struct_has_member("tcp_sock", member).unwrap(), "bpftool lists tcp_sock.{member}");
+    }
+    let child = btf.struct_has_member("tcp_sock", "syn_fastopen_child").unwrap();
+    assert_eq!(child, members.iter().any(|m| m == "syn_fastopen_child"), "syn_fastopen_child: {members:?}");
+    eprintln!(
+        "tcp_sock: {} members; syn_fastopen_child {}",
+        members.len(),
+        if child { "present" } else { "absent" }
+    );
+}
+
+module_tests!(
+    nstat_fails_on_a_counter_it_does_not_list,
+    nstat_counts_a_lab_s_connections,
+    btf_reader_agrees_with_bpftool,
+);

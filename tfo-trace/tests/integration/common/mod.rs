@@ -3,11 +3,12 @@
 //! (`wait`: [`eventually`]), the kernel's counters as `nstat` reads them (`nstat`:
 //! [`Deltas`]), the wire's account of stalls (`wire`), a handle on a running `tfo-trace`
 //! and its typed events, cgroups (`cgroups`), private container engines (`docker`), a real
-//! Prometheus (`prometheus`) and the kernel's list of BPF objects, where a failed listing
-//! fails the test (`bpftool`).
+//! Prometheus (`prometheus`), the kernel's list of BPF objects, where a failed listing
+//! fails the test (`bpftool`), and the kernel's types as the tests read its BTF (`btf`).
 #![allow(dead_code, unused_imports)]
 
 pub mod bpftool;
+pub mod btf;
 pub mod cgroups;
 pub mod docker;
 #[macro_use]
