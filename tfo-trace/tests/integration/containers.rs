@@ -604,19 +604,38 @@ fn daemonset_pod_exports_the_lab_exactly() {
     };
     // Counted in the kernel (the events' series) or read from the server's namespace at
     // each scrape, once the exporter has named it (the listener's owner, at its next read).
-    let after = common::eventually("the exporter's series up to the kernel's counts", || {
+    // Short of them at the end of the wait, what the exporter says it could not count (the
+    // kernel's skipped runs of its programs, connects it could not follow, ...) and every
+    // series compared go with the failure.
+    let reached = common::wait::within(common::HANG_LIMIT, || {
         let after = metrics();
-        let d = deltas(&after);
-        if d.iter().zip(&kernel).all(|(d, k)| *d >= k.3 as f64) {
+        if deltas(&after).iter().zip(&kernel).all(|(d, k)| *d >= k.3 as f64) {
             Ok(after)
         } else {
-            let namespaces = after.lines().filter(|l| l.starts_with("tfo_trace_kernel_counted_namespaces"));
-            Err((d, namespaces.collect::<Vec<_>>().join(", ")))
+            Err(after)
         }
     });
-    for ((role, outcome, counter, count), exported) in kernel.iter().zip(deltas(&after)) {
-        eprintln!("{role} {outcome}: exported {exported}, nstat {counter} {count}");
-        assert_eq!(exported, *count as f64, "{role} {outcome} against {counter}");
+    let after = reached.as_ref().unwrap_or_else(|after| after);
+    let compared: Vec<String> = kernel
+        .iter()
+        .zip(deltas(after))
+        .map(|((role, outcome, counter, count), exported)| {
+            format!("{role} {outcome}: exported {exported}, nstat {counter} {count}")
+        })
+        .collect();
+    eprintln!("{}", compared.join("\n"));
+    let health = exporter_health(after);
+    for metric in ["tfo_trace_hook_runs_missed_total", "tfo_trace_connects_unfollowed_total"] {
+        assert!(health.contains(metric), "the exporter exports no {metric}: {health}");
+    }
+    for ((role, outcome, counter, count), exported) in kernel.iter().zip(deltas(after)) {
+        assert_eq!(
+            exported,
+            *count as f64,
+            "{role} {outcome} against {counter} (after waiting up to {:?}); every series compared: \
+             {compared:#?}; the exporter's own account: {health}",
+            common::HANG_LIMIT
+        );
     }
     let kernel_counted: Vec<&str> = after
         .lines()
@@ -626,6 +645,20 @@ fn daemonset_pod_exports_the_lab_exactly() {
         .collect();
     eprintln!("{}", kernel_counted.join("\n"));
     drop(played);
+}
+
+/// What an exporter's exposition says it could not count, and the namespaces behind its
+/// kernel-counted series: what a count short of the kernel's is read with.
+fn exporter_health(exposition: &str) -> String {
+    const HEALTH: [&str; 5] = [
+        "tfo_trace_hook_runs_missed_total",
+        "tfo_trace_connects_unfollowed_total",
+        "tfo_trace_events_lost_total",
+        "tfo_trace_outcomes_uncounted_total",
+        "tfo_trace_kernel_counted_namespaces",
+    ];
+    let lines = exposition.lines().filter(|l| HEALTH.iter().any(|m| l.starts_with(m)));
+    lines.collect::<Vec<_>>().join(", ")
 }
 
 /// Every manifest of deploy/kubernetes/ against Kubernetes' own schema (the OpenAPI of
