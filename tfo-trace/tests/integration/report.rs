@@ -492,7 +492,7 @@ fn report_on_recorded_key_rotation_and_queue_overflow() {
     let before = Deltas::since(&lab);
     let tracer = Tracer::start_command(&["trace", "--json", "--record", rotation.path()]);
     assert_eq!(lab.run_client(common::exe(), &client(&lab, 1)).unwrap().ok_count(), 1);
-    let (_, stderr) = tracer.stop();
+    let (_, rotation_stderr) = tracer.stop();
     let rotated = before.server();
     assert_eq!(rotated.get("TcpExtTCPFastOpenPassiveFail"), 1, "{rotated:?}");
 
@@ -503,20 +503,20 @@ fn report_on_recorded_key_rotation_and_queue_overflow() {
     let tracer = Tracer::start_command(&["trace", "--json", "--record", overflow.path()]);
     let stuck = ClientArgs { timeout_ms: 700, ..client(&lab, 4) };
     assert_eq!(lab.run_client(common::exe(), &stuck).unwrap().ok_count(), 0);
-    let _ = tracer.stop();
+    let (_, overflow_stderr) = tracer.stop();
     let overflowed = before.server();
     assert!(overflowed.get("TcpExtTCPFastOpenListenOverflow") >= 2, "{overflowed:?}");
 
     let r = report_from(&rotation.0);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
-    if common::visible(&stderr, Role::Server, Outcome::CookieInvalid) {
+    if common::visible(&rotation_stderr, Role::Server, Outcome::CookieInvalid) {
         let l = listener(&r.json, PORT, srv_ns);
         assert_eq!(l["verdict"]["kind"], "cookie_invalid", "{l:#}");
         assert_eq!(l["outcomes"]["cookie_invalid"], rotated.get("TcpExtTCPFastOpenPassiveFail"), "{l:#}");
     }
     let r = report_from(&overflow.0);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
-    if common::visible(&stderr, Role::Server, Outcome::QueueOverflow) {
+    if common::visible(&overflow_stderr, Role::Server, Outcome::QueueOverflow) {
         let l = listener(&r.json, PORT, srv_ns);
         assert_eq!(l["verdict"]["kind"], "queue_overflow", "{l:#}");
         assert_eq!(
