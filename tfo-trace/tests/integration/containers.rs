@@ -38,6 +38,8 @@ use tfo_trace::{
 /// One way a container came to connect, and what the tracer made of its connections.
 #[derive(Default)]
 struct Case {
+    /// Connections its clients tried, and those that succeeded.
+    tried: u64,
     made: u64,
     right: u64,
     wrong: Vec<String>,
@@ -58,16 +60,20 @@ impl Tally {
     }
 
     /// `lab-client`'s output lines (one JSON object per connection), made in `case` from
-    /// container `name`: returns how many connections succeeded.
+    /// container `name`: returns how many connections succeeded. The case is in the table
+    /// from here on, whether or not any of its clients connected (a case none of whose
+    /// connections was made must fail the report, not leave it).
     fn client_said(&mut self, case: &'static str, name: &str, stdout: &str) -> u64 {
+        let c = self.cases.entry(case).or_default();
         let mut ok = 0;
         for line in stdout.lines().filter(|l| l.starts_with('{')) {
             let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+            c.tried += 1;
             if v["ok"] == true {
                 ok += 1;
                 let sport = v["sport"].as_u64().expect("sport") as u16;
                 self.truth.insert(sport, (case, name.to_string()));
-                self.cases.entry(case).or_default().made += 1;
+                c.made += 1;
             }
         }
         ok
@@ -90,10 +96,11 @@ impl Tally {
     /// Prints the table (the figures the closing note asks for) and asserts every
     /// connection was named right.
     fn report(&self, what: &str) {
-        eprintln!("{what}: case       made  named_right  named_wrong  unknown");
+        eprintln!("{what}: case       tried  made  named_right  named_wrong  unknown");
         for (case, c) in &self.cases {
             eprintln!(
-                "{what}: {case:<10} {:>4}  {:>11}  {:>11}  {:>7}",
+                "{what}: {case:<10} {:>5}  {:>4}  {:>11}  {:>11}  {:>7}",
+                c.tried,
                 c.made,
                 c.right,
                 c.wrong.len(),
@@ -101,7 +108,7 @@ impl Tally {
             );
         }
         for (case, c) in &self.cases {
-            assert!(c.made > 0, "{what}: no connection made in case {case}");
+            assert!(c.made > 0, "{what}: no connection made in case {case} ({} tried)", c.tried);
             assert!(
                 c.wrong.is_empty() && c.unknown == 0 && c.right == c.made,
                 "{what} {case}: {} made, {} named right, wrong: {:?}, {} unknown",
