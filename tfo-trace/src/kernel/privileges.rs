@@ -217,10 +217,113 @@ mod tests {
         assert!(!is_identity_uid_map(""));
     }
 
+    /// Whether the kernel lets this process load a tracing program: the smallest
+    /// BPF_PROG_TYPE_TRACEPOINT one (`r0 = 0; exit`). bpf_prog_load() (kernel/bpf/syscall.c,
+    /// 6.12) refuses it with EPERM without bpf_capable() (CAP_BPF or CAP_SYS_ADMIN) or,
+    /// a perfmon program type, without perfmon_capable() (CAP_PERFMON or CAP_SYS_ADMIN),
+    /// and in a user namespace other than the initial one. None where bpf(2) is missing.
+    fn kernel_loads_a_tracing_program() -> Option<bool> {
+        #[repr(C)]
+        struct ProgLoad {
+            prog_type: u32,
+            insn_cnt: u32,
+            insns: u64,
+            license: u64,
+            log_level: u32,
+            log_size: u32,
+            log_buf: u64,
+            kern_version: u32,
+            prog_flags: u32,
+        }
+        const BPF_PROG_LOAD: libc::c_long = 5;
+        const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
+        // mov64 r0, 0 (BPF_ALU64 | BPF_MOV | BPF_K); exit (BPF_JMP | BPF_EXIT).
+        let insns: [u8; 16] = [0xb7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+        let license = b"GPL\0";
+        let attr = ProgLoad {
+            prog_type: BPF_PROG_TYPE_TRACEPOINT,
+            insn_cnt: 2,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level: 0,
+            log_size: 0,
+            log_buf: 0,
+            kern_version: 0,
+            prog_flags: 0,
+        };
+        // SAFETY: attr is a prefix of union bpf_attr's BPF_PROG_LOAD member of the size
+        // passed (the kernel zero-fills the rest), its pointers at live buffers.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_PROG_LOAD,
+                &attr as *const ProgLoad,
+                std::mem::size_of::<ProgLoad>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: the kernel just returned this fd to us.
+            unsafe { libc::close(fd as i32) };
+            return Some(true);
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EPERM) => Some(false),
+            Some(libc::ENOSYS) => None,
+            e => panic!("BPF_PROG_LOAD of two instructions: errno {e:?}"),
+        }
+    }
+
+    /// What says whether this process may trace, against the kernel's own answer: a
+    /// tracing program loaded or refused. As root, again in children whose capabilities
+    /// are cut to each set that decides it (setpriv's bounding set: root's effective set
+    /// after exec), so that every branch of the rule meets the kernel.
     #[test]
+    #[allow(clippy::print_stderr)] // what was compared, in the test's output (and the children's)
     fn this_process() {
-        let c = effective_caps().unwrap();
+        const CHILD: &str = "TFO_PRIVILEGES_TEST_CHILD";
+        let Some(kernel) = kernel_loads_a_tracing_program() else {
+            eprintln!("this_process: no bpf(2) here: nothing to compare with");
+            return;
+        };
         let verdict = check_tracing_privileges();
-        assert_eq!(verdict.is_ok(), tracing_rule(c, in_initial_user_ns()).is_ok());
+        let caps = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let cap_eff = caps.lines().find(|l| l.starts_with("CapEff:")).unwrap_or("CapEff: ?").to_string();
+        eprintln!("this_process: {cap_eff}; the kernel loads a tracing program: {kernel}; tfo-trace says {verdict:?}");
+        assert_eq!(verdict.is_ok(), kernel, "{cap_eff}: tfo-trace says {verdict:?}, the kernel {kernel}");
+        // SAFETY: geteuid has no preconditions.
+        if std::env::var_os(CHILD).is_some() || unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let Some(setpriv) =
+            ["/usr/bin/setpriv", "/bin/setpriv"].into_iter().find(|p| std::path::Path::new(p).exists())
+        else {
+            eprintln!(
+                "this_process: no setpriv (util-linux): the children with fewer capabilities are not run"
+            );
+            return;
+        };
+        let me = std::env::current_exe().unwrap();
+        for set in ["+bpf,+perfmon", "+sys_admin", "+bpf", "+perfmon", "+bpf,+net_admin", "-all"] {
+            let bounding = if set == "-all" { set.to_string() } else { format!("-all,{set}") };
+            let out = std::process::Command::new(setpriv)
+                .args([&format!("--bounding-set={bounding}"), "--inh-caps=-all", "--"])
+                .arg(&me)
+                .args([
+                    "--exact",
+                    "kernel::privileges::tests::this_process",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let said =
+                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "capabilities {set}: {said}");
+            assert!(
+                said.contains("this_process: CapEff") && said.contains("1 passed"),
+                "capabilities {set}: {said}"
+            );
+        }
     }
 }

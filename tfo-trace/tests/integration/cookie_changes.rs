@@ -15,7 +15,7 @@ use crate::common;
 
 use std::{collections::BTreeSet, net::SocketAddr, time::Duration};
 
-use common::{netns_inode, CounterDeltas, Deltas, HookRun, TempFile, Tracer};
+use common::{netns_inode, Deltas, HookRun, Nstat, TempFile, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     events::{Cause, CookieChange, Event, Outcome, Role},
@@ -56,8 +56,8 @@ struct Watched {
     events: Vec<Event>,
     stderr: Vec<String>,
     wire: Vec<WireSyn>,
-    client: CounterDeltas,
-    server: CounterDeltas,
+    client: Nstat,
+    server: Nstat,
 }
 
 impl<'l> Watch<'l> {
@@ -92,14 +92,14 @@ fn refusals<'e>(events: &'e [Event], cli_ns: u32, kernel: u64, stderr: &[String]
     refused
 }
 
-/// The SYN a connection sent and the SYN-ACK it got, as the wire saw them.
-fn on_the_wire(wire: &[WireSyn], sport: u16) -> (&WireSyn, &WireSyn) {
-    let syn = wire.iter().find(|s| !s.syn_ack && s.sport == sport);
-    let synack = wire.iter().find(|s| s.syn_ack && s.dport == sport);
-    let (Some(syn), Some(synack)) = (syn, synack) else {
-        panic!("no SYN and SYN-ACK of port {sport} on the wire: {wire:?}")
-    };
-    (syn, synack)
+/// The SYN a connection sent and the SYN-ACK it got, as the wire saw them: its connection
+/// by port and initial sequence number (the kernel may give a later connection the same
+/// port, `common::wire`).
+fn on_the_wire<'w>(wire: &'w [WireSyn], e: &Event) -> (&'w WireSyn, &'w WireSyn) {
+    let conns = common::wire::connections(wire);
+    let c = common::wire::connection_of(&conns, e);
+    let synack = c.synack.unwrap_or_else(|| panic!("no SYN-ACK of port {} on the wire: {wire:?}", e.sport));
+    (c.syns[0], synack) // into `wire`, not `conns` (first() borrows the connection)
 }
 
 /// Each refusal's cause against the wire: a refused SYN carried a cookie and data; a
@@ -109,7 +109,7 @@ fn causes_match_the_wire(wire: &[WireSyn], refused: &[&Event]) -> Vec<&'static s
     refused
         .iter()
         .map(|e| {
-            let (syn, synack) = on_the_wire(wire, e.sport);
+            let (syn, synack) = on_the_wire(wire, e);
             assert!(
                 syn.cookie.is_some() && syn.payload > 0,
                 "the refused SYN carried a cookie and data: {syn:?}"
@@ -182,7 +182,7 @@ fn a_rotation_with_syn_data_in_flight_is_one_rotation() {
     // The wire: all 16 SYN-data left before the first SYN-ACK came, each with the old
     // cookie; every SYN-ACK brought the one new cookie.
     let refused = refusals(&events, cli_ns, dc.get("TcpExtTCPFastOpenActiveFail"), &stderr);
-    let pairs: Vec<_> = refused.iter().map(|e| on_the_wire(&wire, e.sport)).collect();
+    let pairs: Vec<_> = refused.iter().map(|e| on_the_wire(&wire, e)).collect();
     let last_syn = pairs.iter().map(|(syn, _)| syn.time_s).fold(f64::MIN, f64::max);
     let first_synack = pairs.iter().map(|(_, synack)| synack.time_s).fold(f64::MAX, f64::min);
     assert!(last_syn < first_synack, "all in flight before the first answer: {pairs:?}");
@@ -258,7 +258,7 @@ fn two_keys_behind_one_port_one_after_another_is_churn() {
     let refused = refusals(&events, cli_ns, dc.get("TcpExtTCPFastOpenActiveFail"), &stderr);
     // The wire: each SYN carried the cookie the previous SYN-ACK brought, and each SYN-ACK
     // another: the two keys' cookies in turn.
-    let mut pairs: Vec<_> = refused.iter().map(|e| on_the_wire(&wire, e.sport)).collect();
+    let mut pairs: Vec<_> = refused.iter().map(|e| on_the_wire(&wire, e)).collect();
     pairs.sort_by(|a, b| a.0.time_s.total_cmp(&b.0.time_s));
     for w in pairs.windows(2) {
         assert_eq!(w[1].0.cookie, w[0].1.cookie, "each SYN sends what the last SYN-ACK brought: {pairs:?}");

@@ -225,7 +225,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     prom.wait_for_scrape_after("tfo-trace", t_end);
     let after_prom = read_all();
     let d: Vec<f64> = after_prom.iter().zip(&before_prom).map(|(a, b)| a - b).collect();
-    fn tfo(n: &common::CounterDeltas) -> Vec<(&str, u64)> {
+    fn tfo(n: &common::Nstat) -> Vec<(&str, u64)> {
         n.nonzero().filter(|(k, _)| k.contains("FastOpen") || k.contains("SynRetrans")).collect()
     }
     eprintln!("kernel client: {:?}; server: {:?}", tfo(&dc), tfo(&ds));
@@ -731,7 +731,7 @@ fn closing_line_says_what_was_served() {
     assert_eq!(lab.run_client(common::exe(), &ClientArgs::new(dst)).unwrap().ok_count(), 1, "cookie cached");
     let (exporter, mut tracer) = lab_exporter(&lab, &[]);
     tracer.wait_stderr("serving metrics");
-    let nstat = common::nstat::NstatSince::since(&lab);
+    let nstat = common::Deltas::since(&lab);
     let connections = |text: &str| common::metric_sum(text, "tfo_trace_connections_total", &[]);
     let (_, first) = http_get(exporter, "/metrics").unwrap();
     assert_eq!(connections(&first), 0.0, "nothing yet: {first}");

@@ -469,9 +469,12 @@ fn replayed(args: &[&str], from: &Path, filter: &[&str]) -> (Value, Value) {
 
 /// Filters on a replay select what they select live (issue 31, item 2): one lab, one
 /// tracer recording everything of it, and beside it one tracer per filter, filtered in
-/// the kernel, recording what it saw. `report --from` and `top --from` of the whole
-/// recording with a filter must show exactly what they show of that filter's own
-/// recording (which the kernel filtered), and neither may be all or nothing.
+/// the kernel, recording what it saw. Each filter's own recording holds the events the
+/// test's own traffic gives it (7 TFO connections, each accepted at both ends by the
+/// kernel's TcpExtTCPFastOpenActive and Passive: which of them a filter selects is known
+/// from where each went, from which cgroup, to which server), never all or nothing; and
+/// `report --from` and `top --from` of the whole recording with a filter must show
+/// exactly what they show of that filter's own recording.
 fn filters_select_the_same_in_a_replay() {
     require_kernel!();
     let mut cg = Cgroups::new();
@@ -495,13 +498,15 @@ fn filters_select_the_same_in_a_replay() {
     let s1_pid = servers[0].pid().to_string();
     let (a_cgroup, v6_prefix, client_v4) =
         (rel(&cg_a), format!("{v6}/128"), format!("{}/32", lab.client_addr(false)));
-    let filters: Vec<Vec<&str>> = vec![
-        [&["--daddr", &v6_prefix][..], &ours].concat(),
-        [&["--port", "8081", "--role", "server"][..], &ours].concat(),
-        [&["--pid", &s1_pid][..], &ours].concat(),
-        [&["--cgroup", &a_cgroup][..], &ours].concat(),
-        [&["--outcome", "accepted", "--saddr", &client_v4][..], &ours].concat(),
-        vec!["--comm", "tfo-trace", "--netns", &srv_name],
+    // Each filter, and the events it selects of the traffic below (2 connections to p1
+    // and 2 to p2 from cgroup a, 3 to p1v6 from cgroup b; an event at each end of each).
+    let filters: Vec<(Vec<&str>, u64)> = vec![
+        ([&["--daddr", &v6_prefix][..], &ours].concat(), 3 * 2), // to p1v6, both ends
+        ([&["--port", "8081", "--role", "server"][..], &ours].concat(), 2), // p2's server
+        ([&["--pid", &s1_pid][..], &ours].concat(), 2),          // p1's listener's owner
+        ([&["--cgroup", &a_cgroup][..], &ours].concat(), 2 + 2), // the clients in a
+        ([&["--outcome", "accepted", "--saddr", &client_v4][..], &ours].concat(), 4 * 2), // IPv4 clients
+        (vec!["--comm", "tfo-trace", "--netns", &srv_name], 7),  // every server child
     ];
     let record = |name: &str, flags: &[&str]| {
         let file = dir.join(name);
@@ -511,7 +516,8 @@ fn filters_select_the_same_in_a_replay() {
     };
     let (all, all_tracer) = record("all.jsonl", &ours);
     let filtered: Vec<(PathBuf, Tracer)> =
-        filters.iter().enumerate().map(|(i, f)| record(&format!("f{i}.jsonl"), f)).collect();
+        filters.iter().enumerate().map(|(i, (f, _))| record(&format!("f{i}.jsonl"), f)).collect();
+    let counters = Deltas::since(&lab);
     let client = |dst, n, dir: &PathBuf| {
         let args = ClientArgs { count: n, cgroup: Some(dir.clone()), ..ClientArgs::new(dst) };
         assert_eq!(lab.run_client(common::exe(), &args).unwrap().ok_count(), n as usize);
@@ -528,14 +534,14 @@ fn filters_select_the_same_in_a_replay() {
         })
         .collect();
     drop(servers);
-    assert!(all_events.len() >= 14, "7 connections, both ends: {all_events:?}");
-    for (flags, own) in filters.iter().zip(&filtered) {
+    let (dc, ds) = counters.both();
+    let accepted = (dc.get("TcpExtTCPFastOpenActive"), ds.get("TcpExtTCPFastOpenPassive"));
+    assert_eq!(accepted, (7, 7), "every connection TFO-accepted at both ends: {dc:?} {ds:?}");
+    assert_eq!(all_events.len(), 14, "7 connections, both ends: {all_events:?}");
+    for ((flags, expected), own) in filters.iter().zip(&filtered) {
         let kernel = replayed(&[], own, &[]);
         let events = kernel.1["events"].as_u64().unwrap();
-        assert!(
-            events > 0 && events < all_events.len() as u64,
-            "{flags:?}: {events} events: not a filter test"
-        );
+        assert_eq!(events, *expected, "{flags:?}: the events of the traffic it selects");
         assert_eq!(replayed(&[], &all, flags), kernel, "{flags:?}: the replay filters as the kernel did");
     }
 }

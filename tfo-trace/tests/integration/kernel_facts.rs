@@ -219,13 +219,9 @@ fn a_namespace_born_while_tracing_counts_from_its_birth() {
         }
     })
     .unwrap();
-    let nstat = Command::new("ip").args(["netns", "exec", &name, "nstat", "-az"]).output().unwrap();
-    let text = String::from_utf8_lossy(&nstat.stdout);
-    let reqd: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("TcpExtTCPFastOpenCookieReqd")?.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no CookieReqd in nstat: {text}"));
-    assert_eq!(reqd, 2, "{text}");
+    let nstat = common::Nstat::read(&name);
+    let reqd = nstat.get("TcpExtTCPFastOpenCookieReqd");
+    assert_eq!(reqd, 2, "{nstat:?}");
     let counted = counters.counted();
     let here: u64 = counted
         .rows

@@ -203,6 +203,14 @@ fn check_saved_against_wire(lab: &Lab, v6: bool, n: u32, delayed: bool) -> (Vec<
         let wire_us = (synack.time_s - syn.time_s) * 1e6;
         eprintln!("port {}: saved {saved} µs, SYN -> SYN-ACK on the wire {wire_us:.0} µs", e.sport);
         assert!(e.handshake_us.is_some_and(|h| h + 1 >= saved), "inside the handshake: {e:?}");
+        // Each connection's, not only the median: the client's own clock, socket() to its
+        // answer's first byte, holds the SYN-data's send to the SYN-ACK.
+        let own = run.results.iter().find(|r| r.sport == e.sport).and_then(|r| r.first_byte_us);
+        let own = own.unwrap_or_else(|| panic!("the client's own figures for port {}: {run:?}", e.sport));
+        assert!(
+            saved <= own,
+            "saved {saved} µs, more than the {own} µs its client waited for its answer: {e:?}"
+        );
         pairs.push((saved, wire_us));
     }
     if let Err(why) = saved_agree_with_wire(&pairs, delayed) {

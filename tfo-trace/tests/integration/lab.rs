@@ -64,7 +64,7 @@ fn with_lab(cfg: LabConfig, body: impl FnOnce(&Lab)) {
     assert!(names.iter().all(|n| !after.contains(n)), "left behind: {names:?} in {after:?}");
 }
 
-fn show(label: &str, d: &common::CounterDeltas) {
+fn show(label: &str, d: &common::Nstat) {
     let tfo: Vec<_> = d.nonzero().filter(|(k, _)| k.contains("FastOpen") || k.contains("Syn")).collect();
     eprintln!("{label}: {tfo:?}");
 }

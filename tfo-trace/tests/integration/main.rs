@@ -21,6 +21,7 @@ mod kernel_facts;
 mod kernel_scenarios;
 mod lab;
 mod names;
+mod oracles;
 mod plain_cost;
 mod recording;
 mod refusal_causes;
@@ -51,6 +52,7 @@ fn main() -> std::process::ExitCode {
         kernel_scenarios::tests(),
         lab::tests(),
         names::tests(),
+        oracles::tests(),
         plain_cost::tests(),
         recording::tests(),
         refusal_causes::tests(),

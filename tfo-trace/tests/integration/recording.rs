@@ -12,7 +12,7 @@ use std::{
     process::Command,
 };
 
-use common::{netns_inode, nstat::NstatSince, Tracer};
+use common::{netns_inode, Deltas, Tracer};
 use serde_json::Value;
 use tfo_trace::lab::{traffic::ClientArgs, Lab, LabConfig, Side};
 
@@ -90,7 +90,7 @@ fn records_onto_a_full_disk(args: &[&str]) {
     cmd.extend(["--json-summary", "--netns", &cli, "--netns", &srv, "--record"]);
     let recording_arg = recording.display().to_string();
     cmd.push(&recording_arg);
-    let before = NstatSince::since(&lab);
+    let before = Deltas::since(&lab);
     let tracer = Tracer::start_command(&cmd);
     let n = 300;
     let run = lab.run_client(common::exe(), &ClientArgs { count: n, ..ClientArgs::new(dst) }).unwrap();

@@ -64,13 +64,17 @@ fn refusals_told<'e>(
     refused
 }
 
-/// The SYN a refused connection sent and the SYN-ACK it got, as the wire saw them; the SYN
-/// must have carried a cookie and data (that is what was refused).
+/// The SYN a refused connection sent and the SYN-ACK it got, as the wire saw them (its
+/// connection by port and initial sequence number: the kernel may give a later connection
+/// the same port, `common::wire`); the SYN must have carried a cookie and data (that is
+/// what was refused).
 fn on_the_wire<'w>(wire: &'w [WireSyn], e: &Event) -> (&'w WireSyn, &'w WireSyn) {
-    let syn = wire.iter().find(|s| !s.syn_ack && s.sport == e.sport);
-    let synack = wire.iter().find(|s| s.syn_ack && s.dport == e.sport);
-    let (Some(syn), Some(synack)) = (syn, synack) else {
-        panic!("no SYN and SYN-ACK of port {} on the wire: {e:?}; wire: {wire:?}", e.sport)
+    let conns = common::wire::connections(wire);
+    let c = common::wire::connection_of(&conns, e);
+    // The references into `wire`, not into `conns` (first() borrows the connection).
+    let (syn, synack) = (c.syns[0], c.synack);
+    let Some(synack) = synack else {
+        panic!("no SYN-ACK of port {} on the wire: {e:?}; wire: {wire:?}", e.sport)
     };
     assert!(syn.cookie.is_some() && syn.payload > 0, "the refused SYN carried a cookie and data: {syn:?}");
     (syn, synack)
@@ -192,7 +196,7 @@ struct Churn {
     /// The first refusal's SYN-ACK, and every SYN and SYN-ACK of the run.
     first_synack: WireSyn,
     wire: Vec<WireSyn>,
-    server: common::CounterDeltas,
+    server: common::Nstat,
 }
 
 /// Records `n` connections to `dst` ([`one_by_one`]) and reports them; checks first that the

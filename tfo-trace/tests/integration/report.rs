@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use common::{netns_inode, wire::WireStalls, CounterDeltas, Deltas, HookRun, TempFile, Tracer};
+use common::{netns_inode, wire::WireStalls, Deltas, HookRun, Nstat, TempFile, Tracer};
 use serde_json::Value;
 use tfo_trace::{
     events::{Event, Outcome, Role},
@@ -63,7 +63,7 @@ fn client(lab: &Lab, count: u32) -> ClientArgs {
 /// counter deltas over it, the backend it used, and its closing line.
 struct Recorded {
     events: Vec<Event>,
-    delta: CounterDeltas,
+    delta: Nstat,
     backend: String,
     closing: String,
 }
@@ -492,7 +492,7 @@ fn report_on_recorded_key_rotation_and_queue_overflow() {
     let before = Deltas::since(&lab);
     let tracer = Tracer::start_command(&["trace", "--json", "--record", rotation.path()]);
     assert_eq!(lab.run_client(common::exe(), &client(&lab, 1)).unwrap().ok_count(), 1);
-    let (_, stderr) = tracer.stop();
+    let (_, rotation_stderr) = tracer.stop();
     let rotated = before.server();
     assert_eq!(rotated.get("TcpExtTCPFastOpenPassiveFail"), 1, "{rotated:?}");
 
@@ -503,20 +503,20 @@ fn report_on_recorded_key_rotation_and_queue_overflow() {
     let tracer = Tracer::start_command(&["trace", "--json", "--record", overflow.path()]);
     let stuck = ClientArgs { timeout_ms: 700, ..client(&lab, 4) };
     assert_eq!(lab.run_client(common::exe(), &stuck).unwrap().ok_count(), 0);
-    let _ = tracer.stop();
+    let (_, overflow_stderr) = tracer.stop();
     let overflowed = before.server();
     assert!(overflowed.get("TcpExtTCPFastOpenListenOverflow") >= 2, "{overflowed:?}");
 
     let r = report_from(&rotation.0);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
-    if common::visible(&stderr, Role::Server, Outcome::CookieInvalid) {
+    if common::visible(&rotation_stderr, Role::Server, Outcome::CookieInvalid) {
         let l = listener(&r.json, PORT, srv_ns);
         assert_eq!(l["verdict"]["kind"], "cookie_invalid", "{l:#}");
         assert_eq!(l["outcomes"]["cookie_invalid"], rotated.get("TcpExtTCPFastOpenPassiveFail"), "{l:#}");
     }
     let r = report_from(&overflow.0);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
-    if common::visible(&stderr, Role::Server, Outcome::QueueOverflow) {
+    if common::visible(&overflow_stderr, Role::Server, Outcome::QueueOverflow) {
         let l = listener(&r.json, PORT, srv_ns);
         assert_eq!(l["verdict"]["kind"], "queue_overflow", "{l:#}");
         assert_eq!(
@@ -531,7 +531,7 @@ fn report_on_recorded_key_rotation_and_queue_overflow() {
 /// --record --netns` (its client namespace only, in the kernel), the middlebox dropping
 /// SYN-data or not. Returns the client counter deltas over the recording, and the tracer's
 /// closing line.
-fn record_host(lab: &Lab, file: &TempFile, n: u32, drop: bool) -> (CounterDeltas, String) {
+fn record_host(lab: &Lab, file: &TempFile, n: u32, drop: bool) -> (Nstat, String) {
     let _server = lab.start_server(common::exe(), 0, PORT, 16, false).unwrap();
     assert_eq!(lab.run_client(common::exe(), &client(lab, 1)).unwrap().ok_count(), 1, "cookie fetched");
     if drop {
@@ -582,8 +582,8 @@ fn report_merges_recordings_of_two_hosts() {
     let (db, closing_b) = record_host(&b, &fb, nb, false);
     set_host(&fa, Some("lab-a.ams1.example.net"));
     set_host(&fb, None);
-    let retrans = |d: &CounterDeltas| d.get("TcpExtTCPSynRetrans");
-    let active = |d: &CounterDeltas| d.get("TcpExtTCPFastOpenActive");
+    let retrans = |d: &Nstat| d.get("TcpExtTCPSynRetrans");
+    let active = |d: &Nstat| d.get("TcpExtTCPFastOpenActive");
     assert_eq!((retrans(&da), retrans(&db)), (u64::from(na), 0), "kernel: {da:?} {db:?}");
 
     // Both labs' servers are in 198.18.0.0/16: one row, one verdict, its evidence per host.

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::net::{IpAddr, SocketAddr};
 
-use common::{count, netns_inode, nstat::NstatSince, visible, CounterDeltas, Deltas, HookRun, Tracer};
+use common::{count, netns_inode, visible, Deltas, HookRun, Nstat, Tracer};
 use tfo_trace::{
     events::{Event, Outcome, Role, Trip},
     lab::{traffic::ClientArgs, Lab, LabConfig, ServerArgs, ServerHandle, Side, WireSyn},
@@ -39,8 +39,8 @@ fn lab_with_rotated_key(with_backup: bool) -> (Lab, ServerHandle, SocketAddr) {
 struct Watched {
     cli_ns: u32,
     srv_ns: u32,
-    dc: CounterDeltas,
-    ds: CounterDeltas,
+    dc: Nstat,
+    ds: Nstat,
     events: Vec<Event>,
     stderr: Vec<String>,
     report: serde_json::Value,
@@ -830,7 +830,7 @@ fn every_outcome_is_counted_in_each_namespace_against_nstat() {
     let filter: Vec<&str> = netns.iter().flat_map(|n| ["--netns", n.as_str()]).collect();
     // The oracle read by nstat itself: on the tracepoint backends the counts checked here
     // come from these very counters, read by the product's own parser.
-    let (a_before, b_before) = (NstatSince::since(&a), NstatSince::since(&b));
+    let (a_before, b_before) = (Deltas::since(&a), Deltas::since(&b));
     let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port()).parse().unwrap();
     let listen = addr.to_string();
     let export_args: Vec<&str> =
@@ -1005,7 +1005,7 @@ fn syn_flood_is_said_by_export_top_doctor_and_report() {
     let (cli, srv) = (lab.netns(Side::Client).to_string(), lab.netns(Side::Server).to_string());
     let cli_ns = netns_inode(&lab, Side::Client);
     let filter = ["--netns", cli.as_str(), "--netns", srv.as_str()];
-    let before = NstatSince::since(&lab);
+    let before = Deltas::since(&lab);
     let addr: SocketAddr = format!("127.0.0.1:{}", common::free_port()).parse().unwrap();
     let listen = addr.to_string();
     let export = Tracer::start_command(&[&["export", "--web.listen-address", &listen][..], &filter].concat());
@@ -1067,7 +1067,7 @@ fn syn_flood_is_said_by_export_top_doctor_and_report() {
     let out = std::process::Command::new(common::exe()).args(["doctor", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let since_made = common::nstat::Nstat::read(&srv).get("TcpExtSyncookiesSent");
+    let since_made = Nstat::read(&srv).get("TcpExtSyncookiesSent");
     let check = doc["checks"].as_array().unwrap().iter().find(|c| c["name"] == "syncookies").unwrap().clone();
     eprintln!("doctor: {check}");
     assert_eq!(check["ok"], false, "{check}");

@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use common::{netns_inode, nstat::NstatSince, wire::WireStalls, Deltas, HookRun};
+use common::{netns_inode, wire::WireStalls, Deltas, HookRun, Nstat};
 use tfo_trace::lab::{traffic::ClientArgs, Lab, LabConfig, ServerHandle, Side};
 
 /// The cells of the row whose first cell is `key`, by column title, from a block of text
@@ -77,7 +77,7 @@ fn counters(lab: &Lab) -> Counters<'_> {
 
 impl Counters<'_> {
     /// (client, server, dropped) since.
-    fn deltas(&self) -> (common::CounterDeltas, common::CounterDeltas, u64) {
+    fn deltas(&self) -> (common::Nstat, common::Nstat, u64) {
         let (client, server) = self.netstat.both();
         (client, server, self.lab.middlebox_dropped().unwrap() - self.dropped)
     }
@@ -733,7 +733,7 @@ fn demo_json_prints_tables_and_its_closing_summary_adds_up() {
         }
     });
     demo.signal(libc::SIGSTOP);
-    let nstat: Vec<common::nstat::Nstat> = namespaces.iter().map(|n| common::nstat::Nstat::read(n)).collect();
+    let nstat: Vec<Nstat> = namespaces.iter().map(|n| Nstat::read(n)).collect();
     demo.signal(libc::SIGCONT);
     let (lines, stderr) = demo.stop_lines();
     assert!(!lines.is_empty(), "{stderr:?}");
@@ -1186,7 +1186,7 @@ fn tui_at_80x24_and_200x50_says_refusals_stalls_and_time_lost() {
     let ((t80, status80), (t200, status200)) = (terminal(80, 24), terminal(200, 50));
 
     let before = counters(&lab);
-    let nstat = NstatSince::since(&lab);
+    let nstat = Deltas::since(&lab);
     let wire = lab.capture_syns(Side::Client).unwrap();
     let refused = 4;
     let run = lab.run_client(common::exe(), &ClientArgs { count: refused, ..ClientArgs::new(nat) }).unwrap();
@@ -1308,7 +1308,7 @@ fn replays_name_namespaces_as_live_views_do() {
     let recording = common::TempFile::new("replay-names");
     let (c, s) = (cli.to_string(), srv.to_string());
     let tracer = common::Tracer::start(&["--netns", &c, "--netns", &s, "--record", recording.path()]);
-    let nstat = NstatSince::since(&lab);
+    let nstat = Deltas::since(&lab);
     assert_eq!(
         lab.run_client(common::exe(), &ClientArgs { count: 2, ..ClientArgs::new(dst) }).unwrap().ok_count(),
         2

@@ -26,7 +26,7 @@ fn destination(report: &Value, dst: SocketAddr, netns: u32) -> &Value {
 }
 
 /// A namespace's counters that moved, for the test's log.
-fn nonzero(n: &common::CounterDeltas) -> Vec<(&str, u64)> {
+fn nonzero(n: &common::Nstat) -> Vec<(&str, u64)> {
     n.nonzero().filter(|(k, _)| k.starts_with("TcpExt")).collect()
 }
 

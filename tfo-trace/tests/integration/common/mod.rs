@@ -1,13 +1,14 @@
 //! Shared by the kernel tests: the harness (skips, partial skips and second runs, cases of
 //! one test body: `harness.rs`'s doc is the whole API), skip rules, waiting on facts
-//! (`wait`: [`eventually`], [`Deltas`] of the kernel's counters), the wire's account of
-//! stalls (`wire`), an independent reader of the kernel's counters (`nstat`), a handle on a
-//! running `tfo-trace` and its typed events, cgroups (`cgroups`), private container engines
-//! (`docker`), a real Prometheus (`prometheus`) and the kernel's list of BPF objects, where
-//! a failed listing fails the test (`bpftool`).
+//! (`wait`: [`eventually`]), the kernel's counters as `nstat` reads them (`nstat`:
+//! [`Deltas`]), the wire's account of stalls (`wire`), a handle on a running `tfo-trace`
+//! and its typed events, cgroups (`cgroups`), private container engines (`docker`), a real
+//! Prometheus (`prometheus`), the kernel's list of BPF objects, where a failed listing
+//! fails the test (`bpftool`), and the kernel's types as the tests read its BTF (`btf`).
 #![allow(dead_code, unused_imports)]
 
 pub mod bpftool;
+pub mod btf;
 pub mod cgroups;
 pub mod docker;
 #[macro_use]
@@ -18,7 +19,8 @@ pub mod prometheus;
 pub mod wait;
 pub mod wire;
 pub use harness::{assert_hook_count, partial_skip, skip, HookRun};
-pub use wait::{eventually, CounterDeltas, Deltas, HANG_LIMIT};
+pub use nstat::{Deltas, Nstat};
+pub use wait::{eventually, HANG_LIMIT};
 
 use std::{
     io::{BufRead, BufReader, Read},
