@@ -24,7 +24,7 @@ use std::{
 
 use common::{
     free_port, http_get, netns_inode,
-    nstat::{Nstat, NstatSince},
+    nstat::{Deltas, Nstat},
     prometheus::{curl_get, web_config_files, Tls},
     HookRun, TempDir, Tracer,
 };
@@ -236,7 +236,7 @@ fn kill_9_restart_and_windows_agree_with_the_kernel() {
     let (ok, stalled) = (5, 2);
 
     // First run, ended by SIGKILL once the recorder has every event.
-    let first = NstatSince::since(&s.lab);
+    let first = Deltas::since(&s.lab);
     let exporter = Exporter::start(&s.lab, &dir, &[]);
     connect(&s.lab, s.clean, ok);
     connect(&s.lab, s.blocked, stalled);
@@ -266,7 +266,7 @@ fn kill_9_restart_and_windows_agree_with_the_kernel() {
 
     // The moment between the runs; then a second run on the same directory, stopped.
     let between = now_rfc3339();
-    let second = NstatSince::since(&s.lab);
+    let second = Deltas::since(&s.lab);
     let exporter = Exporter::start(&s.lab, &dir, &[]);
     connect(&s.lab, s.clean, ok + 2);
     connect(&s.lab, s.blocked, stalled + 1);
@@ -344,7 +344,7 @@ fn a_small_bound_holds_under_a_burst() {
             samples
         })
     };
-    let before = NstatSince::since(&lab);
+    let before = Deltas::since(&lab);
     let n = 3000;
     let run = connect(&lab, dst, n);
     let m = exporter.wait_recorded();
@@ -383,7 +383,7 @@ fn recording_over_https_with_basic_auth() {
     let web = web_config_files("flight-web");
     let tmp = TempDir::new("flight-http");
     let dir = tmp.0.join("recorder");
-    let before = NstatSince::since(&s.lab);
+    let before = Deltas::since(&s.lab);
     let mut exporter = Exporter::start(&s.lab, &dir, &["--web.config.file", web.file.to_str().unwrap()]);
     exporter.tls = Some(web.tls.clone());
     connect(&s.lab, s.clean, 4);
@@ -471,7 +471,7 @@ fn a_full_disk_keeps_metrics_and_counts_what_was_not_written() {
     let filler = disk.0 .0.join("filler");
     std::fs::write(&filler, vec![0u8; (disk.free() - 48 * 1024) as usize]).unwrap();
     let dir = disk.0 .0.join("recorder");
-    let before = NstatSince::since(&lab);
+    let before = Deltas::since(&lab);
     let exporter = Exporter::start(&lab, &dir, &[]);
 
     // Full: written until there is no room, the rest counted.

@@ -1156,7 +1156,7 @@ fn blackhole_trips_on_the_third_timeout() {
     let (report, _) = report.stop_lines();
     let syns: Vec<_> = wire.stop().into_iter().filter(|s| !s.syn_ack).collect();
 
-    let counters = |d: &CounterDeltas| {
+    let counters = |d: &Nstat| {
         ["TcpExtTCPSynRetrans", "TcpExtTCPFastOpenActiveFail", "TcpExtTCPFastOpenBlackhole"].map(|c| d.get(c))
     };
     eprintln!(
@@ -1323,7 +1323,11 @@ fn blackhole_pause_length_is_the_kernels() {
     let last = &f["pause"]["each"][0];
     assert_eq!((&last["nth"], &last["length_s"]), (&2.into(), &(2 * TIMEOUT_S).into()), "{f}");
     let at = |k: &str| tfo_trace::events::Timestamp::parse(last[k].as_str().unwrap()).unwrap().unix_ns();
-    assert!(second_from <= at("began") && at("began") <= second_to, "{second_from}..{second_to}: {f}");
+    // The pause starts as the tripping connect gives up, the last moment of `trip()`; read
+    // from jiffies it may fall after it by their lag behind the events' clock (see
+    // blackhole_pause_is_blamed_on_the_destination_that_tripped_it).
+    let lag = 100_000_000;
+    assert!(second_from <= at("began") && at("began") <= second_to + lag, "{second_from}..{second_to}: {f}");
     assert_eq!(at("until") - at("began"), u128::from(2 * TIMEOUT_S) * 1_000_000_000, "{f}");
     assert_eq!(last["tripped_by"]["destination"], lost.to_string(), "{f}");
 }

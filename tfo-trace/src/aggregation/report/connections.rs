@@ -322,6 +322,7 @@ impl Words for ConnAcc {
         let ConnAcc {
             outcomes,
             connect_failed_with_data,
+            syn_data_reset,
             stalls,
             extra_round_trip_us,
             saved_us,
@@ -335,7 +336,7 @@ impl Words for ConnAcc {
             asks,
         } = self;
         outcomes.put(out);
-        out.extend([*connect_failed_with_data]);
+        out.extend([*connect_failed_with_data, *syn_data_reset]);
         stalls.put(out);
         out.extend([*extra_round_trip_us, *saved_us, *saves]);
         put_option(out, *first_accepted_ns);
@@ -351,6 +352,7 @@ impl Words for ConnAcc {
         ConnAcc {
             outcomes: OutcomeCounts::take(w),
             connect_failed_with_data: w.word(),
+            syn_data_reset: w.word(),
             stalls: StallCounts::take(w),
             extra_round_trip_us: w.word(),
             saved_us: w.word(),
