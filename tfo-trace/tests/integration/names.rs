@@ -225,13 +225,21 @@ fn a_repeated_answer_makes_its_name_the_current_one(v6: bool) {
         let mine: Vec<&Event> = events.iter().filter(|e| e.role == Role::Client && e.pid == pid).collect();
         assert!(!mine.is_empty(), "no client event of {asked} ({how:?}, pid {pid}): {events:?}");
         for e in mine {
+            // Its SYN: the last one from its port before the event (the kernel may give a
+            // later connection the same source port; the first SYN of the port would then
+            // be another connection's).
             let syn_at = wire
                 .iter()
-                .find_map(|s| match s {
-                    Seen::Syn { at_ns, sport } if *sport == e.sport => Some(*at_ns),
+                .filter_map(|s| match s {
+                    Seen::Syn { at_ns, sport } if *sport == e.sport && *at_ns <= e.ts.unix_ns() => {
+                        Some(*at_ns)
+                    }
                     _ => None,
                 })
-                .unwrap_or_else(|| panic!("no SYN from port {} on the wire: {wire:?}", e.sport));
+                .max()
+                .unwrap_or_else(|| {
+                    panic!("no SYN from port {} before its event on the wire: {wire:?}", e.sport)
+                });
             // The wire's account: the last answer that gave dst's address before the SYN.
             let (answered_at, answered) = wire
                 .iter()
