@@ -35,7 +35,10 @@ use common::{
     Deltas, HookRun, TempDir, Tracer,
 };
 use serde_json::Value;
-use tfo_trace::lab::{traffic::ClientArgs, Lab, LabConfig, Side};
+use tfo_trace::{
+    events::Outcome,
+    lab::{traffic::ClientArgs, Lab, LabConfig, Side},
+};
 
 const PORT: u16 = 8080;
 const PAYLOAD: usize = 100;
@@ -201,6 +204,9 @@ fn prometheus_scrapes_what_the_kernel_counted() {
         series(&clean.to_string()) + series(&blocked.to_string())
     };
     let by_destination_before = by_destination();
+    // A tracer beside the exporter: the hook's events for the same runs, which tell a
+    // skipped hook run (both one short) from a series that lost a count.
+    let witness = Tracer::start(&["--netns", &netns_inode(lab, Side::Client).to_string()]);
 
     let n_ok = 6;
     let n_stalled = 2;
@@ -220,6 +226,7 @@ fn prometheus_scrapes_what_the_kernel_counted() {
         }
     });
     let stalled = WireStalls::of(&wire.stop());
+    let (witnessed, _) = witness.stop();
     let t_end = now_unix();
     let dropped = lab.middlebox_dropped().unwrap() - dropped_before;
     prom.wait_for_scrape_after("tfo-trace", t_end);
@@ -240,7 +247,14 @@ fn prometheus_scrapes_what_the_kernel_counted() {
     let k = |v: u64| v as f64;
     assert_eq!(d[0], k(dc.get("TcpExtTCPFastOpenActive")), "client accepted");
     let stalls = dc.get("TcpExtTCPSynRetrans");
-    common::assert_hook_count(HookRun::Established, d[1] as u64, stalls, "client syn_retransmitted (stalls)");
+    let witnessed_stalls = witnessed.iter().filter(|e| e.outcome == Outcome::SynRetransmitted).count() as u64;
+    common::assert_view_count(
+        HookRun::Established,
+        d[1] as u64,
+        witnessed_stalls,
+        stalls,
+        "client syn_retransmitted (stalls) in Prometheus",
+    );
     assert_eq!(d[1], k(dc.get("TcpExtTCPFastOpenActiveFail")), "stalled SYN-data is ActiveFail too");
     assert_eq!(d[2], k(ds.get("TcpExtTCPFastOpenCookieReqd")), "cookie requests (none: cookies cached)");
     assert_eq!(d[3], k(ds.get("TcpExtTCPFastOpenPassive")), "server accepted");

@@ -135,6 +135,18 @@ pub fn assert_hook_count(hook: HookRun, traced: u64, kernel: u64, what: impl Dis
     panic!("{message}");
 }
 
+/// A view's count (top's rows, the exporter's series) of connections that retransmitted a
+/// SYN or SYN-ACK, against the kernel's: the events the hook sent for the same runs
+/// (`witnessed`: a recording the view wrote, or a tracer beside it, whose programs the
+/// kernel runs or skips together with the view's) decide which failure it is. Events one
+/// short of the kernel are the kernel's skipped hook run ([`assert_hook_count`], a second
+/// run); the view against those events must be exact, or the view is wrong, and no second
+/// run hides that.
+pub fn assert_view_count(hook: HookRun, view: u64, witnessed: u64, kernel: u64, what: impl Display) {
+    assert_hook_count(hook, witnessed, kernel, format!("{what} (the hook's events)"));
+    assert_eq!(view, witnessed, "{what}: the view against the events it was made from");
+}
+
 /// One test: its name in its module and its body.
 pub struct Test {
     name: &'static str,

@@ -18,7 +18,7 @@ pub mod nstat;
 pub mod prometheus;
 pub mod wait;
 pub mod wire;
-pub use harness::{assert_hook_count, partial_skip, skip, HookRun};
+pub use harness::{assert_hook_count, assert_view_count, partial_skip, skip, HookRun};
 pub use nstat::{Deltas, Nstat};
 pub use wait::{eventually, HANG_LIMIT};
 
