@@ -45,7 +45,6 @@ pub(super) struct TestModule {
     pub(super) path: PathBuf,
 }
 
-#[derive(Clone)]
 pub(super) struct Build {
     /// The integration executable.
     pub(super) integration: PathBuf,

@@ -120,6 +120,15 @@ pub(super) fn kernels(choice: KernelChoice, arch: &'static Arch, work: &Path) ->
     choice.series().into_iter().map(|s| kernel(s, arch, work)).collect()
 }
 
+/// `5.10` on x86_64, `5.10-arm64` on another architecture (`Kernel::short`).
+pub(super) fn short_name(series: &Series, arch: &Arch) -> String {
+    if arch.name == X86_64.name {
+        series.short.to_string()
+    } else {
+        format!("{}-{}", series.short, arch.name)
+    }
+}
+
 /// Package name pattern of a series on an architecture: (prefix, suffix) around the ABI
 /// number, e.g. `linux-image-5.10.0-` `-cloud-amd64-unsigned`.
 pub(super) fn kernel_prefix(series: &Series, arch: &Arch) -> (String, String) {
@@ -135,11 +144,7 @@ pub(super) fn abi_number(name: &str, prefix: &str, suffix: &str) -> Option<u64> 
 pub(super) fn kernel(series: &Series, arch: &'static Arch, work: &Path) -> Result<Kernel> {
     let (prefix, suffix) = kernel_prefix(series, arch);
     let suffix = suffix.as_str();
-    let short = if arch.name == X86_64.name {
-        series.short.to_string()
-    } else {
-        format!("{}-{}", series.short, arch.name)
-    };
+    let short = short_name(series, arch);
     let newest = |names: &str| {
         names
             .lines()

@@ -205,8 +205,13 @@ pub fn matrix(args: &VmArgs) -> Result<Report> {
 /// `cargo xtask test`'s VM share: [`TEST_MATRIX`], in one schedule.
 pub fn test_matrix() -> Result<Report> {
     let args = VmArgs::default();
+    run_parts(&test_parts(&args), &args)
+}
+
+/// [`TEST_MATRIX`] as parts, an empty backend list meaning `args`' backends.
+fn test_parts(args: &VmArgs) -> Vec<Part> {
     let strings = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<String>>();
-    let parts: Vec<Part> = TEST_MATRIX
+    TEST_MATRIX
         .iter()
         .map(|t| Part {
             arch: t.arch.arch(),
@@ -215,8 +220,7 @@ pub fn test_matrix() -> Result<Report> {
             bins: strings(t.bins),
             leave_out: t.leave_out,
         })
-        .collect();
-    run_parts(&parts, &args)
+        .collect()
 }
 
 /// What an architecture's cells share, made once per run: its test build, its userland,
@@ -264,7 +268,6 @@ fn run_parts(parts: &[Part], args: &VmArgs) -> Result<Report> {
     // Several parts may name one kernel (one backend with fewer modules than the others):
     // its cells share one initramfs, made once they are all planned.
     let (mut all_kernels, mut cells) = (Vec::<kernels::Kernel>::new(), Vec::new());
-    let mut builds = Vec::new();
     let mut prepared: Vec<Prepared> = Vec::new();
     for part in parts {
         let arch = part.arch;
@@ -288,18 +291,19 @@ fn run_parts(parts: &[Part], args: &VmArgs) -> Result<Report> {
             };
             prepared.push(Prepared { arch: arch.name, build, userland, every, selected });
         }
-        let Prepared { build, userland, every, selected, .. } =
+        let Prepared { build, every, selected, .. } =
             prepared.iter().find(|p| p.arch == arch.name).expect("prepared above");
         plan_part(part, &kernels, &build.integration, every, selected, &mut cells)?;
         for k in kernels {
             if !all_kernels.iter().any(|known| known.short == k.short) {
                 all_kernels.push(k);
-                builds.push((build.clone(), userland.clone()));
             }
         }
     }
     let mut initrds = Vec::new();
-    for (k, (build, userland)) in all_kernels.iter().zip(&builds) {
+    for k in &all_kernels {
+        let Prepared { build, userland, .. } =
+            prepared.iter().find(|p| p.arch == k.arch.name).expect("prepared with its part");
         let of_k: Vec<&Cell> = cells.iter().filter(|c| c.kernel == k.short).collect();
         initrds.push(initramfs(&work, k, build, &of_k, userland, &args.filter, args.test_limit_s)?);
     }
@@ -338,13 +342,10 @@ mod tests {
     use super::*;
     use binaries::{VM_ONCE, VM_PER_BACKEND};
 
-    fn kernel(series: &'static str, arch: ArchChoice) -> kernels::Kernel {
-        let arch = arch.arch();
-        let short =
-            if arch.name == "x86_64" { series.to_string() } else { format!("{series}-{}", arch.name) };
+    fn kernel(series: &'static kernels::Series, arch: &'static Arch) -> kernels::Kernel {
         kernels::Kernel {
-            short,
-            series,
+            short: kernels::short_name(series, arch),
+            series: series.short,
             arch,
             package: String::new(),
             release: String::new(),
@@ -363,22 +364,10 @@ mod tests {
             .chain(VM_ONCE)
             .flat_map(|m| [format!("{m}::blackhole_a"), format!("{m}::plain_b")])
             .collect();
-        let args = VmArgs::default();
         let mut cells = Vec::new();
-        for t in TEST_MATRIX {
-            let part = Part {
-                arch: t.arch.arch(),
-                kernel: t.kernel,
-                backends: if t.backends.is_empty() {
-                    args.backend.clone()
-                } else {
-                    t.backends.iter().map(|b| b.to_string()).collect()
-                },
-                bins: t.bins.iter().map(|b| b.to_string()).collect(),
-                leave_out: t.leave_out,
-            };
+        for part in test_parts(&VmArgs::default()) {
             let kernels: Vec<kernels::Kernel> =
-                part.kernel.series().iter().map(|s| kernel(s.short, t.arch)).collect();
+                part.kernel.series().iter().map(|s| kernel(s, part.arch)).collect();
             plan_part(&part, &kernels, std::path::Path::new("integration"), &every, &every, &mut cells)
                 .unwrap();
         }

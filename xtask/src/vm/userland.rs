@@ -41,7 +41,6 @@ const VM_ETC: &[&str] =
     &["/etc/iproute2", "/usr/share/iproute2", "/etc/protocols", "/etc/services", "/etc/passwd", "/etc/group"];
 
 /// Where a guest's programs come from.
-#[derive(Clone)]
 pub(super) enum Userland {
     /// The host's architecture: the host's own busybox and programs.
     Host,
