@@ -45,6 +45,14 @@ pub fn skipped_test(line: &str) -> Option<(String, String)> {
     Some((name.trim().to_string(), reason.to_string()))
 }
 
+/// `line` cut to at most `max` characters, marked with `...` where cut.
+pub fn shorten(line: &str, max: usize) -> String {
+    match line.char_indices().nth(max) {
+        Some((at, _)) => format!("{}...", &line[..at]),
+        None => line.to_string(),
+    }
+}
+
 /// `partial: NAME: REASON`: (name, reason).
 pub fn partial_test(line: &str) -> Option<(String, String)> {
     let (name, reason) = line.strip_prefix("partial: ")?.split_once(": ")?;
