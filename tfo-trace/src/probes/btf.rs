@@ -30,7 +30,9 @@ const KIND_ENUM64: u32 = 19;
 
 #[derive(Debug, Clone)]
 struct Member {
-    name: String,
+    /// Offset of the name in the string section: vmlinux has some 100,000 members, and a
+    /// tracer's start (which parses all of them) should not copy their names.
+    name_off: u32,
     type_id: u32,
     bit_offset: u32,
     /// 0 for a plain member.
@@ -39,8 +41,10 @@ struct Member {
 
 #[derive(Debug, Clone)]
 enum Type {
+    /// Its members are `Btf::members[first..first + len]`.
     Composite {
-        members: Vec<Member>,
+        first: u32,
+        len: u32,
         size: u32,
     },
     /// typedef, const, volatile, restrict, type tag: look through to `to`.
@@ -71,6 +75,9 @@ pub(crate) struct MemberLocation {
 pub struct Btf {
     /// Index = type id; id 0 is `void`.
     types: Vec<Type>,
+    /// Every struct's and union's members, one after the other.
+    members: Vec<Member>,
+    strings: Vec<u8>,
     structs_by_name: HashMap<String, u32>,
     funcs_by_name: HashMap<String, u32>,
 }
@@ -85,10 +92,15 @@ fn u32_at(b: &[u8], off: usize) -> Result<u32> {
     Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 
-fn str_at(strings: &[u8], off: u32) -> String {
+/// The bytes of the NUL-terminated string at `off`, without the NUL.
+fn cstr_at(strings: &[u8], off: u32) -> &[u8] {
     let rest = strings.get(off as usize..).unwrap_or(&[]);
     let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
-    String::from_utf8_lossy(&rest[..end]).into_owned()
+    &rest[..end]
+}
+
+fn str_at(strings: &[u8], off: u32) -> String {
+    String::from_utf8_lossy(cstr_at(strings, off)).into_owned()
 }
 
 /// Whether the string at `off` is `name`, without copying it.
@@ -137,13 +149,20 @@ impl Btf {
             .context("BTF string section out of bounds")?;
 
         let mut types = vec![Type::Other]; // id 0: void
+        let mut members = Vec::new();
         let mut structs_by_name = HashMap::new();
         let mut funcs_by_name = HashMap::new();
+        let wanted_funcs: Vec<&str> = KFUNCS
+            .iter()
+            .chain(crate::backends::ALTERNATIVES.iter().flat_map(|g| g.iter()))
+            .copied()
+            .collect();
         let mut pos = 0usize;
         while pos < types_sec.len() {
-            let name_off = u32_at(types_sec, pos)?;
-            let info = u32_at(types_sec, pos + 4)?;
-            let size_or_type = u32_at(types_sec, pos + 8)?;
+            let header = types_sec.get(pos..pos + 12).context("BTF truncated")?;
+            let word =
+                |at: usize| u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
+            let (name_off, info, size_or_type) = (word(0), word(4), word(8));
             pos += 12;
             let vlen = (info & 0xffff) as usize;
             let kind = (info >> 24) & 0x1f;
@@ -151,25 +170,27 @@ impl Btf {
             let id = types.len() as u32;
             let ty = match kind {
                 KIND_STRUCT | KIND_UNION => {
-                    let mut members = Vec::with_capacity(vlen);
-                    for i in 0..vlen {
-                        let m = pos + i * 12;
-                        let offset = u32_at(types_sec, m + 8)?;
+                    let first = members.len() as u32;
+                    // One bounds check per struct, not three per member: this loop is most
+                    // of a tracer's own start.
+                    let all = types_sec.get(pos..pos + vlen * 12).context("BTF truncated")?;
+                    for m in all.chunks_exact(12) {
+                        let word = |at: usize| u32::from_le_bytes([m[at], m[at + 1], m[at + 2], m[at + 3]]);
+                        let offset = word(8);
                         let (bit_offset, bitfield_size) =
                             if kind_flag { (offset & 0xff_ffff, offset >> 24) } else { (offset, 0) };
                         members.push(Member {
-                            name: str_at(strings, u32_at(types_sec, m)?),
-                            type_id: u32_at(types_sec, m + 4)?,
+                            name_off: word(0),
+                            type_id: word(4),
                             bit_offset,
                             bitfield_size,
                         });
                     }
                     pos += vlen * 12;
-                    let name = str_at(strings, name_off);
-                    if kind == KIND_STRUCT && !name.is_empty() {
-                        structs_by_name.entry(name).or_insert(id);
+                    if kind == KIND_STRUCT && name_off != 0 {
+                        structs_by_name.entry(str_at(strings, name_off)).or_insert(id);
                     }
-                    Type::Composite { members, size: size_or_type }
+                    Type::Composite { first, len: vlen as u32, size: size_or_type }
                 }
                 KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
                     Type::Alias { to: size_or_type }
@@ -209,9 +230,10 @@ impl Btf {
                 KIND_FUNC => {
                     // Only the kfuncs the programs call and the functions of which a
                     // kernel gets one hook: vmlinux names some 60,000 functions.
-                    let wanted =
-                        KFUNCS.iter().chain(crate::backends::ALTERNATIVES.iter().flat_map(|g| g.iter()));
-                    if let Some(name) = wanted.into_iter().find(|k| name_is(strings, name_off, k)) {
+                    // Slices compare their lengths first: most of the list is passed over
+                    // in an instruction or two (a hash would cost more).
+                    let name = cstr_at(strings, name_off);
+                    if let Some(name) = wanted_funcs.iter().find(|f| f.as_bytes() == name) {
                         funcs_by_name.entry(name.to_string()).or_insert(id);
                     }
                     Type::Other
@@ -221,7 +243,7 @@ impl Btf {
             };
             types.push(ty);
         }
-        Ok(Btf { types, structs_by_name, funcs_by_name })
+        Ok(Btf { types, members, strings: strings.to_vec(), structs_by_name, funcs_by_name })
     }
 
     fn resolve(&self, mut id: u32) -> Option<&Type> {
@@ -272,10 +294,11 @@ impl Btf {
         if depth > 8 {
             return None;
         }
-        let Type::Composite { members, .. } = self.resolve(id)? else {
+        let &Type::Composite { first, len, .. } = self.resolve(id)? else {
             return None;
         };
-        if let Some(m) = members.iter().find(|m| m.name == name) {
+        let members = self.members.get(first as usize..(first + len) as usize)?;
+        if let Some(m) = members.iter().find(|m| name_is(&self.strings, m.name_off, name)) {
             let loc = MemberLocation {
                 bit_offset: base_bits + m.bit_offset,
                 bitfield_size: m.bitfield_size,

@@ -384,16 +384,27 @@ pub(crate) fn listener_owners(ebpf: &Ebpf) -> Vec<(u32, u32)> {
     table.iter().filter_map(Result::ok).filter(|(_, o)| o.pid != 0).map(|(k, o)| (k.netns, o.pid)).collect()
 }
 
+/// aya's parse of the kernel's BTF, for the typed programs' target lookup: once per process.
+/// A parse is about 145 million instructions (some 2 s in an emulated guest), and the
+/// backend's hooks, the cgroup hooks and `doctor`'s loads of each backend all need it.
+fn aya_kernel_btf() -> Result<&'static Btf> {
+    static PARSED: std::sync::OnceLock<Btf> = std::sync::OnceLock::new();
+    if let Some(btf) = PARSED.get() {
+        return Ok(btf);
+    }
+    let btf = Btf::from_sys_fs().context("reading kernel BTF")?;
+    Ok(PARSED.get_or_init(|| btf))
+}
+
 /// Loads and attaches `hooks` of an object already loaded, each step named on error.
 fn attach_all(ebpf: &mut Ebpf, hooks: &[backends::Hook]) -> Result<()> {
-    // aya's own BTF, for the typed programs' target lookup.
     let needs_btf =
         hooks.iter().any(|h| matches!(h.kind, HookKind::BtfTracepoint | HookKind::FEntry | HookKind::FExit));
-    let aya_btf = if needs_btf { Some(Btf::from_sys_fs().context("reading kernel BTF")?) } else { None };
+    let aya_btf = if needs_btf { Some(aya_kernel_btf()?) } else { None };
     for hook in hooks {
         let what = format!("{} ({:?} {})", hook.program, hook.kind, hook.target);
         let started = Instant::now();
-        attach(ebpf, hook, aya_btf.as_ref()).with_context(|| format!("loading/attaching {what}"))?;
+        attach(ebpf, hook, aya_btf).with_context(|| format!("loading/attaching {what}"))?;
         // The verifier's time is most of a slow start (older kernels, emulated guests).
         let walked = verified(ebpf, hook.program)
             .map(|v| format!(", {} instructions verified", v.instructions))
