@@ -24,7 +24,7 @@ use common::{
     docker::{CgroupDriver, Engine},
     kube, netns_inode,
     prometheus::{curl_get_in, web_config_files, Tls},
-    Deltas, TempDir, Tracer,
+    Deltas, HookRun, TempDir, Tracer,
 };
 use serde_json::{json, Value};
 use tfo_trace::{
@@ -34,6 +34,17 @@ use tfo_trace::{
         Lab, LabConfig, Side,
     },
 };
+
+/// The burst test makes and removes 2,000 cgroups: every tracer on the host gets a record
+/// of each in its cgroup ring (256 KiB, some 480 records), and one running beside it can
+/// lose those of its own test's short-lived cgroups, which are gone before the walk of
+/// the hierarchy that would name them (a one-shot cgroup then reads `unknown`). The tests
+/// that check containers' names hold this shared; the burst holds it alone.
+static CGROUP_BURST: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn beside_the_burst() -> std::sync::RwLockReadGuard<'static, ()> {
+    CGROUP_BURST.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// One way a container came to connect, and what the tracer made of its connections.
 #[derive(Default)]
@@ -251,16 +262,19 @@ fn pod_scenario(engine: &Engine) {
 
 fn docker_containers_are_named_whenever_they_started() {
     require_kernel!();
+    let _beside = beside_the_burst();
     pod_scenario(&Engine::docker(CgroupDriver::Cgroupfs));
 }
 
 fn docker_systemd_driver_containers_are_named() {
     require_kernel!();
+    let _beside = beside_the_burst();
     pod_scenario(&Engine::docker(CgroupDriver::Systemd));
 }
 
 fn podman_containers_are_named() {
     require_kernel!();
+    let _beside = beside_the_burst();
     pod_scenario(&Engine::podman());
 }
 
@@ -269,6 +283,7 @@ fn podman_containers_are_named() {
 /// exits; a lab client in each. Every connection carries its cgroup's container.
 fn cgroups_made_while_tracing_name_their_connections() {
     require_kernel!();
+    let _beside = beside_the_burst();
     let mut cg = Cgroups::new();
     let id = |n: u32| format!("{n:02x}{}", "c0ffee".repeat(11))[..64].to_string();
     let lab = Lab::create(LabConfig::default()).unwrap();
@@ -320,6 +335,7 @@ fn rss_kib(pid: u32) -> u64 {
 /// what the first one left. Prints the figures; the bound is wide (not a timing).
 fn a_burst_of_cgroups_leaves_the_tracers_memory_where_it_was() {
     require_kernel!();
+    let _alone = CGROUP_BURST.write().unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut cg = Cgroups::new();
     // -vv: the tracer says when it forgets removed cgroups (kernel/cgroup.rs), which it does
     // 10 s after their removal (KEEP_REMOVED): each burst is measured once those are gone.
@@ -581,6 +597,9 @@ fn daemonset_pod_exports_the_lab_exactly() {
     let [clean, blocked] = [0, 1].map(|i| SocketAddr::new(lab.server_addr(i, false).unwrap(), PORT));
     let before = metrics();
     let counters = Deltas::since(&lab);
+    // A tracer beside the pod's exporter: the hook's events for the same runs, which tell
+    // the kernel's skipped hook run (both one short) from a series that lost a count.
+    let witness = Tracer::start(&["--netns", &netns_inode(&lab, Side::Client).to_string()]);
     let client =
         |dst, count| ClientArgs { count, payload_bytes: 100, timeout_ms: 5000, ..ClientArgs::new(dst) };
     // A cookie from each address first; then SYN-data accepted at the clean one, and
@@ -592,6 +611,8 @@ fn daemonset_pod_exports_the_lab_exactly() {
     let stalled = lab.run_client(common::exe(), &client(blocked, n_stalled)).unwrap();
     assert_eq!(ok.ok_count() + cookie.ok_count() + stalled.ok_count(), (n_ok + n_stalled + 2) as usize);
     let (dc, ds) = counters.both();
+    let (witnessed, _) = witness.stop();
+    let witnessed_stalls = witnessed.iter().filter(|e| e.outcome == Outcome::SynRetransmitted).count() as u64;
     // The kernel agrees with the lab first (else the comparison proves nothing).
     assert_eq!(dc.get("TcpExtTCPFastOpenActive"), u64::from(n_ok), "client counters: {dc:?}");
     assert_eq!(dc.get("TcpExtTCPSynRetrans"), u64::from(n_stalled), "client counters: {dc:?}");
@@ -614,9 +635,18 @@ fn daemonset_pod_exports_the_lab_exactly() {
     // Short of them at the end of the wait, what the exporter says it could not count (the
     // kernel's skipped runs of its programs, connects it could not follow, ...) and every
     // series compared go with the failure.
+    // What each series must reach: the kernel's count, or for the stalls the hook's events
+    // where those are the kernel's skipped run short (checked below), not a wait in vain.
+    let target = |(_, outcome, _, count): &(&str, &str, &str, u64)| {
+        if *outcome == "syn_retransmitted" && witnessed_stalls + 1 == *count {
+            witnessed_stalls
+        } else {
+            *count
+        }
+    };
     let reached = common::wait::within(common::HANG_LIMIT, || {
         let after = metrics();
-        if deltas(&after).iter().zip(&kernel).all(|(d, k)| *d >= k.3 as f64) {
+        if deltas(&after).iter().zip(&kernel).all(|(d, k)| *d >= target(k) as f64) {
             Ok(after)
         } else {
             Err(after)
@@ -636,6 +666,11 @@ fn daemonset_pod_exports_the_lab_exactly() {
         assert!(health.contains(metric), "the exporter exports no {metric}: {health}");
     }
     for ((role, outcome, counter, count), exported) in kernel.iter().zip(deltas(after)) {
+        if *outcome == "syn_retransmitted" {
+            let what = format!("{role} {outcome} against {counter}; the exporter's own account: {health}");
+            common::assert_view_count(HookRun::Established, exported as u64, witnessed_stalls, *count, what);
+            continue;
+        }
         assert_eq!(
             exported,
             *count as f64,
