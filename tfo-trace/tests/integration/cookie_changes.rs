@@ -162,7 +162,12 @@ fn a_rotation_with_syn_data_in_flight_is_one_rotation() {
     assert_eq!(lab.run_client(common::exe(), &args(dst, 3)).unwrap().ok_count(), 3);
     let watch = Watch::start(&lab, "rotation-in-flight");
     lab.set_sysctl(Side::Server, "net.ipv4.tcp_fastopen_key", KEY_AFTER).unwrap();
-    let held = lab.hold_answers(Side::Server, Duration::from_millis(300)).unwrap();
+    // Where there is no netem the hold is a queue that drains from now, not from the
+    // burst's first SYN: the client's start (`ip netns exec`, a 70 MB test binary, on a
+    // busy machine) must fit in it. 500 ms, and not more: the last of 16 SYN-ACKs leaves
+    // ~350 ms after the queue drains, and a SYN unanswered for 1 s is sent again (the
+    // initial RTO), which would turn the refusals into stalls.
+    let held = lab.hold_answers(Side::Server, Duration::from_millis(500)).unwrap();
     // Each connection's time, from the burst's start: the held answers take a while.
     let burst = ClientArgs { burst_nonblocking: 8, burst_threads: 8, timeout_ms: 15_000, ..args(dst, 1) };
     let run = lab.run_client(common::exe(), &burst).unwrap();
