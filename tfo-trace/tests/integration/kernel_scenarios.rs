@@ -152,30 +152,56 @@ fn server_stops_taking_tfo(v6: bool) {
 /// stamp (tcp_transmit_skb, above the device) to tcp_rcv_state_process() on the SYN-ACK
 /// (after the softirq took it off the device): both ends lie inside the wire's, so each is
 /// the gap plus the stack's own time on both sides, never less (2 µs: tcpdump prints each
-/// time to the µs). Above it, the typical connection (the median excess): with a real
+/// time to the µs). Above it, the lower quartile of the excess: with a real
 /// delay on the path (`delayed`), within 10 % of the median gap, or 50 µs where that is
 /// more; on a bare veth pair, where the "wire" gap is itself nothing but the stack's time
 /// between the capture points (10-40 µs on this project's 2-core host, 200-1,400 µs in a
 /// TCG guest), no more than that gap again (the excess measured: 4-25 µs on the host,
-/// 36-45 % of the gap in a 5.10 TCG guest), or 50 µs. Not every connection: in a one-vCPU TCG guest the SYN-ACK's
-/// processing is now and then held off for milliseconds (seen on 6.1: on the wire at
-/// 21.4 ms, in the kernel's sample at 32.8 ms), a delay the connection really waited but
-/// the wire does not show.
+/// 36-45 % of the gap in a 5.10 TCG guest), or 50 µs. Not every connection, nor the
+/// median: in a one-vCPU TCG guest the SYN-ACK's processing is now and then held off for
+/// milliseconds (seen on 6.1: on the wire at 21.4 ms, in the kernel's sample at 32.8 ms;
+/// in the arm64 kprobe cell 3 of 8 connections held 2.7-7.7 ms, which put the median
+/// excess at 953 µs over a 930 µs gap), a delay the connection really waited but the wire
+/// does not show. A sample taken from the wrong moments (the socket's creation, a later
+/// ACK) is off in every connection, the lower quartile too.
 fn saved_agree_with_wire(pairs: &[(u64, f64)], delayed: bool) -> Result<(), String> {
     if let Some((saved, wire)) = pairs.iter().find(|(saved, wire)| (*saved as f64) + 2.0 < *wire) {
         return Err(format!("saved {saved} µs, less than the {wire:.0} µs on the wire"));
     }
-    let median = |mut v: Vec<f64>| {
+    let quantile = |mut v: Vec<f64>, q: usize| {
         v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
+        v.get(v.len() / q).copied().unwrap_or(0.0)
     };
-    let excess = median(pairs.iter().map(|(saved, wire)| *saved as f64 - wire).collect());
-    let wire = median(pairs.iter().map(|(_, wire)| *wire).collect());
+    let excess = quantile(pairs.iter().map(|(saved, wire)| *saved as f64 - wire).collect(), 4);
+    let wire = quantile(pairs.iter().map(|(_, wire)| *wire).collect(), 2);
     let bound = if delayed { 0.1 * wire } else { wire };
     if excess > bound.max(50.0) {
-        return Err(format!("the median saving is {excess:.0} µs above the median {wire:.0} µs on the wire"));
+        return Err(format!(
+            "the lower quartile of the savings is {excess:.0} µs above the median {wire:.0} µs on the wire"
+        ));
     }
     Ok(())
+}
+
+/// The oracle itself, on figures of the arm64 kprobe cell (2026-12-08): three of eight
+/// connections held off for milliseconds pass; the same gaps with every sample 1 ms late
+/// (taken from the wrong moment), or one sample under its gap, fail.
+fn saved_against_the_wire_reads_past_connections_held_off() {
+    let held_off = [
+        (4661, 1941.0),
+        (1550, 970.1),
+        (1212, 735.0),
+        (5409, 977.0),
+        (1738, 784.9),
+        (8649, 930.0),
+        (855, 523.0),
+        (937, 505.0),
+    ];
+    assert_eq!(saved_agree_with_wire(&held_off, false), Ok(()));
+    let late: Vec<(u64, f64)> = held_off.iter().map(|(_, wire)| (*wire as u64 + 1000, *wire)).collect();
+    assert!(saved_agree_with_wire(&late, false).is_err(), "every sample 1 ms late: {late:?}");
+    let under = [(900, 970.1), (1212, 735.0)];
+    assert!(saved_agree_with_wire(&under, false).is_err(), "a saving under its gap");
 }
 
 /// The client's accepted connections of one run against tcpdump's SYNs and SYN-ACKs: each
@@ -753,6 +779,7 @@ module_tests!(
     connect_refused_by_rst_names_its_port { ipv4: false, ipv6: true },
     first_contact_then_tfo { ipv4: false, ipv6: true },
     accepted_saves_the_round_trip_on_the_wire { ipv4: false, ipv6: true },
+    saved_against_the_wire_reads_past_connections_held_off,
     accepted_saves_a_delayed_round_trip { ipv4: false, ipv6: true },
     server_stops_taking_tfo { ipv4: false, ipv6: true },
     middlebox_drops_syn_data { ipv4: false, ipv6: true },
