@@ -1134,7 +1134,11 @@ fn blackhole_trips_on_the_third_timeout() {
     let tracer = Tracer::start(&["--netns", &ns]);
     let report = Tracer::start_command(&["report", "--format", "json", "--netns", &ns]);
     // SYNs to `lost` dropped until `resent` of them went again: the next one gets through.
+    // Each run's events are those of its ports inside its own window: the kernel may give
+    // the second connect the first one's port (tests/integration/common/wire.rs).
+    let unix_ns = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
     let held = |resent: u64| {
+        let started = unix_ns();
         let before = Deltas::since(&lab);
         lab.middlebox_drop_syns_to(lost.ip()).unwrap();
         let client =
@@ -1145,10 +1149,10 @@ fn blackhole_trips_on_the_third_timeout() {
         lab.middlebox_clear().unwrap();
         let run = client.wait(common::HANG_LIMIT).unwrap();
         assert_eq!(run.ok_count(), 1, "{run:?}");
-        (run, before.client())
+        (run, before.client(), started..unix_ns())
     };
-    let (twice, d2) = held(1);
-    let (thrice, d3) = held(2);
+    let (twice, d2, twice_window) = held(1);
+    let (thrice, d3, thrice_window) = held(2);
     let before_paused = Deltas::since(&lab);
     let paused = lab.run_client(common::exe(), &args(healthy, 1)).unwrap();
     let dp = before_paused.client();
@@ -1174,11 +1178,13 @@ fn blackhole_trips_on_the_third_timeout() {
         syns.iter().filter(|s| paused.results.iter().any(|r| r.sport == s.sport)).all(|s| !s.tfo),
         "the paused connect's SYN carries no TFO option: {syns:?}"
     );
-    let retransmits = |run: &tfo_trace::lab::ClientRun| -> Vec<u32> {
+    let retransmits = |run: &tfo_trace::lab::ClientRun, window: &std::ops::Range<u128>| -> Vec<u32> {
         events
             .iter()
             .filter(|e| {
-                e.outcome == Outcome::SynRetransmitted && run.results.iter().any(|r| r.sport == e.sport)
+                e.outcome == Outcome::SynRetransmitted
+                    && run.results.iter().any(|r| r.sport == e.sport)
+                    && window.contains(&e.ts.unix_ns())
             })
             .map(|e| e.retransmits)
             .collect()
@@ -1189,11 +1195,12 @@ fn blackhole_trips_on_the_third_timeout() {
     let stalled_connects = [&d2, &d3].iter().filter(|d| d.get("TcpExtTCPSynRetrans") > 0).count() as u64;
     common::assert_hook_count(
         HookRun::Established,
-        (retransmits(&twice).len() + retransmits(&thrice).len()) as u64,
+        (retransmits(&twice, &twice_window).len() + retransmits(&thrice, &thrice_window).len()) as u64,
         stalled_connects,
         format!("syn_retransmitted of the two stalled connects: {events:?}"),
     );
-    assert_eq!((retransmits(&twice), retransmits(&thrice)), (vec![2], vec![3]), "{events:?}");
+    let each = (retransmits(&twice, &twice_window), retransmits(&thrice, &thrice_window));
+    assert_eq!(each, (vec![2], vec![3]), "{events:?}");
     let not_attempted: Vec<_> = common::with_outcome(&events, cli_ns, Role::Client, Outcome::NotAttempted);
     assert_eq!(not_attempted.len(), 1, "{events:?}");
     assert_eq!(not_attempted[0].pause_times, Some(1), "the namespace's first pause: {:?}", not_attempted[0]);
@@ -1210,7 +1217,12 @@ fn blackhole_trips_on_the_third_timeout() {
     assert_eq!(first["tripped_by"]["destination"], lost.to_string(), "{f}");
     assert_eq!((&first["nth"], &first["length_s"]), (&1.into(), &60.into()), "{f}");
     let tripper_port = thrice.results[0].sport;
-    let tripper = events.iter().find(|e| e.sport == tripper_port && e.outcome.ends_connection()).unwrap();
+    let tripper = events
+        .iter()
+        .find(|e| {
+            e.sport == tripper_port && e.outcome.ends_connection() && thrice_window.contains(&e.ts.unix_ns())
+        })
+        .unwrap();
     assert_eq!(first["tripped_by"]["pid"], tripper.pid, "{f}");
 }
 
