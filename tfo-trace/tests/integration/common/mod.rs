@@ -222,6 +222,7 @@ pub struct Tracer {
     /// Its stdout lines as they come, and those already taken from there.
     stdout_rx: mpsc::Receiver<String>,
     stdout_seen: Vec<String>,
+    stderr: Option<JoinHandle<()>>,
     stderr_rx: mpsc::Receiver<String>,
     stderr_seen: Vec<String>,
 }
@@ -265,7 +266,7 @@ impl Tracer {
         });
         let err = child.stderr.take().unwrap();
         let (tx, stderr_rx) = mpsc::channel();
-        std::thread::spawn(move || {
+        let stderr = std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
                 let _ = tx.send(line);
             }
@@ -275,6 +276,7 @@ impl Tracer {
             stdout: Some(stdout),
             stdout_rx,
             stdout_seen: Vec::new(),
+            stderr: Some(stderr),
             stderr_rx,
             stderr_seen: Vec::new(),
         };
@@ -398,13 +400,16 @@ impl Tracer {
         // SAFETY: kill on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, signal) };
         let status = wait_exit(&mut self.child, &format!("the tracer, after signal {signal}"));
-        // The pump ends with the pipe: every line is in the channel once it is joined.
+        // Each pump ends with its pipe: every line is in its channel once it is joined (a
+        // wait for the stderr lines to come had lost the closing summary when the pump was
+        // not scheduled within it, on a loaded machine).
         self.stdout.take().unwrap().join().unwrap();
         let mut lines = std::mem::take(&mut self.stdout_seen);
         lines.extend(self.stdout_rx.try_iter());
-        while let Ok(l) = self.stderr_rx.recv_timeout(Duration::from_millis(200)) {
-            self.stderr_seen.push(l);
+        if let Some(pump) = self.stderr.take() {
+            pump.join().unwrap();
         }
+        self.stderr_seen.extend(self.stderr_rx.try_iter());
         (status, lines, self.stderr_seen.clone())
     }
 }
