@@ -385,12 +385,9 @@ struct HostRun {
     unlisted: Vec<String>,
     /// Tests run a second time (testlines.rs).
     second_runs: Vec<SecondRun>,
-    /// `binary test: first line of its panic` for each test libtest said FAILED: CI shows
-    /// only the tail of the output, so the closing error names them.
-    failed: Vec<String>,
-    /// The failed test whose captured output libtest prints now (`---- NAME stdout ----`),
-    /// and whether its panic's message is the next line.
-    failure_output: Option<(String, bool)>,
+    /// Each test libtest (or the integration harness) said FAILED, with its message: CI
+    /// shows only the tail of the output, so the closing error names them.
+    failures: testlines::Failures,
     /// cargo's `Finished` time for the build.
     build_s: Option<f64>,
     /// Seconds per test binary, or per module of the integration executable, from
@@ -426,24 +423,8 @@ impl HostRun {
         self.tally.add(line);
         let l = line.trim();
         let binary = &self.binary;
-        if let Some((name, true)) = &self.failure_output {
-            // The line after `thread '...' panicked at file:line:col:` is the message.
-            let said = format!("{binary} {name}: ");
-            if let Some(f) = self.failed.iter_mut().find(|f| f.starts_with(&said) && f.ends_with("FAILED")) {
-                f.push_str(&format!(": {}", testlines::shorten(l, 300)));
-            }
-            self.failure_output = None;
-            return;
-        }
-        if let Some(name) = l.strip_prefix("test ").and_then(|r| r.strip_suffix(" ... FAILED")) {
-            self.failed.push(format!("{binary} {name}: FAILED"));
-        } else if let Some(name) = l.strip_prefix("---- ").and_then(|r| r.strip_suffix(" stdout ----")) {
-            self.failure_output = Some((name.to_string(), false));
-        } else if l.contains("panicked at ") {
-            if let Some((_, next_is_message)) = &mut self.failure_output {
-                *next_is_message = true;
-            }
-        } else if let Some(rest) = l.strip_prefix("Running ") {
+        self.failures.line(binary, l);
+        if let Some(rest) = l.strip_prefix("Running ") {
             // `Running tests/integration/main.rs (target/debug/deps/integration-0123)` or
             // `Running unittests src/lib.rs (...)`
             self.binary = rest.split(" (").next().unwrap_or(rest).to_string();
@@ -514,7 +495,7 @@ fn run_tests(args: &[String]) -> Result<HostRun> {
     }
     let status = child.wait().context("waiting for cargo test")?;
     if !status.success() {
-        run.problems.extend(run.failed.iter().map(|f| format!("host: {f}")));
+        run.problems.extend(run.failures.said().map(|f| format!("host: {f}")));
         run.problems.push(format!("cargo test failed: {status}"));
     }
     if run.tally.passed == 0 {
@@ -692,7 +673,7 @@ mod tally_tests {
             run.line(line);
         }
         assert_eq!(
-            run.failed,
+            run.failures.said().collect::<Vec<_>>(),
             ["tests/integration/main.rs server_outcomes::blackhole_a: FAILED: client syn_retransmitted: the \
               tracer counted 0, the kernel 1"]
         );

@@ -53,6 +53,70 @@ pub fn shorten(line: &str, max: usize) -> String {
     }
 }
 
+/// The tests a `cargo test` run said FAILED, each with the first line of its message, from
+/// either form of output: libtest's (`test NAME ... FAILED`; `---- NAME stdout ----`, then
+/// the panic's `thread '...' panicked at FILE:LINE:COL:` and its message) and the
+/// integration harness's libtest-mimic (its `test NAME ... ` line, the test's own output,
+/// `FAILED` alone on a line; `---- NAME ----` and the message itself).
+#[derive(Default)]
+pub struct Failures {
+    /// (`binary NAME`, message) in the order they failed.
+    failed: Vec<(String, Option<String>)>,
+    /// A test whose `test NAME ... ` line came without its verdict.
+    running: Option<String>,
+    /// In a failure's section: its name, and whether its message is the next line that
+    /// is not empty (libtest-mimic's at once, libtest's after the `panicked at` line).
+    section: Option<(String, bool)>,
+}
+
+impl Failures {
+    pub fn line(&mut self, binary: &str, l: &str) {
+        if let Some((name, next_is_message)) = &mut self.section {
+            if *next_is_message && !l.is_empty() {
+                let key = format!("{binary} {name}");
+                if let Some((_, said @ None)) = self.failed.iter_mut().find(|(k, _)| *k == key) {
+                    *said = Some(shorten(l, 300));
+                }
+                self.section = None;
+            } else if l.contains("panicked at ") {
+                *next_is_message = true;
+            }
+        }
+        if let Some(rest) = l.strip_prefix("test ") {
+            if let Some((name, verdict)) = rest.split_once(" ... ") {
+                let (name, verdict) = (name.trim(), verdict.trim());
+                self.running = None;
+                if verdict == "FAILED" {
+                    self.failed.push((format!("{binary} {name}"), None));
+                } else if verdict.is_empty() || !(verdict == "ok" || verdict.starts_with("ignored")) {
+                    self.running = Some(name.to_string());
+                }
+                return;
+            }
+        }
+        if l == "FAILED" {
+            if let Some(name) = self.running.take() {
+                self.failed.push((format!("{binary} {name}"), None));
+            }
+        } else if l == "ok" || l.starts_with("ignored") {
+            self.running = None;
+        } else if let Some(header) = l.strip_prefix("---- ").and_then(|r| r.strip_suffix(" ----")) {
+            match header.strip_suffix(" stdout") {
+                Some(name) => self.section = Some((name.to_string(), false)),
+                None => self.section = Some((header.to_string(), true)),
+            }
+        }
+    }
+
+    /// `binary NAME: FAILED: message` (or without the message, where none was printed).
+    pub fn said(&self) -> impl Iterator<Item = String> + '_ {
+        self.failed.iter().map(|(name, said)| match said {
+            Some(m) => format!("{name}: FAILED: {m}"),
+            None => format!("{name}: FAILED"),
+        })
+    }
+}
+
 /// `partial: NAME: REASON`: (name, reason).
 pub fn partial_test(line: &str) -> Option<(String, String)> {
     let (name, reason) = line.strip_prefix("partial: ")?.split_once(": ")?;
@@ -117,6 +181,35 @@ pub fn second_run_problems(runs: &[SecondRun]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_failure_of_the_integration_harness_is_named_with_its_message() {
+        // libtest-mimic, as the 5.10 arm64 kprobe cell printed it: the test's own output
+        // after its `test NAME ... `, then FAILED alone, then its section.
+        let mut f = super::Failures::default();
+        for l in [
+            "test kernel_scenarios::saves_ipv4 ... port 1: saved 5768 µs",
+            "ok",
+            "test kernel_scenarios::saves_ipv6 ... port 49926: saved 4661 µs, SYN -> SYN-ACK on the wire 1941 µs",
+            "port 49936: saved 1550 µs",
+            "thread 'main' (787) panicked at tfo-trace/tests/integration/kernel_scenarios.rs:217:9:",
+            "the median saving is 953 µs above the median 930 µs on the wire",
+            "FAILED",
+            "",
+            "failures:",
+            "",
+            "---- kernel_scenarios::saves_ipv6 ----",
+            "the median saving is 953 µs above the median 930 µs on the wire",
+            "test kernel_scenarios::other                          ... ignored (no netem)",
+        ] {
+            f.line("tests/integration/main.rs", l);
+        }
+        assert_eq!(
+            f.said().collect::<Vec<_>>(),
+            ["tests/integration/main.rs kernel_scenarios::saves_ipv6: FAILED: the median saving is 953 µs \
+              above the median 930 µs on the wire"]
+        );
+    }
+
     use super::*;
 
     #[test]
